@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# Installs the Debian 12 packages transformer.cpp builds and tests with. Quiet and quick when all are present.
+set -euo pipefail
+PKGS=(cmake g++ make pkg-config libopenblas-openmp-dev nlohmann-json3-dev libcli11-dev libutf8proc-dev
+      libgtest-dev libgmock-dev libbenchmark-dev zlib1g-dev libstb-dev libsentencepiece-dev libcurl4-openssl-dev)
+missing=()
+for p in "${PKGS[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+SUDO=""
+[ "$(id -u)" -ne 0 ] && SUDO="sudo"
+echo "install-deps: installing ${missing[*]}"
+$SUDO apt-get update -qq
+DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
