@@ -1,0 +1,85 @@
+#include "ops/activation.h"
+
+#include <cmath>
+#include <stdexcept>
+
+#include "ops/vec_math.h"
+
+namespace tfm::ops {
+
+Activation parse_activation(const std::string& name) {
+  if (name == "gelu") return Activation::Gelu;
+  if (name == "gelu_new" || name == "gelu_pytorch_tanh") return Activation::GeluTanh;
+  if (name == "relu") return Activation::Relu;
+  throw std::invalid_argument("unsupported activation '" + name + "' (expected gelu, gelu_new, gelu_pytorch_tanh or relu)");
+}
+
+namespace {
+constexpr float kInvSqrt2 = 0.70710678118654752f;
+constexpr float kSqrt2OverPi = 0.79788456080286536f;
+}  // namespace
+
+void activation_forward(float* out, const float* inp, int64_t n, Activation act) {
+  switch (act) {
+    case Activation::Gelu:
+#pragma omp parallel for simd if (n > 65536)
+      for (int64_t i = 0; i < n; ++i) out[i] = 0.5f * inp[i] * (1.0f + vm::fast_erf(inp[i] * kInvSqrt2));
+      break;
+    case Activation::GeluTanh:
+#pragma omp parallel for simd if (n > 65536)
+      for (int64_t i = 0; i < n; ++i) {
+        float x = inp[i];
+        out[i] = 0.5f * x * (1.0f + vm::fast_tanh(kSqrt2OverPi * (x + 0.044715f * x * x * x)));
+      }
+      break;
+    case Activation::Relu:
+#pragma omp parallel for simd if (n > 65536)
+      for (int64_t i = 0; i < n; ++i) out[i] = inp[i] > 0.0f ? inp[i] : 0.0f;
+      break;
+  }
+}
+
+void activation_backward(float* dinp, const float* dout, const float* inp, int64_t n, Activation act) {
+  switch (act) {
+    case Activation::Gelu:
+      for (int64_t i = 0; i < n; ++i) {
+        float x = inp[i];
+        float cdf = 0.5f * (1.0f + std::erf(x * kInvSqrt2));
+        float pdf = 0.39894228040143268f * std::exp(-0.5f * x * x);
+        dinp[i] = dout[i] * (cdf + x * pdf);
+      }
+      break;
+    case Activation::GeluTanh:
+      for (int64_t i = 0; i < n; ++i) {
+        float x = inp[i];
+        float u = kSqrt2OverPi * (x + 0.044715f * x * x * x);
+        float t = std::tanh(u);
+        float du = kSqrt2OverPi * (1.0f + 3.0f * 0.044715f * x * x);
+        dinp[i] = dout[i] * (0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * du);
+      }
+      break;
+    case Activation::Relu:
+      for (int64_t i = 0; i < n; ++i) dinp[i] = inp[i] > 0.0f ? dout[i] : 0.0f;
+      break;
+  }
+}
+
+void activation_forward_ref(float* out, const float* inp, int64_t n, Activation act) {
+  for (int64_t i = 0; i < n; ++i) {
+    double x = inp[i];
+    switch (act) {
+      case Activation::Gelu: out[i] = (float)(0.5 * x * (1.0 + std::erf(x / std::sqrt(2.0)))); break;
+      case Activation::GeluTanh:
+        out[i] = (float)(0.5 * x * (1.0 + std::tanh(std::sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x))));
+        break;
+      case Activation::Relu: out[i] = (float)(x > 0 ? x : 0); break;
+    }
+  }
+}
+
+void tanh_forward(float* out, const float* inp, int64_t n) {
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) out[i] = vm::fast_tanh(inp[i]);
+}
+
+}  // namespace tfm::ops

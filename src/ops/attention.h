@@ -1,0 +1,54 @@
+// Scaled dot-product attention, multi-head, with every mask form the reference documents use.
+//
+//   out = softmax(q k^T / sqrt(head_dim) restricted to visible keys) v          (Vaswani et al. eq. 1)
+//
+// Heads are read in place from the projection outputs: head h of token t is the slice
+// [h * head_dim, (h + 1) * head_dim) of row t, so q/k/v may be views into one fused QKV buffer (row stride
+// `ld` floats). A masked key is excluded from the softmax. This equals the references' fills (-inf in docs/000,
+// float32 min in Hugging Face BERT, -1e6 in d2l's masked_softmax) whenever a row has a visible key; a query row
+// with no visible key yields zeros (the references give NaN, or a uniform average in d2l).
+#pragma once
+#include <cstdint>
+
+namespace tfm::ops {
+
+// Which (batch b, query i, key j) entries may attend. All given forms are combined (logical AND).
+struct AttentionMask {
+  const float* query_mask = nullptr;    // [B, Lq], 0 = padded query (docs/000: mask = query_mask ⊗ key_mask)
+  const float* key_mask = nullptr;      // [B, Lk], 0 = padded key (HF attention_mask, key padding mask)
+  const float* mask = nullptr;          // [B, Lq, Lk], 0 = masked (docs/000 general mask, BERT 3-D mask)
+  const int64_t* valid_lens = nullptr;  // d2l valid_lens: [B], or [B, Lq] when valid_lens_per_query; keys j >= len masked
+  bool valid_lens_per_query = false;
+  bool causal = false;                  // key j masked when j > i + causal_offset (decoder self-attention)
+  int64_t causal_offset = 0;
+
+  bool any() const { return query_mask || key_mask || mask || valid_lens || causal; }
+  // Number of leading keys that can be visible for row (b, i) before per-element masks apply.
+  int64_t key_limit(int64_t b, int64_t i, int64_t Lq, int64_t Lk) const;
+  bool visible(int64_t b, int64_t i, int64_t j, int64_t Lq, int64_t Lk) const;
+};
+
+struct AttentionDims {
+  int64_t batch = 1, q_len = 1, kv_len = 1, num_heads = 1, head_dim = 1;
+  int64_t q_ld = 0, k_ld = 0, v_ld = 0, out_ld = 0;  // row strides in floats; 0 = num_heads * head_dim
+  float scale = 0.0f;                                  // 0 = 1 / sqrt(head_dim)
+};
+
+// q: [B, Lq, heads*head_dim] (stride q_ld), k, v: [B, Lk, heads*head_dim] (strides k_ld, v_ld)
+// out: [B, Lq, heads*head_dim] (stride out_ld), written.
+// probs: [B, heads, Lq, Lk] attention weights (before dropout), written when non-null (needed for backward
+//        and visualisation).
+// dropout_mask: [B, heads, Lq, Lk] multipliers (0 or 1/(1-p)) applied to the weights before v, or null
+//        (d2l's DotProductAttention drops attention weights).
+void attention_forward(float* out, float* probs, const float* q, const float* k, const float* v,
+                       const AttentionDims& dims, const AttentionMask& mask, const float* dropout_mask = nullptr);
+
+// Gradients of attention_forward given its saved probs. dq, dk, dv use the q/k/v strides and are written.
+void attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* probs, const float* q,
+                        const float* k, const float* v, const AttentionDims& dims, const float* dropout_mask = nullptr);
+
+// Plain reference: double precision, element by element, same semantics.
+void attention_forward_ref(float* out, float* probs, const float* q, const float* k, const float* v,
+                           const AttentionDims& dims, const AttentionMask& mask);
+
+}  // namespace tfm::ops

@@ -1,0 +1,15 @@
+// LayerNorm over the last dimension (torch.nn.LayerNorm; biased variance, eps inside the square root).
+#pragma once
+#include <cstdint>
+
+namespace tfm::ops {
+// out[N, C] = (inp - mean) * rstd * weight + bias. mean[N], rstd[N] are saved for backward when non-null.
+// In-place (out == inp) allowed.
+void layer_norm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
+                        const float* bias, int64_t N, int64_t C, float eps);
+// dinp[N, C] written; dweight[C], dbias[C] accumulated (+=).
+void layer_norm_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                         const float* weight, const float* mean, const float* rstd, int64_t N, int64_t C);
+void layer_norm_forward_ref(float* out, const float* inp, const float* weight, const float* bias, int64_t N,
+                            int64_t C, float eps);
+}  // namespace tfm::ops

@@ -1,0 +1,331 @@
+// Fast kernels against their plain reference kernels, mask semantics, and finite-difference gradient checks.
+#include <gtest/gtest.h>
+
+#include <functional>
+
+#include "ops/activation.h"
+#include "ops/attention.h"
+#include "ops/dropout.h"
+#include "ops/embedding.h"
+#include "ops/layer_norm.h"
+#include "ops/matmul.h"
+#include "ops/softmax.h"
+#include "test_util.h"
+
+using namespace tfm;
+using namespace tfm::ops;
+using tfm::test::all_close;
+using tfm::test::random_vec;
+
+TEST(Ops, LinearMatchesReference) {
+  const int64_t N = 37, I = 29, O = 41;
+  auto x = random_vec(N * I, 1), w = random_vec(O * I, 2), b = random_vec(O, 3);
+  std::vector<float> y(N * O), yr(N * O);
+  linear_forward(y.data(), x.data(), w.data(), b.data(), N, I, O);
+  linear_forward_ref(yr.data(), x.data(), w.data(), b.data(), N, I, O);
+  EXPECT_TRUE(all_close(y, yr, 1e-5f, 1e-5f));
+  linear_forward(y.data(), x.data(), w.data(), nullptr, N, I, O);
+  linear_forward_ref(yr.data(), x.data(), w.data(), nullptr, N, I, O);
+  EXPECT_TRUE(all_close(y, yr, 1e-5f, 1e-5f));
+}
+
+TEST(Ops, SoftmaxMatchesReference) {
+  for (int64_t cols : {1, 7, 64, 1000}) {
+    auto x = random_vec(5 * cols, cols, -30.0f, 30.0f);
+    std::vector<float> y(x.size()), yr(x.size());
+    softmax_forward(y.data(), x.data(), 5, cols);
+    softmax_forward_ref(yr.data(), x.data(), 5, cols);
+    EXPECT_TRUE(all_close(y, yr, 1e-7f, 1e-5f)) << "cols " << cols;
+  }
+}
+
+TEST(Ops, SoftmaxExtremeLogitsStayFinite) {
+  std::vector<float> x = {1e4f, -1e4f, 0.0f, 1e4f}, y(4);
+  softmax_forward(y.data(), x.data(), 1, 4);
+  EXPECT_NEAR(y[0], 0.5f, 1e-6f);
+  EXPECT_EQ(y[1], 0.0f);
+  EXPECT_NEAR(y[3], 0.5f, 1e-6f);
+}
+
+TEST(Ops, LayerNormMatchesReference) {
+  const int64_t N = 13, C = 768;
+  auto x = random_vec(N * C, 4, -3.0f, 5.0f), w = random_vec(C, 5), b = random_vec(C, 6);
+  std::vector<float> y(N * C), yr(N * C);
+  for (float eps : {1e-12f, 1e-5f}) {
+    layer_norm_forward(y.data(), nullptr, nullptr, x.data(), w.data(), b.data(), N, C, eps);
+    layer_norm_forward_ref(yr.data(), x.data(), w.data(), b.data(), N, C, eps);
+    EXPECT_TRUE(all_close(y, yr, 1e-5f, 1e-5f));
+  }
+}
+
+TEST(Ops, ActivationsMatchReference) {
+  auto x = random_vec(10000, 7, -12.0f, 12.0f);
+  x[0] = 0.0f;
+  x[1] = -1e-4f;
+  for (Activation a : {Activation::Gelu, Activation::GeluTanh, Activation::Relu}) {
+    std::vector<float> y(x.size()), yr(x.size());
+    activation_forward(y.data(), x.data(), (int64_t)x.size(), a);
+    activation_forward_ref(yr.data(), x.data(), (int64_t)x.size(), a);
+    EXPECT_TRUE(all_close(y, yr, 1e-6f, 1e-6f)) << (int)a;
+  }
+  EXPECT_THROW(parse_activation("swish"), std::invalid_argument);
+  EXPECT_EQ(parse_activation("gelu_pytorch_tanh"), Activation::GeluTanh);
+}
+
+TEST(Ops, EmbeddingRejectsOutOfRangeIds) {
+  std::vector<float> w(4 * 3), out(2 * 3);
+  std::vector<int64_t> ids = {1, 4};
+  try {
+    embedding_forward(out.data(), ids.data(), w.data(), 2, 4, 3);
+    FAIL() << "expected out_of_range";
+  } catch (const std::out_of_range& e) {
+    EXPECT_NE(std::string(e.what()).find("token id 4"), std::string::npos) << e.what();
+  }
+}
+
+// ---------------------------------------------------------------- attention masks
+
+namespace {
+struct AttnCase {
+  std::string name;
+  std::function<void(AttentionMask&, std::vector<float>&, std::vector<int64_t>&, int64_t B, int64_t Lq, int64_t Lk)> setup;
+};
+
+std::vector<AttnCase> attention_cases() {
+  return {
+      {"none", [](AttentionMask&, auto&, auto&, int64_t, int64_t, int64_t) {}},
+      {"key_padding",
+       [](AttentionMask& m, std::vector<float>& f, auto&, int64_t B, int64_t Lq, int64_t Lk) {
+         f.assign(B * Lk, 1.0f);
+         for (int64_t j = Lk - 2; j < Lk; ++j) f[1 * Lk + j] = 0.0f;  // batch 1: last two keys padded
+         for (int64_t j = 0; j < Lk; ++j) f[0 * Lk + j] = 0.0f;       // batch 0: every key padded -> zeros
+         m.key_mask = f.data();
+       }},
+      {"query_key_outer",
+       [](AttentionMask& m, std::vector<float>& f, auto&, int64_t B, int64_t Lq, int64_t Lk) {
+         f.assign(B * Lq + B * Lk, 1.0f);
+         f[1 * Lq + Lq - 1] = 0.0f;            // batch 1: last query padded -> zero row
+         f[B * Lq + 0 * Lk + 1] = 0.0f;        // batch 0: key 1 padded
+         m.query_mask = f.data();
+         m.key_mask = f.data() + B * Lq;
+       }},
+      {"general_3d",
+       [](AttentionMask& m, std::vector<float>& f, auto&, int64_t B, int64_t Lq, int64_t Lk) {
+         Rng rng(11);
+         f.resize(B * Lq * Lk);
+         for (auto& x : f) x = rng.uniform() < 0.3f ? 0.0f : 1.0f;
+         for (int64_t j = 0; j < Lk; ++j) f[(0 * Lq + 1) * Lk + j] = 0.0f;  // one fully masked row
+         m.mask = f.data();
+       }},
+      {"valid_lens_1d",
+       [](AttentionMask& m, auto&, std::vector<int64_t>& l, int64_t B, int64_t, int64_t Lk) {
+         l = {0, 3};  // valid_len 0 -> zeros
+         m.valid_lens = l.data();
+       }},
+      {"valid_lens_2d",
+       [](AttentionMask& m, auto&, std::vector<int64_t>& l, int64_t B, int64_t Lq, int64_t Lk) {
+         l.resize(B * Lq);
+         for (int64_t i = 0; i < B * Lq; ++i) l[i] = (i * 3) % (Lk + 1);
+         m.valid_lens = l.data();
+         m.valid_lens_per_query = true;
+       }},
+      {"causal", [](AttentionMask& m, auto&, auto&, int64_t, int64_t, int64_t) { m.causal = true; }},
+      {"causal_and_padding",
+       [](AttentionMask& m, std::vector<float>& f, auto&, int64_t B, int64_t Lq, int64_t Lk) {
+         f.assign(B * Lk, 1.0f);
+         f[1 * Lk + 0] = 0.0f;
+         m.key_mask = f.data();
+         m.causal = true;
+       }},
+  };
+}
+}  // namespace
+
+class AttentionMasks : public ::testing::TestWithParam<int> {};
+
+TEST_P(AttentionMasks, FastMatchesReferenceAndMaskedRowsAreZero) {
+  AttnCase c = attention_cases()[GetParam()];
+  const int64_t B = 2, H = 3, Dh = 4, Lq = 5, Lk = 5, D = H * Dh;
+  auto q = random_vec(B * Lq * D, 21), k = random_vec(B * Lk * D, 22), v = random_vec(B * Lk * D, 23);
+  AttentionMask m;
+  std::vector<float> fbuf;
+  std::vector<int64_t> lbuf;
+  c.setup(m, fbuf, lbuf, B, Lq, Lk);
+  AttentionDims d{B, Lq, Lk, H, Dh};
+  std::vector<float> out(B * Lq * D), out_ref(B * Lq * D), p(B * H * Lq * Lk), p_ref(B * H * Lq * Lk);
+  attention_forward(out.data(), p.data(), q.data(), k.data(), v.data(), d, m);
+  attention_forward_ref(out_ref.data(), p_ref.data(), q.data(), k.data(), v.data(), d, m);
+  EXPECT_TRUE(all_close(out, out_ref, 1e-5f, 1e-5f)) << c.name;
+  EXPECT_TRUE(all_close(p, p_ref, 1e-6f, 1e-5f)) << c.name;
+  // Masked entries carry exactly zero weight; rows with no visible key are zero, never NaN.
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t h = 0; h < H; ++h)
+      for (int64_t i = 0; i < Lq; ++i) {
+        bool any = false;
+        for (int64_t j = 0; j < Lk; ++j) {
+          float w = p[((b * H + h) * Lq + i) * Lk + j];
+          if (!m.visible(b, i, j, Lq, Lk)) EXPECT_EQ(w, 0.0f) << c.name;
+          any |= m.visible(b, i, j, Lq, Lk);
+        }
+        if (!any)
+          for (int64_t x = 0; x < Dh; ++x) EXPECT_EQ(out[(b * Lq + i) * D + h * Dh + x], 0.0f) << c.name;
+      }
+}
+
+// Finite differences of L = sum(out * R) against attention_backward, for every mask form.
+TEST_P(AttentionMasks, GradientMatchesFiniteDifferences) {
+  AttnCase c = attention_cases()[GetParam()];
+  const int64_t B = 2, H = 2, Dh = 3, Lq = 4, Lk = 5, D = H * Dh;
+  auto q = random_vec(B * Lq * D, 31), k = random_vec(B * Lk * D, 32), v = random_vec(B * Lk * D, 33);
+  auto R = random_vec(B * Lq * D, 34);
+  AttentionMask m;
+  std::vector<float> fbuf;
+  std::vector<int64_t> lbuf;
+  c.setup(m, fbuf, lbuf, B, Lq, Lk);
+  AttentionDims d{B, Lq, Lk, H, Dh};
+  // Dropout multipliers exercise the dropped-weights path of the backward too.
+  std::vector<float> dm(B * H * Lq * Lk);
+  Rng rng(5);
+  dropout_mask(dm.data(), (int64_t)dm.size(), 0.2f, rng);
+  auto loss = [&]() {
+    std::vector<double> dummy;
+    std::vector<float> o(B * Lq * D), pr(B * H * Lq * Lk);
+    attention_forward(o.data(), pr.data(), q.data(), k.data(), v.data(), d, m, dm.data());
+    double s = 0;
+    for (size_t i = 0; i < o.size(); ++i) s += (double)o[i] * R[i];
+    return s;
+  };
+  std::vector<float> o(B * Lq * D), pr(B * H * Lq * Lk), dq(q.size()), dk(k.size()), dv(v.size());
+  attention_forward(o.data(), pr.data(), q.data(), k.data(), v.data(), d, m, dm.data());
+  attention_backward(dq.data(), dk.data(), dv.data(), R.data(), pr.data(), q.data(), k.data(), v.data(), d, dm.data());
+  auto check = [&](std::vector<float>& x, const std::vector<float>& g, const char* what) {
+    for (size_t i = 0; i < x.size(); ++i) {
+      float keep = x[i];
+      const float h = 1e-2f;
+      x[i] = keep + h;
+      double up = loss();
+      x[i] = keep - h;
+      double dn = loss();
+      x[i] = keep;
+      double num = (up - dn) / (2 * h);
+      EXPECT_NEAR(g[i], num, 2e-3 + 2e-2 * std::fabs(num)) << c.name << " " << what << "[" << i << "]";
+    }
+  };
+  check(q, dq, "dq");
+  check(k, dk, "dk");
+  check(v, dv, "dv");
+}
+
+INSTANTIATE_TEST_SUITE_P(AllForms, AttentionMasks, ::testing::Range(0, 8));
+
+// ---------------------------------------------------------------- other backward passes
+
+namespace {
+// Central differences of f (a scalar function of x) compared with an analytic gradient g.
+void expect_grad(const std::function<double()>& f, std::vector<float>& x, const std::vector<float>& g,
+                 const std::string& what, float h = 1e-2f, double tol = 2e-3) {
+  for (size_t i = 0; i < x.size(); ++i) {
+    float keep = x[i];
+    x[i] = keep + h;
+    double up = f();
+    x[i] = keep - h;
+    double dn = f();
+    x[i] = keep;
+    double num = (up - dn) / (2 * h);
+    EXPECT_NEAR(g[i], num, tol + 2e-2 * std::fabs(num)) << what << "[" << i << "]";
+  }
+}
+double dotR(const std::vector<float>& y, const std::vector<float>& R) {
+  double s = 0;
+  for (size_t i = 0; i < y.size(); ++i) s += (double)y[i] * R[i];
+  return s;
+}
+}  // namespace
+
+TEST(OpsGrad, Linear) {
+  const int64_t N = 4, I = 5, O = 3;
+  auto x = random_vec(N * I, 41), w = random_vec(O * I, 42), b = random_vec(O, 43), R = random_vec(N * O, 44);
+  auto f = [&] {
+    std::vector<float> y(N * O);
+    linear_forward(y.data(), x.data(), w.data(), b.data(), N, I, O);
+    return dotR(y, R);
+  };
+  std::vector<float> dx(N * I), dw(O * I, 0.0f), db(O, 0.0f);
+  linear_backward(dx.data(), dw.data(), db.data(), R.data(), x.data(), w.data(), N, I, O);
+  expect_grad(f, x, dx, "dx");
+  expect_grad(f, w, dw, "dw");
+  expect_grad(f, b, db, "db");
+}
+
+TEST(OpsGrad, Softmax) {
+  const int64_t N = 3, C = 6;
+  auto x = random_vec(N * C, 51, -2, 2), R = random_vec(N * C, 52);
+  auto f = [&] {
+    std::vector<float> y(N * C);
+    softmax_forward(y.data(), x.data(), N, C);
+    return dotR(y, R);
+  };
+  std::vector<float> y(N * C), dx(N * C);
+  softmax_forward(y.data(), x.data(), N, C);
+  softmax_backward(dx.data(), R.data(), y.data(), N, C);
+  expect_grad(f, x, dx, "dx");
+}
+
+TEST(OpsGrad, LayerNorm) {
+  const int64_t N = 3, C = 8;
+  auto x = random_vec(N * C, 61, -2, 2), w = random_vec(C, 62), b = random_vec(C, 63), R = random_vec(N * C, 64);
+  auto f = [&] {
+    std::vector<float> y(N * C);
+    layer_norm_forward(y.data(), nullptr, nullptr, x.data(), w.data(), b.data(), N, C, 1e-5f);
+    return dotR(y, R);
+  };
+  std::vector<float> y(N * C), mean(N), rstd(N), dx(N * C), dw(C, 0.0f), db(C, 0.0f);
+  layer_norm_forward(y.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), N, C, 1e-5f);
+  layer_norm_backward(dx.data(), dw.data(), db.data(), R.data(), x.data(), w.data(), mean.data(), rstd.data(), N, C);
+  expect_grad(f, x, dx, "dx");
+  expect_grad(f, w, dw, "dw");
+  expect_grad(f, b, db, "db");
+}
+
+TEST(OpsGrad, Activations) {
+  for (Activation a : {Activation::Gelu, Activation::GeluTanh, Activation::Relu}) {
+    auto x = random_vec(20, 71, -3, 3), R = random_vec(20, 72);
+    for (auto& v : x)
+      if (std::fabs(v) < 0.05f) v = 0.5f;  // ReLU's kink is not differentiable
+    auto f = [&] {
+      std::vector<float> y(20);
+      activation_forward(y.data(), x.data(), 20, a);
+      return dotR(y, R);
+    };
+    std::vector<float> dx(20);
+    activation_backward(dx.data(), R.data(), x.data(), 20, a);
+    expect_grad(f, x, dx, "act" + std::to_string((int)a), 1e-3f);
+  }
+}
+
+TEST(OpsGrad, EmbeddingScattersIntoRows) {
+  const int64_t V = 5, C = 3;
+  std::vector<int64_t> ids = {2, 0, 2};
+  auto w = random_vec(V * C, 81), R = random_vec(3 * C, 82);
+  auto f = [&] {
+    std::vector<float> y(3 * C);
+    embedding_forward(y.data(), ids.data(), w.data(), 3, V, C);
+    return dotR(y, R);
+  };
+  std::vector<float> dw(V * C, 0.0f);
+  embedding_backward(dw.data(), R.data(), ids.data(), 3, C);
+  expect_grad(f, w, dw, "dw");
+}
+
+TEST(Ops, DropoutKeepsExpectedFractionAndScales) {
+  Rng rng(3);
+  std::vector<float> m(100000);
+  dropout_mask(m.data(), (int64_t)m.size(), 0.25f, rng);
+  int64_t kept = 0;
+  for (float v : m) {
+    ASSERT_TRUE(v == 0.0f || std::fabs(v - 1.0f / 0.75f) < 1e-6f);
+    kept += v != 0.0f;
+  }
+  EXPECT_NEAR(kept / 100000.0, 0.75, 0.01);
+  EXPECT_THROW(dropout_mask(m.data(), 1, 1.0f, rng), std::invalid_argument);
+}
