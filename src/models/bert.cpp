@@ -1,0 +1,151 @@
+#include "models/bert.h"
+
+#include <cstring>
+#include <stdexcept>
+#include <vector>
+
+#include "nn/layers.h"
+#include "ops/activation.h"
+#include "ops/attention.h"
+#include "ops/layer_norm.h"
+#include "ops/matmul.h"
+
+namespace tfm {
+namespace {
+
+using nn::LayerNorm;
+using nn::Linear;
+struct BertLayer {
+  Linear query, key, value, attn_out, intermediate, output;
+  LayerNorm attn_ln, out_ln;
+};
+
+class Bert : public EncoderModel {
+ public:
+  Bert(const EncoderConfig& c, WeightSource& w) {
+    config_ = c;
+    act_ = ops::parse_activation(c.hidden_act);
+    const int64_t H = c.hidden_size, I = c.intermediate_size;
+    word_ = get(w, "embeddings.word_embeddings.weight", {c.vocab_size, H});
+    pos_ = get(w, "embeddings.position_embeddings.weight", {c.max_position_embeddings, H});
+    type_ = get(w, "embeddings.token_type_embeddings.weight", {c.type_vocab_size, H});
+    emb_ln_ = norm(w, "embeddings.LayerNorm", H);
+    for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+      std::string p = "encoder.layer." + std::to_string(l) + ".";
+      BertLayer L;
+      L.query = linear(w, p + "attention.self.query", H, H);
+      L.key = linear(w, p + "attention.self.key", H, H);
+      L.value = linear(w, p + "attention.self.value", H, H);
+      L.attn_out = linear(w, p + "attention.output.dense", H, H);
+      L.attn_ln = norm(w, p + "attention.output.LayerNorm", H);
+      L.intermediate = linear(w, p + "intermediate.dense", H, I);
+      L.output = linear(w, p + "output.dense", I, H);
+      L.out_ln = norm(w, p + "output.LayerNorm", H);
+      layers_.push_back(std::move(L));
+    }
+    pooler_ = linear(w, "pooler.dense", H, H);
+  }
+
+  EncoderOutput forward(const Tensor& input_ids, const Tensor& token_type_ids, const Tensor& attention_mask,
+                        bool all_layers) const override {
+    const EncoderConfig& c = config_;
+    std::vector<float> key_mask = detail::check_encoder_inputs(c, input_ids, token_type_ids, attention_mask);
+    const int64_t B = input_ids.size(0), L = input_ids.size(1), H = c.hidden_size, I = c.intermediate_size;
+    const int64_t N = B * L, NL = c.num_hidden_layers;
+    EncoderOutput out;
+    Tensor hs;
+    if (all_layers) hs = Tensor::empty({NL + 1, B, L, H});
+    Tensor x = Tensor::empty({B, L, H});
+    float* X = x.f32();
+    // Embeddings: word + position + token_type, then LayerNorm.
+    const int64_t* ids = input_ids.i64();
+    const int64_t* tt = token_type_ids.defined() ? token_type_ids.i64() : nullptr;
+    const float *we = word_.f32(), *pe = pos_.f32(), *te = type_.f32();
+#pragma omp parallel for if (N * H > 65536)
+    for (int64_t n = 0; n < N; ++n) {
+      const float* w = we + ids[n] * H;
+      const float* p = pe + (n % L) * H;
+      const float* t = te + (tt ? tt[n] : 0) * H;
+      for (int64_t h = 0; h < H; ++h) X[n * H + h] = w[h] + p[h] + t[h];
+    }
+    emb_ln_.forward(X, X, N);
+    if (all_layers) std::memcpy(hs.f32(), X, sizeof(float) * N * H);
+
+    // Activation buffers, reused by every layer.
+    std::vector<float> q(N * H), k(N * H), v(N * H), ctx(N * H), a(N * H), inter(N * I);
+    ops::AttentionMask mask;
+    bool padded = false;
+    for (float m : key_mask) padded |= m == 0.0f;
+    if (padded) mask.key_mask = key_mask.data();
+    ops::AttentionDims dims{B, L, L, c.num_attention_heads, c.head_dim()};
+    for (int64_t l = 0; l < NL; ++l) {
+      const BertLayer& Ly = layers_[l];
+      Ly.query.forward(q.data(), X, N);
+      Ly.key.forward(k.data(), X, N);
+      Ly.value.forward(v.data(), X, N);
+      ops::attention_forward(ctx.data(), nullptr, q.data(), k.data(), v.data(), dims, mask);
+      // a = LayerNorm(dense(ctx) + x)
+      Ly.attn_out.forward(a.data(), ctx.data(), N);
+      add_inplace(a.data(), X, N * H);
+      Ly.attn_ln.forward(a.data(), a.data(), N);
+      // x = LayerNorm(dense(act(dense(a))) + a)
+      Ly.intermediate.forward(inter.data(), a.data(), N);
+      ops::activation_forward(inter.data(), inter.data(), N * I, act_);
+      Ly.output.forward(X, inter.data(), N);
+      add_inplace(X, a.data(), N * H);
+      Ly.out_ln.forward(X, X, N);
+      if (all_layers) std::memcpy(hs.f32() + (l + 1) * N * H, X, sizeof(float) * N * H);
+    }
+    // Pooler: tanh(dense(x[:, 0]))
+    Tensor pooled = Tensor::empty({B, H});
+    std::vector<float> cls(B * H);
+    for (int64_t b = 0; b < B; ++b) std::memcpy(cls.data() + b * H, X + b * L * H, sizeof(float) * H);
+    pooler_.forward(pooled.f32(), cls.data(), B);
+    ops::tanh_forward(pooled.f32(), pooled.f32(), B * H);
+    out.last_hidden_state = x;
+    out.hidden_states = hs;
+    out.pooler_output = pooled;
+    return out;
+  }
+
+ private:
+  static void add_inplace(float* y, const float* x, int64_t n) {
+#pragma omp parallel for simd if (n > 65536)
+    for (int64_t i = 0; i < n; ++i) y[i] += x[i];
+  }
+  // Hugging Face names, then the "bert."-prefixed names of BertFor* checkpoints; LayerNorm also as gamma/beta.
+  static Tensor get(WeightSource& w, const std::string& name, const Shape& shape) {
+    std::vector<std::string> aliases = {"bert." + name};
+    auto swap_suffix = [&](const std::string& from, const std::string& to) {
+      if (name.find("LayerNorm." + from) != std::string::npos && name.size() >= from.size() &&
+          name.compare(name.size() - from.size(), from.size(), from) == 0) {
+        std::string old = name.substr(0, name.size() - from.size()) + to;
+        aliases.push_back(old);
+        aliases.push_back("bert." + old);
+      }
+    };
+    swap_suffix("weight", "gamma");
+    swap_suffix("bias", "beta");
+    return w.get(name, shape, aliases);
+  }
+  static Linear linear(WeightSource& w, const std::string& p, int64_t in, int64_t out) {
+    return {get(w, p + ".weight", {out, in}), get(w, p + ".bias", {out})};
+  }
+  LayerNorm norm(WeightSource& w, const std::string& p, int64_t H) const {
+    return {get(w, p + ".weight", {H}), get(w, p + ".bias", {H}), (float)config_.layer_norm_eps};
+  }
+
+  ops::Activation act_;
+  Tensor word_, pos_, type_;
+  LayerNorm emb_ln_;
+  std::vector<BertLayer> layers_;
+  Linear pooler_;
+};
+
+}  // namespace
+
+std::unique_ptr<EncoderModel> make_bert(const EncoderConfig& config, WeightSource& weights) {
+  return std::make_unique<Bert>(config, weights);
+}
+
+}  // namespace tfm

@@ -1,0 +1,96 @@
+#include "models/encoder.h"
+
+#include <stdexcept>
+
+#include "io/json_util.h"
+#include "models/bert.h"
+#include "models/transformer_encoder.h"
+
+namespace tfm {
+
+EncoderConfig EncoderConfig::from_json(const nlohmann::json& j, const std::string& file) {
+  EncoderConfig c;
+  c.model_type = json_string_or(j, "model_type", "bert", file);
+  c.vocab_size = json_int(j, "vocab_size", file);
+  c.hidden_size = json_int(j, "hidden_size", file);
+  c.num_hidden_layers = json_int(j, "num_hidden_layers", file);
+  c.num_attention_heads = json_int(j, "num_attention_heads", file);
+  c.intermediate_size = json_int(j, "intermediate_size", file);
+  c.max_position_embeddings = json_int(j, "max_position_embeddings", file);
+  c.type_vocab_size = json_int_or(j, "type_vocab_size", 2, file);
+  c.layer_norm_eps = json_number_or(j, "layer_norm_eps", 1e-12, file);
+  c.hidden_act = json_string_or(j, "hidden_act", "gelu", file);
+  c.pad_token_id = json_int_or(j, "pad_token_id", 0, file);
+  auto positive = [&](const char* key, int64_t v) {
+    if (v <= 0) throw std::runtime_error(file + ": key '" + key + "' must be positive, found " + std::to_string(v));
+  };
+  positive("vocab_size", c.vocab_size);
+  positive("hidden_size", c.hidden_size);
+  positive("num_hidden_layers", c.num_hidden_layers);
+  positive("num_attention_heads", c.num_attention_heads);
+  positive("intermediate_size", c.intermediate_size);
+  positive("max_position_embeddings", c.max_position_embeddings);
+  positive("type_vocab_size", c.type_vocab_size);
+  if (c.hidden_size % c.num_attention_heads != 0)
+    throw std::runtime_error(file + ": hidden_size (" + std::to_string(c.hidden_size) +
+                             ") is not divisible by num_attention_heads (" + std::to_string(c.num_attention_heads) + ")");
+  if (!(c.layer_norm_eps > 0)) throw std::runtime_error(file + ": key 'layer_norm_eps' must be positive");
+  try {
+    ops::parse_activation(c.hidden_act);
+  } catch (const std::invalid_argument& e) {
+    throw std::runtime_error(file + ": key 'hidden_act': " + e.what());
+  }
+  if (c.model_type != "bert" && c.model_type != "transformer_encoder")
+    throw std::runtime_error(file + ": model_type '" + c.model_type +
+                             "' is not an encoder this tool runs (expected 'bert' or 'transformer_encoder')");
+  return c;
+}
+
+EncoderConfig EncoderConfig::load(const std::string& path) { return from_json(load_json_file(path), path); }
+
+std::unique_ptr<EncoderModel> make_encoder(const EncoderConfig& config, WeightSource& weights) {
+  if (config.model_type == "transformer_encoder") return make_transformer_encoder(config, weights);
+  return make_bert(config, weights);
+}
+
+std::unique_ptr<EncoderModel> load_encoder(const std::string& dir) {
+  EncoderConfig c = EncoderConfig::load(dir + "/config.json");
+  SafeTensorsWeights w(dir + "/model.safetensors");
+  return make_encoder(c, w);
+}
+
+namespace detail {
+std::vector<float> check_encoder_inputs(const EncoderConfig& c, const Tensor& input_ids, const Tensor& token_type_ids,
+                                        const Tensor& attention_mask) {
+  if (input_ids.ndim() != 2 || input_ids.dtype() != DType::I64)
+    throw std::invalid_argument("input_ids must be an int64 tensor [batch, seq_len], got " + shape_str(input_ids.shape()));
+  const int64_t B = input_ids.size(0), L = input_ids.size(1);
+  if (L == 0) throw std::invalid_argument("input_ids is empty (seq_len 0)");
+  if (L > c.max_position_embeddings)
+    throw std::invalid_argument("sequence of " + std::to_string(L) + " tokens is longer than max_position_embeddings (" +
+                                std::to_string(c.max_position_embeddings) + "); truncate the input");
+  const int64_t* ids = input_ids.i64();
+  for (int64_t i = 0; i < B * L; ++i)
+    if (ids[i] < 0 || ids[i] >= c.vocab_size)
+      throw std::invalid_argument("input_ids[" + std::to_string(i / L) + ", " + std::to_string(i % L) + "] = " +
+                                  std::to_string(ids[i]) + " is outside the vocabulary [0, " +
+                                  std::to_string(c.vocab_size) + ")");
+  if (token_type_ids.defined()) {
+    if (token_type_ids.shape() != input_ids.shape() || token_type_ids.dtype() != DType::I64)
+      throw std::invalid_argument("token_type_ids must be int64 with the shape of input_ids " + shape_str(input_ids.shape()));
+    for (int64_t i = 0; i < B * L; ++i)
+      if (token_type_ids.i64()[i] < 0 || token_type_ids.i64()[i] >= c.type_vocab_size)
+        throw std::invalid_argument("token_type_ids value " + std::to_string(token_type_ids.i64()[i]) +
+                                    " is outside [0, " + std::to_string(c.type_vocab_size) + ")");
+  }
+  std::vector<float> key_mask(B * L, 1.0f);
+  if (attention_mask.defined()) {
+    if (attention_mask.shape() != input_ids.shape() || attention_mask.dtype() != DType::I64)
+      throw std::invalid_argument("attention_mask must be int64 with the shape of input_ids " + shape_str(input_ids.shape()));
+    for (int64_t i = 0; i < B * L; ++i) key_mask[i] = attention_mask.i64()[i] != 0 ? 1.0f : 0.0f;
+  }
+  return key_mask;
+}
+}  // namespace detail
+
+}  // namespace tfm

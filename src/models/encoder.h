@@ -1,0 +1,67 @@
+// Encoder-only models: Hugging Face BERT (post-LN) and the pre-LN tutorial encoder of document 000.
+#pragma once
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "core/tensor.h"
+#include "models/weights.h"
+#include "ops/activation.h"
+
+namespace tfm {
+
+// The keys of a Hugging Face BERT config.json; both encoder architectures read them.
+struct EncoderConfig {
+  std::string model_type;  // "bert" or "transformer_encoder"
+  int64_t vocab_size = 30522;
+  int64_t hidden_size = 768;
+  int64_t num_hidden_layers = 12;
+  int64_t num_attention_heads = 12;
+  int64_t intermediate_size = 3072;
+  int64_t max_position_embeddings = 512;
+  int64_t type_vocab_size = 2;
+  double layer_norm_eps = 1e-12;
+  std::string hidden_act = "gelu";
+  int64_t pad_token_id = 0;
+
+  int64_t head_dim() const { return hidden_size / num_attention_heads; }
+  // Parses and validates (positive sizes, hidden_size divisible by num_attention_heads, known activation).
+  // `file` names the source in errors. A missing model_type defaults to "bert".
+  static EncoderConfig from_json(const nlohmann::json& j, const std::string& file);
+  static EncoderConfig load(const std::string& path);
+};
+
+struct EncoderOutput {
+  Tensor last_hidden_state;  // [B, L, hidden_size]
+  Tensor hidden_states;      // [num_hidden_layers + 1, B, L, hidden_size], embedding output first (if requested)
+  Tensor pooler_output;      // [B, hidden_size], tanh(dense(h[:, 0])) (BERT only; undefined otherwise)
+};
+
+class EncoderModel {
+ public:
+  virtual ~EncoderModel() = default;
+  const EncoderConfig& config() const { return config_; }
+  // input_ids: [B, L] int64 in [0, vocab_size); token_type_ids: [B, L] int64 or undefined (zeros);
+  // attention_mask: [B, L] int64, 1 = real token, 0 = padding, or undefined (all ones).
+  // Throws std::invalid_argument when L > max_position_embeddings, an id is out of range, or shapes disagree.
+  virtual EncoderOutput forward(const Tensor& input_ids, const Tensor& token_type_ids, const Tensor& attention_mask,
+                                bool all_layers = false) const = 0;
+
+ protected:
+  EncoderConfig config_;
+};
+
+// Builds the architecture named by config.model_type with weights from `weights`.
+std::unique_ptr<EncoderModel> make_encoder(const EncoderConfig& config, WeightSource& weights);
+// Loads DIR/config.json and DIR/model.safetensors (weights used in place from the mmap).
+std::unique_ptr<EncoderModel> load_encoder(const std::string& dir);
+
+}  // namespace tfm
+
+namespace tfm::detail {
+// Checks input_ids [B, L] against the config and returns the key mask as floats [B, L] (1 = attend), built from
+// attention_mask or all ones. Throws std::invalid_argument naming the offending value.
+std::vector<float> check_encoder_inputs(const EncoderConfig& c, const Tensor& input_ids, const Tensor& token_type_ids,
+                                        const Tensor& attention_mask);
+}  // namespace tfm::detail

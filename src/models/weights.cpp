@@ -1,0 +1,68 @@
+#include "models/weights.h"
+
+#include <cmath>
+#include <stdexcept>
+
+namespace tfm {
+
+Tensor SafeTensorsWeights::get(const std::string& name, const Shape& shape, const std::vector<std::string>& aliases) {
+  std::string found;
+  if (st_.has(name)) {
+    found = name;
+  } else {
+    for (const auto& a : aliases)
+      if (st_.has(a)) {
+        found = a;
+        break;
+      }
+  }
+  if (found.empty()) {
+    std::string msg = st_.path() + ": missing tensor '" + name + "'";
+    if (!aliases.empty()) {
+      msg += " (also tried";
+      for (size_t i = 0; i < aliases.size(); ++i) msg += (i ? ", '" : " '") + aliases[i] + "'";
+      msg += ")";
+    }
+    throw std::runtime_error(msg);
+  }
+  if (st_.shape_of(found) != shape)
+    throw std::runtime_error(st_.path() + ": tensor '" + found + "' has shape " + shape_str(st_.shape_of(found)) +
+                             ", config expects " + shape_str(shape));
+  Tensor t = st_.get(found);
+  if (t.dtype() != DType::F32)
+    throw std::runtime_error(st_.path() + ": tensor '" + found + "' has dtype " + st_.dtype_of(found) +
+                             ", expected a floating-point type");
+  return t;
+}
+
+namespace {
+bool ends_with(const std::string& s, const std::string& suf) {
+  return s.size() >= suf.size() && s.compare(s.size() - suf.size(), suf.size(), suf) == 0;
+}
+bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+}  // namespace
+
+Tensor RandomWeights::get(const std::string& name, const Shape& shape, const std::vector<std::string>&) {
+  Tensor t = Tensor::empty(shape);
+  float* p = t.f32();
+  int64_t n = t.numel();
+  std::string prefix = name.substr(0, name.rfind('.'));
+  bool is_norm = contains(name, "LayerNorm") || contains(name, "layer_norm") || contains(name, ".ln.");
+  if (is_norm) {
+    t.fill(ends_with(name, "weight") || ends_with(name, "gamma") ? 1.0f : 0.0f);
+  } else if (contains(name, "embedding") && shape.size() == 2) {
+    for (int64_t i = 0; i < n; ++i) p[i] = rng_.normal();
+  } else if (shape.size() == 2) {
+    fan_in_[prefix] = shape[1];
+    float bound = 1.0f / std::sqrt((float)shape[1]);
+    for (int64_t i = 0; i < n; ++i) p[i] = rng_.uniform(-bound, bound);
+  } else {
+    auto it = fan_in_.find(prefix);
+    float bound = it != fan_in_.end() ? 1.0f / std::sqrt((float)it->second) : 0.0f;
+    for (int64_t i = 0; i < n; ++i) p[i] = bound ? rng_.uniform(-bound, bound) : 0.0f;
+  }
+  created_.emplace_back(name, t);
+  return t;
+}
+
+}  // namespace tfm

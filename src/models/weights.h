@@ -1,0 +1,52 @@
+// Named parameter tensors of a model, from a safetensors file or a seeded random initialisation.
+#pragma once
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/rng.h"
+#include "core/tensor.h"
+#include "io/safetensors.h"
+
+namespace tfm {
+
+// A lookup of parameters by state_dict name that checks shapes and reports missing names with the file.
+class WeightSource {
+ public:
+  virtual ~WeightSource() = default;
+  // Returns the tensor named `name` (or one of `aliases`, tried in order) with exactly `shape`.
+  // Throws std::runtime_error: "<file>: missing tensor 'name' (also tried 'alias')" or
+  // "<file>: tensor 'name' has shape [a, b], config expects [c, d]".
+  virtual Tensor get(const std::string& name, const Shape& shape, const std::vector<std::string>& aliases = {}) = 0;
+};
+
+// Weights read in place from an mmapped model.safetensors.
+class SafeTensorsWeights : public WeightSource {
+ public:
+  explicit SafeTensorsWeights(const std::string& path) : st_(SafeTensors::open(path)) {}
+  Tensor get(const std::string& name, const Shape& shape, const std::vector<std::string>& aliases = {}) override;
+  const SafeTensors& file() const { return st_; }
+
+ private:
+  SafeTensors st_;
+};
+
+// Fresh parameters as PyTorch's default initialisers give them (what document 000 gets when it builds modules
+// from a config): Linear weights and biases U(-1/sqrt(in_features), 1/sqrt(in_features)), Embedding N(0, 1),
+// LayerNorm weight 1 and bias 0. The kind is read from the name: "*.weight" of rank 2 under an embedding name
+// -> N(0,1); "LayerNorm"/"layer_norm"/"ln" -> 1/0; other rank-2 weights and their biases -> Linear.
+class RandomWeights : public WeightSource {
+ public:
+  explicit RandomWeights(uint64_t seed) : rng_(seed) {}
+  Tensor get(const std::string& name, const Shape& shape, const std::vector<std::string>& aliases = {}) override;
+  // Parameters in creation order, for saving.
+  const std::vector<std::pair<std::string, Tensor>>& created() const { return created_; }
+
+ private:
+  Rng rng_;
+  std::map<std::string, int64_t> fan_in_;  // Linear weight name prefix -> in_features, for its bias
+  std::vector<std::pair<std::string, Tensor>> created_;
+};
+
+}  // namespace tfm
