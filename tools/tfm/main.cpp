@@ -1,11 +1,36 @@
 // tfm: the transformer.cpp command-line tool. One subcommand per file in this folder.
-#include <CLI/CLI.hpp>
 #include <cstdio>
 #include <exception>
 
+#include "commands.h"
+#include "core/threading.h"
+
+namespace tfm::cli {
+
+void add_threads_option(CLI::App* cmd, int& threads) {
+  cmd->add_option("--threads", threads, "Worker threads for kernels and GEMM (default: all cores)")
+      ->check(CLI::Range(1, 1024));
+  cmd->parse_complete_callback([&threads] { set_num_threads(threads); });
+}
+
+std::string format_ids(const std::vector<int64_t>& ids) {
+  std::string s = "[";
+  for (size_t i = 0; i < ids.size(); ++i) s += (i ? ", " : "") + std::to_string(ids[i]);
+  return s + "]";
+}
+
+}  // namespace tfm::cli
+
 int main(int argc, char** argv) {
-  CLI::App app{"tfm: Transformer encoders and encoder-decoders in C++ (transformer.cpp)"};
+  CLI::App app{"tfm: Transformer encoders and encoder-decoders in C++ (transformer.cpp).\n"
+               "Run 'tfm <command> --help' for the options of a command."};
   app.require_subcommand(1);
+  app.set_help_all_flag("--help-all", "Show the help of every command");
+  tfm::cli::add_tokenize_command(app);
+  tfm::cli::add_encode_command(app);
+  tfm::cli::add_train_command(app);
+  tfm::cli::add_translate_command(app);
+  tfm::cli::add_bleu_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -1,0 +1,110 @@
+// tfm encode: text in, contextual vectors out (.npy), with a BERT or tutorial encoder.
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+#include <memory>
+
+#include "commands.h"
+#include "io/npy.h"
+#include "models/encoder.h"
+#include "text/bert_tokenizer.h"
+
+namespace tfm::cli {
+
+namespace {
+Tensor stack_field(const std::vector<Encoding>& enc, std::vector<int64_t> Encoding::*field) {
+  const int64_t B = (int64_t)enc.size(), L = (int64_t)enc[0].input_ids.size();
+  Tensor t = Tensor::empty({B, L}, DType::I64);
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t l = 0; l < L; ++l) t.i64()[b * L + l] = (enc[b].*field)[l];
+  return t;
+}
+}  // namespace
+
+void add_encode_command(CLI::App& app) {
+  struct Opts {
+    std::string model, config, init = "file", output, pooled;
+    std::vector<std::string> texts;
+    bool no_special = false, all_layers = false;
+    uint64_t seed = 0;
+    int64_t max_length = 0;
+    int threads = 0;
+  };
+  auto o = std::make_shared<Opts>();
+  CLI::App* cmd = app.add_subcommand(
+      "encode", "Run an encoder on texts: tokenizes them (several --text are padded into one batch with an "
+                "attention mask) and writes the last hidden state [B, L, hidden_size] as a float32 .npy");
+  cmd->add_option("--model", o->model,
+                  "Model folder: config.json, model.safetensors and the tokenizer files (tokenizer.json or vocab.txt)")
+      ->required();
+  cmd->add_option("--text,text", o->texts, "Text to encode; repeat for a batch")->required();
+  cmd->add_flag("--no-special-tokens", o->no_special, "Do not add [CLS] / [SEP]");
+  cmd->add_option("--output,-o", o->output, "Write the hidden states here (.npy, float32)");
+  cmd->add_flag("--all-layers", o->all_layers,
+                "Write every layer's output [num_hidden_layers + 1, B, L, H], the embedding output first");
+  cmd->add_option("--pooled", o->pooled, "Write BERT's pooler output [B, H] here (.npy)");
+  cmd->add_option("--config", o->config, "config.json to use instead of the model folder's");
+  cmd->add_option("--init", o->init, "Weights: 'file' (model.safetensors) or 'random' (seeded, PyTorch default init)")
+      ->check(CLI::IsMember({"file", "random"}));
+  cmd->add_option("--seed", o->seed, "Seed of --init random");
+  cmd->add_option("--max-length", o->max_length,
+                  "Truncate each text to this many tokens (default: error when longer than the model allows)")
+      ->check(CLI::NonNegativeNumber);
+  add_threads_option(cmd, o->threads);
+  cmd->callback([o] {
+    namespace fs = std::filesystem;
+    std::string config_path = o->config.empty() ? o->model + "/config.json" : o->config;
+    EncoderConfig config = EncoderConfig::load(config_path);
+    BertTokenizer tok = BertTokenizer::from_dir(o->model);
+    if (tok.vocab_size() > config.vocab_size)
+      throw std::runtime_error("tokenizer vocabulary (" + std::to_string(tok.vocab_size()) + " tokens) is larger than " +
+                               config_path + " vocab_size (" + std::to_string(config.vocab_size) + ")");
+    std::unique_ptr<EncoderModel> model;
+    if (o->init == "random") {
+      std::fprintf(stderr, "initialising %s weights randomly (seed %llu)\n", config.model_type.c_str(),
+                   (unsigned long long)o->seed);
+      RandomWeights w(o->seed);
+      model = make_encoder(config, w);
+    } else {
+      SafeTensorsWeights w(o->model + "/model.safetensors");
+      model = make_encoder(config, w);
+    }
+    for (const auto& t : o->texts)
+      if (t.empty()) throw std::invalid_argument("--text is empty; give at least one character");
+    std::vector<Encoding> enc = tok.encode_batch(o->texts, !o->no_special, o->max_length);
+    const int64_t L = (int64_t)enc[0].input_ids.size();
+    if (L == 0) throw std::invalid_argument("the texts produce no tokens");
+    if (L > config.max_position_embeddings)
+      throw std::invalid_argument("text has " + std::to_string(L) + " tokens, more than max_position_embeddings (" +
+                                  std::to_string(config.max_position_embeddings) +
+                                  "); pass --max-length to truncate");
+    Tensor ids = stack_field(enc, &Encoding::input_ids);
+    Tensor tt = stack_field(enc, &Encoding::token_type_ids);
+    Tensor mask = stack_field(enc, &Encoding::attention_mask);
+    EncoderOutput out = model->forward(ids, tt, mask, o->all_layers);
+    for (size_t b = 0; b < enc.size(); ++b) {
+      std::string toks;
+      for (size_t i = 0; i < enc[b].tokens.size(); ++i) toks += (i ? " " : "") + enc[b].tokens[i];
+      std::cout << "tokens: " << toks << "\n";
+      std::cout << "input_ids: " << format_ids(enc[b].input_ids) << "\n";
+    }
+    const Tensor& result = o->all_layers ? out.hidden_states : out.last_hidden_state;
+    std::cout << (o->all_layers ? "hidden_states" : "last_hidden_state") << " shape: " << shape_str(result.shape())
+              << "\n";
+    for (int64_t i = 0; i < result.numel(); ++i)
+      if (!std::isfinite(result.f32()[i]))
+        throw std::runtime_error("the encoder produced a non-finite value (NaN/Inf in the weights?); nothing written");
+    if (!o->output.empty()) {
+      save_npy(o->output, result);
+      std::cout << "wrote " << o->output << "\n";
+    }
+    if (!o->pooled.empty()) {
+      if (!out.pooler_output.defined())
+        throw std::invalid_argument("--pooled: model_type '" + config.model_type + "' has no pooler");
+      save_npy(o->pooled, out.pooler_output);
+      std::cout << "wrote " << o->pooled << "\n";
+    }
+  });
+}
+
+}  // namespace tfm::cli
