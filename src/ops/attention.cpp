@@ -39,6 +39,8 @@ void resolve(AttentionDims& d) {
   if (!d.v_ld) d.v_ld = hidden;
   if (!d.out_ld) d.out_ld = hidden;
   if (d.scale == 0.0f) d.scale = 1.0f / std::sqrt((float)d.head_dim);
+  if (!d.k_bs) d.k_bs = d.kv_len * d.k_ld;
+  if (!d.v_bs) d.v_bs = d.kv_len * d.v_ld;
 }
 
 // Masked softmax of one score row in place: only the first `lim` keys can be visible; per-element masks
@@ -92,8 +94,8 @@ void attention_forward(float* out, float* probs, const float* q, const float* k,
     for (int64_t bh = 0; bh < B * H; ++bh) {
       int64_t b = bh / H, h = bh % H;
       const float* qb = q + b * Lq * d.q_ld + h * Dh;
-      const float* kb = k + b * Lk * d.k_ld + h * Dh;
-      const float* vb = v + b * Lk * d.v_ld + h * Dh;
+      const float* kb = k + b * d.k_bs + h * Dh;
+      const float* vb = v + b * d.v_bs + h * Dh;
       float* ob = out + b * Lq * d.out_ld + h * Dh;
       float* P = probs ? probs + bh * Lq * Lk : scratch.data();
       if (Lk == 0) {
@@ -131,12 +133,12 @@ void attention_backward(float* dq, float* dk, float* dv, const float* dout, cons
     for (int64_t bh = 0; bh < B * H; ++bh) {
       int64_t b = bh / H, h = bh % H;
       const float* qb = q + b * Lq * d.q_ld + h * Dh;
-      const float* kb = k + b * Lk * d.k_ld + h * Dh;
-      const float* vb = v + b * Lk * d.v_ld + h * Dh;
+      const float* kb = k + b * d.k_bs + h * Dh;
+      const float* vb = v + b * d.v_bs + h * Dh;
       const float* dob = dout + b * Lq * d.out_ld + h * Dh;
       float* dqb = dq + b * Lq * d.q_ld + h * Dh;
-      float* dkb = dk + b * Lk * d.k_ld + h * Dh;
-      float* dvb = dv + b * Lk * d.v_ld + h * Dh;
+      float* dkb = dk + b * d.k_bs + h * Dh;
+      float* dvb = dv + b * d.v_bs + h * Dh;
       const float* P = probs + bh * Lq * Lk;
       const float* M = dropout_mask ? dropout_mask + bh * Lq * Lk : nullptr;
       const float* Aw = P;
@@ -182,7 +184,7 @@ void attention_forward_ref(float* out, float* probs, const float* q, const float
         for (int64_t j = 0; j < Lk; ++j) {
           double acc = 0;
           for (int64_t c = 0; c < Dh; ++c)
-            acc += (double)q[(b * Lq + i) * d.q_ld + h * Dh + c] * k[(b * Lk + j) * d.k_ld + h * Dh + c];
+            acc += (double)q[(b * Lq + i) * d.q_ld + h * Dh + c] * k[b * d.k_bs + j * d.k_ld + h * Dh + c];
           s[j] = mask.visible(b, i, j, Lq, Lk) ? acc * d.scale : -INFINITY;
           mx = std::fmax(mx, s[j]);
         }
@@ -196,7 +198,7 @@ void attention_forward_ref(float* out, float* probs, const float* q, const float
           for (int64_t j = 0; j < Lk; ++j) probs[((b * H + h) * Lq + i) * Lk + j] = (float)s[j];
         for (int64_t c = 0; c < Dh; ++c) {
           double acc = 0;
-          for (int64_t j = 0; j < Lk; ++j) acc += s[j] * v[(b * Lk + j) * d.v_ld + h * Dh + c];
+          for (int64_t j = 0; j < Lk; ++j) acc += s[j] * v[b * d.v_bs + j * d.v_ld + h * Dh + c];
           out[(b * Lq + i) * d.out_ld + h * Dh + c] = (float)acc;
         }
       }

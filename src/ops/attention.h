@@ -31,6 +31,8 @@ struct AttentionMask {
 struct AttentionDims {
   int64_t batch = 1, q_len = 1, kv_len = 1, num_heads = 1, head_dim = 1;
   int64_t q_ld = 0, k_ld = 0, v_ld = 0, out_ld = 0;  // row strides in floats; 0 = num_heads * head_dim
+  int64_t k_bs = 0, v_bs = 0;                          // batch strides of k, v in floats; 0 = kv_len * ld
+                                                       // (a KV cache holds more rows than kv_len)
   float scale = 0.0f;                                  // 0 = 1 / sqrt(head_dim)
 };
 

@@ -20,11 +20,12 @@ void linear_forward(float* out, const float* inp, const float* weight, const flo
 }
 
 void linear_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
-                     const float* weight, int64_t N, int64_t in_features, int64_t out_features) {
+                     const float* weight, int64_t N, int64_t in_features, int64_t out_features,
+                     bool accumulate_dinp) {
   if (N == 0) return;
   if (dinp)
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)N, (int)in_features, (int)out_features, 1.0f, dout,
-                (int)out_features, weight, (int)in_features, 0.0f, dinp, (int)in_features);
+                (int)out_features, weight, (int)in_features, accumulate_dinp ? 1.0f : 0.0f, dinp, (int)in_features);
   if (dweight)
     cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)out_features, (int)in_features, (int)N, 1.0f, dout,
                 (int)out_features, inp, (int)in_features, 1.0f, dweight, (int)in_features);

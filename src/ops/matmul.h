@@ -9,10 +9,11 @@ namespace tfm::ops {
 // (torch.nn.functional.linear). bias may be null.
 void linear_forward(float* out, const float* inp, const float* weight, const float* bias, int64_t N,
                     int64_t in_features, int64_t out_features);
-// dinp[N, in] = dout @ weight (written; skipped if dinp is null); dweight[out, in] += dout^T @ inp;
-// dbias[out] += column sums of dout (skipped if null).
+// dinp[N, in] = dout @ weight (written, or added when accumulate_dinp; skipped if dinp is null);
+// dweight[out, in] += dout^T @ inp; dbias[out] += column sums of dout (skipped if null).
 void linear_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
-                     const float* weight, int64_t N, int64_t in_features, int64_t out_features);
+                     const float* weight, int64_t N, int64_t in_features, int64_t out_features,
+                     bool accumulate_dinp = false);
 // Plain triple loop in double precision; tests compare the fast kernel against it.
 void linear_forward_ref(float* out, const float* inp, const float* weight, const float* bias, int64_t N,
                         int64_t in_features, int64_t out_features);

@@ -1,0 +1,645 @@
+#include "models/seq2seq.h"
+
+#include <cmath>
+#include <cstring>
+#include <set>
+#include <stdexcept>
+
+#include "io/json_util.h"
+#include "io/safetensors.h"
+#include "ops/activation.h"
+#include "ops/attention.h"
+#include "ops/dropout.h"
+#include "ops/embedding.h"
+#include "ops/layer_norm.h"
+#include "ops/matmul.h"
+#include "train/cross_entropy.h"
+
+namespace tfm {
+
+// ---------------------------------------------------------------- config
+
+Seq2SeqConfig Seq2SeqConfig::from_json(const nlohmann::json& j, const std::string& file) {
+  Seq2SeqConfig c;
+  std::string type = json_string_or(j, "model_type", "transformer_seq2seq", file);
+  if (type != "transformer_seq2seq")
+    throw std::runtime_error(file + ": model_type '" + type + "' is not 'transformer_seq2seq'");
+  c.num_hiddens = json_int(j, "num_hiddens", file);
+  c.num_layers = json_int(j, "num_layers", file);
+  c.num_heads = json_int(j, "num_heads", file);
+  c.ffn_num_hiddens = json_int(j, "ffn_num_hiddens", file);
+  c.dropout = json_number_or(j, "dropout", 0.0, file);
+  c.num_steps = json_int(j, "num_steps", file);
+  c.src_vocab_size = json_int(j, "src_vocab_size", file);
+  c.tgt_vocab_size = json_int(j, "tgt_vocab_size", file);
+  c.max_len = json_int_or(j, "max_len", 1000, file);
+  auto positive = [&](const char* k, int64_t v) {
+    if (v <= 0) throw std::runtime_error(file + ": key '" + k + "' must be positive, found " + std::to_string(v));
+  };
+  positive("num_hiddens", c.num_hiddens);
+  positive("num_layers", c.num_layers);
+  positive("num_heads", c.num_heads);
+  positive("ffn_num_hiddens", c.ffn_num_hiddens);
+  positive("num_steps", c.num_steps);
+  positive("src_vocab_size", c.src_vocab_size);
+  positive("tgt_vocab_size", c.tgt_vocab_size);
+  positive("max_len", c.max_len);
+  if (c.num_hiddens % c.num_heads != 0)
+    throw std::runtime_error(file + ": num_hiddens (" + std::to_string(c.num_hiddens) +
+                             ") is not divisible by num_heads (" + std::to_string(c.num_heads) + ")");
+  if (c.num_hiddens % 2 != 0)
+    throw std::runtime_error(file + ": num_hiddens must be even for the sinusoidal positional encoding");
+  if (!(c.dropout >= 0.0 && c.dropout < 1.0))
+    throw std::runtime_error(file + ": key 'dropout' must be in [0, 1), found " + std::to_string(c.dropout));
+  return c;
+}
+
+Seq2SeqConfig Seq2SeqConfig::load(const std::string& path) { return from_json(load_json_file(path), path); }
+
+nlohmann::json Seq2SeqConfig::to_json() const {
+  return {{"model_type", "transformer_seq2seq"}, {"num_hiddens", num_hiddens},   {"num_layers", num_layers},
+          {"num_heads", num_heads},               {"ffn_num_hiddens", ffn_num_hiddens}, {"dropout", dropout},
+          {"num_steps", num_steps},               {"src_vocab_size", src_vocab_size},
+          {"tgt_vocab_size", tgt_vocab_size},     {"max_len", max_len}};
+}
+
+// ---------------------------------------------------------------- modules with explicit backward
+// Module backward passes ADD into the gradients of their inputs (callers zero them), so residual branches
+// and the decoder's several uses of the encoder output need no extra buffers.
+
+namespace {
+
+using Buf = std::vector<float>;
+
+void resize_zero(Buf& b, size_t n) { b.assign(n, 0.0f); }
+void add_into(float* y, const float* x, int64_t n) {
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) y[i] += x[i];
+}
+
+struct LinearP {
+  int64_t w = -1, b = -1;  // ParamTable indices; b = -1 for bias=False
+  int64_t in = 0, out = 0;
+};
+
+LinearP add_linear(ParamTable& P, const std::string& name, int64_t in, int64_t out, bool bias) {
+  LinearP l;
+  l.w = P.add(name + ".weight", {out, in});
+  if (bias) l.b = P.add(name + ".bias", {out});
+  l.in = in;
+  l.out = out;
+  return l;
+}
+
+void linear_fwd(ParamTable& P, const LinearP& l, float* out, const float* inp, int64_t N) {
+  ops::linear_forward(out, inp, P.data(l.w), l.b >= 0 ? P.data(l.b) : nullptr, N, l.in, l.out);
+}
+// dinp += dout W; dW += dout^T inp; db += sum dout
+void linear_bwd(ParamTable& P, const LinearP& l, float* dinp, const float* dout, const float* inp, int64_t N) {
+  ops::linear_backward(dinp, P.grad(l.w), l.b >= 0 ? P.grad(l.b) : nullptr, dout, inp, P.data(l.w), N, l.in, l.out,
+                       /*accumulate_dinp=*/true);
+}
+
+struct LNP {
+  int64_t w = -1, b = -1;
+};
+LNP add_ln(ParamTable& P, const std::string& name, int64_t C) {
+  return {P.add(name + ".weight", {C}), P.add(name + ".bias", {C})};
+}
+
+// d2l MultiHeadAttention: W_o(attention(W_q q, W_k k, W_v v)).
+struct MHA {
+  LinearP W_q, W_k, W_v, W_o;
+  int64_t heads = 1;
+  // Saved for backward.
+  const float *xq = nullptr, *xkv = nullptr;
+  Buf Q, K, V, probs, drop, ctx, dctx, dQ, dK, dV;
+  int64_t B = 0, Lq = 0, Lk = 0;
+
+  void forward(ParamTable& P, float* out, const float* xq_, const float* xkv_, int64_t B_, int64_t Lq_, int64_t Lk_,
+               const ops::AttentionMask& mask, Rng* rng, float p) {
+    xq = xq_;
+    xkv = xkv_;
+    B = B_;
+    Lq = Lq_;
+    Lk = Lk_;
+    const int64_t H = W_q.out;
+    Q.resize(B * Lq * H);
+    K.resize(B * Lk * H);
+    V.resize(B * Lk * H);
+    ctx.resize(B * Lq * H);
+    probs.resize(B * heads * Lq * Lk);
+    linear_fwd(P, W_q, Q.data(), xq, B * Lq);
+    linear_fwd(P, W_k, K.data(), xkv, B * Lk);
+    linear_fwd(P, W_v, V.data(), xkv, B * Lk);
+    const float* dm = nullptr;
+    if (rng && p > 0.0f) {
+      drop.resize(probs.size());
+      ops::dropout_mask(drop.data(), (int64_t)drop.size(), p, *rng);
+      dm = drop.data();
+    } else {
+      drop.clear();
+    }
+    ops::AttentionDims d{B, Lq, Lk, heads, H / heads};
+    ops::attention_forward(ctx.data(), probs.data(), Q.data(), K.data(), V.data(), d, mask, dm);
+    linear_fwd(P, W_o, out, ctx.data(), B * Lq);
+  }
+
+  void backward(ParamTable& P, const float* dout, float* dxq, float* dxkv) {
+    const int64_t H = W_q.out;
+    resize_zero(dctx, B * Lq * H);
+    linear_bwd(P, W_o, dctx.data(), dout, ctx.data(), B * Lq);
+    dQ.resize(B * Lq * H);
+    dK.resize(B * Lk * H);
+    dV.resize(B * Lk * H);
+    ops::AttentionDims d{B, Lq, Lk, heads, H / heads};
+    ops::attention_backward(dQ.data(), dK.data(), dV.data(), dctx.data(), probs.data(), Q.data(), K.data(), V.data(),
+                            d, drop.empty() ? nullptr : drop.data());
+    linear_bwd(P, W_q, dxq, dQ.data(), xq, B * Lq);
+    linear_bwd(P, W_k, dxkv, dK.data(), xkv, B * Lk);
+    linear_bwd(P, W_v, dxkv, dV.data(), xkv, B * Lk);
+  }
+};
+
+// AddNorm: out = LayerNorm(dropout(Y) + X), eps 1e-5.
+struct AddNorm {
+  LNP ln;
+  Buf sum, mean, rstd, drop, dsum;
+  int64_t N = 0, C = 0;
+
+  void forward(ParamTable& P, float* out, const float* X, const float* Y, int64_t N_, int64_t C_, Rng* rng, float p) {
+    N = N_;
+    C = C_;
+    sum.resize(N * C);
+    mean.resize(N);
+    rstd.resize(N);
+    if (rng && p > 0.0f) {
+      drop.resize(N * C);
+      ops::dropout_mask(drop.data(), N * C, p, *rng);
+      for (int64_t i = 0; i < N * C; ++i) sum[i] = Y[i] * drop[i] + X[i];
+    } else {
+      drop.clear();
+      for (int64_t i = 0; i < N * C; ++i) sum[i] = Y[i] + X[i];
+    }
+    ops::layer_norm_forward(out, mean.data(), rstd.data(), sum.data(), P.data(ln.w), P.data(ln.b), N, C, 1e-5f);
+  }
+
+  void backward(ParamTable& P, const float* dout, float* dX, float* dY) {
+    dsum.resize(N * C);
+    ops::layer_norm_backward(dsum.data(), P.grad(ln.w), P.grad(ln.b), dout, sum.data(), P.data(ln.w), mean.data(),
+                             rstd.data(), N, C);
+    add_into(dX, dsum.data(), N * C);
+    if (drop.empty()) {
+      add_into(dY, dsum.data(), N * C);
+    } else {
+      for (int64_t i = 0; i < N * C; ++i) dY[i] += dsum[i] * drop[i];
+    }
+  }
+};
+
+// PositionWiseFFN: dense2(relu(dense1(X))).
+struct FFN {
+  LinearP dense1, dense2;
+  const float* x = nullptr;
+  Buf h, a, da, dh;
+  int64_t N = 0;
+
+  void forward(ParamTable& P, float* out, const float* x_, int64_t N_) {
+    x = x_;
+    N = N_;
+    h.resize(N * dense1.out);
+    a.resize(N * dense1.out);
+    linear_fwd(P, dense1, h.data(), x, N);
+    ops::activation_forward(a.data(), h.data(), N * dense1.out, ops::Activation::Relu);
+    linear_fwd(P, dense2, out, a.data(), N);
+  }
+
+  void backward(ParamTable& P, const float* dout, float* dx) {
+    resize_zero(da, N * dense1.out);
+    linear_bwd(P, dense2, da.data(), dout, a.data(), N);
+    dh.resize(N * dense1.out);
+    ops::activation_backward(dh.data(), da.data(), h.data(), N * dense1.out, ops::Activation::Relu);
+    linear_bwd(P, dense1, dx, dh.data(), x, N);
+  }
+};
+
+struct EncoderBlock {
+  MHA attention;
+  AddNorm addnorm1, addnorm2;
+  FFN ffn;
+  Buf attn_out, Y, ffn_out, out;
+  Buf dY, d_attn, d_ffn;
+};
+
+struct DecoderBlock {
+  MHA attention1, attention2;
+  AddNorm addnorm1, addnorm2, addnorm3;
+  FFN ffn;
+  Buf a1, Z1, a2, Z2, f, out;
+  Buf dZ1, dZ2, d_a1, d_a2, d_f;
+};
+
+// Embedding * sqrt(num_hiddens) + P[pos], then dropout.
+struct EmbedPos {
+  int64_t weight = -1;
+  int64_t vocab = 0;
+  Buf drop;
+  std::vector<int64_t> ids;
+  int64_t N = 0;
+};
+
+}  // namespace
+
+struct Seq2SeqModel::Impl {
+  EmbedPos enc_emb, dec_emb;
+  std::vector<EncoderBlock> enc;
+  std::vector<DecoderBlock> dec;
+  LinearP dense;
+  Buf P;  // [max_len, H] positional encoding
+  Buf enc_x0, dec_x0, logits, dlogits, d_enc_out, d_dec_x, d_enc_x;
+  std::vector<float> row_weight;
+};
+
+Seq2SeqModel::~Seq2SeqModel() = default;
+
+Seq2SeqModel::Seq2SeqModel(const Seq2SeqConfig& c) : config_(c), impl_(std::make_unique<Impl>()) {
+  Impl& m = *impl_;
+  const int64_t H = c.num_hiddens, F = c.ffn_num_hiddens;
+  auto mha = [&](const std::string& p) {
+    MHA a;
+    a.W_q = add_linear(params_, p + ".W_q", H, H, false);
+    a.W_k = add_linear(params_, p + ".W_k", H, H, false);
+    a.W_v = add_linear(params_, p + ".W_v", H, H, false);
+    a.W_o = add_linear(params_, p + ".W_o", H, H, false);
+    a.heads = c.num_heads;
+    return a;
+  };
+  auto ffn = [&](const std::string& p) {
+    FFN f;
+    f.dense1 = add_linear(params_, p + ".dense1", H, F, true);
+    f.dense2 = add_linear(params_, p + ".dense2", F, H, true);
+    return f;
+  };
+  // Registration order = PyTorch's named_parameters() order (module construction order).
+  m.enc_emb.weight = params_.add("encoder.embedding.weight", {c.src_vocab_size, H});
+  m.enc_emb.vocab = c.src_vocab_size;
+  m.enc.resize(c.num_layers);
+  for (int64_t i = 0; i < c.num_layers; ++i) {
+    std::string p = "encoder.blks.block" + std::to_string(i);
+    EncoderBlock& b = m.enc[i];
+    b.attention = mha(p + ".attention");
+    b.addnorm1.ln = add_ln(params_, p + ".addnorm1.ln", H);
+    b.ffn = ffn(p + ".ffn");
+    b.addnorm2.ln = add_ln(params_, p + ".addnorm2.ln", H);
+  }
+  m.dec_emb.weight = params_.add("decoder.embedding.weight", {c.tgt_vocab_size, H});
+  m.dec_emb.vocab = c.tgt_vocab_size;
+  m.dec.resize(c.num_layers);
+  for (int64_t i = 0; i < c.num_layers; ++i) {
+    std::string p = "decoder.blks.block" + std::to_string(i);
+    DecoderBlock& b = m.dec[i];
+    b.attention1 = mha(p + ".attention1");
+    b.addnorm1.ln = add_ln(params_, p + ".addnorm1.ln", H);
+    b.attention2 = mha(p + ".attention2");
+    b.addnorm2.ln = add_ln(params_, p + ".addnorm2.ln", H);
+    b.ffn = ffn(p + ".ffn");
+    b.addnorm3.ln = add_ln(params_, p + ".addnorm3.ln", H);
+  }
+  m.dense = add_linear(params_, "decoder.dense", H, c.tgt_vocab_size, true);
+  params_.finalize();
+  for (const auto& e : params_.entries())  // LayerNorm defaults so an un-initialised model is still sane
+    if (e.name.find(".ln.weight") != std::string::npos)
+      std::fill(params_.all_data().begin() + e.offset, params_.all_data().begin() + e.offset + e.numel, 1.0f);
+
+  // P[pos, 2i] = sin(pos / 10000^(2i/H)), P[pos, 2i+1] = cos(...), in float32 as the reference computes it.
+  m.P.assign(c.max_len * H, 0.0f);
+  for (int64_t pos = 0; pos < c.max_len; ++pos)
+    for (int64_t i = 0; i < H / 2; ++i) {
+      float x = (float)pos / std::pow(10000.0f, (float)(2 * i) / (float)H);
+      m.P[pos * H + 2 * i] = std::sin(x);
+      m.P[pos * H + 2 * i + 1] = std::cos(x);
+    }
+}
+
+void Seq2SeqModel::init(Rng& rng) {
+  for (const auto& e : params_.entries()) {
+    float* p = params_.data(params_.index_of(e.name));
+    const std::string& n = e.name;
+    if (n.find(".ln.") != std::string::npos) {
+      std::fill(p, p + e.numel, n.size() >= 6 && n.compare(n.size() - 6, 6, "weight") == 0 ? 1.0f : 0.0f);
+    } else if (n.find("embedding") != std::string::npos) {
+      for (int64_t i = 0; i < e.numel; ++i) p[i] = rng.normal();
+    } else if (e.shape.size() == 2) {  // Linear weight [out, in]: Xavier uniform
+      float bound = std::sqrt(6.0f / (float)(e.shape[0] + e.shape[1]));
+      for (int64_t i = 0; i < e.numel; ++i) p[i] = rng.uniform(-bound, bound);
+    } else {  // Linear bias: U(-1/sqrt(fan_in), 1/sqrt(fan_in)), fan_in from the weight registered just before
+      std::string wname = n.substr(0, n.size() - 4) + "weight";
+      int64_t fan_in = params_.entries()[params_.index_of(wname)].shape[1];
+      float bound = 1.0f / std::sqrt((float)fan_in);
+      for (int64_t i = 0; i < e.numel; ++i) p[i] = rng.uniform(-bound, bound);
+    }
+  }
+}
+
+void Seq2SeqModel::load(const std::string& path) {
+  SafeTensors st = SafeTensors::open(path);
+  std::set<std::string> expected;
+  for (const auto& e : params_.entries()) {
+    expected.insert(e.name);
+    if (!st.has(e.name)) throw std::runtime_error(path + ": missing tensor '" + e.name + "'");
+    if (st.shape_of(e.name) != e.shape)
+      throw std::runtime_error(path + ": tensor '" + e.name + "' has shape " + shape_str(st.shape_of(e.name)) +
+                               ", config expects " + shape_str(e.shape));
+    Tensor t = st.get(e.name);
+    if (t.dtype() != DType::F32) throw std::runtime_error(path + ": tensor '" + e.name + "' is not floating point");
+    const float* src = t.f32();
+    for (int64_t i = 0; i < e.numel; ++i)
+      if (!std::isfinite(src[i]))
+        throw std::runtime_error(path + ": tensor '" + e.name + "' contains NaN or Inf at element " + std::to_string(i));
+    std::memcpy(params_.all_data().data() + e.offset, src, sizeof(float) * e.numel);
+  }
+  for (const auto& n : st.names())
+    if (!expected.count(n))
+      throw std::runtime_error(path + ": unexpected tensor '" + n + "' (not part of a transformer_seq2seq with this config)");
+}
+
+void Seq2SeqModel::save(const std::string& path) { save_safetensors(path, params_.named_tensors()); }
+
+// ---------------------------------------------------------------- forward / backward
+
+namespace {
+
+void check_ids(const int64_t* ids, int64_t n, int64_t vocab, const char* what) {
+  for (int64_t i = 0; i < n; ++i)
+    if (ids[i] < 0 || ids[i] >= vocab)
+      throw std::out_of_range(std::string(what) + " id " + std::to_string(ids[i]) + " is outside the vocabulary [0, " +
+                              std::to_string(vocab) + ")");
+}
+
+void embed_forward(ParamTable& P, EmbedPos& e, const Buf& pe, float* out, const int64_t* ids, int64_t B, int64_t L,
+                   int64_t H, Rng* rng, float p, int64_t pos_offset = 0) {
+  e.N = B * L;
+  e.ids.assign(ids, ids + B * L);
+  ops::embedding_forward(out, ids, P.data(e.weight), B * L, e.vocab, H);
+  const float scale = std::sqrt((float)H);
+  for (int64_t n = 0; n < B * L; ++n) {
+    const float* pr = pe.data() + ((n % L) + pos_offset) * H;
+    for (int64_t h = 0; h < H; ++h) out[n * H + h] = out[n * H + h] * scale + pr[h];
+  }
+  if (rng && p > 0.0f) {
+    e.drop.resize(B * L * H);
+    ops::dropout_mask(e.drop.data(), B * L * H, p, *rng);
+    ops::dropout_apply(out, out, e.drop.data(), B * L * H);
+  } else {
+    e.drop.clear();
+  }
+}
+
+void embed_backward(ParamTable& P, EmbedPos& e, float* dout, int64_t H) {
+  const float scale = std::sqrt((float)H);
+  if (!e.drop.empty()) ops::dropout_apply(dout, dout, e.drop.data(), e.N * H);
+  for (int64_t i = 0; i < e.N * H; ++i) dout[i] *= scale;
+  ops::embedding_backward(P.grad(e.weight), dout, e.ids.data(), e.N, H);
+}
+
+}  // namespace
+
+// Runs encoder and decoder in teacher-forcing mode; leaves every cache filled and impl_->logits [B*Lt, V].
+void Seq2SeqModel::forward_train(const Seq2SeqBatch& b, Rng* rng) {
+  Impl& m = *impl_;
+  ParamTable& P = params_;
+  const Seq2SeqConfig& c = config_;
+  const int64_t B = b.batch, Ls = b.src_len, Lt = b.tgt_len, H = c.num_hiddens;
+  const float p = (float)c.dropout;
+  if (Ls > c.max_len || Lt > c.max_len)
+    throw std::invalid_argument("sequence longer than max_len (" + std::to_string(c.max_len) + ")");
+  check_ids(b.src, B * Ls, c.src_vocab_size, "source");
+  check_ids(b.dec_input, B * Lt, c.tgt_vocab_size, "target");
+  // Encoder
+  m.enc_x0.resize(B * Ls * H);
+  embed_forward(P, m.enc_emb, m.P, m.enc_x0.data(), b.src, B, Ls, H, rng, p);
+  ops::AttentionMask src_mask;
+  src_mask.valid_lens = b.src_valid_len;
+  const float* x = m.enc_x0.data();
+  for (auto& blk : m.enc) {
+    blk.attn_out.resize(B * Ls * H);
+    blk.Y.resize(B * Ls * H);
+    blk.ffn_out.resize(B * Ls * H);
+    blk.out.resize(B * Ls * H);
+    blk.attention.forward(P, blk.attn_out.data(), x, x, B, Ls, Ls, src_mask, rng, p);
+    blk.addnorm1.forward(P, blk.Y.data(), x, blk.attn_out.data(), B * Ls, H, rng, p);
+    blk.ffn.forward(P, blk.ffn_out.data(), blk.Y.data(), B * Ls);
+    blk.addnorm2.forward(P, blk.out.data(), blk.Y.data(), blk.ffn_out.data(), B * Ls, H, rng, p);
+    x = blk.out.data();
+  }
+  const float* enc_out = x;
+  // Decoder (training mode: causal self-attention, d2l's dec_valid_lens = 1..Lt)
+  m.dec_x0.resize(B * Lt * H);
+  embed_forward(P, m.dec_emb, m.P, m.dec_x0.data(), b.dec_input, B, Lt, H, rng, p);
+  ops::AttentionMask causal;
+  causal.causal = true;
+  x = m.dec_x0.data();
+  for (auto& blk : m.dec) {
+    for (Buf* buf : {&blk.a1, &blk.Z1, &blk.a2, &blk.Z2, &blk.f, &blk.out}) buf->resize(B * Lt * H);
+    blk.attention1.forward(P, blk.a1.data(), x, x, B, Lt, Lt, causal, rng, p);
+    blk.addnorm1.forward(P, blk.Z1.data(), x, blk.a1.data(), B * Lt, H, rng, p);
+    blk.attention2.forward(P, blk.a2.data(), blk.Z1.data(), enc_out, B, Lt, Ls, src_mask, rng, p);
+    blk.addnorm2.forward(P, blk.Z2.data(), blk.Z1.data(), blk.a2.data(), B * Lt, H, rng, p);
+    blk.ffn.forward(P, blk.f.data(), blk.Z2.data(), B * Lt);
+    blk.addnorm3.forward(P, blk.out.data(), blk.Z2.data(), blk.f.data(), B * Lt, H, rng, p);
+    x = blk.out.data();
+  }
+  m.logits.resize(B * Lt * c.tgt_vocab_size);
+  linear_fwd(P, m.dense, m.logits.data(), x, B * Lt);
+}
+
+LossResult Seq2SeqModel::forward_backward(const Seq2SeqBatch& b, Rng* rng, float label_smoothing) {
+  Impl& m = *impl_;
+  const Seq2SeqConfig& c = config_;
+  const int64_t B = b.batch, Ls = b.src_len, Lt = b.tgt_len, H = c.num_hiddens, V = c.tgt_vocab_size;
+  check_ids(b.labels, B * Lt, V, "label");
+  forward_train(b, rng);
+  // Loss: d2l MaskedSoftmaxCELoss = per-sequence mean over Lt of mask * CE, summed over the batch.
+  m.row_weight.assign(B * Lt, 0.0f);
+  LossResult r;
+  for (int64_t i = 0; i < B; ++i)
+    for (int64_t t = 0; t < Lt; ++t)
+      if (t < b.tgt_valid_len[i]) {
+        m.row_weight[i * Lt + t] = 1.0f / (float)Lt;
+        r.num_tokens++;
+      }
+  m.dlogits.resize(B * Lt * V);
+  std::vector<float> token_loss(B * Lt);
+  cross_entropy_forward_backward(token_loss.data(), m.dlogits.data(), m.logits.data(), b.labels,
+                                 m.row_weight.data(), B * Lt, V, label_smoothing);
+  for (int64_t i = 0; i < B * Lt; ++i) {
+    if (m.row_weight[i] == 0.0f) continue;
+    r.loss_sum += (double)token_loss[i] / (double)Lt;
+    r.token_loss_sum += token_loss[i];
+  }
+  // Backward through the decoder.
+  resize_zero(m.d_dec_x, B * Lt * H);
+  linear_bwd(params_, m.dense, m.d_dec_x.data(), m.dlogits.data(), m.dec.back().out.data(), B * Lt);
+  resize_zero(m.d_enc_out, B * Ls * H);
+  Buf dx = m.d_dec_x;  // gradient w.r.t. the current block's output
+  for (int64_t i = (int64_t)m.dec.size() - 1; i >= 0; --i) {
+    DecoderBlock& blk = m.dec[i];
+    resize_zero(blk.dZ2, B * Lt * H);
+    resize_zero(blk.d_f, B * Lt * H);
+    blk.addnorm3.backward(params_, dx.data(), blk.dZ2.data(), blk.d_f.data());
+    blk.ffn.backward(params_, blk.d_f.data(), blk.dZ2.data());
+    resize_zero(blk.dZ1, B * Lt * H);
+    resize_zero(blk.d_a2, B * Lt * H);
+    blk.addnorm2.backward(params_, blk.dZ2.data(), blk.dZ1.data(), blk.d_a2.data());
+    blk.attention2.backward(params_, blk.d_a2.data(), blk.dZ1.data(), m.d_enc_out.data());
+    Buf dxin(B * Lt * H, 0.0f);
+    resize_zero(blk.d_a1, B * Lt * H);
+    blk.addnorm1.backward(params_, blk.dZ1.data(), dxin.data(), blk.d_a1.data());
+    blk.attention1.backward(params_, blk.d_a1.data(), dxin.data(), dxin.data());
+    dx.swap(dxin);
+  }
+  embed_backward(params_, m.dec_emb, dx.data(), H);
+  // Backward through the encoder.
+  dx = m.d_enc_out;
+  for (int64_t i = (int64_t)m.enc.size() - 1; i >= 0; --i) {
+    EncoderBlock& blk = m.enc[i];
+    resize_zero(blk.dY, B * Ls * H);
+    resize_zero(blk.d_ffn, B * Ls * H);
+    blk.addnorm2.backward(params_, dx.data(), blk.dY.data(), blk.d_ffn.data());
+    blk.ffn.backward(params_, blk.d_ffn.data(), blk.dY.data());
+    Buf dxin(B * Ls * H, 0.0f);
+    resize_zero(blk.d_attn, B * Ls * H);
+    blk.addnorm1.backward(params_, blk.dY.data(), dxin.data(), blk.d_attn.data());
+    blk.attention.backward(params_, blk.d_attn.data(), dxin.data(), dxin.data());
+    dx.swap(dxin);
+  }
+  embed_backward(params_, m.enc_emb, dx.data(), H);
+  return r;
+}
+
+Tensor Seq2SeqModel::forward_logits(const Seq2SeqBatch& b) {
+  forward_train(b, nullptr);
+  Tensor t = Tensor::empty({b.batch, b.tgt_len, config_.tgt_vocab_size});
+  std::memcpy(t.f32(), impl_->logits.data(), t.nbytes());
+  return t;
+}
+
+// ---------------------------------------------------------------- inference with a KV cache
+
+Tensor Seq2SeqModel::encode(const int64_t* src, const int64_t* src_valid_len, int64_t B, int64_t Ls,
+                            std::vector<Tensor>* attention_weights) {
+  Impl& m = *impl_;
+  const int64_t H = config_.num_hiddens;
+  if (Ls > config_.max_len) throw std::invalid_argument("source longer than max_len");
+  check_ids(src, B * Ls, config_.src_vocab_size, "source");
+  Buf x0(B * Ls * H);
+  embed_forward(params_, m.enc_emb, m.P, x0.data(), src, B, Ls, H, nullptr, 0.0f);
+  ops::AttentionMask mask;
+  mask.valid_lens = src_valid_len;
+  const float* x = x0.data();
+  if (attention_weights) attention_weights->clear();
+  for (auto& blk : m.enc) {
+    for (Buf* buf : {&blk.attn_out, &blk.Y, &blk.ffn_out, &blk.out}) buf->resize(B * Ls * H);
+    blk.attention.forward(params_, blk.attn_out.data(), x, x, B, Ls, Ls, mask, nullptr, 0.0f);
+    if (attention_weights) {
+      Tensor w = Tensor::empty({B, config_.num_heads, Ls, Ls});
+      std::memcpy(w.f32(), blk.attention.probs.data(), w.nbytes());
+      attention_weights->push_back(w);
+    }
+    blk.addnorm1.forward(params_, blk.Y.data(), x, blk.attn_out.data(), B * Ls, H, nullptr, 0.0f);
+    blk.ffn.forward(params_, blk.ffn_out.data(), blk.Y.data(), B * Ls);
+    blk.addnorm2.forward(params_, blk.out.data(), blk.Y.data(), blk.ffn_out.data(), B * Ls, H, nullptr, 0.0f);
+    x = blk.out.data();
+  }
+  Tensor out = Tensor::empty({B, Ls, H});
+  std::memcpy(out.f32(), x, out.nbytes());
+  return out;
+}
+
+void Seq2SeqModel::start_decoding(DecoderCache& cache, const Tensor& enc_out, const int64_t* src_valid_len,
+                                  int64_t max_steps) {
+  Impl& m = *impl_;
+  const int64_t B = enc_out.size(0), Ls = enc_out.size(1), H = config_.num_hiddens;
+  cache.batch = B;
+  cache.src_len = Ls;
+  cache.steps = 0;
+  cache.capacity = max_steps;
+  cache.src_valid_len.assign(src_valid_len, src_valid_len + B);
+  const size_t L = m.dec.size();
+  cache.self_k.assign(L, Buf(B * max_steps * H));
+  cache.self_v.assign(L, Buf(B * max_steps * H));
+  cache.cross_k.assign(L, Buf(B * Ls * H));
+  cache.cross_v.assign(L, Buf(B * Ls * H));
+  for (size_t l = 0; l < L; ++l) {
+    linear_fwd(params_, m.dec[l].attention2.W_k, cache.cross_k[l].data(), enc_out.f32(), B * Ls);
+    linear_fwd(params_, m.dec[l].attention2.W_v, cache.cross_v[l].data(), enc_out.f32(), B * Ls);
+  }
+}
+
+void Seq2SeqModel::decode_step(DecoderCache& cache, const int64_t* tokens, float* logits, PositionMode mode,
+                               std::vector<std::vector<float>>* cross_attention) {
+  Impl& m = *impl_;
+  const int64_t B = cache.batch, Ls = cache.src_len, H = config_.num_hiddens, nh = config_.num_heads;
+  const int64_t t = cache.steps;
+  if (t >= cache.capacity) throw std::logic_error("decode_step: cache is full");
+  int64_t pos = mode == PositionMode::kAbsolute ? t : 0;
+  if (pos >= config_.max_len) throw std::invalid_argument("decoding past max_len");
+  Buf x(B * H), q(B * H), ctx(B * H), a(B * H), z1(B * H), z2(B * H), f(B * H), z3(B * H);
+  std::vector<float> probs_self(B * nh * (t + 1)), probs_cross(B * nh * Ls);
+  EmbedPos tmp = m.dec_emb;
+  embed_forward(params_, tmp, m.P, x.data(), tokens, B, 1, H, nullptr, 0.0f, pos);
+  if (cross_attention) cross_attention->clear();
+  for (size_t l = 0; l < m.dec.size(); ++l) {
+    DecoderBlock& blk = m.dec[l];
+    // Self-attention over every step so far (the cache holds projected keys/values at rows 0..t).
+    float* kc = cache.self_k[l].data();
+    float* vc = cache.self_v[l].data();
+    linear_fwd(params_, blk.attention1.W_q, q.data(), x.data(), B);
+    Buf k1(B * H), v1(B * H);
+    linear_fwd(params_, blk.attention1.W_k, k1.data(), x.data(), B);
+    linear_fwd(params_, blk.attention1.W_v, v1.data(), x.data(), B);
+    for (int64_t b = 0; b < B; ++b) {
+      std::memcpy(kc + (b * cache.capacity + t) * H, k1.data() + b * H, sizeof(float) * H);
+      std::memcpy(vc + (b * cache.capacity + t) * H, v1.data() + b * H, sizeof(float) * H);
+    }
+    ops::AttentionDims d{B, 1, t + 1, nh, H / nh};
+    d.k_bs = d.v_bs = cache.capacity * H;
+    ops::attention_forward(ctx.data(), probs_self.data(), q.data(), kc, vc, d, ops::AttentionMask{});
+    linear_fwd(params_, blk.attention1.W_o, a.data(), ctx.data(), B);
+    blk.addnorm1.forward(params_, z1.data(), x.data(), a.data(), B, H, nullptr, 0.0f);
+    // Cross-attention over the cached encoder keys/values.
+    linear_fwd(params_, blk.attention2.W_q, q.data(), z1.data(), B);
+    ops::AttentionMask mask;
+    mask.valid_lens = cache.src_valid_len.data();
+    ops::AttentionDims dc{B, 1, Ls, nh, H / nh};
+    ops::attention_forward(ctx.data(), probs_cross.data(), q.data(), cache.cross_k[l].data(), cache.cross_v[l].data(),
+                           dc, mask);
+    if (cross_attention) cross_attention->push_back(probs_cross);
+    linear_fwd(params_, blk.attention2.W_o, a.data(), ctx.data(), B);
+    blk.addnorm2.forward(params_, z2.data(), z1.data(), a.data(), B, H, nullptr, 0.0f);
+    blk.ffn.forward(params_, f.data(), z2.data(), B);
+    blk.addnorm3.forward(params_, z3.data(), z2.data(), f.data(), B, H, nullptr, 0.0f);
+    x.swap(z3);
+  }
+  linear_fwd(params_, m.dense, logits, x.data(), B);
+  cache.steps++;
+}
+
+void Seq2SeqModel::reorder_cache(DecoderCache& cache, const std::vector<int64_t>& rows, int64_t H) {
+  auto gather = [&](Buf& buf, int64_t row_len) {
+    Buf out(rows.size() * row_len);
+    for (size_t r = 0; r < rows.size(); ++r)
+      std::memcpy(out.data() + r * row_len, buf.data() + rows[r] * row_len, sizeof(float) * row_len);
+    buf.swap(out);
+  };
+  for (auto& b : cache.self_k) gather(b, cache.capacity * H);
+  for (auto& b : cache.self_v) gather(b, cache.capacity * H);
+  for (auto& b : cache.cross_k) gather(b, cache.src_len * H);
+  for (auto& b : cache.cross_v) gather(b, cache.src_len * H);
+  std::vector<int64_t> vl(rows.size());
+  for (size_t r = 0; r < rows.size(); ++r) vl[r] = cache.src_valid_len[rows[r]];
+  cache.src_valid_len = vl;
+  cache.batch = (int64_t)rows.size();
+}
+
+}  // namespace tfm

@@ -1,0 +1,111 @@
+// transformer_seq2seq: the encoder-decoder Transformer of document 002 (d2l.ai), trainable.
+//
+// Encoder: X = dropout(embedding(src) * sqrt(num_hiddens) + P), P the sinusoidal encoding
+//   P[pos, 2i] = sin(pos / 10000^(2i/d)), P[pos, 2i+1] = cos(...); blocks of
+//   Y = AddNorm(X, MHA(X, X, X, src_valid_lens)); X = AddNorm(Y, FFN(Y)), AddNorm(X, Y) = LayerNorm(dropout(Y) + X).
+// Decoder: same embedding and positions; blocks of masked self-attention (query i sees keys 0..i) -> AddNorm ->
+//   attention over the encoder outputs with src_valid_lens -> AddNorm -> FFN -> AddNorm; then dense to the vocab.
+// MHA is d2l's: W_q, W_k, W_v, W_o without bias, dropout on the attention weights.
+// Parameter names are the PyTorch state_dict names of reference_modules.EncoderDecoder.
+#pragma once
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "core/rng.h"
+#include "core/tensor.h"
+#include "train/params.h"
+
+namespace tfm {
+
+struct Seq2SeqConfig {
+  int64_t num_hiddens = 32;
+  int64_t num_layers = 2;
+  int64_t num_heads = 4;
+  int64_t ffn_num_hiddens = 64;
+  double dropout = 0.1;
+  int64_t num_steps = 10;        // tokens per sequence in training and the decoding limit
+  int64_t src_vocab_size = 0;
+  int64_t tgt_vocab_size = 0;
+  int64_t max_len = 1000;        // rows of the positional-encoding table (d2l's max_len)
+
+  // Validates: positive sizes, num_hiddens divisible by num_heads and even, dropout in [0, 1).
+  static Seq2SeqConfig from_json(const nlohmann::json& j, const std::string& file);
+  static Seq2SeqConfig load(const std::string& path);
+  nlohmann::json to_json() const;
+};
+
+// One teacher-forced minibatch. All arrays row-major int64.
+struct Seq2SeqBatch {
+  const int64_t* src = nullptr;            // [B, Ls] source ids
+  const int64_t* src_valid_len = nullptr;  // [B]
+  const int64_t* dec_input = nullptr;      // [B, Lt] <bos> followed by labels[:, :-1]
+  const int64_t* labels = nullptr;         // [B, Lt]
+  const int64_t* tgt_valid_len = nullptr;  // [B]
+  int64_t batch = 0, src_len = 0, tgt_len = 0;
+};
+
+struct LossResult {
+  double loss_sum = 0;        // d2l MaskedSoftmaxCELoss summed over the batch: sum_b mean_t(mask * CE)
+  double token_loss_sum = 0;  // sum of masked per-token CE
+  int64_t num_tokens = 0;     // valid target tokens
+};
+
+// Decoder state for incremental decoding: per layer the projected self-attention keys/values of every step so
+// far and the projected encoder keys/values (computed once).
+struct DecoderCache {
+  int64_t batch = 0, src_len = 0, steps = 0, capacity = 0;
+  std::vector<int64_t> src_valid_len;                 // [B]
+  std::vector<std::vector<float>> self_k, self_v;     // per layer [B, capacity, H]
+  std::vector<std::vector<float>> cross_k, cross_v;   // per layer [B, Ls, H]
+};
+
+// How incremental decoding numbers positions. kAbsolute: step t adds P[t] (what training sees).
+// kD2lStep: every step adds P[0], as d2l's predict_seq2seq does (it feeds one token at a time and its
+// PositionalEncoding adds P[:, :1]); needed to reproduce that reference's translations exactly.
+enum class PositionMode { kAbsolute, kD2lStep };
+
+class Seq2SeqModel {
+ public:
+  explicit Seq2SeqModel(const Seq2SeqConfig& config);
+  ~Seq2SeqModel();
+  const Seq2SeqConfig& config() const { return config_; }
+  ParamTable& params() { return params_; }
+
+  // d2l's initialisation: Xavier-uniform Linear weights; Linear biases U(+-1/sqrt(fan_in)); embeddings N(0, 1);
+  // LayerNorm weight 1, bias 0 (the last three are PyTorch's defaults).
+  void init(Rng& rng);
+  // Reads every parameter from a safetensors file; throws naming the file and tensor on a missing tensor, a
+  // shape mismatch, or an unexpected extra tensor.
+  void load(const std::string& safetensors_path);
+  void save(const std::string& safetensors_path);
+
+  // Teacher-forced forward, masked softmax cross-entropy, backward. Parameter gradients are accumulated (+=).
+  // dropout_rng: null disables dropout (eval), otherwise masks are drawn from it. label_smoothing in [0, 1).
+  LossResult forward_backward(const Seq2SeqBatch& batch, Rng* dropout_rng, float label_smoothing = 0.0f);
+  // Teacher-forced forward without dropout or gradients. Returns logits [B, Lt, tgt_vocab_size].
+  Tensor forward_logits(const Seq2SeqBatch& batch);
+
+  // Encoder outputs [B, Ls, num_hiddens] (no dropout). attention_weights, when non-null, receives each layer's
+  // weights [num_layers][B, heads, Ls, Ls].
+  Tensor encode(const int64_t* src, const int64_t* src_valid_len, int64_t B, int64_t Ls,
+                std::vector<Tensor>* attention_weights = nullptr);
+  // Prepares `cache` for up to max_steps decoder steps over enc_out [B, Ls, H].
+  void start_decoding(DecoderCache& cache, const Tensor& enc_out, const int64_t* src_valid_len, int64_t max_steps);
+  // One decoder step for tokens [B]: appends to the cache and writes logits [B, tgt_vocab_size].
+  // cross_attention, when non-null, receives each layer's cross-attention weights [B, heads, 1, Ls].
+  void decode_step(DecoderCache& cache, const int64_t* tokens, float* logits, PositionMode mode,
+                   std::vector<std::vector<float>>* cross_attention = nullptr);
+  // Keeps cache rows `rows` (new row r = old row rows[r]); for beam search.
+  static void reorder_cache(DecoderCache& cache, const std::vector<int64_t>& rows, int64_t hidden);
+
+ private:
+  struct Impl;
+  void forward_train(const Seq2SeqBatch& batch, Rng* rng);
+  Seq2SeqConfig config_;
+  ParamTable params_;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace tfm

@@ -1,0 +1,42 @@
+// Optimizers and gradient clipping over a ParamTable's flat buffers.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "train/params.h"
+
+namespace tfm {
+
+// torch.optim.Adam / AdamW (decoupled weight decay), PyTorch's single-tensor update:
+//   m = b1 m + (1 - b1) g;  v = b2 v + (1 - b2) g^2;
+//   p -= lr / (1 - b1^t) * m / (sqrt(v) / sqrt(1 - b2^t) + eps)
+// With decoupled_weight_decay (AdamW) p *= 1 - lr * weight_decay first; otherwise g += weight_decay * p (Adam).
+struct AdamOptions {
+  float lr = 0.001f, beta1 = 0.9f, beta2 = 0.999f, eps = 1e-8f, weight_decay = 0.0f;
+  bool decoupled_weight_decay = false;
+};
+
+class Adam {
+ public:
+  Adam(int64_t num_params, AdamOptions options) : opt_(options), m_(num_params, 0.0f), v_(num_params, 0.0f) {}
+  // One update of params.data with params.grad at learning rate lr (the schedule's current value).
+  void step(ParamTable& params, float lr);
+  void step(ParamTable& params) { step(params, opt_.lr); }
+  int64_t steps() const { return t_; }
+  AdamOptions& options() { return opt_; }
+  // State for checkpoints: first and second moments and the step count.
+  std::vector<float>& exp_avg() { return m_; }
+  std::vector<float>& exp_avg_sq() { return v_; }
+  void set_steps(int64_t t) { t_ = t; }
+
+ private:
+  AdamOptions opt_;
+  std::vector<float> m_, v_;
+  int64_t t_ = 0;
+};
+
+// d2l grad_clipping: norm = sqrt(sum g^2) over all parameters; if norm > theta, g *= theta / norm.
+// Returns the norm before clipping (NaN/Inf when a gradient is not finite).
+double clip_grad_norm(ParamTable& params, double theta);
+
+}  // namespace tfm

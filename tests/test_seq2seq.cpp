@@ -1,0 +1,93 @@
+// transformer_seq2seq against PyTorch running reference_modules.EncoderDecoder (fixtures/seq2seq, made by
+// scripts/make_fixtures.py): logits, loss, every parameter gradient, clipping and two Adam steps.
+#include <gtest/gtest.h>
+
+#include "io/safetensors.h"
+#include "models/seq2seq.h"
+#include "test_util.h"
+#include "train/optim.h"
+
+using namespace tfm;
+using tfm::test::fixture;
+
+namespace {
+struct Fixture {
+  Seq2SeqConfig config = Seq2SeqConfig::load(fixture("seq2seq/config.json"));
+  SafeTensors io = SafeTensors::open(fixture("seq2seq/io.safetensors"));
+  Tensor enc_X = io.get("enc_X"), enc_valid = io.get("enc_valid_lens"), dec_X = io.get("dec_X"), Y = io.get("Y"),
+         Y_valid = io.get("Y_valid_len");
+  Seq2SeqBatch batch() const {
+    Seq2SeqBatch b;
+    b.src = enc_X.i64();
+    b.src_valid_len = enc_valid.i64();
+    b.dec_input = dec_X.i64();
+    b.labels = Y.i64();
+    b.tgt_valid_len = Y_valid.i64();
+    b.batch = enc_X.size(0);
+    b.src_len = enc_X.size(1);
+    b.tgt_len = dec_X.size(1);
+    return b;
+  }
+};
+
+// max |a - b| / max(|b|, floor): relative error with a floor so near-zero entries don't dominate.
+double max_rel_err(const float* a, const float* b, int64_t n, double floor = 1e-3) {
+  double worst = 0, scale = floor;
+  for (int64_t i = 0; i < n; ++i) scale = std::max(scale, (double)std::fabs(b[i]));
+  for (int64_t i = 0; i < n; ++i) {
+    double e = std::fabs((double)a[i] - b[i]) / scale;
+    if (!(e <= worst)) worst = std::isnan(e) ? INFINITY : e;
+  }
+  return worst;
+}
+}  // namespace
+
+TEST(Seq2SeqGolden, LogitsAndEncoderOutputsMatchPyTorch) {
+  Fixture f;
+  Seq2SeqModel model(f.config);
+  model.load(fixture("seq2seq/model.safetensors"));
+  Tensor logits = model.forward_logits(f.batch());
+  Tensor want = f.io.get("logits");
+  ASSERT_EQ(logits.shape(), want.shape());
+  EXPECT_TRUE(tfm::test::all_close(logits.f32(), want.f32(), logits.numel(), 1e-4f, 1e-4f));
+  Tensor enc = model.encode(f.enc_X.i64(), f.enc_valid.i64(), f.enc_X.size(0), f.enc_X.size(1));
+  EXPECT_TRUE(tfm::test::all_close(enc.f32(), f.io.get("enc_outputs").f32(), enc.numel(), 1e-4f, 1e-4f));
+}
+
+TEST(Seq2SeqGolden, LossGradientsClippingAndAdamMatchPyTorch) {
+  Fixture f;
+  Seq2SeqModel model(f.config);
+  model.load(fixture("seq2seq/model.safetensors"));
+  LossResult r = model.forward_backward(f.batch(), nullptr);
+  EXPECT_NEAR(r.loss_sum, f.io.get("loss_sum").f32()[0], 1e-4 * std::fabs(f.io.get("loss_sum").f32()[0]));
+  SafeTensors grads = SafeTensors::open(fixture("seq2seq/grads.safetensors"));
+  ParamTable& P = model.params();
+  for (size_t i = 0; i < P.entries().size(); ++i) {
+    const auto& e = P.entries()[i];
+    Tensor g = grads.get("grad." + e.name);
+    ASSERT_EQ(g.numel(), e.numel) << e.name;
+    EXPECT_LE(max_rel_err(P.grad((int64_t)i), g.f32(), e.numel), 1e-4) << "grad." << e.name;
+  }
+  double norm = clip_grad_norm(P, 1.0);
+  EXPECT_NEAR(norm, grads.get("grad_norm").f32()[0], 1e-4 * norm);
+  for (size_t i = 0; i < P.entries().size(); ++i) {
+    const auto& e = P.entries()[i];
+    EXPECT_LE(max_rel_err(P.grad((int64_t)i), grads.get("clipped." + e.name).f32(), e.numel), 1e-4) << e.name;
+  }
+  SafeTensors adam = SafeTensors::open(fixture("seq2seq/adam.safetensors"));
+  Adam opt(P.total(), AdamOptions{0.005f});
+  opt.step(P);
+  for (size_t i = 0; i < P.entries().size(); ++i) {
+    const auto& e = P.entries()[i];
+    EXPECT_LE(max_rel_err(P.data((int64_t)i), adam.get("step1." + e.name).f32(), e.numel), 1e-4) << "step1." << e.name;
+  }
+  // Second step on the same batch: Adam's bias correction at t = 2.
+  P.zero_grad();
+  model.forward_backward(f.batch(), nullptr);
+  clip_grad_norm(P, 1.0);
+  opt.step(P);
+  for (size_t i = 0; i < P.entries().size(); ++i) {
+    const auto& e = P.entries()[i];
+    EXPECT_LE(max_rel_err(P.data((int64_t)i), adam.get("step2." + e.name).f32(), e.numel), 1e-4) << "step2." << e.name;
+  }
+}
