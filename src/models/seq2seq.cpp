@@ -33,6 +33,10 @@ Seq2SeqConfig Seq2SeqConfig::from_json(const nlohmann::json& j, const std::strin
   c.src_vocab_size = json_int(j, "src_vocab_size", file);
   c.tgt_vocab_size = json_int(j, "tgt_vocab_size", file);
   c.max_len = json_int_or(j, "max_len", 1000, file);
+  c.decode_positions = json_string_or(j, "decode_positions", "d2l_step", file);
+  if (c.decode_positions != "absolute" && c.decode_positions != "d2l_step")
+    throw std::runtime_error(file + ": key 'decode_positions' must be 'absolute' or 'd2l_step', found '" +
+                             c.decode_positions + "'");
   auto positive = [&](const char* k, int64_t v) {
     if (v <= 0) throw std::runtime_error(file + ": key '" + k + "' must be positive, found " + std::to_string(v));
   };
@@ -60,7 +64,8 @@ nlohmann::json Seq2SeqConfig::to_json() const {
   return {{"model_type", "transformer_seq2seq"}, {"num_hiddens", num_hiddens},   {"num_layers", num_layers},
           {"num_heads", num_heads},               {"ffn_num_hiddens", ffn_num_hiddens}, {"dropout", dropout},
           {"num_steps", num_steps},               {"src_vocab_size", src_vocab_size},
-          {"tgt_vocab_size", tgt_vocab_size},     {"max_len", max_len}};
+          {"tgt_vocab_size", tgt_vocab_size},     {"max_len", max_len},
+          {"decode_positions", decode_positions}};
 }
 
 // ---------------------------------------------------------------- modules with explicit backward

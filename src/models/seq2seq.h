@@ -29,6 +29,9 @@ struct Seq2SeqConfig {
   int64_t src_vocab_size = 0;
   int64_t tgt_vocab_size = 0;
   int64_t max_len = 1000;        // rows of the positional-encoding table (d2l's max_len)
+  // "absolute" or "d2l_step" (see PositionMode). Absent in a config.json: "d2l_step", so a model exported from
+  // the d2l reference translates as its predict_seq2seq does; `tfm train` writes "absolute".
+  std::string decode_positions = "d2l_step";
 
   // Validates: positive sizes, num_hiddens divisible by num_heads and even, dropout in [0, 1).
   static Seq2SeqConfig from_json(const nlohmann::json& j, const std::string& file);

@@ -1,0 +1,98 @@
+// Decoding: the cached decoder against full recomputation and against the reference's predict loop.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "decode/search.h"
+#include "io/safetensors.h"
+#include "models/seq2seq.h"
+#include "test_util.h"
+#include "text/nmt_data.h"
+#include "text/vocab.h"
+
+using namespace tfm;
+using tfm::test::fixture;
+
+TEST(Decode, CachedGreedyEqualsFullRecomputation) {
+  Seq2SeqModel model(Seq2SeqConfig::load(fixture("seq2seq/config.json")));
+  model.load(fixture("seq2seq/model.safetensors"));
+  auto io = SafeTensors::open(fixture("seq2seq/io.safetensors"));
+  Tensor src = io.get("enc_X"), valid = io.get("enc_valid_lens");
+  DecodeOptions opt;
+  opt.max_steps = 8;
+  opt.position_mode = PositionMode::kAbsolute;
+  // Also with random weights, so a second model exercises the comparison.
+  for (int trial = 0; trial < 2; ++trial) {
+    if (trial == 1) {
+      Rng rng(7);
+      model.init(rng);
+    }
+    auto cached = greedy_decode(model, src.i64(), valid.i64(), src.size(0), src.size(1), opt);
+    auto full = greedy_decode_recompute(model, src.i64(), valid.i64(), src.size(0), src.size(1), opt);
+    EXPECT_EQ(cached, full) << "trial " << trial;
+  }
+}
+
+TEST(Decode, D2lStepPositionsReproduceReferencePredictLoop) {
+  Seq2SeqModel model(Seq2SeqConfig::load(fixture("seq2seq/config.json")));
+  model.load(fixture("seq2seq/model.safetensors"));
+  auto io = SafeTensors::open(fixture("seq2seq/io.safetensors"));
+  Tensor src = io.get("enc_X"), valid = io.get("enc_valid_lens"), want = io.get("greedy_ids");
+  DecodeOptions opt;
+  opt.max_steps = 8;
+  opt.position_mode = PositionMode::kD2lStep;
+  auto got = greedy_decode(model, src.i64(), valid.i64(), src.size(0), src.size(1), opt);
+  for (int64_t b = 0; b < src.size(0); ++b) {
+    std::vector<int64_t> w;
+    for (int64_t t = 0; t < want.size(1) && want.i64()[b * want.size(1) + t] >= 0; ++t) {
+      int64_t id = want.i64()[b * want.size(1) + t];
+      if (id == opt.eos_id) break;
+      w.push_back(id);
+    }
+    EXPECT_EQ(got[b], w) << "row " << b;
+  }
+}
+
+TEST(Decode, ModelTrainedByPyTorchReferenceTranslatesTheSame) {
+  const std::string dir = fixture("d2l_trained");
+  Seq2SeqModel model(Seq2SeqConfig::load(dir + "/config.json"));
+  model.load(dir + "/model.safetensors");
+  Vocab src_vocab = Vocab::load(dir + "/src_vocab.txt"), tgt_vocab = Vocab::load(dir + "/tgt_vocab.txt");
+  std::ifstream f(dir + "/predictions.json");
+  nlohmann::json j = nlohmann::json::parse(f);
+  DecodeOptions opt;
+  opt.max_steps = model.config().num_steps;
+  opt.bos_id = tgt_vocab["<bos>"];
+  opt.eos_id = tgt_vocab["<eos>"];
+  opt.position_mode = PositionMode::kD2lStep;  // config.json has no decode_positions: reference behaviour
+  ASSERT_EQ(model.config().decode_positions, "d2l_step");
+  int checked = 0;
+  for (const auto& p : j["predictions"]) {
+    EncodedSource s = encode_source_sentence(p["src"].get<std::string>(), src_vocab, opt.max_steps);
+    auto out = greedy_decode(model, s.ids.data(), &s.valid_len, 1, (int64_t)s.ids.size(), opt);
+    std::string text;
+    for (size_t i = 0; i < out[0].size(); ++i) text += (i ? " " : "") + tgt_vocab.to_token(out[0][i]);
+    EXPECT_EQ(text, p["pred"].get<std::string>()) << p["src"];
+    ++checked;
+  }
+  EXPECT_GE(checked, 4);
+}
+
+TEST(Decode, BeamOfOneEqualsGreedyAndWiderBeamScoresNoWorse) {
+  Seq2SeqModel model(Seq2SeqConfig::load(fixture("seq2seq/config.json")));
+  model.load(fixture("seq2seq/model.safetensors"));
+  auto io = SafeTensors::open(fixture("seq2seq/io.safetensors"));
+  Tensor src = io.get("enc_X"), valid = io.get("enc_valid_lens");
+  const int64_t Ls = src.size(1);
+  DecodeOptions opt;
+  opt.max_steps = 8;
+  for (int64_t b = 0; b < src.size(0); ++b) {
+    auto greedy = greedy_decode(model, src.i64() + b * Ls, valid.i64() + b, 1, Ls, opt);
+    opt.beam_size = 1;
+    EXPECT_EQ(beam_search(model, src.i64() + b * Ls, valid.i64()[b], Ls, opt), greedy[0]) << "row " << b;
+    opt.beam_size = 4;
+    auto beam = beam_search(model, src.i64() + b * Ls, valid.i64()[b], Ls, opt);
+    EXPECT_LE((int64_t)beam.size(), opt.max_steps);
+  }
+}
