@@ -1,0 +1,148 @@
+#include "train/trainer.h"
+
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <sstream>
+#include <stdexcept>
+
+#include "core/rng.h"
+#include "io/atomic_file.h"
+#include "io/png.h"
+#include "models/seq2seq.h"
+#include "text/nmt_data.h"
+#include "text/vocab.h"
+#include "train/optim.h"
+
+namespace tfm {
+
+namespace {
+
+void save_model_folder(const std::string& dir, Seq2SeqModel& model, const Vocab& src, const Vocab& tgt) {
+  make_dirs(dir);
+  write_file_atomic(dir + "/config.json", model.config().to_json().dump(2) + "\n");
+  model.save(dir + "/model.safetensors");
+  src.save(dir + "/src_vocab.txt");
+  tgt.save(dir + "/tgt_vocab.txt");
+}
+
+std::string format_eta(double s) {
+  char buf[32];
+  if (s >= 3600)
+    std::snprintf(buf, sizeof buf, "%dh%02dm", (int)(s / 3600), (int)std::fmod(s / 60, 60));
+  else
+    std::snprintf(buf, sizeof buf, "%dm%02ds", (int)(s / 60), (int)std::fmod(s, 60));
+  return buf;
+}
+
+}  // namespace
+
+TrainResult train_seq2seq(const TrainOptions& o) {
+  if (o.out.empty()) throw std::invalid_argument("--out is required");
+  if (o.batch_size < 1) throw std::invalid_argument("batch_size must be at least 1");
+  if (o.epochs < 1) throw std::invalid_argument("epochs must be at least 1");
+  if (!(o.lr > 0)) throw std::invalid_argument("lr must be positive");
+  ParallelCorpus corpus = read_nmt_file(o.data, o.num_examples);
+  if (!corpus.skipped_lines.empty() && o.progress)
+    std::fprintf(stderr, "warning: %s: skipped %zu line(s) without exactly one TAB (first: line %lld)\n",
+                 o.data.c_str(), corpus.skipped_lines.size(), (long long)corpus.skipped_lines[0]);
+  const std::vector<std::string> reserved = {"<pad>", "<bos>", "<eos>"};
+  Vocab src_vocab(corpus.source, 2, reserved), tgt_vocab(corpus.target, 2, reserved);
+  NmtArrays arrays = build_arrays_nmt(corpus, src_vocab, tgt_vocab, o.num_steps);
+  const int64_t N = arrays.size(), L = o.num_steps;
+
+  Seq2SeqConfig cfg;
+  cfg.num_hiddens = o.num_hiddens;
+  cfg.num_layers = o.num_layers;
+  cfg.num_heads = o.num_heads;
+  cfg.ffn_num_hiddens = o.ffn_num_hiddens;
+  cfg.dropout = o.dropout;
+  cfg.num_steps = o.num_steps;
+  cfg.src_vocab_size = src_vocab.size();
+  cfg.tgt_vocab_size = tgt_vocab.size();
+  cfg.decode_positions = "absolute";
+  cfg = Seq2SeqConfig::from_json(cfg.to_json(), "training options");  // same validation as a config.json
+
+  Seq2SeqModel model(cfg);
+  Rng init_rng(o.seed);
+  model.init(init_rng);
+  Rng dropout_rng(o.seed ^ 0x9E3779B97F4A7C15ull);
+  BatchSampler sampler(N, o.batch_size, o.seed);
+  Adam adam(model.params().total(), AdamOptions{(float)o.lr});
+  ParamTable& P = model.params();
+  std::vector<float> last_good = P.all_data();
+
+  const int64_t bos = tgt_vocab["<bos>"];
+  std::vector<int64_t> src(o.batch_size * L), src_vl(o.batch_size), dec(o.batch_size * L), lab(o.batch_size * L),
+      tgt_vl(o.batch_size);
+  std::ostringstream log;
+  log << "epoch,loss,token_loss,tokens_per_sec\n";
+  std::vector<double> curve;
+  TrainResult res;
+  const bool tty = isatty(2);
+  auto t0 = std::chrono::steady_clock::now();
+  int64_t total_tokens = 0;
+  for (int64_t epoch = 1; epoch <= o.epochs; ++epoch) {
+    auto e0 = std::chrono::steady_clock::now();
+    double loss_sum = 0, token_loss_sum = 0;
+    int64_t ntok = 0;
+    for (const auto& idx : sampler.epoch()) {
+      const int64_t B = (int64_t)idx.size();
+      for (int64_t b = 0; b < B; ++b) {
+        const int64_t r = idx[b];
+        std::copy_n(arrays.src.begin() + r * L, L, src.begin() + b * L);
+        std::copy_n(arrays.tgt.begin() + r * L, L, lab.begin() + b * L);
+        src_vl[b] = arrays.src_valid_len[r];
+        tgt_vl[b] = arrays.tgt_valid_len[r];
+        dec[b * L] = bos;  // teacher forcing: <bos> + Y[:, :-1]
+        std::copy_n(arrays.tgt.begin() + r * L, L - 1, dec.begin() + b * L + 1);
+      }
+      Seq2SeqBatch batch{src.data(), src_vl.data(), dec.data(), lab.data(), tgt_vl.data(), B, L, L};
+      P.zero_grad();
+      LossResult lr = model.forward_backward(batch, cfg.dropout > 0 ? &dropout_rng : nullptr, o.label_smoothing);
+      if (!std::isfinite(lr.loss_sum)) {
+        P.all_data() = last_good;
+        save_model_folder(o.out, model, src_vocab, tgt_vocab);
+        throw std::runtime_error("training diverged: the loss became " + std::to_string(lr.loss_sum) + " in epoch " +
+                                 std::to_string(epoch) + " (try a lower --lr); the weights from the end of epoch " +
+                                 std::to_string(epoch - 1) + " are saved in " + o.out);
+      }
+      clip_grad_norm(P, o.grad_clip);
+      adam.step(P);
+      loss_sum += lr.loss_sum;
+      token_loss_sum += lr.token_loss_sum;
+      ntok += lr.num_tokens;
+    }
+    last_good = P.all_data();
+    total_tokens += ntok;
+    auto now = std::chrono::steady_clock::now();
+    double epoch_s = std::chrono::duration<double>(now - e0).count();
+    double elapsed = std::chrono::duration<double>(now - t0).count();
+    res.loss = loss_sum / std::max<int64_t>(ntok, 1);
+    res.token_loss = token_loss_sum / std::max<int64_t>(ntok, 1);
+    res.epochs_run = epoch;
+    double tps = ntok / std::max(epoch_s, 1e-9);
+    curve.push_back(res.loss);
+    log << epoch << "," << res.loss << "," << res.token_loss << "," << tps << "\n";
+    if (o.progress) {
+      double eta = elapsed / epoch * (o.epochs - epoch);
+      int width = 24, filled = (int)(width * epoch / o.epochs);
+      std::string bar = std::string(filled, '#') + std::string(width - filled, '.');
+      bool line_due = tty || epoch == o.epochs || epoch % std::max<int64_t>(1, o.epochs / 10) == 0;
+      if (line_due)
+        std::fprintf(stderr, "%s[%s] epoch %lld/%lld loss %.4f token_loss %.4f %.0f tok/s ETA %s%s",
+                     tty ? "\r" : "", bar.c_str(), (long long)epoch, (long long)o.epochs, res.loss, res.token_loss,
+                     tps, format_eta(eta).c_str(), tty && epoch < o.epochs ? "" : "\n");
+    }
+  }
+  res.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  res.tokens_per_sec = total_tokens / std::max(res.seconds, 1e-9);
+  save_model_folder(o.out, model, src_vocab, tgt_vocab);
+  write_file_atomic(o.out + "/train_log.csv", log.str());
+  write_line_plot_png(o.out + "/loss.png", {curve});
+  return res;
+}
+
+}  // namespace tfm

@@ -1,0 +1,38 @@
+// Training loop for transformer_seq2seq on a d2l-style 'source<TAB>target' corpus (document 002's train_seq2seq).
+#pragma once
+#include <cstdint>
+#include <string>
+
+namespace tfm {
+
+struct TrainOptions {
+  std::string data;           // corpus file (fra.txt format; .gz accepted)
+  std::string out;            // output folder: model files, train_log.csv, loss.png
+  int64_t num_examples = 600; // d2l reads lines 0..num_examples (0 = all)
+  int64_t num_steps = 10;
+  int64_t num_hiddens = 32, num_layers = 2, num_heads = 4, ffn_num_hiddens = 64;
+  double dropout = 0.1;
+  int64_t batch_size = 64;
+  double lr = 0.005;
+  int64_t epochs = 200;
+  uint64_t seed = 0;
+  double grad_clip = 1.0;     // global-norm clipping threshold theta
+  float label_smoothing = 0.0f;
+  bool progress = true;       // progress bar on stderr
+};
+
+struct TrainResult {
+  double loss = 0;           // last epoch: d2l's reported loss = sum of sequence losses / valid tokens
+  double token_loss = 0;     // last epoch: mean cross-entropy per valid target token
+  double tokens_per_sec = 0; // valid target tokens per second over the whole run
+  double seconds = 0;
+  int64_t epochs_run = 0;
+};
+
+// Trains from scratch and writes DIR/{config.json, model.safetensors, src_vocab.txt, tgt_vocab.txt,
+// train_log.csv, loss.png} (each atomically). Deterministic for a given seed and thread count.
+// Throws std::runtime_error on bad data or options, and when the loss becomes non-finite: the message names the
+// epoch, and the last good weights (end of the previous epoch) are saved first.
+TrainResult train_seq2seq(const TrainOptions& options);
+
+}  // namespace tfm
