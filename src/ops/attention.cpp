@@ -32,6 +32,50 @@ bool AttentionMask::visible(int64_t b, int64_t i, int64_t j, int64_t Lq, int64_t
 
 namespace {
 
+// C[M, N] = alpha * op(A) op(B) + beta * C for the tiny per-head products of small models, where OpenBLAS's
+// per-call overhead (about a microsecond) exceeds the arithmetic. Same argument convention as cblas_sgemm.
+void sgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
+           const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+  if (M * N * K >= 32768) {
+    cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans, (int)M,
+                (int)N, (int)K, alpha, A, (int)lda, B, (int)ldb, beta, C, (int)ldc);
+    return;
+  }
+  for (int64_t i = 0; i < M; ++i) {
+    float* c = C + i * ldc;
+    if (beta == 0.0f)
+      for (int64_t j = 0; j < N; ++j) c[j] = 0.0f;
+    else if (beta != 1.0f)
+      for (int64_t j = 0; j < N; ++j) c[j] *= beta;
+    if (trans_b && !trans_a) {  // rows of A and B are contiguous: dot products
+      const float* a = A + i * lda;
+      for (int64_t j = 0; j < N; ++j) {
+        const float* b = B + j * ldb;
+        float acc = 0.0f;
+#pragma omp simd reduction(+ : acc)
+        for (int64_t k = 0; k < K; ++k) acc += a[k] * b[k];
+        c[j] += alpha * acc;
+      }
+      continue;
+    }
+    for (int64_t k = 0; k < K; ++k) {
+      float a = alpha * (trans_a ? A[k * lda + i] : A[i * lda + k]);
+      if (a == 0.0f) continue;
+      if (trans_b) {
+        for (int64_t j = 0; j < N; ++j) c[j] += a * B[j * ldb + k];
+      } else {
+        const float* b = B + k * ldb;
+#pragma omp simd
+        for (int64_t j = 0; j < N; ++j) c[j] += a * b[j];
+      }
+    }
+  }
+}
+
+}  // namespace
+
+namespace {
+
 void resolve(AttentionDims& d) {
   int64_t hidden = d.num_heads * d.head_dim;
   if (!d.q_ld) d.q_ld = hidden;
@@ -104,8 +148,8 @@ void attention_forward(float* out, float* probs, const float* q, const float* k,
         continue;
       }
       // S = scale * Q K^T  [Lq, Lk]
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)Lq, (int)Lk, (int)Dh, d.scale, qb, (int)d.q_ld, kb,
-                  (int)d.k_ld, 0.0f, P, (int)Lk);
+      sgemm(false, true, Lq, Lk, Dh, d.scale, qb, d.q_ld, kb,
+                  d.k_ld, 0.0f, P, Lk);
       for (int64_t i = 0; i < Lq; ++i) masked_softmax_row(P + i * Lk, b, i, Lq, Lk, mask);
       const float* A = P;
       if (dropout_mask) {
@@ -114,8 +158,8 @@ void attention_forward(float* out, float* probs, const float* q, const float* k,
         A = dropped.data();
       }
       // O = A V  [Lq, Dh]
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)Lq, (int)Dh, (int)Lk, 1.0f, A, (int)Lk, vb,
-                  (int)d.v_ld, 0.0f, ob, (int)d.out_ld);
+      sgemm(false, false, Lq, Dh, Lk, 1.0f, A, Lk, vb,
+                  d.v_ld, 0.0f, ob, d.out_ld);
     }
   }
 }
@@ -147,11 +191,11 @@ void attention_backward(float* dq, float* dk, float* dv, const float* dout, cons
         Aw = A.data();
       }
       // dV = A^T dO  [Lk, Dh]
-      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)Lk, (int)Dh, (int)Lq, 1.0f, Aw, (int)Lk, dob,
-                  (int)d.out_ld, 0.0f, dvb, (int)d.v_ld);
+      sgemm(true, false, Lk, Dh, Lq, 1.0f, Aw, Lk, dob,
+                  d.out_ld, 0.0f, dvb, d.v_ld);
       // dA = dO V^T  [Lq, Lk]
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)Lq, (int)Lk, (int)Dh, 1.0f, dob, (int)d.out_ld, vb,
-                  (int)d.v_ld, 0.0f, dP.data(), (int)Lk);
+      sgemm(false, true, Lq, Lk, Dh, 1.0f, dob, d.out_ld, vb,
+                  d.v_ld, 0.0f, dP.data(), Lk);
       // dS = P * (dP - sum(dP * P)) with dP = dA * M; masked entries have P = 0 and get no gradient.
       for (int64_t i = 0; i < Lq; ++i) {
         float* g = dP.data() + i * Lk;
@@ -163,10 +207,10 @@ void attention_backward(float* dq, float* dk, float* dv, const float* dout, cons
         for (int64_t j = 0; j < Lk; ++j) g[j] = p[j] * (g[j] - dot);
       }
       // dQ = scale dS K ; dK = scale dS^T Q
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)Lq, (int)Dh, (int)Lk, d.scale, dP.data(), (int)Lk,
-                  kb, (int)d.k_ld, 0.0f, dqb, (int)d.q_ld);
-      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)Lk, (int)Dh, (int)Lq, d.scale, dP.data(), (int)Lk,
-                  qb, (int)d.q_ld, 0.0f, dkb, (int)d.k_ld);
+      sgemm(false, false, Lq, Dh, Lk, d.scale, dP.data(), Lk,
+                  kb, d.k_ld, 0.0f, dqb, d.q_ld);
+      sgemm(true, false, Lk, Dh, Lq, d.scale, dP.data(), Lk,
+                  qb, d.q_ld, 0.0f, dkb, d.k_ld);
     }
   }
 }
