@@ -164,11 +164,14 @@ TEST_P(AttentionMasks, FastMatchesReferenceAndMaskedRowsAreZero) {
         bool any = false;
         for (int64_t j = 0; j < Lk; ++j) {
           float w = p[((b * H + h) * Lq + i) * Lk + j];
-          if (!m.visible(b, i, j, Lq, Lk)) EXPECT_EQ(w, 0.0f) << c.name;
+          if (!m.visible(b, i, j, Lq, Lk)) {
+            EXPECT_EQ(w, 0.0f) << c.name;
+          }
           any |= m.visible(b, i, j, Lq, Lk);
         }
-        if (!any)
+        if (!any) {
           for (int64_t x = 0; x < Dh; ++x) EXPECT_EQ(out[(b * Lq + i) * D + h * Dh + x], 0.0f) << c.name;
+        }
       }
 }
 
@@ -188,7 +191,6 @@ TEST_P(AttentionMasks, GradientMatchesFiniteDifferences) {
   Rng rng(5);
   dropout_mask(dm.data(), (int64_t)dm.size(), 0.2f, rng);
   auto loss = [&]() {
-    std::vector<double> dummy;
     std::vector<float> o(B * Lq * D), pr(B * H * Lq * Lk);
     attention_forward(o.data(), pr.data(), q.data(), k.data(), v.data(), d, m, dm.data());
     double s = 0;

@@ -26,13 +26,13 @@ std::string parent_dir(const std::string& path) {
 
 void fsync_dir(const std::string& dir, const std::string& path) {
   int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) throw sys_error("write_file_atomic: '" + path + "' written, but cannot open folder '" + dir + "' to sync it", errno);
+  if (fd < 0) throw sys_error("cannot write: '" + path + "' written, but cannot open folder '" + dir + "' to sync it", errno);
   int rc = ::fsync(fd);
   int err = errno;
   ::close(fd);
   // Some filesystems do not support fsync on a folder (EINVAL); the rename is then as durable as they allow.
   if (rc != 0 && err != EINVAL)
-    throw sys_error("write_file_atomic: '" + path + "' written, but syncing folder '" + dir + "' failed", err);
+    throw sys_error("cannot write: '" + path + "' written, but syncing folder '" + dir + "' failed", err);
 }
 
 }  // namespace
@@ -41,20 +41,20 @@ void write_file_atomic(const std::string& path, const std::function<void(std::FI
   if (path.empty()) throw std::runtime_error("write_file_atomic: empty path");
   const std::string tmp = path + ".tmp." + std::to_string(::getpid());
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
-  if (fd < 0) throw sys_error("write_file_atomic: cannot create temp file '" + tmp + "' for '" + path + "'", errno);
+  if (fd < 0) throw sys_error("cannot write '" + path + "' (creating its temporary file '" + tmp + "')", errno);
   std::FILE* f = ::fdopen(fd, "wb");
   if (!f) {
     int err = errno;
     ::close(fd);
     ::unlink(tmp.c_str());
-    throw sys_error("write_file_atomic: cannot open stream on '" + tmp + "' for '" + path + "'", err);
+    throw sys_error("cannot write: cannot open stream on '" + tmp + "' for '" + path + "'", err);
   }
   // Every exit path below closes `f` exactly once and removes the temp file unless the rename succeeded.
   auto fail = [&](const std::string& step, int err) {
     if (f) std::fclose(f);
     f = nullptr;
     ::unlink(tmp.c_str());
-    throw sys_error("write_file_atomic: " + step + " '" + path + "' (temp file '" + tmp + "')", err);
+    throw sys_error("cannot write: " + step + " '" + path + "' (temp file '" + tmp + "')", err);
   };
   try {
     writer(f);
@@ -90,9 +90,9 @@ void make_dirs(const std::string& dir) {
       int err = errno;
       struct stat st;
       if (err != EEXIST)
-        throw sys_error("make_dirs: cannot create folder '" + prefix + "' (creating '" + dir + "')", err);
+        throw sys_error("cannot create folder '" + prefix + "' (creating '" + dir + "')", err);
       if (::stat(prefix.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
-        throw std::runtime_error("make_dirs: '" + prefix + "' exists and is not a folder (creating '" + dir + "')");
+        throw std::runtime_error("cannot create folder: '" + prefix + "' exists and is not a folder (creating '" + dir + "')");
     }
     if (pos == std::string::npos) break;
   }

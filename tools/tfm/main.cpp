@@ -33,8 +33,24 @@ int main(int argc, char** argv) {
   tfm::cli::add_bleu_command(app);
   try {
     app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
+  } catch (const CLI::CallForHelp& e) {
     return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    // One line with the usual prefix; CLI11's own text otherwise blames a missing command for an unknown one.
+    std::string what = e.what();
+    if (argc > 1 && argv[1][0] != '-') {
+      bool known = false;
+      for (const CLI::App* sub : app.get_subcommands({})) known |= sub->get_name() == argv[1];
+      if (!known) {
+        std::string names;
+        for (const CLI::App* sub : app.get_subcommands({})) names += (names.empty() ? "" : ", ") + sub->get_name();
+        what = std::string("unknown command '") + argv[1] + "' (commands: " + names + ")";
+      }
+    }
+    std::fprintf(stderr, "tfm: error: %s (see --help)\n", what.c_str());
+    return 2;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "tfm: error: %s\n", e.what());
     return 1;

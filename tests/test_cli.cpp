@@ -1,0 +1,531 @@
+// End-to-end tests of the `tfm` command-line tool, run as a subprocess (TFM_BINARY).
+// Each test gets a fresh folder under testing::TempDir(); the child runs with OMP_NUM_THREADS=1.
+// Expected values come from the reference facts of ../shared/data/README.md, from the fixtures' config.json,
+// or are computed by hand in the comments; none is copied from tfm's own output.
+#include <fcntl.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "core/tensor.h"
+#include "io/npy.h"
+#include "io/safetensors.h"
+#include "test_util.h"
+
+extern char** environ;
+
+namespace tfm::test {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct RunResult {
+  int exit_code = -1;  // exit status, or -1 when the child was killed by a signal
+  int signal = 0;      // the signal that killed the child, 0 if it exited
+  std::string out, err;
+};
+
+std::string read_file(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+void write_file(const std::string& path, const std::string& content) {
+  std::ofstream f(path, std::ios::binary | std::ios::trunc);
+  f << content;
+  ASSERT_TRUE(f.good()) << "cannot write " << path;
+}
+
+std::vector<std::string> lines_of(const std::string& s) {
+  std::vector<std::string> lines;
+  std::stringstream ss(s);
+  for (std::string line; std::getline(ss, line);) lines.push_back(line);
+  return lines;
+}
+
+// A fresh, empty folder for the current test (pid in the name: ctest may run tests in parallel), removed at the
+// end of the test unless it failed, so that the child's .stdout / .stderr can be inspected.
+struct ScopedDir {
+  std::string path;
+  ScopedDir() {
+    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+    fs::path d = fs::path(::testing::TempDir()) /
+                 ("tfm_cli_" + std::to_string(getpid()) + "_" + info->test_suite_name() + "_" + info->name());
+    fs::remove_all(d);
+    fs::create_directories(d);
+    path = d.string();
+  }
+  ~ScopedDir() {
+    std::error_code ec;
+    if (!::testing::Test::HasFailure()) fs::remove_all(path, ec);
+  }
+  ScopedDir(const ScopedDir&) = delete;
+  ScopedDir& operator=(const ScopedDir&) = delete;
+};
+
+// Runs TFM_BINARY with `args` (no shell: any bytes can be passed), `stdin_text` on stdin, and captures stdout and
+// stderr through files in `dir` (no pipe deadlock on long outputs).
+RunResult run_tfm(const std::string& dir, const std::vector<std::string>& args, const std::string& stdin_text = "") {
+  RunResult r;
+  const std::string in_path = dir + "/.stdin", out_path = dir + "/.stdout", err_path = dir + "/.stderr";
+  write_file(in_path, stdin_text);
+  std::vector<std::string> argv_s = {TFM_BINARY};
+  argv_s.insert(argv_s.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (auto& a : argv_s) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  std::vector<std::string> env_s;
+  for (char** e = environ; *e; ++e)
+    if (std::strncmp(*e, "OMP_NUM_THREADS=", 16) != 0) env_s.push_back(*e);
+  env_s.push_back("OMP_NUM_THREADS=1");
+  std::vector<char*> envp;
+  for (auto& e : env_s) envp.push_back(e.data());
+  envp.push_back(nullptr);
+
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, 0, in_path.c_str(), O_RDONLY, 0);
+  posix_spawn_file_actions_addopen(&fa, 1, out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  posix_spawn_file_actions_addopen(&fa, 2, err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  pid_t pid = 0;
+  int rc = posix_spawn(&pid, argv[0], &fa, nullptr, argv.data(), envp.data());
+  posix_spawn_file_actions_destroy(&fa);
+  if (rc != 0) {
+    ADD_FAILURE() << "posix_spawn " << argv[0] << ": " << std::strerror(rc);
+    return r;
+  }
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  if (WIFEXITED(status)) r.exit_code = WEXITSTATUS(status);
+  if (WIFSIGNALED(status)) r.signal = WTERMSIG(status);
+  r.out = read_file(out_path);
+  r.err = read_file(err_path);
+  return r;
+}
+
+std::string describe(const RunResult& r) {
+  return "exit " + std::to_string(r.exit_code) + ", signal " + std::to_string(r.signal) + "\n--- stdout:\n" + r.out +
+         "--- stderr:\n" + r.err;
+}
+
+// A failed run: exited (no signal, so no crash) with a non-zero status, and said on stderr, in one line
+// starting "tfm: error:", something that contains `needle`.
+void expect_clean_error(const RunResult& r, const std::string& needle) {
+  EXPECT_EQ(r.signal, 0) << describe(r);
+  EXPECT_GT(r.exit_code, 0) << describe(r);
+  std::vector<std::string> lines = lines_of(r.err);
+  ASSERT_EQ(lines.size(), 1u) << describe(r);
+  EXPECT_EQ(lines[0].rfind("tfm: error: ", 0), 0u) << describe(r);
+  EXPECT_NE(lines[0].find(needle), std::string::npos) << "expected '" << needle << "' in: " << lines[0];
+}
+
+std::string bert_vocab_dir() { return data_dir() + "/bert-base-uncased"; }
+
+// A model folder for the encode tests: tests/fixtures/bert (vocab_size 60, hidden_size 32,
+// max_position_embeddings 20, 2 layers) plus a 60-line WordPiece vocab.txt.
+std::string make_bert_dir(const std::string& dir) {
+  std::string m = dir + "/bert";
+  fs::create_directories(m);
+  fs::copy_file(fixture("bert/config.json"), m + "/config.json");
+  fs::copy_file(fixture("bert/model.safetensors"), m + "/model.safetensors");
+  std::string vocab = "[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\n";
+  const char* words[] = {"the",   "a",     "an",    "time",  "flies", "like",  "arrow", "fruit", "banana", "i",
+                         "have",  "dream", "cat",   "dog",   "sat",   "on",    "mat",   "is",    "was",    "and",
+                         "or",    "to",    "of",    "in",    "it",    "he",    "she",   "we",    "they",   "you",
+                         "red",   "blue",  "green", "big",   "small", "run",   "walk",  "eat",   "drink",  "sleep",
+                         "house", "car",   "tree",  "bird",  "fish",  "sun",   "moon",  "star",  "water",  "fire",
+                         "one",   "two",   "three", "four",  "five"};
+  static_assert(sizeof(words) / sizeof(words[0]) == 55);
+  for (const char* w : words) vocab += std::string(w) + "\n";
+  write_file(m + "/vocab.txt", vocab);
+  return m;
+}
+
+// A copy of tests/fixtures/d2l_trained (transformer_seq2seq, src/tgt vocab 189/201) to break for translate tests.
+std::string make_seq2seq_dir(const std::string& dir) {
+  std::string m = dir + "/seq2seq";
+  fs::copy(fixture("d2l_trained"), m, fs::copy_options::recursive);
+  return m;
+}
+
+std::vector<int64_t> shape_of(const Tensor& t) { return t.shape(); }
+
+// ------------------------------------------------------------------------------------------------ tokenize
+
+TEST(CliTokenize, SingleSentenceWithoutSpecialTokens) {
+  ScopedDir tmp;
+  const std::string& dir = tmp.path;
+  RunResult r = run_tfm(dir, {"tokenize", "--model", bert_vocab_dir(), "--no-special-tokens", "time flies like an arrow"});
+  ASSERT_EQ(r.exit_code, 0) << describe(r);
+  nlohmann::json j = nlohmann::json::parse(r.out);  // throws (test error) if not valid JSON
+  EXPECT_EQ(j.at("input_ids").get<std::vector<int64_t>>(), (std::vector<int64_t>{2051, 10029, 2066, 2019, 8612}));
+  EXPECT_EQ(j.at("token_type_ids").get<std::vector<int64_t>>(), std::vector<int64_t>(5, 0));
+  EXPECT_EQ(j.at("attention_mask").get<std::vector<int64_t>>(), std::vector<int64_t>(5, 1));
+  EXPECT_EQ(j.at("tokens").size(), 5u);
+}
+
+TEST(CliTokenize, PairLayout) {
+  ScopedDir tmp;
+  const std::string& dir = tmp.path;
+  RunResult r = run_tfm(dir, {"tokenize", "--model", bert_vocab_dir(), "time flies like an arrow", "--pair",
+                              "I have a dream."});
+  ASSERT_EQ(r.exit_code, 0) << describe(r);
+  nlohmann::json j = nlohmann::json::parse(r.out);
+  // [CLS] a [SEP] b [SEP]; a and b from the README's reference facts.
+  std::vector<int64_t> ids = {101, 2051, 10029, 2066, 2019, 8612, 102, 1045, 2031, 1037, 3959, 1012, 102};
+  std::vector<int64_t> types = {0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1};
+  EXPECT_EQ(j.at("input_ids").get<std::vector<int64_t>>(), ids);
+  EXPECT_EQ(j.at("token_type_ids").get<std::vector<int64_t>>(), types);
+  EXPECT_EQ(j.at("attention_mask").get<std::vector<int64_t>>(), std::vector<int64_t>(13, 1));
+  EXPECT_EQ(j.at("tokens").front(), "[CLS]");
+  EXPECT_EQ(j.at("tokens").back(), "[SEP]");
+}
+
+// ------------------------------------------------------------------------------------------------ encode
+
+TEST(CliEncode, WritesLastHiddenState) {
+  ScopedDir tmp;
+  const std::string& dir = tmp.path;
+  std::string m = make_bert_dir(dir);
+  // "the cat sat on the mat" -> 6 words in the vocab, + [CLS] [SEP] = 8 tokens.
+  RunResult r = run_tfm(dir, {"encode", "--model", m, "--threads", "1", "--text", "the cat sat on the mat", "-o",
+                              dir + "/h.npy"});
+  ASSERT_EQ(r.exit_code, 0) << describe(r);
+  EXPECT_NE(r.out.find("last_hidden_state shape: [1, 8, 32]"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("tokens: [CLS] the cat sat on the mat [SEP]"), std::string::npos) << r.out;
+  // ids: line numbers in vocab.txt (0-based): [CLS]=2, the=5, cat=17, sat=19, on=20, mat=21, [SEP]=3.
+  EXPECT_NE(r.out.find("input_ids: [2, 5, 17, 19, 20, 5, 21, 3]"), std::string::npos) << r.out;
+  Tensor h = load_npy(dir + "/h.npy");
+  EXPECT_EQ(shape_of(h), (std::vector<int64_t>{1, 8, 32}));
+  for (int64_t i = 0; i < h.numel(); ++i) ASSERT_TRUE(std::isfinite(h.f32()[i])) << i;
+}
+
+TEST(CliEncode, BatchIsPadded) {
+  ScopedDir tmp;
+  const std::string& dir = tmp.path;
+  std::string m = make_bert_dir(dir);
+  // 2 + 2 and 5 + 2 tokens: padded to L = 7.
+  RunResult r = run_tfm(dir, {"encode", "--model", m, "--threads", "1", "--text", "red car", "--text",
+                              "the big dog was red", "-o", dir + "/h.npy"});
+  ASSERT_EQ(r.exit_code, 0) << describe(r);
+  EXPECT_NE(r.out.find("last_hidden_state shape: [2, 7, 32]"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("input_ids: [2, 35, 46, 3, 0, 0, 0]"), std::string::npos) << r.out;
+  Tensor h = load_npy(dir + "/h.npy");
+  EXPECT_EQ(shape_of(h), (std::vector<int64_t>{2, 7, 32}));
+}
+
+TEST(CliEncode, AllLayersAndPooled) {
+  ScopedDir tmp;
+  const std::string& dir = tmp.path;
+  std::string m = make_bert_dir(dir);
+  RunResult r = run_tfm(dir, {"encode", "--model", m, "--threads", "1", "--text", "one two", "--text", "three",
+                              "--all-layers", "-o", dir + "/all.npy", "--pooled", dir + "/pooled.npy"});
+  ASSERT_EQ(r.exit_code, 0) << describe(r);
+  // num_hidden_layers 2 -> 3 stacked outputs; B = 2, L = 4 ([CLS] one two [SEP]).
+  EXPECT_NE(r.out.find("hidden_states shape: [3, 2, 4, 32]"), std::string::npos) << r.out;
+  EXPECT_EQ(shape_of(load_npy(dir + "/all.npy")), (std::vector<int64_t>{3, 2, 4, 32}));
+  EXPECT_EQ(shape_of(load_npy(dir + "/pooled.npy")), (std::vector<int64_t>{2, 32}));
+}
+
+TEST(CliEncode, RandomInitBertBase) {
+  ScopedDir tmp;
+  const std::string& dir = tmp.path;
+  RunResult r = run_tfm(dir, {"encode", "--model", bert_vocab_dir(), "--init", "random", "--seed", "0",
+                              "--no-special-tokens", "--threads", "1", "--text", "time flies like an arrow"});
+  ASSERT_EQ(r.exit_code, 0) << describe(r);
+  EXPECT_NE(r.out.find("input_ids: [2051, 10029, 2066, 2019, 8612]"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("shape: [1, 5, 768]"), std::string::npos) << r.out;
+}
+
+TEST(CliEncode, MaxLengthTruncatesToPositionLimit) {
+  ScopedDir tmp;
+  const std::string& dir = tmp.path;
+  std::string m = make_bert_dir(dir);
+  std::string text;
+  for (int i = 0; i < 30; ++i) text += "the ";
+  RunResult r = run_tfm(dir, {"encode", "--model", m, "--threads", "1", "--max-length", "20", "--text", text});
+  ASSERT_EQ(r.exit_code, 0) << describe(r);
+  EXPECT_NE(r.out.find("last_hidden_state shape: [1, 20, 32]"), std::string::npos) << r.out;
+}
+
+// ------------------------------------------------------------------------------------------------ train, translate
+
+// The first 60 lines of fra.txt, copied into `dir` (the corpus itself stays in ../shared/data).
+std::string make_corpus(const std::string& dir) {
+  std::ifstream in(data_dir() + "/fra-eng/fra.txt", std::ios::binary);
+  EXPECT_TRUE(in.good()) << "cannot read " << data_dir() << "/fra-eng/fra.txt";
+  std::string text, line;
+  for (int i = 0; i < 60 && std::getline(in, line); ++i) text += line + "\n";
+  std::string path = dir + "/corpus.txt";
+  write_file(path, text);
+  return path;
+}
+
+std::vector<std::string> train_args(const std::string& data, const std::string& out, const std::string& seed,
+                                    const std::string& epochs = "30") {
+  return {"train",     "--data", data,  "--out",     out, "--num-examples", "50", "--epochs", epochs,
+          "--threads", "1",      "--seed", seed, "--no-progress"};
+}
+
+double csv_loss(const std::string& line, const std::vector<std::string>& header) {
+  std::vector<std::string> cells;
+  std::stringstream ss(line);
+  for (std::string c; std::getline(ss, c, ',');) cells.push_back(c);
+  for (size_t i = 0; i < header.size() && i < cells.size(); ++i)
+    if (header[i] == "loss") return std::stod(cells[i]);
+  ADD_FAILURE() << "no 'loss' column in train_log.csv line: " << line;
+  return 0;
+}
+
+TEST(CliTrain, TrainTranslateEndToEnd) {
+  ScopedDir tmp;
+  const std::string& dir = tmp.path;
+  std::string data = make_corpus(dir), out = dir + "/model";
+  RunResult r = run_tfm(dir, train_args(data, out, "0"));
+  ASSERT_EQ(r.exit_code, 0) << describe(r);
+  for (const char* f : {"config.json", "model.safetensors", "src_vocab.txt", "tgt_vocab.txt", "train_log.csv",
+                        "loss.png"})
+    EXPECT_TRUE(fs::exists(out + "/" + f)) << f;
+
+  std::vector<std::string> log = lines_of(read_file(out + "/train_log.csv"));
+  ASSERT_EQ(log.size(), 31u) << "header + 30 epochs";
+  std::vector<std::string> header;
+  {
+    std::stringstream ss(log[0]);
+    for (std::string c; std::getline(ss, c, ',');) header.push_back(c);
+  }
+  double first = csv_loss(log[1], header), last = csv_loss(log[30], header);
+  EXPECT_LT(last, first) << "loss did not decrease: " << log[1] << " -> " << log[30];
+
+  std::string png = read_file(out + "/loss.png");
+  ASSERT_GE(png.size(), 8u);
+  EXPECT_EQ(png.substr(0, 8), std::string("\x89PNG\r\n\x1a\n", 8));
+
+  RunResult t = run_tfm(dir, {"translate", "--model", out, "--threads", "1", "go ."});
+  ASSERT_EQ(t.exit_code, 0) << describe(t);
+  EXPECT_EQ(lines_of(t.out).size(), 1u) << t.out;
+
+  RunResult s = run_tfm(dir, {"translate", "--model", out, "--threads", "1"}, "go .\ni lost .\n");
+  ASSERT_EQ(s.exit_code, 0) << describe(s);
+  EXPECT_EQ(lines_of(s.out).size(), 2u) << s.out;
+
+  RunResult b = run_tfm(dir, {"translate", "--model", out, "--threads", "1", "--beam", "3", "go .", "hi ."});
+  ASSERT_EQ(b.exit_code, 0) << describe(b);
+  EXPECT_EQ(lines_of(b.out).size(), 2u) << b.out;
+
+  std::string att = dir + "/att.png";
+  RunResult a = run_tfm(dir, {"translate", "--model", out, "--threads", "1", "--attention-png", att, "go ."});
+  ASSERT_EQ(a.exit_code, 0) << describe(a);
+  EXPECT_EQ(lines_of(a.out).size(), 1u) << a.out;
+  std::string att_bytes = read_file(att);
+  ASSERT_GE(att_bytes.size(), 8u);
+  EXPECT_EQ(att_bytes.substr(0, 8), std::string("\x89PNG\r\n\x1a\n", 8));
+}
+
+TEST(CliTrain, SameSeedSameWeightsOtherSeedOtherWeights) {
+  ScopedDir tmp;
+  const std::string& dir = tmp.path;
+  std::string data = make_corpus(dir);
+  for (auto [name, seed] : {std::pair{"a", "7"}, std::pair{"b", "7"}, std::pair{"c", "8"}}) {
+    RunResult r = run_tfm(dir, train_args(data, dir + "/" + name, seed, "5"));
+    ASSERT_EQ(r.exit_code, 0) << describe(r);
+  }
+  std::string a = read_file(dir + "/a/model.safetensors"), b = read_file(dir + "/b/model.safetensors"),
+              c = read_file(dir + "/c/model.safetensors");
+  ASSERT_FALSE(a.empty());
+  EXPECT_TRUE(a == b) << "same seed and threads gave different model.safetensors";
+  EXPECT_FALSE(a == c) << "different seeds gave identical model.safetensors";
+}
+
+// ------------------------------------------------------------------------------------------------ bleu
+
+TEST(CliBleu, HandComputedValue) {
+  ScopedDir tmp;
+  const std::string& dir = tmp.path;
+  // pred "il est riche ." vs label "il est calme .", equal lengths (brevity factor 1).
+  // Unigrams: il, est, . match, riche does not -> p1 = 3/4.
+  // Bigrams: "il est" matches, "est riche" and "riche ." do not -> p2 = 1/3.
+  // BLEU = p1^(1/2) * p2^(1/4) = 0.8660 * 0.7598 = 0.6580.
+  RunResult r = run_tfm(dir, {"bleu", "--k", "2", "il est riche .", "il est calme ."});
+  ASSERT_EQ(r.exit_code, 0) << describe(r);
+  EXPECT_EQ(r.out, "0.658\n");
+}
+
+TEST(CliBleu, EmptyPredictionIsZero) {
+  ScopedDir tmp;
+  const std::string& dir = tmp.path;
+  RunResult r = run_tfm(dir, {"bleu", "", "il est calme ."});
+  ASSERT_EQ(r.exit_code, 0) << describe(r);
+  EXPECT_EQ(r.out, "0.000\n");
+}
+
+// ------------------------------------------------------------------------------------------------ bad input
+
+TEST(CliBadInput, MissingModelFolder) {
+  ScopedDir tmp;
+  const std::string& dir = tmp.path;
+  RunResult r = run_tfm(dir, {"encode", "--model", dir + "/no_such_model", "--text", "the cat"});
+  expect_clean_error(r, "no_such_model");
+}
+
+TEST(CliBadInput, ConfigIsNotJson) {
+  ScopedDir tmp;
+  const std::string& dir = tmp.path;
+  std::string m = make_bert_dir(dir);
+  write_file(m + "/config.json", "{\"hidden_size\": 32,");
+  RunResult r = run_tfm(dir, {"encode", "--model", m, "--text", "the cat"});
+  expect_clean_error(r, "config.json");
+}
+
+TEST(CliBadInput, HiddenSizeNotDivisibleByHeads) {
+  ScopedDir tmp;
+  const std::string& dir = tmp.path;
+  std::string m = make_bert_dir(dir);
+  nlohmann::json c = nlohmann::json::parse(read_file(m + "/config.json"));
+  c["num_attention_heads"] = 5;  // 32 % 5 != 0
+  write_file(m + "/config.json", c.dump(2));
+  RunResult r = run_tfm(dir, {"encode", "--model", m, "--text", "the cat"});
+  expect_clean_error(r, "num_attention_heads");
+}
+
+TEST(CliBadInput, TruncatedSafetensors) {
+  ScopedDir tmp;
+  const std::string& dir = tmp.path;
+  std::string m = make_bert_dir(dir);
+  std::string bytes = read_file(m + "/model.safetensors");
+  write_file(m + "/model.safetensors", bytes.substr(0, bytes.size() / 2));
+  RunResult r = run_tfm(dir, {"encode", "--model", m, "--text", "the cat"});
+  expect_clean_error(r, "model.safetensors");
+}
+
+TEST(CliBadInput, SafetensorsHeaderLengthBeyondFile) {
+  ScopedDir tmp;
+  const std::string& dir = tmp.path;
+  std::string m = make_bert_dir(dir);
+  std::string bytes = read_file(m + "/model.safetensors");
+  uint64_t n = bytes.size() + 1000;  // little-endian u64 header length larger than the whole file
+  for (int i = 0; i < 8; ++i) bytes[i] = (char)((n >> (8 * i)) & 0xff);
+  write_file(m + "/model.safetensors", bytes);
+  RunResult r = run_tfm(dir, {"encode", "--model", m, "--text", "the cat"});
+  expect_clean_error(r, "model.safetensors");
+}
+
+TEST(CliBadInput, TextLongerThanMaxPositionEmbeddings) {
+  ScopedDir tmp;
+  const std::string& dir = tmp.path;
+  std::string m = make_bert_dir(dir);
+  std::string text;
+  for (int i = 0; i < 30; ++i) text += "the ";  // 30 + 2 tokens > max_position_embeddings 20
+  RunResult r = run_tfm(dir, {"encode", "--model", m, "--text", text});
+  expect_clean_error(r, "max_position_embeddings");
+}
+
+TEST(CliBadInput, InvalidUtf8Text) {
+  ScopedDir tmp;
+  const std::string& dir = tmp.path;
+  std::string m = make_bert_dir(dir);
+  RunResult r = run_tfm(dir, {"encode", "--model", m, "--text", "\xff\xfe"});
+  expect_clean_error(r, "UTF-8");
+}
+
+TEST(CliBadInput, EmptyText) {
+  ScopedDir tmp;
+  const std::string& dir = tmp.path;
+  std::string m = make_bert_dir(dir);
+  RunResult r = run_tfm(dir, {"encode", "--model", m, "--text", ""});
+  expect_clean_error(r, "empty");
+}
+
+TEST(CliBadInput, TrainOnEmptyFile) {
+  ScopedDir tmp;
+  const std::string& dir = tmp.path;
+  write_file(dir + "/empty.txt", "");
+  RunResult r = run_tfm(dir, train_args(dir + "/empty.txt", dir + "/out", "0", "1"));
+  expect_clean_error(r, "no sentence pairs");
+}
+
+TEST(CliBadInput, TrainOnFileWithoutTab) {
+  ScopedDir tmp;
+  const std::string& dir = tmp.path;
+  write_file(dir + "/notab.txt", "go . va !\nhi . salut !\n");
+  RunResult r = run_tfm(dir, train_args(dir + "/notab.txt", dir + "/out", "0", "1"));
+  expect_clean_error(r, "no sentence pairs");
+}
+
+TEST(CliBadInput, TrainOnNonUtf8File) {
+  ScopedDir tmp;
+  const std::string& dir = tmp.path;
+  write_file(dir + "/latin1.txt", "Go.\tVa !\nCaf\xe9.\tCaf\xe9 !\n");  // Latin-1 e-acute
+  RunResult r = run_tfm(dir, train_args(dir + "/latin1.txt", dir + "/out", "0", "1"));
+  expect_clean_error(r, "UTF-8");
+}
+
+TEST(CliBadInput, TrainOutUnderRegularFile) {
+  ScopedDir tmp;
+  const std::string& dir = tmp.path;
+  std::string data = make_corpus(dir);
+  write_file(dir + "/file.txt", "x");
+  RunResult r = run_tfm(dir, train_args(data, dir + "/file.txt/sub", "0", "1"));
+  expect_clean_error(r, "file.txt");
+}
+
+TEST(CliBadInput, TranslateVocabDoesNotMatchConfig) {
+  ScopedDir tmp;
+  const std::string& dir = tmp.path;
+  std::string m = make_seq2seq_dir(dir);
+  std::string tgt = read_file(m + "/tgt_vocab.txt");
+  write_file(m + "/tgt_vocab.txt", tgt + "extraword\n");  // 202 lines, config says tgt_vocab_size 201
+  RunResult r = run_tfm(dir, {"translate", "--model", m, "go ."});
+  expect_clean_error(r, "tgt_vocab_size");
+}
+
+TEST(CliBadInput, TranslateNaNWeight) {
+  ScopedDir tmp;
+  const std::string& dir = tmp.path;
+  std::string m = make_seq2seq_dir(dir);
+  std::vector<std::pair<std::string, Tensor>> tensors;
+  {
+    SafeTensors st = SafeTensors::open(m + "/model.safetensors");
+    for (const auto& name : st.names()) {
+      tensors.emplace_back(name, st.get(name).clone());  // owned: the file is rewritten below
+    }
+  }
+  ASSERT_FALSE(tensors.empty());
+  ASSERT_EQ(tensors[0].second.dtype(), DType::F32);
+  tensors[0].second.f32()[0] = std::nanf("");
+  save_safetensors(m + "/model.safetensors", tensors);
+  RunResult r = run_tfm(dir, {"translate", "--model", m, "go ."});
+  expect_clean_error(r, "NaN");
+}
+
+TEST(CliBadInput, UnknownSubcommand) {
+  ScopedDir tmp;
+  const std::string& dir = tmp.path;
+  RunResult r = run_tfm(dir, {"frobnicate"});
+  EXPECT_EQ(r.signal, 0) << describe(r);
+  EXPECT_GT(r.exit_code, 0) << describe(r);
+  EXPECT_NE(r.err.find("frobnicate"), std::string::npos) << r.err;
+}
+
+TEST(CliBadInput, TrainWithoutData) {
+  ScopedDir tmp;
+  const std::string& dir = tmp.path;
+  RunResult r = run_tfm(dir, {"train", "--out", dir + "/out"});
+  EXPECT_EQ(r.signal, 0) << describe(r);
+  EXPECT_GT(r.exit_code, 0) << describe(r);
+  EXPECT_NE(r.err.find("--data"), std::string::npos) << r.err;
+}
+
+}  // namespace
+}  // namespace tfm::test
