@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <set>
 #include <stdexcept>
 
@@ -34,6 +35,12 @@ Seq2SeqConfig Seq2SeqConfig::from_json(const nlohmann::json& j, const std::strin
   c.tgt_vocab_size = json_int(j, "tgt_vocab_size", file);
   c.max_len = json_int_or(j, "max_len", 1000, file);
   c.decode_positions = json_string_or(j, "decode_positions", "d2l_step", file);
+  c.norm_first = json_bool_or(j, "norm_first", false, file);
+  c.shared_embeddings = json_bool_or(j, "shared_embeddings", false, file);
+  c.attention_bias = json_bool_or(j, "attention_bias", false, file);
+  c.activation = json_string_or(j, "activation", "relu", file);
+  if (c.activation != "relu" && c.activation != "gelu")
+    throw std::runtime_error(file + ": key 'activation' must be 'relu' or 'gelu', found '" + c.activation + "'");
   if (c.decode_positions != "absolute" && c.decode_positions != "d2l_step")
     throw std::runtime_error(file + ": key 'decode_positions' must be 'absolute' or 'd2l_step', found '" +
                              c.decode_positions + "'");
@@ -53,6 +60,9 @@ Seq2SeqConfig Seq2SeqConfig::from_json(const nlohmann::json& j, const std::strin
                              ") is not divisible by num_heads (" + std::to_string(c.num_heads) + ")");
   if (c.num_hiddens % 2 != 0)
     throw std::runtime_error(file + ": num_hiddens must be even for the sinusoidal positional encoding");
+  if (c.shared_embeddings && c.src_vocab_size != c.tgt_vocab_size)
+    throw std::runtime_error(file + ": shared_embeddings needs one joint vocabulary, but src_vocab_size " +
+                             std::to_string(c.src_vocab_size) + " != tgt_vocab_size " + std::to_string(c.tgt_vocab_size));
   if (!(c.dropout >= 0.0 && c.dropout < 1.0))
     throw std::runtime_error(file + ": key 'dropout' must be in [0, 1), found " + std::to_string(c.dropout));
   return c;
@@ -65,7 +75,8 @@ nlohmann::json Seq2SeqConfig::to_json() const {
           {"num_heads", num_heads},               {"ffn_num_hiddens", ffn_num_hiddens}, {"dropout", dropout},
           {"num_steps", num_steps},               {"src_vocab_size", src_vocab_size},
           {"tgt_vocab_size", tgt_vocab_size},     {"max_len", max_len},
-          {"decode_positions", decode_positions}};
+          {"decode_positions", decode_positions}, {"norm_first", norm_first},
+          {"shared_embeddings", shared_embeddings}, {"attention_bias", attention_bias}, {"activation", activation}};
 }
 
 // ---------------------------------------------------------------- modules with explicit backward
@@ -205,6 +216,7 @@ struct AddNorm {
 // PositionWiseFFN: dense2(relu(dense1(X))).
 struct FFN {
   LinearP dense1, dense2;
+  ops::Activation act = ops::Activation::Relu;
   const float* x = nullptr;
   Buf h, a, da, dh;
   int64_t N = 0;
@@ -215,7 +227,7 @@ struct FFN {
     h.resize(N * dense1.out);
     a.resize(N * dense1.out);
     linear_fwd(P, dense1, h.data(), x, N);
-    ops::activation_forward(a.data(), h.data(), N * dense1.out, ops::Activation::Relu);
+    ops::activation_forward(a.data(), h.data(), N * dense1.out, act);
     linear_fwd(P, dense2, out, a.data(), N);
   }
 
@@ -223,25 +235,176 @@ struct FFN {
     resize_zero(da, N * dense1.out);
     linear_bwd(P, dense2, da.data(), dout, a.data(), N);
     dh.resize(N * dense1.out);
-    ops::activation_backward(dh.data(), da.data(), h.data(), N * dense1.out, ops::Activation::Relu);
+    ops::activation_backward(dh.data(), da.data(), h.data(), N * dense1.out, act);
     linear_bwd(P, dense1, dx, dh.data(), x, N);
+  }
+};
+
+// LayerNorm (eps 1e-5) that keeps what its backward needs.
+struct LayerNormCache {
+  LNP ln;
+  const float* x = nullptr;
+  Buf mean, rstd, dx;
+  int64_t N = 0, C = 0;
+  void forward(ParamTable& P, float* out, const float* X, int64_t N_, int64_t C_) {
+    x = X;
+    N = N_;
+    C = C_;
+    mean.resize(N);
+    rstd.resize(N);
+    ops::layer_norm_forward(out, mean.data(), rstd.data(), X, P.data(ln.w), P.data(ln.b), N, C, 1e-5f);
+  }
+  // dX += LayerNorm'(dout)
+  void backward(ParamTable& P, const float* dout, float* dX) {
+    dx.resize(N * C);
+    ops::layer_norm_backward(dx.data(), P.grad(ln.w), P.grad(ln.b), dout, x, P.data(ln.w), mean.data(), rstd.data(),
+                             N, C);
+    add_into(dX, dx.data(), N * C);
+  }
+};
+
+// Pre-LN residual sublayer: out = X + dropout(f(LN(X))). norm() gives LN(X); residual() finishes the sublayer.
+struct PreNorm {
+  LayerNormCache norm_cache;
+  Buf h, drop, dh;
+  const float* x = nullptr;
+  int64_t n = 0;
+  const float* norm(ParamTable& P, const float* X, int64_t N, int64_t C) {
+    x = X;
+    n = N * C;
+    h.resize(n);
+    norm_cache.forward(P, h.data(), X, N, C);
+    return h.data();
+  }
+  void residual(float* out, const float* f, Rng* rng, float p) {
+    if (rng && p > 0.0f) {
+      drop.resize(n);
+      ops::dropout_mask(drop.data(), n, p, *rng);
+      for (int64_t i = 0; i < n; ++i) out[i] = x[i] + f[i] * drop[i];
+    } else {
+      drop.clear();
+      for (int64_t i = 0; i < n; ++i) out[i] = x[i] + f[i];
+    }
+  }
+  // dX += dout; df = dout * dropout mask (written)
+  void backward_residual(const float* dout, float* dX, float* df) {
+    add_into(dX, dout, n);
+    for (int64_t i = 0; i < n; ++i) df[i] = drop.empty() ? dout[i] : dout[i] * drop[i];
+  }
+  // dh is the gradient of f's input; dX += LN'(dh)
+  void backward_norm(ParamTable& P, const float* dh_, float* dX) { norm_cache.backward(P, dh_, dX); }
+  float* zeroed_dh() {
+    resize_zero(dh, n);
+    return dh.data();
   }
 };
 
 struct EncoderBlock {
   MHA attention;
-  AddNorm addnorm1, addnorm2;
   FFN ffn;
-  Buf attn_out, Y, ffn_out, out;
-  Buf dY, d_attn, d_ffn;
+  AddNorm addnorm1, addnorm2;  // post-LN (d2l)
+  PreNorm pre1, pre2;          // pre-LN; share the addnorm LayerNorm parameters
+  Buf attn_out, Y, ffn_out, out, dY, d_attn, d_ffn;
+
+  void forward(ParamTable& P, bool pre, const float* x, int64_t B, int64_t L, int64_t H,
+               const ops::AttentionMask& mask, Rng* rng, float p) {
+    const int64_t N = B * L;
+    for (Buf* b : {&attn_out, &Y, &ffn_out, &out}) b->resize(N * H);
+    if (!pre) {
+      attention.forward(P, attn_out.data(), x, x, B, L, L, mask, rng, p);
+      addnorm1.forward(P, Y.data(), x, attn_out.data(), N, H, rng, p);
+      ffn.forward(P, ffn_out.data(), Y.data(), N);
+      addnorm2.forward(P, out.data(), Y.data(), ffn_out.data(), N, H, rng, p);
+    } else {
+      const float* h = pre1.norm(P, x, N, H);
+      attention.forward(P, attn_out.data(), h, h, B, L, L, mask, rng, p);
+      pre1.residual(Y.data(), attn_out.data(), rng, p);
+      const float* h2 = pre2.norm(P, Y.data(), N, H);
+      ffn.forward(P, ffn_out.data(), h2, N);
+      pre2.residual(out.data(), ffn_out.data(), rng, p);
+    }
+  }
+
+  // dx += d(out)/d(x) applied to dout
+  void backward(ParamTable& P, bool pre, const float* dout, float* dx, int64_t N, int64_t H) {
+    resize_zero(dY, N * H);
+    resize_zero(d_ffn, N * H);
+    resize_zero(d_attn, N * H);
+    if (!pre) {
+      addnorm2.backward(P, dout, dY.data(), d_ffn.data());
+      ffn.backward(P, d_ffn.data(), dY.data());
+      addnorm1.backward(P, dY.data(), dx, d_attn.data());
+      attention.backward(P, d_attn.data(), dx, dx);
+    } else {
+      pre2.backward_residual(dout, dY.data(), d_ffn.data());
+      float* dh2 = pre2.zeroed_dh();
+      ffn.backward(P, d_ffn.data(), dh2);
+      pre2.backward_norm(P, dh2, dY.data());
+      pre1.backward_residual(dY.data(), dx, d_attn.data());
+      float* dh1 = pre1.zeroed_dh();
+      attention.backward(P, d_attn.data(), dh1, dh1);
+      pre1.backward_norm(P, dh1, dx);
+    }
+  }
 };
 
 struct DecoderBlock {
   MHA attention1, attention2;
-  AddNorm addnorm1, addnorm2, addnorm3;
   FFN ffn;
+  AddNorm addnorm1, addnorm2, addnorm3;
+  PreNorm pre1, pre2, pre3;
   Buf a1, Z1, a2, Z2, f, out;
   Buf dZ1, dZ2, d_a1, d_a2, d_f;
+
+  void forward(ParamTable& P, bool pre, const float* x, const float* enc, int64_t B, int64_t Lt, int64_t Ls,
+               int64_t H, const ops::AttentionMask& self_mask, const ops::AttentionMask& src_mask, Rng* rng, float p) {
+    const int64_t N = B * Lt;
+    for (Buf* b : {&a1, &Z1, &a2, &Z2, &f, &out}) b->resize(N * H);
+    if (!pre) {
+      attention1.forward(P, a1.data(), x, x, B, Lt, Lt, self_mask, rng, p);
+      addnorm1.forward(P, Z1.data(), x, a1.data(), N, H, rng, p);
+      attention2.forward(P, a2.data(), Z1.data(), enc, B, Lt, Ls, src_mask, rng, p);
+      addnorm2.forward(P, Z2.data(), Z1.data(), a2.data(), N, H, rng, p);
+      ffn.forward(P, f.data(), Z2.data(), N);
+      addnorm3.forward(P, out.data(), Z2.data(), f.data(), N, H, rng, p);
+    } else {
+      const float* h1 = pre1.norm(P, x, N, H);
+      attention1.forward(P, a1.data(), h1, h1, B, Lt, Lt, self_mask, rng, p);
+      pre1.residual(Z1.data(), a1.data(), rng, p);
+      const float* h2 = pre2.norm(P, Z1.data(), N, H);
+      attention2.forward(P, a2.data(), h2, enc, B, Lt, Ls, src_mask, rng, p);
+      pre2.residual(Z2.data(), a2.data(), rng, p);
+      const float* h3 = pre3.norm(P, Z2.data(), N, H);
+      ffn.forward(P, f.data(), h3, N);
+      pre3.residual(out.data(), f.data(), rng, p);
+    }
+  }
+
+  // dx += d(out)/d(x) dout; d_enc += d(out)/d(enc) dout
+  void backward(ParamTable& P, bool pre, const float* dout, float* dx, float* d_enc, int64_t N, int64_t H) {
+    for (Buf* b : {&dZ1, &dZ2, &d_a1, &d_a2, &d_f}) resize_zero(*b, N * H);
+    if (!pre) {
+      addnorm3.backward(P, dout, dZ2.data(), d_f.data());
+      ffn.backward(P, d_f.data(), dZ2.data());
+      addnorm2.backward(P, dZ2.data(), dZ1.data(), d_a2.data());
+      attention2.backward(P, d_a2.data(), dZ1.data(), d_enc);
+      addnorm1.backward(P, dZ1.data(), dx, d_a1.data());
+      attention1.backward(P, d_a1.data(), dx, dx);
+    } else {
+      pre3.backward_residual(dout, dZ2.data(), d_f.data());
+      float* dh3 = pre3.zeroed_dh();
+      ffn.backward(P, d_f.data(), dh3);
+      pre3.backward_norm(P, dh3, dZ2.data());
+      pre2.backward_residual(dZ2.data(), dZ1.data(), d_a2.data());
+      float* dh2 = pre2.zeroed_dh();
+      attention2.backward(P, d_a2.data(), dh2, d_enc);
+      pre2.backward_norm(P, dh2, dZ1.data());
+      pre1.backward_residual(dZ1.data(), dx, d_a1.data());
+      float* dh1 = pre1.zeroed_dh();
+      attention1.backward(P, d_a1.data(), dh1, dh1);
+      pre1.backward_norm(P, dh1, dx);
+    }
+  }
 };
 
 // Embedding * sqrt(num_hiddens) + P[pos], then dropout.
@@ -259,9 +422,10 @@ struct Seq2SeqModel::Impl {
   EmbedPos enc_emb, dec_emb;
   std::vector<EncoderBlock> enc;
   std::vector<DecoderBlock> dec;
+  LayerNormCache enc_ln, dec_ln;  // pre-LN only
   LinearP dense;
   Buf P;  // [max_len, H] positional encoding
-  Buf enc_x0, dec_x0, logits, dlogits, d_enc_out, d_dec_x, d_enc_x;
+  Buf enc_x0, dec_x0, enc_final, dec_final, logits, dlogits, d_enc_out, d_dec_x, dx_a, dx_b;
   std::vector<float> row_weight;
 };
 
@@ -270,12 +434,13 @@ Seq2SeqModel::~Seq2SeqModel() = default;
 Seq2SeqModel::Seq2SeqModel(const Seq2SeqConfig& c) : config_(c), impl_(std::make_unique<Impl>()) {
   Impl& m = *impl_;
   const int64_t H = c.num_hiddens, F = c.ffn_num_hiddens;
+  const ops::Activation act = ops::parse_activation(c.activation);
   auto mha = [&](const std::string& p) {
     MHA a;
-    a.W_q = add_linear(params_, p + ".W_q", H, H, false);
-    a.W_k = add_linear(params_, p + ".W_k", H, H, false);
-    a.W_v = add_linear(params_, p + ".W_v", H, H, false);
-    a.W_o = add_linear(params_, p + ".W_o", H, H, false);
+    a.W_q = add_linear(params_, p + ".W_q", H, H, c.attention_bias);
+    a.W_k = add_linear(params_, p + ".W_k", H, H, c.attention_bias);
+    a.W_v = add_linear(params_, p + ".W_v", H, H, c.attention_bias);
+    a.W_o = add_linear(params_, p + ".W_o", H, H, c.attention_bias);
     a.heads = c.num_heads;
     return a;
   };
@@ -283,7 +448,12 @@ Seq2SeqModel::Seq2SeqModel(const Seq2SeqConfig& c) : config_(c), impl_(std::make
     FFN f;
     f.dense1 = add_linear(params_, p + ".dense1", H, F, true);
     f.dense2 = add_linear(params_, p + ".dense2", F, H, true);
+    f.act = act;
     return f;
+  };
+  auto ln = [&](const std::string& p, AddNorm& post, PreNorm& pre) {
+    post.ln = add_ln(params_, p, H);
+    pre.norm_cache.ln = post.ln;
   };
   // Registration order = PyTorch's named_parameters() order (module construction order).
   m.enc_emb.weight = params_.add("encoder.embedding.weight", {c.src_vocab_size, H});
@@ -293,27 +463,40 @@ Seq2SeqModel::Seq2SeqModel(const Seq2SeqConfig& c) : config_(c), impl_(std::make
     std::string p = "encoder.blks.block" + std::to_string(i);
     EncoderBlock& b = m.enc[i];
     b.attention = mha(p + ".attention");
-    b.addnorm1.ln = add_ln(params_, p + ".addnorm1.ln", H);
+    ln(p + ".addnorm1.ln", b.addnorm1, b.pre1);
     b.ffn = ffn(p + ".ffn");
-    b.addnorm2.ln = add_ln(params_, p + ".addnorm2.ln", H);
+    ln(p + ".addnorm2.ln", b.addnorm2, b.pre2);
   }
-  m.dec_emb.weight = params_.add("decoder.embedding.weight", {c.tgt_vocab_size, H});
+  if (c.norm_first) m.enc_ln.ln = add_ln(params_, "encoder.ln", H);
+  if (c.shared_embeddings) {
+    m.dec_emb.weight = m.enc_emb.weight;
+  } else {
+    m.dec_emb.weight = params_.add("decoder.embedding.weight", {c.tgt_vocab_size, H});
+  }
   m.dec_emb.vocab = c.tgt_vocab_size;
   m.dec.resize(c.num_layers);
   for (int64_t i = 0; i < c.num_layers; ++i) {
     std::string p = "decoder.blks.block" + std::to_string(i);
     DecoderBlock& b = m.dec[i];
     b.attention1 = mha(p + ".attention1");
-    b.addnorm1.ln = add_ln(params_, p + ".addnorm1.ln", H);
+    ln(p + ".addnorm1.ln", b.addnorm1, b.pre1);
     b.attention2 = mha(p + ".attention2");
-    b.addnorm2.ln = add_ln(params_, p + ".addnorm2.ln", H);
+    ln(p + ".addnorm2.ln", b.addnorm2, b.pre2);
     b.ffn = ffn(p + ".ffn");
-    b.addnorm3.ln = add_ln(params_, p + ".addnorm3.ln", H);
+    ln(p + ".addnorm3.ln", b.addnorm3, b.pre3);
   }
-  m.dense = add_linear(params_, "decoder.dense", H, c.tgt_vocab_size, true);
+  if (c.norm_first) m.dec_ln.ln = add_ln(params_, "decoder.ln", H);
+  if (c.shared_embeddings) {
+    m.dense.w = m.enc_emb.weight;  // tied output projection: logits = x E^T + b
+    m.dense.b = params_.add("decoder.dense.bias", {c.tgt_vocab_size});
+    m.dense.in = H;
+    m.dense.out = c.tgt_vocab_size;
+  } else {
+    m.dense = add_linear(params_, "decoder.dense", H, c.tgt_vocab_size, true);
+  }
   params_.finalize();
   for (const auto& e : params_.entries())  // LayerNorm defaults so an un-initialised model is still sane
-    if (e.name.find(".ln.weight") != std::string::npos)
+    if (e.name.find("ln.weight") != std::string::npos)
       std::fill(params_.all_data().begin() + e.offset, params_.all_data().begin() + e.offset + e.numel, 1.0f);
 
   // P[pos, 2i] = sin(pos / 10000^(2i/H)), P[pos, 2i+1] = cos(...), in float32 as the reference computes it.
@@ -330,17 +513,21 @@ void Seq2SeqModel::init(Rng& rng) {
   for (const auto& e : params_.entries()) {
     float* p = params_.data(params_.index_of(e.name));
     const std::string& n = e.name;
-    if (n.find(".ln.") != std::string::npos) {
+    bool is_ln = n.find(".ln.") != std::string::npos || n.rfind("encoder.ln", 0) == 0 || n.rfind("decoder.ln", 0) == 0;
+    if (is_ln) {
       std::fill(p, p + e.numel, n.size() >= 6 && n.compare(n.size() - 6, 6, "weight") == 0 ? 1.0f : 0.0f);
     } else if (n.find("embedding") != std::string::npos) {
-      for (int64_t i = 0; i < e.numel; ++i) p[i] = rng.normal();
+      // N(0, 1) as nn.Embedding; a matrix tied to the output projection gets N(0, 1/H) (fairseq's choice), so
+      // the logits start small while the sqrt(H)-scaled input embeddings keep unit variance.
+      float sd = config_.shared_embeddings ? 1.0f / std::sqrt((float)config_.num_hiddens) : 1.0f;
+      for (int64_t i = 0; i < e.numel; ++i) p[i] = sd * rng.normal();
     } else if (e.shape.size() == 2) {  // Linear weight [out, in]: Xavier uniform
       float bound = std::sqrt(6.0f / (float)(e.shape[0] + e.shape[1]));
       for (int64_t i = 0; i < e.numel; ++i) p[i] = rng.uniform(-bound, bound);
-    } else {  // Linear bias: U(-1/sqrt(fan_in), 1/sqrt(fan_in)), fan_in from the weight registered just before
-      std::string wname = n.substr(0, n.size() - 4) + "weight";
-      int64_t fan_in = params_.entries()[params_.index_of(wname)].shape[1];
-      float bound = 1.0f / std::sqrt((float)fan_in);
+    } else {  // Linear bias: U(-1/sqrt(fan_in), 1/sqrt(fan_in)) as nn.Linear
+      float bound = 1.0f / std::sqrt((float)(n.find("dense1") != std::string::npos ? config_.num_hiddens
+                                             : n.find("dense2") != std::string::npos ? config_.ffn_num_hiddens
+                                                                                     : config_.num_hiddens));
       for (int64_t i = 0; i < e.numel; ++i) p[i] = rng.uniform(-bound, bound);
     }
   }
@@ -409,116 +596,113 @@ void embed_backward(ParamTable& P, EmbedPos& e, float* dout, int64_t H) {
 
 }  // namespace
 
+const float* Seq2SeqModel::encoder_forward(const int64_t* src, const int64_t* src_valid_len, int64_t B, int64_t Ls,
+                                           Rng* rng) {
+  Impl& m = *impl_;
+  const Seq2SeqConfig& c = config_;
+  const int64_t H = c.num_hiddens;
+  const float p = (float)c.dropout;
+  if (Ls > c.max_len) throw std::invalid_argument("source of " + std::to_string(Ls) + " tokens is longer than max_len (" + std::to_string(c.max_len) + ")");
+  check_ids(src, B * Ls, c.src_vocab_size, "source");
+  m.enc_x0.resize(B * Ls * H);
+  embed_forward(params_, m.enc_emb, m.P, m.enc_x0.data(), src, B, Ls, H, rng, p);
+  ops::AttentionMask src_mask;
+  src_mask.valid_lens = src_valid_len;
+  const float* x = m.enc_x0.data();
+  for (auto& blk : m.enc) {
+    blk.forward(params_, c.norm_first, x, B, Ls, H, src_mask, rng, p);
+    x = blk.out.data();
+  }
+  if (c.norm_first) {
+    m.enc_final.resize(B * Ls * H);
+    m.enc_ln.forward(params_, m.enc_final.data(), x, B * Ls, H);
+    x = m.enc_final.data();
+  }
+  return x;
+}
+
 // Runs encoder and decoder in teacher-forcing mode; leaves every cache filled and impl_->logits [B*Lt, V].
 void Seq2SeqModel::forward_train(const Seq2SeqBatch& b, Rng* rng) {
   Impl& m = *impl_;
-  ParamTable& P = params_;
   const Seq2SeqConfig& c = config_;
   const int64_t B = b.batch, Ls = b.src_len, Lt = b.tgt_len, H = c.num_hiddens;
   const float p = (float)c.dropout;
-  if (Ls > c.max_len || Lt > c.max_len)
-    throw std::invalid_argument("sequence longer than max_len (" + std::to_string(c.max_len) + ")");
-  check_ids(b.src, B * Ls, c.src_vocab_size, "source");
+  if (Lt > c.max_len) throw std::invalid_argument("target longer than max_len (" + std::to_string(c.max_len) + ")");
   check_ids(b.dec_input, B * Lt, c.tgt_vocab_size, "target");
-  // Encoder
-  m.enc_x0.resize(B * Ls * H);
-  embed_forward(P, m.enc_emb, m.P, m.enc_x0.data(), b.src, B, Ls, H, rng, p);
-  ops::AttentionMask src_mask;
-  src_mask.valid_lens = b.src_valid_len;
-  const float* x = m.enc_x0.data();
-  for (auto& blk : m.enc) {
-    blk.attn_out.resize(B * Ls * H);
-    blk.Y.resize(B * Ls * H);
-    blk.ffn_out.resize(B * Ls * H);
-    blk.out.resize(B * Ls * H);
-    blk.attention.forward(P, blk.attn_out.data(), x, x, B, Ls, Ls, src_mask, rng, p);
-    blk.addnorm1.forward(P, blk.Y.data(), x, blk.attn_out.data(), B * Ls, H, rng, p);
-    blk.ffn.forward(P, blk.ffn_out.data(), blk.Y.data(), B * Ls);
-    blk.addnorm2.forward(P, blk.out.data(), blk.Y.data(), blk.ffn_out.data(), B * Ls, H, rng, p);
-    x = blk.out.data();
-  }
-  const float* enc_out = x;
+  const float* enc_out = encoder_forward(b.src, b.src_valid_len, B, Ls, rng);
   // Decoder (training mode: causal self-attention, d2l's dec_valid_lens = 1..Lt)
   m.dec_x0.resize(B * Lt * H);
-  embed_forward(P, m.dec_emb, m.P, m.dec_x0.data(), b.dec_input, B, Lt, H, rng, p);
-  ops::AttentionMask causal;
+  embed_forward(params_, m.dec_emb, m.P, m.dec_x0.data(), b.dec_input, B, Lt, H, rng, p);
+  ops::AttentionMask causal, src_mask;
   causal.causal = true;
-  x = m.dec_x0.data();
+  src_mask.valid_lens = b.src_valid_len;
+  const float* x = m.dec_x0.data();
   for (auto& blk : m.dec) {
-    for (Buf* buf : {&blk.a1, &blk.Z1, &blk.a2, &blk.Z2, &blk.f, &blk.out}) buf->resize(B * Lt * H);
-    blk.attention1.forward(P, blk.a1.data(), x, x, B, Lt, Lt, causal, rng, p);
-    blk.addnorm1.forward(P, blk.Z1.data(), x, blk.a1.data(), B * Lt, H, rng, p);
-    blk.attention2.forward(P, blk.a2.data(), blk.Z1.data(), enc_out, B, Lt, Ls, src_mask, rng, p);
-    blk.addnorm2.forward(P, blk.Z2.data(), blk.Z1.data(), blk.a2.data(), B * Lt, H, rng, p);
-    blk.ffn.forward(P, blk.f.data(), blk.Z2.data(), B * Lt);
-    blk.addnorm3.forward(P, blk.out.data(), blk.Z2.data(), blk.f.data(), B * Lt, H, rng, p);
+    blk.forward(params_, c.norm_first, x, enc_out, B, Lt, Ls, H, causal, src_mask, rng, p);
     x = blk.out.data();
   }
+  if (c.norm_first) {
+    m.dec_final.resize(B * Lt * H);
+    m.dec_ln.forward(params_, m.dec_final.data(), x, B * Lt, H);
+    x = m.dec_final.data();
+  }
   m.logits.resize(B * Lt * c.tgt_vocab_size);
-  linear_fwd(P, m.dense, m.logits.data(), x, B * Lt);
+  linear_fwd(params_, m.dense, m.logits.data(), x, B * Lt);
 }
 
-LossResult Seq2SeqModel::forward_backward(const Seq2SeqBatch& b, Rng* rng, float label_smoothing) {
+LossResult Seq2SeqModel::forward_backward(const Seq2SeqBatch& b, Rng* rng, float label_smoothing, bool token_mean) {
   Impl& m = *impl_;
   const Seq2SeqConfig& c = config_;
   const int64_t B = b.batch, Ls = b.src_len, Lt = b.tgt_len, H = c.num_hiddens, V = c.tgt_vocab_size;
   check_ids(b.labels, B * Lt, V, "label");
   forward_train(b, rng);
-  // Loss: d2l MaskedSoftmaxCELoss = per-sequence mean over Lt of mask * CE, summed over the batch.
-  m.row_weight.assign(B * Lt, 0.0f);
+  // Loss: d2l MaskedSoftmaxCELoss = per-sequence mean over Lt of mask * CE, summed over the batch; or the mean
+  // over valid tokens (token_mean).
   LossResult r;
+  for (int64_t i = 0; i < B; ++i) r.num_tokens += std::min<int64_t>(std::max<int64_t>(b.tgt_valid_len[i], 0), Lt);
+  const float w = token_mean ? 1.0f / (float)std::max<int64_t>(r.num_tokens, 1) : 1.0f / (float)Lt;
+  m.row_weight.assign(B * Lt, 0.0f);
   for (int64_t i = 0; i < B; ++i)
-    for (int64_t t = 0; t < Lt; ++t)
-      if (t < b.tgt_valid_len[i]) {
-        m.row_weight[i * Lt + t] = 1.0f / (float)Lt;
-        r.num_tokens++;
-      }
+    for (int64_t t = 0; t < Lt && t < b.tgt_valid_len[i]; ++t) m.row_weight[i * Lt + t] = w;
   m.dlogits.resize(B * Lt * V);
   std::vector<float> token_loss(B * Lt);
   cross_entropy_forward_backward(token_loss.data(), m.dlogits.data(), m.logits.data(), b.labels,
                                  m.row_weight.data(), B * Lt, V, label_smoothing);
   for (int64_t i = 0; i < B * Lt; ++i) {
     if (m.row_weight[i] == 0.0f) continue;
-    r.loss_sum += (double)token_loss[i] / (double)Lt;
+    r.loss_sum += (double)token_loss[i] * m.row_weight[i];
     r.token_loss_sum += token_loss[i];
   }
-  // Backward through the decoder.
+  // Backward through the decoder. dx_a / dx_b alternate as "gradient of this block's output / input".
+  const float* dec_top = c.norm_first ? m.dec_final.data() : m.dec.back().out.data();
   resize_zero(m.d_dec_x, B * Lt * H);
-  linear_bwd(params_, m.dense, m.d_dec_x.data(), m.dlogits.data(), m.dec.back().out.data(), B * Lt);
+  linear_bwd(params_, m.dense, m.d_dec_x.data(), m.dlogits.data(), dec_top, B * Lt);
+  if (c.norm_first) {
+    resize_zero(m.dx_a, B * Lt * H);
+    m.dec_ln.backward(params_, m.d_dec_x.data(), m.dx_a.data());
+  } else {
+    m.dx_a = m.d_dec_x;
+  }
   resize_zero(m.d_enc_out, B * Ls * H);
-  Buf dx = m.d_dec_x;  // gradient w.r.t. the current block's output
   for (int64_t i = (int64_t)m.dec.size() - 1; i >= 0; --i) {
-    DecoderBlock& blk = m.dec[i];
-    resize_zero(blk.dZ2, B * Lt * H);
-    resize_zero(blk.d_f, B * Lt * H);
-    blk.addnorm3.backward(params_, dx.data(), blk.dZ2.data(), blk.d_f.data());
-    blk.ffn.backward(params_, blk.d_f.data(), blk.dZ2.data());
-    resize_zero(blk.dZ1, B * Lt * H);
-    resize_zero(blk.d_a2, B * Lt * H);
-    blk.addnorm2.backward(params_, blk.dZ2.data(), blk.dZ1.data(), blk.d_a2.data());
-    blk.attention2.backward(params_, blk.d_a2.data(), blk.dZ1.data(), m.d_enc_out.data());
-    Buf dxin(B * Lt * H, 0.0f);
-    resize_zero(blk.d_a1, B * Lt * H);
-    blk.addnorm1.backward(params_, blk.dZ1.data(), dxin.data(), blk.d_a1.data());
-    blk.attention1.backward(params_, blk.d_a1.data(), dxin.data(), dxin.data());
-    dx.swap(dxin);
+    resize_zero(m.dx_b, B * Lt * H);
+    m.dec[i].backward(params_, c.norm_first, m.dx_a.data(), m.dx_b.data(), m.d_enc_out.data(), B * Lt, H);
+    m.dx_a.swap(m.dx_b);
   }
-  embed_backward(params_, m.dec_emb, dx.data(), H);
+  embed_backward(params_, m.dec_emb, m.dx_a.data(), H);
   // Backward through the encoder.
-  dx = m.d_enc_out;
-  for (int64_t i = (int64_t)m.enc.size() - 1; i >= 0; --i) {
-    EncoderBlock& blk = m.enc[i];
-    resize_zero(blk.dY, B * Ls * H);
-    resize_zero(blk.d_ffn, B * Ls * H);
-    blk.addnorm2.backward(params_, dx.data(), blk.dY.data(), blk.d_ffn.data());
-    blk.ffn.backward(params_, blk.d_ffn.data(), blk.dY.data());
-    Buf dxin(B * Ls * H, 0.0f);
-    resize_zero(blk.d_attn, B * Ls * H);
-    blk.addnorm1.backward(params_, blk.dY.data(), dxin.data(), blk.d_attn.data());
-    blk.attention.backward(params_, blk.d_attn.data(), dxin.data(), dxin.data());
-    dx.swap(dxin);
+  if (c.norm_first) {
+    resize_zero(m.dx_a, B * Ls * H);
+    m.enc_ln.backward(params_, m.d_enc_out.data(), m.dx_a.data());
+  } else {
+    m.dx_a = m.d_enc_out;
   }
-  embed_backward(params_, m.enc_emb, dx.data(), H);
+  for (int64_t i = (int64_t)m.enc.size() - 1; i >= 0; --i) {
+    resize_zero(m.dx_b, B * Ls * H);
+    m.enc[i].backward(params_, c.norm_first, m.dx_a.data(), m.dx_b.data(), B * Ls, H);
+    m.dx_a.swap(m.dx_b);
+  }
+  embed_backward(params_, m.enc_emb, m.dx_a.data(), H);
   return r;
 }
 
@@ -533,30 +717,16 @@ Tensor Seq2SeqModel::forward_logits(const Seq2SeqBatch& b) {
 
 Tensor Seq2SeqModel::encode(const int64_t* src, const int64_t* src_valid_len, int64_t B, int64_t Ls,
                             std::vector<Tensor>* attention_weights) {
-  Impl& m = *impl_;
-  const int64_t H = config_.num_hiddens;
-  if (Ls > config_.max_len) throw std::invalid_argument("source longer than max_len");
-  check_ids(src, B * Ls, config_.src_vocab_size, "source");
-  Buf x0(B * Ls * H);
-  embed_forward(params_, m.enc_emb, m.P, x0.data(), src, B, Ls, H, nullptr, 0.0f);
-  ops::AttentionMask mask;
-  mask.valid_lens = src_valid_len;
-  const float* x = x0.data();
-  if (attention_weights) attention_weights->clear();
-  for (auto& blk : m.enc) {
-    for (Buf* buf : {&blk.attn_out, &blk.Y, &blk.ffn_out, &blk.out}) buf->resize(B * Ls * H);
-    blk.attention.forward(params_, blk.attn_out.data(), x, x, B, Ls, Ls, mask, nullptr, 0.0f);
-    if (attention_weights) {
+  const float* x = encoder_forward(src, src_valid_len, B, Ls, nullptr);
+  if (attention_weights) {
+    attention_weights->clear();
+    for (auto& blk : impl_->enc) {
       Tensor w = Tensor::empty({B, config_.num_heads, Ls, Ls});
       std::memcpy(w.f32(), blk.attention.probs.data(), w.nbytes());
       attention_weights->push_back(w);
     }
-    blk.addnorm1.forward(params_, blk.Y.data(), x, blk.attn_out.data(), B * Ls, H, nullptr, 0.0f);
-    blk.ffn.forward(params_, blk.ffn_out.data(), blk.Y.data(), B * Ls);
-    blk.addnorm2.forward(params_, blk.out.data(), blk.Y.data(), blk.ffn_out.data(), B * Ls, H, nullptr, 0.0f);
-    x = blk.out.data();
   }
-  Tensor out = Tensor::empty({B, Ls, H});
+  Tensor out = Tensor::empty({B, Ls, config_.num_hiddens});
   std::memcpy(out.f32(), x, out.nbytes());
   return out;
 }
@@ -584,47 +754,70 @@ void Seq2SeqModel::start_decoding(DecoderCache& cache, const Tensor& enc_out, co
 void Seq2SeqModel::decode_step(DecoderCache& cache, const int64_t* tokens, float* logits, PositionMode mode,
                                std::vector<std::vector<float>>* cross_attention) {
   Impl& m = *impl_;
-  const int64_t B = cache.batch, Ls = cache.src_len, H = config_.num_hiddens, nh = config_.num_heads;
+  const Seq2SeqConfig& c = config_;
+  const int64_t B = cache.batch, Ls = cache.src_len, H = c.num_hiddens, nh = c.num_heads;
   const int64_t t = cache.steps;
+  const bool pre = c.norm_first;
   if (t >= cache.capacity) throw std::logic_error("decode_step: cache is full");
   int64_t pos = mode == PositionMode::kAbsolute ? t : 0;
-  if (pos >= config_.max_len) throw std::invalid_argument("decoding past max_len");
-  Buf x(B * H), q(B * H), ctx(B * H), a(B * H), z1(B * H), z2(B * H), f(B * H), z3(B * H);
+  if (pos >= c.max_len) throw std::invalid_argument("decoding past max_len");
+  Buf x(B * H), h(B * H), q(B * H), k1(B * H), v1(B * H), ctx(B * H), a(B * H), y(B * H);
   std::vector<float> probs_self(B * nh * (t + 1)), probs_cross(B * nh * Ls);
-  EmbedPos tmp = m.dec_emb;
-  embed_forward(params_, tmp, m.P, x.data(), tokens, B, 1, H, nullptr, 0.0f, pos);
+  check_ids(tokens, B, c.tgt_vocab_size, "target");
+  ops::embedding_forward(x.data(), tokens, params_.data(m.dec_emb.weight), B, c.tgt_vocab_size, H);
+  const float scale = std::sqrt((float)H);
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t i = 0; i < H; ++i) x[b * H + i] = x[b * H + i] * scale + m.P[pos * H + i];
+  auto layer_norm = [&](const LNP& ln, float* out, const float* in) {
+    ops::layer_norm_forward(out, nullptr, nullptr, in, params_.data(ln.w), params_.data(ln.b), B, H, 1e-5f);
+  };
+  // One sublayer: pre-LN x += f(LN(x)); post-LN x = LN(x + f(x)). f reads its input from `in`, writes `a`.
+  auto sublayer = [&](const LNP& ln, const std::function<void(const float* in)>& f) {
+    if (pre) {
+      layer_norm(ln, h.data(), x.data());
+      f(h.data());
+      for (int64_t i = 0; i < B * H; ++i) x[i] += a[i];
+    } else {
+      f(x.data());
+      for (int64_t i = 0; i < B * H; ++i) y[i] = x[i] + a[i];
+      layer_norm(ln, x.data(), y.data());
+    }
+  };
   if (cross_attention) cross_attention->clear();
   for (size_t l = 0; l < m.dec.size(); ++l) {
     DecoderBlock& blk = m.dec[l];
     // Self-attention over every step so far (the cache holds projected keys/values at rows 0..t).
-    float* kc = cache.self_k[l].data();
-    float* vc = cache.self_v[l].data();
-    linear_fwd(params_, blk.attention1.W_q, q.data(), x.data(), B);
-    Buf k1(B * H), v1(B * H);
-    linear_fwd(params_, blk.attention1.W_k, k1.data(), x.data(), B);
-    linear_fwd(params_, blk.attention1.W_v, v1.data(), x.data(), B);
-    for (int64_t b = 0; b < B; ++b) {
-      std::memcpy(kc + (b * cache.capacity + t) * H, k1.data() + b * H, sizeof(float) * H);
-      std::memcpy(vc + (b * cache.capacity + t) * H, v1.data() + b * H, sizeof(float) * H);
-    }
-    ops::AttentionDims d{B, 1, t + 1, nh, H / nh};
-    d.k_bs = d.v_bs = cache.capacity * H;
-    ops::attention_forward(ctx.data(), probs_self.data(), q.data(), kc, vc, d, ops::AttentionMask{});
-    linear_fwd(params_, blk.attention1.W_o, a.data(), ctx.data(), B);
-    blk.addnorm1.forward(params_, z1.data(), x.data(), a.data(), B, H, nullptr, 0.0f);
+    sublayer(blk.addnorm1.ln, [&](const float* in) {
+      float* kc = cache.self_k[l].data();
+      float* vc = cache.self_v[l].data();
+      linear_fwd(params_, blk.attention1.W_q, q.data(), in, B);
+      linear_fwd(params_, blk.attention1.W_k, k1.data(), in, B);
+      linear_fwd(params_, blk.attention1.W_v, v1.data(), in, B);
+      for (int64_t b = 0; b < B; ++b) {
+        std::memcpy(kc + (b * cache.capacity + t) * H, k1.data() + b * H, sizeof(float) * H);
+        std::memcpy(vc + (b * cache.capacity + t) * H, v1.data() + b * H, sizeof(float) * H);
+      }
+      ops::AttentionDims d{B, 1, t + 1, nh, H / nh};
+      d.k_bs = d.v_bs = cache.capacity * H;
+      ops::attention_forward(ctx.data(), probs_self.data(), q.data(), kc, vc, d, ops::AttentionMask{});
+      linear_fwd(params_, blk.attention1.W_o, a.data(), ctx.data(), B);
+    });
     // Cross-attention over the cached encoder keys/values.
-    linear_fwd(params_, blk.attention2.W_q, q.data(), z1.data(), B);
-    ops::AttentionMask mask;
-    mask.valid_lens = cache.src_valid_len.data();
-    ops::AttentionDims dc{B, 1, Ls, nh, H / nh};
-    ops::attention_forward(ctx.data(), probs_cross.data(), q.data(), cache.cross_k[l].data(), cache.cross_v[l].data(),
-                           dc, mask);
-    if (cross_attention) cross_attention->push_back(probs_cross);
-    linear_fwd(params_, blk.attention2.W_o, a.data(), ctx.data(), B);
-    blk.addnorm2.forward(params_, z2.data(), z1.data(), a.data(), B, H, nullptr, 0.0f);
-    blk.ffn.forward(params_, f.data(), z2.data(), B);
-    blk.addnorm3.forward(params_, z3.data(), z2.data(), f.data(), B, H, nullptr, 0.0f);
-    x.swap(z3);
+    sublayer(blk.addnorm2.ln, [&](const float* in) {
+      linear_fwd(params_, blk.attention2.W_q, q.data(), in, B);
+      ops::AttentionMask mask;
+      mask.valid_lens = cache.src_valid_len.data();
+      ops::AttentionDims dc{B, 1, Ls, nh, H / nh};
+      ops::attention_forward(ctx.data(), probs_cross.data(), q.data(), cache.cross_k[l].data(),
+                             cache.cross_v[l].data(), dc, mask);
+      if (cross_attention) cross_attention->push_back(probs_cross);
+      linear_fwd(params_, blk.attention2.W_o, a.data(), ctx.data(), B);
+    });
+    sublayer(blk.addnorm3.ln, [&](const float* in) { blk.ffn.forward(params_, a.data(), in, B); });
+  }
+  if (pre) {
+    layer_norm(m.dec_ln.ln, y.data(), x.data());
+    x.swap(y);
   }
   linear_fwd(params_, m.dense, logits, x.data(), B);
   cache.steps++;

@@ -32,6 +32,13 @@ struct Seq2SeqConfig {
   // "absolute" or "d2l_step" (see PositionMode). Absent in a config.json: "d2l_step", so a model exported from
   // the d2l reference translates as its predict_seq2seq does; `tfm train` writes "absolute".
   std::string decode_positions = "d2l_step";
+  // Options beyond the d2l model; the defaults are d2l's behaviour.
+  bool norm_first = false;         // pre-LN blocks x + dropout(f(LN(x))), plus a final LayerNorm ("encoder.ln",
+                                   // "decoder.ln") after each stack
+  bool shared_embeddings = false;  // one [vocab, H] matrix for source and target embeddings and the output
+                                   // projection (joint vocabulary; stored once as "encoder.embedding.weight")
+  bool attention_bias = false;     // biases in W_q, W_k, W_v, W_o
+  std::string activation = "relu"; // FFN activation: "relu" or "gelu"
 
   // Validates: positive sizes, num_hiddens divisible by num_heads and even, dropout in [0, 1).
   static Seq2SeqConfig from_json(const nlohmann::json& j, const std::string& file);
@@ -86,7 +93,10 @@ class Seq2SeqModel {
 
   // Teacher-forced forward, masked softmax cross-entropy, backward. Parameter gradients are accumulated (+=).
   // dropout_rng: null disables dropout (eval), otherwise masks are drawn from it. label_smoothing in [0, 1).
-  LossResult forward_backward(const Seq2SeqBatch& batch, Rng* dropout_rng, float label_smoothing = 0.0f);
+  // token_mean: loss = mean over valid target tokens (instead of d2l's per-sequence mean summed over the batch);
+  // LossResult.loss_sum is then that mean.
+  LossResult forward_backward(const Seq2SeqBatch& batch, Rng* dropout_rng, float label_smoothing = 0.0f,
+                              bool token_mean = false);
   // Teacher-forced forward without dropout or gradients. Returns logits [B, Lt, tgt_vocab_size].
   Tensor forward_logits(const Seq2SeqBatch& batch);
 
@@ -106,6 +116,7 @@ class Seq2SeqModel {
  private:
   struct Impl;
   void forward_train(const Seq2SeqBatch& batch, Rng* rng);
+  const float* encoder_forward(const int64_t* src, const int64_t* src_valid_len, int64_t B, int64_t Ls, Rng* rng);
   Seq2SeqConfig config_;
   ParamTable params_;
   std::unique_ptr<Impl> impl_;

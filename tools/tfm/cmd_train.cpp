@@ -3,6 +3,8 @@
 #include <memory>
 
 #include "commands.h"
+#include "io/json_util.h"
+#include "train/recipe.h"
 #include "train/trainer.h"
 
 namespace tfm::cli {
@@ -13,9 +15,19 @@ void add_train_command(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand(
       "train", "Train a transformer_seq2seq (document 002, d2l.ai) English -> French on a fra.txt-style corpus; "
                "writes the model folder, train_log.csv and loss.png into --out");
-  cmd->add_option("--data", o->data, "Corpus: one 'source<TAB>target' pair a line (fra.txt; .gz accepted)")
-      ->required();
-  cmd->add_option("--out", o->out, "Output folder (created)")->required();
+  auto recipe = std::make_shared<std::string>();
+  auto resume = std::make_shared<std::string>();
+  auto sets = std::make_shared<std::vector<std::string>>();
+  auto max_tokens = std::make_shared<int64_t>(0);
+  cmd->add_option("--data", o->data, "Corpus: one 'source<TAB>target' pair a line (fra.txt; .gz accepted)");
+  cmd->add_option("--out", o->out, "Output folder (created)");
+  cmd->add_option("--config", *recipe,
+                  "Run the subword recipe described by this JSON file (e.g. configs/multi30k-en-fr.json): "
+                  "SentencePiece, token batches, label smoothing, warmup, validation BLEU, checkpoints");
+  cmd->add_option("--resume", *resume, "Continue the recipe run in this output folder from its checkpoint");
+  cmd->add_option("--set", *sets, "Override a key of the --config file: --set epochs=3 (repeatable)");
+  cmd->add_option("--max-tokens", *max_tokens, "Recipe: tokens per batch (overrides the config)")
+      ->check(CLI::PositiveNumber);
   cmd->add_option("--num-examples", o->num_examples, "Read lines 0..N of the corpus as d2l does (0 = all)")
       ->capture_default_str()->check(CLI::NonNegativeNumber);
   cmd->add_option("--num-steps", o->num_steps, "Tokens per sequence (truncate/pad)")->capture_default_str()
@@ -36,7 +48,44 @@ void add_train_command(CLI::App& app) {
       ->capture_default_str()->check(CLI::Range(0.0, 0.99));
   cmd->add_flag("!--no-progress", o->progress, "Do not print the progress bar");
   add_threads_option(cmd, *threads);
-  cmd->callback([o] {
+  cmd->callback([o, cmd, recipe, resume, sets, max_tokens, threads] {
+    if (!recipe->empty() || !resume->empty()) {
+      if (!recipe->empty() && !resume->empty())
+        throw std::invalid_argument("--config starts a run and --resume continues one; give only one");
+      nlohmann::json j = recipe->empty() ? nlohmann::json::object() : load_json_file(*recipe);
+      for (const std::string& kv : *sets) {
+        auto eq = kv.find('=');
+        if (eq == std::string::npos || eq == 0) throw std::invalid_argument("--set expects key=value, got '" + kv + "'");
+        std::string key = kv.substr(0, eq), val = kv.substr(eq + 1);
+        try {
+          j[key] = nlohmann::json::parse(val);  // numbers, true/false
+        } catch (const nlohmann::json::exception&) {
+          j[key] = val;  // plain strings
+        }
+      }
+      // Options given explicitly on the command line override the file.
+      if (cmd->count("--epochs")) j["epochs"] = o->epochs;
+      if (cmd->count("--lr")) j["lr"] = o->lr;
+      if (cmd->count("--seed")) j["seed"] = o->seed;
+      if (cmd->count("--dropout")) j["dropout"] = o->dropout;
+      if (cmd->count("--num-hiddens")) j["num_hiddens"] = o->num_hiddens;
+      if (cmd->count("--num-layers")) j["num_layers"] = o->num_layers;
+      if (cmd->count("--num-heads")) j["num_heads"] = o->num_heads;
+      if (cmd->count("--ffn-num-hiddens")) j["ffn_num_hiddens"] = o->ffn_num_hiddens;
+      if (cmd->count("--label-smoothing")) j["label_smoothing"] = o->label_smoothing;
+      if (cmd->count("--max-tokens")) j["max_tokens"] = *max_tokens;
+      RecipeConfig rc = RecipeConfig::from_json(j, recipe->empty() ? "command line" : *recipe);
+      std::string out = resume->empty() ? o->out : *resume;
+      if (out.empty()) throw std::invalid_argument("--out is required");
+      RecipeResult r = train_recipe(rc, out, !resume->empty(), o->progress);
+      std::printf("trained %lld epochs (%lld steps) in %.1f s, %.0f target tokens/s; best validation BLEU %.2f "
+                  "(epoch %lld); model in %s\n",
+                  (long long)r.epochs_run, (long long)r.steps, r.seconds, r.train_tokens_per_sec, r.best_valid_bleu,
+                  (long long)r.best_epoch, out.c_str());
+      return;
+    }
+    if (o->data.empty()) throw std::invalid_argument("--data is required (or --config for the subword recipe)");
+    if (o->out.empty()) throw std::invalid_argument("--out is required");
     TrainResult r = train_seq2seq(*o);
     std::printf("trained %lld epochs in %.1f s: loss %.4f (mean per token %.4f), %.0f tokens/s; model in %s\n",
                 (long long)r.epochs_run, r.seconds, r.loss, r.token_loss, r.tokens_per_sec, o->out.c_str());

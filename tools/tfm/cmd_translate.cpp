@@ -1,5 +1,7 @@
 // tfm translate: greedy or beam-search translation with a trained transformer_seq2seq folder.
+#include <algorithm>
 #include <cstdio>
+#include <filesystem>
 #include <iostream>
 #include <memory>
 
@@ -8,6 +10,7 @@
 #include "io/png.h"
 #include "models/seq2seq.h"
 #include "text/nmt_data.h"
+#include "text/subword.h"
 #include "text/vocab.h"
 
 namespace tfm::cli {
@@ -35,15 +38,28 @@ void add_translate_command(CLI::App& app) {
                   "layer), bottom row decoder cross-attention (last layer), one tile per head");
   add_threads_option(cmd, o->threads);
   cmd->callback([o] {
+    namespace fs = std::filesystem;
     Seq2SeqModel model(Seq2SeqConfig::load(o->model + "/config.json"));
-    Vocab src_vocab = Vocab::load(o->model + "/src_vocab.txt");
-    Vocab tgt_vocab = Vocab::load(o->model + "/tgt_vocab.txt");
     const Seq2SeqConfig& c = model.config();
-    if (src_vocab.size() != c.src_vocab_size || tgt_vocab.size() != c.tgt_vocab_size)
-      throw std::runtime_error(o->model + ": vocabulary files have " + std::to_string(src_vocab.size()) + " / " +
-                               std::to_string(tgt_vocab.size()) + " tokens but config.json says src_vocab_size " +
-                               std::to_string(c.src_vocab_size) + ", tgt_vocab_size " +
-                               std::to_string(c.tgt_vocab_size));
+    // Two kinds of folders: d2l word vocabularies (src_vocab.txt / tgt_vocab.txt) or a joint SentencePiece model.
+    const bool subword = fs::exists(o->model + "/spm.model");
+    std::unique_ptr<SubwordModel> spm;
+    std::unique_ptr<Vocab> src_vocab, tgt_vocab;
+    if (subword) {
+      spm = std::make_unique<SubwordModel>(SubwordModel::load(o->model + "/spm.model"));
+      if (spm->vocab_size() != c.src_vocab_size || spm->vocab_size() != c.tgt_vocab_size)
+        throw std::runtime_error(o->model + ": spm.model has " + std::to_string(spm->vocab_size()) +
+                                 " pieces but config.json says src_vocab_size " + std::to_string(c.src_vocab_size) +
+                                 ", tgt_vocab_size " + std::to_string(c.tgt_vocab_size));
+    } else {
+      src_vocab = std::make_unique<Vocab>(Vocab::load(o->model + "/src_vocab.txt"));
+      tgt_vocab = std::make_unique<Vocab>(Vocab::load(o->model + "/tgt_vocab.txt"));
+      if (src_vocab->size() != c.src_vocab_size || tgt_vocab->size() != c.tgt_vocab_size)
+        throw std::runtime_error(o->model + ": vocabulary files have " + std::to_string(src_vocab->size()) + " / " +
+                                 std::to_string(tgt_vocab->size()) + " tokens but config.json says src_vocab_size " +
+                                 std::to_string(c.src_vocab_size) + ", tgt_vocab_size " +
+                                 std::to_string(c.tgt_vocab_size));
+    }
     model.load(o->model + "/model.safetensors");
     std::vector<std::string> sentences = o->sentences;
     if (sentences.empty()) {
@@ -55,58 +71,106 @@ void add_translate_command(CLI::App& app) {
     opt.beam_size = o->beam;
     opt.length_penalty = o->length_penalty;
     opt.max_steps = c.num_steps;
-    opt.bos_id = tgt_vocab["<bos>"];
-    opt.eos_id = tgt_vocab["<eos>"];
+    opt.bos_id = subword ? spm->bos_id() : (*tgt_vocab)["<bos>"];
+    opt.eos_id = subword ? spm->eos_id() : (*tgt_vocab)["<eos>"];
     opt.position_mode = c.decode_positions == "absolute" ? PositionMode::kAbsolute : PositionMode::kD2lStep;
+
+    // Source ids (with <eos>) of every sentence.
+    std::vector<std::vector<int64_t>> src(sentences.size());
     for (size_t i = 0; i < sentences.size(); ++i) {
-      std::string text = preprocess_nmt(sentences[i]);
-      while (!text.empty() && (text.back() == '\r' || text.back() == ' ')) text.pop_back();
+      std::string text = sentences[i];
+      while (!text.empty() && (text.back() == '\r' || text.back() == ' ' || text.back() == '\t')) text.pop_back();
       if (text.empty()) throw std::invalid_argument("sentence " + std::to_string(i + 1) + " is empty");
-      EncodedSource s = encode_source_sentence(text, src_vocab, c.num_steps);
+      if (subword) {
+        src[i] = spm->encode(text);
+        const int64_t limit = std::min<int64_t>(c.max_len, 1024) - 1;
+        if ((int64_t)src[i].size() > limit) {
+          std::fprintf(stderr, "warning: sentence %zu: %zu subwords, truncated to %lld\n", i + 1, src[i].size(),
+                       (long long)limit);
+          src[i].resize(limit);
+        }
+        src[i].push_back(spm->eos_id());
+        continue;
+      }
+      text = preprocess_nmt(text);
+      EncodedSource s = encode_source_sentence(text, *src_vocab, c.num_steps);
+      src[i].assign(s.ids.begin(), s.ids.begin() + s.valid_len);
       std::string unknown;
       for (size_t p = 0, q; p <= text.size(); p = q + 1) {
         q = text.find(' ', p);
         if (q == std::string::npos) q = text.size();
         std::string w = text.substr(p, q - p);
-        if (!w.empty() && !src_vocab.contains(w)) unknown += (unknown.empty() ? "" : ", ") + w;
+        if (!w.empty() && !src_vocab->contains(w)) unknown += (unknown.empty() ? "" : ", ") + w;
       }
       if (!unknown.empty())
         std::fprintf(stderr, "warning: sentence %zu: not in the source vocabulary (read as <unk>): %s\n", i + 1,
                      unknown.c_str());
-      std::vector<int64_t> out;
-      if (!o->attention_png.empty() && i == 0) {
-        DecodeAttention att;
-        DecodeOptions g = opt;
-        out = greedy_decode(model, s.ids.data(), &s.valid_len, 1, (int64_t)s.ids.size(), g, &att)[0];
-        std::vector<Tensor> tiles;
-        const Tensor& enc = att.encoder_self.back();
-        const int64_t heads = c.num_heads, Ls = enc.size(1), steps = att.cross.size(1);
-        for (int64_t h = 0; h < heads; ++h) {
-          Tensor t = Tensor::empty({s.valid_len, s.valid_len});
-          for (int64_t a = 0; a < s.valid_len; ++a)
-            for (int64_t b = 0; b < s.valid_len; ++b) t.f32()[a * s.valid_len + b] = enc.f32()[(h * Ls + a) * Ls + b];
-          tiles.push_back(t);
-        }
-        for (int64_t h = 0; h < heads; ++h) {
-          Tensor t = Tensor::empty({std::max<int64_t>(steps, 1), s.valid_len});
-          t.fill(0.0f);
-          for (int64_t a = 0; a < steps; ++a)
-            for (int64_t b = 0; b < s.valid_len; ++b)
-              t.f32()[a * s.valid_len + b] = att.cross.f32()[(h * steps + a) * Ls + b];
-          tiles.push_back(t);
-        }
-        write_heatmaps_png(o->attention_png, tiles, (int)heads, 16);
-        if (o->beam > 1) out = beam_search(model, s.ids.data(), s.valid_len, (int64_t)s.ids.size(), opt);
-      } else if (o->beam > 1) {
-        out = beam_search(model, s.ids.data(), s.valid_len, (int64_t)s.ids.size(), opt);
-      } else {
-        out = greedy_decode(model, s.ids.data(), &s.valid_len, 1, (int64_t)s.ids.size(), opt)[0];
+    }
+    // d2l word models pad every source to num_steps, as predict_seq2seq does (the padding is masked).
+    const int64_t pad_id = subword ? spm->pad_id() : (*src_vocab)["<pad>"];
+    auto padded_len = [&](int64_t n) { return subword ? n : std::max<int64_t>(n, c.num_steps); };
+
+    std::vector<std::vector<int64_t>> out(sentences.size());
+    if (!o->attention_png.empty()) {
+      DecodeAttention att;
+      const auto& s0 = src[0];
+      std::vector<int64_t> ids(s0);
+      ids.resize(padded_len((int64_t)s0.size()), pad_id);
+      int64_t vl = (int64_t)s0.size();
+      greedy_decode(model, ids.data(), &vl, 1, (int64_t)ids.size(), opt, &att);
+      const Tensor& enc = att.encoder_self.back();
+      const int64_t heads = c.num_heads, Ls = enc.size(1), steps = att.cross.size(1);
+      std::vector<Tensor> tiles;
+      for (int64_t h = 0; h < heads; ++h) {
+        Tensor t = Tensor::empty({vl, vl});
+        for (int64_t a = 0; a < vl; ++a)
+          for (int64_t b = 0; b < vl; ++b) t.f32()[a * vl + b] = enc.f32()[(h * Ls + a) * Ls + b];
+        tiles.push_back(t);
       }
+      for (int64_t h = 0; h < heads; ++h) {
+        Tensor t = Tensor::zeros({std::max<int64_t>(steps, 1), vl});
+        for (int64_t a = 0; a < steps; ++a)
+          for (int64_t b = 0; b < vl; ++b) t.f32()[a * vl + b] = att.cross.f32()[(h * steps + a) * Ls + b];
+        tiles.push_back(t);
+      }
+      write_heatmaps_png(o->attention_png, tiles, (int)heads, 16);
+      std::fprintf(stderr, "wrote %s\n", o->attention_png.c_str());
+    }
+    if (o->beam > 1) {
+      for (size_t i = 0; i < src.size(); ++i) {
+        std::vector<int64_t> ids(src[i]);
+        ids.resize(padded_len((int64_t)ids.size()), pad_id);
+        out[i] = beam_search(model, ids.data(), (int64_t)src[i].size(), (int64_t)ids.size(), opt);
+      }
+    } else {
+      // Greedy in batches of similar length.
+      std::vector<size_t> order(src.size());
+      for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+      std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return src[a].size() < src[b].size(); });
+      const size_t batch = 64;
+      for (size_t s = 0; s < order.size(); s += batch) {
+        size_t n = std::min(batch, order.size() - s);
+        int64_t Ls = 0;
+        for (size_t k = 0; k < n; ++k) Ls = std::max<int64_t>(Ls, padded_len((int64_t)src[order[s + k]].size()));
+        std::vector<int64_t> ids(n * Ls, pad_id), vl(n);
+        for (size_t k = 0; k < n; ++k) {
+          const auto& v = src[order[s + k]];
+          std::copy(v.begin(), v.end(), ids.begin() + k * Ls);
+          vl[k] = (int64_t)v.size();
+        }
+        auto res = greedy_decode(model, ids.data(), vl.data(), (int64_t)n, Ls, opt);
+        for (size_t k = 0; k < n; ++k) out[order[s + k]] = res[k];
+      }
+    }
+    for (const auto& ids : out) {
       std::string line;
-      for (size_t k = 0; k < out.size(); ++k) line += (k ? " " : "") + tgt_vocab.to_token(out[k]);
+      if (subword) {
+        line = spm->decode(ids);
+      } else {
+        for (size_t k = 0; k < ids.size(); ++k) line += (k ? " " : "") + tgt_vocab->to_token(ids[k]);
+      }
       std::cout << line << "\n";
     }
-    if (!o->attention_png.empty()) std::fprintf(stderr, "wrote %s\n", o->attention_png.c_str());
   });
 }
 

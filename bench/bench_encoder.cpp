@@ -1,0 +1,291 @@
+// Encoder inference benchmark: latency, GEMM throughput and peak memory of EncoderModel::forward.
+//
+//   bench_encoder MODEL_DIR [--threads 2] [--warmup 2] [--reps 10] [--shapes 1x128,8x128,1x512]
+//                 [--sgemm] [--breakdown]
+//
+// MODEL_DIR holds a Hugging Face config.json and model.safetensors (weights used in place from the mmap, as
+// load_encoder does). For each shape [B, L] (batch, tokens) it runs forward on random input_ids (no padding,
+// token_type_ids zero) `warmup` times, then `reps` timed times, and prints one JSON line:
+//
+//   {"kind":"encoder","B":8,"L":128,"median_ms":..,"min_ms":..,"gflops":..,"gflop":..,"peak_rss_mb":..,...}
+//
+// gflop counts the GEMM work only: per layer per token 2*(4*H*H + 2*H*I) for the Q/K/V/output and the two FFN
+// projections, plus 2*2*L*H for Q K^T and P V. gflops = gflop / median seconds. peak_rss_mb is VmHWM of
+// /proc/self/status (MiB) after the shape ran, so it is cumulative over the shapes run so far; it includes the
+// mmapped weight pages that forward touched.
+//
+// --sgemm prints {"kind":"sgemm",...}: the throughput of OpenBLAS cblas_sgemm for 1024x3072x768 in the layout
+// linear_forward uses (x[N, in] @ W[out, in]^T), the ceiling the encoder's GEMMs can reach with these threads.
+// --breakdown prints {"kind":"breakdown",...}: the same op sequence as one BERT layer (ops called directly on
+// layer 0's weights, as src/models/bert.cpp calls them), timed op by op and scaled by num_hidden_layers, to show
+// where forward's time goes.
+#include <cblas.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <random>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "core/tensor.h"
+#include "core/threading.h"
+#include "models/encoder.h"
+#include "models/weights.h"
+#include "nn/layers.h"
+#include "ops/activation.h"
+#include "ops/attention.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct Options {
+  std::string model_dir;
+  int threads = 2;
+  int warmup = 2;
+  int reps = 10;
+  std::vector<std::pair<int64_t, int64_t>> shapes = {{1, 128}, {8, 128}, {1, 512}};
+  bool sgemm = false;
+  bool breakdown = false;
+};
+
+[[noreturn]] void usage(const std::string& why) {
+  std::fprintf(stderr,
+               "bench_encoder: %s\nusage: bench_encoder MODEL_DIR [--threads N] [--warmup N] [--reps N] "
+               "[--shapes BxL,BxL,...] [--sgemm] [--breakdown]\n",
+               why.c_str());
+  std::exit(2);
+}
+
+int parse_int(const std::string& flag, const std::string& s) {
+  try {
+    size_t pos = 0;
+    int v = std::stoi(s, &pos);
+    if (pos != s.size() || v < 0) throw std::invalid_argument(s);
+    return v;
+  } catch (const std::exception&) {
+    usage(flag + " expects a non-negative integer, got '" + s + "'");
+  }
+}
+
+Options parse_args(int argc, char** argv) {
+  Options o;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= argc) usage(a + " needs a value");
+      return argv[++i];
+    };
+    if (a == "--threads") o.threads = parse_int(a, value());
+    else if (a == "--warmup") o.warmup = parse_int(a, value());
+    else if (a == "--reps") o.reps = std::max(1, parse_int(a, value()));
+    else if (a == "--sgemm") o.sgemm = true;
+    else if (a == "--breakdown") o.breakdown = true;
+    else if (a == "--shapes") {
+      o.shapes.clear();
+      std::stringstream ss(value());
+      std::string item;
+      while (std::getline(ss, item, ',')) {
+        size_t x = item.find('x');
+        if (x == std::string::npos) usage("shape '" + item + "' is not BxL");
+        int64_t b = parse_int("--shapes", item.substr(0, x)), l = parse_int("--shapes", item.substr(x + 1));
+        if (b <= 0 || l <= 0) usage("shape '" + item + "' must be positive");
+        o.shapes.push_back({b, l});
+      }
+    } else if (!a.empty() && a[0] == '-') usage("unknown option " + a);
+    else if (o.model_dir.empty()) o.model_dir = a;
+    else usage("unexpected argument " + a);
+  }
+  if (o.model_dir.empty() && !o.sgemm) usage("MODEL_DIR is required");
+  return o;
+}
+
+// A field of /proc/self/status ("VmHWM", "VmRSS", "RssFile", ...) in MiB, or -1 if absent.
+double proc_status_mb(const std::string& key) {
+  std::ifstream f("/proc/self/status");
+  std::string line;
+  while (std::getline(f, line)) {
+    if (line.compare(0, key.size() + 1, key + ":") == 0) {
+      std::istringstream is(line.substr(key.size() + 1));
+      double kb = 0;
+      is >> kb;
+      return kb / 1024.0;
+    }
+  }
+  return -1.0;
+}
+
+double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+// Median seconds of `reps` calls of fn after `warmup` untimed calls.
+std::vector<double> time_calls(int warmup, int reps, const std::function<void()>& fn) {
+  for (int i = 0; i < warmup; ++i) fn();
+  std::vector<double> t;
+  for (int i = 0; i < reps; ++i) {
+    auto t0 = Clock::now();
+    fn();
+    t.push_back(seconds_since(t0));
+  }
+  return t;
+}
+
+// GEMM flops of one forward over [B, L] (see the header comment).
+double encoder_gflop(const tfm::EncoderConfig& c, int64_t B, int64_t L) {
+  double H = (double)c.hidden_size, I = (double)c.intermediate_size;
+  double per_token = 2.0 * (4.0 * H * H + 2.0 * H * I) + 2.0 * 2.0 * (double)L * H;
+  return per_token * (double)(B * L) * (double)c.num_hidden_layers * 1e-9;
+}
+
+tfm::Tensor random_ids(int64_t B, int64_t L, int64_t vocab, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::uniform_int_distribution<int64_t> dist(0, vocab - 1);
+  std::vector<int64_t> ids(B * L);
+  for (auto& id : ids) id = dist(rng);
+  return tfm::Tensor::from_i64({B, L}, ids);
+}
+
+void run_sgemm(const Options& o) {
+  const int M = 1024, N = 3072, K = 768;  // x[M, K] @ W[N, K]^T, the intermediate.dense GEMM of [8, 128]
+  std::vector<float> a((size_t)M * K), w((size_t)N * K), c((size_t)M * N);
+  std::mt19937 rng(0);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  for (auto& x : a) x = u(rng);
+  for (auto& x : w) x = u(rng);
+  auto t = time_calls(3, std::max(o.reps, 20), [&] {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, N, K, 1.0f, a.data(), K, w.data(), K, 0.0f, c.data(),
+                N);
+  });
+  double med = median(t), best = *std::min_element(t.begin(), t.end());
+  double gflop = 2.0 * M * N * K * 1e-9;
+  std::printf(
+      "{\"kind\":\"sgemm\",\"M\":%d,\"N\":%d,\"K\":%d,\"threads\":%d,\"median_ms\":%.3f,\"min_ms\":%.3f,"
+      "\"gflops\":%.1f,\"best_gflops\":%.1f}\n",
+      M, N, K, o.threads, med * 1e3, best * 1e3, gflop / med, gflop / best);
+  std::fflush(stdout);
+}
+
+// One BERT layer's op sequence on layer 0's weights, timed op by op. Mirrors Bert::forward in
+// src/models/bert.cpp (three separate Q/K/V GEMMs, attention, output dense + residual + LayerNorm, FFN).
+void run_breakdown(const Options& o, const tfm::EncoderConfig& c, int64_t B, int64_t L) {
+  using namespace tfm;
+  SafeTensorsWeights w(o.model_dir + "/model.safetensors");
+  const int64_t H = c.hidden_size, I = c.intermediate_size, N = B * L;
+  const std::string p = "encoder.layer.0.";
+  auto lin = [&](const std::string& n, int64_t in, int64_t out) { return nn::Linear::load(w, p + n, in, out); };
+  nn::Linear q_l = lin("attention.self.query", H, H), k_l = lin("attention.self.key", H, H),
+             v_l = lin("attention.self.value", H, H), o_l = lin("attention.output.dense", H, H),
+             i_l = lin("intermediate.dense", H, I), f_l = lin("output.dense", I, H);
+  nn::LayerNorm ln1 = nn::LayerNorm::load(w, p + "attention.output.LayerNorm", H, (float)c.layer_norm_eps);
+  nn::LayerNorm ln2 = nn::LayerNorm::load(w, p + "output.LayerNorm", H, (float)c.layer_norm_eps);
+  ops::Activation act = ops::parse_activation(c.hidden_act);
+
+  std::mt19937 rng(1);
+  std::normal_distribution<float> g(0.0f, 1.0f);
+  std::vector<float> x(N * H), q(N * H), k(N * H), v(N * H), ctx(N * H), a(N * H), inter(N * I), y(N * H);
+  for (auto& e : x) e = g(rng);
+  ops::AttentionDims dims{B, L, L, c.num_attention_heads, c.head_dim()};
+  ops::AttentionMask mask;
+  auto add = [](float* dst, const float* src, int64_t n) {
+#pragma omp parallel for simd if (n > 65536)
+    for (int64_t i = 0; i < n; ++i) dst[i] += src[i];
+  };
+  const double NL = (double)c.num_hidden_layers;
+  const double lin_hh = 2.0 * N * H * H * 1e-9, lin_hi = 2.0 * N * H * I * 1e-9, attn = 2.0 * 2.0 * N * L * H * 1e-9;
+  struct Section {
+    std::string name;
+    double gflop;
+    std::function<void()> fn;
+  };
+  std::vector<Section> sections = {
+      {"qkv_proj", 3 * lin_hh, [&] {
+         q_l.forward(q.data(), x.data(), N);
+         k_l.forward(k.data(), x.data(), N);
+         v_l.forward(v.data(), x.data(), N);
+       }},
+      {"attention", attn, [&] { ops::attention_forward(ctx.data(), nullptr, q.data(), k.data(), v.data(), dims, mask); }},
+      {"attn_out_proj", lin_hh, [&] { o_l.forward(a.data(), ctx.data(), N); }},
+      {"residual_ln1", 0, [&] {
+         add(a.data(), x.data(), N * H);
+         ln1.forward(a.data(), a.data(), N);
+       }},
+      {"ffn_in_proj", lin_hi, [&] { i_l.forward(inter.data(), a.data(), N); }},
+      {"gelu", 0, [&] { ops::activation_forward(inter.data(), inter.data(), N * I, act); }},
+      {"ffn_out_proj", lin_hi, [&] { f_l.forward(y.data(), inter.data(), N); }},
+      {"residual_ln2", 0, [&] {
+         add(y.data(), a.data(), N * H);
+         ln2.forward(y.data(), y.data(), N);
+       }},
+  };
+  for (const auto& s : sections) {
+    double med = median(time_calls(o.warmup + 1, std::max(o.reps, 10), s.fn));
+    std::printf(
+        "{\"kind\":\"breakdown\",\"B\":%lld,\"L\":%lld,\"section\":\"%s\",\"ms_per_layer\":%.4f,"
+        "\"ms_all_layers\":%.3f,\"gflops\":%.1f}\n",
+        (long long)B, (long long)L, s.name.c_str(), med * 1e3, med * 1e3 * NL, s.gflop > 0 ? s.gflop / med : 0.0);
+  }
+  std::fflush(stdout);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options o = parse_args(argc, argv);
+  tfm::set_num_threads(o.threads);
+  try {
+    if (o.sgemm) run_sgemm(o);
+    if (o.model_dir.empty()) return 0;
+
+    double rss0 = proc_status_mb("VmRSS");
+    auto t0 = Clock::now();
+    std::unique_ptr<tfm::EncoderModel> model = tfm::load_encoder(o.model_dir);
+    double load_s = seconds_since(t0);
+    const tfm::EncoderConfig& c = model->config();
+    std::ifstream wf(o.model_dir + "/model.safetensors", std::ios::binary | std::ios::ate);
+    double weights_mb = (double)wf.tellg() / (1024.0 * 1024.0);
+    std::printf(
+        "{\"kind\":\"model\",\"dir\":\"%s\",\"layers\":%lld,\"hidden\":%lld,\"heads\":%lld,\"intermediate\":%lld,"
+        "\"threads\":%d,\"weights_mb\":%.1f,\"load_ms\":%.1f,\"rss_before_load_mb\":%.1f,\"rss_after_load_mb\":%.1f}\n",
+        o.model_dir.c_str(), (long long)c.num_hidden_layers, (long long)c.hidden_size,
+        (long long)c.num_attention_heads, (long long)c.intermediate_size, tfm::get_num_threads(), weights_mb,
+        load_s * 1e3, rss0, proc_status_mb("VmRSS"));
+    std::fflush(stdout);
+
+    for (auto [B, L] : o.shapes) {
+      tfm::Tensor ids = random_ids(B, L, c.vocab_size, (uint64_t)(B * 1000 + L));
+      tfm::EncoderOutput out;
+      auto t = time_calls(o.warmup, o.reps, [&] { out = model->forward(ids, tfm::Tensor(), tfm::Tensor()); });
+      double med = median(t), best = *std::min_element(t.begin(), t.end());
+      double gflop = encoder_gflop(c, B, L);
+      // A checksum keeps the work observable and catches NaNs.
+      double sum = 0;
+      const float* h = out.last_hidden_state.f32();
+      for (int64_t i = 0; i < out.last_hidden_state.numel(); ++i) sum += h[i];
+      std::printf(
+          "{\"kind\":\"encoder\",\"B\":%lld,\"L\":%lld,\"reps\":%d,\"median_ms\":%.3f,\"min_ms\":%.3f,"
+          "\"gflop\":%.3f,\"gflops\":%.1f,\"peak_rss_mb\":%.1f,\"rss_mb\":%.1f,\"weights_mb\":%.1f,"
+          "\"checksum\":%.6g}\n",
+          (long long)B, (long long)L, o.reps, med * 1e3, best * 1e3, gflop, gflop / med, proc_status_mb("VmHWM"),
+          proc_status_mb("VmRSS"), weights_mb, sum);
+      std::fflush(stdout);
+    }
+    if (o.breakdown)
+      for (auto [B, L] : o.shapes) run_breakdown(o, c, B, L);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "bench_encoder: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

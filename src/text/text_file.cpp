@@ -1,0 +1,101 @@
+#include "text/text_file.h"
+
+#include <zlib.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <stdexcept>
+
+namespace tfm {
+
+std::optional<size_t> find_invalid_utf8(std::string_view text) {
+  const auto* s = reinterpret_cast<const unsigned char*>(text.data());
+  const size_t n = text.size();
+  size_t i = 0;
+  while (i < n) {
+    const unsigned char c = s[i];
+    if (c < 0x80) {
+      ++i;
+      continue;
+    }
+    // Length and the allowed range of the second byte (Unicode table 3-7); later bytes are 80..BF.
+    size_t len;
+    unsigned char lo = 0x80, hi = 0xBF;
+    if (c >= 0xC2 && c <= 0xDF) {
+      len = 2;
+    } else if (c >= 0xE0 && c <= 0xEF) {
+      len = 3;
+      if (c == 0xE0) lo = 0xA0;  // overlong
+      if (c == 0xED) hi = 0x9F;  // surrogates
+    } else if (c >= 0xF0 && c <= 0xF4) {
+      len = 4;
+      if (c == 0xF0) lo = 0x90;  // overlong
+      if (c == 0xF4) hi = 0x8F;  // above U+10FFFF
+    } else {
+      return i;  // continuation byte, C0/C1 (overlong) or F5..FF
+    }
+    if (i + len > n || s[i + 1] < lo || s[i + 1] > hi) return i;
+    for (size_t k = 2; k < len; ++k) {
+      if (s[i + k] < 0x80 || s[i + k] > 0xBF) return i;
+    }
+    i += len;
+  }
+  return std::nullopt;
+}
+
+namespace {
+
+// Whole file contents; gzread decompresses gzip input and passes any other file through unchanged.
+std::string read_maybe_gzip(const std::string& path) {
+  errno = 0;
+  gzFile f = gzopen(path.c_str(), "rb");
+  if (!f) throw std::runtime_error(path + ": cannot open: " + (errno ? std::strerror(errno) : "out of memory"));
+  std::string out;
+  char buf[1 << 16];
+  for (;;) {
+    const int n = gzread(f, buf, sizeof buf);
+    if (n < 0) {
+      int err = 0;
+      std::string msg = gzerror(f, &err);
+      if (err == Z_ERRNO) msg = std::strerror(errno);
+      gzclose(f);
+      throw std::runtime_error(path + ": read error: " + msg);
+    }
+    if (n == 0) break;
+    out.append(buf, static_cast<size_t>(n));
+  }
+  // gzread returns 0 both at the end and for a gzip stream cut short; gzclose reports the latter as Z_BUF_ERROR.
+  if (const int rc = gzclose(f); rc != Z_OK) {
+    throw std::runtime_error(path + ": read error: " +
+                             (rc == Z_BUF_ERROR ? std::string("unexpected end of file")
+                                                : "gzclose failed with code " + std::to_string(rc)));
+  }
+  return out;
+}
+
+}  // namespace
+
+std::vector<std::string> read_lines(const std::string& path) {
+  const std::string text = read_maybe_gzip(path);
+  if (text.empty()) throw std::runtime_error(path + ": empty file");
+  std::vector<std::string> lines;
+  size_t start = 0;
+  while (start < text.size()) {
+    size_t end = text.find('\n', start);
+    if (end == std::string::npos) end = text.size();
+    std::string_view line(text.data() + start, end - start);
+    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+    if (const auto bad = find_invalid_utf8(line)) {
+      char byte[8];
+      std::snprintf(byte, sizeof byte, "0x%02x", static_cast<unsigned>(static_cast<unsigned char>(line[*bad])));
+      throw std::runtime_error(path + ": line " + std::to_string(lines.size() + 1) + ": invalid UTF-8 (byte " +
+                               byte + " at column " + std::to_string(*bad + 1) + ")");
+    }
+    lines.emplace_back(line);
+    start = end + 1;
+  }
+  return lines;
+}
+
+}  // namespace tfm

@@ -1,0 +1,509 @@
+#include "train/recipe.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <sstream>
+#include <stdexcept>
+
+#include "core/rng.h"
+#include "decode/search.h"
+#include "eval/corpus_bleu.h"
+#include "io/atomic_file.h"
+#include "io/json_util.h"
+#include "io/png.h"
+#include "io/safetensors.h"
+#include "models/seq2seq.h"
+#include "text/subword.h"
+#include "text/text_file.h"
+#include "train/optim.h"
+
+namespace tfm {
+
+double inverse_sqrt_lr(double peak, int64_t warmup, int64_t step) {
+  if (step < 1) step = 1;
+  if (warmup < 1) return peak / std::sqrt((double)step);
+  return peak * std::min((double)step / warmup, std::sqrt((double)warmup / step));
+}
+
+// ---------------------------------------------------------------- config
+
+RecipeConfig RecipeConfig::from_json(const nlohmann::json& j, const std::string& file) {
+  if (!j.is_object()) throw std::runtime_error(file + ": expected a JSON object");
+  RecipeConfig c;
+  static const char* known[] = {"data_dir", "train_src", "train_tgt", "valid_src", "valid_tgt", "train_limit",
+                                "valid_limit", "vocab_size", "subword_type", "num_hiddens", "num_layers",
+                                "num_heads", "ffn_num_hiddens", "dropout", "norm_first", "shared_embeddings",
+                                "attention_bias", "activation", "max_len", "num_steps", "max_tokens", "epochs", "lr",
+                                "warmup_steps", "beta1", "beta2", "adam_eps", "weight_decay", "adamw",
+                                "label_smoothing", "clip_norm", "seed", "patience", "time_limit_minutes",
+                                "checkpoint_every", "stop_after_steps", "threads", "comment"};
+  for (auto it = j.begin(); it != j.end(); ++it)
+    if (std::find_if(std::begin(known), std::end(known), [&](const char* k) { return it.key() == k; }) ==
+        std::end(known))
+      throw std::runtime_error(file + ": unknown key '" + it.key() + "'");
+  c.data_dir = json_string_or(j, "data_dir", "", file);
+  c.train_src = json_string_or(j, "train_src", c.train_src, file);
+  c.train_tgt = json_string_or(j, "train_tgt", c.train_tgt, file);
+  c.valid_src = json_string_or(j, "valid_src", c.valid_src, file);
+  c.valid_tgt = json_string_or(j, "valid_tgt", c.valid_tgt, file);
+  c.train_limit = json_int_or(j, "train_limit", c.train_limit, file);
+  c.valid_limit = json_int_or(j, "valid_limit", c.valid_limit, file);
+  c.vocab_size = json_int_or(j, "vocab_size", c.vocab_size, file);
+  c.subword_type = json_string_or(j, "subword_type", c.subword_type, file);
+  c.num_hiddens = json_int_or(j, "num_hiddens", c.num_hiddens, file);
+  c.num_layers = json_int_or(j, "num_layers", c.num_layers, file);
+  c.num_heads = json_int_or(j, "num_heads", c.num_heads, file);
+  c.ffn_num_hiddens = json_int_or(j, "ffn_num_hiddens", c.ffn_num_hiddens, file);
+  c.dropout = json_number_or(j, "dropout", c.dropout, file);
+  c.norm_first = json_bool_or(j, "norm_first", c.norm_first, file);
+  c.shared_embeddings = json_bool_or(j, "shared_embeddings", c.shared_embeddings, file);
+  c.attention_bias = json_bool_or(j, "attention_bias", c.attention_bias, file);
+  c.activation = json_string_or(j, "activation", c.activation, file);
+  c.max_len = json_int_or(j, "max_len", c.max_len, file);
+  c.num_steps = json_int_or(j, "num_steps", c.num_steps, file);
+  c.max_tokens = json_int_or(j, "max_tokens", c.max_tokens, file);
+  c.epochs = json_int_or(j, "epochs", c.epochs, file);
+  c.lr = json_number_or(j, "lr", c.lr, file);
+  c.warmup_steps = json_int_or(j, "warmup_steps", c.warmup_steps, file);
+  c.beta1 = json_number_or(j, "beta1", c.beta1, file);
+  c.beta2 = json_number_or(j, "beta2", c.beta2, file);
+  c.adam_eps = json_number_or(j, "adam_eps", c.adam_eps, file);
+  c.weight_decay = json_number_or(j, "weight_decay", c.weight_decay, file);
+  c.adamw = json_bool_or(j, "adamw", c.adamw, file);
+  c.label_smoothing = (float)json_number_or(j, "label_smoothing", c.label_smoothing, file);
+  c.clip_norm = json_number_or(j, "clip_norm", c.clip_norm, file);
+  c.seed = (uint64_t)json_int_or(j, "seed", (int64_t)c.seed, file);
+  c.patience = json_int_or(j, "patience", c.patience, file);
+  c.time_limit_minutes = json_number_or(j, "time_limit_minutes", c.time_limit_minutes, file);
+  c.checkpoint_every = json_int_or(j, "checkpoint_every", c.checkpoint_every, file);
+  c.stop_after_steps = json_int_or(j, "stop_after_steps", c.stop_after_steps, file);
+  c.threads = (int)json_int_or(j, "threads", c.threads, file);
+  auto positive = [&](const char* k, double v) {
+    if (!(v > 0)) throw std::runtime_error(file + ": key '" + k + "' must be positive");
+  };
+  positive("vocab_size", (double)c.vocab_size);
+  positive("max_len", (double)c.max_len);
+  positive("num_steps", (double)c.num_steps);
+  positive("max_tokens", (double)c.max_tokens);
+  positive("epochs", (double)c.epochs);
+  positive("lr", c.lr);
+  positive("checkpoint_every", (double)c.checkpoint_every);
+  if (c.max_tokens < 2 * c.max_len)
+    throw std::runtime_error(file + ": max_tokens (" + std::to_string(c.max_tokens) +
+                             ") must hold at least one pair of max_len (" + std::to_string(c.max_len) + ") tokens");
+  if (!(c.label_smoothing >= 0 && c.label_smoothing < 1))
+    throw std::runtime_error(file + ": key 'label_smoothing' must be in [0, 1)");
+  return c;
+}
+
+nlohmann::json RecipeConfig::to_json() const {
+  return {{"data_dir", data_dir},       {"train_src", train_src},
+          {"train_tgt", train_tgt},     {"valid_src", valid_src},
+          {"valid_tgt", valid_tgt},     {"train_limit", train_limit},
+          {"valid_limit", valid_limit}, {"vocab_size", vocab_size},
+          {"subword_type", subword_type}, {"num_hiddens", num_hiddens},
+          {"num_layers", num_layers},   {"num_heads", num_heads},
+          {"ffn_num_hiddens", ffn_num_hiddens}, {"dropout", dropout},
+          {"norm_first", norm_first},   {"shared_embeddings", shared_embeddings},
+          {"attention_bias", attention_bias}, {"activation", activation},
+          {"max_len", max_len},         {"num_steps", num_steps},
+          {"max_tokens", max_tokens},   {"epochs", epochs},
+          {"lr", lr},                   {"warmup_steps", warmup_steps},
+          {"beta1", beta1},             {"beta2", beta2},
+          {"adam_eps", adam_eps},       {"weight_decay", weight_decay},
+          {"adamw", adamw},             {"label_smoothing", label_smoothing},
+          {"clip_norm", clip_norm},     {"seed", seed},
+          {"patience", patience},       {"time_limit_minutes", time_limit_minutes},
+          {"checkpoint_every", checkpoint_every}, {"stop_after_steps", stop_after_steps},
+          {"threads", threads}};
+}
+
+// ---------------------------------------------------------------- data
+
+namespace {
+
+std::string resolve(const std::string& dir, const std::string& p) {
+  if (p.empty() || p[0] == '/') return p;
+  return dir + "/" + p;
+}
+
+struct Encoded {
+  std::vector<std::vector<int64_t>> src, tgt;  // ids + <eos>, at most max_len
+  std::vector<std::string> tgt_text;           // raw reference sentences
+};
+
+Encoded encode_pairs(const SubwordModel& spm, const std::string& src_path, const std::string& tgt_path,
+                     int64_t limit, int64_t max_len) {
+  std::vector<std::string> s = read_lines(src_path), t = read_lines(tgt_path);
+  if (s.size() != t.size())
+    throw std::runtime_error(src_path + " has " + std::to_string(s.size()) + " lines but " + tgt_path + " has " +
+                             std::to_string(t.size()) + "; parallel files must align line by line");
+  if (limit > 0 && (size_t)limit < s.size()) s.resize(limit), t.resize(limit);
+  Encoded e;
+  auto enc = [&](const std::string& line) {
+    std::vector<int64_t> ids = spm.encode(line);
+    if ((int64_t)ids.size() > max_len - 1) ids.resize(max_len - 1);
+    ids.push_back(spm.eos_id());
+    return ids;
+  };
+  for (size_t i = 0; i < s.size(); ++i) {
+    e.src.push_back(enc(s[i]));
+    e.tgt.push_back(enc(t[i]));
+    e.tgt_text.push_back(t[i]);
+  }
+  return e;
+}
+
+// Length-bucketed batches: pairs sorted by length, cut so that rows * (longest src + longest tgt) <= max_tokens.
+std::vector<std::vector<int64_t>> make_batches(const Encoded& d, int64_t max_tokens) {
+  std::vector<int64_t> idx(d.src.size());
+  for (size_t i = 0; i < idx.size(); ++i) idx[i] = (int64_t)i;
+  std::stable_sort(idx.begin(), idx.end(), [&](int64_t a, int64_t b) {
+    return std::make_pair(d.tgt[a].size(), d.src[a].size()) < std::make_pair(d.tgt[b].size(), d.src[b].size());
+  });
+  std::vector<std::vector<int64_t>> batches;
+  std::vector<int64_t> cur;
+  size_t ls = 0, lt = 0;
+  for (int64_t i : idx) {
+    size_t nls = std::max(ls, d.src[i].size()), nlt = std::max(lt, d.tgt[i].size());
+    if (!cur.empty() && (int64_t)((cur.size() + 1) * (nls + nlt)) > max_tokens) {
+      batches.push_back(cur);
+      cur.clear();
+      nls = d.src[i].size();
+      nlt = d.tgt[i].size();
+    }
+    cur.push_back(i);
+    ls = nls;
+    lt = nlt;
+  }
+  if (!cur.empty()) batches.push_back(cur);
+  return batches;
+}
+
+struct BatchArrays {
+  std::vector<int64_t> src, src_valid, dec, labels, tgt_valid;
+  Seq2SeqBatch view;
+};
+
+void fill_batch(BatchArrays& a, const Encoded& d, const std::vector<int64_t>& rows, int64_t pad, int64_t bos) {
+  const int64_t B = (int64_t)rows.size();
+  int64_t Ls = 0, Lt = 0;
+  for (int64_t r : rows) Ls = std::max<int64_t>(Ls, d.src[r].size()), Lt = std::max<int64_t>(Lt, d.tgt[r].size());
+  a.src.assign(B * Ls, pad);
+  a.dec.assign(B * Lt, pad);
+  a.labels.assign(B * Lt, pad);
+  a.src_valid.resize(B);
+  a.tgt_valid.resize(B);
+  for (int64_t b = 0; b < B; ++b) {
+    const auto& s = d.src[rows[b]];
+    const auto& t = d.tgt[rows[b]];
+    std::copy(s.begin(), s.end(), a.src.begin() + b * Ls);
+    std::copy(t.begin(), t.end(), a.labels.begin() + b * Lt);
+    a.dec[b * Lt] = bos;  // teacher forcing: <bos> + labels[:-1]
+    std::copy(t.begin(), t.end() - 1, a.dec.begin() + b * Lt + 1);
+    a.src_valid[b] = (int64_t)s.size();
+    a.tgt_valid[b] = (int64_t)t.size();
+  }
+  a.view = Seq2SeqBatch{a.src.data(), a.src_valid.data(), a.dec.data(), a.labels.data(), a.tgt_valid.data(), B, Ls, Lt};
+}
+
+// The order of batches in an epoch: a permutation from a generator seeded by (seed, epoch), so a resumed run
+// recomputes it without stored state.
+std::vector<int64_t> epoch_order(int64_t n, uint64_t seed, int64_t epoch) {
+  Rng rng(seed * 0x9E3779B97F4A7C15ull + (uint64_t)epoch);
+  std::vector<int64_t> order(n);
+  for (int64_t i = 0; i < n; ++i) order[i] = i;
+  for (int64_t i = n - 1; i > 0; --i) std::swap(order[i], order[rng.below((uint64_t)i + 1)]);
+  return order;
+}
+
+Seq2SeqConfig model_config(const RecipeConfig& c, int64_t vocab) {
+  Seq2SeqConfig m;
+  m.num_hiddens = c.num_hiddens;
+  m.num_layers = c.num_layers;
+  m.num_heads = c.num_heads;
+  m.ffn_num_hiddens = c.ffn_num_hiddens;
+  m.dropout = c.dropout;
+  m.num_steps = c.num_steps;
+  m.src_vocab_size = m.tgt_vocab_size = vocab;
+  m.max_len = std::max(c.max_len, c.num_steps) + 1;
+  m.decode_positions = "absolute";
+  m.norm_first = c.norm_first;
+  m.shared_embeddings = c.shared_embeddings;
+  m.attention_bias = c.attention_bias;
+  m.activation = c.activation;
+  return Seq2SeqConfig::from_json(m.to_json(), "training config");  // same validation as a config.json
+}
+
+struct Validation {
+  double loss = 0, bleu = 0;
+};
+
+Validation validate(Seq2SeqModel& model, const SubwordModel& spm, const Encoded& valid,
+                    const std::vector<std::vector<int64_t>>& batches, int64_t num_steps) {
+  Validation v;
+  double loss = 0;
+  int64_t ntok = 0;
+  BatchArrays a;
+  std::vector<std::string> hyps(valid.src.size());
+  DecodeOptions opt;
+  opt.max_steps = num_steps;
+  opt.bos_id = spm.bos_id();
+  opt.eos_id = spm.eos_id();
+  for (const auto& rows : batches) {
+    fill_batch(a, valid, rows, spm.pad_id(), spm.bos_id());
+    // Loss without dropout or smoothing; gradients are computed and discarded by the caller's zero_grad.
+    LossResult r = model.forward_backward(a.view, nullptr, 0.0f, /*token_mean=*/false);
+    loss += r.token_loss_sum;
+    ntok += r.num_tokens;
+    auto out = greedy_decode(model, a.src.data(), a.src_valid.data(), a.view.batch, a.view.src_len, opt);
+    for (size_t b = 0; b < rows.size(); ++b) hyps[rows[b]] = spm.decode(out[b]);
+  }
+  model.params().zero_grad();
+  v.loss = loss / std::max<int64_t>(ntok, 1);
+  v.bleu = corpus_bleu(hyps, valid.tgt_text).score;
+  return v;
+}
+
+std::string fmt_time(double s) {
+  char buf[32];
+  if (s >= 3600)
+    std::snprintf(buf, sizeof buf, "%dh%02dm", (int)(s / 3600), (int)std::fmod(s / 60, 60));
+  else
+    std::snprintf(buf, sizeof buf, "%dm%02ds", (int)(s / 60), (int)std::fmod(s, 60));
+  return buf;
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------- training
+
+RecipeResult train_recipe(const RecipeConfig& cfg_in, const std::string& out, bool resume, bool progress) {
+  namespace fs = std::filesystem;
+  RecipeConfig cfg = cfg_in;
+  if (cfg.data_dir.empty()) {
+    const char* d = std::getenv("TFM_DATA_DIR");
+    cfg.data_dir = d && *d ? d : "../shared/data";
+  }
+  const std::string ckpt_path = out + "/checkpoint.safetensors", spm_path = out + "/spm.model";
+  if (resume) {
+    if (!fs::exists(ckpt_path))
+      throw std::runtime_error(out + ": no checkpoint.safetensors to resume from (start a run without --resume)");
+    RecipeConfig saved = RecipeConfig::from_json(load_json_file(out + "/train_config.json"), out + "/train_config.json");
+    saved.data_dir = cfg.data_dir.empty() ? saved.data_dir : saved.data_dir;
+    cfg = saved;
+  } else {
+    make_dirs(out);
+    if (fs::exists(ckpt_path))
+      throw std::runtime_error(out + " already holds a checkpoint; pass --resume to continue it, or use another --out");
+    write_file_atomic(out + "/train_config.json", cfg.to_json().dump(2) + "\n");
+  }
+  auto t_start = std::chrono::steady_clock::now();
+  if (!resume || !fs::exists(spm_path)) {
+    std::vector<std::string> text = read_lines(resolve(cfg.data_dir, cfg.train_src));
+    std::vector<std::string> tgt = read_lines(resolve(cfg.data_dir, cfg.train_tgt));
+    if (cfg.train_limit > 0 && (size_t)cfg.train_limit < text.size()) text.resize(cfg.train_limit), tgt.resize(cfg.train_limit);
+    text.insert(text.end(), tgt.begin(), tgt.end());
+    SubwordTrainOptions so;
+    so.vocab_size = cfg.vocab_size;
+    so.model_type = cfg.subword_type;
+    so.num_threads = 1;  // SentencePiece's multi-threaded trainer is not deterministic
+    if (progress) std::fprintf(stderr, "training a %lld-piece joint %s subword model on %zu sentences\n",
+                               (long long)cfg.vocab_size, cfg.subword_type.c_str(), text.size());
+    train_subword_model(text, spm_path, so);
+  }
+  SubwordModel spm = SubwordModel::load(spm_path);
+  Encoded train = encode_pairs(spm, resolve(cfg.data_dir, cfg.train_src), resolve(cfg.data_dir, cfg.train_tgt),
+                               cfg.train_limit, cfg.max_len);
+  Encoded valid = encode_pairs(spm, resolve(cfg.data_dir, cfg.valid_src), resolve(cfg.data_dir, cfg.valid_tgt),
+                               cfg.valid_limit, cfg.max_len);
+  auto batches = make_batches(train, cfg.max_tokens);
+  auto valid_batches = make_batches(valid, cfg.max_tokens);
+  const int64_t nb = (int64_t)batches.size();
+
+  Seq2SeqConfig mcfg = model_config(cfg, spm.vocab_size());
+  Seq2SeqModel model(mcfg);
+  ParamTable& P = model.params();
+  AdamOptions ao;
+  ao.lr = (float)cfg.lr;
+  ao.beta1 = (float)cfg.beta1;
+  ao.beta2 = (float)cfg.beta2;
+  ao.eps = (float)cfg.adam_eps;
+  ao.weight_decay = (float)cfg.weight_decay;
+  ao.decoupled_weight_decay = cfg.adamw;
+  Adam adam(P.total(), ao);
+  Rng dropout_rng(cfg.seed ^ 0xD1B54A32D192ED03ull);
+
+  // Training state (all of it is in the checkpoint).
+  int64_t epoch = 1, batch_pos = 0, step = 0, bad_epochs = 0, best_epoch = 0;
+  double best_bleu = -1, elapsed_before = 0;
+  int64_t tokens_done = 0;
+  nlohmann::json log_rows = nlohmann::json::array();
+  if (resume) {
+    SafeTensors ck = SafeTensors::open(ckpt_path);
+    if (!ck.metadata().contains("state"))
+      throw std::runtime_error(ckpt_path + ": not a training checkpoint (no 'state' metadata)");
+    nlohmann::json st;
+    try {
+      st = nlohmann::json::parse(ck.metadata()["state"].get<std::string>());
+      for (const auto& e : P.entries()) {
+        Tensor t = ck.get("model." + e.name);
+        if (t.numel() != e.numel) throw std::runtime_error("tensor 'model." + e.name + "' has the wrong size");
+        std::copy(t.f32(), t.f32() + e.numel, P.all_data().begin() + e.offset);
+      }
+      Tensor m = ck.get("optim.exp_avg"), v = ck.get("optim.exp_avg_sq");
+      if (m.numel() != P.total() || v.numel() != P.total()) throw std::runtime_error("optimizer state has the wrong size");
+      std::copy(m.f32(), m.f32() + m.numel(), adam.exp_avg().begin());
+      std::copy(v.f32(), v.f32() + v.numel(), adam.exp_avg_sq().begin());
+      adam.set_steps(st.at("step").get<int64_t>());
+      step = st.at("step").get<int64_t>();
+      epoch = st.at("epoch").get<int64_t>();
+      batch_pos = st.at("batch_pos").get<int64_t>();
+      bad_epochs = st.at("bad_epochs").get<int64_t>();
+      best_epoch = st.at("best_epoch").get<int64_t>();
+      best_bleu = st.at("best_bleu").get<double>();
+      elapsed_before = st.at("elapsed").get<double>();
+      tokens_done = st.at("tokens").get<int64_t>();
+      log_rows = st.at("log");
+      dropout_rng.set_state(st.at("dropout_rng").get<std::string>());
+    } catch (const std::runtime_error& e) {
+      throw std::runtime_error(ckpt_path + ": corrupt checkpoint: " + e.what());
+    } catch (const nlohmann::json::exception& e) {
+      throw std::runtime_error(ckpt_path + ": corrupt checkpoint state: " + e.what());
+    }
+    if (progress) std::fprintf(stderr, "resuming at epoch %lld, batch %lld/%lld, step %lld\n", (long long)epoch,
+                               (long long)batch_pos, (long long)nb, (long long)step);
+  } else {
+    Rng init_rng(cfg.seed);
+    model.init(init_rng);
+  }
+
+  auto save_checkpoint = [&](double elapsed) {
+    std::vector<std::pair<std::string, Tensor>> tensors;
+    for (auto& [name, t] : P.named_tensors()) tensors.emplace_back("model." + name, t);
+    tensors.emplace_back("optim.exp_avg", Tensor::view_of(adam.exp_avg().data(), {P.total()}, DType::F32, nullptr));
+    tensors.emplace_back("optim.exp_avg_sq",
+                         Tensor::view_of(adam.exp_avg_sq().data(), {P.total()}, DType::F32, nullptr));
+    nlohmann::json st = {{"step", step},         {"epoch", epoch},       {"batch_pos", batch_pos},
+                         {"bad_epochs", bad_epochs}, {"best_epoch", best_epoch}, {"best_bleu", best_bleu},
+                         {"elapsed", elapsed},   {"tokens", tokens_done}, {"log", log_rows},
+                         {"dropout_rng", dropout_rng.state()}};
+    save_safetensors(ckpt_path, tensors, nlohmann::json{{"state", st.dump()}, {"format", "tfm-checkpoint-1"}});
+  };
+  auto write_logs = [&]() {
+    std::ostringstream csv;
+    csv << "epoch,step,train_loss,valid_loss,valid_bleu,lr,tokens_per_sec,elapsed_s\n";
+    std::vector<double> tr, va;
+    for (const auto& r : log_rows) {
+      csv << r["epoch"] << "," << r["step"] << "," << r["train_loss"] << "," << r["valid_loss"] << ","
+          << r["valid_bleu"] << "," << r["lr"] << "," << r["tokens_per_sec"] << "," << r["elapsed"] << "\n";
+      tr.push_back(r["train_loss"].get<double>());
+      va.push_back(r["valid_loss"].get<double>());
+    }
+    write_file_atomic(out + "/train_log.csv", csv.str());
+    if (!tr.empty()) write_line_plot_png(out + "/loss.png", {tr, va});
+  };
+
+  BatchArrays a;
+  const bool tty = isatty(2);
+  RecipeResult res;
+  auto now_s = [&] { return elapsed_before + std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count(); };
+  bool stop = false;
+  for (; epoch <= cfg.epochs && !stop; ++epoch, batch_pos = 0) {
+    std::vector<int64_t> order = epoch_order(nb, cfg.seed, epoch);
+    double ep_loss = 0;
+    int64_t ep_tok = 0;
+    auto ep_t0 = std::chrono::steady_clock::now();
+    int64_t ep_start_pos = batch_pos;
+    for (; batch_pos < nb; ++batch_pos) {
+      fill_batch(a, train, batches[order[batch_pos]], spm.pad_id(), spm.bos_id());
+      P.zero_grad();
+      LossResult r = model.forward_backward(a.view, &dropout_rng, cfg.label_smoothing, /*token_mean=*/true);
+      double norm = clip_grad_norm(P, cfg.clip_norm);
+      if (!std::isfinite(r.loss_sum) || !std::isfinite(norm))
+        throw std::runtime_error("training diverged: non-finite " + std::string(std::isfinite(r.loss_sum) ? "gradient" : "loss") +
+                                 " at step " + std::to_string(step + 1) + " (epoch " + std::to_string(epoch) +
+                                 "); the last good checkpoint is " + ckpt_path + " (try a lower lr)");
+      ++step;
+      adam.step(P, (float)inverse_sqrt_lr(cfg.lr, cfg.warmup_steps, step));
+      ep_loss += r.token_loss_sum;
+      ep_tok += r.num_tokens;
+      tokens_done += r.num_tokens;
+      double ep_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - ep_t0).count();
+      if (progress && (tty ? true : (batch_pos + 1) % std::max<int64_t>(1, nb / 10) == 0)) {
+        double done = (double)(batch_pos + 1 - ep_start_pos), left = (double)(nb - batch_pos - 1);
+        std::fprintf(stderr, "%sepoch %lld/%lld batch %lld/%lld loss %.3f lr %.2e %.0f tok/s ETA(epoch) %s%s",
+                     tty ? "\r" : "", (long long)epoch, (long long)cfg.epochs, (long long)batch_pos + 1,
+                     (long long)nb, ep_loss / std::max<int64_t>(ep_tok, 1),
+                     inverse_sqrt_lr(cfg.lr, cfg.warmup_steps, step), ep_tok / std::max(ep_s, 1e-9),
+                     fmt_time(ep_s / done * left).c_str(), tty ? "   " : "\n");
+      }
+      bool time_up = cfg.time_limit_minutes > 0 && now_s() > cfg.time_limit_minutes * 60;
+      bool steps_up = cfg.stop_after_steps > 0 && step >= cfg.stop_after_steps;
+      if (step % cfg.checkpoint_every == 0 || time_up || steps_up) {
+        batch_pos++;  // position of the next batch
+        save_checkpoint(now_s());
+        batch_pos--;
+      }
+      if (time_up || steps_up) {
+        stop = true;
+        res.stopped_early = true;
+        if (progress) std::fprintf(stderr, "\n%s; checkpoint saved\n", time_up ? "time limit reached" : "step limit reached");
+        break;
+      }
+    }
+    if (stop) break;
+    if (progress && tty) std::fprintf(stderr, "\n");
+    // End of epoch: validation, best model, early stopping, logs, checkpoint.
+    Validation v = validate(model, spm, valid, valid_batches, cfg.num_steps);
+    double ep_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - ep_t0).count();
+    log_rows.push_back({{"epoch", epoch}, {"step", step}, {"train_loss", ep_loss / std::max<int64_t>(ep_tok, 1)},
+                        {"valid_loss", v.loss}, {"valid_bleu", v.bleu},
+                        {"lr", inverse_sqrt_lr(cfg.lr, cfg.warmup_steps, step)},
+                        {"tokens_per_sec", ep_tok / std::max(ep_s, 1e-9)}, {"elapsed", now_s()}});
+    if (progress)
+      std::fprintf(stderr, "epoch %lld: train loss %.3f, valid loss %.3f, valid BLEU %.2f%s\n", (long long)epoch,
+                   ep_loss / std::max<int64_t>(ep_tok, 1), v.loss, v.bleu, v.bleu > best_bleu ? " (best)" : "");
+    if (v.bleu > best_bleu) {
+      best_bleu = v.bleu;
+      best_epoch = epoch;
+      bad_epochs = 0;
+      write_file_atomic(out + "/config.json", [&] {
+        nlohmann::json j = mcfg.to_json();
+        j["tokenizer"] = "sentencepiece";
+        return j.dump(2) + "\n";
+      }());
+      model.save(out + "/model.safetensors");
+    } else {
+      ++bad_epochs;
+    }
+    write_logs();
+    batch_pos = nb;
+    int64_t e = epoch;
+    epoch = e + 1;  // the checkpoint points at the start of the next epoch
+    batch_pos = 0;
+    save_checkpoint(now_s());
+    epoch = e;
+    if (bad_epochs >= cfg.patience) {
+      if (progress) std::fprintf(stderr, "no better validation BLEU for %lld epochs: stopping early\n", (long long)bad_epochs);
+      res.stopped_early = true;
+      ++epoch;
+      break;
+    }
+  }
+  res.best_valid_bleu = best_bleu;
+  res.best_epoch = best_epoch;
+  res.epochs_run = (int64_t)log_rows.size();
+  res.steps = step;
+  res.seconds = now_s();
+  res.train_tokens_per_sec = tokens_done / std::max(res.seconds, 1e-9);
+  return res;
+}
+
+}  // namespace tfm

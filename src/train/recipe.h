@@ -1,0 +1,68 @@
+// The modern training recipe for transformer_seq2seq on a real corpus (Multi30k): SentencePiece subwords,
+// token-count batches with length bucketing, label-smoothed cross-entropy (mean over valid target tokens),
+// Adam(beta2 = 0.98) or AdamW with linear warmup + inverse-square-root decay, gradient clipping, validation loss
+// and BLEU after every epoch, the best model kept, early stopping, and crash-safe checkpoints that resume
+// bit-exactly.
+#pragma once
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <string>
+
+namespace tfm {
+
+// One run, as read from a JSON config file (configs/multi30k-en-fr.json) with command-line overrides. Paths of
+// data files are relative to data_dir unless absolute.
+struct RecipeConfig {
+  std::string data_dir;  // default: $TFM_DATA_DIR or ../shared/data
+  std::string train_src = "multi30k/train.en.gz", train_tgt = "multi30k/train.fr.gz";
+  std::string valid_src = "multi30k/val.en.gz", valid_tgt = "multi30k/val.fr.gz";
+  int64_t train_limit = 0;   // use only the first N training pairs (0 = all)
+  int64_t valid_limit = 0;   // use only the first N validation pairs (0 = all)
+  // subwords
+  int64_t vocab_size = 8000;
+  std::string subword_type = "unigram";
+  // model (transformer_seq2seq keys)
+  int64_t num_hiddens = 256, num_layers = 3, num_heads = 4, ffn_num_hiddens = 1024;
+  double dropout = 0.1;
+  bool norm_first = true, shared_embeddings = true, attention_bias = true;
+  std::string activation = "relu";
+  int64_t max_len = 128;     // longest sequence (subword tokens incl. <eos>); longer ones are truncated
+  int64_t num_steps = 80;    // decoding limit written to config.json
+  // optimisation
+  int64_t max_tokens = 4096; // source + target tokens (with padding) per batch
+  int64_t epochs = 10;
+  double lr = 1e-3;          // peak learning rate, reached after warmup_steps
+  int64_t warmup_steps = 1000;
+  double beta1 = 0.9, beta2 = 0.98, adam_eps = 1e-9, weight_decay = 0.0;
+  bool adamw = false;
+  float label_smoothing = 0.1f;
+  double clip_norm = 1.0;
+  uint64_t seed = 1;
+  int64_t patience = 3;          // stop after this many epochs without a better validation BLEU
+  double time_limit_minutes = 0; // stop (after a checkpoint) when exceeded; 0 = none
+  int64_t checkpoint_every = 200;  // optimizer steps between checkpoints (and at each epoch end)
+  int64_t stop_after_steps = 0;    // stop after this many optimizer steps in total (0 = no limit; for tests)
+  int threads = 0;
+
+  static RecipeConfig from_json(const nlohmann::json& j, const std::string& file);
+  nlohmann::json to_json() const;
+};
+
+struct RecipeResult {
+  double best_valid_bleu = 0;
+  int64_t best_epoch = 0, epochs_run = 0, steps = 0;
+  double seconds = 0, train_tokens_per_sec = 0;
+  bool stopped_early = false;
+};
+
+// Trains into out_dir: spm.model, config.json + model.safetensors (the best epoch), train_config.json,
+// checkpoint.safetensors (latest state), train_log.csv and loss.png. With resume = true, continues from
+// out_dir/checkpoint.safetensors and out_dir/train_config.json and reaches the same weights bit for bit as an
+// uninterrupted run (same threads). Throws std::runtime_error on bad data/config, a corrupt checkpoint, or a
+// non-finite loss (after keeping the last good checkpoint).
+RecipeResult train_recipe(const RecipeConfig& config, const std::string& out_dir, bool resume, bool progress = true);
+
+// learning rate at optimizer step `step` (1-based): lr * min(step / warmup, sqrt(warmup / step)).
+double inverse_sqrt_lr(double peak, int64_t warmup, int64_t step);
+
+}  // namespace tfm
