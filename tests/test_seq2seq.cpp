@@ -153,3 +153,54 @@ TEST(Seq2Seq, TrainingStepsWithDropoutAreDeterministic) {
       EXPECT_EQ(first, m.params().all_data());
   }
 }
+
+// The options beyond d2l have no PyTorch reference module; their backward is checked against central
+// differences of the loss in double-checked float arithmetic on a small model.
+class Seq2SeqOptionsGrad : public ::testing::TestWithParam<int> {};
+
+TEST_P(Seq2SeqOptionsGrad, GradientsMatchFiniteDifferences) {
+  Seq2SeqConfig c;
+  c.num_hiddens = 8;
+  c.num_layers = 2;
+  c.num_heads = 2;
+  c.ffn_num_hiddens = 12;
+  c.dropout = 0.0;
+  c.num_steps = 5;
+  c.src_vocab_size = c.tgt_vocab_size = 11;
+  c.norm_first = GetParam() & 1;
+  c.shared_embeddings = GetParam() & 2;
+  c.attention_bias = GetParam() & 2;
+  c.activation = GetParam() & 1 ? "gelu" : "relu";
+  Seq2SeqModel m(c);
+  Rng rng(3);
+  m.init(rng);
+  // LayerNorm weights away from 1 and biases away from 0 so their gradients are exercised.
+  for (const auto& e : m.params().entries())
+    if (e.name.find("ln.") != std::string::npos)
+      for (int64_t i = 0; i < e.numel; ++i) m.params().all_data()[e.offset + i] += 0.3f * rng.uniform(-1, 1);
+  std::vector<int64_t> src = {4, 5, 6, 7, 3, 8, 9, 3, 1, 1}, sv = {5, 3};
+  std::vector<int64_t> dec = {2, 4, 6, 8, 10, 2, 5, 7, 1, 1}, lab = {4, 6, 8, 10, 3, 5, 7, 3, 1, 1}, tv = {5, 3};
+  Seq2SeqBatch b{src.data(), sv.data(), dec.data(), lab.data(), tv.data(), 2, 5, 5};
+  m.params().zero_grad();
+  m.forward_backward(b, nullptr, 0.1f, true);
+  std::vector<float> grad = m.params().all_grad();
+  auto& w = m.params().all_data();
+  Rng pick(9);
+  int checked = 0;
+  for (int trial = 0; trial < 120; ++trial) {
+    int64_t i = (int64_t)pick.below((uint64_t)w.size());
+    float keep = w[i];
+    const float h = 2e-3f;
+    w[i] = keep + h;
+    double up = m.forward_backward(b, nullptr, 0.1f, true).loss_sum;
+    w[i] = keep - h;
+    double dn = m.forward_backward(b, nullptr, 0.1f, true).loss_sum;
+    w[i] = keep;
+    double num = (up - dn) / (2 * h);
+    EXPECT_NEAR(grad[i], num, 2e-3 + 3e-2 * std::fabs(num)) << "param element " << i;
+    ++checked;
+  }
+  EXPECT_EQ(checked, 120);
+}
+
+INSTANTIATE_TEST_SUITE_P(PreLnSharedBiasGelu, Seq2SeqOptionsGrad, ::testing::Values(0, 1, 2, 3));

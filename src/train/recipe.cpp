@@ -291,12 +291,15 @@ RecipeResult train_recipe(const RecipeConfig& cfg_in, const std::string& out, bo
     const char* d = std::getenv("TFM_DATA_DIR");
     cfg.data_dir = d && *d ? d : "../shared/data";
   }
+  cfg.data_dir = std::filesystem::absolute(cfg.data_dir).lexically_normal().string();
   const std::string ckpt_path = out + "/checkpoint.safetensors", spm_path = out + "/spm.model";
   if (resume) {
     if (!fs::exists(ckpt_path))
       throw std::runtime_error(out + ": no checkpoint.safetensors to resume from (start a run without --resume)");
     RecipeConfig saved = RecipeConfig::from_json(load_json_file(out + "/train_config.json"), out + "/train_config.json");
-    saved.data_dir = cfg.data_dir.empty() ? saved.data_dir : saved.data_dir;
+    // The recipe is the saved one; only the run controls of this invocation apply.
+    saved.stop_after_steps = cfg_in.stop_after_steps;
+    if (cfg_in.time_limit_minutes > 0) saved.time_limit_minutes = cfg_in.time_limit_minutes;
     cfg = saved;
   } else {
     make_dirs(out);

@@ -1,0 +1,116 @@
+// The subword training recipe: schedule, and bit-exact resume from a checkpoint.
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "io/safetensors.h"
+#include "test_util.h"
+#include "train/recipe.h"
+
+using namespace tfm;
+
+TEST(Recipe, InverseSqrtScheduleWarmsUpLinearlyThenDecays) {
+  EXPECT_DOUBLE_EQ(inverse_sqrt_lr(1e-3, 100, 1), 1e-5);
+  EXPECT_DOUBLE_EQ(inverse_sqrt_lr(1e-3, 100, 50), 5e-4);
+  EXPECT_DOUBLE_EQ(inverse_sqrt_lr(1e-3, 100, 100), 1e-3);
+  EXPECT_DOUBLE_EQ(inverse_sqrt_lr(1e-3, 100, 400), 5e-4);  // sqrt(100 / 400) = 1/2
+}
+
+TEST(Recipe, ConfigRejectsUnknownKeysAndBadValues) {
+  EXPECT_THROW(RecipeConfig::from_json(nlohmann::json{{"epoch", 3}}, "c.json"), std::runtime_error);
+  EXPECT_THROW(RecipeConfig::from_json(nlohmann::json{{"lr", -1}}, "c.json"), std::runtime_error);
+  try {
+    RecipeConfig::from_json(nlohmann::json{{"max_tokens", 10}}, "c.json");
+    FAIL();
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("max_tokens"), std::string::npos);
+  }
+}
+
+namespace {
+RecipeConfig tiny_config() {
+  RecipeConfig c;
+  c.data_dir = tfm::test::data_dir();
+  c.train_limit = 300;
+  c.valid_limit = 16;
+  c.vocab_size = 500;
+  c.num_hiddens = 16;
+  c.num_layers = 1;
+  c.num_heads = 2;
+  c.ffn_num_hiddens = 32;
+  c.max_len = 40;
+  c.num_steps = 12;
+  c.max_tokens = 800;
+  c.epochs = 2;
+  c.warmup_steps = 5;
+  c.checkpoint_every = 4;
+  return c;
+}
+std::string read_all(const std::string& p) {
+  std::ifstream f(p, std::ios::binary);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+}  // namespace
+
+TEST(Recipe, ResumeReachesTheSameWeightsBitForBit) {
+  namespace fs = std::filesystem;
+  const std::string root = ::testing::TempDir() + "/recipe_resume_" + std::to_string(::getpid());
+  fs::remove_all(root);
+  RecipeConfig c = tiny_config();
+  RecipeResult full = train_recipe(c, root + "/full", false, false);
+  ASSERT_GT(full.steps, 8);
+  // Interrupted run: stop mid-epoch 1, resume; then stop again in epoch 2 and resume to the end.
+  RecipeConfig stop = c;
+  stop.stop_after_steps = 7;
+  train_recipe(stop, root + "/split", false, false);
+  RecipeConfig again;  // resume takes the recipe from the folder
+  again.stop_after_steps = full.steps - 3;
+  train_recipe(again, root + "/split", true, false);
+  RecipeResult rest = train_recipe(RecipeConfig{}, root + "/split", true, false);
+  EXPECT_EQ(rest.steps, full.steps);
+  SafeTensors a = SafeTensors::open(root + "/full/checkpoint.safetensors");
+  SafeTensors b = SafeTensors::open(root + "/split/checkpoint.safetensors");
+  ASSERT_EQ(a.names(), b.names());
+  for (const auto& n : a.names()) {
+    Tensor x = a.get(n), y = b.get(n);
+    ASSERT_EQ(x.numel(), y.numel()) << n;
+    EXPECT_EQ(0, std::memcmp(x.f32(), y.f32(), x.nbytes())) << n << " differs after resume";
+  }
+  EXPECT_EQ(read_all(root + "/full/model.safetensors"), read_all(root + "/split/model.safetensors"));
+  EXPECT_EQ(read_all(root + "/full/train_log.csv").substr(0, 60), read_all(root + "/split/train_log.csv").substr(0, 60));
+  fs::remove_all(root);
+}
+
+TEST(Recipe, ResumeWithoutCheckpointAndCorruptCheckpointAreClearErrors) {
+  namespace fs = std::filesystem;
+  const std::string root = ::testing::TempDir() + "/recipe_bad_" + std::to_string(::getpid());
+  fs::remove_all(root);
+  fs::create_directories(root);
+  try {
+    train_recipe(RecipeConfig{}, root, true, false);
+    FAIL();
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("no checkpoint"), std::string::npos) << e.what();
+  }
+  RecipeConfig c = tiny_config();
+  c.stop_after_steps = 2;
+  train_recipe(c, root + "/run", false, false);
+  // Truncate the checkpoint: resume must refuse it with the file named.
+  const std::string ck = root + "/run/checkpoint.safetensors";
+  std::string bytes = read_all(ck);
+  std::ofstream(ck, std::ios::binary | std::ios::trunc) << bytes.substr(0, bytes.size() / 2);
+  try {
+    train_recipe(RecipeConfig{}, root + "/run", true, false);
+    FAIL();
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("checkpoint.safetensors"), std::string::npos) << e.what();
+  }
+  fs::remove_all(root);
+}
