@@ -96,3 +96,26 @@ TEST(Decode, BeamOfOneEqualsGreedyAndWiderBeamScoresNoWorse) {
     EXPECT_LE((int64_t)beam.size(), opt.max_steps);
   }
 }
+
+TEST(Decode, BatchedBeamSearchEqualsOneSentenceAtATimeAndBeamOneEqualsGreedy) {
+  Seq2SeqModel model(Seq2SeqConfig::load(fixture("seq2seq/config.json")));
+  model.load(fixture("seq2seq/model.safetensors"));
+  Rng rng(4);
+  model.init(rng);  // random weights: longer, more varied outputs than the fixture's
+  auto io = SafeTensors::open(fixture("seq2seq/io.safetensors"));
+  Tensor src = io.get("enc_X"), valid = io.get("enc_valid_lens");
+  const int64_t N = src.size(0), Ls = src.size(1);
+  DecodeOptions opt;
+  opt.max_steps = 8;
+  opt.length_penalty = 0.6f;
+  for (int64_t k : {1, 3}) {
+    opt.beam_size = k;
+    auto batched = beam_search_batch(model, src.i64(), valid.i64(), N, Ls, opt);
+    for (int64_t b = 0; b < N; ++b) {
+      // One sentence alone in the batch: the same hypothesis.
+      auto single = beam_search_batch(model, src.i64() + b * Ls, valid.i64() + b, 1, Ls, opt)[0];
+      EXPECT_EQ(batched[b], single) << "beam " << k << " row " << b;
+    }
+    if (k == 1) EXPECT_EQ(batched, greedy_decode(model, src.i64(), valid.i64(), N, Ls, opt));
+  }
+}

@@ -71,62 +71,102 @@ std::vector<std::vector<int64_t>> greedy_decode(Seq2SeqModel& model, const int64
 
 std::vector<int64_t> beam_search(Seq2SeqModel& model, const int64_t* src, int64_t src_valid_len, int64_t Ls,
                                  const DecodeOptions& opt) {
-  const int64_t V = model.config().tgt_vocab_size, H = model.config().num_hiddens, K = std::max<int64_t>(1, opt.beam_size);
-  Tensor enc = model.encode(src, &src_valid_len, 1, Ls);
+  return beam_search_batch(model, src, &src_valid_len, 1, Ls, opt)[0];
+}
+
+std::vector<std::vector<int64_t>> beam_search_batch(Seq2SeqModel& model, const int64_t* src,
+                                                    const int64_t* src_valid_len, int64_t N, int64_t Ls,
+                                                    const DecodeOptions& opt) {
+  const int64_t V = model.config().tgt_vocab_size, H = model.config().num_hiddens;
+  const int64_t K = std::max<int64_t>(1, opt.beam_size);
+  Tensor enc = model.encode(src, src_valid_len, N, Ls);
   DecoderCache cache;
-  model.start_decoding(cache, enc, &src_valid_len, opt.max_steps);
+  model.start_decoding(cache, enc, src_valid_len, opt.max_steps);
   struct Beam {
     std::vector<int64_t> tokens;
     double logp = 0;
   };
-  std::vector<Beam> alive = {Beam{}};
-  std::vector<std::pair<double, std::vector<int64_t>>> finished;  // (penalised score, tokens)
-  std::vector<int64_t> last = {opt.bos_id};
+  struct Sentence {
+    std::vector<Beam> alive = {Beam{}};
+    std::vector<std::pair<double, std::vector<int64_t>>> finished;  // (penalised score, tokens)
+    bool done = false;
+  };
+  std::vector<Sentence> sent(N);
+  std::vector<int64_t> row_sentence(N);  // cache row -> sentence; a sentence's rows are contiguous, beam order
+  for (int64_t i = 0; i < N; ++i) row_sentence[i] = i;
+  std::vector<int64_t> last(N, opt.bos_id);
   std::vector<float> logits;
-  for (int64_t t = 0; t < opt.max_steps && !alive.empty(); ++t) {
-    const int64_t n = (int64_t)alive.size();
-    logits.resize(n * V);
+  std::vector<double> lse;
+  for (int64_t t = 0; t < opt.max_steps && !row_sentence.empty(); ++t) {
+    const int64_t R = (int64_t)row_sentence.size();
+    logits.resize(R * V);
     model.decode_step(cache, last.data(), logits.data(), opt.position_mode);
-    // Candidates: every (beam, token) with its summed log-probability.
-    std::vector<std::tuple<double, int64_t, int64_t>> cand;
-    cand.reserve(n * V);
-    for (int64_t b = 0; b < n; ++b) {
-      const float* x = logits.data() + b * V;
+    lse.resize(R);
+    for (int64_t r = 0; r < R; ++r) {  // log-softmax normaliser of each row
+      const float* x = logits.data() + r * V;
       float mx = x[argmax(x, V)];
       double sum = 0;
       for (int64_t v = 0; v < V; ++v) sum += std::exp((double)x[v] - mx);
-      double lse = mx + std::log(sum);
-      for (int64_t v = 0; v < V; ++v) cand.emplace_back(alive[b].logp + x[v] - lse, b, v);
+      lse[r] = mx + std::log(sum);
     }
-    const int64_t keep = std::min<int64_t>((int64_t)cand.size(), 2 * K);
-    std::partial_sort(cand.begin(), cand.begin() + keep, cand.end(),
-                      [](const auto& a, const auto& b) { return std::get<0>(a) > std::get<0>(b); });
-    std::vector<Beam> next;
-    std::vector<int64_t> rows, next_last;
-    for (int64_t c = 0; c < keep && (int64_t)next.size() < K; ++c) {
-      auto [lp, b, v] = cand[c];
-      std::vector<int64_t> toks = alive[b].tokens;
-      if (v == opt.eos_id) {
-        // Length counts generated tokens including <eos>.
-        finished.emplace_back(lp / gnmt_penalty((int64_t)toks.size() + 1, opt.length_penalty), toks);
-        continue;
+    std::vector<int64_t> keep_rows, next_sentence, next_last;
+    for (int64_t r0 = 0; r0 < R;) {
+      const int64_t s = row_sentence[r0];
+      int64_t r1 = r0;
+      while (r1 < R && row_sentence[r1] == s) ++r1;
+      Sentence& S = sent[s];
+      // Top 2K candidates over this sentence's beams (K of them may end in <eos>).
+      std::vector<std::tuple<double, int64_t, int64_t>> cand;
+      cand.reserve((r1 - r0) * V);
+      for (int64_t r = r0; r < r1; ++r) {
+        const float* x = logits.data() + r * V;
+        for (int64_t v = 0; v < V; ++v) cand.emplace_back(S.alive[r - r0].logp + x[v] - lse[r], r, v);
       }
-      toks.push_back(v);
-      next.push_back({toks, lp});
-      rows.push_back(b);
-      next_last.push_back(v);
+      const int64_t keep = std::min<int64_t>((int64_t)cand.size(), 2 * K);
+      std::partial_sort(cand.begin(), cand.begin() + keep, cand.end(),
+                        [](const auto& a, const auto& b) { return std::get<0>(a) > std::get<0>(b); });
+      std::vector<Beam> next;
+      std::vector<int64_t> rows, toks_last;
+      for (int64_t c = 0; c < keep && (int64_t)next.size() < K; ++c) {
+        auto [lp, r, v] = cand[c];
+        std::vector<int64_t> toks = S.alive[r - r0].tokens;
+        if (v == opt.eos_id) {
+          // Length counts generated tokens including <eos>.
+          S.finished.emplace_back(lp / gnmt_penalty((int64_t)toks.size() + 1, opt.length_penalty), toks);
+          continue;
+        }
+        toks.push_back(v);
+        next.push_back({toks, lp});
+        rows.push_back(r);
+        toks_last.push_back(v);
+      }
+      S.alive.swap(next);
+      if ((int64_t)S.finished.size() >= K || S.alive.empty() || t + 1 == opt.max_steps) {
+        S.done = true;  // leaves the batch: its rows are not kept
+      } else {
+        keep_rows.insert(keep_rows.end(), rows.begin(), rows.end());
+        next_last.insert(next_last.end(), toks_last.begin(), toks_last.end());
+        next_sentence.insert(next_sentence.end(), rows.size(), s);
+      }
+      r0 = r1;
     }
-    if ((int64_t)finished.size() >= K || next.empty()) break;
-    Seq2SeqModel::reorder_cache(cache, rows, H);
-    alive.swap(next);
+    if (keep_rows.empty()) break;
+    Seq2SeqModel::reorder_cache(cache, keep_rows, H);
+    row_sentence.swap(next_sentence);
     last.swap(next_last);
   }
-  if (finished.empty())  // nothing reached <eos> within max_steps: take the best unfinished beam
-    for (const Beam& b : alive)
-      finished.emplace_back(b.logp / gnmt_penalty((int64_t)b.tokens.size(), opt.length_penalty), b.tokens);
-  auto best = std::max_element(finished.begin(), finished.end(),
-                               [](const auto& a, const auto& b) { return a.first < b.first; });
-  return best->second;
+  std::vector<std::vector<int64_t>> out(N);
+  for (int64_t s = 0; s < N; ++s) {
+    Sentence& S = sent[s];
+    if (S.finished.empty())  // nothing reached <eos> within max_steps: the best unfinished beam
+      for (const Beam& b : S.alive)
+        S.finished.emplace_back(b.logp / gnmt_penalty((int64_t)b.tokens.size(), opt.length_penalty), b.tokens);
+    if (S.finished.empty()) continue;
+    auto best = std::max_element(S.finished.begin(), S.finished.end(),
+                                 [](const auto& a, const auto& b) { return a.first < b.first; });
+    out[s] = best->second;
+  }
+  return out;
 }
 
 std::vector<std::vector<int64_t>> greedy_decode_recompute(Seq2SeqModel& model, const int64_t* src,

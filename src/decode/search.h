@@ -28,10 +28,17 @@ std::vector<std::vector<int64_t>> greedy_decode(Seq2SeqModel& model, const int64
                                                 int64_t B, int64_t Ls, const DecodeOptions& opt,
                                                 DecodeAttention* attention = nullptr);
 
-// Beam search for one source sentence src [1, Ls]; the beams are the batch rows of one cache. Finished
-// hypotheses (ending in <eos>) leave the beam; returns the best by length-penalised score, without <eos>.
+// Beam search for one source sentence src [1, Ls]. Returns the best hypothesis by length-penalised score, without
+// <eos>.
 std::vector<int64_t> beam_search(Seq2SeqModel& model, const int64_t* src, int64_t src_valid_len, int64_t Ls,
                                  const DecodeOptions& opt);
+
+// Batched beam search: src [N, Ls], src_valid_len [N]. Every sentence's live beams are rows of one decoder cache;
+// a hypothesis ending in <eos> leaves its beam, and a sentence with beam_size finished hypotheses (or none alive)
+// leaves the batch. With beam_size 1 this is greedy decoding.
+std::vector<std::vector<int64_t>> beam_search_batch(Seq2SeqModel& model, const int64_t* src,
+                                                    const int64_t* src_valid_len, int64_t N, int64_t Ls,
+                                                    const DecodeOptions& opt);
 
 // Greedy decoding that re-runs the whole decoder on the prefix at every step (no cache, absolute positions);
 // slow, kept as the reference the cached decoder is tested against.

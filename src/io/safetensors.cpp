@@ -132,7 +132,10 @@ SafeTensors SafeTensors::open(const std::string& path) {
   st.data_ = bytes + 8 + header_len;
   const uint64_t data_size = file_size - 8 - header_len;
   std::vector<std::tuple<uint64_t, uint64_t, std::string>> spans;  // non-empty tensors, for the overlap check
-  for (const auto& [name, info] : header.items()) {
+  // A named loop variable rather than a structured binding: clang < 16 cannot capture bindings in lambdas.
+  for (const auto& item : header.items()) {
+    const std::string& name = item.key();
+    const json& info = item.value();
     if (name == "__metadata__") {
       if (!info.is_object()) throw fail(std::string("__metadata__ must be a JSON object, found ") + info.type_name());
       st.metadata_ = info;

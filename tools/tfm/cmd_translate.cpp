@@ -136,31 +136,24 @@ void add_translate_command(CLI::App& app) {
       write_heatmaps_png(o->attention_png, tiles, (int)heads, 16);
       std::fprintf(stderr, "wrote %s\n", o->attention_png.c_str());
     }
-    if (o->beam > 1) {
-      for (size_t i = 0; i < src.size(); ++i) {
-        std::vector<int64_t> ids(src[i]);
-        ids.resize(padded_len((int64_t)ids.size()), pad_id);
-        out[i] = beam_search(model, ids.data(), (int64_t)src[i].size(), (int64_t)ids.size(), opt);
+    // Batches of similar length; greedy, or beam search with finished sentences leaving the batch.
+    std::vector<size_t> order(src.size());
+    for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+    std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return src[a].size() < src[b].size(); });
+    const size_t batch = o->beam > 1 ? 32 : 64;
+    for (size_t s = 0; s < order.size(); s += batch) {
+      size_t n = std::min(batch, order.size() - s);
+      int64_t Ls = 0;
+      for (size_t k = 0; k < n; ++k) Ls = std::max<int64_t>(Ls, padded_len((int64_t)src[order[s + k]].size()));
+      std::vector<int64_t> ids(n * Ls, pad_id), vl(n);
+      for (size_t k = 0; k < n; ++k) {
+        const auto& v = src[order[s + k]];
+        std::copy(v.begin(), v.end(), ids.begin() + k * Ls);
+        vl[k] = (int64_t)v.size();
       }
-    } else {
-      // Greedy in batches of similar length.
-      std::vector<size_t> order(src.size());
-      for (size_t i = 0; i < order.size(); ++i) order[i] = i;
-      std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return src[a].size() < src[b].size(); });
-      const size_t batch = 64;
-      for (size_t s = 0; s < order.size(); s += batch) {
-        size_t n = std::min(batch, order.size() - s);
-        int64_t Ls = 0;
-        for (size_t k = 0; k < n; ++k) Ls = std::max<int64_t>(Ls, padded_len((int64_t)src[order[s + k]].size()));
-        std::vector<int64_t> ids(n * Ls, pad_id), vl(n);
-        for (size_t k = 0; k < n; ++k) {
-          const auto& v = src[order[s + k]];
-          std::copy(v.begin(), v.end(), ids.begin() + k * Ls);
-          vl[k] = (int64_t)v.size();
-        }
-        auto res = greedy_decode(model, ids.data(), vl.data(), (int64_t)n, Ls, opt);
-        for (size_t k = 0; k < n; ++k) out[order[s + k]] = res[k];
-      }
+      auto res = o->beam > 1 ? beam_search_batch(model, ids.data(), vl.data(), (int64_t)n, Ls, opt)
+                             : greedy_decode(model, ids.data(), vl.data(), (int64_t)n, Ls, opt);
+      for (size_t k = 0; k < n; ++k) out[order[s + k]] = res[k];
     }
     for (const auto& ids : out) {
       std::string line;
