@@ -576,11 +576,30 @@ void BertTokenizer::finish(const std::string& source) {
     max_id = std::max(max_id, id);
   }
   for (const AddedToken& t : added_) max_id = std::max(max_id, t.id);
+  // Dense ids need max_id < number of entries; check before allocating max_id + 1 strings (a file may say 1e15).
+  const size_t entries = vocab_.size() + added_.size();
+  if (max_id >= (int64_t)entries)
+    throw std::runtime_error(source + ": largest id is " + std::to_string(max_id) + " but there are only " +
+                             std::to_string(entries) + " tokens (ids must be 0.." + std::to_string(entries - 1) +
+                             " without gaps)");
   id_to_token_.assign((size_t)(max_id + 1), std::string());
   std::vector<bool> seen((size_t)(max_id + 1), false);
-  for (const auto& [tok, id] : vocab_) id_to_token_[(size_t)id] = tok, seen[(size_t)id] = true;
+  // One string per id, one id per string: otherwise encode() would return ids that decode to other tokens.
+  for (const auto& [tok, id] : vocab_) {
+    if (seen[(size_t)id])
+      throw std::runtime_error(source + ": tokens '" + id_to_token_[(size_t)id] + "' and '" + tok +
+                               "' both have id " + std::to_string(id));
+    id_to_token_[(size_t)id] = tok, seen[(size_t)id] = true;
+  }
   for (const AddedToken& t : added_) {
     if (t.id < 0) throw std::runtime_error(source + ": added token '" + t.content + "' has negative id");
+    auto in_vocab = vocab_.find(t.content);
+    if (in_vocab != vocab_.end() && in_vocab->second != t.id)
+      throw std::runtime_error(source + ": added token '" + t.content + "' has id " + std::to_string(t.id) +
+                               ", the vocabulary gives it id " + std::to_string(in_vocab->second));
+    if (seen[(size_t)t.id] && id_to_token_[(size_t)t.id] != t.content)
+      throw std::runtime_error(source + ": added token '" + t.content + "' has id " + std::to_string(t.id) +
+                               ", which is already '" + id_to_token_[(size_t)t.id] + "'");
     id_to_token_[(size_t)t.id] = t.content, seen[(size_t)t.id] = true;
   }
   for (size_t i = 0; i < seen.size(); ++i)

@@ -9,6 +9,8 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "text/text_file.h"
+
 namespace tfm {
 
 namespace {
@@ -146,27 +148,6 @@ void check_utf8_lines(const std::string& path, std::string_view text) {
   }
 }
 
-std::string read_maybe_gzip(const std::string& path) {
-  // gzread passes plain files through unchanged, so one reader serves fra.txt and *.gz alike.
-  errno = 0;
-  gzFile f = gzopen(path.c_str(), "rb");
-  if (!f) throw std::runtime_error(path + ": cannot open: " + (errno ? std::strerror(errno) : "out of memory"));
-  std::string out;
-  char buf[1 << 16];
-  for (;;) {
-    int n = gzread(f, buf, sizeof buf);
-    if (n < 0) {
-      int err;
-      std::string msg = gzerror(f, &err);
-      gzclose(f);
-      throw std::runtime_error(path + ": read error: " + msg);
-    }
-    if (n == 0) break;
-    out.append(buf, static_cast<size_t>(n));
-  }
-  gzclose(f);
-  return out;
-}
 
 void require_token(const Vocab& vocab, const char* token, const char* which) {
   if (!vocab.contains(token)) {
@@ -244,7 +225,7 @@ ParallelCorpus tokenize_nmt(std::string_view text, int64_t num_examples) {
 }
 
 ParallelCorpus read_nmt_file(const std::string& path, int64_t num_examples) {
-  const std::string raw = read_maybe_gzip(path);
+  const std::string raw = read_file_maybe_gzip(path);
   const std::string hint = " (expected lines 'source<TAB>target')";
   if (raw.empty()) throw std::runtime_error(path + ": no sentence pairs" + hint);
   check_utf8_lines(path, raw);

@@ -44,10 +44,8 @@ std::optional<size_t> find_invalid_utf8(std::string_view text) {
   return std::nullopt;
 }
 
-namespace {
-
 // Whole file contents; gzread decompresses gzip input and passes any other file through unchanged.
-std::string read_maybe_gzip(const std::string& path) {
+std::string read_file_maybe_gzip(const std::string& path) {
   errno = 0;
   gzFile f = gzopen(path.c_str(), "rb");
   if (!f) throw std::runtime_error(path + ": cannot open: " + (errno ? std::strerror(errno) : "out of memory"));
@@ -74,10 +72,9 @@ std::string read_maybe_gzip(const std::string& path) {
   return out;
 }
 
-}  // namespace
 
 std::vector<std::string> read_lines(const std::string& path) {
-  const std::string text = read_maybe_gzip(path);
+  const std::string text = read_file_maybe_gzip(path);
   if (text.empty()) throw std::runtime_error(path + ": empty file");
   std::vector<std::string> lines;
   size_t start = 0;

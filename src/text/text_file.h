@@ -24,4 +24,8 @@ std::optional<size_t> find_invalid_utf8(std::string_view text);
 //   "<path>: line 12: invalid UTF-8 (byte 0xff at column 5)"   (column counts bytes, 1-based)
 std::vector<std::string> read_lines(const std::string& path);
 
+// The whole file as bytes, gzip-decompressed when it starts with the gzip magic (zlib passes other files
+// through). Throws std::runtime_error "<path>: cannot open: ..." or "<path>: read error: ...".
+std::string read_file_maybe_gzip(const std::string& path);
+
 }  // namespace tfm

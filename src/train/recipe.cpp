@@ -11,6 +11,7 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "core/format.h"
 #include "core/rng.h"
 #include "decode/search.h"
 #include "eval/corpus_bleu.h"
@@ -271,14 +272,6 @@ Validation validate(Seq2SeqModel& model, const SubwordModel& spm, const Encoded&
   return v;
 }
 
-std::string fmt_time(double s) {
-  char buf[32];
-  if (s >= 3600)
-    std::snprintf(buf, sizeof buf, "%dh%02dm", (int)(s / 3600), (int)std::fmod(s / 60, 60));
-  else
-    std::snprintf(buf, sizeof buf, "%dm%02ds", (int)(s / 60), (int)std::fmod(s, 60));
-  return buf;
-}
 
 }  // namespace
 
@@ -375,6 +368,22 @@ RecipeResult train_recipe(const RecipeConfig& cfg_in, const std::string& out, bo
       tokens_done = st.at("tokens").get<int64_t>();
       log_rows = st.at("log");
       dropout_rng.set_state(st.at("dropout_rng").get<std::string>());
+      // The loop indexes the epoch's batch order with batch_pos, and write_logs reads every field of every log
+      // row through const operator[] (undefined for a missing key): check both before training starts.
+      if (step < 0 || epoch < 1 || batch_pos < 0 || batch_pos > nb || bad_epochs < 0 || best_epoch < 0 ||
+          tokens_done < 0)
+        throw std::runtime_error("state out of range (step " + std::to_string(step) + ", epoch " +
+                                 std::to_string(epoch) + ", batch_pos " + std::to_string(batch_pos) + " of " +
+                                 std::to_string(nb) + " batches, bad_epochs " + std::to_string(bad_epochs) +
+                                 ", best_epoch " + std::to_string(best_epoch) + ", tokens " +
+                                 std::to_string(tokens_done) + ")");
+      if (!log_rows.is_array())
+        throw std::runtime_error(std::string("'log' must be an array, found ") + log_rows.type_name());
+      for (size_t i = 0; i < log_rows.size(); ++i)
+        for (const char* k : {"epoch", "step", "train_loss", "valid_loss", "valid_bleu", "lr", "tokens_per_sec",
+                              "elapsed"})
+          if (!log_rows[i].is_object() || !log_rows[i].contains(k) || !log_rows[i][k].is_number())
+            throw std::runtime_error("log row " + std::to_string(i) + " has no number '" + k + "'");
     } catch (const std::runtime_error& e) {
       throw std::runtime_error(ckpt_path + ": corrupt checkpoint: " + e.what());
     } catch (const nlohmann::json::exception& e) {
@@ -445,7 +454,7 @@ RecipeResult train_recipe(const RecipeConfig& cfg_in, const std::string& out, bo
                      tty ? "\r" : "", (long long)epoch, (long long)cfg.epochs, (long long)batch_pos + 1,
                      (long long)nb, ep_loss / std::max<int64_t>(ep_tok, 1),
                      inverse_sqrt_lr(cfg.lr, cfg.warmup_steps, step), ep_tok / std::max(ep_s, 1e-9),
-                     fmt_time(ep_s / done * left).c_str(), tty ? "   " : "\n");
+                     format_duration(ep_s / done * left).c_str(), tty ? "   " : "\n");
       }
       bool time_up = cfg.time_limit_minutes > 0 && now_s() > cfg.time_limit_minutes * 60;
       bool steps_up = cfg.stop_after_steps > 0 && step >= cfg.stop_after_steps;

@@ -8,6 +8,7 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "core/format.h"
 #include "core/rng.h"
 #include "io/atomic_file.h"
 #include "io/png.h"
@@ -28,14 +29,6 @@ void save_model_folder(const std::string& dir, Seq2SeqModel& model, const Vocab&
   tgt.save(dir + "/tgt_vocab.txt");
 }
 
-std::string format_eta(double s) {
-  char buf[32];
-  if (s >= 3600)
-    std::snprintf(buf, sizeof buf, "%dh%02dm", (int)(s / 3600), (int)std::fmod(s / 60, 60));
-  else
-    std::snprintf(buf, sizeof buf, "%dm%02ds", (int)(s / 60), (int)std::fmod(s, 60));
-  return buf;
-}
 
 }  // namespace
 
@@ -134,7 +127,7 @@ TrainResult train_seq2seq(const TrainOptions& o) {
       if (line_due)
         std::fprintf(stderr, "%s[%s] epoch %lld/%lld loss %.4f token_loss %.4f %.0f tok/s ETA %s%s",
                      tty ? "\r" : "", bar.c_str(), (long long)epoch, (long long)o.epochs, res.loss, res.token_loss,
-                     tps, format_eta(eta).c_str(), tty && epoch < o.epochs ? "" : "\n");
+                     tps, format_duration(eta).c_str(), tty && epoch < o.epochs ? "" : "\n");
     }
   }
   res.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
