@@ -3,11 +3,15 @@
 // target's invariants holding. A crash fails the whole binary; a broken invariant fails the test.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iterator>
 
 #include "../fuzz/fuzz_entries.h"
+#include "test_util.h"
 
 namespace {
 
@@ -45,6 +49,76 @@ TEST_P(FuzzRegression, ReplaysWithoutCrash) {
       ADD_FAILURE() << f << ": " << v.what;
     }
   }
+}
+
+// The tokenizer.json reproducers are rejected at load time, and the message says why.
+TEST(FuzzRegression, TokenizerJsonIdConflictsNamed) {
+  const fs::path dir = kRegressions / "fuzz_vocab_load";
+  const std::pair<const char*, const char*> cases[] = {
+      {"added_token_id_conflict.json", "added token '[SEP]' has id 103, the vocabulary gives it id 102"},
+      {"huge_token_id.json", "largest id is 1000000000000000 but there are only"},
+      {"two_tokens_one_id.json", "both have id 7"},
+  };
+  for (const auto& [file, message] : cases) {
+    const std::string path = (dir / file).string();
+    try {
+      (void)tfm::BertTokenizer::from_tokenizer_json(path);
+      ADD_FAILURE() << path << " loaded without error";
+    } catch (const std::runtime_error& e) {
+      EXPECT_NE(std::string(e.what()).find(message), std::string::npos) << e.what();
+      EXPECT_EQ(std::string(e.what()).rfind(path, 0), 0u) << "message does not start with the path: " << e.what();
+    }
+  }
+}
+
+// The fuzz_checkpoint reproducers exercise a copy of train_recipe's resume branch; this checks the real one:
+// a checkpoint whose state would index the batch order out of range, or whose log rows lack a field that
+// write_logs reads, is refused before training starts.
+TEST(FuzzRegression, RecipeResumeRejectsOutOfRangeState) {
+  if (!fs::exists(tfm::test::data_dir() + "/multi30k/train.en.gz")) GTEST_SKIP() << "Multi30k not found";
+  const std::string root = ::testing::TempDir() + "/fuzz_resume_" + std::to_string(::getpid());
+  fs::remove_all(root);
+  tfm::RecipeConfig c;
+  c.data_dir = tfm::test::data_dir();
+  c.train_limit = 200;
+  c.valid_limit = 8;
+  c.vocab_size = 300;
+  c.num_hiddens = 8;
+  c.num_layers = 1;
+  c.num_heads = 2;
+  c.ffn_num_hiddens = 8;
+  c.max_len = 30;
+  c.num_steps = 8;
+  c.max_tokens = 600;
+  c.epochs = 1;
+  c.stop_after_steps = 2;
+  tfm::train_recipe(c, root, false, false);
+  const std::string ck = root + "/checkpoint.safetensors";
+  tfm::SafeTensors good = tfm::SafeTensors::open(ck);
+  std::vector<std::pair<std::string, tfm::Tensor>> tensors;
+  for (const std::string& n : good.names()) tensors.emplace_back(n, good.get(n).clone());
+  const nlohmann::json meta = good.metadata();
+  const nlohmann::json state = nlohmann::json::parse(meta["state"].get<std::string>());
+  auto resume_with = [&](const std::function<void(nlohmann::json&)>& corrupt) -> std::string {
+    nlohmann::json st = state, m = meta;
+    corrupt(st);
+    m["state"] = st.dump();
+    tfm::save_safetensors(ck, tensors, m);
+    try {
+      tfm::train_recipe(tfm::RecipeConfig{}, root, true, false);
+    } catch (const std::runtime_error& e) {
+      return e.what();
+    }
+    return "(no error)";
+  };
+  std::string msg = resume_with([](nlohmann::json& st) { st["batch_pos"] = -3; });
+  EXPECT_NE(msg.find("state out of range"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("batch_pos -3"), std::string::npos) << msg;
+  msg = resume_with([](nlohmann::json& st) {
+    st["log"] = nlohmann::json::array({nlohmann::json{{"epoch", 1}, {"step", 2}}});
+  });
+  EXPECT_NE(msg.find("log row 0 has no number 'train_loss'"), std::string::npos) << msg;
+  fs::remove_all(root);
 }
 
 INSTANTIATE_TEST_SUITE_P(Targets, FuzzRegression, ::testing::ValuesIn(tfm::fuzz::kTargets),

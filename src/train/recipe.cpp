@@ -275,6 +275,62 @@ Validation validate(Seq2SeqModel& model, const SubwordModel& spm, const Encoded&
 
 }  // namespace
 
+// ---------------------------------------------------------------- checkpoints
+
+TrainState read_checkpoint(const std::string& path, ParamTable& params, Adam& adam, int64_t num_batches) {
+  SafeTensors ck = SafeTensors::open(path);
+  if (!ck.metadata().contains("state"))
+    throw std::runtime_error(path + ": not a training checkpoint (no 'state' metadata)");
+  TrainState s;
+  try {
+    nlohmann::json st = nlohmann::json::parse(ck.metadata()["state"].get<std::string>());
+    auto read_f32 = [&](const std::string& name, int64_t numel, float* dst) {
+      if (ck.dtype_of(name) != "F32") throw std::runtime_error("tensor '" + name + "' is " + ck.dtype_of(name) + ", not F32");
+      Tensor t = ck.get(name);
+      if (t.numel() != numel)
+        throw std::runtime_error("tensor '" + name + "' has " + std::to_string(t.numel()) + " elements, expected " +
+                                 std::to_string(numel));
+      std::copy(t.f32(), t.f32() + numel, dst);
+    };
+    for (const auto& e : params.entries()) read_f32("model." + e.name, e.numel, params.all_data().data() + e.offset);
+    read_f32("optim.exp_avg", params.total(), adam.exp_avg().data());
+    read_f32("optim.exp_avg_sq", params.total(), adam.exp_avg_sq().data());
+    s.step = st.at("step").get<int64_t>();
+    s.epoch = st.at("epoch").get<int64_t>();
+    s.batch_pos = st.at("batch_pos").get<int64_t>();
+    s.bad_epochs = st.at("bad_epochs").get<int64_t>();
+    s.best_epoch = st.at("best_epoch").get<int64_t>();
+    s.best_bleu = st.at("best_bleu").get<double>();
+    s.elapsed = st.at("elapsed").get<double>();
+    s.tokens = st.at("tokens").get<int64_t>();
+    s.log = st.at("log");
+    s.dropout_rng = st.at("dropout_rng").get<std::string>();
+    Rng probe;
+    probe.set_state(s.dropout_rng);  // throws on a corrupt generator state
+    // The training loop indexes the epoch's batch order with batch_pos and reads every field of every log row.
+    if (s.step < 0 || s.epoch < 1 || s.batch_pos < 0 || s.batch_pos > num_batches || s.bad_epochs < 0 ||
+        s.best_epoch < 0 || s.tokens < 0)
+      throw std::runtime_error("state out of range (step " + std::to_string(s.step) + ", epoch " +
+                               std::to_string(s.epoch) + ", batch_pos " + std::to_string(s.batch_pos) + " of " +
+                               std::to_string(num_batches) + " batches, bad_epochs " + std::to_string(s.bad_epochs) +
+                               ", best_epoch " + std::to_string(s.best_epoch) + ", tokens " +
+                               std::to_string(s.tokens) + ")");
+    if (!s.log.is_array()) throw std::runtime_error(std::string("'log' must be an array, found ") + s.log.type_name());
+    for (size_t i = 0; i < s.log.size(); ++i)
+      for (const char* k : {"epoch", "step", "train_loss", "valid_loss", "valid_bleu", "lr", "tokens_per_sec", "elapsed"})
+        if (!s.log[i].is_object() || !s.log[i].contains(k) || !s.log[i][k].is_number())
+          throw std::runtime_error("log row " + std::to_string(i) + " has no number '" + k + "'");
+  } catch (const std::runtime_error& e) {
+    throw std::runtime_error(path + ": corrupt checkpoint: " + e.what());
+  } catch (const std::invalid_argument& e) {
+    throw std::runtime_error(path + ": corrupt checkpoint: " + e.what());
+  } catch (const nlohmann::json::exception& e) {
+    throw std::runtime_error(path + ": corrupt checkpoint state: " + e.what());
+  }
+  adam.set_steps(s.step);
+  return s;
+}
+
 // ---------------------------------------------------------------- training
 
 RecipeResult train_recipe(const RecipeConfig& cfg_in, const std::string& out, bool resume, bool progress) {
@@ -342,53 +398,17 @@ RecipeResult train_recipe(const RecipeConfig& cfg_in, const std::string& out, bo
   int64_t tokens_done = 0;
   nlohmann::json log_rows = nlohmann::json::array();
   if (resume) {
-    SafeTensors ck = SafeTensors::open(ckpt_path);
-    if (!ck.metadata().contains("state"))
-      throw std::runtime_error(ckpt_path + ": not a training checkpoint (no 'state' metadata)");
-    nlohmann::json st;
-    try {
-      st = nlohmann::json::parse(ck.metadata()["state"].get<std::string>());
-      for (const auto& e : P.entries()) {
-        Tensor t = ck.get("model." + e.name);
-        if (t.numel() != e.numel) throw std::runtime_error("tensor 'model." + e.name + "' has the wrong size");
-        std::copy(t.f32(), t.f32() + e.numel, P.all_data().begin() + e.offset);
-      }
-      Tensor m = ck.get("optim.exp_avg"), v = ck.get("optim.exp_avg_sq");
-      if (m.numel() != P.total() || v.numel() != P.total()) throw std::runtime_error("optimizer state has the wrong size");
-      std::copy(m.f32(), m.f32() + m.numel(), adam.exp_avg().begin());
-      std::copy(v.f32(), v.f32() + v.numel(), adam.exp_avg_sq().begin());
-      adam.set_steps(st.at("step").get<int64_t>());
-      step = st.at("step").get<int64_t>();
-      epoch = st.at("epoch").get<int64_t>();
-      batch_pos = st.at("batch_pos").get<int64_t>();
-      bad_epochs = st.at("bad_epochs").get<int64_t>();
-      best_epoch = st.at("best_epoch").get<int64_t>();
-      best_bleu = st.at("best_bleu").get<double>();
-      elapsed_before = st.at("elapsed").get<double>();
-      tokens_done = st.at("tokens").get<int64_t>();
-      log_rows = st.at("log");
-      dropout_rng.set_state(st.at("dropout_rng").get<std::string>());
-      // The loop indexes the epoch's batch order with batch_pos, and write_logs reads every field of every log
-      // row through const operator[] (undefined for a missing key): check both before training starts.
-      if (step < 0 || epoch < 1 || batch_pos < 0 || batch_pos > nb || bad_epochs < 0 || best_epoch < 0 ||
-          tokens_done < 0)
-        throw std::runtime_error("state out of range (step " + std::to_string(step) + ", epoch " +
-                                 std::to_string(epoch) + ", batch_pos " + std::to_string(batch_pos) + " of " +
-                                 std::to_string(nb) + " batches, bad_epochs " + std::to_string(bad_epochs) +
-                                 ", best_epoch " + std::to_string(best_epoch) + ", tokens " +
-                                 std::to_string(tokens_done) + ")");
-      if (!log_rows.is_array())
-        throw std::runtime_error(std::string("'log' must be an array, found ") + log_rows.type_name());
-      for (size_t i = 0; i < log_rows.size(); ++i)
-        for (const char* k : {"epoch", "step", "train_loss", "valid_loss", "valid_bleu", "lr", "tokens_per_sec",
-                              "elapsed"})
-          if (!log_rows[i].is_object() || !log_rows[i].contains(k) || !log_rows[i][k].is_number())
-            throw std::runtime_error("log row " + std::to_string(i) + " has no number '" + k + "'");
-    } catch (const std::runtime_error& e) {
-      throw std::runtime_error(ckpt_path + ": corrupt checkpoint: " + e.what());
-    } catch (const nlohmann::json::exception& e) {
-      throw std::runtime_error(ckpt_path + ": corrupt checkpoint state: " + e.what());
-    }
+    TrainState st = read_checkpoint(ckpt_path, P, adam, nb);
+    step = st.step;
+    epoch = st.epoch;
+    batch_pos = st.batch_pos;
+    bad_epochs = st.bad_epochs;
+    best_epoch = st.best_epoch;
+    best_bleu = st.best_bleu;
+    elapsed_before = st.elapsed;
+    tokens_done = st.tokens;
+    log_rows = st.log;
+    dropout_rng.set_state(st.dropout_rng);
     if (progress) std::fprintf(stderr, "resuming at epoch %lld, batch %lld/%lld, step %lld\n", (long long)epoch,
                                (long long)batch_pos, (long long)nb, (long long)step);
   } else {

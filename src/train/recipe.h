@@ -8,6 +8,9 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "train/optim.h"
+#include "train/params.h"
+
 namespace tfm {
 
 // One run, as read from a JSON config file (configs/multi30k-en-fr.json) with command-line overrides. Paths of
@@ -61,6 +64,20 @@ struct RecipeResult {
 // uninterrupted run (same threads). Throws std::runtime_error on bad data/config, a corrupt checkpoint, or a
 // non-finite loss (after keeping the last good checkpoint).
 RecipeResult train_recipe(const RecipeConfig& config, const std::string& out_dir, bool resume, bool progress = true);
+
+// What a checkpoint restores besides parameters and Adam moments: the position in the data and the run's history.
+struct TrainState {
+  int64_t step = 0, epoch = 1, batch_pos = 0;  // next batch: order(epoch)[batch_pos]
+  int64_t bad_epochs = 0, best_epoch = 0, tokens = 0;
+  double best_bleu = -1, elapsed = 0;          // elapsed: seconds of training before this invocation
+  nlohmann::json log = nlohmann::json::array();  // one object per finished epoch
+  std::string dropout_rng;                     // Rng::state() of the dropout generator
+};
+
+// Reads checkpoint.safetensors ("model.<name>" tensors, "optim.exp_avg", "optim.exp_avg_sq", metadata "state")
+// into params and adam and returns the state, validated against an epoch of num_batches batches. Throws
+// std::runtime_error "<path>: corrupt checkpoint: ..." on any missing, mistyped, mis-sized or out-of-range item.
+TrainState read_checkpoint(const std::string& path, ParamTable& params, Adam& adam, int64_t num_batches);
 
 // learning rate at optimizer step `step` (1-based): lr * min(step / warmup, sqrt(warmup / step)).
 double inverse_sqrt_lr(double peak, int64_t warmup, int64_t step);
