@@ -7,7 +7,7 @@
 #   4. prints the comparison table (markdown).
 #
 # Usage: bench/encoder_vs_pytorch.sh            (from the repository root)
-# Environment: THREADS (2), REPS (10), WARMUP (2), SHAPES (1x128,8x128,1x512), BUILD_DIR (build-bench),
+# Environment: THREADS (2), REPS (10), WARMUP (2), SHAPES (1x128,8x128,1x512), BUILD_DIR (build),
 #              BREAKDOWN=1 to add the per-op time breakdown of our forward, KEEP=1 to keep the temporary folder,
 #              NICE=-15 to run both benchmarks at that priority (negative needs root) on a machine shared with
 #              other work: a 2-thread run on 2 busy cores is otherwise dominated by preemption.
@@ -19,7 +19,7 @@ THREADS=${THREADS:-2}
 REPS=${REPS:-10}
 WARMUP=${WARMUP:-2}
 SHAPES=${SHAPES:-1x128,8x128,1x512}
-BUILD_DIR=${BUILD_DIR:-build-bench}
+BUILD_DIR=${BUILD_DIR:-build}
 PY=/usr/bin/python3
 
 if [[ ! -x "$BUILD_DIR/bench_encoder" ]]; then

@@ -5,8 +5,7 @@ set -euo pipefail
 TFM=${1:-build/tfm}
 DATA=${TFM_DATA_DIR:-$(cd "$(dirname "$0")/../.." && pwd)/shared/data}
 OUT=${TFM_RUN_DIR:-build/run}
-# The reference-sized model is tiny: one thread beats two (thread wake-ups cost more than the GEMMs).
-THREADS=${TFM_THREADS:-1}
+THREADS=${TFM_THREADS:-$(nproc)}
 for need in fra-eng/fra.txt bert-base-uncased/vocab.txt; do
   if [ ! -f "$DATA/$need" ]; then
     echo "run-main: '$DATA/$need' not found (set TFM_DATA_DIR to the shared data folder)" >&2

@@ -660,7 +660,8 @@ LossResult Seq2SeqModel::forward_backward(const Seq2SeqBatch& b, Rng* rng, float
   // over valid tokens (token_mean).
   LossResult r;
   for (int64_t i = 0; i < B; ++i) r.num_tokens += std::min<int64_t>(std::max<int64_t>(b.tgt_valid_len[i], 0), Lt);
-  const float w = token_mean ? 1.0f / (float)std::max<int64_t>(r.num_tokens, 1) : 1.0f / (float)Lt;
+  const int64_t per_seq = b.loss_len > 0 ? b.loss_len : Lt;
+  const float w = token_mean ? 1.0f / (float)std::max<int64_t>(r.num_tokens, 1) : 1.0f / (float)per_seq;
   m.row_weight.assign(B * Lt, 0.0f);
   for (int64_t i = 0; i < B; ++i)
     for (int64_t t = 0; t < Lt && t < b.tgt_valid_len[i]; ++t) m.row_weight[i * Lt + t] = w;

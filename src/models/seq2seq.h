@@ -54,6 +54,9 @@ struct Seq2SeqBatch {
   const int64_t* labels = nullptr;         // [B, Lt]
   const int64_t* tgt_valid_len = nullptr;  // [B]
   int64_t batch = 0, src_len = 0, tgt_len = 0;
+  // d2l's loss divides each sequence's summed token loss by its padded length (num_steps). A batch trimmed to its
+  // longest valid row keeps the same loss by passing the untrimmed length here; 0 means tgt_len.
+  int64_t loss_len = 0;
 };
 
 struct LossResult {

@@ -83,16 +83,25 @@ TrainResult train_seq2seq(const TrainOptions& o) {
     int64_t ntok = 0;
     for (const auto& idx : sampler.epoch()) {
       const int64_t B = (int64_t)idx.size();
+      // Trim the batch to its longest valid source and target: keys past every valid length are masked and
+      // later decoder positions are invisible to earlier ones, so the valid positions compute the same values
+      // while padding costs nothing (d2l pads everything to num_steps).
+      int64_t Ls = 1, Lt = 1;
+      for (int64_t r : idx) {
+        Ls = std::max(Ls, std::min(L, arrays.src_valid_len[r]));
+        Lt = std::max(Lt, std::min(L, arrays.tgt_valid_len[r]));
+      }
       for (int64_t b = 0; b < B; ++b) {
         const int64_t r = idx[b];
-        std::copy_n(arrays.src.begin() + r * L, L, src.begin() + b * L);
-        std::copy_n(arrays.tgt.begin() + r * L, L, lab.begin() + b * L);
+        std::copy_n(arrays.src.begin() + r * L, Ls, src.begin() + b * Ls);
+        std::copy_n(arrays.tgt.begin() + r * L, Lt, lab.begin() + b * Lt);
         src_vl[b] = arrays.src_valid_len[r];
         tgt_vl[b] = arrays.tgt_valid_len[r];
-        dec[b * L] = bos;  // teacher forcing: <bos> + Y[:, :-1]
-        std::copy_n(arrays.tgt.begin() + r * L, L - 1, dec.begin() + b * L + 1);
+        dec[b * Lt] = bos;  // teacher forcing: <bos> + Y[:, :-1]
+        std::copy_n(arrays.tgt.begin() + r * L, Lt - 1, dec.begin() + b * Lt + 1);
       }
-      Seq2SeqBatch batch{src.data(), src_vl.data(), dec.data(), lab.data(), tgt_vl.data(), B, L, L};
+      Seq2SeqBatch batch{src.data(), src_vl.data(), dec.data(), lab.data(), tgt_vl.data(), B, Ls, Lt};
+      batch.loss_len = L;
       P.zero_grad();
       LossResult lr = model.forward_backward(batch, cfg.dropout > 0 ? &dropout_rng : nullptr, o.label_smoothing);
       if (!std::isfinite(lr.loss_sum)) {
