@@ -71,6 +71,21 @@ TEST(FuzzRegression, TokenizerJsonIdConflictsNamed) {
   }
 }
 
+// A max_len near INT64_MAX made the max_tokens check overflow (UBSan) and, in a normal build, pass.
+TEST(FuzzRegression, RecipeConfigHugeMaxLenRejected) {
+  const fs::path path = kRegressions / "fuzz_config" / "max_len_overflow.json";
+  std::ifstream in(path);
+  const nlohmann::json j = nlohmann::json::parse(in);
+  try {
+    (void)tfm::RecipeConfig::from_json(j, "train_config.json");
+    ADD_FAILURE() << path << " accepted";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("must hold at least one pair of max_len (8113264344455046780)"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
 // The fuzz_checkpoint reproducers exercise a copy of train_recipe's resume branch; this checks the real one:
 // a checkpoint whose state would index the batch order out of range, or whose log rows lack a field that
 // write_logs reads, is refused before training starts.

@@ -95,7 +95,7 @@ RecipeConfig RecipeConfig::from_json(const nlohmann::json& j, const std::string&
   positive("epochs", (double)c.epochs);
   positive("lr", c.lr);
   positive("checkpoint_every", (double)c.checkpoint_every);
-  if (c.max_tokens < 2 * c.max_len)
+  if (c.max_len > c.max_tokens / 2)  // not 2 * max_len: a huge max_len would overflow (found by fuzz_config)
     throw std::runtime_error(file + ": max_tokens (" + std::to_string(c.max_tokens) +
                              ") must hold at least one pair of max_len (" + std::to_string(c.max_len) + ") tokens");
   if (!(c.label_smoothing >= 0 && c.label_smoothing < 1))
