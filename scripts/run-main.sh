@@ -16,7 +16,7 @@ for need in fra-eng/fra.txt bert-base-uncased/vocab.txt; do
 done
 
 echo "== tfm train: transformer_seq2seq on $DATA/fra-eng/fra.txt (600 examples, d2l defaults)"
-"$TFM" train --data "$DATA/fra-eng/fra.txt" --out "$OUT/fra-eng" --threads "$THREADS"
+"$TFM" train --data "$DATA/fra-eng/fra.txt" --out "$OUT/fra-eng" --overwrite --threads "$THREADS"
 echo
 echo "== tfm translate"
 src=("go ." "i lost ." "he's calm ." "i'm home .")

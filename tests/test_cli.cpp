@@ -7,6 +7,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -525,6 +527,112 @@ TEST(CliBadInput, TrainWithoutData) {
   EXPECT_EQ(r.signal, 0) << describe(r);
   EXPECT_GT(r.exit_code, 0) << describe(r);
   EXPECT_NE(r.err.find("--data"), std::string::npos) << r.err;
+}
+
+// Training writes config.json and model.safetensors: into a folder that already holds files (here a BERT model)
+// only with --overwrite.
+TEST(CliBadInput, TrainRefusesNonEmptyOutFolder) {
+  ScopedDir tmp;
+  const std::string& dir = tmp.path;
+  std::string data = make_corpus(dir), m = make_bert_dir(dir);
+  const std::string config_before = read_file(m + "/config.json");
+  RunResult r = run_tfm(dir, train_args(data, m, "0", "1"));
+  expect_clean_error(r, "already exists and is not an empty folder");
+  EXPECT_EQ(read_file(m + "/config.json"), config_before);
+  std::vector<std::string> args = train_args(data, m, "0", "1");
+  args.push_back("--overwrite");
+  r = run_tfm(dir, args);
+  EXPECT_EQ(r.exit_code, 0) << describe(r);
+  EXPECT_NE(read_file(m + "/config.json").find("transformer_seq2seq"), std::string::npos);
+}
+
+// Renaming a temp file over /dev/full (as root) would replace the device; over a symlink, the link.
+TEST(CliBadInput, OutputToDeviceOrSymlink) {
+  ScopedDir tmp;
+  const std::string& dir = tmp.path;
+  std::string m = make_bert_dir(dir);
+  if (fs::is_character_file("/dev/full")) {
+    RunResult r = run_tfm(dir, {"encode", "--model", m, "--text", "the cat", "-o", "/dev/full"});
+    expect_clean_error(r, std::strerror(ENOSPC));
+    EXPECT_TRUE(fs::is_character_file("/dev/full"));
+  }
+  write_file(dir + "/real.npy", "old");
+  fs::create_symlink(dir + "/real.npy", dir + "/link.npy");
+  RunResult r = run_tfm(dir, {"encode", "--model", m, "--text", "the cat", "-o", dir + "/link.npy"});
+  ASSERT_EQ(r.exit_code, 0) << describe(r);
+  EXPECT_TRUE(fs::is_symlink(dir + "/link.npy"));
+  EXPECT_EQ(load_npy(dir + "/real.npy").shape(), (std::vector<int64_t>{1, 4, 32}));
+  r = run_tfm(dir, {"encode", "--model", m, "--text", "the cat", "-o", dir + "/x.npy", "--pooled", dir + "/x.npy"});
+  expect_clean_error(r, "same file");
+}
+
+// A NaN weight must not turn into plausible numbers (masked softmax and LayerNorm could hide it).
+TEST(CliBadInput, EncodeNaNWeight) {
+  ScopedDir tmp;
+  const std::string& dir = tmp.path;
+  std::string m = make_bert_dir(dir);
+  std::vector<std::pair<std::string, Tensor>> tensors;
+  {
+    SafeTensors st = SafeTensors::open(m + "/model.safetensors");
+    for (const auto& name : st.names()) tensors.emplace_back(name, st.get(name).clone());
+  }
+  for (auto& [name, t] : tensors)
+    if (name.find("layer.0.attention.self.query.weight") != std::string::npos) t.f32()[5] = std::nanf("");
+  save_safetensors(m + "/model.safetensors", tensors);
+  RunResult r = run_tfm(dir, {"encode", "--model", m, "--text", "the cat", "-o", dir + "/o.npy"});
+  expect_clean_error(r, "query.weight' contains NaN or Inf at element 5");
+  EXPECT_FALSE(fs::exists(dir + "/o.npy"));
+}
+
+TEST(CliBadInput, ConfigSizesAreBoundedBeforeAllocating) {
+  ScopedDir tmp;
+  const std::string& dir = tmp.path;
+  std::string m = make_bert_dir(dir);
+  nlohmann::json c = nlohmann::json::parse(read_file(m + "/config.json"));
+  c["hidden_size"] = 65536;
+  c["num_attention_heads"] = 1;
+  write_file(m + "/config.json", c.dump());
+  RunResult r = run_tfm(dir, {"encode", "--model", m, "--init", "random", "--text", "the cat"});
+  expect_clean_error(r, "key 'hidden_size' must be at most 16384, found 65536");
+  c["hidden_size"] = 16384;
+  c["num_hidden_layers"] = 1024;
+  write_file(m + "/config.json", c.dump());
+  r = run_tfm(dir, {"encode", "--model", m, "--init", "random", "--text", "the cat"});
+  expect_clean_error(r, "GiB of float32 weights, more than this machine's");
+  c = nlohmann::json::parse(read_file(fixture("bert/config.json")));
+  c["position_embedding_type"] = "relative_key";
+  write_file(m + "/config.json", c.dump());
+  r = run_tfm(dir, {"encode", "--model", m, "--text", "the cat"});
+  expect_clean_error(r, "position_embedding_type 'relative_key' is not supported");
+  r = run_tfm(dir, {"encode", "--model", m, "--config", dir, "--text", "the cat"});
+  expect_clean_error(r, "is a folder");
+}
+
+// Usage errors exit 2 with a plain message; NaN and out-of-range values never pass.
+TEST(CliBadInput, OptionValuesAndIgnoredOptions) {
+  ScopedDir tmp;
+  const std::string& dir = tmp.path;
+  struct Case {
+    std::vector<std::string> args;
+    std::string needle;
+  };
+  const Case cases[] = {
+      {{"train", "--data", "x", "--out", "y", "--epochs", "0"}, "--epochs: must be a positive number, got '0'"},
+      {{"train", "--data", "x", "--out", "y", "--lr", "nan"}, "--lr: must be a positive number, got 'nan'"},
+      {{"train", "--data", "x", "--out", "y", "--seed", "-1"}, "--seed: must be a whole number"},
+      {{"translate", "--model", "m", "--beam", "2", "--length-penalty", "nan", "go ."}, "--length-penalty"},
+      {{"translate", "--model", "m", "--threads", "abc", "go ."}, "--threads: must be a number from 1 to 1024"},
+      {{"train", "--resume", "run", "--epochs", "3"}, "--epochs cannot change it"},
+      {{"train", "--resume", "run", "--set", "vocab_size=9"}, "--set vocab_size cannot change it"},
+      {{"train", "--resume", "run", "--out", "other"}, "do not give --out as well"},
+      {{"train", "--config", "c.json", "--data", "fra.txt", "--out", "o"}, "--data is for the d2l trainer"},
+      {{"train", "--out", dir + "/out"}, "--data is required"},
+  };
+  for (const Case& c : cases) {
+    RunResult r = run_tfm(dir, c.args);
+    expect_clean_error(r, c.needle);
+    EXPECT_EQ(r.exit_code, 2) << describe(r);
+  }
 }
 
 }  // namespace

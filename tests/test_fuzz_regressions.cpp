@@ -133,6 +133,11 @@ TEST(FuzzRegression, RecipeResumeRejectsOutOfRangeState) {
     st["log"] = nlohmann::json::array({nlohmann::json{{"epoch", 1}, {"step", 2}}});
   });
   EXPECT_NE(msg.find("log row 0 has no number 'train_loss'"), std::string::npos) << msg;
+  // A float where an integer belongs was cast to int64 (undefined behaviour, printed as INT64_MIN).
+  msg = resume_with([](nlohmann::json& st) { st["step"] = 1e30; });
+  EXPECT_NE(msg.find("key 'step' must be an integer, found number 1e+30"), std::string::npos) << msg;
+  msg = resume_with([](nlohmann::json& st) { st["elapsed"] = -100.0; });
+  EXPECT_NE(msg.find("state out of range"), std::string::npos) << msg;
   fs::remove_all(root);
 }
 

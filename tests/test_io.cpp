@@ -4,6 +4,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -14,6 +15,7 @@
 #include <filesystem>
 #include <fstream>
 #include <optional>
+#include <thread>
 
 #include "io/atomic_file.h"
 #include "io/json_util.h"
@@ -168,6 +170,41 @@ TEST_F(AtomicFile, FailedWriteThrowsAndKeepsOldFile) {
                                        "13: no exception";
   EXPECT_EQ(read_raw(p), "old");
   EXPECT_TRUE(temp_files().empty());
+}
+
+// Renaming over a symlink, a FIFO or a device would replace the node itself (as root, `-o /dev/full` turned
+// the device into a regular file): a link is followed, a FIFO or device is written through.
+TEST_F(AtomicFile, FollowsSymlinksKeepsModeAndWritesThroughFifos) {
+  std::string target = file("real.bin"), link = file("link.bin");
+  write_raw(target, "old");
+  ASSERT_EQ(::chmod(target.c_str(), 0600), 0);
+  fs::create_symlink(target, link);
+  write_file_atomic(link, std::string_view("new"));
+  EXPECT_TRUE(fs::is_symlink(link));
+  EXPECT_EQ(read_raw(target), "new");
+  EXPECT_EQ(fs::status(target).permissions() & fs::perms::all, fs::perms::owner_read | fs::perms::owner_write);
+
+  std::string fifo = file("pipe");
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  std::string got;
+  std::thread reader([&] { got = read_raw(fifo); });
+  write_file_atomic(fifo, std::string_view("through the pipe"));
+  reader.join();
+  EXPECT_EQ(got, "through the pipe");
+  EXPECT_TRUE(fs::is_fifo(fifo));
+  EXPECT_TRUE(temp_files().empty());
+
+  std::string msg = error_of([&] { write_file_atomic(dir_, std::string_view("x")); });
+  EXPECT_THAT(msg, HasSubstr("it is a folder"));
+}
+
+TEST_F(AtomicFile, DeviceIsWrittenThroughAndErrorsReported) {
+  write_file_atomic("/dev/null", std::string_view("discarded"));
+  EXPECT_TRUE(fs::is_character_file("/dev/null"));
+  if (!fs::is_character_file("/dev/full")) GTEST_SKIP() << "/dev/full is not a device here";
+  std::string msg = error_of([] { write_file_atomic("/dev/full", std::string_view("x")); });
+  EXPECT_THAT(msg, HasSubstr(std::strerror(ENOSPC)));
+  EXPECT_TRUE(fs::is_character_file("/dev/full"));
 }
 
 TEST_F(AtomicFile, MakeDirsCreatesParentsAndRejectsFiles) {

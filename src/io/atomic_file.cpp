@@ -5,6 +5,8 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <climits>
+#include <cstdlib>
 #include <cstring>
 #include <stdexcept>
 
@@ -35,13 +37,49 @@ void fsync_dir(const std::string& dir, const std::string& path) {
     throw sys_error("cannot write: '" + path + "' written, but syncing folder '" + dir + "' failed", err);
 }
 
+// A device or FIFO (/dev/stdout, /dev/null, a named pipe) has no contents to protect, and renaming over it
+// would replace the node itself, so it is written through.
+void write_through(const std::string& path, const std::function<void(std::FILE*)>& writer) {
+  std::FILE* f = std::fopen(path.c_str(), "wb");
+  if (!f) throw sys_error("cannot write '" + path + "'", errno);
+  try {
+    writer(f);
+  } catch (...) {
+    std::fclose(f);
+    throw;
+  }
+  int write_errno = errno;
+  bool ok = !std::ferror(f);
+  int err = ok ? 0 : (write_errno ? write_errno : EIO);
+  if (ok && std::fflush(f) != 0) ok = false, err = errno;
+  if (std::fclose(f) != 0 && ok) ok = false, err = errno;
+  if (!ok) throw sys_error("cannot write '" + path + "'", err);
+}
+
 }  // namespace
 
-void write_file_atomic(const std::string& path, const std::function<void(std::FILE*)>& writer) {
-  if (path.empty()) throw std::runtime_error("write_file_atomic: empty path");
+void write_file_atomic(const std::string& path_in, const std::function<void(std::FILE*)>& writer) {
+  if (path_in.empty()) throw std::runtime_error("write_file_atomic: empty path");
+  // Write where a symlink points (the link stays), keep an existing file's permissions, and never rename over
+  // something that is not a regular file.
+  std::string path = path_in;
+  struct stat st;
+  bool exists = ::lstat(path.c_str(), &st) == 0;
+  if (exists && S_ISLNK(st.st_mode)) {
+    if (char* real = ::realpath(path.c_str(), nullptr)) {
+      path = real;
+      std::free(real);
+      exists = ::stat(path.c_str(), &st) == 0;
+    } else {
+      exists = false;  // dangling link: replaced by the file
+    }
+  }
+  if (exists && S_ISDIR(st.st_mode)) throw std::runtime_error("cannot write '" + path_in + "': it is a folder");
+  if (exists && !S_ISREG(st.st_mode)) return write_through(path, writer);
   const std::string tmp = path + ".tmp." + std::to_string(::getpid());
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
   if (fd < 0) throw sys_error("cannot write '" + path + "' (creating its temporary file '" + tmp + "')", errno);
+  if (exists) (void)::fchmod(fd, st.st_mode & 07777);
   std::FILE* f = ::fdopen(fd, "wb");
   if (!f) {
     int err = errno;
@@ -79,6 +117,37 @@ void write_file_atomic(const std::string& path, std::string_view bytes) {
   write_file_atomic(path, [&](std::FILE* f) {
     if (!bytes.empty()) std::fwrite(bytes.data(), 1, bytes.size(), f);
   });
+}
+
+std::string read_whole_file(const std::string& path, size_t max_bytes) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) throw sys_error(path + ": cannot open", errno);
+  struct stat st;
+  if (::fstat(fd, &st) == 0 && S_ISDIR(st.st_mode)) {
+    ::close(fd);
+    throw std::runtime_error(path + ": is a folder, expected a file");
+  }
+  std::string bytes;
+  if (S_ISREG(st.st_mode) && (size_t)st.st_size <= max_bytes) bytes.reserve((size_t)st.st_size);
+  char buf[1 << 16];
+  for (;;) {
+    ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      int err = errno;
+      ::close(fd);
+      throw sys_error(path + ": read error", err);
+    }
+    if (n == 0) break;
+    if (bytes.size() + (size_t)n > max_bytes) {
+      ::close(fd);
+      throw std::runtime_error(path + ": larger than " + std::to_string(max_bytes >> 20) + " MiB; not a file " +
+                               "this tool reads");
+    }
+    bytes.append(buf, (size_t)n);
+  }
+  ::close(fd);
+  return bytes;
 }
 
 void make_dirs(const std::string& dir) {

@@ -15,10 +15,17 @@ namespace tfm {
 // Throws std::runtime_error naming the path and strerror when the temp file cannot be created (missing or
 // unwritable folder) or any write/flush/fsync/close/rename fails (ENOSPC, EFBIG, EIO). Exceptions thrown by
 // `writer` propagate unchanged. On any failure the temp file is removed and the previous file at `path`, if
-// any, is untouched.
+// any, is untouched. A symlink is followed (the file it points to is replaced, the link kept); an existing file
+// keeps its permission bits; an existing device or FIFO (/dev/stdout, a named pipe) is written through, not
+// atomically; a folder is refused.
 void write_file_atomic(const std::string& path, const std::function<void(std::FILE*)>& writer);
 // Same, writing `bytes` verbatim.
 void write_file_atomic(const std::string& path, std::string_view bytes);
+
+// Reads a whole regular file (or FIFO/device) of at most `max_bytes`. Throws std::runtime_error naming `path`:
+// cannot open (strerror), "is a folder", read error, or "larger than N MiB" (a config or vocabulary symlinked
+// to /dev/zero must not eat the memory).
+std::string read_whole_file(const std::string& path, size_t max_bytes = size_t(256) << 20);
 
 // mkdir -p: creates `dir` and any missing parents (0777 & ~umask); no-op if it already is a directory.
 // Throws std::runtime_error naming the folder that could not be created and why.

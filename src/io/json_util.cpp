@@ -1,5 +1,11 @@
 #include "io/json_util.h"
 
+#include "io/atomic_file.h"
+
+#include <unistd.h>
+
+#include <cstdio>
+
 #include <cerrno>
 #include <cmath>
 #include <cstring>
@@ -12,10 +18,7 @@ namespace tfm {
 using nlohmann::json;
 
 json load_json_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw std::runtime_error(path + ": cannot open: " + std::strerror(errno));
-  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (in.bad()) throw std::runtime_error(path + ": read error");
+  const std::string text = read_whole_file(path);
   try {
     return json::parse(text);
   } catch (const json::parse_error& e) {
@@ -115,6 +118,23 @@ bool json_bool(const json& j, const std::string& key, const std::string& file) {
 bool json_bool_or(const json& j, const std::string& key, bool fallback, const std::string& file) {
   const json* v = lookup(j, key, file);
   return v ? as_bool(*v, key, file) : fallback;
+}
+
+void check_at_most(const std::string& file, const char* key, int64_t value, int64_t max) {
+  if (value > max)
+    throw std::runtime_error(file + ": key '" + key + "' must be at most " + std::to_string(max) + ", found " +
+                             std::to_string(value));
+}
+
+void check_fits_in_memory(const std::string& file, double num_floats) {
+  const double gib = 1024.0 * 1024.0 * 1024.0;
+  const double need = num_floats * 4.0, have = (double)::sysconf(_SC_PHYS_PAGES) * (double)::sysconf(_SC_PAGESIZE);
+  if (have > 0 && need > have) {
+    char buf[160];
+    std::snprintf(buf, sizeof buf, ": the model needs %.1f GiB of float32 weights, more than this machine's %.1f GiB",
+                  need / gib, have / gib);
+    throw std::runtime_error(file + buf);
+  }
 }
 
 }  // namespace tfm

@@ -29,4 +29,12 @@ std::string json_string_or(const nlohmann::json& j, const std::string& key, cons
 bool json_bool(const nlohmann::json& j, const std::string& key, const std::string& file);
 bool json_bool_or(const nlohmann::json& j, const std::string& key, bool fallback, const std::string& file);
 
+// Model configs come from other people's files; these bound sizes before anything is allocated, so a typo such as
+// hidden_size 65536 or max_len 2e7 gives a message instead of an out-of-memory kill.
+// Throws std::runtime_error "<file>: key '<key>' must be at most <max>, found <value>".
+void check_at_most(const std::string& file, const char* key, int64_t value, int64_t max);
+// Throws std::runtime_error naming `file` when `num_floats` float32 values (weights, tables) exceed the
+// machine's physical memory (sysconf _SC_PHYS_PAGES).
+void check_fits_in_memory(const std::string& file, double num_floats);
+
 }  // namespace tfm

@@ -31,6 +31,12 @@ EncoderConfig EncoderConfig::from_json(const nlohmann::json& j, const std::strin
   positive("intermediate_size", c.intermediate_size);
   positive("max_position_embeddings", c.max_position_embeddings);
   positive("type_vocab_size", c.type_vocab_size);
+  check_at_most(file, "vocab_size", c.vocab_size, 1 << 22);
+  check_at_most(file, "hidden_size", c.hidden_size, 1 << 14);
+  check_at_most(file, "num_hidden_layers", c.num_hidden_layers, 1 << 10);
+  check_at_most(file, "intermediate_size", c.intermediate_size, 1 << 16);
+  check_at_most(file, "max_position_embeddings", c.max_position_embeddings, 1 << 20);
+  check_at_most(file, "type_vocab_size", c.type_vocab_size, 1 << 16);
   if (c.hidden_size % c.num_attention_heads != 0)
     throw std::runtime_error(file + ": hidden_size (" + std::to_string(c.hidden_size) +
                              ") is not divisible by num_attention_heads (" + std::to_string(c.num_attention_heads) + ")");
@@ -40,6 +46,13 @@ EncoderConfig EncoderConfig::from_json(const nlohmann::json& j, const std::strin
   } catch (const std::invalid_argument& e) {
     throw std::runtime_error(file + ": key 'hidden_act': " + e.what());
   }
+  const double H = (double)c.hidden_size;
+  check_fits_in_memory(file, H * (double)(c.vocab_size + c.max_position_embeddings + c.type_vocab_size) +
+                                 (double)c.num_hidden_layers * H * (4 * H + 2 * (double)c.intermediate_size));
+  // Only learned absolute positions are implemented; HF's relative_key variants add per-layer distance tables.
+  const std::string pos = json_string_or(j, "position_embedding_type", "absolute", file);
+  if (pos != "absolute")
+    throw std::runtime_error(file + ": position_embedding_type '" + pos + "' is not supported (only 'absolute')");
   if (c.model_type != "bert" && c.model_type != "transformer_encoder")
     throw std::runtime_error(file + ": model_type '" + c.model_type +
                              "' is not an encoder this tool runs (expected 'bert' or 'transformer_encoder')");

@@ -55,6 +55,18 @@ Seq2SeqConfig Seq2SeqConfig::from_json(const nlohmann::json& j, const std::strin
   positive("src_vocab_size", c.src_vocab_size);
   positive("tgt_vocab_size", c.tgt_vocab_size);
   positive("max_len", c.max_len);
+  check_at_most(file, "num_hiddens", c.num_hiddens, 1 << 14);
+  check_at_most(file, "num_layers", c.num_layers, 1 << 10);
+  check_at_most(file, "ffn_num_hiddens", c.ffn_num_hiddens, 1 << 16);
+  check_at_most(file, "num_steps", c.num_steps, 1 << 16);
+  check_at_most(file, "src_vocab_size", c.src_vocab_size, 1 << 22);
+  check_at_most(file, "tgt_vocab_size", c.tgt_vocab_size, 1 << 22);
+  check_at_most(file, "max_len", c.max_len, 1 << 16);
+  {
+    const double H = (double)c.num_hiddens, F = (double)c.ffn_num_hiddens;
+    check_fits_in_memory(file, H * (double)(c.src_vocab_size + 2 * c.tgt_vocab_size + c.max_len) +
+                                   (double)c.num_layers * H * (12 * H + 4 * F));
+  }
   if (c.num_hiddens % c.num_heads != 0)
     throw std::runtime_error(file + ": num_hiddens (" + std::to_string(c.num_hiddens) +
                              ") is not divisible by num_heads (" + std::to_string(c.num_heads) + ")");

@@ -32,6 +32,13 @@ Tensor SafeTensorsWeights::get(const std::string& name, const Shape& shape, cons
   if (t.dtype() != DType::F32)
     throw std::runtime_error(st_.path() + ": tensor '" + found + "' has dtype " + st_.dtype_of(found) +
                              ", expected a floating-point type");
+  // PyTorch would propagate a NaN weight into every output; masked softmax and LayerNorm here can hide it and
+  // return plausible but wrong numbers, so non-finite weights are refused up front.
+  const float* p = t.f32();
+  for (int64_t i = 0, n = t.numel(); i < n; ++i)
+    if (!std::isfinite(p[i]))
+      throw std::runtime_error(st_.path() + ": tensor '" + found + "' contains NaN or Inf at element " +
+                               std::to_string(i));
   return t;
 }
 

@@ -8,9 +8,11 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <sstream>
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 
+#include "io/atomic_file.h"
 #include "io/json_util.h"
 
 namespace tfm {
@@ -326,7 +328,6 @@ std::u32string bert_normalize(const std::u32string& in, const BertNormalizerOpti
 
 bool is_punctuation(char32_t c) { return in_table(kPunctuation, c); }
 
-std::string read_error(const std::string& path) { return path + ": cannot open: " + std::strerror(errno); }
 
 }  // namespace
 
@@ -629,8 +630,7 @@ void BertTokenizer::finish_special(const std::string& source) {
 
 BertTokenizer BertTokenizer::from_vocab_file(const std::string& path, const BertNormalizerOptions& options,
                                              int64_t model_max_length) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw std::runtime_error(read_error(path));
+  std::istringstream in(read_whole_file(path));
   BertTokenizer t;
   t.norm_ = options;
   t.model_max_length_ = model_max_length;

@@ -115,11 +115,7 @@ SubwordModel& SubwordModel::operator=(SubwordModel&&) noexcept = default;
 SubwordModel::~SubwordModel() = default;
 
 SubwordModel SubwordModel::load(const std::string& path) {
-  errno = 0;
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw std::runtime_error(path + ": cannot open: " + (errno ? std::strerror(errno) : "unknown error"));
-  const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (in.bad()) throw std::runtime_error(path + ": read error");
+  const std::string bytes = read_whole_file(path);
   if (bytes.empty()) throw std::runtime_error(path + ": empty file, not a SentencePiece model");
 
   SubwordModel model;

@@ -94,12 +94,7 @@ void Vocab::save(const std::string& path) const {
 }
 
 Vocab Vocab::load(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw std::runtime_error(path + ": cannot open vocabulary: " + std::strerror(errno));
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  if (in.bad()) throw std::runtime_error(path + ": read error");
-  const std::string bytes = ss.str();
+  const std::string bytes = read_whole_file(path);
   if (bytes.empty()) throw std::runtime_error(path + ": empty vocabulary file (expected '<unk>' on line 1)");
 
   // Every token is '\n'-terminated; a missing final newline is tolerated. Empty lines are empty tokens

@@ -295,21 +295,22 @@ TrainState read_checkpoint(const std::string& path, ParamTable& params, Adam& ad
     for (const auto& e : params.entries()) read_f32("model." + e.name, e.numel, params.all_data().data() + e.offset);
     read_f32("optim.exp_avg", params.total(), adam.exp_avg().data());
     read_f32("optim.exp_avg_sq", params.total(), adam.exp_avg_sq().data());
-    s.step = st.at("step").get<int64_t>();
-    s.epoch = st.at("epoch").get<int64_t>();
-    s.batch_pos = st.at("batch_pos").get<int64_t>();
-    s.bad_epochs = st.at("bad_epochs").get<int64_t>();
-    s.best_epoch = st.at("best_epoch").get<int64_t>();
-    s.best_bleu = st.at("best_bleu").get<double>();
-    s.elapsed = st.at("elapsed").get<double>();
-    s.tokens = st.at("tokens").get<int64_t>();
+    // json_int/json_number check range and type and name the key (a float 1e30 cast to int64 is undefined).
+    s.step = json_int(st, "step", "state");
+    s.epoch = json_int(st, "epoch", "state");
+    s.batch_pos = json_int(st, "batch_pos", "state");
+    s.bad_epochs = json_int(st, "bad_epochs", "state");
+    s.best_epoch = json_int(st, "best_epoch", "state");
+    s.best_bleu = json_number(st, "best_bleu", "state");
+    s.elapsed = json_number(st, "elapsed", "state");
+    s.tokens = json_int(st, "tokens", "state");
     s.log = st.at("log");
     s.dropout_rng = st.at("dropout_rng").get<std::string>();
     Rng probe;
     probe.set_state(s.dropout_rng);  // throws on a corrupt generator state
     // The training loop indexes the epoch's batch order with batch_pos and reads every field of every log row.
     if (s.step < 0 || s.epoch < 1 || s.batch_pos < 0 || s.batch_pos > num_batches || s.bad_epochs < 0 ||
-        s.best_epoch < 0 || s.tokens < 0)
+        s.best_epoch < 0 || s.best_epoch >= s.epoch || s.tokens < 0 || !(s.elapsed >= 0) || !std::isfinite(s.elapsed))
       throw std::runtime_error("state out of range (step " + std::to_string(s.step) + ", epoch " +
                                std::to_string(s.epoch) + ", batch_pos " + std::to_string(s.batch_pos) + " of " +
                                std::to_string(num_batches) + " batches, bad_epochs " + std::to_string(s.bad_epochs) +
@@ -506,12 +507,12 @@ RecipeResult train_recipe(const RecipeConfig& cfg_in, const std::string& out, bo
       best_bleu = v.bleu;
       best_epoch = epoch;
       bad_epochs = 0;
+      model.save(out + "/model.safetensors");  // before config.json, as in the d2l trainer
       write_file_atomic(out + "/config.json", [&] {
         nlohmann::json j = mcfg.to_json();
         j["tokenizer"] = "sentencepiece";
         return j.dump(2) + "\n";
       }());
-      model.save(out + "/model.safetensors");
     } else {
       ++bad_epochs;
     }

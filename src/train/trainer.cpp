@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <sstream>
 #include <stdexcept>
 
@@ -23,10 +24,12 @@ namespace {
 
 void save_model_folder(const std::string& dir, Seq2SeqModel& model, const Vocab& src, const Vocab& tgt) {
   make_dirs(dir);
-  write_file_atomic(dir + "/config.json", model.config().to_json().dump(2) + "\n");
+  // Largest file first and config.json last: a full disk then fails before the folder's config changes, so a
+  // previous model stays loadable (its config still matches its weights).
   model.save(dir + "/model.safetensors");
   src.save(dir + "/src_vocab.txt");
   tgt.save(dir + "/tgt_vocab.txt");
+  write_file_atomic(dir + "/config.json", model.config().to_json().dump(2) + "\n");
 }
 
 
@@ -37,6 +40,14 @@ TrainResult train_seq2seq(const TrainOptions& o) {
   if (o.batch_size < 1) throw std::invalid_argument("batch_size must be at least 1");
   if (o.epochs < 1) throw std::invalid_argument("epochs must be at least 1");
   if (!(o.lr > 0)) throw std::invalid_argument("lr must be positive");
+  if (!(o.label_smoothing >= 0 && o.label_smoothing < 1))
+    throw std::invalid_argument("label_smoothing must be in [0, 1)");
+  // Training replaces config.json and model.safetensors: never silently over another model (or anything else).
+  std::error_code ec;
+  if (!o.overwrite && std::filesystem::exists(o.out, ec) &&
+      (!std::filesystem::is_directory(o.out, ec) || !std::filesystem::is_empty(o.out, ec)))
+    throw std::invalid_argument("--out '" + o.out + "' already exists and is not an empty folder; choose a new " +
+                                "folder, or pass --overwrite to replace the model in it");
   ParallelCorpus corpus = read_nmt_file(o.data, o.num_examples);
   if (!corpus.skipped_lines.empty() && o.progress)
     std::fprintf(stderr, "warning: %s: skipped %zu line(s) without exactly one TAB (first: line %lld)\n",

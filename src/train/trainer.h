@@ -19,8 +19,11 @@ struct TrainOptions {
   double grad_clip = 1.0;     // global-norm clipping threshold theta
   float label_smoothing = 0.0f;
   bool progress = true;       // progress bar on stderr
+  bool overwrite = false;     // allow an `out` folder that already holds files (its model files are replaced)
 };
 
+// Throws std::invalid_argument for bad options, including an `out` folder that is not empty unless
+// `overwrite`; std::runtime_error for unreadable data and on a non-finite loss (the last good weights are saved).
 struct TrainResult {
   double loss = 0;           // last epoch: d2l's reported loss = sum of sequence losses / valid tokens
   double token_loss = 0;     // last epoch: mean cross-entropy per valid target token

@@ -46,13 +46,15 @@ void add_encode_command(CLI::App& app) {
   cmd->add_option("--config", o->config, "config.json to use instead of the model folder's");
   cmd->add_option("--init", o->init, "Weights: 'file' (model.safetensors) or 'random' (seeded, PyTorch default init)")
       ->check(CLI::IsMember({"file", "random"}));
-  cmd->add_option("--seed", o->seed, "Seed of --init random");
+  cmd->add_option("--seed", o->seed, "Seed of --init random")->check(seed_value());
   cmd->add_option("--max-length", o->max_length,
                   "Truncate each text to this many tokens (default: error when longer than the model allows)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(non_negative());
   add_threads_option(cmd, o->threads);
   cmd->callback([o] {
     namespace fs = std::filesystem;
+    if (!o->output.empty() && o->output == o->pooled)
+      throw CLI::ValidationError("--output and --pooled name the same file '" + o->output + "'");
     std::string config_path = o->config.empty() ? o->model + "/config.json" : o->config;
     EncoderConfig config = EncoderConfig::load(config_path);
     BertTokenizer tok = BertTokenizer::from_dir(o->model);
@@ -91,16 +93,20 @@ void add_encode_command(CLI::App& app) {
     const Tensor& result = o->all_layers ? out.hidden_states : out.last_hidden_state;
     std::cout << (o->all_layers ? "hidden_states" : "last_hidden_state") << " shape: " << shape_str(result.shape())
               << "\n";
-    for (int64_t i = 0; i < result.numel(); ++i)
-      if (!std::isfinite(result.f32()[i]))
-        throw std::runtime_error("the encoder produced a non-finite value (NaN/Inf in the weights?); nothing written");
+    // Every check before the first write, so an error leaves no half of the requested outputs behind.
+    if (!o->pooled.empty() && !out.pooler_output.defined())
+      throw std::invalid_argument("--pooled: model_type '" + config.model_type + "' has no pooler; nothing written");
+    for (const Tensor* t : std::initializer_list<const Tensor*>{&result, &out.pooler_output}) {
+      if (!t->defined()) continue;
+      for (int64_t i = 0; i < t->numel(); ++i)
+        if (!std::isfinite(t->f32()[i]))
+          throw std::runtime_error("the encoder produced a non-finite value (NaN/Inf in the inputs?); nothing written");
+    }
     if (!o->output.empty()) {
       save_npy(o->output, result);
       std::cout << "wrote " << o->output << "\n";
     }
     if (!o->pooled.empty()) {
-      if (!out.pooler_output.defined())
-        throw std::invalid_argument("--pooled: model_type '" + config.model_type + "' has no pooler");
       save_npy(o->pooled, out.pooler_output);
       std::cout << "wrote " << o->pooled << "\n";
     }

@@ -25,7 +25,7 @@ void add_tokenize_command(CLI::App& app) {
   cmd->add_option("--pair", o->pair, "Second sentence of a pair (token_type_ids 1)");
   cmd->add_flag("--no-special-tokens", o->no_special, "Do not add [CLS] / [SEP]");
   cmd->add_option("--max-length", o->max_length, "Truncate to this many tokens (0: no truncation)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(non_negative());
   add_threads_option(cmd, o->threads);
   cmd->callback([o, cmd] {
     BertTokenizer tok = BertTokenizer::from_dir(o->model);

@@ -27,36 +27,61 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--resume", *resume, "Continue the recipe run in this output folder from its checkpoint");
   cmd->add_option("--set", *sets, "Override a key of the --config file: --set epochs=3 (repeatable)");
   cmd->add_option("--max-tokens", *max_tokens, "Recipe: tokens per batch (overrides the config)")
-      ->check(CLI::PositiveNumber);
+      ->check(positive());
   cmd->add_option("--num-examples", o->num_examples, "Read lines 0..N of the corpus as d2l does (0 = all)")
-      ->capture_default_str()->check(CLI::NonNegativeNumber);
+      ->capture_default_str()->check(non_negative());
   cmd->add_option("--num-steps", o->num_steps, "Tokens per sequence (truncate/pad)")->capture_default_str()
-      ->check(CLI::PositiveNumber);
-  cmd->add_option("--num-hiddens", o->num_hiddens, "Model width")->capture_default_str()->check(CLI::PositiveNumber);
+      ->check(positive());
+  cmd->add_option("--num-hiddens", o->num_hiddens, "Model width")->capture_default_str()->check(positive());
   cmd->add_option("--num-layers", o->num_layers, "Encoder and decoder blocks")->capture_default_str()
-      ->check(CLI::PositiveNumber);
-  cmd->add_option("--num-heads", o->num_heads, "Attention heads")->capture_default_str()->check(CLI::PositiveNumber);
+      ->check(positive());
+  cmd->add_option("--num-heads", o->num_heads, "Attention heads")->capture_default_str()->check(positive());
   cmd->add_option("--ffn-num-hiddens", o->ffn_num_hiddens, "Position-wise FFN width")->capture_default_str()
-      ->check(CLI::PositiveNumber);
-  cmd->add_option("--dropout", o->dropout, "Dropout probability")->capture_default_str()->check(CLI::Range(0.0, 0.99));
+      ->check(positive());
+  cmd->add_option("--dropout", o->dropout, "Dropout probability")->capture_default_str()->check(in_range(0.0, 0.99));
   cmd->add_option("--batch-size", o->batch_size, "Sequences per minibatch")->capture_default_str()
-      ->check(CLI::PositiveNumber);
-  cmd->add_option("--lr", o->lr, "Adam learning rate")->capture_default_str()->check(CLI::PositiveNumber);
-  cmd->add_option("--epochs", o->epochs, "Passes over the data")->capture_default_str()->check(CLI::PositiveNumber);
-  cmd->add_option("--seed", o->seed, "Seed of initialisation, dropout and batch order")->capture_default_str();
+      ->check(positive());
+  cmd->add_option("--lr", o->lr, "Adam learning rate")->capture_default_str()->check(positive());
+  cmd->add_option("--epochs", o->epochs, "Passes over the data")->capture_default_str()->check(positive());
+  cmd->add_option("--seed", o->seed, "Seed of initialisation, dropout and batch order")->capture_default_str()
+      ->check(seed_value());
   cmd->add_option("--label-smoothing", o->label_smoothing, "Label smoothing of the cross-entropy (0 = d2l)")
-      ->capture_default_str()->check(CLI::Range(0.0, 0.99));
+      ->capture_default_str()->check(in_range(0.0, 0.99));
   cmd->add_flag("!--no-progress", o->progress, "Do not print the progress bar");
+  cmd->add_flag("--overwrite", o->overwrite, "Train into an --out folder that already holds files, replacing them");
   add_threads_option(cmd, *threads);
   cmd->callback([o, cmd, recipe, resume, sets, max_tokens, threads] {
     if (!recipe->empty() || !resume->empty()) {
       if (!recipe->empty() && !resume->empty())
-        throw std::invalid_argument("--config starts a run and --resume continues one; give only one");
+        throw CLI::ValidationError("--config starts a run and --resume continues one; give only one");
+      // Options the recipe would not use are refused rather than silently dropped.
+      if (cmd->count("--data"))
+        throw CLI::ValidationError("--data is for the d2l trainer; the recipe reads the files named in its config "
+                                    "(keys data_dir, train_src, train_tgt, valid_src, valid_tgt)");
+      if (!resume->empty()) {
+        if (cmd->count("--out") && o->out != *resume)
+          throw CLI::ValidationError("--resume DIR continues the run in DIR; do not give --out as well");
+        for (const char* opt : {"--epochs", "--lr", "--seed", "--dropout", "--num-hiddens", "--num-layers",
+                                "--num-heads", "--ffn-num-hiddens", "--label-smoothing", "--max-tokens",
+                                "--num-examples", "--num-steps", "--batch-size", "--overwrite"})
+          if (cmd->count(opt))
+            throw CLI::ValidationError(std::string("--resume continues with the run's saved train_config.json, so ") +
+                                        opt + " cannot change it; only --set stop_after_steps=N, --set "
+                                        "time_limit_minutes=M, --threads and --no-progress apply");
+      } else if (cmd->count("--num-examples") || cmd->count("--num-steps") || cmd->count("--batch-size") ||
+                 cmd->count("--overwrite")) {
+        throw CLI::ValidationError("--num-examples, --num-steps, --batch-size and --overwrite are d2l trainer "
+                                    "options; the recipe takes train_limit, num_steps and max_tokens from its config "
+                                    "(override with --set key=value)");
+      }
       nlohmann::json j = recipe->empty() ? nlohmann::json::object() : load_json_file(*recipe);
       for (const std::string& kv : *sets) {
         auto eq = kv.find('=');
-        if (eq == std::string::npos || eq == 0) throw std::invalid_argument("--set expects key=value, got '" + kv + "'");
+        if (eq == std::string::npos || eq == 0) throw CLI::ValidationError("--set expects key=value, got '" + kv + "'");
         std::string key = kv.substr(0, eq), val = kv.substr(eq + 1);
+        if (!resume->empty() && key != "stop_after_steps" && key != "time_limit_minutes")
+          throw CLI::ValidationError("--resume continues with the run's saved train_config.json; --set " + key +
+                                      " cannot change it (only stop_after_steps and time_limit_minutes apply)");
         try {
           j[key] = nlohmann::json::parse(val);  // numbers, true/false
         } catch (const nlohmann::json::exception&) {
@@ -76,7 +101,7 @@ void add_train_command(CLI::App& app) {
       if (cmd->count("--max-tokens")) j["max_tokens"] = *max_tokens;
       RecipeConfig rc = RecipeConfig::from_json(j, recipe->empty() ? "command line" : *recipe);
       std::string out = resume->empty() ? o->out : *resume;
-      if (out.empty()) throw std::invalid_argument("--out is required");
+      if (out.empty()) throw CLI::ValidationError("--out is required");
       RecipeResult r = train_recipe(rc, out, !resume->empty(), o->progress);
       std::printf("trained %lld epochs (%lld steps) in %.1f s, %.0f target tokens/s; best validation BLEU %.2f "
                   "(epoch %lld); model in %s\n",
@@ -84,8 +109,10 @@ void add_train_command(CLI::App& app) {
                   (long long)r.best_epoch, out.c_str());
       return;
     }
-    if (o->data.empty()) throw std::invalid_argument("--data is required (or --config for the subword recipe)");
-    if (o->out.empty()) throw std::invalid_argument("--out is required");
+    if (!sets->empty() || cmd->count("--max-tokens"))
+      throw CLI::ValidationError("--set and --max-tokens apply to the subword recipe (--config or --resume)");
+    if (o->data.empty()) throw CLI::ValidationError("--data is required (or --config for the subword recipe)");
+    if (o->out.empty()) throw CLI::ValidationError("--out is required");
     TrainResult r = train_seq2seq(*o);
     std::printf("trained %lld epochs in %.1f s: loss %.4f (mean per token %.4f), %.0f tokens/s; model in %s\n",
                 (long long)r.epochs_run, r.seconds, r.loss, r.token_loss, r.tokens_per_sec, o->out.c_str());

@@ -30,9 +30,9 @@ void add_translate_command(CLI::App& app) {
   cmd->add_option("--model", o->model, "Folder with config.json, model.safetensors, src_vocab.txt, tgt_vocab.txt")
       ->required();
   cmd->add_option("sentences", o->sentences, "Sentences to translate");
-  cmd->add_option("--beam", o->beam, "Beam size (1 = greedy)")->capture_default_str()->check(CLI::Range(1, 64));
+  cmd->add_option("--beam", o->beam, "Beam size (1 = greedy)")->capture_default_str()->check(in_range(1, 64));
   cmd->add_option("--length-penalty", o->length_penalty, "GNMT length penalty alpha for beam search")
-      ->capture_default_str()->check(CLI::Range(0.0, 5.0));
+      ->capture_default_str()->check(in_range(0.0, 5.0));
   cmd->add_option("--attention-png", o->attention_png,
                   "Save the first sentence's attention weights as a PNG: top row encoder self-attention (last "
                   "layer), bottom row decoder cross-attention (last layer), one tile per head");

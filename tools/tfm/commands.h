@@ -15,6 +15,16 @@ void add_data_command(CLI::App& app);
 
 // Adds --threads to a subcommand (default: all cores) and applies it before the callback runs.
 void add_threads_option(CLI::App* cmd, int& threads);
+// Option validators with plain messages. CLI11's own accept NaN and print the whole double range
+// ("not in range 0.000000 to 1797693...").
+// A number in [lo, hi] (finite): "must be a number from 0 to 5, got nan".
+CLI::Validator in_range(double lo, double hi);
+// A finite number > 0 (learning rates) or, for integers, >= 1: "must be positive, got 0".
+CLI::Validator positive();
+// A finite number >= 0.
+CLI::Validator non_negative();
+// A whole number in [0, 2^64): seeds (CLI11 would turn -1 into 18446744073709551615).
+CLI::Validator seed_value();
 // "[1, 2, 3]"
 std::string format_ids(const std::vector<int64_t>& ids);
 

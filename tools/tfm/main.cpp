@@ -1,6 +1,12 @@
 // tfm: the transformer.cpp command-line tool. One subcommand per file in this folder.
+#include <cerrno>
+#include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <exception>
+#include <functional>
+#include <optional>
+#include <sstream>
 
 #include "commands.h"
 #include "core/threading.h"
@@ -9,8 +15,54 @@ namespace tfm::cli {
 
 void add_threads_option(CLI::App* cmd, int& threads) {
   cmd->add_option("--threads", threads, "Worker threads for kernels and GEMM (default: all cores)")
-      ->check(CLI::Range(1, 1024));
+      ->check(in_range(1, 1024));
   cmd->parse_complete_callback([&threads] { set_num_threads(threads); });
+}
+
+namespace {
+// Parses the whole string as a finite number; nullopt for "abc", "1x", "nan", "inf".
+std::optional<double> parse_finite(const std::string& s) {
+  char* end = nullptr;
+  errno = 0;
+  double v = std::strtod(s.c_str(), &end);
+  if (s.empty() || end != s.c_str() + s.size() || errno == ERANGE || !std::isfinite(v)) return std::nullopt;
+  return v;
+}
+std::string fmt(double v) {
+  std::ostringstream o;
+  o << v;
+  return o.str();
+}
+CLI::Validator number_check(const std::string& desc, std::function<bool(double)> ok, const std::string& want) {
+  return CLI::Validator(
+      [ok, want](std::string& s) -> std::string {
+        std::optional<double> v = parse_finite(s);
+        if (!v || !ok(*v)) return "must be " + want + ", got '" + s + "'";
+        return "";
+      },
+      desc);
+}
+}  // namespace
+
+CLI::Validator in_range(double lo, double hi) {
+  return number_check("[" + fmt(lo) + " - " + fmt(hi) + "]", [=](double v) { return v >= lo && v <= hi; },
+                      "a number from " + fmt(lo) + " to " + fmt(hi));
+}
+CLI::Validator positive() {
+  return number_check("> 0", [](double v) { return v > 0; }, "a positive number");
+}
+CLI::Validator non_negative() {
+  return number_check(">= 0", [](double v) { return v >= 0; }, "a number >= 0");
+}
+CLI::Validator seed_value() {
+  return CLI::Validator(
+      [](std::string& s) -> std::string {
+        bool digits = !s.empty() && s.size() <= 20 && s.find_first_not_of("0123456789") == std::string::npos;
+        if (!digits || (s.size() == 20 && s > "18446744073709551615"))
+          return "must be a whole number from 0 to 18446744073709551615, got '" + s + "'";
+        return "";
+      },
+      "0 - 2^64-1");
 }
 
 std::string format_ids(const std::vector<int64_t>& ids) {
@@ -20,6 +72,15 @@ std::string format_ids(const std::vector<int64_t>& ids) {
 }
 
 }  // namespace tfm::cli
+
+// OpenMP threads that spin at barriers starve their peers when the cores are shared with other work: the small
+// d2l model trained 10-30x slower on 2 threads with one core busy. Passive waiting costs little when the machine
+// is idle (BENCHMARKS.md). libgomp reads OMP_WAIT_POLICY in its own initializer, which runs before main, so the
+// default is set from .preinit_array, which the dynamic loader runs before any shared library's initializer.
+// A value the user set is kept.
+static void tfm_default_omp_wait_policy(int, char**, char**) { setenv("OMP_WAIT_POLICY", "passive", 0); }
+__attribute__((section(".preinit_array"), used)) static void (*const tfm_preinit)(int, char**, char**) =
+    tfm_default_omp_wait_policy;
 
 int main(int argc, char** argv) {
   CLI::App app{"tfm: Transformer encoders and encoder-decoders in C++ (transformer.cpp).\n"
