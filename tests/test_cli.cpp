@@ -635,5 +635,28 @@ TEST(CliBadInput, OptionValuesAndIgnoredOptions) {
   }
 }
 
+// stdin: an empty line gives an empty output line (outputs stay aligned); errors name the line.
+TEST(CliTranslate, StdinEmptyLinesAndErrorsNameTheLine) {
+  ScopedDir tmp;
+  const std::string& dir = tmp.path;
+  std::string m = make_seq2seq_dir(dir);
+  RunResult r = run_tfm(dir, {"translate", "--model", m}, "go .\n\ni lost .\n");
+  ASSERT_EQ(r.exit_code, 0) << describe(r);
+  std::vector<std::string> lines = lines_of(r.out);
+  ASSERT_EQ(lines.size(), 3u) << r.out;
+  EXPECT_FALSE(lines[0].empty());
+  EXPECT_TRUE(lines[1].empty());
+  EXPECT_FALSE(lines[2].empty());
+  r = run_tfm(dir, {"translate", "--model", m}, "go .\n\xff\xfe .\n");
+  expect_clean_error(r, "sentence 2: invalid UTF-8 at byte offset 0");
+  r = run_tfm(dir, {"translate", "--model", m}, std::string(1100000, 'a'));
+  expect_clean_error(r, "stdin line 1 is longer than 1 MiB");
+  nlohmann::json c = nlohmann::json::parse(read_file(m + "/config.json"));
+  c["max_len"] = 1;
+  write_file(m + "/config.json", c.dump());
+  r = run_tfm(dir, {"translate", "--model", m, "go ."});
+  expect_clean_error(r, "max_len (1) must be at least num_steps (10)");
+}
+
 }  // namespace
 }  // namespace tfm::test

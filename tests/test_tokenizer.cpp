@@ -6,12 +6,14 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
+#include "io/json_util.h"
 #include "text/bert_tokenizer.h"
 
 namespace {
@@ -335,6 +337,64 @@ TEST(TokenizerErrors, NotABertWordPieceTokenizer) {
   std::string ok = tmp.write("ok.json", "{" + bert_parts + ", " + wp_model + "}");
   tfm::BertTokenizer tok = tfm::BertTokenizer::from_tokenizer_json(ok);
   EXPECT_EQ(tok.encode("A a b").input_ids, (std::vector<int64_t>{1, 4, 4, 3, 2}));
+}
+
+// A tokenizer.json that sets "truncation" truncates every encode, as HF applies it. The fixtures' max_length
+// cases were produced by HF with exactly this setting (tokenizer.setTruncation(max_length)).
+TEST(TokenizerFixture, TruncationInTokenizerJsonMatchesHuggingFace) {
+  TempDir tmp;
+  json base = tfm::load_json_file(bert_dir() + "/tokenizer.json");
+  std::map<int64_t, std::vector<json>> by_length;
+  for (const json& c : fixtures().at("cases"))
+    if (c.contains("max_length")) by_length[c.at("max_length").get<int64_t>()].push_back(c);
+  ASSERT_GE(by_length.size(), 5u);
+  int n = 0;
+  for (const auto& [max_length, cases] : by_length) {
+    json j = base;
+    j["truncation"] = {{"direction", "Right"}, {"max_length", max_length}, {"strategy", "LongestFirst"}, {"stride", 0}};
+    tfm::BertTokenizer tok =
+        tfm::BertTokenizer::from_tokenizer_json(tmp.write("t" + std::to_string(max_length) + ".json", j.dump()));
+    for (const json& c : cases) {
+      std::string text = c.at("text").get<std::string>(), pair = c.value("pair", std::string());
+      SCOPED_TRACE("max_length " + std::to_string(max_length) + " text '" + printable(text) + "'");
+      tfm::Encoding e = tok.encode(text, c.contains("pair") ? &pair : nullptr, c.at("add_special_tokens").get<bool>());
+      EXPECT_EQ(e.input_ids, c.at("input_ids").get<std::vector<int64_t>>());
+      EXPECT_EQ(e.token_type_ids, c.at("token_type_ids").get<std::vector<int64_t>>());
+      ++n;
+    }
+  }
+  EXPECT_GE(n, 15);
+}
+
+// Settings HF would apply but this class does not implement, and special-token ids that disagree with the
+// vocabulary, are refused instead of silently ignored.
+TEST(TokenizerErrors, UnsupportedSettingsAndConflictingSpecialIds) {
+  TempDir tmp;
+  const json base = tfm::load_json_file(bert_dir() + "/tokenizer.json");
+  auto error_with = [&](const std::function<void(json&)>& edit) {
+    json j = base;
+    edit(j);
+    std::string path = tmp.write("edited.json", j.dump());
+    return error_of([&] { tfm::BertTokenizer::from_tokenizer_json(path); });
+  };
+  std::string msg = error_with([](json& j) { j["post_processor"]["special_tokens"]["[SEP]"]["ids"] = {999}; });
+  EXPECT_NE(msg.find("post_processor gives '[SEP]' id 999, the vocabulary gives it id 102"), std::string::npos) << msg;
+  msg = error_with([](json& j) { j["post_processor"]["special_tokens"].erase("[SEP]"); });
+  EXPECT_NE(msg.find("special_tokens has no entry for '[SEP]'"), std::string::npos) << msg;
+  msg = error_with([](json& j) {
+    j["padding"] = {{"strategy", {{"Fixed", 16}}}, {"direction", "Right"}, {"pad_id", 0}, {"pad_token", "[PAD]"}};
+  });
+  EXPECT_NE(msg.find("padding"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("is not supported"), std::string::npos) << msg;
+  msg = error_with([](json& j) {
+    j["padding"] = {{"strategy", "BatchLongest"}, {"direction", "Right"}, {"pad_id", 5}, {"pad_token", "[PAD]"}};
+  });
+  EXPECT_NE(msg.find("padding gives '[PAD]' id 5, the vocabulary gives it id 0"), std::string::npos) << msg;
+  msg = error_with([](json& j) {
+    j["truncation"] = {{"direction", "Right"}, {"max_length", 8}, {"strategy", "LongestFirst"}, {"stride", 2}};
+  });
+  EXPECT_NE(msg.find("truncation"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("is not supported"), std::string::npos) << msg;
 }
 
 }  // namespace

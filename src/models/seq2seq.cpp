@@ -67,6 +67,10 @@ Seq2SeqConfig Seq2SeqConfig::from_json(const nlohmann::json& j, const std::strin
     check_fits_in_memory(file, H * (double)(c.src_vocab_size + 2 * c.tgt_vocab_size + c.max_len) +
                                    (double)c.num_layers * H * (12 * H + 4 * F));
   }
+  // Sources are padded to num_steps (d2l) and decoding runs up to num_steps positions.
+  if (c.max_len < c.num_steps)
+    throw std::runtime_error(file + ": max_len (" + std::to_string(c.max_len) + ") must be at least num_steps (" +
+                             std::to_string(c.num_steps) + ")");
   if (c.num_hiddens % c.num_heads != 0)
     throw std::runtime_error(file + ": num_hiddens (" + std::to_string(c.num_hiddens) +
                              ") is not divisible by num_heads (" + std::to_string(c.num_heads) + ")");

@@ -480,6 +480,7 @@ std::vector<std::string> BertTokenizer::tokenize(std::string_view text) const {
 Encoding BertTokenizer::encode(std::string_view text, const std::string* pair, bool add_special_tokens,
                                int64_t max_length) const {
   if (max_length < 0) throw std::invalid_argument("encode: max_length must be >= 0, got " + std::to_string(max_length));
+  if (max_length == 0) max_length = truncation_max_length_;
   std::vector<int64_t> ids_a, ids_b;
   std::vector<std::string> tok_a, tok_b;
   // HF tokenizers (0.23) stops tokenizing a sequence after the WordPiece word that reaches max_length tokens
@@ -662,8 +663,13 @@ std::string found_type(const json& j) {
   return std::string("a JSON ") + j.type_name();
 }
 
-// The [CLS]/[SEP] tokens of a BERT post-processor; throws unless it is exactly [CLS] A [SEP] (B [SEP]).
-std::pair<std::string, std::string> bert_template(const json& pp, const std::string& path) {
+// The [CLS]/[SEP] tokens of a BERT post-processor and the ids it declares for them (-1 when it declares none);
+// throws unless it is exactly [CLS] A [SEP] (B [SEP]).
+struct BertTemplate {
+  std::string cls, sep;
+  int64_t cls_id = -1, sep_id = -1;
+};
+BertTemplate bert_template(const json& pp, const std::string& path) {
   auto fail = [&](const std::string& what) {
     return std::runtime_error(path + ": post_processor is not the BERT template [CLS] A [SEP] B [SEP]: " + what);
   };
@@ -671,7 +677,8 @@ std::pair<std::string, std::string> bert_template(const json& pp, const std::str
   if (type == "BertProcessing") {
     const json& cls = pp.at("cls");
     const json& sep = pp.at("sep");
-    return {cls.at(0).get<std::string>(), sep.at(0).get<std::string>()};
+    return {cls.at(0).get<std::string>(), sep.at(0).get<std::string>(), cls.at(1).get<int64_t>(),
+            sep.at(1).get<int64_t>()};
   }
   if (type != "TemplateProcessing") throw fail("found " + found_type(pp));
   // Each piece is {"SpecialToken": {"id", "type_id"}} or {"Sequence": {"id": "A"|"B", "type_id"}}.
@@ -693,7 +700,15 @@ std::pair<std::string, std::string> bert_template(const json& pp, const std::str
   std::vector<std::string> want_pair{"S:" + cls + ":0", "Q:A:0", "S:" + sep + ":0", "Q:B:1", "S:" + sep + ":1"};
   if (single[0] != "S:" + cls + ":0" || single[2] != "S:" + sep + ":0" || pair != want_pair)
     throw fail("pair is " + pp.at("pair").dump());
-  return {cls, sep};
+  // HF emits the ids listed under special_tokens, not the vocabulary's; both must agree.
+  auto declared = [&](const std::string& tok) -> int64_t {
+    const json& st = pp.at("special_tokens");
+    if (!st.contains(tok)) throw fail("special_tokens has no entry for '" + tok + "'");
+    const json& ids = st[tok].at("ids");
+    if (!ids.is_array() || ids.size() != 1) throw fail("special_tokens['" + tok + "'].ids is " + ids.dump());
+    return ids[0].get<int64_t>();
+  };
+  return {cls, sep, declared(cls), declared(sep)};
 }
 
 }  // namespace
@@ -702,6 +717,8 @@ BertTokenizer BertTokenizer::from_tokenizer_json(const std::string& path) {
   json j = load_json_file(path);
   if (!j.is_object()) throw std::runtime_error(path + ": expected a JSON object, found " + j.type_name());
   BertTokenizer t;
+  BertTemplate tmpl;
+  int64_t declared_pad_id = -1;
   try {
     // The model: WordPiece. Older files have no "type"; then tell WordPiece by its keys (BPE has "merges").
     const json& model = j.at("model");
@@ -758,16 +775,48 @@ BertTokenizer BertTokenizer::from_tokenizer_json(const std::string& path) {
         t.added_.push_back(at);
       }
 
-    auto [cls, sep] = bert_template(j.at("post_processor"), path);
-    t.cls_token_ = cls;
-    t.sep_token_ = sep;
-    if (j.contains("padding") && j["padding"].is_object())
-      t.pad_token_ = json_string_or(j["padding"], "pad_token", "[PAD]", path);
+    tmpl = bert_template(j.at("post_processor"), path);
+    t.cls_token_ = tmpl.cls;
+    t.sep_token_ = tmpl.sep;
+    // Truncation and padding saved in the file apply to every encode in HF; the variants this class implements
+    // are honoured, the others refused rather than ignored.
+    if (j.contains("truncation") && !j["truncation"].is_null()) {
+      const json& tr = j["truncation"];
+      if (!tr.is_object()) throw std::runtime_error(path + ": truncation must be an object or null");
+      if (json_string_or(tr, "strategy", "LongestFirst", path) != "LongestFirst" ||
+          json_string_or(tr, "direction", "Right", path) != "Right" || json_int_or(tr, "stride", 0, path) != 0)
+        throw std::runtime_error(path + ": truncation " + tr.dump() +
+                                 " is not supported (only strategy LongestFirst, direction Right, stride 0)");
+      t.truncation_max_length_ = json_int(tr, "max_length", path);
+      if (t.truncation_max_length_ < 1)
+        throw std::runtime_error(path + ": truncation max_length must be positive, found " +
+                                 std::to_string(t.truncation_max_length_));
+    }
+    if (j.contains("padding") && !j["padding"].is_null()) {
+      const json& pad = j["padding"];
+      if (!pad.is_object()) throw std::runtime_error(path + ": padding must be an object or null");
+      const json strategy = pad.contains("strategy") ? pad["strategy"] : json("BatchLongest");
+      if (strategy != json("BatchLongest") || json_string_or(pad, "direction", "Right", path) != "Right" ||
+          json_int_or(pad, "pad_type_id", 0, path) != 0 ||
+          (pad.contains("pad_to_multiple_of") && !pad["pad_to_multiple_of"].is_null()))
+        throw std::runtime_error(path + ": padding " + pad.dump() +
+                                 " is not supported (only strategy BatchLongest, direction Right, pad_type_id 0)");
+      t.pad_token_ = json_string_or(pad, "pad_token", "[PAD]", path);
+      declared_pad_id = json_int_or(pad, "pad_id", -1, path);
+    }
   } catch (const json::exception& e) {
     // at() on a missing key, get<> on a wrong type.
     throw std::runtime_error(path + ": not a BERT WordPiece tokenizer.json: " + e.what());
   }
   t.finish(path);
+  auto check_id = [&](const char* what, const std::string& tok, int64_t declared, int64_t actual) {
+    if (declared >= 0 && declared != actual)
+      throw std::runtime_error(path + ": " + what + " gives '" + tok + "' id " + std::to_string(declared) +
+                               ", the vocabulary gives it id " + std::to_string(actual));
+  };
+  check_id("post_processor", t.cls_token_, tmpl.cls_id, t.cls_id_);
+  check_id("post_processor", t.sep_token_, tmpl.sep_id, t.sep_id_);
+  check_id("padding", t.pad_token_, declared_pad_id, t.pad_id_);
   return t;
 }
 

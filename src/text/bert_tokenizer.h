@@ -52,8 +52,10 @@ class BertTokenizer {
   // (do_lower_case, strip_accents, tokenize_chinese_chars, model_max_length).
   // Throws std::runtime_error naming the path when neither file exists or a file is malformed.
   static BertTokenizer from_dir(const std::string& dir);
-  // A Hugging Face tokenizer.json whose model is WordPiece with BertNormalizer and BertPreTokenizer.
-  // Throws std::runtime_error naming the file and what was found otherwise.
+  // A Hugging Face tokenizer.json whose model is WordPiece with BertNormalizer and BertPreTokenizer, the BERT
+  // template post-processor, and truncation (LongestFirst, Right, stride 0) / padding (BatchLongest, Right) null
+  // or as HF applies them. Throws std::runtime_error naming the file and what was found otherwise, including
+  // special-token ids in post_processor or padding that differ from the vocabulary's.
   static BertTokenizer from_tokenizer_json(const std::string& path);
   // vocab.txt: one token per line, id = line number. The special tokens present in it become added tokens,
   // as in BertTokenizerFast. Throws std::runtime_error naming the path if it cannot be read.
@@ -62,7 +64,8 @@ class BertTokenizer {
 
   // Encodes `text` (and `pair` if given) as [CLS] text [SEP] (pair [SEP]). max_length > 0 truncates the
   // sequences (HF "longest_first" for pairs) so the result, special tokens included, has at most max_length
-  // tokens; 0 disables truncation. attention_mask is all 1.
+  // tokens; 0 means the tokenizer.json "truncation" max_length if the file sets one (as HF applies it), else no
+  // truncation. attention_mask is all 1.
   // Throws std::invalid_argument if a text is not valid UTF-8 (message gives the byte offset) or if
   // max_length cannot even hold the special tokens.
   Encoding encode(std::string_view text, const std::string* pair = nullptr, bool add_special_tokens = true,
@@ -111,6 +114,7 @@ class BertTokenizer {
   std::string continuing_subword_prefix_ = "##";
   int64_t max_input_chars_per_word_ = 100;
   int64_t model_max_length_ = 512;
+  int64_t truncation_max_length_ = 0;  // tokenizer.json "truncation": used when encode gets max_length 0
   int64_t cls_id_ = -1, sep_id_ = -1, pad_id_ = -1, unk_id_ = -1;
 };
 

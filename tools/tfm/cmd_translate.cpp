@@ -4,16 +4,36 @@
 #include <filesystem>
 #include <iostream>
 #include <memory>
+#include <unistd.h>
 
 #include "commands.h"
 #include "decode/search.h"
+#include "io/json_util.h"
 #include "io/png.h"
 #include "models/seq2seq.h"
 #include "text/nmt_data.h"
 #include "text/subword.h"
+#include "text/text_file.h"
 #include "text/vocab.h"
 
 namespace tfm::cli {
+
+namespace {
+// std::getline that refuses a line over 1 MiB (a binary file or /dev/zero on stdin would otherwise be read
+// whole into memory). Returns false at end of input.
+bool read_line_capped(std::istream& in, std::string& line, size_t line_no) {
+  constexpr size_t kMaxLine = size_t(1) << 20;
+  line.clear();
+  std::streambuf* buf = in.rdbuf();
+  for (int ch; (ch = buf->sbumpc()) != std::char_traits<char>::eof();) {
+    if (ch == '\n') return true;
+    if (line.size() == kMaxLine)
+      throw std::invalid_argument("stdin line " + std::to_string(line_no) + " is longer than 1 MiB");
+    line.push_back((char)ch);
+  }
+  return !line.empty();
+}
+}  // namespace
 
 void add_translate_command(CLI::App& app) {
   struct Opts {
@@ -41,8 +61,12 @@ void add_translate_command(CLI::App& app) {
     namespace fs = std::filesystem;
     Seq2SeqModel model(Seq2SeqConfig::load(o->model + "/config.json"));
     const Seq2SeqConfig& c = model.config();
-    // Two kinds of folders: d2l word vocabularies (src_vocab.txt / tgt_vocab.txt) or a joint SentencePiece model.
-    const bool subword = fs::exists(o->model + "/spm.model");
+    // Two kinds of folders: d2l word vocabularies (src_vocab.txt / tgt_vocab.txt) or a joint SentencePiece model
+    // (config.json "tokenizer": "sentencepiece", written by the recipe).
+    const bool subword =
+        fs::exists(o->model + "/spm.model") ||
+        json_string_or(load_json_file(o->model + "/config.json"), "tokenizer", "", o->model + "/config.json") ==
+            "sentencepiece";
     std::unique_ptr<SubwordModel> spm;
     std::unique_ptr<Vocab> src_vocab, tgt_vocab;
     if (subword) {
@@ -61,12 +85,6 @@ void add_translate_command(CLI::App& app) {
                                  std::to_string(c.tgt_vocab_size));
     }
     model.load(o->model + "/model.safetensors");
-    std::vector<std::string> sentences = o->sentences;
-    if (sentences.empty()) {
-      std::string line;
-      while (std::getline(std::cin, line)) sentences.push_back(line);
-    }
-    if (sentences.empty()) throw std::invalid_argument("no sentences given (as arguments or on stdin)");
     DecodeOptions opt;
     opt.beam_size = o->beam;
     opt.length_penalty = o->length_penalty;
@@ -75,95 +93,123 @@ void add_translate_command(CLI::App& app) {
     opt.eos_id = subword ? spm->eos_id() : (*tgt_vocab)["<eos>"];
     opt.position_mode = c.decode_positions == "absolute" ? PositionMode::kAbsolute : PositionMode::kD2lStep;
 
-    // Source ids (with <eos>) of every sentence.
-    std::vector<std::vector<int64_t>> src(sentences.size());
-    for (size_t i = 0; i < sentences.size(); ++i) {
-      std::string text = sentences[i];
-      while (!text.empty() && (text.back() == '\r' || text.back() == ' ' || text.back() == '\t')) text.pop_back();
-      if (text.empty()) throw std::invalid_argument("sentence " + std::to_string(i + 1) + " is empty");
-      if (subword) {
-        src[i] = spm->encode(text);
-        const int64_t limit = std::min<int64_t>(c.max_len, 1024) - 1;
-        if ((int64_t)src[i].size() > limit) {
-          std::fprintf(stderr, "warning: sentence %zu: %zu subwords, truncated to %lld\n", i + 1, src[i].size(),
-                       (long long)limit);
-          src[i].resize(limit);
-        }
-        src[i].push_back(spm->eos_id());
-        continue;
-      }
-      text = preprocess_nmt(text);
-      EncodedSource s = encode_source_sentence(text, *src_vocab, c.num_steps);
-      src[i].assign(s.ids.begin(), s.ids.begin() + s.valid_len);
-      std::string unknown;
-      for (size_t p = 0, q; p <= text.size(); p = q + 1) {
-        q = text.find(' ', p);
-        if (q == std::string::npos) q = text.size();
-        std::string w = text.substr(p, q - p);
-        if (!w.empty() && !src_vocab->contains(w)) unknown += (unknown.empty() ? "" : ", ") + w;
-      }
-      if (!unknown.empty())
-        std::fprintf(stderr, "warning: sentence %zu: not in the source vocabulary (read as <unk>): %s\n", i + 1,
-                     unknown.c_str());
-    }
     // d2l word models pad every source to num_steps, as predict_seq2seq does (the padding is masked).
     const int64_t pad_id = subword ? spm->pad_id() : (*src_vocab)["<pad>"];
     auto padded_len = [&](int64_t n) { return subword ? n : std::max<int64_t>(n, c.num_steps); };
+    bool attention_written = false;
 
-    std::vector<std::vector<int64_t>> out(sentences.size());
-    if (!o->attention_png.empty()) {
-      DecodeAttention att;
-      const auto& s0 = src[0];
-      std::vector<int64_t> ids(s0);
-      ids.resize(padded_len((int64_t)s0.size()), pad_id);
-      int64_t vl = (int64_t)s0.size();
-      greedy_decode(model, ids.data(), &vl, 1, (int64_t)ids.size(), opt, &att);
-      const Tensor& enc = att.encoder_self.back();
-      const int64_t heads = c.num_heads, Ls = enc.size(1), steps = att.cross.size(1);
-      std::vector<Tensor> tiles;
-      for (int64_t h = 0; h < heads; ++h) {
-        Tensor t = Tensor::empty({vl, vl});
-        for (int64_t a = 0; a < vl; ++a)
-          for (int64_t b = 0; b < vl; ++b) t.f32()[a * vl + b] = enc.f32()[(h * Ls + a) * Ls + b];
-        tiles.push_back(t);
+    // Translates `sentences` (numbered from first_no in messages) and prints one line each, in order. An empty
+    // sentence gives an empty line, so outputs stay aligned with inputs.
+    auto translate = [&](const std::vector<std::string>& sentences, size_t first_no) {
+      // Source ids (with <eos>) of every non-empty sentence.
+      std::vector<std::vector<int64_t>> src(sentences.size());
+      std::vector<size_t> todo;
+      for (size_t i = 0; i < sentences.size(); ++i) {
+        const size_t no = first_no + i;
+        std::string text = sentences[i];
+        while (!text.empty() && (text.back() == '\r' || text.back() == ' ' || text.back() == '\t')) text.pop_back();
+        if (text.empty()) continue;
+        todo.push_back(i);
+        if (auto bad = find_invalid_utf8(text))
+          throw std::invalid_argument("sentence " + std::to_string(no) + ": invalid UTF-8 at byte offset " +
+                                      std::to_string(*bad));
+        if (subword) {
+          src[i] = spm->encode(text);
+          const int64_t limit = std::min<int64_t>(c.max_len, 1024) - 1;
+          if ((int64_t)src[i].size() > limit) {
+            std::fprintf(stderr, "warning: sentence %zu: %zu subwords, truncated to %lld\n", no, src[i].size(),
+                         (long long)limit);
+            src[i].resize(limit);
+          }
+          src[i].push_back(spm->eos_id());
+          continue;
+        }
+        text = preprocess_nmt(text);
+        EncodedSource s = encode_source_sentence(text, *src_vocab, c.num_steps);
+        src[i].assign(s.ids.begin(), s.ids.begin() + s.valid_len);
+        std::string unknown;
+        for (size_t p = 0, q; p <= text.size(); p = q + 1) {
+          q = text.find(' ', p);
+          if (q == std::string::npos) q = text.size();
+          std::string w = text.substr(p, q - p);
+          if (!w.empty() && !src_vocab->contains(w)) unknown += (unknown.empty() ? "" : ", ") + w;
+        }
+        if (!unknown.empty())
+          std::fprintf(stderr, "warning: sentence %zu: not in the source vocabulary (read as <unk>): %s\n", no,
+                       unknown.c_str());
       }
-      for (int64_t h = 0; h < heads; ++h) {
-        Tensor t = Tensor::zeros({std::max<int64_t>(steps, 1), vl});
-        for (int64_t a = 0; a < steps; ++a)
-          for (int64_t b = 0; b < vl; ++b) t.f32()[a * vl + b] = att.cross.f32()[(h * steps + a) * Ls + b];
-        tiles.push_back(t);
+      std::vector<std::vector<int64_t>> out(sentences.size());
+      if (!o->attention_png.empty() && !attention_written && !todo.empty()) {
+        attention_written = true;
+        DecodeAttention att;
+        const auto& s0 = src[todo[0]];
+        std::vector<int64_t> ids(s0);
+        ids.resize(padded_len((int64_t)s0.size()), pad_id);
+        int64_t vl = (int64_t)s0.size();
+        greedy_decode(model, ids.data(), &vl, 1, (int64_t)ids.size(), opt, &att);
+        const Tensor& enc = att.encoder_self.back();
+        const int64_t heads = c.num_heads, Ls = enc.size(1), steps = att.cross.size(1);
+        std::vector<Tensor> tiles;
+        for (int64_t h = 0; h < heads; ++h) {
+          Tensor t = Tensor::empty({vl, vl});
+          for (int64_t a = 0; a < vl; ++a)
+            for (int64_t b = 0; b < vl; ++b) t.f32()[a * vl + b] = enc.f32()[(h * Ls + a) * Ls + b];
+          tiles.push_back(t);
+        }
+        for (int64_t h = 0; h < heads; ++h) {
+          Tensor t = Tensor::zeros({std::max<int64_t>(steps, 1), vl});
+          for (int64_t a = 0; a < steps; ++a)
+            for (int64_t b = 0; b < vl; ++b) t.f32()[a * vl + b] = att.cross.f32()[(h * steps + a) * Ls + b];
+          tiles.push_back(t);
+        }
+        write_heatmaps_png(o->attention_png, tiles, (int)heads, 16);
+        std::fprintf(stderr, "wrote %s\n", o->attention_png.c_str());
       }
-      write_heatmaps_png(o->attention_png, tiles, (int)heads, 16);
-      std::fprintf(stderr, "wrote %s\n", o->attention_png.c_str());
+      // Batches of similar length; greedy, or beam search with finished sentences leaving the batch.
+      std::vector<size_t> order = todo;
+      std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return src[a].size() < src[b].size(); });
+      const size_t batch = o->beam > 1 ? 32 : 64;
+      for (size_t s = 0; s < order.size(); s += batch) {
+        size_t n = std::min(batch, order.size() - s);
+        int64_t Ls = 0;
+        for (size_t k = 0; k < n; ++k) Ls = std::max<int64_t>(Ls, padded_len((int64_t)src[order[s + k]].size()));
+        std::vector<int64_t> ids(n * Ls, pad_id), vl(n);
+        for (size_t k = 0; k < n; ++k) {
+          const auto& v = src[order[s + k]];
+          std::copy(v.begin(), v.end(), ids.begin() + k * Ls);
+          vl[k] = (int64_t)v.size();
+        }
+        auto res = o->beam > 1 ? beam_search_batch(model, ids.data(), vl.data(), (int64_t)n, Ls, opt)
+                               : greedy_decode(model, ids.data(), vl.data(), (int64_t)n, Ls, opt);
+        for (size_t k = 0; k < n; ++k) out[order[s + k]] = res[k];
+      }
+      for (const auto& ids : out) {
+        std::string line;
+        if (subword) {
+          line = spm->decode(ids);
+        } else {
+          for (size_t k = 0; k < ids.size(); ++k) line += (k ? " " : "") + tgt_vocab->to_token(ids[k]);
+        }
+        std::cout << line << "\n";
+      }
+      std::cout.flush();
+    };
+
+    if (!o->sentences.empty()) return translate(o->sentences, 1);
+    // stdin: line by line at a terminal (each translation appears at once), else all lines batched by length.
+    const bool interactive = ::isatty(0);
+    std::vector<std::string> lines;
+    std::string line;
+    size_t no = 0;
+    while (read_line_capped(std::cin, line, no + 1)) {
+      ++no;
+      if (interactive)
+        translate({line}, no);
+      else
+        lines.push_back(line);
     }
-    // Batches of similar length; greedy, or beam search with finished sentences leaving the batch.
-    std::vector<size_t> order(src.size());
-    for (size_t i = 0; i < order.size(); ++i) order[i] = i;
-    std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return src[a].size() < src[b].size(); });
-    const size_t batch = o->beam > 1 ? 32 : 64;
-    for (size_t s = 0; s < order.size(); s += batch) {
-      size_t n = std::min(batch, order.size() - s);
-      int64_t Ls = 0;
-      for (size_t k = 0; k < n; ++k) Ls = std::max<int64_t>(Ls, padded_len((int64_t)src[order[s + k]].size()));
-      std::vector<int64_t> ids(n * Ls, pad_id), vl(n);
-      for (size_t k = 0; k < n; ++k) {
-        const auto& v = src[order[s + k]];
-        std::copy(v.begin(), v.end(), ids.begin() + k * Ls);
-        vl[k] = (int64_t)v.size();
-      }
-      auto res = o->beam > 1 ? beam_search_batch(model, ids.data(), vl.data(), (int64_t)n, Ls, opt)
-                             : greedy_decode(model, ids.data(), vl.data(), (int64_t)n, Ls, opt);
-      for (size_t k = 0; k < n; ++k) out[order[s + k]] = res[k];
-    }
-    for (const auto& ids : out) {
-      std::string line;
-      if (subword) {
-        line = spm->decode(ids);
-      } else {
-        for (size_t k = 0; k < ids.size(); ++k) line += (k ? " " : "") + tgt_vocab->to_token(ids[k]);
-      }
-      std::cout << line << "\n";
-    }
+    if (no == 0) throw std::invalid_argument("no sentences given (as arguments or on stdin)");
+    if (!interactive) translate(lines, 1);
   });
 }
 
