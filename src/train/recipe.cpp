@@ -290,7 +290,13 @@ TrainState read_checkpoint(const std::string& path, ParamTable& params, Adam& ad
       if (t.numel() != numel)
         throw std::runtime_error("tensor '" + name + "' has " + std::to_string(t.numel()) + " elements, expected " +
                                  std::to_string(numel));
-      std::copy(t.f32(), t.f32() + numel, dst);
+      // Non-finite weights or moments would only surface later as a "diverged" run pointing at this file.
+      const float* p = t.f32();
+      for (int64_t i = 0; i < numel; ++i)
+        if (!std::isfinite(p[i]) || (name == "optim.exp_avg_sq" && p[i] < 0))
+          throw std::runtime_error("tensor '" + name + "' has " + (std::isfinite(p[i]) ? "a negative" : "a non-finite") +
+                                   " value at element " + std::to_string(i));
+      std::copy(p, p + numel, dst);
     };
     for (const auto& e : params.entries()) read_f32("model." + e.name, e.numel, params.all_data().data() + e.offset);
     read_f32("optim.exp_avg", params.total(), adam.exp_avg().data());

@@ -54,6 +54,10 @@ void add_bleu_command(CLI::App& app) {
     }
     if (pred->count() == 0 || label->count() == 0)
       throw CLI::ValidationError("bleu", "needs PRED and LABEL, or --corpus REF HYP");
+    for (const std::string* t : {&o->pred, &o->label})
+      if (auto bad = find_invalid_utf8(*t))
+        throw std::invalid_argument(std::string(t == &o->pred ? "PRED" : "LABEL") + " is not valid UTF-8 (byte " +
+                                    std::to_string(*bad) + ")");
     std::printf("%.3f\n", bleu_d2l(o->pred, o->label, o->k));
   });
 }

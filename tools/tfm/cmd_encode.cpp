@@ -51,8 +51,10 @@ void add_encode_command(CLI::App& app) {
                   "Truncate each text to this many tokens (default: error when longer than the model allows)")
       ->check(non_negative());
   add_threads_option(cmd, o->threads);
-  cmd->callback([o] {
+  cmd->callback([o, cmd] {
     namespace fs = std::filesystem;
+    if ((cmd->count("--output") && o->output.empty()) || (cmd->count("--pooled") && o->pooled.empty()))
+      throw CLI::ValidationError("--output and --pooled need a file name");
     if (!o->output.empty() && o->output == o->pooled)
       throw CLI::ValidationError("--output and --pooled name the same file '" + o->output + "'");
     std::string config_path = o->config.empty() ? o->model + "/config.json" : o->config;
