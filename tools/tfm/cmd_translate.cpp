@@ -59,14 +59,14 @@ void add_translate_command(CLI::App& app) {
   add_threads_option(cmd, o->threads);
   cmd->callback([o] {
     namespace fs = std::filesystem;
-    Seq2SeqModel model(Seq2SeqConfig::load(o->model + "/config.json"));
+    const std::string config_path = o->model + "/config.json";
+    const nlohmann::json config_json = load_json_file(config_path);
+    Seq2SeqModel model(Seq2SeqConfig::from_json(config_json, config_path));
     const Seq2SeqConfig& c = model.config();
     // Two kinds of folders: d2l word vocabularies (src_vocab.txt / tgt_vocab.txt) or a joint SentencePiece model
     // (config.json "tokenizer": "sentencepiece", written by the recipe).
-    const bool subword =
-        fs::exists(o->model + "/spm.model") ||
-        json_string_or(load_json_file(o->model + "/config.json"), "tokenizer", "", o->model + "/config.json") ==
-            "sentencepiece";
+    const bool subword = fs::exists(o->model + "/spm.model") ||
+                         json_string_or(config_json, "tokenizer", "", config_path) == "sentencepiece";
     std::unique_ptr<SubwordModel> spm;
     std::unique_ptr<Vocab> src_vocab, tgt_vocab;
     if (subword) {
