@@ -99,6 +99,16 @@ TEST(Recipe, ResumeWithoutCheckpointAndCorruptCheckpointAreClearErrors) {
   } catch (const std::runtime_error& e) {
     EXPECT_NE(std::string(e.what()).find("no checkpoint"), std::string::npos) << e.what();
   }
+  // A new run refuses a folder that holds other files (here: someone's model), leaving them alone.
+  fs::create_directories(root + "/other");
+  std::ofstream(root + "/other/config.json") << "{}";
+  try {
+    train_recipe(tiny_config(), root + "/other", false, false);
+    FAIL();
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("already exists and is not an empty folder"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(read_all(root + "/other/config.json"), "{}");
   RecipeConfig c = tiny_config();
   c.stop_after_steps = 2;
   train_recipe(c, root + "/run", false, false);

@@ -358,9 +358,13 @@ RecipeResult train_recipe(const RecipeConfig& cfg_in, const std::string& out, bo
     if (cfg_in.time_limit_minutes > 0) saved.time_limit_minutes = cfg_in.time_limit_minutes;
     cfg = saved;
   } else {
-    make_dirs(out);
     if (fs::exists(ckpt_path))
       throw std::runtime_error(out + " already holds a checkpoint; pass --resume to continue it, or use another --out");
+    // The run writes config.json and model.safetensors: never over another model (or anything else).
+    std::error_code ec;
+    if (fs::exists(out, ec) && fs::is_directory(out, ec) && !fs::is_empty(out, ec))
+      throw std::runtime_error(out + " already exists and is not an empty folder; choose a new --out");
+    make_dirs(out);
     write_file_atomic(out + "/train_config.json", cfg.to_json().dump(2) + "\n");
   }
   auto t_start = std::chrono::steady_clock::now();

@@ -20,7 +20,7 @@ void add_train_command(CLI::App& app) {
   auto sets = std::make_shared<std::vector<std::string>>();
   auto max_tokens = std::make_shared<int64_t>(0);
   cmd->add_option("--data", o->data, "Corpus: one 'source<TAB>target' pair a line (fra.txt; .gz accepted)");
-  cmd->add_option("--out", o->out, "Output folder (created)");
+  cmd->add_option("--out", o->out, "Output folder: created, or empty (see --overwrite)");
   cmd->add_option("--config", *recipe,
                   "Run the subword recipe described by this JSON file (e.g. configs/multi30k-en-fr.json): "
                   "SentencePiece, token batches, label smoothing, warmup, validation BLEU, checkpoints");
