@@ -544,6 +544,10 @@ TEST(CliBadInput, TrainRefusesNonEmptyOutFolder) {
   r = run_tfm(dir, args);
   EXPECT_EQ(r.exit_code, 0) << describe(r);
   EXPECT_NE(read_file(m + "/config.json").find("transformer_seq2seq"), std::string::npos);
+  // Not even --overwrite writes a d2l model into a subword recipe run.
+  write_file(m + "/spm.model", "x");
+  r = run_tfm(dir, args);
+  expect_clean_error(r, "holds a subword recipe run (spm.model)");
 }
 
 // Renaming a temp file over /dev/full (as root) would replace the device; over a symlink, the link.
@@ -563,6 +567,8 @@ TEST(CliBadInput, OutputToDeviceOrSymlink) {
   EXPECT_TRUE(fs::is_symlink(dir + "/link.npy"));
   EXPECT_EQ(load_npy(dir + "/real.npy").shape(), (std::vector<int64_t>{1, 4, 32}));
   r = run_tfm(dir, {"encode", "--model", m, "--text", "the cat", "-o", dir + "/x.npy", "--pooled", dir + "/x.npy"});
+  expect_clean_error(r, "same file");
+  r = run_tfm(dir, {"encode", "--model", m, "--text", "the cat", "-o", dir + "/x.npy", "--pooled", dir + "/./x.npy"});
   expect_clean_error(r, "same file");
 }
 

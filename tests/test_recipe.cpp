@@ -57,6 +57,27 @@ std::string read_all(const std::string& p) {
   ss << f.rdbuf();
   return ss.str();
 }
+// Values that would only fail late (or never) are refused when the config is read.
+TEST(Recipe, ConfigRejectsValuesThatWouldFailLate) {
+  const std::pair<nlohmann::json, const char*> cases[] = {
+      {{{"seed", -1}}, "key 'seed' must be >= 0"},
+      {{{"beta2", 2}}, "'beta1' and 'beta2' must be in [0, 1)"},
+      {{{"adam_eps", 0}}, "key 'adam_eps' must be positive"},
+      {{{"clip_norm", -1}}, "key 'clip_norm' must be positive"},
+      {{{"patience", 0}}, "key 'patience' must be >= 1"},
+      {{{"warmup_steps", -3}}, "key 'warmup_steps' must be >= 0"},
+      {{{"max_len", 5}, {"num_steps", 8}}, "max_len (5) must be at least num_steps (8)"},
+  };
+  for (const auto& [j, message] : cases) {
+    try {
+      (void)RecipeConfig::from_json(j, "train_config.json");
+      ADD_FAILURE() << j.dump() << " accepted";
+    } catch (const std::runtime_error& e) {
+      EXPECT_NE(std::string(e.what()).find(message), std::string::npos) << e.what();
+    }
+  }
+}
+
 }  // namespace
 
 TEST(Recipe, ResumeReachesTheSameWeightsBitForBit) {

@@ -44,6 +44,8 @@ std::optional<size_t> find_invalid_utf8(std::string_view text) {
   return std::nullopt;
 }
 
+constexpr size_t kMaxTextFileBytes = size_t(1) << 30;
+
 // Whole file contents; gzread decompresses gzip input and passes any other file through unchanged.
 std::string read_file_maybe_gzip(const std::string& path) {
   errno = 0;
@@ -61,6 +63,12 @@ std::string read_file_maybe_gzip(const std::string& path) {
       throw std::runtime_error(path + ": read error: " + msg);
     }
     if (n == 0) break;
+    // A corpus here is megabytes; /dev/zero or a gzip bomb must not take the machine's memory.
+    if (out.size() + static_cast<size_t>(n) > kMaxTextFileBytes) {
+      gzclose(f);
+      throw std::runtime_error(path + ": larger than " + std::to_string(kMaxTextFileBytes >> 30) +
+                               " GiB (decompressed); not a corpus this tool reads");
+    }
     out.append(buf, static_cast<size_t>(n));
   }
   // gzread returns 0 both at the end and for a gzip stream cut short; gzclose reports the latter as Z_BUF_ERROR.

@@ -25,7 +25,8 @@ std::optional<size_t> find_invalid_utf8(std::string_view text);
 std::vector<std::string> read_lines(const std::string& path);
 
 // The whole file as bytes, gzip-decompressed when it starts with the gzip magic (zlib passes other files
-// through). Throws std::runtime_error "<path>: cannot open: ..." or "<path>: read error: ...".
+// through). Throws std::runtime_error "<path>: cannot open: ...", "<path>: read error: ..." or "<path>: larger
+// than 1 GiB (decompressed)...".
 std::string read_file_maybe_gzip(const std::string& path);
 
 }  // namespace tfm

@@ -79,7 +79,9 @@ RecipeConfig RecipeConfig::from_json(const nlohmann::json& j, const std::string&
   c.adamw = json_bool_or(j, "adamw", c.adamw, file);
   c.label_smoothing = (float)json_number_or(j, "label_smoothing", c.label_smoothing, file);
   c.clip_norm = json_number_or(j, "clip_norm", c.clip_norm, file);
-  c.seed = (uint64_t)json_int_or(j, "seed", (int64_t)c.seed, file);
+  const int64_t seed = json_int_or(j, "seed", (int64_t)c.seed, file);
+  if (seed < 0) throw std::runtime_error(file + ": key 'seed' must be >= 0, found " + std::to_string(seed));
+  c.seed = (uint64_t)seed;
   c.patience = json_int_or(j, "patience", c.patience, file);
   c.time_limit_minutes = json_number_or(j, "time_limit_minutes", c.time_limit_minutes, file);
   c.checkpoint_every = json_int_or(j, "checkpoint_every", c.checkpoint_every, file);
@@ -95,6 +97,22 @@ RecipeConfig RecipeConfig::from_json(const nlohmann::json& j, const std::string&
   positive("epochs", (double)c.epochs);
   positive("lr", c.lr);
   positive("checkpoint_every", (double)c.checkpoint_every);
+  auto at_least = [&](const char* k, double v, double lo) {
+    if (!(v >= lo)) throw std::runtime_error(file + ": key '" + k + "' must be >= " + std::to_string((int)lo));
+  };
+  positive("adam_eps", c.adam_eps);
+  positive("clip_norm", c.clip_norm);
+  at_least("patience", (double)c.patience, 1);
+  for (auto [k, v] : {std::pair<const char*, double>{"warmup_steps", (double)c.warmup_steps},
+                      {"weight_decay", c.weight_decay}, {"time_limit_minutes", c.time_limit_minutes},
+                      {"stop_after_steps", (double)c.stop_after_steps}, {"train_limit", (double)c.train_limit},
+                      {"valid_limit", (double)c.valid_limit}, {"threads", (double)c.threads}})
+    at_least(k, v, 0);
+  if (!(c.beta1 >= 0 && c.beta1 < 1) || !(c.beta2 >= 0 && c.beta2 < 1))
+    throw std::runtime_error(file + ": keys 'beta1' and 'beta2' must be in [0, 1)");
+  if (c.max_len < c.num_steps)
+    throw std::runtime_error(file + ": max_len (" + std::to_string(c.max_len) + ") must be at least num_steps (" +
+                             std::to_string(c.num_steps) + ")");
   if (c.max_len > c.max_tokens / 2)  // not 2 * max_len: a huge max_len would overflow (found by fuzz_config)
     throw std::runtime_error(file + ": max_tokens (" + std::to_string(c.max_tokens) +
                              ") must hold at least one pair of max_len (" + std::to_string(c.max_len) + ") tokens");
@@ -315,7 +333,8 @@ TrainState read_checkpoint(const std::string& path, ParamTable& params, Adam& ad
     Rng probe;
     probe.set_state(s.dropout_rng);  // throws on a corrupt generator state
     // The training loop indexes the epoch's batch order with batch_pos and reads every field of every log row.
-    if (s.step < 0 || s.epoch < 1 || s.batch_pos < 0 || s.batch_pos > num_batches || s.bad_epochs < 0 ||
+    // Upper bounds keep step arithmetic (lr schedule, limits) far from overflow.
+    if (s.step < 0 || s.step > (int64_t(1) << 40) || s.epoch < 1 || s.epoch > (int64_t(1) << 30) || s.batch_pos < 0 || s.batch_pos > num_batches || s.bad_epochs < 0 ||
         s.best_epoch < 0 || s.best_epoch >= s.epoch || s.tokens < 0 || !(s.elapsed >= 0) || !std::isfinite(s.elapsed))
       throw std::runtime_error("state out of range (step " + std::to_string(s.step) + ", epoch " +
                                std::to_string(s.epoch) + ", batch_pos " + std::to_string(s.batch_pos) + " of " +
@@ -410,6 +429,10 @@ RecipeResult train_recipe(const RecipeConfig& cfg_in, const std::string& out, bo
   nlohmann::json log_rows = nlohmann::json::array();
   if (resume) {
     TrainState st = read_checkpoint(ckpt_path, P, adam, nb);
+    // A finished run's checkpoint points at epoch epochs + 1; anything later is not this run's.
+    if (st.epoch > cfg.epochs + 1)
+      throw std::runtime_error(ckpt_path + ": corrupt checkpoint: epoch " + std::to_string(st.epoch) +
+                               " is past the run's " + std::to_string(cfg.epochs) + " epochs");
     step = st.step;
     epoch = st.epoch;
     batch_pos = st.batch_pos;

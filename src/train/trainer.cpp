@@ -48,6 +48,11 @@ TrainResult train_seq2seq(const TrainOptions& o) {
       (!std::filesystem::is_directory(o.out, ec) || !std::filesystem::is_empty(o.out, ec)))
     throw std::invalid_argument("--out '" + o.out + "' already exists and is not an empty folder; choose a new " +
                                 "folder, or pass --overwrite to replace the model in it");
+  // Even with --overwrite: a recipe run's spm.model and checkpoint would sit beside a d2l model and break it.
+  for (const char* f : {"spm.model", "checkpoint.safetensors"})
+    if (std::filesystem::exists(o.out + "/" + f, ec))
+      throw std::invalid_argument("--out '" + o.out + "' holds a subword recipe run (" + f +
+                                  "); the d2l trainer will not write over it, choose another folder");
   ParallelCorpus corpus = read_nmt_file(o.data, o.num_examples);
   if (!corpus.skipped_lines.empty() && o.progress)
     std::fprintf(stderr, "warning: %s: skipped %zu line(s) without exactly one TAB (first: line %lld)\n",

@@ -55,7 +55,9 @@ void add_encode_command(CLI::App& app) {
     namespace fs = std::filesystem;
     if ((cmd->count("--output") && o->output.empty()) || (cmd->count("--pooled") && o->pooled.empty()))
       throw CLI::ValidationError("--output and --pooled need a file name");
-    if (!o->output.empty() && o->output == o->pooled)
+    std::error_code ec;
+    if (!o->output.empty() && (o->output == o->pooled || fs::weakly_canonical(o->output, ec) ==
+                                                             fs::weakly_canonical(o->pooled, ec)))
       throw CLI::ValidationError("--output and --pooled name the same file '" + o->output + "'");
     std::string config_path = o->config.empty() ? o->model + "/config.json" : o->config;
     EncoderConfig config = EncoderConfig::load(config_path);

@@ -31,7 +31,7 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--num-examples", o->num_examples, "Read lines 0..N of the corpus as d2l does (0 = all)")
       ->capture_default_str()->check(non_negative());
   cmd->add_option("--num-steps", o->num_steps, "Tokens per sequence (truncate/pad)")->capture_default_str()
-      ->check(positive());
+      ->check(in_range(1, 65536));
   cmd->add_option("--num-hiddens", o->num_hiddens, "Model width")->capture_default_str()->check(positive());
   cmd->add_option("--num-layers", o->num_layers, "Encoder and decoder blocks")->capture_default_str()
       ->check(positive());
@@ -40,7 +40,7 @@ void add_train_command(CLI::App& app) {
       ->check(positive());
   cmd->add_option("--dropout", o->dropout, "Dropout probability")->capture_default_str()->check(in_range(0.0, 0.99));
   cmd->add_option("--batch-size", o->batch_size, "Sequences per minibatch")->capture_default_str()
-      ->check(positive());
+      ->check(in_range(1, 1 << 20));
   cmd->add_option("--lr", o->lr, "Adam learning rate")->capture_default_str()->check(positive());
   cmd->add_option("--epochs", o->epochs, "Passes over the data")->capture_default_str()->check(positive());
   cmd->add_option("--seed", o->seed, "Seed of initialisation, dropout and batch order")->capture_default_str()
