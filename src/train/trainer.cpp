@@ -35,6 +35,42 @@ void save_model_folder(const std::string& dir, Seq2SeqModel& model, const Vocab&
 
 }  // namespace
 
+LossResult train_step(Seq2SeqModel& model, Adam& adam, const NmtArrays& arrays, const std::vector<int64_t>& rows,
+                      int64_t bos, const TrainOptions& o, Rng* dropout_rng, TrainBatchBuffers& buf) {
+  const int64_t B = (int64_t)rows.size(), L = arrays.num_steps;
+  buf.src.resize(B * L);
+  buf.lab.resize(B * L);
+  buf.dec.resize(B * L);
+  buf.src_vl.resize(B);
+  buf.tgt_vl.resize(B);
+  // Trim the batch to its longest valid source and target: keys past every valid length are masked and
+  // later decoder positions are invisible to earlier ones, so the valid positions compute the same values
+  // while padding costs nothing (d2l pads everything to num_steps).
+  int64_t Ls = 1, Lt = 1;
+  for (int64_t r : rows) {
+    Ls = std::max(Ls, std::min(L, arrays.src_valid_len[r]));
+    Lt = std::max(Lt, std::min(L, arrays.tgt_valid_len[r]));
+  }
+  for (int64_t b = 0; b < B; ++b) {
+    const int64_t r = rows[b];
+    std::copy_n(arrays.src.begin() + r * L, Ls, buf.src.begin() + b * Ls);
+    std::copy_n(arrays.tgt.begin() + r * L, Lt, buf.lab.begin() + b * Lt);
+    buf.src_vl[b] = arrays.src_valid_len[r];
+    buf.tgt_vl[b] = arrays.tgt_valid_len[r];
+    buf.dec[b * Lt] = bos;  // teacher forcing: <bos> + Y[:, :-1]
+    std::copy_n(arrays.tgt.begin() + r * L, Lt - 1, buf.dec.begin() + b * Lt + 1);
+  }
+  Seq2SeqBatch batch{buf.src.data(), buf.src_vl.data(), buf.dec.data(), buf.lab.data(), buf.tgt_vl.data(), B, Ls, Lt};
+  batch.loss_len = L;
+  ParamTable& P = model.params();
+  P.zero_grad();
+  LossResult lr = model.forward_backward(batch, dropout_rng, o.label_smoothing);
+  if (!std::isfinite(lr.loss_sum)) return lr;
+  clip_grad_norm(P, o.grad_clip);
+  adam.step(P);
+  return lr;
+}
+
 TrainResult train_seq2seq(const TrainOptions& o) {
   if (o.out.empty()) throw std::invalid_argument("--out is required");
   if (o.batch_size < 1) throw std::invalid_argument("batch_size must be at least 1");
@@ -60,7 +96,7 @@ TrainResult train_seq2seq(const TrainOptions& o) {
   const std::vector<std::string> reserved = {"<pad>", "<bos>", "<eos>"};
   Vocab src_vocab(corpus.source, 2, reserved), tgt_vocab(corpus.target, 2, reserved);
   NmtArrays arrays = build_arrays_nmt(corpus, src_vocab, tgt_vocab, o.num_steps);
-  const int64_t N = arrays.size(), L = o.num_steps;
+  const int64_t N = arrays.size();
 
   Seq2SeqConfig cfg;
   cfg.num_hiddens = o.num_hiddens;
@@ -84,8 +120,7 @@ TrainResult train_seq2seq(const TrainOptions& o) {
   std::vector<float> last_good = P.all_data();
 
   const int64_t bos = tgt_vocab["<bos>"];
-  std::vector<int64_t> src(o.batch_size * L), src_vl(o.batch_size), dec(o.batch_size * L), lab(o.batch_size * L),
-      tgt_vl(o.batch_size);
+  TrainBatchBuffers buffers;
   std::ostringstream log;
   log << "epoch,loss,token_loss,tokens_per_sec\n";
   std::vector<double> curve;
@@ -98,28 +133,7 @@ TrainResult train_seq2seq(const TrainOptions& o) {
     double loss_sum = 0, token_loss_sum = 0;
     int64_t ntok = 0;
     for (const auto& idx : sampler.epoch()) {
-      const int64_t B = (int64_t)idx.size();
-      // Trim the batch to its longest valid source and target: keys past every valid length are masked and
-      // later decoder positions are invisible to earlier ones, so the valid positions compute the same values
-      // while padding costs nothing (d2l pads everything to num_steps).
-      int64_t Ls = 1, Lt = 1;
-      for (int64_t r : idx) {
-        Ls = std::max(Ls, std::min(L, arrays.src_valid_len[r]));
-        Lt = std::max(Lt, std::min(L, arrays.tgt_valid_len[r]));
-      }
-      for (int64_t b = 0; b < B; ++b) {
-        const int64_t r = idx[b];
-        std::copy_n(arrays.src.begin() + r * L, Ls, src.begin() + b * Ls);
-        std::copy_n(arrays.tgt.begin() + r * L, Lt, lab.begin() + b * Lt);
-        src_vl[b] = arrays.src_valid_len[r];
-        tgt_vl[b] = arrays.tgt_valid_len[r];
-        dec[b * Lt] = bos;  // teacher forcing: <bos> + Y[:, :-1]
-        std::copy_n(arrays.tgt.begin() + r * L, Lt - 1, dec.begin() + b * Lt + 1);
-      }
-      Seq2SeqBatch batch{src.data(), src_vl.data(), dec.data(), lab.data(), tgt_vl.data(), B, Ls, Lt};
-      batch.loss_len = L;
-      P.zero_grad();
-      LossResult lr = model.forward_backward(batch, cfg.dropout > 0 ? &dropout_rng : nullptr, o.label_smoothing);
+      LossResult lr = train_step(model, adam, arrays, idx, bos, o, cfg.dropout > 0 ? &dropout_rng : nullptr, buffers);
       if (!std::isfinite(lr.loss_sum)) {
         P.all_data() = last_good;
         save_model_folder(o.out, model, src_vocab, tgt_vocab);
@@ -127,8 +141,6 @@ TrainResult train_seq2seq(const TrainOptions& o) {
                                  std::to_string(epoch) + " (try a lower --lr); the weights from the end of epoch " +
                                  std::to_string(epoch - 1) + " are saved in " + o.out);
       }
-      clip_grad_norm(P, o.grad_clip);
-      adam.step(P);
       loss_sum += lr.loss_sum;
       token_loss_sum += lr.token_loss_sum;
       ntok += lr.num_tokens;

@@ -2,6 +2,12 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <vector>
+
+#include "core/rng.h"
+#include "models/seq2seq.h"
+#include "text/nmt_data.h"
+#include "train/optim.h"
 
 namespace tfm {
 
@@ -37,5 +43,16 @@ struct TrainResult {
 // Throws std::runtime_error on bad data or options, and when the loss becomes non-finite: the message names the
 // epoch, and the last good weights (end of the previous epoch) are saved first.
 TrainResult train_seq2seq(const TrainOptions& options);
+
+// One optimisation step of train_seq2seq's loop (the seam the tests drive with a fixed batch): rows `rows` of
+// `arrays` trimmed to their longest valid source / target, decoder input <bos> (bos_id) + labels[:, :-1], d2l's
+// loss (per-sequence mean over num_steps, summed), backward, clipping to options.grad_clip, one Adam step.
+// Returns the batch's loss before the step; when it is not finite nothing is updated (the caller stops).
+// Matches d2lnmt.train_seq2seq's loop body; `buffers` is reused across calls.
+struct TrainBatchBuffers {
+  std::vector<int64_t> src, src_vl, dec, lab, tgt_vl;
+};
+LossResult train_step(Seq2SeqModel& model, Adam& adam, const NmtArrays& arrays, const std::vector<int64_t>& rows,
+                      int64_t bos_id, const TrainOptions& options, Rng* dropout_rng, TrainBatchBuffers& buffers);
 
 }  // namespace tfm
