@@ -254,6 +254,49 @@ void fetch(const std::string& url, Transfer& t, const DownloadOptions& opts) {
     throw std::runtime_error("download of " + url + " failed: HTTP status " + std::to_string(status));
 }
 
+// ---- local mirror ----
+
+// A mirror URL without a scheme is a local folder; file:// URLs name local files too.
+bool is_local_url(const std::string& url) {
+  return url.rfind("file://", 0) == 0 || url.find("://") == std::string::npos;
+}
+
+// file:///a/b%20c -> /a/b c (also file://localhost/...); a plain path is returned as is.
+std::string local_path_of(const std::string& url) {
+  if (url.rfind("file://", 0) != 0) return url;
+  std::string rest = url.substr(7);
+  if (rest.rfind("localhost/", 0) == 0) rest = rest.substr(9);
+  if (rest.empty() || rest[0] != '/')
+    throw std::invalid_argument("mirror URL '" + url + "': expected file:///absolute/path (a host is not supported)");
+  std::string out;
+  for (size_t i = 0; i < rest.size(); ++i) {
+    if (rest[i] == '%' && i + 2 < rest.size() && std::isxdigit((unsigned char)rest[i + 1]) &&
+        std::isxdigit((unsigned char)rest[i + 2])) {
+      out += char(std::stoi(rest.substr(i + 1, 2), nullptr, 16));
+      i += 2;
+    } else {
+      out += rest[i];
+    }
+  }
+  return out;
+}
+
+// Copies the mirror file `path` into t.out, hashing as on a network transfer.
+void fetch_local(const std::string& path, Transfer& t) {
+  std::FILE* in = std::fopen(path.c_str(), "rb");
+  if (!in) throw sys_error("cannot read '" + path + "' (local mirror)", errno);
+  std::unique_ptr<std::FILE, int (*)(std::FILE*)> guard(in, std::fclose);
+  std::vector<char> buf(1 << 16);
+  size_t n;
+  while ((n = std::fread(buf.data(), 1, buf.size(), in)) > 0) {
+    if (std::fwrite(buf.data(), 1, n, t.out) != n) throw sys_error("cannot write '" + t.filename + ".part'", errno);
+    EVP_DigestUpdate(t.sha256.get(), buf.data(), n);
+    EVP_DigestUpdate(t.sha1.get(), buf.data(), n);
+    t.received += curl_off_t(n);
+  }
+  if (std::ferror(in)) throw sys_error("cannot read '" + path + "' (local mirror)", errno);
+}
+
 // ---- zip ----
 
 uint16_t le16(const unsigned char* p) { return uint16_t(p[0] | (p[1] << 8)); }
@@ -323,7 +366,10 @@ DownloadStatus download_file(const RemoteFile& file, const std::string& dir, con
   t.progress = opts.progress;
   t.tty = ::isatty(STDERR_FILENO) == 1;
   if (opts.progress) std::fprintf(stderr, "%s <- %s\n", path.c_str(), url.c_str());
-  fetch(url, t, opts);
+  if (is_local_url(url))
+    fetch_local(local_path_of(url), t);
+  else
+    fetch(url, t, opts);
 
   if (std::fflush(part.f) != 0 || ::fsync(::fileno(part.f)) != 0) throw sys_error("cannot write '" + part.path + "'", errno);
   std::FILE* f = part.f;

@@ -21,6 +21,8 @@ struct RemoteFile {
 struct DownloadOptions {
   // Mirror / test server: when non-empty, the URL becomes base_url + "/" + the last path component of
   // RemoteFile::url (scheme, host and path prefix are replaced; a trailing '/' on base_url is ignored).
+  // A base_url without "://" is a local folder and a file:// URL a local path: the files are copied from there
+  // (and checksum-verified the same way).
   // The library does not read the environment; the CLI fills this from --base-url or TFM_DOWNLOAD_BASE_URL.
   std::string base_url;
   long connect_timeout_s = 20;     // DNS + TCP + TLS handshake, seconds

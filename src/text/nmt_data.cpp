@@ -211,6 +211,8 @@ ParallelCorpus tokenize_nmt(std::string_view text, int64_t num_examples) {
     size_t end = text.find('\n', start);
     const bool last = end == std::string_view::npos;
     std::string_view line = text.substr(start, last ? std::string_view::npos : end - start);
+    // CRLF files: d2l reads in Python's text mode, which turns "\r\n" into "\n".
+    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
     std::vector<std::string> parts = split(line, '\t');
     if (parts.size() == 2) {
       corpus.source.push_back(split(parts[0], ' '));

@@ -83,9 +83,10 @@ const std::string& Vocab::to_token(int64_t id) const {
 void Vocab::save(const std::string& path) const {
   std::string bytes;
   for (size_t i = 0; i < idx_to_token_.size(); ++i) {
-    if (idx_to_token_[i].find('\n') != std::string::npos) {
+    const std::string& t = idx_to_token_[i];
+    if (t.find('\n') != std::string::npos || (!t.empty() && t.back() == '\r')) {
       throw std::invalid_argument(path + ": cannot save token " + std::to_string(i) +
-                                  ": it contains a newline (the file holds one token per line)");
+                                  ": it contains a newline or ends in '\\r' (the file holds one token per line)");
     }
     bytes += idx_to_token_[i];
     bytes += '\n';
@@ -104,7 +105,8 @@ Vocab Vocab::load(const std::string& path) {
   while (start < bytes.size()) {
     size_t end = bytes.find('\n', start);
     if (end == std::string::npos) end = bytes.size();
-    tokens.emplace_back(bytes, start, end - start);
+    const size_t stop = end > start && bytes[end - 1] == '\r' ? end - 1 : end;  // CRLF (edited on Windows)
+    tokens.emplace_back(bytes, start, stop - start);
     start = end + 1;
   }
   if (tokens[0] != kUnk) {

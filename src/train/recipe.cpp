@@ -34,19 +34,22 @@ double inverse_sqrt_lr(double peak, int64_t warmup, int64_t step) {
 
 // ---------------------------------------------------------------- config
 
+const std::vector<std::string>& RecipeConfig::known_keys() {
+  static const std::vector<std::string> known = {
+      "data_dir", "train_src", "train_tgt", "valid_src", "valid_tgt", "train_limit", "valid_limit", "vocab_size",
+      "subword_type", "num_hiddens", "num_layers", "num_heads", "ffn_num_hiddens", "dropout", "norm_first",
+      "shared_embeddings", "attention_bias", "activation", "max_len", "num_steps", "max_tokens", "epochs", "lr",
+      "warmup_steps", "beta1", "beta2", "adam_eps", "weight_decay", "adamw", "label_smoothing", "clip_norm", "seed",
+      "patience", "time_limit_minutes", "checkpoint_every", "stop_after_steps", "threads", "comment"};
+  return known;
+}
+
 RecipeConfig RecipeConfig::from_json(const nlohmann::json& j, const std::string& file) {
   if (!j.is_object()) throw std::runtime_error(file + ": expected a JSON object");
   RecipeConfig c;
-  static const char* known[] = {"data_dir", "train_src", "train_tgt", "valid_src", "valid_tgt", "train_limit",
-                                "valid_limit", "vocab_size", "subword_type", "num_hiddens", "num_layers",
-                                "num_heads", "ffn_num_hiddens", "dropout", "norm_first", "shared_embeddings",
-                                "attention_bias", "activation", "max_len", "num_steps", "max_tokens", "epochs", "lr",
-                                "warmup_steps", "beta1", "beta2", "adam_eps", "weight_decay", "adamw",
-                                "label_smoothing", "clip_norm", "seed", "patience", "time_limit_minutes",
-                                "checkpoint_every", "stop_after_steps", "threads", "comment"};
+  const std::vector<std::string>& known = known_keys();
   for (auto it = j.begin(); it != j.end(); ++it)
-    if (std::find_if(std::begin(known), std::end(known), [&](const char* k) { return it.key() == k; }) ==
-        std::end(known))
+    if (std::find(known.begin(), known.end(), it.key()) == known.end())
       throw std::runtime_error(file + ": unknown key '" + it.key() + "'");
   c.data_dir = json_string_or(j, "data_dir", "", file);
   c.train_src = json_string_or(j, "train_src", c.train_src, file);
@@ -329,13 +332,19 @@ TrainState read_checkpoint(const std::string& path, ParamTable& params, Adam& ad
     s.elapsed = json_number(st, "elapsed", "state");
     s.tokens = json_int(st, "tokens", "state");
     s.log = st.at("log");
+    // The running sums of the epoch in progress (absent in checkpoints written before they were kept).
+    s.epoch_loss = st.contains("epoch_loss") ? json_number(st, "epoch_loss", "state") : 0.0;
+    s.epoch_tokens = st.contains("epoch_tokens") ? json_int(st, "epoch_tokens", "state") : 0;
+    s.epoch_seconds = st.contains("epoch_seconds") ? json_number(st, "epoch_seconds", "state") : 0.0;
     s.dropout_rng = st.at("dropout_rng").get<std::string>();
     Rng probe;
     probe.set_state(s.dropout_rng);  // throws on a corrupt generator state
     // The training loop indexes the epoch's batch order with batch_pos and reads every field of every log row.
     // Upper bounds keep step arithmetic (lr schedule, limits) far from overflow.
     if (s.step < 0 || s.step > (int64_t(1) << 40) || s.epoch < 1 || s.epoch > (int64_t(1) << 30) || s.batch_pos < 0 || s.batch_pos > num_batches || s.bad_epochs < 0 ||
-        s.best_epoch < 0 || s.best_epoch >= s.epoch || s.tokens < 0 || !(s.elapsed >= 0) || !std::isfinite(s.elapsed))
+        s.best_epoch < 0 || s.best_epoch >= s.epoch || s.tokens < 0 || !(s.elapsed >= 0) || !std::isfinite(s.elapsed) ||
+        !(s.epoch_loss >= 0) || !std::isfinite(s.epoch_loss) || s.epoch_tokens < 0 || s.epoch_tokens > s.tokens ||
+        !(s.epoch_seconds >= 0) || !std::isfinite(s.epoch_seconds))
       throw std::runtime_error("state out of range (step " + std::to_string(s.step) + ", epoch " +
                                std::to_string(s.epoch) + ", batch_pos " + std::to_string(s.batch_pos) + " of " +
                                std::to_string(num_batches) + " batches, bad_epochs " + std::to_string(s.bad_epochs) +
@@ -359,12 +368,60 @@ TrainState read_checkpoint(const std::string& path, ParamTable& params, Adam& ad
 
 // ---------------------------------------------------------------- training
 
+namespace {
+
+// Throws, before anything is written, when a data file is missing: the message says where the files are looked for
+// and how to point the recipe elsewhere (the relative paths and data_dir are easy to get wrong).
+void check_data_files(const RecipeConfig& cfg, const std::string& data_dir_source) {
+  for (const std::string* rel : {&cfg.train_src, &cfg.train_tgt, &cfg.valid_src, &cfg.valid_tgt}) {
+    const std::string path = resolve(cfg.data_dir, *rel);
+    std::error_code ec;
+    if (std::filesystem::is_regular_file(path, ec)) continue;
+    std::string where = (*rel)[0] == '/' ? std::string("an absolute path")
+                                         : "'" + *rel + "' relative to data_dir " + cfg.data_dir + " (" +
+                                               data_dir_source + ")";
+    throw std::runtime_error("training data not found: " + path + " (" + where +
+                             "); set TFM_DATA_DIR or --set data_dir=DIR to the folder that holds it, e.g. DIR after "
+                             "'tfm data download multi30k --to DIR/multi30k'");
+  }
+}
+
+// The recipe; *wrote is set once it starts writing into a fresh out_dir.
+RecipeResult run_recipe(const RecipeConfig& cfg_in, const std::string& out, bool resume, bool progress, bool* wrote);
+
+}  // namespace
+
 RecipeResult train_recipe(const RecipeConfig& cfg_in, const std::string& out, bool resume, bool progress) {
   namespace fs = std::filesystem;
+  bool wrote = false;
+  std::error_code ec;
+  const bool out_existed = fs::exists(out, ec);
+  try {
+    return run_recipe(cfg_in, out, resume, progress, &wrote);
+  } catch (...) {
+    // A fresh run that failed before its first checkpoint (missing data, a SentencePiece error, an early
+    // divergence) leaves nothing behind: otherwise its train_config.json makes the retry say "already exists",
+    // --resume say "no checkpoint", and --overwrite is refused. The folder was empty or absent at the start.
+    if (wrote && !fs::exists(out + "/checkpoint.safetensors", ec)) {
+      for (const char* f : {"train_config.json", "spm.model", "config.json", "model.safetensors", "train_log.csv",
+                            "loss.png"})
+        fs::remove(out + "/" + f, ec);
+      if (!out_existed) fs::remove(out, ec);  // only if empty
+    }
+    throw;
+  }
+}
+
+namespace {
+
+RecipeResult run_recipe(const RecipeConfig& cfg_in, const std::string& out, bool resume, bool progress, bool* wrote) {
+  namespace fs = std::filesystem;
   RecipeConfig cfg = cfg_in;
+  std::string data_dir_source = "the config's data_dir";
   if (cfg.data_dir.empty()) {
     const char* d = std::getenv("TFM_DATA_DIR");
     cfg.data_dir = d && *d ? d : "../shared/data";
+    data_dir_source = d && *d ? "from $TFM_DATA_DIR" : "the default ../shared/data, relative to the current folder";
   }
   cfg.data_dir = std::filesystem::absolute(cfg.data_dir).lexically_normal().string();
   const std::string ckpt_path = out + "/checkpoint.safetensors", spm_path = out + "/spm.model";
@@ -376,6 +433,7 @@ RecipeResult train_recipe(const RecipeConfig& cfg_in, const std::string& out, bo
     saved.stop_after_steps = cfg_in.stop_after_steps;
     if (cfg_in.time_limit_minutes > 0) saved.time_limit_minutes = cfg_in.time_limit_minutes;
     cfg = saved;
+    check_data_files(cfg, "from " + out + "/train_config.json");
   } else {
     if (fs::exists(ckpt_path))
       throw std::runtime_error(out + " already holds a checkpoint; pass --resume to continue it, or use another --out");
@@ -383,6 +441,8 @@ RecipeResult train_recipe(const RecipeConfig& cfg_in, const std::string& out, bo
     std::error_code ec;
     if (fs::exists(out, ec) && fs::is_directory(out, ec) && !fs::is_empty(out, ec))
       throw std::runtime_error(out + " already exists and is not an empty folder; choose a new --out");
+    check_data_files(cfg, data_dir_source);
+    *wrote = true;
     make_dirs(out);
     write_file_atomic(out + "/train_config.json", cfg.to_json().dump(2) + "\n");
   }
@@ -398,7 +458,20 @@ RecipeResult train_recipe(const RecipeConfig& cfg_in, const std::string& out, bo
     so.num_threads = 1;  // SentencePiece's multi-threaded trainer is not deterministic
     if (progress) std::fprintf(stderr, "training a %lld-piece joint %s subword model on %zu sentences\n",
                                (long long)cfg.vocab_size, cfg.subword_type.c_str(), text.size());
-    train_subword_model(text, spm_path, so);
+    try {
+      train_subword_model(text, spm_path, so);
+    } catch (const std::exception& e) {
+      // SentencePiece's message ("Internal: ./src/x.cc(580) [check] Text.") advises spm_train settings such as
+      // character_coverage that the recipe does not have: keep its text, drop that advice, say what the recipe has.
+      std::string msg = e.what();
+      if (size_t p = msg.rfind("] "); p != std::string::npos) msg = msg.substr(p + 2);
+      for (const std::string advice : {" Increase vocab_size or decrease character_coverage with --character_coverage "
+                                       "option.", " Increase vocab_size or decrease character_coverage."})
+        if (size_t p = msg.find(advice); p != std::string::npos) msg.erase(p, advice.size());
+      throw std::runtime_error("SentencePiece cannot train a " + std::to_string(cfg.vocab_size) + "-piece subword "
+                               "model on " + std::to_string(text.size()) + " sentences: " + msg + " Change the "
+                               "recipe's vocab_size (--set vocab_size=N) or use more sentences (train_limit)");
+    }
   }
   SubwordModel spm = SubwordModel::load(spm_path);
   Encoded train = encode_pairs(spm, resolve(cfg.data_dir, cfg.train_src), resolve(cfg.data_dir, cfg.train_tgt),
@@ -427,6 +500,13 @@ RecipeResult train_recipe(const RecipeConfig& cfg_in, const std::string& out, bo
   double best_bleu = -1, elapsed_before = 0;
   int64_t tokens_done = 0;
   nlohmann::json log_rows = nlohmann::json::array();
+  // The epoch in progress: sums over its batches so far, and its seconds of training before this invocation.
+  double ep_loss = 0, ep_seconds_before = 0;
+  int64_t ep_tok = 0;
+  auto ep_t0 = std::chrono::steady_clock::now();
+  auto ep_seconds = [&] {
+    return ep_seconds_before + std::chrono::duration<double>(std::chrono::steady_clock::now() - ep_t0).count();
+  };
   if (resume) {
     TrainState st = read_checkpoint(ckpt_path, P, adam, nb);
     // A finished run's checkpoint points at epoch epochs + 1; anything later is not this run's.
@@ -443,6 +523,9 @@ RecipeResult train_recipe(const RecipeConfig& cfg_in, const std::string& out, bo
     tokens_done = st.tokens;
     log_rows = st.log;
     dropout_rng.set_state(st.dropout_rng);
+    ep_loss = st.epoch_loss;
+    ep_tok = st.epoch_tokens;
+    ep_seconds_before = st.epoch_seconds;
     if (progress) std::fprintf(stderr, "resuming at epoch %lld, batch %lld/%lld, step %lld\n", (long long)epoch,
                                (long long)batch_pos, (long long)nb, (long long)step);
   } else {
@@ -459,7 +542,8 @@ RecipeResult train_recipe(const RecipeConfig& cfg_in, const std::string& out, bo
     nlohmann::json st = {{"step", step},         {"epoch", epoch},       {"batch_pos", batch_pos},
                          {"bad_epochs", bad_epochs}, {"best_epoch", best_epoch}, {"best_bleu", best_bleu},
                          {"elapsed", elapsed},   {"tokens", tokens_done}, {"log", log_rows},
-                         {"dropout_rng", dropout_rng.state()}};
+                         {"dropout_rng", dropout_rng.state()}, {"epoch_loss", ep_loss}, {"epoch_tokens", ep_tok},
+                         {"epoch_seconds", ep_seconds()}};
     save_safetensors(ckpt_path, tensors, nlohmann::json{{"state", st.dump()}, {"format", "tfm-checkpoint-1"}});
   };
   auto write_logs = [&]() {
@@ -483,10 +567,8 @@ RecipeResult train_recipe(const RecipeConfig& cfg_in, const std::string& out, bo
   bool stop = false;
   for (; epoch <= cfg.epochs && !stop; ++epoch, batch_pos = 0) {
     std::vector<int64_t> order = epoch_order(nb, cfg.seed, epoch);
-    double ep_loss = 0;
-    int64_t ep_tok = 0;
-    auto ep_t0 = std::chrono::steady_clock::now();
-    int64_t ep_start_pos = batch_pos;
+    ep_t0 = std::chrono::steady_clock::now();
+    const int64_t ep_start_pos = batch_pos, ep_start_tok = ep_tok;
     for (; batch_pos < nb; ++batch_pos) {
       fill_batch(a, train, batches[order[batch_pos]], spm.pad_id(), spm.bos_id());
       P.zero_grad();
@@ -494,20 +576,24 @@ RecipeResult train_recipe(const RecipeConfig& cfg_in, const std::string& out, bo
       double norm = clip_grad_norm(P, cfg.clip_norm);
       if (!std::isfinite(r.loss_sum) || !std::isfinite(norm))
         throw std::runtime_error("training diverged: non-finite " + std::string(std::isfinite(r.loss_sum) ? "gradient" : "loss") +
-                                 " at step " + std::to_string(step + 1) + " (epoch " + std::to_string(epoch) +
-                                 "); the last good checkpoint is " + ckpt_path + " (try a lower lr)");
+                                 " at step " + std::to_string(step + 1) + " (epoch " + std::to_string(epoch) + "); " +
+                                 (fs::exists(ckpt_path) ? "the last good checkpoint is " + ckpt_path
+                                                        : std::string("no checkpoint had been written yet, so the "
+                                                                      "run's files were removed")) +
+                                 " (try a lower lr)");
       ++step;
       adam.step(P, (float)inverse_sqrt_lr(cfg.lr, cfg.warmup_steps, step));
       ep_loss += r.token_loss_sum;
       ep_tok += r.num_tokens;
       tokens_done += r.num_tokens;
+      // Speed and ETA from this invocation's part of the epoch.
       double ep_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - ep_t0).count();
       if (progress && (tty ? true : (batch_pos + 1) % std::max<int64_t>(1, nb / 10) == 0)) {
         double done = (double)(batch_pos + 1 - ep_start_pos), left = (double)(nb - batch_pos - 1);
         std::fprintf(stderr, "%sepoch %lld/%lld batch %lld/%lld loss %.3f lr %.2e %.0f tok/s ETA(epoch) %s%s",
                      tty ? "\r" : "", (long long)epoch, (long long)cfg.epochs, (long long)batch_pos + 1,
                      (long long)nb, ep_loss / std::max<int64_t>(ep_tok, 1),
-                     inverse_sqrt_lr(cfg.lr, cfg.warmup_steps, step), ep_tok / std::max(ep_s, 1e-9),
+                     inverse_sqrt_lr(cfg.lr, cfg.warmup_steps, step), (ep_tok - ep_start_tok) / std::max(ep_s, 1e-9),
                      format_duration(ep_s / done * left).c_str(), tty ? "   " : "\n");
       }
       bool time_up = cfg.time_limit_minutes > 0 && now_s() > cfg.time_limit_minutes * 60;
@@ -528,7 +614,7 @@ RecipeResult train_recipe(const RecipeConfig& cfg_in, const std::string& out, bo
     if (progress && tty) std::fprintf(stderr, "\n");
     // End of epoch: validation, best model, early stopping, logs, checkpoint.
     Validation v = validate(model, spm, valid, valid_batches, cfg.num_steps);
-    double ep_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - ep_t0).count();
+    const double ep_s = ep_seconds();
     log_rows.push_back({{"epoch", epoch}, {"step", step}, {"train_loss", ep_loss / std::max<int64_t>(ep_tok, 1)},
                         {"valid_loss", v.loss}, {"valid_bleu", v.bleu},
                         {"lr", inverse_sqrt_lr(cfg.lr, cfg.warmup_steps, step)},
@@ -550,6 +636,8 @@ RecipeResult train_recipe(const RecipeConfig& cfg_in, const std::string& out, bo
       ++bad_epochs;
     }
     write_logs();
+    ep_loss = 0, ep_tok = 0, ep_seconds_before = 0;
+    ep_t0 = std::chrono::steady_clock::now();
     batch_pos = nb;
     int64_t e = epoch;
     epoch = e + 1;  // the checkpoint points at the start of the next epoch
@@ -571,5 +659,7 @@ RecipeResult train_recipe(const RecipeConfig& cfg_in, const std::string& out, bo
   res.train_tokens_per_sec = tokens_done / std::max(res.seconds, 1e-9);
   return res;
 }
+
+}  // namespace
 
 }  // namespace tfm

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 #include "train/optim.h"
 #include "train/params.h"
@@ -47,7 +48,10 @@ struct RecipeConfig {
   int64_t stop_after_steps = 0;    // stop after this many optimizer steps in total (0 = no limit; for tests)
   int threads = 0;
 
+  // Throws std::runtime_error "<file>: unknown key 'k'" / "<file>: key 'k' must be ...".
   static RecipeConfig from_json(const nlohmann::json& j, const std::string& file);
+  // The keys from_json accepts (for --set).
+  static const std::vector<std::string>& known_keys();
   nlohmann::json to_json() const;
 };
 
@@ -72,6 +76,10 @@ struct TrainState {
   double best_bleu = -1, elapsed = 0;          // elapsed: seconds of training before this invocation
   nlohmann::json log = nlohmann::json::array();  // one object per finished epoch
   std::string dropout_rng;                     // Rng::state() of the dropout generator
+  // The epoch in progress so far (its batches before batch_pos), so that its train_log.csv row after a resume
+  // equals an uninterrupted run's: sum of token losses, target tokens, seconds of training.
+  double epoch_loss = 0, epoch_seconds = 0;
+  int64_t epoch_tokens = 0;
 };
 
 // Reads checkpoint.safetensors ("model.<name>" tensors, "optim.exp_avg", "optim.exp_avg_sq", metadata "state")

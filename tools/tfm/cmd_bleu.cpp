@@ -15,6 +15,7 @@ void add_bleu_command(CLI::App& app) {
     std::string pred, label;
     std::vector<std::string> corpus;  // {REF, HYP}
     int k = 2;
+    int threads = 0;  // accepted as by every command (BLEU runs on one thread)
   };
   auto o = std::make_shared<Opts>();
   CLI::App* cmd = app.add_subcommand(
@@ -35,6 +36,7 @@ void add_bleu_command(CLI::App& app) {
       ->excludes(pred)
       ->excludes(label)
       ->excludes(k);
+  add_threads_option(cmd, o->threads);
   cmd->callback([o, pred, label] {
     if (!o->corpus.empty()) {
       const std::string& ref_path = o->corpus[0];

@@ -5,6 +5,7 @@
 #include <memory>
 
 #include "commands.h"
+#include "io/json_util.h"
 #include "io/npy.h"
 #include "models/encoder.h"
 #include "text/bert_tokenizer.h"
@@ -24,7 +25,7 @@ Tensor stack_field(const std::vector<Encoding>& enc, std::vector<int64_t> Encodi
 void add_encode_command(CLI::App& app) {
   struct Opts {
     std::string model, config, init = "file", output, pooled;
-    std::vector<std::string> texts;
+    std::vector<std::string> texts, pairs;
     bool no_special = false, all_layers = false;
     uint64_t seed = 0;
     int64_t max_length = 0;
@@ -38,6 +39,9 @@ void add_encode_command(CLI::App& app) {
                   "Model folder: config.json, model.safetensors and the tokenizer files (tokenizer.json or vocab.txt)")
       ->required();
   cmd->add_option("--text,text", o->texts, "Text to encode; repeat for a batch")->required();
+  cmd->add_option("--pair", o->pairs,
+                  "Second sentence of a pair (token_type_ids 1), one per --text, in the same order")
+      ->allow_extra_args(false);  // --pair A B: B is a TEXT, not a second pair
   cmd->add_flag("--no-special-tokens", o->no_special, "Do not add [CLS] / [SEP]");
   cmd->add_option("--output,-o", o->output, "Write the hidden states here (.npy, float32)");
   cmd->add_flag("--all-layers", o->all_layers,
@@ -59,31 +63,72 @@ void add_encode_command(CLI::App& app) {
     if (!o->output.empty() && (o->output == o->pooled || fs::weakly_canonical(o->output, ec) ==
                                                              fs::weakly_canonical(o->pooled, ec)))
       throw CLI::ValidationError("--output and --pooled name the same file '" + o->output + "'");
+    if (cmd->count("--seed") && o->init != "random")
+      throw CLI::ValidationError("--seed seeds --init random only; the weights come from model.safetensors");
+    if (!o->pairs.empty() && o->pairs.size() != o->texts.size())
+      throw CLI::ValidationError("--pair: give one per --text (" + std::to_string(o->texts.size()) + " --text, " +
+                                 std::to_string(o->pairs.size()) + " --pair)");
     std::string config_path = o->config.empty() ? o->model + "/config.json" : o->config;
-    EncoderConfig config = EncoderConfig::load(config_path);
+    const nlohmann::json config_json = load_json_file(config_path);
+    const std::string type = json_string_or(config_json, "model_type", "", config_path);
+    if (type == "transformer_seq2seq")
+      throw std::invalid_argument(config_path + ": this is a transformer_seq2seq folder (a translation model), not an "
+                                  "encoder; use 'tfm translate --model " + o->model + "'");
+    EncoderConfig config = EncoderConfig::from_json(config_json, config_path);
     BertTokenizer tok = BertTokenizer::from_dir(o->model);
     if (tok.vocab_size() > config.vocab_size)
       throw std::runtime_error("tokenizer vocabulary (" + std::to_string(tok.vocab_size()) + " tokens) is larger than " +
                                config_path + " vocab_size (" + std::to_string(config.vocab_size) + ")");
+    if (o->max_length > config.max_position_embeddings)
+      throw CLI::ValidationError("--max-length " + std::to_string(o->max_length) +
+                                 " is more than the model's max_position_embeddings (" +
+                                 std::to_string(config.max_position_embeddings) + "); use at most " +
+                                 std::to_string(config.max_position_embeddings));
     std::unique_ptr<EncoderModel> model;
-    if (o->init == "random") {
-      std::fprintf(stderr, "initialising %s weights randomly (seed %llu)\n", config.model_type.c_str(),
-                   (unsigned long long)o->seed);
-      RandomWeights w(o->seed);
-      model = make_encoder(config, w);
-    } else {
-      SafeTensorsWeights w(o->model + "/model.safetensors");
-      model = make_encoder(config, w);
+    try {
+      if (o->init == "random") {
+        std::fprintf(stderr, "initialising %s weights randomly (seed %llu)\n", config.model_type.c_str(),
+                     (unsigned long long)o->seed);
+        RandomWeights w(o->seed);
+        model = make_encoder(config, w);
+      } else {
+        SafeTensorsWeights w(o->model + "/model.safetensors");
+        model = make_encoder(config, w);
+      }
+    } catch (const std::runtime_error& e) {
+      // A tutorial encoder folder without model_type is read as BERT, and its tensor names do not match.
+      if (type.empty() && std::string(e.what()).find("missing tensor") != std::string::npos)
+        throw std::runtime_error(std::string(e.what()) + " (" + config_path + " has no model_type, so it is read "
+                                 "as BERT; a pre-LN tutorial encoder needs \"model_type\": \"transformer_encoder\")");
+      throw;
     }
-    for (const auto& t : o->texts)
-      if (t.empty()) throw std::invalid_argument("--text is empty; give at least one character");
-    std::vector<Encoding> enc = tok.encode_batch(o->texts, !o->no_special, o->max_length);
-    const int64_t L = (int64_t)enc[0].input_ids.size();
-    if (L == 0) throw std::invalid_argument("the texts produce no tokens");
-    if (L > config.max_position_embeddings)
-      throw std::invalid_argument("text has " + std::to_string(L) + " tokens, more than max_position_embeddings (" +
-                                  std::to_string(config.max_position_embeddings) +
-                                  "); pass --max-length to truncate");
+    // Texts are numbered in messages when there are several (which one is empty or too long).
+    auto which = [&](size_t i) {
+      return o->texts.size() > 1 ? "--text " + std::to_string(i + 1) + " of " + std::to_string(o->texts.size())
+                                 : std::string("--text");
+    };
+    std::vector<Encoding> enc;
+    size_t longest = 0;
+    for (size_t i = 0; i < o->texts.size(); ++i) {
+      if (o->texts[i].empty()) throw std::invalid_argument(which(i) + " is empty; give at least one character");
+      enc.push_back(tok.encode(o->texts[i], o->pairs.empty() ? nullptr : &o->pairs[i], !o->no_special, o->max_length));
+      // A row of padding only would be returned as if it were text; alone this was always an error.
+      if (enc.back().input_ids.empty())
+        throw std::invalid_argument(which(i) + " produces no tokens (only spaces or characters the tokenizer drops)");
+      const int64_t n = (int64_t)enc.back().input_ids.size();
+      if (n > config.max_position_embeddings)
+        throw std::invalid_argument(which(i) + " has " + std::to_string(n) + " tokens, more than " +
+                                    "max_position_embeddings (" + std::to_string(config.max_position_embeddings) +
+                                    "); pass --max-length " + std::to_string(config.max_position_embeddings) +
+                                    " to truncate");
+      longest = std::max(longest, enc.back().input_ids.size());
+    }
+    for (Encoding& e : enc) {  // right-padded with [PAD], as encode_batch does
+      e.input_ids.resize(longest, tok.pad_id());
+      e.token_type_ids.resize(longest, 0);
+      e.attention_mask.resize(longest, 0);
+      e.tokens.resize(longest, tok.id_to_token(tok.pad_id()));
+    }
     Tensor ids = stack_field(enc, &Encoding::input_ids);
     Tensor tt = stack_field(enc, &Encoding::token_type_ids);
     Tensor mask = stack_field(enc, &Encoding::attention_mask);
@@ -93,6 +138,7 @@ void add_encode_command(CLI::App& app) {
       for (size_t i = 0; i < enc[b].tokens.size(); ++i) toks += (i ? " " : "") + enc[b].tokens[i];
       std::cout << "tokens: " << toks << "\n";
       std::cout << "input_ids: " << format_ids(enc[b].input_ids) << "\n";
+      if (!o->pairs.empty()) std::cout << "token_type_ids: " << format_ids(enc[b].token_type_ids) << "\n";
     }
     const Tensor& result = o->all_layers ? out.hidden_states : out.last_hidden_state;
     std::cout << (o->all_layers ? "hidden_states" : "last_hidden_state") << " shape: " << shape_str(result.shape())

@@ -10,33 +10,39 @@ namespace tfm::cli {
 
 void add_tokenize_command(CLI::App& app) {
   struct Opts {
-    std::string model, text, pair;
+    std::string model;
+    std::vector<std::string> texts, pairs;
     bool no_special = false;
     int64_t max_length = 0;
     int threads = 0;
   };
   auto o = std::make_shared<Opts>();
   CLI::App* cmd = app.add_subcommand(
-      "tokenize", "Tokenize TEXT with the WordPiece tokenizer of a model folder; prints JSON with input_ids, "
-                  "token_type_ids, attention_mask and tokens (equal to Hugging Face tokenizers)");
+      "tokenize", "Tokenize each TEXT with the WordPiece tokenizer of a model folder; prints one JSON object a line "
+                  "with input_ids, token_type_ids, attention_mask and tokens (equal to Hugging Face tokenizers)");
   cmd->add_option("--model", o->model, "Folder with tokenizer.json, or vocab.txt (+ tokenizer_config.json)")
       ->required();
-  cmd->add_option("text", o->text, "Text to tokenize (UTF-8)")->required();
-  cmd->add_option("--pair", o->pair, "Second sentence of a pair (token_type_ids 1)");
+  cmd->add_option("text", o->texts, "Texts to tokenize (UTF-8), one output line each")->required();
+  cmd->add_option("--pair", o->pairs, "Second sentence of a pair (token_type_ids 1); one per TEXT, in order")
+      ->allow_extra_args(false);  // --pair A B: B is a TEXT, not a second pair
   cmd->add_flag("--no-special-tokens", o->no_special, "Do not add [CLS] / [SEP]");
   cmd->add_option("--max-length", o->max_length, "Truncate to this many tokens (0: no truncation)")
       ->check(non_negative());
   add_threads_option(cmd, o->threads);
-  cmd->callback([o, cmd] {
+  cmd->callback([o] {
+    if (!o->pairs.empty() && o->pairs.size() != o->texts.size())
+      throw CLI::ValidationError("--pair: give one per TEXT (" + std::to_string(o->texts.size()) + " texts, " +
+                                 std::to_string(o->pairs.size()) + " --pair)");
     BertTokenizer tok = BertTokenizer::from_dir(o->model);
-    bool has_pair = cmd->count("--pair") > 0;
-    Encoding e = tok.encode(o->text, has_pair ? &o->pair : nullptr, !o->no_special, o->max_length);
-    nlohmann::json j;
-    j["input_ids"] = e.input_ids;
-    j["token_type_ids"] = e.token_type_ids;
-    j["attention_mask"] = e.attention_mask;
-    j["tokens"] = e.tokens;
-    std::cout << j.dump() << "\n";
+    for (size_t i = 0; i < o->texts.size(); ++i) {
+      Encoding e = tok.encode(o->texts[i], o->pairs.empty() ? nullptr : &o->pairs[i], !o->no_special, o->max_length);
+      nlohmann::json j;
+      j["input_ids"] = e.input_ids;
+      j["token_type_ids"] = e.token_type_ids;
+      j["attention_mask"] = e.attention_mask;
+      j["tokens"] = e.tokens;
+      std::cout << j.dump() << "\n";
+    }
   });
 }
 

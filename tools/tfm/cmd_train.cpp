@@ -1,4 +1,5 @@
 // tfm train: train the d2l encoder-decoder Transformer on a 'source<TAB>target' corpus.
+#include <algorithm>
 #include <cstdio>
 #include <memory>
 
@@ -79,6 +80,13 @@ void add_train_command(CLI::App& app) {
         auto eq = kv.find('=');
         if (eq == std::string::npos || eq == 0) throw CLI::ValidationError("--set expects key=value, got '" + kv + "'");
         std::string key = kv.substr(0, eq), val = kv.substr(eq + 1);
+        const auto& known = RecipeConfig::known_keys();
+        if (std::find(known.begin(), known.end(), key) == known.end()) {
+          std::string names;
+          for (const auto& k : known)
+            if (k != "comment") names += (names.empty() ? "" : ", ") + k;
+          throw CLI::ValidationError("--set " + key + ": unknown recipe key (keys: " + names + ")");
+        }
         if (!resume->empty() && key != "stop_after_steps" && key != "time_limit_minutes")
           throw CLI::ValidationError("--resume continues with the run's saved train_config.json; --set " + key +
                                       " cannot change it (only stop_after_steps and time_limit_minutes apply)");
@@ -99,10 +107,19 @@ void add_train_command(CLI::App& app) {
       if (cmd->count("--ffn-num-hiddens")) j["ffn_num_hiddens"] = o->ffn_num_hiddens;
       if (cmd->count("--label-smoothing")) j["label_smoothing"] = o->label_smoothing;
       if (cmd->count("--max-tokens")) j["max_tokens"] = *max_tokens;
-      RecipeConfig rc = RecipeConfig::from_json(j, recipe->empty() ? "command line" : *recipe);
+      // A bad value may come from the file or from --set: the message names both sources.
+      std::string source = recipe->empty() ? "command line" : *recipe;
+      if (!sets->empty() && !recipe->empty()) source += " with --set";
+      RecipeConfig rc = RecipeConfig::from_json(j, source);
       std::string out = resume->empty() ? o->out : *resume;
       if (out.empty()) throw CLI::ValidationError("--out is required");
       RecipeResult r = train_recipe(rc, out, !resume->empty(), o->progress);
+      if (r.best_epoch == 0) {  // config.json + model.safetensors are written at the end of the first epoch
+        std::printf("stopped after %lld steps in %.1f s, before the end of the first epoch: no model written yet "
+                    "(only a checkpoint); continue with 'tfm train --resume %s'\n",
+                    (long long)r.steps, r.seconds, out.c_str());
+        return;
+      }
       std::printf("trained %lld epochs (%lld steps) in %.1f s, %.0f target tokens/s; best validation BLEU %.2f "
                   "(epoch %lld); model in %s\n",
                   (long long)r.epochs_run, (long long)r.steps, r.seconds, r.train_tokens_per_sec, r.best_valid_bleu,

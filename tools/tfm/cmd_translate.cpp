@@ -41,6 +41,7 @@ void add_translate_command(CLI::App& app) {
     std::vector<std::string> sentences;
     int64_t beam = 1;
     float length_penalty = 0.0f;
+    bool quiet = false;
     int threads = 0;
   };
   auto o = std::make_shared<Opts>();
@@ -56,8 +57,12 @@ void add_translate_command(CLI::App& app) {
   cmd->add_option("--attention-png", o->attention_png,
                   "Save the first sentence's attention weights as a PNG: top row encoder self-attention (last "
                   "layer), bottom row decoder cross-attention (last layer), one tile per head");
+  cmd->add_flag("--quiet,-q", o->quiet,
+                "No warnings (unknown words, truncated sentences); without it the first 10 are shown, then a count");
   add_threads_option(cmd, o->threads);
-  cmd->callback([o] {
+  cmd->callback([o, cmd] {
+    if (cmd->count("--length-penalty") && o->beam == 1)
+      throw CLI::ValidationError("--length-penalty applies to beam search only; give --beam N (N > 1) as well");
     namespace fs = std::filesystem;
     const std::string config_path = o->model + "/config.json";
     const nlohmann::json config_json = load_json_file(config_path);
@@ -98,6 +103,16 @@ void add_translate_command(CLI::App& app) {
     auto padded_len = [&](int64_t n) { return subword ? n : std::max<int64_t>(n, c.num_steps); };
     bool attention_written = false;
 
+    // Warnings about the input: the first kMaxWarnings in full, then only counted (one summary line at the end), so
+    // that a large file cannot flood stderr; none with --quiet.
+    constexpr size_t kMaxWarnings = 10;
+    size_t warnings = 0;
+    auto warn = [&](const std::string& msg) {
+      if (o->quiet) return;
+      if (++warnings <= kMaxWarnings) std::fprintf(stderr, "warning: %s\n", msg.c_str());
+    };
+    auto trimmed_empty = [](const std::string& t) { return t.find_first_not_of("\r \t") == std::string::npos; };
+
     // Translates `sentences` (numbered from first_no in messages) and prints one line each, in order. An empty
     // sentence gives an empty line, so outputs stay aligned with inputs.
     auto translate = [&](const std::vector<std::string>& sentences, size_t first_no) {
@@ -117,8 +132,8 @@ void add_translate_command(CLI::App& app) {
           src[i] = spm->encode(text);
           const int64_t limit = std::min<int64_t>(c.max_len, 1024) - 1;
           if ((int64_t)src[i].size() > limit) {
-            std::fprintf(stderr, "warning: sentence %zu: %zu subwords, truncated to %lld\n", no, src[i].size(),
-                         (long long)limit);
+            warn("sentence " + std::to_string(no) + ": " + std::to_string(src[i].size()) + " subwords, truncated to " +
+                 std::to_string(limit));
             src[i].resize(limit);
           }
           src[i].push_back(spm->eos_id());
@@ -128,17 +143,26 @@ void add_translate_command(CLI::App& app) {
         EncodedSource s = encode_source_sentence(text, *src_vocab, c.num_steps);
         src[i].assign(s.ids.begin(), s.ids.begin() + s.valid_len);
         std::string unknown;
+        size_t words = 0;
         for (size_t p = 0, q; p <= text.size(); p = q + 1) {
           q = text.find(' ', p);
           if (q == std::string::npos) q = text.size();
           std::string w = text.substr(p, q - p);
+          ++words;
           if (!w.empty() && !src_vocab->contains(w)) unknown += (unknown.empty() ? "" : ", ") + w;
         }
-        if (!unknown.empty())
-          std::fprintf(stderr, "warning: sentence %zu: not in the source vocabulary (read as <unk>): %s\n", no,
-                       unknown.c_str());
+        if (!unknown.empty()) warn("sentence " + std::to_string(no) + ": not in the source vocabulary (read as <unk>): " + unknown);
+        // d2l's truncate_pad: the model reads num_steps tokens of words + <eos>; the rest is dropped.
+        if ((int64_t)words + 1 > c.num_steps)
+          warn("sentence " + std::to_string(no) + ": " + std::to_string(words) + " tokens + <eos> are more than the " +
+               "model's num_steps (" + std::to_string(c.num_steps) + "); only the first " +
+               std::to_string(c.num_steps) + " are read");
       }
       std::vector<std::vector<int64_t>> out(sentences.size());
+      // The PNG shows sentence 1; an empty one has no attention to plot (another sentence's would mislead).
+      if (!o->attention_png.empty() && !attention_written && first_no == 1 && !sentences.empty() &&
+          trimmed_empty(sentences[0]))
+        throw std::invalid_argument("--attention-png plots sentence 1, which is empty; nothing written");
       if (!o->attention_png.empty() && !attention_written && !todo.empty()) {
         attention_written = true;
         DecodeAttention att;
@@ -192,10 +216,19 @@ void add_translate_command(CLI::App& app) {
         }
         std::cout << line << "\n";
       }
-      std::cout.flush();
+      flush_stdout();  // a failed write stops a long input here, not at the end
+    };
+    auto finish = [&] {
+      if (!o->attention_png.empty() && !attention_written)
+        throw std::invalid_argument("--attention-png: no sentence to plot; nothing written");
+      if (warnings > kMaxWarnings)
+        std::fprintf(stderr, "warning: %zu more warnings not shown (--quiet hides all)\n", warnings - kMaxWarnings);
     };
 
-    if (!o->sentences.empty()) return translate(o->sentences, 1);
+    if (!o->sentences.empty()) {
+      translate(o->sentences, 1);
+      return finish();
+    }
     // stdin: line by line at a terminal (each translation appears at once), else all lines batched by length.
     const bool interactive = ::isatty(0);
     std::vector<std::string> lines;
@@ -208,8 +241,9 @@ void add_translate_command(CLI::App& app) {
       else
         lines.push_back(line);
     }
-    if (no == 0) throw std::invalid_argument("no sentences given (as arguments or on stdin)");
-    if (!interactive) translate(lines, 1);
+    // An empty input gives an empty output, as for any filter.
+    if (!interactive && !lines.empty()) translate(lines, 1);
+    finish();
   });
 }
 

@@ -27,5 +27,9 @@ CLI::Validator non_negative();
 CLI::Validator seed_value();
 // "[1, 2, 3]"
 std::string format_ids(const std::vector<int64_t>& ids);
+// Flushes stdout (C++ and C streams) and throws std::runtime_error "cannot write to standard output: <reason>" when
+// any write to it failed (a full disk, /dev/full, a closed stdout): output that was lost must not exit 0. main()
+// calls it after every command; long-running commands also call it after each chunk of output to stop early.
+void flush_stdout();
 
 }  // namespace tfm::cli

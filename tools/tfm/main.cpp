@@ -1,12 +1,15 @@
 // tfm: the transformer.cpp command-line tool. One subcommand per file in this folder.
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <exception>
 #include <functional>
+#include <iostream>
 #include <optional>
 #include <sstream>
 
@@ -73,7 +76,38 @@ std::string format_ids(const std::vector<int64_t>& ids) {
   return s + "]";
 }
 
+void flush_stdout() {
+  errno = 0;
+  std::cout.flush();
+  const bool cpp_failed = !std::cout.good();
+  const int rc = std::fflush(stdout);
+  const int err = errno;
+  if (rc != 0 || std::ferror(stdout) || cpp_failed) {
+    std::cout.clear();
+    std::clearerr(stdout);
+    throw std::runtime_error(std::string("cannot write to standard output") +
+                             (err ? std::string(": ") + std::strerror(err) : std::string()) +
+                             (err == EBADF ? " (is stdout closed?)" : ""));
+  }
+}
+
 }  // namespace tfm::cli
+
+// A closed fd 0/1/2 would be reused by the next open() (a model file, an output .npy), and printing would then
+// write into that file. Each closed one is reopened read-only on /dev/null: reads see end of input, writes still
+// fail (EBADF), so flush_stdout reports a closed stdout.
+static void keep_standard_fds_reserved() {
+  for (int fd = 0; fd <= 2; ++fd) {
+    if (::fcntl(fd, F_GETFD) != -1 || errno != EBADF) continue;
+    const int n = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+    if (n >= 0 && n != fd) {
+      ::dup2(n, fd);
+      ::close(n);
+    } else if (n == fd) {
+      ::fcntl(fd, F_SETFD, 0);  // keep it across the exec below
+    }
+  }
+}
 
 // libgomp's default spins ~300,000 times at each barrier before sleeping. When another program holds a core,
 // the spinning thread burns the slice its peer needs: the d2l model (thousands of tiny parallel regions) trained
@@ -87,7 +121,20 @@ static void default_omp_spin_count(char** argv) {
   execv("/proc/self/exe", argv);
 }
 
+// Help text goes to stdout too: a failed write is an error there as well.
+static int exit_with_help(const CLI::App& app, const CLI::Error& e) {
+  int rc = app.exit(e);
+  try {
+    tfm::cli::flush_stdout();
+  } catch (const std::exception& err) {
+    std::fprintf(stderr, "tfm: error: %s\n", err.what());
+    return 1;
+  }
+  return rc;
+}
+
 int main(int argc, char** argv) {
+  keep_standard_fds_reserved();
   default_omp_spin_count(argv);
   CLI::App app{"tfm: Transformer encoders and encoder-decoders in C++ (transformer.cpp).\n"
                "Run 'tfm <command> --help' for the options of a command."};
@@ -101,10 +148,11 @@ int main(int argc, char** argv) {
   tfm::cli::add_data_command(app);
   try {
     app.parse(argc, argv);
+    tfm::cli::flush_stdout();
   } catch (const CLI::CallForHelp& e) {
-    return app.exit(e);
+    return exit_with_help(app, e);
   } catch (const CLI::CallForAllHelp& e) {
-    return app.exit(e);
+    return exit_with_help(app, e);
   } catch (const CLI::ParseError& e) {
     // One line with the usual prefix; CLI11's own text otherwise blames a missing command for an unknown one.
     std::string what = e.what();
