@@ -1,13 +1,12 @@
 #include "models/transformer_encoder.h"
 
-#include <cblas.h>
-
 #include <cstring>
 #include <vector>
 
 #include "nn/layers.h"
 #include "ops/activation.h"
 #include "ops/attention.h"
+#include "ops/gemm.h"
 
 namespace tfm {
 namespace {
@@ -25,8 +24,7 @@ void project_heads(float* out, const float* x, const std::vector<nn::Linear>& he
   for (size_t h = 0; h < heads.size(); ++h) {
     const float* b = heads[h].bias.f32();
     for (int64_t n = 0; n < N; ++n) std::memcpy(out + n * H + h * Dh, b, sizeof(float) * Dh);
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)N, (int)Dh, (int)H, 1.0f, x, (int)H,
-                heads[h].weight.f32(), (int)H, 1.0f, out + h * Dh, (int)H);
+    ops::gemm(false, true, N, Dh, H, 1.0f, x, H, heads[h].weight.f32(), H, 1.0f, out + h * Dh, H);
   }
 }
 
