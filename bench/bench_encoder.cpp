@@ -14,13 +14,11 @@
 // /proc/self/status (MiB) after the shape ran, so it is cumulative over the shapes run so far; it includes the
 // mmapped weight pages that forward touched.
 //
-// --sgemm prints {"kind":"sgemm",...}: the throughput of OpenBLAS cblas_sgemm for 1024x3072x768 in the layout
+// --sgemm prints {"kind":"sgemm",...}: the throughput of ops::gemm (oneDNN dnnl_sgemm) for 1024x3072x768 in the layout
 // linear_forward uses (x[N, in] @ W[out, in]^T), the ceiling the encoder's GEMMs can reach with these threads.
 // --breakdown prints {"kind":"breakdown",...}: the same op sequence as one BERT layer (ops called directly on
 // layer 0's weights, as src/models/bert.cpp calls them), timed op by op and scaled by num_hidden_layers, to show
 // where forward's time goes.
-#include <cblas.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -37,6 +35,7 @@
 #include "core/tensor.h"
 #include "core/threading.h"
 #include "models/encoder.h"
+#include "ops/gemm.h"
 #include "models/weights.h"
 #include "nn/layers.h"
 #include "ops/activation.h"
@@ -165,8 +164,7 @@ void run_sgemm(const Options& o) {
   for (auto& x : a) x = u(rng);
   for (auto& x : w) x = u(rng);
   auto t = time_calls(3, std::max(o.reps, 20), [&] {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, N, K, 1.0f, a.data(), K, w.data(), K, 0.0f, c.data(),
-                N);
+    tfm::ops::gemm(false, true, M, N, K, 1.0f, a.data(), K, w.data(), K, 0.0f, c.data(), N);
   });
   double med = median(t), best = *std::min_element(t.begin(), t.end());
   double gflop = 2.0 * M * N * K * 1e-9;

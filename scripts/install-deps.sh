@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs the Debian 12 packages transformer.cpp builds and tests with. Quiet and quick when all are present.
 set -euo pipefail
-PKGS=(cmake g++ make pkg-config libopenblas-openmp-dev nlohmann-json3-dev libcli11-dev libutf8proc-dev
+PKGS=(cmake g++ make pkg-config libdnnl-dev nlohmann-json3-dev libcli11-dev libutf8proc-dev
       libgtest-dev libgmock-dev libbenchmark-dev zlib1g-dev libstb-dev libsentencepiece-dev libcurl4-openssl-dev libssl-dev)
 missing=()
 for p in "${PKGS[@]}"; do

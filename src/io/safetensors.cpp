@@ -111,6 +111,7 @@ SafeTensors SafeTensors::open(const std::string& path) {
   ::close(fd);
   if (addr == MAP_FAILED) throw fail(std::string("cannot mmap: ") + std::strerror(map_err));
   st.mapping_ = std::shared_ptr<void>(addr, [file_size](void* p) { ::munmap(p, file_size); });
+  st.map_size_ = file_size;
   const auto* bytes = static_cast<const unsigned char*>(addr);
 
   uint64_t header_len = 0;
@@ -211,6 +212,15 @@ const SafeTensors::Entry& SafeTensors::entry(const std::string& name) const {
   }
   throw std::runtime_error(path_ + ": no tensor named '" + name + "' (the file has " +
                            std::to_string(entries_.size()) + " tensors: " + listing + ")");
+}
+
+void SafeTensors::release_pages(const void* data, size_t bytes) const {
+  const auto base = reinterpret_cast<uintptr_t>(mapping_.get()), p = reinterpret_cast<uintptr_t>(data);
+  if (!base || p < base || p + bytes > base + map_size_) return;
+  const uintptr_t page = (uintptr_t)::sysconf(_SC_PAGESIZE);
+  const uintptr_t begin = (p + page - 1) / page * page, end = (p + bytes) / page * page;
+  // Only untouched copy-on-write pages exist here (nothing writes weights), so dropping them loses nothing.
+  if (end > begin) ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
 }
 
 std::vector<std::string> SafeTensors::names() const {

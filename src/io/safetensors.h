@@ -37,6 +37,10 @@ class SafeTensors {
   // The "__metadata__" object, or an empty object if the file has none.
   const nlohmann::json& metadata() const { return metadata_; }
   const std::string& path() const { return path_; }
+  // Drops the resident pages wholly inside [data, data + bytes) when that range lies in this file's mapping
+  // (madvise MADV_DONTNEED; a later read faults them in from the file again). Called once a tensor has been
+  // copied into a packed layout, so the model's peak RSS holds each weight once. No-op for other memory.
+  void release_pages(const void* data, size_t bytes) const;
 
  private:
   struct Entry {
@@ -48,6 +52,7 @@ class SafeTensors {
 
   std::string path_;
   std::shared_ptr<void> mapping_;        // keeps the mmap alive; shared with the views returned by get()
+  size_t map_size_ = 0;
   const unsigned char* data_ = nullptr;  // start of the data section inside the mapping
   std::map<std::string, Entry> entries_;
   nlohmann::json metadata_ = nlohmann::json::object();

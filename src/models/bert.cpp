@@ -7,6 +7,7 @@
 #include "nn/layers.h"
 #include "ops/activation.h"
 #include "ops/attention.h"
+#include "ops/gemm.h"
 #include "ops/layer_norm.h"
 #include "ops/matmul.h"
 
@@ -15,15 +16,18 @@ namespace {
 
 using nn::LayerNorm;
 using nn::Linear;
+using ops::PackedLinear;
 struct BertLayer {
-  Linear query, key, value, attn_out, intermediate, output;
+  PackedLinear qkv;  // query, key and value concatenated at load: one GEMM, out [N, 3 * hidden_size]
+  PackedLinear attn_out, intermediate, output;
   LayerNorm attn_ln, out_ln;
 };
 
 class Bert : public EncoderModel {
  public:
-  Bert(const EncoderConfig& c, WeightSource& w) {
+  Bert(const EncoderConfig& c, WeightSource& w, ops::ComputeType ct) {
     config_ = c;
+    ct_ = ct;
     act_ = ops::parse_activation(c.hidden_act);
     const int64_t H = c.hidden_size, I = c.intermediate_size;
     word_ = get(w, "embeddings.word_embeddings.weight", {c.vocab_size, H});
@@ -33,13 +37,11 @@ class Bert : public EncoderModel {
     for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
       std::string p = "encoder.layer." + std::to_string(l) + ".";
       BertLayer L;
-      L.query = linear(w, p + "attention.self.query", H, H);
-      L.key = linear(w, p + "attention.self.key", H, H);
-      L.value = linear(w, p + "attention.self.value", H, H);
-      L.attn_out = linear(w, p + "attention.output.dense", H, H);
+      L.qkv = packed(w, {p + "attention.self.query", p + "attention.self.key", p + "attention.self.value"}, H, H);
+      L.attn_out = packed(w, {p + "attention.output.dense"}, H, H);
       L.attn_ln = norm(w, p + "attention.output.LayerNorm", H);
-      L.intermediate = linear(w, p + "intermediate.dense", H, I);
-      L.output = linear(w, p + "output.dense", I, H);
+      L.intermediate = packed(w, {p + "intermediate.dense"}, H, I);
+      L.output = packed(w, {p + "output.dense"}, I, H);
       L.out_ln = norm(w, p + "output.LayerNorm", H);
       layers_.push_back(std::move(L));
     }
@@ -72,25 +74,25 @@ class Bert : public EncoderModel {
     if (all_layers) std::memcpy(hs.f32(), X, sizeof(float) * N * H);
 
     // Activation buffers, reused by every layer.
-    std::vector<float> q(N * H), k(N * H), v(N * H), ctx(N * H), a(N * H), inter(N * I);
+    std::vector<float> qkv(N * 3 * H), ctx(N * H), a(N * H), inter(N * I);
     ops::AttentionMask mask;
     bool padded = false;
     for (float m : key_mask) padded |= m == 0.0f;
     if (padded) mask.key_mask = key_mask.data();
     ops::AttentionDims dims{B, L, L, c.num_attention_heads, c.head_dim()};
+    dims.q_ld = dims.k_ld = dims.v_ld = 3 * H;  // heads read in place from the fused QKV rows
+    dims.out_ld = H;
+    const ops::Epilogue act = ops::epilogue_of(act_);
     for (int64_t l = 0; l < NL; ++l) {
       const BertLayer& Ly = layers_[l];
-      Ly.query.forward(q.data(), X, N);
-      Ly.key.forward(k.data(), X, N);
-      Ly.value.forward(v.data(), X, N);
-      ops::attention_forward(ctx.data(), nullptr, q.data(), k.data(), v.data(), dims, mask);
+      Ly.qkv.forward(qkv.data(), X, N);
+      ops::attention_forward(ctx.data(), nullptr, qkv.data(), qkv.data() + H, qkv.data() + 2 * H, dims, mask);
       // a = LayerNorm(dense(ctx) + x)
       Ly.attn_out.forward(a.data(), ctx.data(), N);
       add_inplace(a.data(), X, N * H);
       Ly.attn_ln.forward(a.data(), a.data(), N);
       // x = LayerNorm(dense(act(dense(a))) + a)
-      Ly.intermediate.forward(inter.data(), a.data(), N);
-      ops::activation_forward(inter.data(), inter.data(), N * I, act_);
+      Ly.intermediate.forward(inter.data(), a.data(), N, act);  // bias + activation fused into the GEMM
       Ly.output.forward(X, inter.data(), N);
       add_inplace(X, a.data(), N * H);
       Ly.out_ln.forward(X, X, N);
@@ -131,11 +133,31 @@ class Bert : public EncoderModel {
   static Linear linear(WeightSource& w, const std::string& p, int64_t in, int64_t out) {
     return {get(w, p + ".weight", {out, in}), get(w, p + ".bias", {out})};
   }
+  // The Linear layers named by `prefixes` (same in_features), stacked along out_features and packed for ct_;
+  // their file pages are released once packed.
+  PackedLinear packed(WeightSource& w, const std::vector<std::string>& prefixes, int64_t in, int64_t out) const {
+    if (prefixes.size() == 1) {
+      Linear l = linear(w, prefixes[0], in, out);
+      PackedLinear p(l.weight.f32(), l.bias.f32(), in, out, ct_);
+      w.release(l.weight);
+      return p;
+    }
+    const int64_t n = (int64_t)prefixes.size();
+    std::vector<float> weight(n * out * in), bias(n * out);
+    for (int64_t i = 0; i < n; ++i) {
+      Linear l = linear(w, prefixes[i], in, out);
+      std::memcpy(weight.data() + i * out * in, l.weight.f32(), sizeof(float) * out * in);
+      std::memcpy(bias.data() + i * out, l.bias.f32(), sizeof(float) * out);
+      w.release(l.weight);
+    }
+    return PackedLinear(weight.data(), bias.data(), in, n * out, ct_);
+  }
   LayerNorm norm(WeightSource& w, const std::string& p, int64_t H) const {
     return {get(w, p + ".weight", {H}), get(w, p + ".bias", {H}), (float)config_.layer_norm_eps};
   }
 
   ops::Activation act_;
+  ops::ComputeType ct_ = ops::ComputeType::F32;
   Tensor word_, pos_, type_;
   LayerNorm emb_ln_;
   std::vector<BertLayer> layers_;
@@ -144,8 +166,8 @@ class Bert : public EncoderModel {
 
 }  // namespace
 
-std::unique_ptr<EncoderModel> make_bert(const EncoderConfig& config, WeightSource& weights) {
-  return std::make_unique<Bert>(config, weights);
+std::unique_ptr<EncoderModel> make_bert(const EncoderConfig& config, WeightSource& weights, ops::ComputeType dtype) {
+  return std::make_unique<Bert>(config, weights, dtype);
 }
 
 }  // namespace tfm

@@ -9,5 +9,8 @@ namespace tfm {
 // "encoder.layer.N.attention.self.query.weight", ..., "pooler.dense.bias"); also accepted with the "bert." prefix
 // and with the old "LayerNorm.gamma"/"LayerNorm.beta" names of pre-training checkpoints. Other tensors (the
 // "cls.*" heads) are ignored. Throws std::runtime_error on a missing tensor or a shape mismatch.
-std::unique_ptr<EncoderModel> make_bert(const EncoderConfig& config, WeightSource& weights);
+// Linear weights are packed for `dtype` at load (query/key/value as one GEMM) and their file pages released;
+// embeddings, LayerNorm, softmax and residuals stay fp32.
+std::unique_ptr<EncoderModel> make_bert(const EncoderConfig& config, WeightSource& weights,
+                                        ops::ComputeType dtype = ops::ComputeType::F32);
 }  // namespace tfm

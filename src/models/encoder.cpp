@@ -61,15 +61,15 @@ EncoderConfig EncoderConfig::from_json(const nlohmann::json& j, const std::strin
 
 EncoderConfig EncoderConfig::load(const std::string& path) { return from_json(load_json_file(path), path); }
 
-std::unique_ptr<EncoderModel> make_encoder(const EncoderConfig& config, WeightSource& weights) {
-  if (config.model_type == "transformer_encoder") return make_transformer_encoder(config, weights);
-  return make_bert(config, weights);
+std::unique_ptr<EncoderModel> make_encoder(const EncoderConfig& config, WeightSource& weights, ops::ComputeType dtype) {
+  if (config.model_type == "transformer_encoder") return make_transformer_encoder(config, weights, dtype);
+  return make_bert(config, weights, dtype);
 }
 
-std::unique_ptr<EncoderModel> load_encoder(const std::string& dir) {
+std::unique_ptr<EncoderModel> load_encoder(const std::string& dir, ops::ComputeType dtype) {
   EncoderConfig c = EncoderConfig::load(dir + "/config.json");
   SafeTensorsWeights w(dir + "/model.safetensors");
-  return make_encoder(c, w);
+  return make_encoder(c, w, dtype);
 }
 
 namespace detail {

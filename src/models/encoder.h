@@ -8,6 +8,7 @@
 #include "core/tensor.h"
 #include "models/weights.h"
 #include "ops/activation.h"
+#include "ops/gemm.h"
 
 namespace tfm {
 
@@ -52,10 +53,14 @@ class EncoderModel {
   EncoderConfig config_;
 };
 
-// Builds the architecture named by config.model_type with weights from `weights`.
-std::unique_ptr<EncoderModel> make_encoder(const EncoderConfig& config, WeightSource& weights);
-// Loads DIR/config.json and DIR/model.safetensors (weights used in place from the mmap).
-std::unique_ptr<EncoderModel> load_encoder(const std::string& dir);
+// Builds the architecture named by config.model_type with weights from `weights`; the Linear layers are packed
+// for `dtype` (ops/gemm.h PackedLinear: fp32, bf16 or int8 dynamic quantisation). Throws std::runtime_error
+// when this CPU has no oneDNN kernel for `dtype`.
+std::unique_ptr<EncoderModel> make_encoder(const EncoderConfig& config, WeightSource& weights,
+                                           ops::ComputeType dtype = ops::ComputeType::F32);
+// Loads DIR/config.json and DIR/model.safetensors (Linear weights packed, their mmapped pages then released;
+// embeddings and LayerNorm used in place from the mmap).
+std::unique_ptr<EncoderModel> load_encoder(const std::string& dir, ops::ComputeType dtype = ops::ComputeType::F32);
 
 }  // namespace tfm
 

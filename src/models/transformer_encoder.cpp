@@ -1,38 +1,34 @@
 #include "models/transformer_encoder.h"
 
-#include <cblas.h>
-
 #include <cstring>
 #include <vector>
 
 #include "nn/layers.h"
 #include "ops/activation.h"
 #include "ops/attention.h"
+#include "ops/gemm.h"
 
 namespace tfm {
 namespace {
 
 struct EncoderLayer {
   nn::LayerNorm layer_norm_1, layer_norm_2;
-  std::vector<nn::Linear> q, k, v;  // one Linear(hidden_size, head_dim) per head
-  nn::Linear output_linear, linear1, linear2;
+  // The per-head Linear(hidden_size, head_dim) q, k and v projections stacked at load into one GEMM: output
+  // columns [q heads 0..n-1 | k heads | v heads], so head h of q sits at h*head_dim as torch.cat puts it.
+  ops::PackedLinear qkv;
+  ops::PackedLinear output_linear, linear1, linear2;
 };
 
-// Projects x [N, H] by each head's Linear(H, head_dim) into the column block h*head_dim of out [N, H], so the
-// heads land side by side exactly as torch.cat([...], dim=-1) puts them.
-void project_heads(float* out, const float* x, const std::vector<nn::Linear>& heads, int64_t N, int64_t H) {
-  const int64_t Dh = heads[0].out_features();
-  for (size_t h = 0; h < heads.size(); ++h) {
-    const float* b = heads[h].bias.f32();
-    for (int64_t n = 0; n < N; ++n) std::memcpy(out + n * H + h * Dh, b, sizeof(float) * Dh);
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)N, (int)Dh, (int)H, 1.0f, x, (int)H,
-                heads[h].weight.f32(), (int)H, 1.0f, out + h * Dh, (int)H);
-  }
+ops::PackedLinear pack(WeightSource& w, const std::string& prefix, int64_t in, int64_t out, ops::ComputeType ct) {
+  nn::Linear lin = nn::Linear::load(w, prefix, in, out);
+  ops::PackedLinear p(lin.weight.f32(), lin.bias.f32(), in, out, ct);
+  w.release(lin.weight);
+  return p;
 }
 
 class TutorialEncoder : public EncoderModel {
  public:
-  TutorialEncoder(const EncoderConfig& c, WeightSource& w) {
+  TutorialEncoder(const EncoderConfig& c, WeightSource& w, ops::ComputeType ct) {
     config_ = c;
     act_ = ops::parse_activation(c.hidden_act);
     const int64_t H = c.hidden_size, I = c.intermediate_size, Dh = c.head_dim();
@@ -44,15 +40,21 @@ class TutorialEncoder : public EncoderModel {
       EncoderLayer L;
       L.layer_norm_1 = nn::LayerNorm::load(w, p + "layer_norm_1", H, 1e-5f);  // nn.LayerNorm default eps
       L.layer_norm_2 = nn::LayerNorm::load(w, p + "layer_norm_2", H, 1e-5f);
-      for (int64_t h = 0; h < c.num_attention_heads; ++h) {
-        std::string hp = p + "attention.heads." + std::to_string(h) + ".";
-        L.q.push_back(nn::Linear::load(w, hp + "q", H, Dh));
-        L.k.push_back(nn::Linear::load(w, hp + "k", H, Dh));
-        L.v.push_back(nn::Linear::load(w, hp + "v", H, Dh));
-      }
-      L.output_linear = nn::Linear::load(w, p + "attention.output_linear", H, H);
-      L.linear1 = nn::Linear::load(w, p + "feed_forward.linear1", H, I);
-      L.linear2 = nn::Linear::load(w, p + "feed_forward.linear2", I, H);
+      std::vector<float> qkv_w(3 * H * H), qkv_b(3 * H);
+      const int64_t nh = c.num_attention_heads;
+      for (int64_t h = 0; h < nh; ++h)  // the module's parameter order (RandomWeights draws in call order)
+        for (int64_t part = 0; part < 3; ++part) {
+          std::string name = p + "attention.heads." + std::to_string(h) + "." + "qkv"[part];
+          nn::Linear lin = nn::Linear::load(w, name, H, Dh);
+          const int64_t row = part * H + h * Dh;
+          std::memcpy(qkv_w.data() + row * H, lin.weight.f32(), sizeof(float) * Dh * H);
+          std::memcpy(qkv_b.data() + row, lin.bias.f32(), sizeof(float) * Dh);
+          w.release(lin.weight);
+        }
+      L.qkv = ops::PackedLinear(qkv_w.data(), qkv_b.data(), H, 3 * H, ct);
+      L.output_linear = pack(w, p + "attention.output_linear", H, H, ct);
+      L.linear1 = pack(w, p + "feed_forward.linear1", H, I, ct);
+      L.linear2 = pack(w, p + "feed_forward.linear2", I, H, ct);
       layers_.push_back(std::move(L));
     }
   }
@@ -77,24 +79,24 @@ class TutorialEncoder : public EncoderModel {
     emb_ln_.forward(X, X, N);
     if (all_layers) std::memcpy(hs.f32(), X, sizeof(float) * N * H);
 
-    std::vector<float> hbuf(N * H), q(N * H), k(N * H), v(N * H), ctx(N * H), inter(N * I);
+    std::vector<float> hbuf(N * H), qkv(N * 3 * H), ctx(N * H), inter(N * I);
     ops::AttentionMask mask;
     if (attention_mask.defined()) mask.key_mask = key_mask.data();
     ops::AttentionDims dims{B, L, L, c.num_attention_heads, c.head_dim()};
+    dims.q_ld = dims.k_ld = dims.v_ld = 3 * H;
+    dims.out_ld = H;
+    const ops::Epilogue act = ops::epilogue_of(act_);
     for (int64_t l = 0; l < NL; ++l) {
       const EncoderLayer& Ly = layers_[l];
       // x = x + MHA(LN1(x))
       Ly.layer_norm_1.forward(hbuf.data(), X, N);
-      project_heads(q.data(), hbuf.data(), Ly.q, N, H);
-      project_heads(k.data(), hbuf.data(), Ly.k, N, H);
-      project_heads(v.data(), hbuf.data(), Ly.v, N, H);
-      ops::attention_forward(ctx.data(), nullptr, q.data(), k.data(), v.data(), dims, mask);
+      Ly.qkv.forward(qkv.data(), hbuf.data(), N);
+      ops::attention_forward(ctx.data(), nullptr, qkv.data(), qkv.data() + H, qkv.data() + 2 * H, dims, mask);
       Ly.output_linear.forward(hbuf.data(), ctx.data(), N);
       for (int64_t i = 0; i < N * H; ++i) X[i] += hbuf[i];
       // x = x + FFN(LN2(x)); dropout is off at inference
       Ly.layer_norm_2.forward(hbuf.data(), X, N);
-      Ly.linear1.forward(inter.data(), hbuf.data(), N);
-      ops::activation_forward(inter.data(), inter.data(), N * I, act_);
+      Ly.linear1.forward(inter.data(), hbuf.data(), N, act);  // bias + activation fused
       Ly.linear2.forward(hbuf.data(), inter.data(), N);
       for (int64_t i = 0; i < N * H; ++i) X[i] += hbuf[i];
       if (all_layers) std::memcpy(hs.f32() + (l + 1) * N * H, X, sizeof(float) * N * H);
@@ -114,8 +116,9 @@ class TutorialEncoder : public EncoderModel {
 
 }  // namespace
 
-std::unique_ptr<EncoderModel> make_transformer_encoder(const EncoderConfig& config, WeightSource& weights) {
-  return std::make_unique<TutorialEncoder>(config, weights);
+std::unique_ptr<EncoderModel> make_transformer_encoder(const EncoderConfig& config, WeightSource& weights,
+                                                      ops::ComputeType dtype) {
+  return std::make_unique<TutorialEncoder>(config, weights, dtype);
 }
 
 }  // namespace tfm

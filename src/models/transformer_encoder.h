@@ -12,5 +12,7 @@ namespace tfm {
 // "layers.N.attention.heads.H.{q,k,v}.{weight,bias}" (one Linear(hidden_size, head_dim) per head),
 // "layers.N.attention.output_linear.*", "layers.N.feed_forward.linear{1,2}.*".
 // attention_mask is applied as a key padding mask (the module's mask argument of shape [B, 1, L]).
-std::unique_ptr<EncoderModel> make_transformer_encoder(const EncoderConfig& config, WeightSource& weights);
+// Linear weights are packed for `dtype` at load, the per-head q/k/v projections stacked into one GEMM.
+std::unique_ptr<EncoderModel> make_transformer_encoder(const EncoderConfig& config, WeightSource& weights,
+                                                      ops::ComputeType dtype = ops::ComputeType::F32);
 }  // namespace tfm

@@ -19,6 +19,9 @@ class WeightSource {
   // Throws std::runtime_error: "<file>: missing tensor 'name' (also tried 'alias')" or
   // "<file>: tensor 'name' has shape [a, b], config expects [c, d]".
   virtual Tensor get(const std::string& name, const Shape& shape, const std::vector<std::string>& aliases = {}) = 0;
+  // Tells the source that `t` (from get()) has been copied into a packed layout and its memory is no longer
+  // read; a file-backed source drops the pages from memory. Default: nothing.
+  virtual void release(const Tensor& t) {}
 };
 
 // Weights read in place from an mmapped model.safetensors.
@@ -26,6 +29,9 @@ class SafeTensorsWeights : public WeightSource {
  public:
   explicit SafeTensorsWeights(const std::string& path) : st_(SafeTensors::open(path)) {}
   Tensor get(const std::string& name, const Shape& shape, const std::vector<std::string>& aliases = {}) override;
+  void release(const Tensor& t) override {
+    if (t.defined() && t.dtype() == DType::F32) st_.release_pages(t.f32(), t.nbytes());
+  }
   const SafeTensors& file() const { return st_; }
 
  private:

@@ -1,10 +1,9 @@
 #include "ops/attention.h"
 
-#include <cblas.h>
-
 #include <cmath>
 #include <vector>
 
+#include "ops/gemm.h"
 #include "ops/vec_math.h"
 
 namespace tfm::ops {
@@ -29,50 +28,6 @@ bool AttentionMask::visible(int64_t b, int64_t i, int64_t j, int64_t Lq, int64_t
   if (mask && mask[(b * Lq + i) * Lk + j] == 0.0f) return false;
   return true;
 }
-
-namespace {
-
-// C[M, N] = alpha * op(A) op(B) + beta * C for the tiny per-head products of small models, where OpenBLAS's
-// per-call overhead (about a microsecond) exceeds the arithmetic. Same argument convention as cblas_sgemm.
-void sgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
-           const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
-  if (M * N * K >= 32768) {
-    cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans, (int)M,
-                (int)N, (int)K, alpha, A, (int)lda, B, (int)ldb, beta, C, (int)ldc);
-    return;
-  }
-  for (int64_t i = 0; i < M; ++i) {
-    float* c = C + i * ldc;
-    if (beta == 0.0f)
-      for (int64_t j = 0; j < N; ++j) c[j] = 0.0f;
-    else if (beta != 1.0f)
-      for (int64_t j = 0; j < N; ++j) c[j] *= beta;
-    if (trans_b && !trans_a) {  // rows of A and B are contiguous: dot products
-      const float* a = A + i * lda;
-      for (int64_t j = 0; j < N; ++j) {
-        const float* b = B + j * ldb;
-        float acc = 0.0f;
-#pragma omp simd reduction(+ : acc)
-        for (int64_t k = 0; k < K; ++k) acc += a[k] * b[k];
-        c[j] += alpha * acc;
-      }
-      continue;
-    }
-    for (int64_t k = 0; k < K; ++k) {
-      float a = alpha * (trans_a ? A[k * lda + i] : A[i * lda + k]);
-      if (a == 0.0f) continue;
-      if (trans_b) {
-        for (int64_t j = 0; j < N; ++j) c[j] += a * B[j * ldb + k];
-      } else {
-        const float* b = B + k * ldb;
-#pragma omp simd
-        for (int64_t j = 0; j < N; ++j) c[j] += a * b[j];
-      }
-    }
-  }
-}
-
-}  // namespace
 
 namespace {
 
@@ -148,7 +103,7 @@ void attention_forward(float* out, float* probs, const float* q, const float* k,
         continue;
       }
       // S = scale * Q K^T  [Lq, Lk]
-      sgemm(false, true, Lq, Lk, Dh, d.scale, qb, d.q_ld, kb,
+      gemm(false, true, Lq, Lk, Dh, d.scale, qb, d.q_ld, kb,
                   d.k_ld, 0.0f, P, Lk);
       for (int64_t i = 0; i < Lq; ++i) masked_softmax_row(P + i * Lk, b, i, Lq, Lk, mask);
       const float* A = P;
@@ -158,7 +113,7 @@ void attention_forward(float* out, float* probs, const float* q, const float* k,
         A = dropped.data();
       }
       // O = A V  [Lq, Dh]
-      sgemm(false, false, Lq, Dh, Lk, 1.0f, A, Lk, vb,
+      gemm(false, false, Lq, Dh, Lk, 1.0f, A, Lk, vb,
                   d.v_ld, 0.0f, ob, d.out_ld);
     }
   }
@@ -191,10 +146,10 @@ void attention_backward(float* dq, float* dk, float* dv, const float* dout, cons
         Aw = A.data();
       }
       // dV = A^T dO  [Lk, Dh]
-      sgemm(true, false, Lk, Dh, Lq, 1.0f, Aw, Lk, dob,
+      gemm(true, false, Lk, Dh, Lq, 1.0f, Aw, Lk, dob,
                   d.out_ld, 0.0f, dvb, d.v_ld);
       // dA = dO V^T  [Lq, Lk]
-      sgemm(false, true, Lq, Lk, Dh, 1.0f, dob, d.out_ld, vb,
+      gemm(false, true, Lq, Lk, Dh, 1.0f, dob, d.out_ld, vb,
                   d.v_ld, 0.0f, dP.data(), Lk);
       // dS = P * (dP - sum(dP * P)) with dP = dA * M; masked entries have P = 0 and get no gradient.
       for (int64_t i = 0; i < Lq; ++i) {
@@ -207,9 +162,9 @@ void attention_backward(float* dq, float* dk, float* dv, const float* dout, cons
         for (int64_t j = 0; j < Lk; ++j) g[j] = p[j] * (g[j] - dot);
       }
       // dQ = scale dS K ; dK = scale dS^T Q
-      sgemm(false, false, Lq, Dh, Lk, d.scale, dP.data(), Lk,
+      gemm(false, false, Lq, Dh, Lk, d.scale, dP.data(), Lk,
                   kb, d.k_ld, 0.0f, dqb, d.q_ld);
-      sgemm(true, false, Lk, Dh, Lq, d.scale, dP.data(), Lk,
+      gemm(true, false, Lk, Dh, Lq, d.scale, dP.data(), Lk,
                   qb, d.q_ld, 0.0f, dkb, d.k_ld);
     }
   }

@@ -1,6 +1,6 @@
 #include "ops/matmul.h"
 
-#include <cblas.h>
+#include "ops/gemm.h"
 
 namespace tfm::ops {
 
@@ -15,8 +15,7 @@ void linear_forward(float* out, const float* inp, const float* weight, const flo
       for (int64_t o = 0; o < out_features; ++o) out[n * out_features + o] = bias[o];
     beta = 1.0f;
   }
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)N, (int)out_features, (int)in_features, 1.0f, inp,
-              (int)in_features, weight, (int)in_features, beta, out, (int)out_features);
+  gemm(false, true, N, out_features, in_features, 1.0f, inp, in_features, weight, in_features, beta, out, out_features);
 }
 
 void linear_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
@@ -24,11 +23,11 @@ void linear_backward(float* dinp, float* dweight, float* dbias, const float* dou
                      bool accumulate_dinp) {
   if (N == 0) return;
   if (dinp)
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)N, (int)in_features, (int)out_features, 1.0f, dout,
-                (int)out_features, weight, (int)in_features, accumulate_dinp ? 1.0f : 0.0f, dinp, (int)in_features);
+    gemm(false, false, N, in_features, out_features, 1.0f, dout, out_features, weight, in_features,
+         accumulate_dinp ? 1.0f : 0.0f, dinp, in_features);
   if (dweight)
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)out_features, (int)in_features, (int)N, 1.0f, dout,
-                (int)out_features, inp, (int)in_features, 1.0f, dweight, (int)in_features);
+    gemm(true, false, out_features, in_features, N, 1.0f, dout, out_features, inp, in_features, 1.0f, dweight,
+         in_features);
   if (dbias) {
     for (int64_t n = 0; n < N; ++n)
       for (int64_t o = 0; o < out_features; ++o) dbias[o] += dout[n * out_features + o];

@@ -1,4 +1,4 @@
-// Linear layers and matrix products on row-major float32 buffers; GEMM is OpenBLAS cblas_sgemm.
+// Linear layers and matrix products on row-major float32 buffers; GEMM is ops::gemm (oneDNN).
 // Accumulation rule (all ops/): parameter gradients add (+=), activation gradients are written (=).
 #pragma once
 #include <cstdint>

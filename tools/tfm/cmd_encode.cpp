@@ -30,6 +30,7 @@ void add_encode_command(CLI::App& app) {
     uint64_t seed = 0;
     int64_t max_length = 0;
     int threads = 0;
+    std::string dtype = "fp32";
   };
   auto o = std::make_shared<Opts>();
   CLI::App* cmd = app.add_subcommand(
@@ -55,6 +56,10 @@ void add_encode_command(CLI::App& app) {
                   "Truncate each text to this many tokens (default: error when longer than the model allows)")
       ->check(non_negative());
   add_threads_option(cmd, o->threads);
+  cmd->add_option("--dtype", o->dtype,
+                  "Compute type of the Linear layers: fp32, bf16 (weights and GEMM inputs bf16, fp32 accumulation) "
+                  "or int8 (dynamic quantisation); LayerNorm, softmax and residuals stay fp32")
+      ->check(CLI::IsMember({"fp32", "bf16", "int8"}));
   cmd->callback([o, cmd] {
     namespace fs = std::filesystem;
     if ((cmd->count("--output") && o->output.empty()) || (cmd->count("--pooled") && o->pooled.empty()))
@@ -90,10 +95,10 @@ void add_encode_command(CLI::App& app) {
         std::fprintf(stderr, "initialising %s weights randomly (seed %llu)\n", config.model_type.c_str(),
                      (unsigned long long)o->seed);
         RandomWeights w(o->seed);
-        model = make_encoder(config, w);
+        model = make_encoder(config, w, ops::parse_compute_type(o->dtype));
       } else {
         SafeTensorsWeights w(o->model + "/model.safetensors");
-        model = make_encoder(config, w);
+        model = make_encoder(config, w, ops::parse_compute_type(o->dtype));
       }
     } catch (const std::runtime_error& e) {
       // A tutorial encoder folder without model_type is read as BERT, and its tensor names do not match.

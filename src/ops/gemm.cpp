@@ -1,0 +1,328 @@
+#include "ops/gemm.h"
+
+#include <oneapi/dnnl/dnnl.h>
+
+#include <cmath>
+#include <cstring>
+#include <mutex>
+#include <oneapi/dnnl/dnnl.hpp>
+#include <stdexcept>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+namespace tfm::ops {
+
+namespace {
+// Below this many multiply-adds a library call (argument checks, kernel dispatch: about a microsecond) costs
+// more than the arithmetic; the per-head products of the small d2l models live here.
+constexpr int64_t kSmallGemm = 32768;
+
+void gemm_small(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
+                int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+  for (int64_t i = 0; i < M; ++i) {
+    float* c = C + i * ldc;
+    if (beta == 0.0f)
+      for (int64_t j = 0; j < N; ++j) c[j] = 0.0f;
+    else if (beta != 1.0f)
+      for (int64_t j = 0; j < N; ++j) c[j] *= beta;
+    if (trans_b && !trans_a) {  // rows of A and B are contiguous: dot products
+      const float* a = A + i * lda;
+      for (int64_t j = 0; j < N; ++j) {
+        const float* b = B + j * ldb;
+        float acc = 0.0f;
+#pragma omp simd reduction(+ : acc)
+        for (int64_t k = 0; k < K; ++k) acc += a[k] * b[k];
+        c[j] += alpha * acc;
+      }
+      continue;
+    }
+    for (int64_t k = 0; k < K; ++k) {
+      float a = alpha * (trans_a ? A[k * lda + i] : A[i * lda + k]);
+      if (a == 0.0f) continue;
+      if (trans_b) {
+        for (int64_t j = 0; j < N; ++j) c[j] += a * B[j * ldb + k];
+      } else {
+        const float* b = B + k * ldb;
+#pragma omp simd
+        for (int64_t j = 0; j < N; ++j) c[j] += a * b[j];
+      }
+    }
+  }
+}
+}  // namespace
+
+void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
+          const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+  if (M <= 0 || N <= 0) return;
+  if (K <= 0 || M * N * K < kSmallGemm) {
+    gemm_small(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    return;
+  }
+  dnnl_status_t st = dnnl_sgemm(trans_a ? 'T' : 'N', trans_b ? 'T' : 'N', M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  if (st != dnnl_success)
+    throw std::runtime_error("oneDNN sgemm failed (status " + std::to_string((int)st) + ") for M=" + std::to_string(M) +
+                             " N=" + std::to_string(N) + " K=" + std::to_string(K));
+}
+
+void gemm_ref(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
+              const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+  for (int64_t i = 0; i < M; ++i)
+    for (int64_t j = 0; j < N; ++j) {
+      double acc = 0;
+      for (int64_t k = 0; k < K; ++k)
+        acc += (double)(trans_a ? A[k * lda + i] : A[i * lda + k]) * (trans_b ? B[j * ldb + k] : B[k * ldb + j]);
+      double c = beta == 0.0f ? 0.0 : (double)beta * C[i * ldc + j];
+      C[i * ldc + j] = (float)(alpha * acc + c);
+    }
+}
+
+// ---------------------------------------------------------------- compute types
+
+ComputeType parse_compute_type(const std::string& name) {
+  if (name == "fp32" || name == "float32") return ComputeType::F32;
+  if (name == "bf16" || name == "bfloat16") return ComputeType::BF16;
+  if (name == "int8") return ComputeType::I8;
+  throw std::invalid_argument("unknown dtype '" + name + "' (expected fp32, bf16 or int8)");
+}
+
+const char* compute_type_name(ComputeType ct) {
+  switch (ct) {
+    case ComputeType::F32: return "fp32";
+    case ComputeType::BF16: return "bf16";
+    case ComputeType::I8: return "int8";
+  }
+  return "?";
+}
+
+std::string cpu_isa_name() {
+  switch (dnnl_get_effective_cpu_isa()) {
+    case dnnl_cpu_isa_sse41: return "sse41";
+    case dnnl_cpu_isa_avx: return "avx";
+    case dnnl_cpu_isa_avx2: return "avx2";
+    case dnnl_cpu_isa_avx2_vnni: return "avx2_vnni";
+    case dnnl_cpu_isa_avx512_core: return "avx512_core";
+    case dnnl_cpu_isa_avx512_core_vnni: return "avx512_core_vnni";
+    case dnnl_cpu_isa_avx512_core_bf16: return "avx512_core_bf16";
+    case dnnl_cpu_isa_avx512_core_amx: return "avx512_core_amx";
+    default: return "other";
+  }
+}
+
+std::string onednn_version() {
+  const dnnl_version_t* v = dnnl_version();
+  return std::to_string(v->major) + "." + std::to_string(v->minor) + "." + std::to_string(v->patch);
+}
+
+Epilogue epilogue_of(Activation act) {
+  switch (act) {
+    case Activation::Relu: return Epilogue::Relu;
+    case Activation::Gelu: return Epilogue::Gelu;
+    case Activation::GeluTanh: return Epilogue::GeluTanh;
+  }
+  return Epilogue::None;
+}
+
+// ---------------------------------------------------------------- PackedLinear
+
+namespace {
+using dnnl::memory;
+using tag = memory::format_tag;
+using dt = memory::data_type;
+
+dnnl::engine& cpu_engine() {
+  static dnnl::engine eng(dnnl::engine::kind::cpu, 0);
+  return eng;
+}
+// A stream per thread: oneDNN does not promise that one stream may be used from several threads at once.
+dnnl::stream& cpu_stream() {
+  thread_local dnnl::stream s(cpu_engine());
+  return s;
+}
+
+dt weight_type(ComputeType ct) { return ct == ComputeType::F32 ? dt::f32 : ct == ComputeType::BF16 ? dt::bf16 : dt::s8; }
+dt src_type(ComputeType ct) { return weight_type(ct); }  // s8 activations: symmetric per-token quantisation
+
+// Round-to-nearest-even fp32 -> bf16, as torch's .to(torch.bfloat16) (NaN kept quiet).
+inline uint16_t to_bf16(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40);
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return (uint16_t)(u >> 16);
+}
+
+// Quantises one row symmetrically: q = round(x / scale), scale = max|x| / 127 (1 for an all-zero row).
+inline float quantize_row(int8_t* q, const float* x, int64_t n) {
+  float mx = 0.0f;
+#pragma omp simd reduction(max : mx)
+  for (int64_t i = 0; i < n; ++i) mx = std::fmax(mx, std::fabs(x[i]));
+  float scale = mx > 0.0f ? mx / 127.0f : 1.0f, inv = 1.0f / scale;
+  // Adding and subtracting 1.5 * 2^23 rounds to nearest even without a libm call, so the loop vectorises.
+  constexpr float kRound = 12582912.0f;
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) {
+    float r = (x[i] * inv + kRound) - kRound;
+    r = std::fmin(127.0f, std::fmax(-127.0f, r));
+    q[i] = (int8_t)r;
+  }
+  return scale;
+}
+
+dnnl::post_ops make_post_ops(Epilogue ep) {
+  dnnl::post_ops po;
+  switch (ep) {
+    case Epilogue::None: break;
+    case Epilogue::Relu: po.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, 0.0f, 0.0f); break;
+    case Epilogue::Gelu: po.append_eltwise(1.0f, dnnl::algorithm::eltwise_gelu_erf, 0.0f, 0.0f); break;
+    case Epilogue::GeluTanh: po.append_eltwise(1.0f, dnnl::algorithm::eltwise_gelu_tanh, 0.0f, 0.0f); break;
+  }
+  return po;
+}
+
+template <class T>
+T* scratch(std::vector<T>& v, size_t n) {
+  if (v.size() < n) v.resize(n);
+  return v.data();
+}
+}  // namespace
+
+struct PackedLinear::Impl {
+  int64_t in = 0, out = 0;
+  ComputeType ct = ComputeType::F32;
+  memory::desc weights_md;
+  memory weights;              // packed, owned by oneDNN
+  std::vector<float> bias;     // [out] or empty
+  std::vector<float> w_scale;  // [out], int8 only
+  bool fuse_bias = false;      // bias as a matmul argument (fp32/bf16); int8 adds it in the dequant pass
+  mutable std::mutex mu;
+  mutable std::unordered_map<int64_t, dnnl::matmul> cache;  // key: rows * 8 + epilogue
+
+  memory::desc src_md(int64_t M) const { return memory::desc({M, in}, src_type(ct), tag::ab); }
+  memory::desc dst_md(int64_t M) const { return memory::desc({M, out}, dt::f32, tag::ab); }
+
+  // The primitive for M rows. Weights are described by the packed layout chosen at load; oneDNN's choice of
+  // layout does not depend on M for these kernels, and if it did, the explicit layout would still be honoured.
+  dnnl::matmul primitive(int64_t M, Epilogue ep) const {
+    const int64_t key = M * 8 + (int64_t)ep;
+    std::lock_guard<std::mutex> lock(mu);
+    auto it = cache.find(key);
+    if (it != cache.end()) return it->second;
+    dnnl::primitive_attr attr;
+    // int8 applies its activation after dequantisation, in our own pass.
+    if (ct != ComputeType::I8) attr.set_post_ops(make_post_ops(ep));
+    auto d = fuse_bias ? dnnl::matmul::desc(src_md(M), weights_md, memory::desc({1, out}, dt::f32, tag::ab), dst_md(M))
+                       : dnnl::matmul::desc(src_md(M), weights_md, dst_md(M));
+    dnnl::matmul prim(dnnl::matmul::primitive_desc(d, attr, cpu_engine()));
+    cache.emplace(key, prim);
+    return prim;
+  }
+
+  // Picks the layout and reorders `src` (plain [out, in] of type `src_dt`) into it.
+  void pack(const void* src, dt src_dt) {
+    memory::desc any_md({in, out}, weight_type(ct), tag::any);
+    dnnl::matmul::primitive_desc pd;
+    try {
+      auto d = dnnl::matmul::desc(memory::desc({128, in}, src_type(ct), tag::ab), any_md, dst_md(128));
+      pd = dnnl::matmul::primitive_desc(d, cpu_engine());
+    } catch (const dnnl::error& e) {
+      throw std::runtime_error(std::string("oneDNN ") + onednn_version() + " has no " + compute_type_name(ct) +
+                               " matmul on this CPU (" + cpu_isa_name() + "): " + e.what() + "; use --dtype fp32");
+    }
+    weights_md = pd.weights_desc();
+    weights = memory(weights_md, cpu_engine());
+    // W[out, in] row-major is the [in, out] matrix in column-major ("ba") order.
+    memory user(memory::desc({in, out}, src_dt, tag::ba), cpu_engine(), const_cast<void*>(src));
+    dnnl::reorder(user, weights).execute(cpu_stream(), user, weights);
+    cpu_stream().wait();
+  }
+};
+
+PackedLinear::PackedLinear(const float* weight, const float* bias, int64_t in_features, int64_t out_features,
+                           ComputeType ct) {
+  auto im = std::make_shared<Impl>();
+  im->in = in_features;
+  im->out = out_features;
+  im->ct = ct;
+  if (bias) im->bias.assign(bias, bias + out_features);
+  im->fuse_bias = bias && ct != ComputeType::I8;
+  if (ct == ComputeType::I8) {
+    std::vector<int8_t> q((size_t)in_features * out_features);
+    im->w_scale.resize(out_features);
+#pragma omp parallel for
+    for (int64_t o = 0; o < out_features; ++o)
+      im->w_scale[o] = quantize_row(q.data() + o * in_features, weight + o * in_features, in_features);
+    im->pack(q.data(), dt::s8);
+  } else {
+    im->pack(weight, dt::f32);
+  }
+  impl_ = std::move(im);
+}
+
+PackedLinear PackedLinear::from_int8(const int8_t* weight, const float* weight_scale, const float* bias,
+                                     int64_t in_features, int64_t out_features) {
+  auto im = std::make_shared<Impl>();
+  im->in = in_features;
+  im->out = out_features;
+  im->ct = ComputeType::I8;
+  if (bias) im->bias.assign(bias, bias + out_features);
+  im->w_scale.assign(weight_scale, weight_scale + out_features);
+  im->pack(weight, dt::s8);
+  PackedLinear p;
+  p.impl_ = std::move(im);
+  return p;
+}
+
+int64_t PackedLinear::in_features() const { return impl_ ? impl_->in : 0; }
+int64_t PackedLinear::out_features() const { return impl_ ? impl_->out : 0; }
+ComputeType PackedLinear::compute_type() const { return impl_ ? impl_->ct : ComputeType::F32; }
+size_t PackedLinear::packed_bytes() const { return impl_ ? impl_->weights_md.get_size() : 0; }
+
+void PackedLinear::forward(float* out, const float* inp, int64_t N, Epilogue ep) const {
+  if (N <= 0) return;
+  const Impl& im = *impl_;
+  const int64_t K = im.in, O = im.out;
+  thread_local std::vector<uint16_t> bf16_buf;
+  thread_local std::vector<int8_t> s8_buf;
+  thread_local std::vector<float> row_scale;
+  const void* src = inp;
+  if (im.ct == ComputeType::BF16) {
+    uint16_t* b = scratch(bf16_buf, (size_t)N * K);
+#pragma omp parallel for if (N * K > 65536)
+    for (int64_t i = 0; i < N * K; ++i) b[i] = to_bf16(inp[i]);
+    src = b;
+  } else if (im.ct == ComputeType::I8) {
+    int8_t* q = scratch(s8_buf, (size_t)N * K);
+    float* rs = scratch(row_scale, (size_t)N);
+#pragma omp parallel for if (N * K > 65536)
+    for (int64_t n = 0; n < N; ++n) rs[n] = quantize_row(q + n * K, inp + n * K, K);
+    src = q;
+  }
+  dnnl::matmul prim = im.primitive(N, ep);
+  memory src_m(im.src_md(N), cpu_engine(), const_cast<void*>(src));
+  memory dst_m(im.dst_md(N), cpu_engine(), out);
+  std::unordered_map<int, memory> args = {{DNNL_ARG_SRC, src_m}, {DNNL_ARG_WEIGHTS, im.weights}, {DNNL_ARG_DST, dst_m}};
+  if (im.fuse_bias)
+    args.emplace(DNNL_ARG_BIAS, memory(memory::desc({1, O}, dt::f32, tag::ab), cpu_engine(),
+                                       const_cast<float*>(im.bias.data())));
+  prim.execute(cpu_stream(), args);
+  cpu_stream().wait();
+  if (im.ct == ComputeType::I8) {
+    // out = act(acc * x_scale[n] * w_scale[o] + bias[o]); the int32 sums arrive converted to fp32.
+    const float* rs = row_scale.data();
+    const float* ws = im.w_scale.data();
+    const float* bias = im.bias.empty() ? nullptr : im.bias.data();
+    const Activation act = ep == Epilogue::Relu ? Activation::Relu
+                           : ep == Epilogue::GeluTanh ? Activation::GeluTanh : Activation::Gelu;
+#pragma omp parallel for if (N * O > 65536)
+    for (int64_t n = 0; n < N; ++n) {
+      float* y = out + n * O;
+      const float s = rs[n];
+#pragma omp simd
+      for (int64_t o = 0; o < O; ++o) y[o] = y[o] * (s * ws[o]) + (bias ? bias[o] : 0.0f);
+      if (ep != Epilogue::None) activation_forward(y, y, O, act);
+    }
+  }
+}
+
+}  // namespace tfm::ops

@@ -1,0 +1,79 @@
+// The one GEMM seam of the project: every matrix product goes through here, backed by oneDNN (Debian
+// libdnnl 2.x, OpenMP runtime, so it shares the OpenMP threads set by tfm::set_num_threads).
+//
+// - gemm(): a plain row-major product (cblas_sgemm convention) for training, attention and other activations
+//   times activations; dnnl_sgemm, or a plain loop for products too small to amortise a library call.
+// - PackedLinear: an inference Linear whose weights are reordered once, at load, into the blocked layout a oneDNN
+//   matmul picks (format_tag::any), in fp32, bf16 or int8, with bias and activation fused into the product.
+//   One matmul primitive is created per (rows, activation) and cached (about 0.15 ms each).
+//
+// What each compute type does on a CPU without the instructions (oneDNN picks kernels at run time; the build
+// stays x86-64-v3): fp32 runs everywhere (AVX2 brgemm/gemm kernels on Zen 3 or Haswell). bf16 uses AMX or
+// AVX512_BF16 where present, AVX-512 emulation on other AVX-512 CPUs, and on AVX2-only CPUs oneDNN 2.6 has no
+// bf16 matmul: PackedLinear then throws a one-line std::runtime_error at load. int8 uses AMX or VNNI, and
+// oneDNN's slower non-VNNI int8 kernels elsewhere (same results: products are exact in int32).
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "ops/activation.h"
+
+namespace tfm::ops {
+
+// C[M, N] = alpha * op(A) op(B) + beta * C, all row-major; op(A) is [M, K] (A is [K, M] when trans_a),
+// op(B) is [K, N] (B is [N, K] when trans_b). lda/ldb/ldc are row strides in floats. beta = 0 ignores C's
+// contents (NaN-safe). Thread-safe; inside an OpenMP parallel region it runs on the calling thread only.
+void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
+          const float* B, int64_t ldb, float beta, float* C, int64_t ldc);
+// Plain triple loop in double precision (same contract); tests compare gemm() against it.
+void gemm_ref(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
+              const float* B, int64_t ldb, float beta, float* C, int64_t ldc);
+
+// How inference weights are stored and multiplied. Accumulation is fp32 (bf16) or int32 (int8) in every case.
+enum class ComputeType { F32, BF16, I8 };
+// "fp32" / "float32", "bf16" / "bfloat16", "int8"; throws std::invalid_argument naming the accepted values.
+ComputeType parse_compute_type(const std::string& name);
+const char* compute_type_name(ComputeType ct);  // "fp32", "bf16", "int8"
+// oneDNN's run-time view of the CPU (e.g. "avx512_core_amx"), and the oneDNN version, for logs and benchmarks.
+std::string cpu_isa_name();
+std::string onednn_version();
+
+// Optional activation applied to the product (torch.nn.Linear followed by it).
+enum class Epilogue { None, Relu, Gelu, GeluTanh };
+Epilogue epilogue_of(Activation act);
+
+// out[N, out_features] = act(inp[N, in_features] @ weight[out_features, in_features]^T + bias)
+// (torch.nn.functional.linear), weights packed once.
+//   F32:  fp32 weights, fp32 product (matches linear_forward up to summation order).
+//   BF16: weights rounded to bf16 at pack time, each input row rounded to bf16 before the product, fp32
+//         accumulation, output fp32.
+//   I8:   dynamic quantisation: weights s8 with one scale per output row (max |w| / 127), each input row
+//         quantised to s8 with its own scale (max |x| / 127) at run time, int32 accumulation, then
+//         dequantisation, bias and activation in one pass over the output.
+// Copyable (shares the packed weights); forward is const and thread-safe.
+class PackedLinear {
+ public:
+  PackedLinear() = default;
+  // weight: [out_features, in_features] fp32 row-major; bias: [out_features] or null. Both are copied (packed),
+  // so the caller may release them afterwards. Throws std::runtime_error when oneDNN has no kernel for `ct` on
+  // this CPU.
+  PackedLinear(const float* weight, const float* bias, int64_t in_features, int64_t out_features, ComputeType ct);
+  // Prequantised int8 weights (tfm convert): weight [out, in] s8, weight_scale [out] (w = weight * scale).
+  static PackedLinear from_int8(const int8_t* weight, const float* weight_scale, const float* bias,
+                                int64_t in_features, int64_t out_features);
+  // out: [N, out_features] fp32, written; inp: [N, in_features] fp32.
+  void forward(float* out, const float* inp, int64_t N, Epilogue epilogue = Epilogue::None) const;
+
+  bool defined() const { return impl_ != nullptr; }
+  int64_t in_features() const;
+  int64_t out_features() const;
+  ComputeType compute_type() const;
+  size_t packed_bytes() const;  // bytes of the packed weights (for memory reports)
+  struct Impl;
+
+ private:
+  std::shared_ptr<Impl> impl_;
+};
+
+}  // namespace tfm::ops

@@ -1,0 +1,176 @@
+// bf16 and int8 inference (ops/gemm.h PackedLinear) against the same model in fp32: per-token cosine similarity
+// over real (non-padded) tokens, issue 9's bounds: >= 0.9999 bf16, >= 0.999 int8. Models: a random BERT-base
+// (bert-base-uncased config, PyTorch default init, seeded) on real sentences tokenized with the bert-base-uncased
+// vocabulary and padded into one batch, and the golden PyTorch fixtures with their padded inputs.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+
+#include "io/safetensors.h"
+#include "models/encoder.h"
+#include "text/bert_tokenizer.h"
+#include "test_util.h"
+
+using namespace tfm;
+using ops::ComputeType;
+using tfm::test::fixture;
+
+namespace {
+
+// Replays the tensors another source created, so several models can be built from identical weights.
+class MapWeights : public WeightSource {
+ public:
+  explicit MapWeights(const std::vector<std::pair<std::string, Tensor>>& t) : t_(t.begin(), t.end()) {}
+  Tensor get(const std::string& name, const Shape& shape, const std::vector<std::string>&) override {
+    auto it = t_.find(name);
+    if (it == t_.end() || it->second.shape() != shape) throw std::runtime_error("MapWeights: no '" + name + "'");
+    return it->second;
+  }
+
+ private:
+  std::map<std::string, Tensor> t_;
+};
+
+// Builds the model for `ct`, or skips the test with oneDNN's one-line reason when this CPU has no kernel.
+std::unique_ptr<EncoderModel> build(const EncoderConfig& c, WeightSource& w, ComputeType ct) {
+  return make_encoder(c, w, ct);
+}
+
+// Smallest per-token cosine between a and b ([B, L, H]) over positions with attention_mask 1.
+double min_token_cosine(const Tensor& a, const Tensor& b, const Tensor& attention_mask) {
+  const int64_t H = a.size(-1), N = a.numel() / H;
+  double worst = 1.0;
+  for (int64_t n = 0; n < N; ++n) {
+    if (attention_mask.defined() && attention_mask.i64()[n] == 0) continue;
+    double ab = 0, aa = 0, bb = 0;
+    for (int64_t h = 0; h < H; ++h) {
+      double x = a.f32()[n * H + h], y = b.f32()[n * H + h];
+      ab += x * y, aa += x * x, bb += y * y;
+    }
+    double cs = ab / std::sqrt(aa * bb);
+    if (!(cs >= worst)) worst = std::isnan(cs) ? -2.0 : cs;
+  }
+  return worst;
+}
+
+// Mean over real tokens: [B, H].
+std::vector<std::vector<double>> mean_pool(const Tensor& h, const Tensor& attention_mask) {
+  const int64_t B = h.size(0), L = h.size(1), H = h.size(2);
+  std::vector<std::vector<double>> out(B, std::vector<double>(H, 0.0));
+  for (int64_t b = 0; b < B; ++b) {
+    int64_t cnt = 0;
+    for (int64_t l = 0; l < L; ++l) {
+      if (attention_mask.i64()[b * L + l] == 0) continue;
+      ++cnt;
+      for (int64_t d = 0; d < H; ++d) out[b][d] += h.f32()[(b * L + l) * H + d];
+    }
+    for (auto& v : out[b]) v /= (double)cnt;
+  }
+  return out;
+}
+double cosine(const std::vector<double>& a, const std::vector<double>& b) {
+  double ab = 0, aa = 0, bb = 0;
+  for (size_t i = 0; i < a.size(); ++i) ab += a[i] * b[i], aa += a[i] * a[i], bb += b[i] * b[i];
+  return ab / std::sqrt(aa * bb);
+}
+
+Tensor stack(const std::vector<Encoding>& enc, std::vector<int64_t> Encoding::*field) {
+  const int64_t B = (int64_t)enc.size(), L = (int64_t)enc[0].input_ids.size();
+  std::vector<int64_t> v;
+  for (const auto& e : enc) v.insert(v.end(), (e.*field).begin(), (e.*field).end());
+  return Tensor::from_i64({B, L}, v);
+}
+
+const double kBound[] = {1.0, 0.9999, 0.999};  // indexed by ComputeType: F32, BF16, I8
+
+}  // namespace
+
+TEST(Dtypes, RandomBertBaseOnRealSentencesWithPadding) {
+  const std::string dir = tfm::test::data_dir() + "/bert-base-uncased";
+  EncoderConfig c = EncoderConfig::load(dir + "/config.json");
+  BertTokenizer tok = BertTokenizer::from_dir(dir);
+  std::vector<std::string> texts = {
+      "time flies like an arrow",
+      "I have a dream.",
+      "A man in a blue shirt is standing on a ladder cleaning windows.",
+      "Two young, White males are outside near many bushes.",
+      "The quick brown fox jumps over the lazy dog while the farmer watches from the porch."};
+  std::vector<Encoding> enc = tok.encode_batch(texts, true);
+  Tensor ids = stack(enc, &Encoding::input_ids), tt = stack(enc, &Encoding::token_type_ids),
+         mask = stack(enc, &Encoding::attention_mask);
+  ASSERT_GT(std::count(mask.i64(), mask.i64() + mask.numel(), 0), 0) << "the batch must contain padding";
+
+  RandomWeights rw(20240901);
+  auto fp32 = make_encoder(c, rw, ComputeType::F32);
+  MapWeights same(rw.created());
+  EncoderOutput ref = fp32->forward(ids, tt, mask);
+  auto ref_pool = mean_pool(ref.last_hidden_state, mask);
+  for (ComputeType ct : {ComputeType::BF16, ComputeType::I8}) {
+    std::unique_ptr<EncoderModel> m;
+    try {
+      m = build(c, same, ct);
+    } catch (const std::runtime_error& e) {
+      GTEST_SKIP() << e.what();
+    }
+    EncoderOutput out = m->forward(ids, tt, mask);
+    double cs = min_token_cosine(out.last_hidden_state, ref.last_hidden_state, mask);
+    std::printf("[dtypes] random BERT-base %s: min per-token cosine to fp32 %.6f\n", ops::compute_type_name(ct), cs);
+    EXPECT_GE(cs, kBound[(int)ct]) << ops::compute_type_name(ct);
+    EXPECT_LT(cs, 1.0 - 1e-9) << ops::compute_type_name(ct) << " gave fp32's answer exactly: not reduced precision";
+    // Sentence similarities (mean pooling) keep their order wherever fp32 separates them clearly.
+    auto pool = mean_pool(out.last_hidden_state, mask);
+    const size_t B = texts.size();
+    for (size_t i = 0; i < B; ++i)
+      for (size_t j = i + 1; j < B; ++j)
+        for (size_t k = 0; k < B; ++k)
+          for (size_t l = k + 1; l < B; ++l) {
+            double r1 = cosine(ref_pool[i], ref_pool[j]), r2 = cosine(ref_pool[k], ref_pool[l]);
+            if (std::fabs(r1 - r2) < 1e-3) continue;
+            EXPECT_EQ(r1 < r2, cosine(pool[i], pool[j]) < cosine(pool[k], pool[l]))
+                << ops::compute_type_name(ct) << " pairs (" << i << "," << j << ") vs (" << k << "," << l << ")";
+          }
+  }
+}
+
+// The golden fixture models (tiny BERTs and the tutorial encoder), with their padded inputs.
+TEST(Dtypes, GoldenEncodersStayCloseToFp32) {
+  for (const char* name : {"bert", "bert_gelu_new", "transformer_encoder"}) {
+    auto io = SafeTensors::open(fixture(std::string(name) + "/io.safetensors"));
+    Tensor ids = io.get("input_ids"), mask = io.get("attention_mask");
+    Tensor tt = io.has("token_type_ids") ? io.get("token_type_ids") : Tensor();
+    auto fp32 = load_encoder(fixture(name), ComputeType::F32);
+    Tensor ref = fp32->forward(ids, tt, mask).last_hidden_state;
+    // fp32 packed weights still match PyTorch (the golden tolerance of test_encoders.cpp).
+    Tensor want = io.get("last_hidden_state");
+    double err = 0;
+    for (int64_t n = 0; n < mask.numel(); ++n) {
+      if (mask.i64()[n] == 0) continue;
+      const int64_t H = want.size(-1);
+      for (int64_t h = 0; h < H; ++h) err = std::fmax(err, std::fabs(ref.f32()[n * H + h] - want.f32()[n * H + h]));
+    }
+    EXPECT_LE(err, 1e-4) << name;
+    for (ComputeType ct : {ComputeType::BF16, ComputeType::I8}) {
+      std::unique_ptr<EncoderModel> m;
+      try {
+        m = load_encoder(fixture(name), ct);
+      } catch (const std::runtime_error& e) {
+        GTEST_SKIP() << e.what();
+      }
+      Tensor got = m->forward(ids, tt, mask).last_hidden_state;
+      double cs = min_token_cosine(got, ref, mask);
+      std::printf("[dtypes] %s %s: min per-token cosine to fp32 %.6f\n", name, ops::compute_type_name(ct), cs);
+      EXPECT_GE(cs, kBound[(int)ct]) << name << " " << ops::compute_type_name(ct);
+    }
+  }
+}
+
+TEST(Dtypes, UnknownDtypeIsRejectedWithTheAcceptedNames) {
+  try {
+    ops::parse_compute_type("fp16");
+    FAIL() << "no throw";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("fp32, bf16 or int8"), std::string::npos) << e.what();
+  }
+}

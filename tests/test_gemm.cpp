@@ -1,0 +1,104 @@
+// The oneDNN GEMM seam (ops/gemm.h) against its plain double-precision references.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "ops/activation.h"
+#include "ops/gemm.h"
+#include "ops/matmul.h"
+#include "test_util.h"
+
+using namespace tfm::ops;
+using tfm::test::all_close;
+using tfm::test::random_vec;
+
+namespace {
+double min_row_cosine(const std::vector<float>& a, const std::vector<float>& b, int64_t rows, int64_t cols) {
+  double worst = 1.0;
+  for (int64_t r = 0; r < rows; ++r) {
+    double ab = 0, aa = 0, bb = 0;
+    for (int64_t c = 0; c < cols; ++c) {
+      ab += (double)a[r * cols + c] * b[r * cols + c];
+      aa += (double)a[r * cols + c] * a[r * cols + c];
+      bb += (double)b[r * cols + c] * b[r * cols + c];
+    }
+    worst = std::fmin(worst, ab / std::sqrt(aa * bb));
+  }
+  return worst;
+}
+}  // namespace
+
+// Small sizes take the plain loop, large ones dnnl_sgemm; both must honour trans/ld/alpha/beta.
+TEST(Gemm, MatchesReferenceForEveryTransposeAndSize) {
+  for (int64_t s : {3, 40, 130})
+    for (int ta = 0; ta < 2; ++ta)
+      for (int tb = 0; tb < 2; ++tb)
+        for (float beta : {0.0f, 1.0f, 0.5f}) {
+          const int64_t M = s, N = s + 5, K = s + 2, lda = (ta ? M : K) + 3, ldb = (tb ? K : N) + 1, ldc = N + 2;
+          auto A = random_vec((ta ? K : M) * lda, 1), B = random_vec((tb ? N : K) * ldb, 2);
+          auto C = random_vec(M * ldc, 3), Cr = C;
+          gemm(ta, tb, M, N, K, 0.75f, A.data(), lda, B.data(), ldb, beta, C.data(), ldc);
+          gemm_ref(ta, tb, M, N, K, 0.75f, A.data(), lda, B.data(), ldb, beta, Cr.data(), ldc);
+          EXPECT_TRUE(all_close(C, Cr, 1e-4f, 1e-4f)) << "s " << s << " ta " << ta << " tb " << tb << " beta " << beta;
+        }
+}
+
+TEST(Gemm, BetaZeroIgnoresNaNInOutput) {
+  const int64_t M = 64, N = 64, K = 64;
+  auto A = random_vec(M * K, 1), B = random_vec(N * K, 2);
+  std::vector<float> C(M * N, NAN), Cr(M * N, 0.0f);
+  gemm(false, true, M, N, K, 1.0f, A.data(), K, B.data(), K, 0.0f, C.data(), N);
+  gemm_ref(false, true, M, N, K, 1.0f, A.data(), K, B.data(), K, 0.0f, Cr.data(), N);
+  EXPECT_TRUE(all_close(C, Cr, 1e-4f, 1e-4f));
+}
+
+// fp32 packed weights: the same product as the reference, for every row count (one cached primitive each)
+// and every fused activation.
+TEST(PackedLinear, F32MatchesReferenceWithFusedBiasAndActivation) {
+  const int64_t I = 96, O = 200;
+  auto w = random_vec(O * I, 4), b = random_vec(O, 5);
+  PackedLinear lin(w.data(), b.data(), I, O, ComputeType::F32);
+  EXPECT_EQ(lin.in_features(), I);
+  EXPECT_EQ(lin.out_features(), O);
+  for (int64_t N : {1, 5, 64, 129})
+    for (auto [ep, act] : {std::pair{Epilogue::None, Activation::Gelu}, std::pair{Epilogue::Gelu, Activation::Gelu},
+                           std::pair{Epilogue::GeluTanh, Activation::GeluTanh},
+                           std::pair{Epilogue::Relu, Activation::Relu}}) {
+      auto x = random_vec(N * I, 6 + N);
+      std::vector<float> y(N * O), yr(N * O);
+      lin.forward(y.data(), x.data(), N, ep);
+      linear_forward_ref(yr.data(), x.data(), w.data(), b.data(), N, I, O);
+      if (ep != Epilogue::None) activation_forward_ref(yr.data(), yr.data(), N * O, act);
+      EXPECT_TRUE(all_close(y, yr, 1e-5f, 1e-5f)) << "N " << N << " epilogue " << (int)ep;
+    }
+  PackedLinear nobias(w.data(), nullptr, I, O, ComputeType::F32);
+  auto x = random_vec(7 * I, 9);
+  std::vector<float> y(7 * O), yr(7 * O);
+  nobias.forward(y.data(), x.data(), 7);
+  linear_forward_ref(yr.data(), x.data(), w.data(), nullptr, 7, I, O);
+  EXPECT_TRUE(all_close(y, yr, 1e-5f, 1e-5f));
+}
+
+// Reduced precision: per-row cosine to the fp32 reference (the bounds of issue 9 for whole models, held here
+// per GEMM), and the output must actually differ from fp32 (it really ran in low precision).
+TEST(PackedLinear, Bf16AndInt8CloseToFp32) {
+  const int64_t N = 33, I = 768, O = 300;
+  auto w = random_vec(O * I, 10, -0.05f, 0.05f), b = random_vec(O, 11), x = random_vec(N * I, 12, -2.0f, 2.0f);
+  std::vector<float> yr(N * O);
+  linear_forward_ref(yr.data(), x.data(), w.data(), b.data(), N, I, O);
+  activation_forward_ref(yr.data(), yr.data(), N * O, Activation::Gelu);
+  for (auto [ct, bound] : {std::pair{ComputeType::BF16, 0.9999}, std::pair{ComputeType::I8, 0.999}}) {
+    PackedLinear lin(w.data(), b.data(), I, O, ct);
+    std::vector<float> y(N * O);
+    lin.forward(y.data(), x.data(), N, Epilogue::Gelu);
+    EXPECT_GE(min_row_cosine(y, yr, N, O), bound) << compute_type_name(ct);
+    EXPECT_FALSE(all_close(y, yr, 1e-6f, 0.0f)) << compute_type_name(ct) << " output equals fp32 exactly";
+  }
+}
+
+TEST(PackedLinear, ParsesComputeTypes) {
+  EXPECT_EQ(parse_compute_type("fp32"), ComputeType::F32);
+  EXPECT_EQ(parse_compute_type("bf16"), ComputeType::BF16);
+  EXPECT_EQ(parse_compute_type("int8"), ComputeType::I8);
+  EXPECT_THROW(parse_compute_type("fp16"), std::invalid_argument);
+}
