@@ -19,6 +19,9 @@ class WeightSource {
   // Throws std::runtime_error: "<file>: missing tensor 'name' (also tried 'alias')" or
   // "<file>: tensor 'name' has shape [a, b], config expects [c, d]".
   virtual Tensor get(const std::string& name, const Shape& shape, const std::vector<std::string>& aliases = {}) = 0;
+  // Whether `name` can be had, so optional parts (BERT's pooler, a tied decoder) load only when present.
+  // A random source creates anything, so it has every name.
+  virtual bool has(const std::string& name) const { return true; }
 };
 
 // Weights read in place from an mmapped model.safetensors.
@@ -26,6 +29,7 @@ class SafeTensorsWeights : public WeightSource {
  public:
   explicit SafeTensorsWeights(const std::string& path) : st_(SafeTensors::open(path)) {}
   Tensor get(const std::string& name, const Shape& shape, const std::vector<std::string>& aliases = {}) override;
+  bool has(const std::string& name) const override { return st_.has(name); }
   const SafeTensors& file() const { return st_; }
 
  private:
