@@ -538,7 +538,7 @@ def decode(tokens):
     toks = [t for t in tokens if t not in SPECIALS]  # skip_special_tokens: [UNK] is special too
     s = ""
     for i, t in enumerate(toks):
-        if t.startswith("##"):
+        if t.startswith("##") and i:  # the first piece keeps its "##" (WordPiece decoder, i != 0)
             s += t[2:]
         else:
             s += (" " if i else "") + t
