@@ -45,7 +45,8 @@ class Bert : public EncoderModel {
       L.out_ln = norm(w, p + "output.LayerNorm", H);
       layers_.push_back(std::move(L));
     }
-    pooler_ = linear(w, "pooler.dense", H, H);
+    // BertForMaskedLM / BertForTokenClassification checkpoints have no pooler: load it only when present.
+    if (w.has("pooler.dense.weight") || w.has("bert.pooler.dense.weight")) pooler_ = linear(w, "pooler.dense", H, H);
   }
 
   EncoderOutput forward(const Tensor& input_ids, const Tensor& token_type_ids, const Tensor& attention_mask,
@@ -98,15 +99,17 @@ class Bert : public EncoderModel {
       Ly.out_ln.forward(X, X, N);
       if (all_layers) std::memcpy(hs.f32() + (l + 1) * N * H, X, sizeof(float) * N * H);
     }
-    // Pooler: tanh(dense(x[:, 0]))
-    Tensor pooled = Tensor::empty({B, H});
-    std::vector<float> cls(B * H);
-    for (int64_t b = 0; b < B; ++b) std::memcpy(cls.data() + b * H, X + b * L * H, sizeof(float) * H);
-    pooler_.forward(pooled.f32(), cls.data(), B);
-    ops::tanh_forward(pooled.f32(), pooled.f32(), B * H);
+    // Pooler: tanh(dense(x[:, 0])), when the checkpoint has one.
+    if (pooler_.weight.defined()) {
+      Tensor pooled = Tensor::empty({B, H});
+      std::vector<float> cls(B * H);
+      for (int64_t b = 0; b < B; ++b) std::memcpy(cls.data() + b * H, X + b * L * H, sizeof(float) * H);
+      pooler_.forward(pooled.f32(), cls.data(), B);
+      ops::tanh_forward(pooled.f32(), pooled.f32(), B * H);
+      out.pooler_output = pooled;
+    }
     out.last_hidden_state = x;
     out.hidden_states = hs;
-    out.pooler_output = pooled;
     return out;
   }
 

@@ -8,7 +8,9 @@ namespace tfm {
 // Weight names as BertModel.state_dict() writes them ("embeddings.word_embeddings.weight",
 // "encoder.layer.N.attention.self.query.weight", ..., "pooler.dense.bias"); also accepted with the "bert." prefix
 // and with the old "LayerNorm.gamma"/"LayerNorm.beta" names of pre-training checkpoints. Other tensors (the
-// "cls.*" heads) are ignored. Throws std::runtime_error on a missing tensor or a shape mismatch.
+// "cls.*" heads) are ignored. The pooler is optional (BertForMaskedLM and BertForTokenClassification files have
+// none): without "pooler.dense.*" the model loads and EncoderOutput::pooler_output stays undefined.
+// Throws std::runtime_error on a missing tensor or a shape mismatch.
 // Linear weights are packed for `dtype` at load (query/key/value as one GEMM) and their file pages released;
 // embeddings, LayerNorm, softmax and residuals stay fp32.
 std::unique_ptr<EncoderModel> make_bert(const EncoderConfig& config, WeightSource& weights,

@@ -36,7 +36,7 @@ struct EncoderConfig {
 struct EncoderOutput {
   Tensor last_hidden_state;  // [B, L, hidden_size]
   Tensor hidden_states;      // [num_hidden_layers + 1, B, L, hidden_size], embedding output first (if requested)
-  Tensor pooler_output;      // [B, hidden_size], tanh(dense(h[:, 0])) (BERT only; undefined otherwise)
+  Tensor pooler_output;      // [B, hidden_size], tanh(dense(h[:, 0])) (BERT with pooler weights only; undefined otherwise)
 };
 
 class EncoderModel {

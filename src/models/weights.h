@@ -22,6 +22,9 @@ class WeightSource {
   // Tells the source that `t` (from get()) has been copied into a packed layout and its memory is no longer
   // read; a file-backed source drops the pages from memory. Default: nothing.
   virtual void release(const Tensor& t) {}
+  // Whether `name` can be had, so optional parts (BERT's pooler, a tied decoder) load only when present.
+  // A random source creates anything, so it has every name.
+  virtual bool has(const std::string& name) const { return true; }
 };
 
 // Weights read in place from an mmapped model.safetensors.
@@ -32,6 +35,7 @@ class SafeTensorsWeights : public WeightSource {
   void release(const Tensor& t) override {
     if (t.defined() && t.dtype() == DType::F32) st_.release_pages(t.f32(), t.nbytes());
   }
+  bool has(const std::string& name) const override { return st_.has(name); }
   const SafeTensors& file() const { return st_; }
 
  private:

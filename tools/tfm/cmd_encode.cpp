@@ -150,7 +150,8 @@ void add_encode_command(CLI::App& app) {
               << "\n";
     // Every check before the first write, so an error leaves no half of the requested outputs behind.
     if (!o->pooled.empty() && !out.pooler_output.defined())
-      throw std::invalid_argument("--pooled: model_type '" + config.model_type + "' has no pooler; nothing written");
+      throw std::invalid_argument("--pooled: this " + config.model_type +
+                                  " model has no pooler (no pooler.dense weights in the checkpoint); nothing written");
     for (const Tensor* t : std::initializer_list<const Tensor*>{&result, &out.pooler_output}) {
       if (!t->defined()) continue;
       for (int64_t i = 0; i < t->numel(); ++i)

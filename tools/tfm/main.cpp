@@ -146,6 +146,10 @@ int main(int argc, char** argv) {
   tfm::cli::add_translate_command(app);
   tfm::cli::add_bleu_command(app);
   tfm::cli::add_data_command(app);
+  tfm::cli::add_embed_command(app);
+  tfm::cli::add_classify_command(app);
+  tfm::cli::add_fill_mask_command(app);
+  tfm::cli::add_rerank_command(app);
   try {
     app.parse(argc, argv);
     tfm::cli::flush_stdout();

@@ -1,0 +1,326 @@
+#include "models/heads.h"
+
+#include <utf8proc.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <stdexcept>
+
+#include "io/json_util.h"
+#include "models/weights.h"
+#include "ops/layer_norm.h"
+
+namespace tfm {
+
+const char* head_kind_name(HeadKind k) {
+  switch (k) {
+    case HeadKind::SequenceClassification: return "sequence classification";
+    case HeadKind::TokenClassification: return "token classification";
+    case HeadKind::MaskedLM: return "masked language modelling (fill-mask)";
+  }
+  return "?";
+}
+
+ScoreFunction HeadConfig::default_score_function() const {
+  if (!activation_fn.empty()) {
+    std::string n = activation_fn.substr(activation_fn.rfind('.') == std::string::npos ? 0 : activation_fn.rfind('.') + 1);
+    if (n == "Sigmoid") return ScoreFunction::Sigmoid;
+    if (n == "Identity") return ScoreFunction::None;
+    if (n == "Softmax") return ScoreFunction::Softmax;
+  }
+  if (id2label.size() == 1 || problem_type == "multi_label_classification") return ScoreFunction::Sigmoid;
+  return ScoreFunction::Softmax;
+}
+
+namespace {
+bool contains(const std::vector<std::string>& v, const std::string& suffix) {
+  for (const auto& s : v)
+    if (s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0) return true;
+  return false;
+}
+
+// Which head does the file hold? architectures first, then the tensors.
+HeadKind detect(const std::string& dir, const std::vector<std::string>& arch, const SafeTensorsWeights& w) {
+  const bool has_cls = w.has("classifier.weight");
+  const bool has_mlm = w.has("cls.predictions.bias") || w.has("cls.predictions.transform.dense.weight");
+  if (contains(arch, "ForSequenceClassification")) return HeadKind::SequenceClassification;
+  if (contains(arch, "ForTokenClassification")) return HeadKind::TokenClassification;
+  if (contains(arch, "ForMaskedLM") || contains(arch, "ForPreTraining")) return HeadKind::MaskedLM;
+  if (arch.empty() && has_mlm && !has_cls) return HeadKind::MaskedLM;
+  if (arch.empty() && has_cls)
+    return (w.has("pooler.dense.weight") || w.has("bert.pooler.dense.weight")) ? HeadKind::SequenceClassification
+                                                                                : HeadKind::TokenClassification;
+  std::string a = arch.empty() ? "no architectures" : "architectures " + arch[0];
+  throw std::runtime_error(dir + " has no task head (" + a + ", no classifier.* or cls.predictions.* tensors); " +
+                           "use 'tfm embed' or 'tfm encode' for a plain BERT folder");
+}
+std::vector<std::string> read_architectures(const nlohmann::json& j) {
+  std::vector<std::string> out;
+  if (j.contains("architectures") && j["architectures"].is_array())
+    for (const auto& a : j["architectures"])
+      if (a.is_string()) out.push_back(a.get<std::string>());
+  return out;
+}
+}  // namespace
+
+HeadKind detect_head_kind(const std::string& dir) {
+  nlohmann::json j = load_json_file(dir + "/config.json");
+  SafeTensorsWeights w(dir + "/model.safetensors");
+  return detect(dir, read_architectures(j), w);
+}
+
+TaskModel TaskModel::load(const std::string& dir, HeadKind want) {
+  namespace fs = std::filesystem;
+  TaskModel m;
+  const std::string cfg_path = dir + "/config.json";
+  nlohmann::json j = load_json_file(cfg_path);
+  EncoderConfig cfg = EncoderConfig::from_json(j, cfg_path);
+  if (cfg.model_type != "bert")
+    throw std::runtime_error(cfg_path + ": task heads need a BERT checkpoint, found model_type '" + cfg.model_type + "'");
+  m.head_.architectures = read_architectures(j);
+  m.head_.problem_type = json_string_or(j, "problem_type", "", cfg_path);
+  if (j.contains("sentence_transformers") && j["sentence_transformers"].is_object())
+    m.head_.activation_fn = json_string_or(j["sentence_transformers"], "activation_fn", "", cfg_path);
+  if (m.head_.activation_fn.empty())
+    m.head_.activation_fn = json_string_or(j, "sbert_ce_default_activation_function", "", cfg_path);
+
+  SafeTensorsWeights w(dir + "/model.safetensors");
+  HeadKind kind = detect(dir, m.head_.architectures, w);
+  if (kind != want) {
+    const auto& arch = m.head_.architectures;
+    std::string a = arch.empty() ? std::string(head_kind_name(kind)) + " checkpoint" : arch[0] + " checkpoint";
+    throw std::runtime_error(dir + " is a " + a + ": it has no " + head_kind_name(want) + " head");
+  }
+  m.kind_ = kind;
+  m.encoder_ = make_encoder(cfg, w);
+  m.tokenizer_ = std::make_shared<BertTokenizer>(BertTokenizer::from_dir(dir));
+  if (m.tokenizer_->vocab_size() > cfg.vocab_size)
+    throw std::runtime_error(dir + ": tokenizer vocabulary (" + std::to_string(m.tokenizer_->vocab_size()) +
+                             " tokens) is larger than config.json vocab_size (" + std::to_string(cfg.vocab_size) + ")");
+  const std::string tc = dir + "/tokenizer_config.json";
+  if (fs::exists(tc)) m.cleanup_ = json_bool_or(load_json_file(tc), "clean_up_tokenization_spaces", true, tc);
+  const int64_t H = cfg.hidden_size;
+
+  if (kind == HeadKind::MaskedLM) {
+    m.act_ = ops::parse_activation(cfg.hidden_act);
+    m.transform_ = nn::Linear::load(w, "cls.predictions.transform.dense", H, H);
+    const std::string p = "cls.predictions.transform.LayerNorm.";
+    m.transform_ln_.weight = w.get(p + "weight", {H}, {p + "gamma"});
+    m.transform_ln_.bias = w.get(p + "bias", {H}, {p + "beta"});
+    m.transform_ln_.eps = (float)cfg.layer_norm_eps;
+    // Decoder: stored, or tied to the word embeddings (safetensors files from save_pretrained drop tied copies).
+    if (w.has("cls.predictions.decoder.weight")) {
+      m.decoder_.weight = w.get("cls.predictions.decoder.weight", {cfg.vocab_size, H});
+    } else {
+      m.decoder_.weight = w.get("bert.embeddings.word_embeddings.weight", {cfg.vocab_size, H},
+                                {"embeddings.word_embeddings.weight"});
+      m.tied_ = true;
+    }
+    m.decoder_.bias = w.get("cls.predictions.bias", {cfg.vocab_size}, {"cls.predictions.decoder.bias"});
+    return m;
+  }
+
+  // Classification: labels from id2label, else from the classifier's rows.
+  int64_t num_labels = 0;
+  if (!w.has("classifier.weight"))
+    throw std::runtime_error(dir + "/model.safetensors: missing tensor 'classifier.weight' of the " +
+                             head_kind_name(kind) + " head");
+  const Shape& cs = w.file().shape_of("classifier.weight");
+  if (cs.size() != 2 || cs[1] != H)
+    throw std::runtime_error(dir + "/model.safetensors: tensor 'classifier.weight' has shape " + shape_str(cs) +
+                             ", expected [num_labels, " + std::to_string(H) + "]");
+  num_labels = cs[0];
+  if (j.contains("id2label") && j["id2label"].is_object() && !j["id2label"].empty()) {
+    if ((int64_t)j["id2label"].size() != num_labels)
+      throw std::runtime_error(cfg_path + ": id2label has " + std::to_string(j["id2label"].size()) +
+                               " labels, the classifier " + std::to_string(num_labels));
+    m.head_.id2label.assign(num_labels, "");
+    for (auto& [k, v] : j["id2label"].items()) {
+      char* end = nullptr;
+      long idx = std::strtol(k.c_str(), &end, 10);
+      if (k.empty() || *end || idx < 0 || idx >= num_labels || !v.is_string())
+        throw std::runtime_error(cfg_path + ": id2label key '" + k + "' is not a label id 0.." +
+                                 std::to_string(num_labels - 1) + " with a string label");
+      m.head_.id2label[idx] = v.get<std::string>();
+    }
+  } else {
+    for (int64_t i = 0; i < num_labels; ++i) m.head_.id2label.push_back("LABEL_" + std::to_string(i));
+  }
+  m.classifier_ = nn::Linear::load(w, "classifier", H, num_labels);
+  if (kind == HeadKind::SequenceClassification && !(w.has("pooler.dense.weight") || w.has("bert.pooler.dense.weight")))
+    throw std::runtime_error(dir + "/model.safetensors: missing tensor 'bert.pooler.dense.weight': sequence "
+                             "classification reads the pooler output");
+  return m;
+}
+
+Tensor TaskModel::sequence_logits(const Tensor& ids, const Tensor& tt, const Tensor& mask) const {
+  EncoderOutput out = encoder_->forward(ids, tt, mask);
+  const int64_t B = ids.size(0);
+  Tensor logits = Tensor::empty({B, num_labels()});
+  classifier_.forward(logits.f32(), out.pooler_output.f32(), B);
+  return logits;
+}
+
+Tensor TaskModel::token_logits(const Tensor& ids, const Tensor& tt, const Tensor& mask) const {
+  EncoderOutput out = encoder_->forward(ids, tt, mask);
+  const int64_t B = ids.size(0), L = ids.size(1);
+  Tensor logits = Tensor::empty({B, L, num_labels()});
+  classifier_.forward(logits.f32(), out.last_hidden_state.f32(), B * L);
+  return logits;
+}
+
+Tensor TaskModel::mlm_logits(const Tensor& ids, const Tensor& tt, const Tensor& mask,
+                             const std::vector<std::pair<int64_t, int64_t>>& positions) const {
+  EncoderOutput out = encoder_->forward(ids, tt, mask);
+  const int64_t L = ids.size(1), H = encoder_->config().hidden_size, V = decoder_.out_features();
+  const int64_t P = (int64_t)positions.size();
+  std::vector<float> h(P * H), t(P * H);
+  for (int64_t p = 0; p < P; ++p) {
+    auto [b, l] = positions[p];
+    if (b < 0 || b >= ids.size(0) || l < 0 || l >= L) throw std::invalid_argument("mlm_logits: position out of range");
+    std::copy_n(out.last_hidden_state.f32() + (b * L + l) * H, H, h.data() + p * H);
+  }
+  transform_.forward(t.data(), h.data(), P);
+  ops::activation_forward(t.data(), t.data(), P * H, act_);
+  transform_ln_.forward(t.data(), t.data(), P);
+  Tensor logits = Tensor::empty({P, V});
+  decoder_.forward(logits.f32(), t.data(), P);
+  return logits;
+}
+
+BatchTensors make_batch(const std::vector<Encoding>& enc, int64_t pad_id) {
+  const int64_t B = (int64_t)enc.size();
+  int64_t L = 0;
+  for (const auto& e : enc) L = std::max(L, (int64_t)e.input_ids.size());
+  BatchTensors t{Tensor::zeros({B, L}, DType::I64), Tensor::zeros({B, L}, DType::I64),
+                 Tensor::zeros({B, L}, DType::I64)};
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t l = 0; l < L; ++l) {
+      const bool real = l < (int64_t)enc[b].input_ids.size();
+      t.input_ids.i64()[b * L + l] = real ? enc[b].input_ids[l] : pad_id;
+      t.token_type_ids.i64()[b * L + l] = real ? enc[b].token_type_ids[l] : 0;
+      t.attention_mask.i64()[b * L + l] = real ? enc[b].attention_mask[l] : 0;
+    }
+  return t;
+}
+
+std::vector<float> apply_score_function(const float* x, int64_t n, ScoreFunction f) {
+  std::vector<float> s(x, x + n);
+  if (f == ScoreFunction::Sigmoid) {
+    for (auto& v : s) v = 1.0f / (1.0f + std::exp(-v));
+  } else if (f == ScoreFunction::Softmax) {
+    float mx = *std::max_element(s.begin(), s.end());
+    double sum = 0;
+    for (auto& v : s) sum += std::exp((double)v - mx);
+    for (auto& v : s) v = (float)(std::exp((double)v - mx) / sum);
+  }
+  return s;
+}
+
+std::string decode_wordpieces(const BertTokenizer& tok, const std::vector<std::string>& tokens, bool cleanup) {
+  std::string s;
+  bool first = true;
+  for (const auto& t : tokens) {
+    const int64_t id = tok.token_to_id(t);
+    if (t == "[CLS]" || t == "[SEP]" || t == "[PAD]" || t == "[MASK]" || t == "[UNK]" ||
+        id == tok.cls_id() || id == tok.sep_id() || id == tok.pad_id() || id == tok.unk_id())
+      continue;
+    if (!first && t.rfind("##", 0) == 0) {
+      s += t.substr(2);
+    } else {
+      if (!first) s += ' ';
+      s += t;
+    }
+    first = false;
+  }
+  if (cleanup) {
+    static const std::pair<const char*, const char*> rules[] = {
+        {" .", "."}, {" ?", "?"}, {" !", "!"}, {" ,", ","}, {" ' ", "'"}, {" n't", "n't"},
+        {" 'm", "'m"}, {" 's", "'s"}, {" 've", "'ve"}, {" 're", "'re"}};
+    for (auto [from, to] : rules) {
+      std::string out;
+      const std::string f = from;
+      size_t pos = 0, hit;
+      while ((hit = s.find(f, pos)) != std::string::npos) {
+        out += s.substr(pos, hit - pos) + to;
+        pos = hit + f.size();
+      }
+      s = out + s.substr(pos);
+    }
+  }
+  return s;
+}
+
+namespace {
+std::u32string to_u32(const std::string& s) {
+  std::u32string out;
+  const auto* p = (const utf8proc_uint8_t*)s.data();
+  utf8proc_ssize_t n = (utf8proc_ssize_t)s.size(), i = 0;
+  while (i < n) {
+    utf8proc_int32_t cp = 0;
+    utf8proc_ssize_t k = utf8proc_iterate(p + i, n - i, &cp);
+    if (k <= 0) throw std::invalid_argument("invalid UTF-8 at byte " + std::to_string(i));
+    out += (char32_t)cp;
+    i += k;
+  }
+  return out;
+}
+std::string to_utf8(char32_t c) {
+  utf8proc_uint8_t buf[4];
+  utf8proc_ssize_t m = utf8proc_encode_char((utf8proc_int32_t)c, buf);
+  return std::string((const char*)buf, (size_t)m);
+}
+bool is_space(char32_t c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || utf8proc_category(c) == UTF8PROC_CATEGORY_ZS; }
+bool is_punct(char32_t c) {
+  if ((c >= 33 && c <= 47) || (c >= 58 && c <= 64) || (c >= 91 && c <= 96) || (c >= 123 && c <= 126)) return true;
+  auto cat = utf8proc_category((utf8proc_int32_t)c);
+  return cat >= UTF8PROC_CATEGORY_PC && cat <= UTF8PROC_CATEGORY_PO;
+}
+}  // namespace
+
+std::vector<std::pair<int64_t, int64_t>> token_offsets(const BertTokenizer& tok, const std::string& text,
+                                                       const Encoding& enc) {
+  // The normalizer works character by character (clean-up, lowercase, accent stripping, spaces around CJK), so
+  // normalizing each source character alone gives the normalized text with the source index of every character.
+  const std::u32string src = to_u32(text);
+  std::u32string norm;
+  std::vector<int64_t> origin;
+  for (size_t i = 0; i < src.size(); ++i) {
+    std::u32string piece = to_u32(tok.normalize(to_utf8(src[i])));
+    for (char32_t c : piece) {
+      norm += c;
+      origin.push_back((int64_t)i);
+    }
+  }
+  std::vector<std::pair<int64_t, int64_t>> out;
+  size_t cur = 0;
+  for (size_t t = 0; t < enc.tokens.size(); ++t) {
+    const std::string& token = enc.tokens[t];
+    if (enc.attention_mask[t] == 0 || enc.input_ids[t] == tok.cls_id() || enc.input_ids[t] == tok.sep_id() ||
+        enc.input_ids[t] == tok.pad_id()) {
+      out.push_back({0, 0});
+      continue;
+    }
+    const bool cont = token.rfind("##", 0) == 0;
+    if (!cont)
+      while (cur < norm.size() && is_space(norm[cur])) ++cur;
+    const size_t start = cur;
+    std::u32string piece = to_u32(cont ? token.substr(2) : token);
+    if (norm.compare(cur, piece.size(), piece) == 0) {
+      cur += piece.size();
+    } else if (cur < norm.size() && is_punct(norm[cur])) {  // [UNK] of a punctuation character
+      ++cur;
+    } else {  // [UNK] (or an added token): the whole word
+      while (cur < norm.size() && !is_space(norm[cur]) && !is_punct(norm[cur])) ++cur;
+    }
+    if (start >= origin.size() || cur == start) {
+      out.push_back({0, 0});
+      continue;
+    }
+    out.push_back({origin[start], origin[cur - 1] + 1});
+  }
+  return out;
+}
+
+}  // namespace tfm

@@ -1,0 +1,76 @@
+// A sentence-transformers model folder (modules.json: Transformer -> Pooling -> Dense -> Normalize) or a plain
+// BERT folder with a chosen pooling, giving sentence embeddings equal to SentenceTransformer.encode().
+#pragma once
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/tensor.h"
+#include "models/encoder.h"
+#include "models/pooling.h"
+#include "text/bert_tokenizer.h"
+
+namespace tfm {
+
+struct SentenceTransformerOptions {
+  // Pooling modes ("cls", "mean", "mean+max", ... see PoolingConfig::from_names). Required for a folder without
+  // modules.json; for a sentence-transformers folder it replaces the Pooling module's modes.
+  std::string pooling;
+  // A prompt from config_sentence_transformers.json "prompts" (empty: its "default_prompt_name", if any).
+  std::string prompt_name;
+  // A literal prompt prepended to every text (overrides prompt_name).
+  std::string prompt;
+  bool no_prompt = false;  // ignore default_prompt_name
+  // Adds a Normalize step when the folder has none.
+  bool normalize = false;
+  // Truncation length in tokens incl. [CLS]/[SEP]; 0 = sentence_bert_config.json max_seq_length, else
+  // min(tokenizer model_max_length, max_position_embeddings).
+  int64_t max_seq_length = 0;
+};
+
+class SentenceTransformer {
+ public:
+  // Loads `dir`. With DIR/modules.json the modules are followed in order: sentence_transformers.models.Transformer
+  // (config.json + model.safetensors + tokenizer files in its path), .Pooling, .Dense, .Normalize; any other
+  // module type is an error naming it. sentence_bert_config.json gives max_seq_length and do_lower_case,
+  // config_sentence_transformers.json the prompts. Without modules.json, options.pooling must be set.
+  // Throws std::runtime_error naming the file for a missing or malformed part, std::invalid_argument for bad
+  // options (unknown prompt name, pooling mode).
+  static SentenceTransformer load(const std::string& dir, const SentenceTransformerOptions& options = {});
+
+  // Tokenizes one text as SentenceTransformer.encode does: prompt prepended, lowercased when do_lower_case,
+  // truncated to max_seq_length. Throws std::invalid_argument for invalid UTF-8.
+  Encoding tokenize(const std::string& text) const;
+  // Embeds already tokenized texts (from tokenize()), right-padded into one batch.
+  // Returns [B, dimension()] float32.
+  Tensor embed(const std::vector<const Encoding*>& batch) const;
+  // tokenize + embed. texts: B strings -> [B, dimension()].
+  Tensor encode(const std::vector<std::string>& texts) const;
+
+  int64_t dimension() const { return dim_; }
+  int64_t max_seq_length() const { return max_seq_length_; }
+  const BertTokenizer& tokenizer() const { return *tokenizer_; }
+  const EncoderConfig& encoder_config() const { return encoder_->config(); }
+  // "Transformer(bert, max_seq_length 128) -> Pooling(mean) -> Normalize"
+  std::string describe() const;
+  // The prompt in use ("" if none) and its length in tokens as sentence-transformers counts it ([CLS] + prompt).
+  const std::string& prompt() const { return prompt_; }
+  int64_t prompt_length() const { return prompt_length_; }
+
+ private:
+  SentenceTransformer() = default;
+  std::shared_ptr<EncoderModel> encoder_;
+  std::shared_ptr<BertTokenizer> tokenizer_;
+  PoolingConfig pooling_;
+  std::vector<DenseModule> dense_;
+  bool normalize_ = false;
+  bool do_lower_case_ = false;
+  int64_t max_seq_length_ = 512;
+  std::string prompt_;
+  int64_t prompt_length_ = 0;
+  int64_t dim_ = 0;
+};
+
+}  // namespace tfm

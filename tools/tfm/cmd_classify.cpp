@@ -1,0 +1,102 @@
+// tfm classify: sequence classification ({"label", "score"}) or token classification (entities) with a Hugging
+// Face BertFor*Classification checkpoint, printing what the text-classification / token-classification pipelines
+// return, one JSON line per input.
+#include <algorithm>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <numeric>
+
+#include "commands.h"
+#include "head_util.h"
+
+namespace tfm::cli {
+
+void add_classify_command(CLI::App& app) {
+  struct Opts {
+    std::string model, input, function = "default", dtype = "fp32";
+    std::vector<std::string> texts;
+    bool all_scores = false, all_tokens = false;
+    int64_t batch_size = 32, max_length = 0;
+    int threads = 0;
+  };
+  auto o = std::make_shared<Opts>();
+  CLI::App* cmd = app.add_subcommand(
+      "classify", "Classify texts with a BertForSequenceClassification checkpoint ({\"label\", \"score\"} per line) "
+                  "or tag tokens with a BertForTokenClassification one (a list of {\"entity\", \"score\", \"index\", "
+                  "\"word\", \"start\", \"end\"} per line, special tokens and label O left out)");
+  cmd->add_option("--model", o->model, "Checkpoint folder: config.json (architectures, id2label), model.safetensors, "
+                                       "tokenizer files")
+      ->required();
+  cmd->add_option("text", o->texts, "Texts to classify");
+  cmd->add_option("--input,-i", o->input, "File with one text a line (- for stdin)");
+  cmd->add_flag("--all-scores", o->all_scores, "Sequence classification: every label with its score, best first");
+  cmd->add_flag("--all-tokens", o->all_tokens, "Token classification: keep tokens labelled O too");
+  cmd->add_option("--function-to-apply", o->function,
+                  "default (sigmoid for one label or multi-label, else softmax), sigmoid, softmax or none")
+      ->check(CLI::IsMember({"default", "sigmoid", "softmax", "none"}));
+  cmd->add_option("--batch-size", o->batch_size, "Texts per forward pass (default 32)")->check(in_range(1, 1 << 16));
+  cmd->add_option("--max-length", o->max_length, "Truncate texts to this many tokens (default: refuse longer ones)")
+      ->check(in_range(2, 1 << 20));
+  cmd->add_option("--dtype", o->dtype, "Compute type (fp32)")->check(CLI::IsMember({"fp32"}));
+  add_threads_option(cmd, o->threads);
+  cmd->callback([o] {
+    std::vector<std::string> texts = gather_texts(o->texts, o->input);
+    if (texts.empty()) throw CLI::ValidationError("give texts to classify, or --input FILE");
+    const HeadKind kind = detect_head_kind(o->model);
+    if (kind == HeadKind::MaskedLM)
+      throw std::runtime_error(o->model + " is a masked-LM checkpoint: it has no classification head (use tfm fill-mask)");
+    if (kind == HeadKind::TokenClassification && o->all_scores)
+      throw CLI::ValidationError("--all-scores is for sequence classification; " + o->model + " tags tokens");
+    if (kind == HeadKind::SequenceClassification && o->all_tokens)
+      throw CLI::ValidationError("--all-tokens is for token classification; " + o->model + " classifies sequences");
+    TaskModel m = TaskModel::load(o->model, kind);
+    ScoreFunction fn = o->function == "sigmoid"   ? ScoreFunction::Sigmoid
+                       : o->function == "softmax" ? ScoreFunction::Softmax
+                       : o->function == "none"    ? ScoreFunction::None
+                       : kind == HeadKind::TokenClassification ? ScoreFunction::Softmax
+                                                               : m.head_config().default_score_function();
+    const auto& labels = m.head_config().id2label;
+    const int64_t C = m.num_labels();
+    for (size_t s = 0; s < texts.size(); s += (size_t)o->batch_size) {
+      std::vector<std::string> chunk(texts.begin() + s, texts.begin() + std::min(texts.size(), s + o->batch_size));
+      std::vector<Encoding> enc = encode_all(m, chunk, nullptr, o->max_length);
+      BatchTensors bt = make_batch(enc, m.tokenizer().pad_id());
+      if (kind == HeadKind::SequenceClassification) {
+        Tensor logits = m.sequence_logits(bt.input_ids, bt.token_type_ids, bt.attention_mask);
+        for (size_t b = 0; b < chunk.size(); ++b) {
+          std::vector<float> sc = apply_score_function(logits.f32() + b * C, C, fn);
+          std::vector<int64_t> order(C);
+          std::iota(order.begin(), order.end(), 0);
+          std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t c) { return sc[a] > sc[c]; });
+          if (o->all_scores) {
+            nlohmann::ordered_json arr = nlohmann::ordered_json::array();
+            for (int64_t k : order) arr.push_back({{"label", labels[k]}, {"score", sc[k]}});
+            emit_line(arr.dump());
+          } else {
+            emit_line(nlohmann::ordered_json({{"label", labels[order[0]]}, {"score", sc[order[0]]}}).dump());
+          }
+        }
+      } else {
+        Tensor logits = m.token_logits(bt.input_ids, bt.token_type_ids, bt.attention_mask);
+        const int64_t L = bt.input_ids.size(1);
+        for (size_t b = 0; b < chunk.size(); ++b) {
+          auto offsets = token_offsets(m.tokenizer(), chunk[b], enc[b]);
+          nlohmann::ordered_json arr = nlohmann::ordered_json::array();
+          for (size_t i = 0; i < enc[b].input_ids.size(); ++i) {
+            const int64_t id = enc[b].input_ids[i];
+            if (id == m.tokenizer().cls_id() || id == m.tokenizer().sep_id() || id == m.tokenizer().pad_id()) continue;
+            std::vector<float> sc = apply_score_function(logits.f32() + ((int64_t)b * L + (int64_t)i) * C, C, fn);
+            const int64_t k = std::max_element(sc.begin(), sc.end()) - sc.begin();
+            if (labels[k] == "O" && !o->all_tokens) continue;
+            arr.push_back({{"entity", labels[k]}, {"score", sc[k]}, {"index", (int64_t)i}, {"word", enc[b].tokens[i]},
+                           {"start", offsets[i].first}, {"end", offsets[i].second}});
+          }
+          emit_line(arr.dump());
+        }
+      }
+    }
+    finish_stdout();
+  });
+}
+
+}  // namespace tfm::cli

@@ -1,0 +1,322 @@
+// tfm embed: sentence embeddings of every line of a file, as SentenceTransformer.encode() gives them.
+// Lines are read in chunks, tokenized in parallel, sorted by length into batches of similar lengths (little
+// padding), embedded, and written back in input order, so memory stays bounded for any number of lines.
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <numeric>
+#include <stdexcept>
+
+#include "commands.h"
+#include "io/atomic_file.h"
+#include "models/sentence_transformer.h"
+
+namespace tfm::cli {
+
+namespace {
+
+// Reads lines from a FILE* ('\n' separated, one trailing '\r' removed), counting bytes for the progress ETA.
+struct LineReader {
+  std::FILE* f = nullptr;
+  bool owned = false;
+  std::string name;
+  int64_t line_no = 0, bytes = 0, total_bytes = -1;  // total_bytes: -1 when unknown (a pipe)
+  char* buf = nullptr;
+  size_t cap = 0;
+  ~LineReader() {
+    std::free(buf);
+    if (owned && f) std::fclose(f);
+  }
+  void open(const std::string& path) {
+    if (path == "-") {
+      f = stdin;
+      name = "<stdin>";
+    } else {
+      f = std::fopen(path.c_str(), "rb");
+      if (!f) throw std::runtime_error(path + ": cannot open: " + std::strerror(errno));
+      owned = true;
+      name = path;
+    }
+    struct stat sb;
+    if (fstat(fileno(f), &sb) == 0 && S_ISREG(sb.st_mode)) total_bytes = sb.st_size;
+    if (fstat(fileno(f), &sb) == 0 && S_ISDIR(sb.st_mode)) throw std::runtime_error(path + ": is a folder");
+  }
+  bool next(std::string& line) {
+    errno = 0;
+    ssize_t n = getline(&buf, &cap, f);
+    if (n < 0) {
+      if (std::ferror(f)) throw std::runtime_error(name + ": read error: " + std::strerror(errno ? errno : EIO));
+      return false;
+    }
+    bytes += n;
+    ++line_no;
+    if (n > 0 && buf[n - 1] == '\n') --n;
+    if (n > 0 && buf[n - 1] == '\r') --n;
+    line.assign(buf, (size_t)n);
+    return true;
+  }
+};
+
+// Output sink: .npy (header rewritten with the final row count at the end; needs a seekable file) or JSON lines.
+class Writer {
+ public:
+  Writer(std::FILE* f, bool npy, int64_t dim) : f_(f), npy_(npy), dim_(dim) {
+    if (npy_) write_header(0);
+  }
+  void row(const float* v) {
+    if (npy_) {
+      if (std::fwrite(v, sizeof(float), (size_t)dim_, f_) != (size_t)dim_) fail();
+    } else {
+      std::string s = "{\"embedding\": [";
+      char num[32];
+      for (int64_t k = 0; k < dim_; ++k) {
+        std::snprintf(num, sizeof num, "%s%.9g", k ? ", " : "", (double)v[k]);
+        s += num;
+      }
+      s += "]}\n";
+      if (std::fwrite(s.data(), 1, s.size(), f_) != s.size()) fail();
+    }
+    ++rows_;
+  }
+  void finish() {
+    if (npy_) {
+      if (std::fflush(f_) != 0 || std::fseek(f_, 0, SEEK_SET) != 0)
+        throw std::runtime_error("cannot rewrite the .npy header (the output is not a seekable file; use .jsonl)");
+      write_header(rows_);
+      if (std::fseek(f_, 0, SEEK_END) != 0) fail();
+    }
+    if (std::fflush(f_) != 0 || std::ferror(f_)) fail();
+  }
+  int64_t rows() const { return rows_; }
+
+ private:
+  // NPY v1.0 header of a fixed 128 bytes (room for any row count), so the final count fits in place.
+  void write_header(int64_t rows) {
+    std::string dict = "{'descr': '<f4', 'fortran_order': False, 'shape': (" + std::to_string(rows) + ", " +
+                       std::to_string(dim_) + "), }";
+    const size_t total = 128, pre = 10;
+    dict.append(total - pre - dict.size() - 1, ' ');
+    dict += '\n';
+    std::string h = "\x93NUMPY";
+    h += (char)1;
+    h += (char)0;
+    h += (char)(dict.size() & 0xff);
+    h += (char)(dict.size() >> 8);
+    h += dict;
+    if (std::fwrite(h.data(), 1, h.size(), f_) != h.size()) fail();
+  }
+  [[noreturn]] void fail() { throw std::runtime_error(std::string("write error: ") + std::strerror(errno ? errno : EIO)); }
+  std::FILE* f_;
+  bool npy_;
+  int64_t dim_, rows_ = 0;
+};
+
+std::string fmt_count(int64_t n) {
+  std::string s = std::to_string(n), out;
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (i && (s.size() - i) % 3 == 0) out += ',';
+    out += s[i];
+  }
+  return out;
+}
+
+// A progress line on stderr, redrawn at most 5 times a second: sentences, sentences/s, percent and ETA of a file.
+struct Progress {
+  bool on = false;
+  std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now(), last;
+  void update(int64_t done, int64_t bytes, int64_t total_bytes, bool final = false) {
+    if (!on) return;
+    auto now = std::chrono::steady_clock::now();
+    if (!final && now - last < std::chrono::milliseconds(200)) return;
+    last = now;
+    double secs = std::chrono::duration<double>(now - start).count();
+    double rate = secs > 0 ? done / secs : 0;
+    char line[160];
+    int n = std::snprintf(line, sizeof line, "\r%s sentences  %.0f/s", fmt_count(done).c_str(), rate);
+    if (total_bytes > 0 && bytes > 0) {
+      double frac = std::min(1.0, (double)bytes / (double)total_bytes);
+      const int width = 24, fill = (int)(frac * width);
+      std::string bar = "[" + std::string(fill, '#') + std::string(width - fill, '.') + "]";
+      long eta = frac > 0 ? (long)std::lround(secs * (1 - frac) / frac) : 0;
+      n += std::snprintf(line + n, sizeof line - n, "  %s %3.0f%%  ETA %ld:%02ld", bar.c_str(), 100 * frac, eta / 60,
+                         eta % 60);
+    }
+    std::fprintf(stderr, "%s\033[K%s", line, final ? "\n" : "");
+    std::fflush(stderr);
+  }
+};
+
+}  // namespace
+
+void add_embed_command(CLI::App& app) {
+  struct Opts {
+    std::string model, input, output, pooling, prompt_name, prompt, dtype = "fp32";
+    bool normalize = false, skip_empty = false, quiet = false, no_prompt = false;
+    int64_t batch_tokens = 16384, batch_size = 128, max_length = 0, chunk_lines = 20000;
+    int threads = 0;
+  };
+  auto o = std::make_shared<Opts>();
+  CLI::App* cmd = app.add_subcommand(
+      "embed", "Sentence embeddings of every line of a file (sentence-transformers semantics: modules.json "
+               "Transformer -> Pooling -> Dense -> Normalize), written in input order as float32 [N, dim] .npy or "
+               "JSON lines {\"embedding\": [...]}");
+  cmd->add_option("--model", o->model,
+                  "sentence-transformers folder (modules.json), or a BERT folder with --pooling")
+      ->required();
+  cmd->add_option("--input,-i", o->input, "Text file, one sentence a line, or - for stdin")->required();
+  cmd->add_option("--output,-o", o->output, "out.npy or out.jsonl (default: JSON lines on stdout)");
+  cmd->add_flag("--normalize", o->normalize, "L2-normalise the vectors (added when the folder has no Normalize)");
+  cmd->add_option("--pooling", o->pooling,
+                  "cls, mean, max, mean_sqrt_len, weightedmean, lasttoken, or several joined by '+' "
+                  "(required without modules.json; replaces the folder's Pooling modes otherwise)");
+  cmd->add_option("--prompt-name", o->prompt_name, "Prompt from config_sentence_transformers.json, e.g. query");
+  cmd->add_option("--prompt", o->prompt, "Literal prompt prepended to every line");
+  cmd->add_flag("--no-prompt", o->no_prompt, "Do not apply the folder's default_prompt_name");
+  cmd->add_option("--max-length", o->max_length,
+                  "Truncate to this many tokens (default: sentence_bert_config.json max_seq_length)")
+      ->check(in_range(2, 1 << 20));
+  cmd->add_option("--batch-tokens", o->batch_tokens, "Most padded tokens in one batch (default 16384)")
+      ->check(in_range(1, 1 << 26));
+  cmd->add_option("--batch-size", o->batch_size, "Most sentences in one batch (default 128)")
+      ->check(in_range(1, 1 << 20));
+  cmd->add_option("--chunk-lines", o->chunk_lines,
+                  "Lines read, sorted by length and embedded together (default 20000; bounds memory)")
+      ->check(in_range(1, 1 << 24));
+  cmd->add_flag("--skip-empty", o->skip_empty, "Leave empty (or all-space) lines out instead of failing");
+  cmd->add_flag("--quiet,-q", o->quiet, "No progress bar and no summary line");
+  cmd->add_option("--dtype", o->dtype, "Compute type (fp32)")->check(CLI::IsMember({"fp32"}));
+  add_threads_option(cmd, o->threads);
+  cmd->callback([o] {
+    std::string fmt = "jsonl";
+    const std::string& out = o->output;
+    auto ends = [&](const char* suf) {
+      size_t n = std::strlen(suf);
+      return out.size() >= n && out.compare(out.size() - n, n, suf) == 0;
+    };
+    if (!out.empty() && out != "-") {
+      if (ends(".npy")) fmt = "npy";
+      else if (!ends(".jsonl") && !ends(".json"))
+        throw CLI::ValidationError("--output must end in .npy or .jsonl, got '" + out + "'");
+    }
+    if (!o->prompt.empty() && !o->prompt_name.empty())
+      throw CLI::ValidationError("give --prompt or --prompt-name, not both");
+    SentenceTransformerOptions so;
+    so.pooling = o->pooling;
+    so.prompt_name = o->prompt_name;
+    so.prompt = o->prompt;
+    so.no_prompt = o->no_prompt;
+    so.normalize = o->normalize;
+    so.max_seq_length = o->max_length;
+    SentenceTransformer model = SentenceTransformer::load(o->model, so);
+    const int64_t D = model.dimension();
+
+    LineReader in;
+    in.open(o->input);
+    Progress progress;
+    progress.on = !o->quiet && isatty(2);
+    int64_t skipped = 0, truncated = 0;
+
+    auto run = [&](std::FILE* f) {
+      Writer w(f, fmt == "npy", D);
+      std::vector<std::string> lines;
+      std::vector<int64_t> line_nos;
+      std::string line;
+      bool eof = false;
+      while (!eof) {
+        lines.clear();
+        line_nos.clear();
+        while ((int64_t)lines.size() < o->chunk_lines) {
+          if (!in.next(line)) {
+            eof = true;
+            break;
+          }
+          if (line.find_first_not_of(" \t\v\f\r") == std::string::npos) {
+            if (o->skip_empty) {
+              ++skipped;
+              continue;
+            }
+            throw std::invalid_argument(in.name + ": line " + std::to_string(in.line_no) +
+                                        " is empty; pass --skip-empty to leave empty lines out");
+          }
+          lines.push_back(line);
+          line_nos.push_back(in.line_no);
+        }
+        const int64_t n = (int64_t)lines.size();
+        if (n == 0) break;
+        std::vector<Encoding> enc(n);
+        std::vector<std::string> errors(n);
+#pragma omp parallel for schedule(dynamic, 64)
+        for (int64_t i = 0; i < n; ++i) {
+          try {
+            enc[i] = model.tokenize(lines[i]);
+          } catch (const std::exception& e) {
+            errors[i] = e.what();
+          }
+        }
+        for (int64_t i = 0; i < n; ++i) {
+          if (!errors[i].empty())
+            throw std::invalid_argument(in.name + ": line " + std::to_string(line_nos[i]) + ": " + errors[i]);
+          // Only the tokenizer's truncation can make a sequence exactly max_seq_length long with text left over;
+          // count sequences at the limit as (possibly) truncated, as a hint in the summary.
+          if ((int64_t)enc[i].input_ids.size() >= model.max_seq_length()) ++truncated;
+        }
+        // Length buckets: stable sort by token count, then greedy batches under both limits.
+        std::vector<int64_t> order(n);
+        std::iota(order.begin(), order.end(), 0);
+        std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) {
+          return enc[a].input_ids.size() < enc[b].input_ids.size();
+        });
+        Tensor result = Tensor::empty({n, D});
+        for (int64_t s = 0; s < n;) {
+          int64_t e = s;
+          std::vector<const Encoding*> batch;
+          while (e < n && (int64_t)batch.size() < o->batch_size) {
+            const int64_t len = (int64_t)enc[order[e]].input_ids.size();  // the longest so far (sorted)
+            if (!batch.empty() && (int64_t)(batch.size() + 1) * len > o->batch_tokens) break;
+            batch.push_back(&enc[order[e]]);
+            ++e;
+          }
+          Tensor v = model.embed(batch);
+          for (int64_t r = 0; r < (int64_t)batch.size(); ++r)
+            std::memcpy(result.f32() + order[s + r] * D, v.f32() + r * D, sizeof(float) * D);
+          s = e;
+          progress.update(w.rows() + s, in.bytes, in.total_bytes);
+        }
+        for (int64_t i = 0; i < n; ++i) {
+          const float* r = result.f32() + i * D;
+          for (int64_t k = 0; k < D; ++k)
+            if (!std::isfinite(r[k]))
+              throw std::runtime_error(in.name + ": line " + std::to_string(line_nos[i]) +
+                                       ": the model produced a non-finite value");
+          w.row(r);
+        }
+      }
+      w.finish();
+      progress.update(w.rows(), in.bytes, in.total_bytes, true);
+      return w.rows();
+    };
+
+    int64_t rows = 0;
+    if (out.empty() || out == "-") {
+      rows = run(stdout);
+    } else {
+      write_file_atomic(out, [&](std::FILE* f) { rows = run(f); });
+    }
+    if (!o->quiet) {
+      double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - progress.start).count();
+      std::fprintf(stderr, "embedded %s sentences [%s, dim %lld] in %.2f s (%.0f sentences/s)%s%s%s\n",
+                   fmt_count(rows).c_str(), model.describe().c_str(), (long long)D, secs, secs > 0 ? rows / secs : 0.0,
+                   skipped ? (", skipped " + fmt_count(skipped) + " empty lines").c_str() : "",
+                   truncated ? (", " + fmt_count(truncated) + " at max_seq_length (truncated)").c_str() : "",
+                   out.empty() || out == "-" ? "" : ("; wrote " + out).c_str());
+    }
+  });
+}
+
+}  // namespace tfm::cli

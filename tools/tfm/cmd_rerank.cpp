@@ -1,0 +1,76 @@
+// tfm rerank: scores (query, passage) pairs with a cross-encoder (BertForSequenceClassification on pairs) and
+// prints [{"index", "score"}] best first, as sentence-transformers' CrossEncoder.rank does.
+#include <algorithm>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <numeric>
+
+#include "commands.h"
+#include "head_util.h"
+
+namespace tfm::cli {
+
+void add_rerank_command(CLI::App& app) {
+  struct Opts {
+    std::string model, query, input, dtype = "fp32";
+    std::vector<std::string> texts;
+    bool raw = false, return_documents = false;
+    int64_t top_k = 0, batch_size = 32, max_length = 0;
+    int threads = 0;
+  };
+  auto o = std::make_shared<Opts>();
+  CLI::App* cmd = app.add_subcommand(
+      "rerank", "Rank passages for a query with a cross-encoder: prints [{\"index\", \"score\"}] sorted by score "
+                "(sigmoid of the logit for one label, or the activation config.json names; softmax probability of "
+                "label 1 for two labels)");
+  cmd->add_option("--model", o->model, "Cross-encoder folder: config.json, model.safetensors, tokenizer files")
+      ->required();
+  cmd->add_option("--query,-q", o->query, "The query")->required();
+  cmd->add_option("text", o->texts, "Passages to rank");
+  cmd->add_option("--input,-i", o->input, "File with one passage a line (- for stdin)");
+  cmd->add_option("--top-k", o->top_k, "Print only the best K")->check(in_range(1, 1 << 30));
+  cmd->add_flag("--raw-scores", o->raw, "Print logits, no activation");
+  cmd->add_flag("--return-documents", o->return_documents, "Add each passage as \"text\"");
+  cmd->add_option("--batch-size", o->batch_size, "Pairs per forward pass (default 32)")->check(in_range(1, 1 << 16));
+  cmd->add_option("--max-length", o->max_length, "Truncate pairs to this many tokens (longest first)")
+      ->check(in_range(3, 1 << 20));
+  cmd->add_option("--dtype", o->dtype, "Compute type (fp32)")->check(CLI::IsMember({"fp32"}));
+  add_threads_option(cmd, o->threads);
+  cmd->callback([o] {
+    std::vector<std::string> passages = gather_texts(o->texts, o->input, "passage");
+    if (passages.empty()) throw CLI::ValidationError("give passages to rank, or --input FILE");
+    if (o->query.find_first_not_of(" \t\v\f\r") == std::string::npos) throw CLI::ValidationError("--query is empty");
+    TaskModel m = TaskModel::load(o->model, HeadKind::SequenceClassification);
+    const int64_t C = m.num_labels();
+    if (C > 2)
+      throw std::runtime_error(o->model + " has " + std::to_string(C) +
+                               " labels; rerank needs a cross-encoder with one (or two) labels");
+    ScoreFunction fn = o->raw ? ScoreFunction::None : C == 2 ? ScoreFunction::Softmax : m.head_config().default_score_function();
+    std::vector<float> scores;
+    for (size_t s = 0; s < passages.size(); s += (size_t)o->batch_size) {
+      std::vector<std::string> chunk(passages.begin() + s, passages.begin() + std::min(passages.size(), s + o->batch_size));
+      std::vector<std::string> queries(chunk.size(), o->query);
+      std::vector<Encoding> enc = encode_all(m, queries, &chunk, o->max_length);
+      BatchTensors bt = make_batch(enc, m.tokenizer().pad_id());
+      Tensor logits = m.sequence_logits(bt.input_ids, bt.token_type_ids, bt.attention_mask);
+      for (size_t b = 0; b < chunk.size(); ++b) {
+        std::vector<float> sc = apply_score_function(logits.f32() + b * C, C, fn);
+        scores.push_back(C == 2 ? (o->raw ? sc[1] - sc[0] : sc[1]) : sc[0]);
+      }
+    }
+    std::vector<int64_t> order(scores.size());
+    std::iota(order.begin(), order.end(), 0);
+    std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return scores[a] > scores[b]; });
+    if (o->top_k > 0 && (size_t)o->top_k < order.size()) order.resize(o->top_k);
+    nlohmann::ordered_json arr = nlohmann::ordered_json::array();
+    for (int64_t i : order) {
+      nlohmann::ordered_json e = {{"index", i}, {"score", scores[i]}};
+      if (o->return_documents) e["text"] = passages[i];
+      arr.push_back(e);
+    }
+    emit_line(arr.dump());
+    finish_stdout();
+  });
+}
+
+}  // namespace tfm::cli

@@ -1,0 +1,63 @@
+// Shared bits of the task-head commands (classify, fill-mask, rerank): texts from arguments or a file, batching,
+// and checked writes to stdout.
+#pragma once
+#include <cstdio>
+#include <iostream>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "models/heads.h"
+#include "text/text_file.h"
+
+namespace tfm::cli {
+
+// The texts of `args`, or the lines of `input` ("-" = stdin). An empty or all-space text is an error naming it.
+inline std::vector<std::string> gather_texts(const std::vector<std::string>& args, const std::string& input,
+                                             const char* what = "TEXT") {
+  if (!args.empty() && !input.empty()) throw std::invalid_argument(std::string("give ") + what + " arguments or --input, not both");
+  std::vector<std::string> texts = args;
+  std::string src = "argument ";
+  if (!input.empty()) {
+    texts = read_lines(input == "-" ? "/dev/stdin" : input);
+    src = (input == "-" ? std::string("<stdin>") : input) + ": line ";
+  }
+  for (size_t i = 0; i < texts.size(); ++i)
+    if (texts[i].find_first_not_of(" \t\v\f\r") == std::string::npos)
+      throw std::invalid_argument(src + std::to_string(i + 1) + " is empty");
+  return texts;
+}
+
+// Encodes every text (pair_of[i] as its second segment when given), refusing texts longer than the model allows
+// unless max_length truncates them.
+inline std::vector<Encoding> encode_all(const TaskModel& m, const std::vector<std::string>& texts,
+                                        const std::vector<std::string>* pairs, int64_t max_length) {
+  const int64_t limit = m.encoder_config().max_position_embeddings;
+  std::vector<Encoding> enc;
+  for (size_t i = 0; i < texts.size(); ++i) {
+    Encoding e;
+    try {
+      e = m.tokenizer().encode(texts[i], pairs ? &(*pairs)[i] : nullptr, true, max_length);
+    } catch (const std::invalid_argument& ex) {
+      throw std::invalid_argument("input " + std::to_string(i + 1) + ": " + ex.what());
+    }
+    if ((int64_t)e.input_ids.size() > limit)
+      throw std::invalid_argument("input " + std::to_string(i + 1) + " has " + std::to_string(e.input_ids.size()) +
+                                  " tokens, more than the model's max_position_embeddings (" + std::to_string(limit) +
+                                  "); pass --max-length " + std::to_string(limit) + " to truncate");
+    enc.push_back(std::move(e));
+  }
+  return enc;
+}
+
+// Writes one line to stdout and fails loudly when stdout cannot take it (/dev/full, closed).
+inline void emit_line(const std::string& s) {
+  std::cout << s << '\n';
+  if (!std::cout) throw std::runtime_error("cannot write to stdout");
+}
+inline void finish_stdout() {
+  std::cout.flush();
+  if (!std::cout || std::fflush(stdout) != 0 || std::ferror(stdout)) throw std::runtime_error("cannot write to stdout");
+}
+
+}  // namespace tfm::cli
