@@ -1,8 +1,17 @@
 #!/usr/bin/env bash
 # Installs the Debian 12 packages transformer.cpp builds and tests with. Quiet and quick when all are present.
 set -euo pipefail
-PKGS=(cmake g++ make pkg-config libdnnl-dev nlohmann-json3-dev libcli11-dev libutf8proc-dev
-      libgtest-dev libgmock-dev libbenchmark-dev zlib1g-dev libstb-dev libsentencepiece-dev libcurl4-openssl-dev libssl-dev)
+# One package a line, grouped by what needs it (keeps concurrent edits mergeable).
+PKGS=(
+  cmake g++ make pkg-config
+  libdnnl-dev                     # GEMM (oneDNN)
+  nlohmann-json3-dev libcli11-dev libutf8proc-dev zlib1g-dev libstb-dev libsentencepiece-dev
+  libcurl4-openssl-dev libssl-dev
+  libgtest-dev libgmock-dev libbenchmark-dev
+  libcairo2-dev fonts-dejavu-core # plots
+  libcpp-httplib-dev              # tfm serve
+  chromium                        # browser test of the web page
+)
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -17,7 +17,7 @@
 #include "eval/corpus_bleu.h"
 #include "io/atomic_file.h"
 #include "io/json_util.h"
-#include "io/png.h"
+#include "io/plot.h"
 #include "io/safetensors.h"
 #include "models/seq2seq.h"
 #include "text/subword.h"
@@ -557,7 +557,8 @@ RecipeResult run_recipe(const RecipeConfig& cfg_in, const std::string& out, bool
       va.push_back(r["valid_loss"].get<double>());
     }
     write_file_atomic(out + "/train_log.csv", csv.str());
-    if (!tr.empty()) write_line_plot_png(out + "/loss.png", {tr, va});
+    if (!tr.empty())
+      write_line_plot(out + "/loss.png", LinePlot{"Loss per epoch", "epoch", "loss", {{"train", tr}, {"validation", va}}});
   };
 
   BatchArrays a;

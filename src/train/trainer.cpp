@@ -12,7 +12,7 @@
 #include "core/format.h"
 #include "core/rng.h"
 #include "io/atomic_file.h"
-#include "io/png.h"
+#include "io/plot.h"
 #include "models/seq2seq.h"
 #include "text/nmt_data.h"
 #include "text/vocab.h"
@@ -171,7 +171,7 @@ TrainResult train_seq2seq(const TrainOptions& o) {
   res.tokens_per_sec = total_tokens / std::max(res.seconds, 1e-9);
   save_model_folder(o.out, model, src_vocab, tgt_vocab);
   write_file_atomic(o.out + "/train_log.csv", log.str());
-  write_line_plot_png(o.out + "/loss.png", {curve});
+  write_line_plot(o.out + "/loss.png", LinePlot{"Training loss", "epoch", "loss", {{"train", curve}}});
   return res;
 }
 

@@ -9,7 +9,7 @@
 #include "commands.h"
 #include "decode/search.h"
 #include "io/json_util.h"
-#include "io/png.h"
+#include "io/plot.h"
 #include "models/seq2seq.h"
 #include "text/nmt_data.h"
 #include "text/subword.h"
@@ -55,7 +55,7 @@ void add_translate_command(CLI::App& app) {
   cmd->add_option("--length-penalty", o->length_penalty, "GNMT length penalty alpha for beam search")
       ->capture_default_str()->check(in_range(0.0, 5.0));
   cmd->add_option("--attention-png", o->attention_png,
-                  "Save the first sentence's attention weights as a PNG: top row encoder self-attention (last "
+                  "Save the first sentence's attention weights as a PNG (or .svg), tokens on both axes: top row encoder self-attention (last "
                   "layer), bottom row decoder cross-attention (last layer), one tile per head");
   cmd->add_flag("--quiet,-q", o->quiet,
                 "No warnings (unknown words, truncated sentences); without it the first 10 are shown, then a count");
@@ -170,23 +170,32 @@ void add_translate_command(CLI::App& app) {
         std::vector<int64_t> ids(s0);
         ids.resize(padded_len((int64_t)s0.size()), pad_id);
         int64_t vl = (int64_t)s0.size();
-        greedy_decode(model, ids.data(), &vl, 1, (int64_t)ids.size(), opt, &att);
+        std::vector<int64_t> hyp = greedy_decode(model, ids.data(), &vl, 1, (int64_t)ids.size(), opt, &att)[0];
         const Tensor& enc = att.encoder_self.back();
         const int64_t heads = c.num_heads, Ls = enc.size(1), steps = att.cross.size(1);
-        std::vector<Tensor> tiles;
+        // Token labels: source pieces (with <eos>) on the keys; the token each decoder step produced on the queries.
+        auto src_token = [&](int64_t id) { return subword ? spm->id_to_piece(id) : src_vocab->to_token(id); };
+        auto tgt_token = [&](int64_t id) { return subword ? spm->id_to_piece(id) : tgt_vocab->to_token(id); };
+        std::vector<std::string> keys, queries;
+        for (int64_t b = 0; b < vl; ++b) keys.push_back(src_token(s0[b]));
+        for (int64_t a = 0; a < std::max<int64_t>(steps, 1); ++a)
+          queries.push_back(a < (int64_t)hyp.size() ? tgt_token(hyp[a]) : tgt_token(opt.eos_id));
+        HeatmapFigure fig;
+        fig.title = "Attention weights (last layer)";
+        fig.panels_per_row = (int)heads;
         for (int64_t h = 0; h < heads; ++h) {
           Tensor t = Tensor::empty({vl, vl});
           for (int64_t a = 0; a < vl; ++a)
             for (int64_t b = 0; b < vl; ++b) t.f32()[a * vl + b] = enc.f32()[(h * Ls + a) * Ls + b];
-          tiles.push_back(t);
+          fig.panels.push_back({t, "Encoder self, head " + std::to_string(h + 1), keys, keys});
         }
         for (int64_t h = 0; h < heads; ++h) {
           Tensor t = Tensor::zeros({std::max<int64_t>(steps, 1), vl});
           for (int64_t a = 0; a < steps; ++a)
             for (int64_t b = 0; b < vl; ++b) t.f32()[a * vl + b] = att.cross.f32()[(h * steps + a) * Ls + b];
-          tiles.push_back(t);
+          fig.panels.push_back({t, "Cross, head " + std::to_string(h + 1), queries, keys});
         }
-        write_heatmaps_png(o->attention_png, tiles, (int)heads, 16);
+        write_heatmaps(o->attention_png, fig);
         std::fprintf(stderr, "wrote %s\n", o->attention_png.c_str());
       }
       // Batches of similar length; greedy, or beam search with finished sentences leaving the batch.
