@@ -4,7 +4,7 @@ JOBS ?= $(shell nproc)
 TFM_DATA_DIR ?= $(abspath ../shared/data)
 export TFM_DATA_DIR
 
-.PHONY: all deps build run test test-sanitize bench clean
+.PHONY: all deps build run test test-sanitize bench clean python install
 
 all: build
 
@@ -22,6 +22,15 @@ run: build
 
 test: build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
+
+# The Python module tfm for /usr/bin/python3 (staged in $(BUILD)/python: PYTHONPATH=$(BUILD)/python to use it).
+python: deps $(BUILD)/CMakeCache.txt
+	cmake --build $(BUILD) -j $(JOBS) --target tfm_python
+
+# Headers, libtfm.so/.a, find_package(tfm), tfm.pc, the tfm tool and the Python module under PREFIX.
+PREFIX ?= /usr/local
+install: build
+	cmake --install $(BUILD) --prefix $(PREFIX)
 
 test-sanitize: deps
 	cmake -S . -B build-sanitize -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTFM_SANITIZE=ON -DTFM_BENCH=OFF

@@ -10,6 +10,7 @@ PKGS=(
   libgtest-dev libgmock-dev libbenchmark-dev
   libcairo2-dev fonts-dejavu-core # plots
   libcpp-httplib-dev              # tfm serve
+  pybind11-dev python3-dev python3-numpy python3-pytest  # Python bindings
   chromium                        # browser test of the web page
 )
 missing=()

@@ -392,6 +392,11 @@ RecipeResult run_recipe(const RecipeConfig& cfg_in, const std::string& out, bool
 }  // namespace
 
 RecipeResult train_recipe(const RecipeConfig& cfg_in, const std::string& out, bool resume, bool progress) {
+  return train_recipe(cfg_in, out, resume, progress, {});
+}
+
+RecipeResult train_recipe(const RecipeConfig& cfg_in, const std::string& out, bool resume, bool progress,
+                          const std::function<void(const RecipeProgress&)>& on_progress) {
   namespace fs = std::filesystem;
   bool wrote = false;
   std::error_code ec;
@@ -597,6 +602,9 @@ RecipeResult run_recipe(const RecipeConfig& cfg_in, const std::string& out, bool
                      inverse_sqrt_lr(cfg.lr, cfg.warmup_steps, step), (ep_tok - ep_start_tok) / std::max(ep_s, 1e-9),
                      format_duration(ep_s / done * left).c_str(), tty ? "   " : "\n");
       }
+      if (on_progress)
+        on_progress({false, epoch, cfg.epochs, batch_pos + 1, nb, step, ep_loss / std::max<int64_t>(ep_tok, 1),
+                     inverse_sqrt_lr(cfg.lr, cfg.warmup_steps, step), ep_tok / std::max(ep_s, 1e-9), 0, 0});
       bool time_up = cfg.time_limit_minutes > 0 && now_s() > cfg.time_limit_minutes * 60;
       bool steps_up = cfg.stop_after_steps > 0 && step >= cfg.stop_after_steps;
       if (step % cfg.checkpoint_every == 0 || time_up || steps_up) {
@@ -645,6 +653,9 @@ RecipeResult run_recipe(const RecipeConfig& cfg_in, const std::string& out, bool
     batch_pos = 0;
     save_checkpoint(now_s());
     epoch = e;
+    if (on_progress)  // after the epoch's checkpoint, so a callback that stops the run loses nothing
+      on_progress({true, epoch, cfg.epochs, nb, nb, step, ep_loss / std::max<int64_t>(ep_tok, 1),
+                   inverse_sqrt_lr(cfg.lr, cfg.warmup_steps, step), ep_tok / std::max(ep_s, 1e-9), v.loss, v.bleu});
     if (bad_epochs >= cfg.patience) {
       if (progress) std::fprintf(stderr, "no better validation BLEU for %lld epochs: stopping early\n", (long long)bad_epochs);
       res.stopped_early = true;

@@ -5,6 +5,7 @@
 // bit-exactly.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -68,6 +69,19 @@ struct RecipeResult {
 // uninterrupted run (same threads). Throws std::runtime_error on bad data/config, a corrupt checkpoint, or a
 // non-finite loss (after keeping the last good checkpoint).
 RecipeResult train_recipe(const RecipeConfig& config, const std::string& out_dir, bool resume, bool progress = true);
+
+// What train_recipe reports to a callback: after every optimizer step (epoch_end false) and after each epoch's
+// validation (epoch_end true). Losses in nats per target token, BLEU in percent.
+struct RecipeProgress {
+  bool epoch_end = false;
+  int64_t epoch = 0, epochs = 0, batch = 0, num_batches = 0, step = 0;  // batch: done in this epoch (1-based)
+  double train_loss = 0, lr = 0, tokens_per_sec = 0;                   // this epoch so far
+  double valid_loss = 0, valid_bleu = 0;                               // epoch_end only
+};
+// train_recipe with a progress callback, called on the training thread; an exception thrown by it stops the run
+// and propagates (checkpoints written so far stay valid).
+RecipeResult train_recipe(const RecipeConfig& config, const std::string& out_dir, bool resume, bool progress,
+                          const std::function<void(const RecipeProgress&)>& on_progress);
 
 // What a checkpoint restores besides parameters and Adam moments: the position in the data and the run's history.
 struct TrainState {

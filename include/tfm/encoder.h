@@ -1,0 +1,78 @@
+/// @file tfm/encoder.h
+/// Encoder-only models: Hugging Face BERT (BertModel) and the pre-LN tutorial encoder ("transformer_encoder"),
+/// loaded from a folder with config.json, model.safetensors and, for text input, tokenizer.json or vocab.txt.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tfm/array.h"
+#include "tfm/tokenizer.h"
+
+namespace tfm {
+
+struct EncoderOptions {
+  /// Compute type of the weights and activations. This build computes in "fp32" only; any other value throws
+  /// std::invalid_argument naming the supported ones.
+  std::string dtype = "fp32";
+  /// OpenMP / BLAS threads of each call, set on the calling thread (0 = all cores).
+  int threads = 0;
+};
+
+/// Token ids of a batch, row-major [batch, length] int64, read in place (no copy) during forward().
+struct EncoderInputs {
+  const int64_t* input_ids = nullptr;       ///< [batch, length] ids in [0, vocab_size)
+  const int64_t* attention_mask = nullptr;  ///< [batch, length] 1 = attend, 0 = padding; null = all ones
+  const int64_t* token_type_ids = nullptr;  ///< [batch, length] segment ids in [0, type_vocab_size); null = zeros
+  int64_t batch = 0, length = 0;
+};
+
+struct EmbedOptions {
+  /// "mean": average of last_hidden_state over the tokens with attention_mask 1 (special tokens included, as
+  /// sentence-transformers' Pooling(pooling_mode_mean_tokens) computes it); "cls": the [CLS] (first) token's vector.
+  std::string pooling = "mean";
+  bool normalize = false;         ///< divide each embedding by its L2 norm (sentence-transformers Normalize)
+  int64_t max_length = 0;         ///< truncate texts to this many tokens (0 = error when over the model's limit)
+  int64_t batch_size = 32;        ///< texts per forward pass
+};
+
+/// Thread-safety: an Encoder is immutable after construction (weights are read-only, mapped from the file); every
+/// const method may be called from several threads at once, each call using `threads` threads of its own.
+class Encoder {
+ public:
+  /// Loads `model_dir`/config.json and model.safetensors (mapped, used in place), and the tokenizer when the
+  /// folder has one. Throws tfm::FileNotFoundError for a missing folder or file, std::invalid_argument for an
+  /// unsupported dtype or threads < 0, std::runtime_error for a malformed config or weights (missing tensor,
+  /// shape mismatch; the message names file and tensor).
+  explicit Encoder(const std::string& model_dir, const EncoderOptions& options = {});
+  ~Encoder();
+  Encoder(Encoder&&) noexcept;
+  Encoder& operator=(Encoder&&) noexcept;
+
+  /// last_hidden_state [batch, length, hidden_size] float32. Throws std::invalid_argument when batch or length
+  /// is < 1, length > max_position_embeddings, or an id or mask value is out of range (the message gives it).
+  FloatArray forward(const EncoderInputs& inputs) const;
+  /// forward() on a tokenizer's batch.
+  FloatArray forward(const TokenBatch& batch) const;
+  /// One vector per text, [texts.size(), hidden_size] float32: tokenize (special tokens added), forward, pool.
+  /// Throws std::invalid_argument for an empty list, an unknown pooling, text over the model's length (unless
+  /// max_length), invalid UTF-8; std::runtime_error when the folder has no tokenizer.
+  FloatArray embed(const std::vector<std::string>& texts, const EmbedOptions& options = {}) const;
+
+  /// The folder's tokenizer. Throws std::runtime_error when it has none.
+  const Tokenizer& tokenizer() const;
+  bool has_tokenizer() const;
+  std::string model_type() const;  ///< "bert" or "transformer_encoder"
+  int64_t hidden_size() const;
+  int64_t vocab_size() const;
+  int64_t max_position_embeddings() const;  ///< tokens
+  const std::string& dtype() const;
+  int threads() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace tfm

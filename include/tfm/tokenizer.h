@@ -1,0 +1,67 @@
+/// @file tfm/tokenizer.h
+/// BERT WordPiece tokenization, token-for-token equal to Hugging Face `tokenizers` (BertTokenizerFast) for the
+/// tokenizer.json or vocab.txt of a model folder.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tfm/array.h"
+
+namespace tfm {
+
+struct TokenizeOptions {
+  bool add_special_tokens = true;  ///< [CLS] text [SEP] (pair [SEP]), as HF add_special_tokens=True
+  /// Truncate every sequence (special tokens included) to at most this many tokens, HF "longest_first" for pairs.
+  /// 0: the tokenizer.json "truncation" max_length if the file sets one, else no truncation.
+  int64_t max_length = 0;
+};
+
+/// A padded batch, as HF tokenizer(texts, padding=True) returns it. All arrays are int64 [batch, length]; rows
+/// are right-padded with [PAD] to the longest row.
+struct TokenBatch {
+  IdArray input_ids;       ///< [batch, length] vocabulary ids
+  IdArray attention_mask;  ///< [batch, length] 1 = real token, 0 = padding
+  IdArray token_type_ids;  ///< [batch, length] 0 = first segment (through its [SEP]), 1 = second segment
+  std::vector<std::vector<std::string>> tokens;  ///< [batch][tokens of the row, no padding], "##" continues a word
+};
+
+/// Thread-safety: a Tokenizer is immutable after construction; every const method may be called from several
+/// threads at once.
+class Tokenizer {
+ public:
+  /// Loads `model_dir`/tokenizer.json, or else `model_dir`/vocab.txt with tokenizer_config.json.
+  /// Throws tfm::FileNotFoundError when the folder or both files are missing; std::runtime_error for a malformed
+  /// or unsupported file (the message names it).
+  explicit Tokenizer(const std::string& model_dir);
+  ~Tokenizer();
+  Tokenizer(Tokenizer&&) noexcept;
+  Tokenizer& operator=(Tokenizer&&) noexcept;
+
+  /// Encodes `texts` (UTF-8) into one padded batch. Throws std::invalid_argument when `texts` is empty, a text is
+  /// not valid UTF-8 (the message gives the text's index and byte offset), or max_length cannot hold the special
+  /// tokens.
+  TokenBatch operator()(const std::vector<std::string>& texts, const TokenizeOptions& options = {}) const;
+  /// Sentence pairs: row i is [CLS] texts[i] [SEP] pairs[i] [SEP]. Throws std::invalid_argument also when the
+  /// two lists differ in length.
+  TokenBatch operator()(const std::vector<std::string>& texts, const std::vector<std::string>& pairs,
+                        const TokenizeOptions& options = {}) const;
+
+  /// Word pieces of `text` without special tokens.
+  std::vector<std::string> tokenize(const std::string& text) const;
+  /// Id of `token`, or -1 when it is not in the vocabulary.
+  int64_t token_to_id(const std::string& token) const;
+  /// Throws std::out_of_range for an id outside [0, vocab_size()).
+  std::string id_to_token(int64_t id) const;
+  int64_t vocab_size() const;
+  int64_t pad_id() const;
+  int64_t model_max_length() const;  ///< tokens (tokenizer_config.json model_max_length, default 512)
+
+ private:
+  friend class Encoder;
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace tfm

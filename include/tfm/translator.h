@@ -1,0 +1,64 @@
+/// @file tfm/translator.h
+/// Translation with a transformer_seq2seq folder written by `tfm train` (d2l word vocabularies src_vocab.txt /
+/// tgt_vocab.txt, or a joint SentencePiece spm.model) or exported from the d2l.ai reference.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace tfm {
+
+struct TranslatorOptions {
+  int threads = 0;  ///< OpenMP / BLAS threads of each call, set on the calling thread (0 = all cores)
+};
+
+struct TranslateOptions {
+  int64_t beam_size = 1;        ///< 1 = greedy decoding; at most 64
+  /// GNMT length penalty alpha >= 0 (Wu et al. 2016, eq. 14): hypotheses are ranked by
+  /// logp / ((5 + length) / 6)^alpha, length = generated tokens including the final <eos>.
+  float length_penalty = 0.0f;
+  int64_t max_steps = 0;        ///< at most this many generated tokens, <eos> included (0 = config num_steps)
+  bool return_scores = false;   ///< fill Translation::score and Translation::logp
+};
+
+struct Translation {
+  std::string text;             ///< detokenized (SentencePiece) or space-joined (word vocabulary) output
+  std::vector<int64_t> ids;     ///< target ids, without <eos>
+  /// With return_scores: the natural-log probability of `ids` (plus <eos> when the hypothesis ended with it;
+  /// a hypothesis cut off at max_steps has no <eos> term) under the model, ...
+  double logp = 0;
+  /// ... and logp / ((5 + length) / 6)^length_penalty, the beam's ranking score (= logp when alpha is 0).
+  double score = 0;
+  bool finished = true;         ///< ended in <eos> (false: cut off at max_steps)
+};
+
+/// Thread-safety: translate_batch() may be called from several threads; the calls run one at a time (the decoder
+/// keeps per-call state in the model).
+class Translator {
+ public:
+  /// Loads `model_dir`/config.json, model.safetensors and the vocabularies. Throws tfm::FileNotFoundError for a
+  /// missing folder or file, std::runtime_error for a malformed or inconsistent one (the message names it),
+  /// std::invalid_argument for threads < 0.
+  explicit Translator(const std::string& model_dir, const TranslatorOptions& options = {});
+  ~Translator();
+  Translator(Translator&&) noexcept;
+  Translator& operator=(Translator&&) noexcept;
+
+  /// One Translation per sentence, in order. A sentence is preprocessed as `tfm translate` does (d2l models:
+  /// lowercased, punctuation split; SentencePiece models: encoded and truncated to max_len); an empty sentence
+  /// gives an empty translation. Words outside the source vocabulary are read as <unk>. Throws
+  /// std::invalid_argument for invalid UTF-8 (the message gives the 1-based sentence number and byte offset),
+  /// beam_size outside [1, 64], or a negative or non-finite length_penalty or max_steps.
+  std::vector<Translation> translate_batch(const std::vector<std::string>& sentences,
+                                           const TranslateOptions& options = {}) const;
+
+  int64_t num_steps() const;  ///< the model's default decoding limit (tokens)
+  bool subword() const;       ///< SentencePiece model (else d2l word vocabularies)
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace tfm

@@ -1,0 +1,320 @@
+// tfm._tfm: pybind11 bindings of the public C++ API (include/tfm), one to one. Arrays cross without copies where
+// the layout allows (int64 C-contiguous inputs are read in place; outputs are numpy views of the library's
+// buffers, kept alive by a capsule). The GIL is released around every computation. C++ exceptions become
+// ValueError (std::invalid_argument), FileNotFoundError (tfm::FileNotFoundError), IndexError (std::out_of_range)
+// or RuntimeError (std::runtime_error and the rest) with the same message.
+#include <pybind11/functional.h>
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <optional>
+
+#include "tfm/tfm.h"
+
+namespace py = pybind11;
+
+namespace {
+
+// A numpy array viewing `a`'s buffer; the capsule owns a reference to it.
+template <class T>
+py::array_t<T> to_numpy(const tfm::Array<T>& a) {
+  auto* keep = new std::shared_ptr<const T>(a.storage());
+  py::capsule owner(keep, [](void* p) { delete static_cast<std::shared_ptr<const T>*>(p); });
+  std::vector<py::ssize_t> shape(a.shape().begin(), a.shape().end()), strides(shape.size());
+  py::ssize_t stride = sizeof(T);
+  for (size_t i = shape.size(); i-- > 0;) strides[i] = stride, stride *= shape[i];
+  // The buffer belongs to this array alone (the library keeps no reference), so it may be written.
+  return py::array_t<T>(shape, strides, const_cast<T*>(a.data()), owner);
+}
+
+// An int64 [batch, length] array from any integer (or bool) array-like; no copy when it already is int64 and
+// C-contiguous. Throws ValueError naming `name` otherwise.
+py::array_t<int64_t, py::array::c_style> id_array(const py::object& obj, const char* name) {
+  py::array a = py::array::ensure(obj);
+  if (!a) throw py::value_error(std::string(name) + " must be an integer array [batch, length]");
+  const char kind = a.dtype().kind();
+  if (kind != 'i' && kind != 'u' && kind != 'b')
+    throw py::value_error(std::string(name) + " must be an integer array, got dtype " +
+                          py::str(a.dtype()).cast<std::string>());
+  if (a.ndim() != 2)
+    throw py::value_error(std::string(name) + " must be 2-d [batch, length], got " + std::to_string(a.ndim()) +
+                          "-d (use x[None, :] for one sequence)");
+  return py::array_t<int64_t, py::array::c_style | py::array::forcecast>::ensure(a);
+}
+
+py::dict batch_to_dict(const tfm::TokenBatch& b, bool return_tokens) {
+  py::dict d;
+  d["input_ids"] = to_numpy(b.input_ids);
+  d["attention_mask"] = to_numpy(b.attention_mask);
+  d["token_type_ids"] = to_numpy(b.token_type_ids);
+  if (return_tokens) d["tokens"] = b.tokens;
+  return d;
+}
+
+// A path argument: str or os.PathLike.
+std::string path_arg(const py::object& obj) {
+  return py::module_::import("os").attr("fspath")(obj).cast<std::string>();
+}
+
+std::vector<std::string> string_list(const py::handle& obj, const char* name) {
+  if (py::isinstance<py::str>(obj))
+    throw py::value_error(std::string(name) + " must be a list of strings, got a single str (wrap it in a list)");
+  try {
+    return obj.cast<std::vector<std::string>>();
+  } catch (const py::cast_error&) {
+    throw py::value_error(std::string(name) + " must be a list of strings");
+  }
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_tfm, m) {
+  m.doc() = "transformer.cpp: Transformer encoders, translation, training and BLEU (C++ with numpy arrays)";
+  m.attr("__version__") = tfm::version();
+
+  py::register_exception_translator([](std::exception_ptr p) {
+    try {
+      if (p) std::rethrow_exception(p);
+    } catch (const tfm::FileNotFoundError& e) {
+      PyErr_SetString(PyExc_FileNotFoundError, e.what());
+    }
+  });
+
+  // ------------------------------------------------------------------ Tokenizer
+  py::class_<tfm::Tokenizer>(m, "Tokenizer",
+                             "BERT WordPiece tokenizer of a model folder (tokenizer.json or vocab.txt), equal to "
+                             "Hugging Face BertTokenizerFast. Thread-safe.")
+      .def(py::init([](const py::object& path) {
+             const std::string dir = path_arg(path);
+             py::gil_scoped_release nogil;
+             return tfm::Tokenizer(dir);
+           }),
+           py::arg("model_dir"))
+      .def(
+          "__call__",
+          [](const tfm::Tokenizer& t, const py::object& texts, const py::object& text_pair, bool add_special_tokens,
+             int64_t max_length, bool return_tokens) {
+            tfm::TokenizeOptions o;
+            o.add_special_tokens = add_special_tokens;
+            o.max_length = max_length;
+            std::vector<std::string> a = string_list(texts, "texts"), b;
+            if (!text_pair.is_none()) b = string_list(text_pair, "text_pair");
+            tfm::TokenBatch r;
+            {
+              py::gil_scoped_release nogil;
+              r = text_pair.is_none() ? t(a, o) : t(a, b, o);
+            }
+            return batch_to_dict(r, return_tokens);
+          },
+          py::arg("texts"), py::arg("text_pair") = py::none(), py::arg("add_special_tokens") = true,
+          py::arg("max_length") = 0, py::arg("return_tokens") = false,
+          "Encode a list of texts (and optional pairs) into one right-padded batch: a dict of int64 numpy arrays "
+          "[batch, length] 'input_ids', 'attention_mask' (1 = token, 0 = padding), 'token_type_ids' (+ 'tokens', "
+          "a list of lists of str, with return_tokens). max_length > 0 truncates (special tokens included).")
+      .def("tokenize", &tfm::Tokenizer::tokenize, py::arg("text"), "Word pieces of text, no special tokens")
+      .def("token_to_id", &tfm::Tokenizer::token_to_id, py::arg("token"), "Id of token, or -1")
+      .def("id_to_token", &tfm::Tokenizer::id_to_token, py::arg("id"))
+      .def_property_readonly("vocab_size", &tfm::Tokenizer::vocab_size)
+      .def_property_readonly("pad_id", &tfm::Tokenizer::pad_id)
+      .def_property_readonly("model_max_length", &tfm::Tokenizer::model_max_length);
+
+  // ------------------------------------------------------------------ Encoder
+  py::class_<tfm::Encoder>(m, "Encoder",
+                           "BERT or tutorial encoder of a model folder (config.json, model.safetensors, tokenizer). "
+                           "Thread-safe: forward/embed may run in several Python threads at once (the GIL is "
+                           "released while they compute).")
+      .def(py::init([](const py::object& path, const std::string& dtype, int threads) {
+             const std::string dir = path_arg(path);
+             tfm::EncoderOptions o;
+             o.dtype = dtype;
+             o.threads = threads;
+             py::gil_scoped_release nogil;
+             return tfm::Encoder(dir, o);
+           }),
+           py::arg("model_dir"), py::arg("dtype") = "fp32", py::arg("threads") = 0,
+           "dtype: compute type ('fp32' in this build); threads: threads per call (0 = all cores)")
+      .def(
+          "forward",
+          [](const tfm::Encoder& e, const py::object& input_ids, const py::object& attention_mask,
+             const py::object& token_type_ids) {
+            auto ids = id_array(input_ids, "input_ids");
+            std::optional<py::array_t<int64_t, py::array::c_style>> mask, types;
+            for (auto [obj, arr, name] : {std::tuple{&attention_mask, &mask, "attention_mask"},
+                                          std::tuple{&token_type_ids, &types, "token_type_ids"}}) {
+              if (obj->is_none()) continue;
+              *arr = id_array(*obj, name);
+              if ((*arr)->shape(0) != ids.shape(0) || (*arr)->shape(1) != ids.shape(1))
+                throw py::value_error(std::string(name) + " has shape [" + std::to_string((*arr)->shape(0)) + ", " +
+                                      std::to_string((*arr)->shape(1)) + "] but input_ids has [" +
+                                      std::to_string(ids.shape(0)) + ", " + std::to_string(ids.shape(1)) + "]");
+            }
+            tfm::EncoderInputs in;
+            in.input_ids = ids.data();
+            in.attention_mask = mask ? mask->data() : nullptr;
+            in.token_type_ids = types ? types->data() : nullptr;
+            in.batch = ids.shape(0);
+            in.length = ids.shape(1);
+            tfm::FloatArray out;
+            {
+              py::gil_scoped_release nogil;
+              out = e.forward(in);
+            }
+            return to_numpy(out);
+          },
+          py::arg("input_ids"), py::arg("attention_mask") = py::none(), py::arg("token_type_ids") = py::none(),
+          "last_hidden_state [batch, length, hidden_size] float32 of int arrays [batch, length]: input_ids, "
+          "attention_mask (1 = attend, 0 = padding; None = all ones), token_type_ids (None = zeros)")
+      .def(
+          "embed",
+          [](const tfm::Encoder& e, const py::object& texts, bool normalize, const std::string& pooling,
+             int64_t max_length, int64_t batch_size) {
+            tfm::EmbedOptions o;
+            o.normalize = normalize;
+            o.pooling = pooling;
+            o.max_length = max_length;
+            o.batch_size = batch_size;
+            std::vector<std::string> t = string_list(texts, "texts");
+            tfm::FloatArray out;
+            {
+              py::gil_scoped_release nogil;
+              out = e.embed(t, o);
+            }
+            return to_numpy(out);
+          },
+          py::arg("texts"), py::arg("normalize") = false, py::arg("pooling") = "mean", py::arg("max_length") = 0,
+          py::arg("batch_size") = 32,
+          "One vector per text, [len(texts), hidden_size] float32: pooling 'mean' (over tokens with attention "
+          "mask 1) or 'cls'; normalize divides by the L2 norm")
+      .def_property_readonly("tokenizer", &tfm::Encoder::tokenizer, py::return_value_policy::reference_internal)
+      .def_property_readonly("has_tokenizer", &tfm::Encoder::has_tokenizer)
+      .def_property_readonly("model_type", &tfm::Encoder::model_type)
+      .def_property_readonly("hidden_size", &tfm::Encoder::hidden_size)
+      .def_property_readonly("vocab_size", &tfm::Encoder::vocab_size)
+      .def_property_readonly("max_position_embeddings", &tfm::Encoder::max_position_embeddings)
+      .def_property_readonly("dtype", &tfm::Encoder::dtype)
+      .def_property_readonly("threads", &tfm::Encoder::threads);
+
+  // ------------------------------------------------------------------ Translator
+  py::class_<tfm::Translator>(m, "Translator",
+                              "transformer_seq2seq model folder from `tfm train` or the d2l reference. Calls from "
+                              "several threads are safe and run one at a time.")
+      .def(py::init([](const py::object& path, int threads) {
+             const std::string dir = path_arg(path);
+             tfm::TranslatorOptions o;
+             o.threads = threads;
+             py::gil_scoped_release nogil;
+             return tfm::Translator(dir, o);
+           }),
+           py::arg("model_dir"), py::arg("threads") = 0)
+      .def(
+          "translate_batch",
+          [](const tfm::Translator& t, const py::object& sentences, int64_t beam_size, float length_penalty,
+             int64_t max_steps, bool return_scores) -> py::list {
+            tfm::TranslateOptions o;
+            o.beam_size = beam_size;
+            o.length_penalty = length_penalty;
+            o.max_steps = max_steps;
+            o.return_scores = return_scores;
+            std::vector<std::string> s = string_list(sentences, "sentences");
+            std::vector<tfm::Translation> r;
+            {
+              py::gil_scoped_release nogil;
+              r = t.translate_batch(s, o);
+            }
+            py::list out;
+            for (const auto& x : r) {
+              if (return_scores)
+                out.append(py::make_tuple(x.text, x.score));
+              else
+                out.append(x.text);
+            }
+            return out;
+          },
+          py::arg("sentences"), py::arg("beam_size") = 1, py::arg("length_penalty") = 0.0f,
+          py::arg("max_steps") = 0, py::arg("return_scores") = false,
+          "Translate a list of sentences: a list of str, or with return_scores a list of (text, score), score = "
+          "log p(text + <eos>) / ((5 + length) / 6) ** length_penalty (natural log; length in tokens with <eos>)")
+      .def_property_readonly("num_steps", &tfm::Translator::num_steps)
+      .def_property_readonly("subword", &tfm::Translator::subword);
+
+  // ------------------------------------------------------------------ BLEU
+  py::module_ bleu = m.def_submodule("bleu", "BLEU: sacreBLEU's corpus BLEU and d2l's sentence BLEU");
+  py::class_<tfm::bleu::CorpusScore>(bleu, "CorpusScore", "sacreBLEU's BLEUScore (percent)")
+      .def_readonly("score", &tfm::bleu::CorpusScore::score)
+      .def_readonly("bp", &tfm::bleu::CorpusScore::bp)
+      .def_readonly("ratio", &tfm::bleu::CorpusScore::ratio)
+      .def_readonly("hyp_len", &tfm::bleu::CorpusScore::hyp_len)
+      .def_readonly("ref_len", &tfm::bleu::CorpusScore::ref_len)
+      .def_readonly("precisions", &tfm::bleu::CorpusScore::precisions)
+      .def_readonly("counts", &tfm::bleu::CorpusScore::counts)
+      .def_readonly("totals", &tfm::bleu::CorpusScore::totals)
+      .def("format", &tfm::bleu::CorpusScore::format)
+      .def("__float__", [](const tfm::bleu::CorpusScore& s) { return s.score; })
+      .def("__str__", &tfm::bleu::CorpusScore::format)
+      .def("__repr__", [](const tfm::bleu::CorpusScore& s) { return "<CorpusScore " + s.format() + ">"; });
+  bleu.def(
+      "corpus",
+      [](const py::object& refs, const py::object& hyps) {
+        auto r = string_list(refs, "refs"), h = string_list(hyps, "hyps");
+        py::gil_scoped_release nogil;
+        return tfm::bleu::corpus(r, h);
+      },
+      py::arg("refs"), py::arg("hyps"),
+      "sacrebleu.corpus_bleu(hyps, [refs]) with its defaults (13a, cased, 4-grams, exp smoothing)");
+  bleu.def("sentence", &tfm::bleu::sentence, py::arg("hypothesis"), py::arg("reference"), py::arg("k") = 2,
+           "d2l.ai's sentence BLEU (space-separated tokens, n-grams up to k)");
+
+  // ------------------------------------------------------------------ train
+  py::class_<tfm::TrainProgress>(m, "TrainProgress", "What tfm.train passes to its progress callback")
+      .def_readonly("epoch_end", &tfm::TrainProgress::epoch_end)
+      .def_readonly("epoch", &tfm::TrainProgress::epoch)
+      .def_readonly("epochs", &tfm::TrainProgress::epochs)
+      .def_readonly("batch", &tfm::TrainProgress::batch)
+      .def_readonly("num_batches", &tfm::TrainProgress::num_batches)
+      .def_readonly("step", &tfm::TrainProgress::step)
+      .def_readonly("train_loss", &tfm::TrainProgress::train_loss)
+      .def_readonly("lr", &tfm::TrainProgress::lr)
+      .def_readonly("tokens_per_sec", &tfm::TrainProgress::tokens_per_sec)
+      .def_readonly("valid_loss", &tfm::TrainProgress::valid_loss)
+      .def_readonly("valid_bleu", &tfm::TrainProgress::valid_bleu);
+  py::class_<tfm::TrainSummary>(m, "TrainSummary")
+      .def_readonly("best_valid_bleu", &tfm::TrainSummary::best_valid_bleu)
+      .def_readonly("best_epoch", &tfm::TrainSummary::best_epoch)
+      .def_readonly("epochs_run", &tfm::TrainSummary::epochs_run)
+      .def_readonly("steps", &tfm::TrainSummary::steps)
+      .def_readonly("seconds", &tfm::TrainSummary::seconds)
+      .def_readonly("tokens_per_sec", &tfm::TrainSummary::tokens_per_sec)
+      .def_readonly("stopped_early", &tfm::TrainSummary::stopped_early);
+  m.def(
+      "train",
+      [](const py::object& config_path, const py::object& out_path, const py::object& progress, bool resume,
+         int threads, const py::object& overrides, bool verbose) {
+        tfm::TrainRunOptions o;
+        o.resume = resume;
+        o.threads = threads;
+        o.print_progress = verbose;
+        if (!overrides.is_none()) {
+          py::object dumps = py::module_::import("json").attr("dumps");
+          for (auto [k, v] : overrides.cast<py::dict>())
+            o.overrides.emplace_back(py::str(k).cast<std::string>(),
+                                     py::isinstance<py::str>(v) ? v.cast<std::string>() : dumps(v).cast<std::string>());
+        }
+        if (!progress.is_none()) {
+          if (!PyCallable_Check(progress.ptr())) throw py::type_error("progress must be callable or None");
+          py::function cb = progress.cast<py::function>();
+          o.progress = [cb](const tfm::TrainProgress& p) {
+            py::gil_scoped_acquire gil;
+            cb(p);  // a Python exception propagates as error_already_set and stops the run
+          };
+        }
+        const std::string config = config_path.is_none() ? "" : path_arg(config_path), out_dir = path_arg(out_path);
+        py::gil_scoped_release nogil;
+        return tfm::train(config, out_dir, o);
+      },
+      py::arg("config_path"), py::arg("out_dir"), py::arg("progress") = py::none(), py::arg("resume") = false,
+      py::arg("threads") = 0, py::arg("overrides") = py::none(), py::arg("verbose") = false,
+      "Train a transformer_seq2seq with the subword recipe (tfm train --config): config_path is its JSON (None "
+      "with resume=True), out_dir a new or empty folder; progress(TrainProgress) is called after every step and "
+      "epoch; overrides = {key: value} as --set; returns a TrainSummary");
+}

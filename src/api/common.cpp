@@ -1,0 +1,51 @@
+#include "api/common.h"
+
+#include <omp.h>
+
+#include <filesystem>
+#include <stdexcept>
+
+#include "core/threading.h"
+#include "tfm/tfm.h"
+
+namespace tfm {
+
+FileNotFoundError::FileNotFoundError(const std::string& message) : std::runtime_error(message) {}
+FileNotFoundError::~FileNotFoundError() = default;
+
+const char* version() { return "0.1.0"; }
+
+namespace api {
+
+void require_dir(const std::string& path, const char* what) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (path.empty()) throw std::invalid_argument(std::string(what) + ": empty path");
+  if (!fs::exists(path, ec)) throw FileNotFoundError(path + ": no such " + what);
+  if (!fs::is_directory(path, ec)) throw FileNotFoundError(path + ": not a folder (expected a " + what + ")");
+}
+
+void require_file(const std::string& path) {
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec)) throw FileNotFoundError(path + ": no such file");
+}
+
+FloatArray to_array(Tensor t) {
+  if (t.dtype() != DType::F32) throw std::logic_error("to_array: expected an F32 tensor");
+  Shape shape = t.shape();
+  auto keep = std::make_shared<Tensor>(std::move(t));
+  return FloatArray(std::shared_ptr<const float>(keep, keep->f32()), std::move(shape));
+}
+
+void check_threads(int threads) {
+  if (threads < 0) throw std::invalid_argument("threads must be >= 0 (0 = all cores), got " + std::to_string(threads));
+}
+
+void apply_threads(int threads) {
+  // omp_set_num_threads is per calling thread, so concurrent callers with different counts do not disturb each
+  // other; OpenBLAS (OpenMP build) sizes each GEMM by the caller's omp_get_max_threads().
+  if (threads > 0 && omp_get_max_threads() != threads) omp_set_num_threads(threads);
+}
+
+}  // namespace api
+}  // namespace tfm

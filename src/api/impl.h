@@ -1,0 +1,23 @@
+// Private parts of the API classes that other src/api files share.
+#pragma once
+#include <string>
+#include <vector>
+
+#include "text/bert_tokenizer.h"
+#include "tfm/tokenizer.h"
+
+namespace tfm {
+
+struct Tokenizer::Impl {
+  BertTokenizer tok;
+};
+
+namespace api {
+// Validates the texts (non-empty list, UTF-8, pairs of equal count) and encodes each.
+std::vector<Encoding> encode_texts(const BertTokenizer& tok, const std::vector<std::string>& texts,
+                                   const std::vector<std::string>* pairs, const TokenizeOptions& options);
+// Right-pads encodings into [B, L] arrays ([PAD], mask 0, type 0).
+TokenBatch pad_batch(const BertTokenizer& tok, std::vector<Encoding> enc);
+}  // namespace api
+
+}  // namespace tfm

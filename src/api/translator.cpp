@@ -1,0 +1,205 @@
+// tfm::Translator over models/seq2seq and decode/search: the same preprocessing, batching and decoding as
+// `tfm translate` (tools/tfm/cmd_translate.cpp).
+#include "tfm/translator.h"
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <mutex>
+#include <stdexcept>
+
+#include "api/common.h"
+#include "decode/search.h"
+#include "io/json_util.h"
+#include "models/seq2seq.h"
+#include "text/nmt_data.h"
+#include "text/subword.h"
+#include "text/text_file.h"
+#include "text/vocab.h"
+
+namespace tfm {
+
+struct Translator::Impl {
+  std::unique_ptr<Seq2SeqModel> model;
+  std::unique_ptr<SubwordModel> spm;        // joint SentencePiece model, or
+  std::unique_ptr<Vocab> src_vocab, tgt_vocab;  // d2l word vocabularies
+  int threads = 0;
+  std::mutex mu;  // Seq2SeqModel keeps decoding scratch: one call at a time
+
+  bool subword() const { return spm != nullptr; }
+  int64_t bos() const { return subword() ? spm->bos_id() : (*tgt_vocab)["<bos>"]; }
+  int64_t eos() const { return subword() ? spm->eos_id() : (*tgt_vocab)["<eos>"]; }
+  int64_t pad() const { return subword() ? spm->pad_id() : (*src_vocab)["<pad>"]; }
+  // d2l word models pad every source to num_steps, as predict_seq2seq does (the padding is masked).
+  int64_t padded_len(int64_t n) const { return subword() ? n : std::max<int64_t>(n, model->config().num_steps); }
+};
+
+Translator::Translator(const std::string& dir, const TranslatorOptions& options) : impl_(std::make_unique<Impl>()) {
+  namespace fs = std::filesystem;
+  api::check_threads(options.threads);
+  api::require_dir(dir, "model folder");
+  api::require_file(dir + "/config.json");
+  api::require_file(dir + "/model.safetensors");
+  impl_->threads = options.threads;
+  const std::string config_path = dir + "/config.json";
+  const nlohmann::json j = load_json_file(config_path);
+  impl_->model = std::make_unique<Seq2SeqModel>(Seq2SeqConfig::from_json(j, config_path));
+  const Seq2SeqConfig& c = impl_->model->config();
+  std::error_code ec;
+  const bool subword =
+      fs::exists(dir + "/spm.model", ec) || json_string_or(j, "tokenizer", "", config_path) == "sentencepiece";
+  if (subword) {
+    api::require_file(dir + "/spm.model");
+    impl_->spm = std::make_unique<SubwordModel>(SubwordModel::load(dir + "/spm.model"));
+    if (impl_->spm->vocab_size() != c.src_vocab_size || impl_->spm->vocab_size() != c.tgt_vocab_size)
+      throw std::runtime_error(dir + ": spm.model has " + std::to_string(impl_->spm->vocab_size()) +
+                               " pieces but config.json says src_vocab_size " + std::to_string(c.src_vocab_size) +
+                               ", tgt_vocab_size " + std::to_string(c.tgt_vocab_size));
+  } else {
+    api::require_file(dir + "/src_vocab.txt");
+    api::require_file(dir + "/tgt_vocab.txt");
+    impl_->src_vocab = std::make_unique<Vocab>(Vocab::load(dir + "/src_vocab.txt"));
+    impl_->tgt_vocab = std::make_unique<Vocab>(Vocab::load(dir + "/tgt_vocab.txt"));
+    if (impl_->src_vocab->size() != c.src_vocab_size || impl_->tgt_vocab->size() != c.tgt_vocab_size)
+      throw std::runtime_error(dir + ": vocabulary files have " + std::to_string(impl_->src_vocab->size()) + " / " +
+                               std::to_string(impl_->tgt_vocab->size()) +
+                               " tokens but config.json says src_vocab_size " + std::to_string(c.src_vocab_size) +
+                               ", tgt_vocab_size " + std::to_string(c.tgt_vocab_size));
+  }
+  impl_->model->load(dir + "/model.safetensors");
+}
+Translator::~Translator() = default;
+Translator::Translator(Translator&&) noexcept = default;
+Translator& Translator::operator=(Translator&&) noexcept = default;
+
+int64_t Translator::num_steps() const { return impl_->model->config().num_steps; }
+bool Translator::subword() const { return impl_->subword(); }
+
+namespace {
+double gnmt_lp(int64_t length, double alpha) { return alpha == 0 ? 1.0 : std::pow((5.0 + (double)length) / 6.0, alpha); }
+
+// log p(hyp_i [+ <eos>] | src_i) of each hypothesis, teacher-forced through the cached decoder with the same
+// positions as decoding. src: [N, Ls], src_vl: [N].
+std::vector<double> score_hypotheses(Seq2SeqModel& model, const std::vector<int64_t>& src,
+                                     const std::vector<int64_t>& src_vl, int64_t N, int64_t Ls,
+                                     const std::vector<Translation*>& hyps, const DecodeOptions& opt) {
+  const int64_t V = model.config().tgt_vocab_size;
+  int64_t T = 0;  // steps: tokens + the <eos> of finished hypotheses
+  for (const Translation* h : hyps) T = std::max<int64_t>(T, (int64_t)h->ids.size() + (h->finished ? 1 : 0));
+  std::vector<double> logp(N, 0.0);
+  if (T == 0) return logp;
+  Tensor enc = model.encode(src.data(), src_vl.data(), N, Ls);
+  DecoderCache cache;
+  model.start_decoding(cache, enc, src_vl.data(), T);
+  std::vector<int64_t> tokens(N, opt.bos_id);
+  std::vector<float> logits(N * V);
+  for (int64_t t = 0; t < T; ++t) {
+    model.decode_step(cache, tokens.data(), logits.data(), opt.position_mode);
+    for (int64_t b = 0; b < N; ++b) {
+      const Translation& h = *hyps[b];
+      const int64_t len = (int64_t)h.ids.size();
+      int64_t target = -1;
+      if (t < len) target = h.ids[t];
+      else if (t == len && h.finished) target = opt.eos_id;
+      tokens[b] = t < len ? h.ids[t] : opt.eos_id;  // rows past their end are fed <eos>, their logits unused
+      if (target < 0) continue;
+      const float* x = logits.data() + b * V;
+      const float mx = *std::max_element(x, x + V);
+      double sum = 0;
+      for (int64_t v = 0; v < V; ++v) sum += std::exp((double)x[v] - mx);
+      logp[b] += (double)x[target] - mx - std::log(sum);
+    }
+  }
+  return logp;
+}
+}  // namespace
+
+std::vector<Translation> Translator::translate_batch(const std::vector<std::string>& sentences,
+                                                     const TranslateOptions& o) const {
+  Impl& I = *impl_;
+  const Seq2SeqConfig& c = I.model->config();
+  if (o.beam_size < 1 || o.beam_size > 64)
+    throw std::invalid_argument("beam_size must be from 1 to 64, got " + std::to_string(o.beam_size));
+  if (!std::isfinite(o.length_penalty) || o.length_penalty < 0)
+    throw std::invalid_argument("length_penalty must be a finite number >= 0, got " + std::to_string(o.length_penalty));
+  if (o.max_steps < 0 || o.max_steps > c.max_len)
+    throw std::invalid_argument("max_steps must be from 0 (the model's num_steps) to the model's max_len " +
+                                std::to_string(c.max_len) + ", got " + std::to_string(o.max_steps));
+  DecodeOptions opt;
+  opt.beam_size = o.beam_size;
+  opt.length_penalty = o.length_penalty;
+  opt.max_steps = o.max_steps > 0 ? o.max_steps : c.num_steps;
+  opt.bos_id = I.bos();
+  opt.eos_id = I.eos();
+  opt.position_mode = c.decode_positions == "absolute" ? PositionMode::kAbsolute : PositionMode::kD2lStep;
+
+  // Source ids (with <eos>) of every non-empty sentence, as the CLI builds them.
+  std::vector<std::vector<int64_t>> src(sentences.size());
+  std::vector<size_t> todo;
+  for (size_t i = 0; i < sentences.size(); ++i) {
+    std::string text = sentences[i];
+    if (auto bad = find_invalid_utf8(text))
+      throw std::invalid_argument("sentence " + std::to_string(i + 1) + ": invalid UTF-8 at byte offset " +
+                                  std::to_string(*bad));
+    while (!text.empty() && (text.back() == '\r' || text.back() == ' ' || text.back() == '\t' || text.back() == '\n'))
+      text.pop_back();
+    if (text.empty()) continue;
+    todo.push_back(i);
+    if (I.subword()) {
+      src[i] = I.spm->encode(text);
+      const int64_t limit = std::min<int64_t>(c.max_len, 1024) - 1;
+      if ((int64_t)src[i].size() > limit) src[i].resize(limit);
+      src[i].push_back(I.spm->eos_id());
+    } else {
+      EncodedSource s = encode_source_sentence(preprocess_nmt(text), *I.src_vocab, c.num_steps);
+      src[i].assign(s.ids.begin(), s.ids.begin() + s.valid_len);
+    }
+  }
+
+  std::vector<Translation> out(sentences.size());
+  std::lock_guard<std::mutex> lock(I.mu);
+  api::apply_threads(I.threads);
+  // Batches of similar length; greedy, or beam search with finished sentences leaving the batch.
+  std::vector<size_t> order = todo;
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return src[a].size() < src[b].size(); });
+  const size_t batch = o.beam_size > 1 ? 32 : 64;
+  for (size_t s = 0; s < order.size(); s += batch) {
+    const size_t n = std::min(batch, order.size() - s);
+    int64_t Ls = 0;
+    for (size_t k = 0; k < n; ++k) Ls = std::max<int64_t>(Ls, I.padded_len((int64_t)src[order[s + k]].size()));
+    std::vector<int64_t> ids(n * Ls, I.pad()), vl(n);
+    for (size_t k = 0; k < n; ++k) {
+      const auto& v = src[order[s + k]];
+      std::copy(v.begin(), v.end(), ids.begin() + k * Ls);
+      vl[k] = (int64_t)v.size();
+    }
+    auto res = o.beam_size > 1 ? beam_search_batch(*I.model, ids.data(), vl.data(), (int64_t)n, Ls, opt)
+                               : greedy_decode(*I.model, ids.data(), vl.data(), (int64_t)n, Ls, opt);
+    std::vector<Translation*> hyps(n);
+    for (size_t k = 0; k < n; ++k) {
+      Translation& t = out[order[s + k]];
+      t.ids = std::move(res[k]);
+      // Decoding stops at <eos> or after max_steps tokens (<eos> counted): a shorter output ended with <eos>.
+      t.finished = (int64_t)t.ids.size() < opt.max_steps;
+      hyps[k] = &t;
+    }
+    if (o.return_scores) {
+      // Search does not return its scores yet: score each hypothesis with the model.
+      std::vector<double> lp = score_hypotheses(*I.model, ids, vl, (int64_t)n, Ls, hyps, opt);
+      for (size_t k = 0; k < n; ++k) {
+        hyps[k]->logp = lp[k];
+        hyps[k]->score = lp[k] / gnmt_lp((int64_t)hyps[k]->ids.size() + (hyps[k]->finished ? 1 : 0), o.length_penalty);
+      }
+    }
+  }
+  for (Translation& t : out) {
+    if (I.subword()) {
+      t.text = I.spm->decode(t.ids);
+    } else {
+      for (size_t k = 0; k < t.ids.size(); ++k) t.text += (k ? " " : "") + I.tgt_vocab->to_token(t.ids[k]);
+    }
+  }
+  return out;
+}
+
+}  // namespace tfm

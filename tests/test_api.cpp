@@ -1,0 +1,122 @@
+// The public C++ API (include/tfm) against the golden fixtures: values, exception types, and concurrent use from
+// several std::threads (these also run under the sanitizers, where the Python suite does not).
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "io/safetensors.h"
+#include "test_util.h"
+#include "tfm/tfm.h"
+
+namespace {
+using tfm::test::fixture;
+
+std::vector<int64_t> ids_of(const tfm::Tensor& t) { return std::vector<int64_t>(t.i64(), t.i64() + t.numel()); }
+
+struct BertGolden {
+  tfm::SafeTensors io = tfm::SafeTensors::open(fixture("bert/io.safetensors"));
+  std::vector<int64_t> ids = ids_of(io.get("input_ids")), mask = ids_of(io.get("attention_mask")),
+                       types = ids_of(io.get("token_type_ids"));
+  tfm::EncoderInputs inputs() const { return {ids.data(), mask.data(), types.data(), 3, 6}; }
+};
+}  // namespace
+
+TEST(Api, EncoderForwardMatchesPyTorch) {
+  BertGolden g;
+  tfm::Encoder enc(fixture("bert"));
+  EXPECT_EQ(enc.model_type(), "bert");
+  EXPECT_EQ(enc.hidden_size(), 32);
+  EXPECT_FALSE(enc.has_tokenizer());
+  tfm::FloatArray out = enc.forward(g.inputs());
+  ASSERT_EQ(out.shape(), (std::vector<int64_t>{3, 6, 32}));
+  EXPECT_EQ(out.size(-1), 32);
+  tfm::Tensor ref = g.io.get("last_hidden_state");
+  EXPECT_TRUE(tfm::test::all_close(out.data(), ref.f32(), ref.numel(), 1e-4f, 1e-4f));
+}
+
+TEST(Api, EncoderIsSafeToShareBetweenThreads) {
+  BertGolden g;
+  tfm::Encoder enc(fixture("bert"), tfm::EncoderOptions{"fp32", 2});
+  const tfm::FloatArray expected = enc.forward(g.inputs());
+  std::vector<std::thread> threads;
+  std::vector<int> mismatches(4, 0);
+  for (int t = 0; t < 4; ++t)
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < 25; ++i) {
+        tfm::FloatArray out = enc.forward(g.inputs());
+        if (!std::equal(out.begin(), out.end(), expected.begin())) ++mismatches[t];
+      }
+    });
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(mismatches, std::vector<int>(4, 0));
+}
+
+TEST(Api, ErrorsHaveTheirTypesAndMessages) {
+  namespace fs = std::filesystem;
+  try {
+    tfm::Encoder enc(fixture("no_such_model"));
+    FAIL() << "loaded a missing folder";
+  } catch (const tfm::FileNotFoundError& e) {
+    EXPECT_NE(std::string(e.what()).find("no_such_model: no such model folder"), std::string::npos) << e.what();
+  }
+  try {
+    tfm::Encoder enc(fixture("bert"), tfm::EncoderOptions{"int8", 0});
+    FAIL() << "accepted dtype int8";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_STREQ(e.what(), "dtype 'int8' is not supported by this build (supported: fp32)");
+  }
+  tfm::Encoder enc(fixture("bert"));
+  const int64_t bad[2] = {1, 60};
+  EXPECT_THROW(enc.forward(tfm::EncoderInputs{bad, nullptr, nullptr, 1, 2}), std::invalid_argument);
+  EXPECT_THROW(enc.embed({"hello"}), std::runtime_error);  // no tokenizer in this folder
+  try {
+    tfm::Translator tr(fixture("bert"));
+    FAIL() << "an encoder folder loaded as a translator";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("model_type 'bert' is not 'transformer_seq2seq'"), std::string::npos);
+  }
+  EXPECT_THROW(tfm::bleu::corpus({"a"}, {"a", "b"}), std::invalid_argument);
+  EXPECT_THROW(tfm::train(fixture("no_such.json"), ::testing::TempDir() + "/api_train"), tfm::FileNotFoundError);
+}
+
+TEST(Api, TranslatorMatchesTheD2lReferenceAndScores) {
+  std::ifstream f(fixture("d2l_trained/predictions.json"));
+  const nlohmann::json pred = nlohmann::json::parse(f)["predictions"];
+  std::vector<std::string> src, expected;
+  for (const auto& p : pred) {
+    src.push_back(p["src"].get<std::string>());
+    expected.push_back(p["pred"].get<std::string>());
+  }
+  const tfm::Translator tr(fixture("d2l_trained"), tfm::TranslatorOptions{1});
+  tfm::TranslateOptions o;
+  o.return_scores = true;
+  std::vector<tfm::Translation> out = tr.translate_batch(src, o);
+  ASSERT_EQ(out.size(), src.size());
+  for (size_t i = 0; i < out.size(); ++i) {
+    EXPECT_EQ(out[i].text, expected[i]);
+    EXPECT_TRUE(out[i].finished);
+    EXPECT_LT(out[i].logp, 0);
+    EXPECT_EQ(out[i].score, out[i].logp);  // length_penalty 0
+  }
+  // Two threads sharing the translator get the single-thread results.
+  std::vector<std::vector<tfm::Translation>> res(2);
+  std::thread a([&] { res[0] = tr.translate_batch(src, o); }), b([&] { res[1] = tr.translate_batch(src, o); });
+  a.join();
+  b.join();
+  for (const auto& r : res)
+    for (size_t i = 0; i < r.size(); ++i) {
+      EXPECT_EQ(r[i].text, expected[i]);
+      EXPECT_EQ(r[i].score, out[i].score);
+    }
+}
+
+TEST(Api, BleuTakesReferencesFirst) {
+  const tfm::bleu::CorpusScore s = tfm::bleu::corpus({"the cat sat on the mat today"}, {"the cat sat"});
+  EXPECT_LT(s.bp, 1.0);  // the short side is the hypothesis
+  EXPECT_EQ(s.hyp_len, 3);
+  EXPECT_EQ(s.ref_len, 7);
+  EXPECT_EQ(s.format().rfind("BLEU = ", 0), 0u);
+}
