@@ -387,7 +387,8 @@ void check_data_files(const RecipeConfig& cfg, const std::string& data_dir_sourc
 }
 
 // The recipe; *wrote is set once it starts writing into a fresh out_dir.
-RecipeResult run_recipe(const RecipeConfig& cfg_in, const std::string& out, bool resume, bool progress, bool* wrote);
+RecipeResult run_recipe(const RecipeConfig& cfg_in, const std::string& out, bool resume, bool progress,
+                         const std::function<void(const RecipeProgress&)>& on_progress, bool* wrote);
 
 }  // namespace
 
@@ -402,7 +403,7 @@ RecipeResult train_recipe(const RecipeConfig& cfg_in, const std::string& out, bo
   std::error_code ec;
   const bool out_existed = fs::exists(out, ec);
   try {
-    return run_recipe(cfg_in, out, resume, progress, &wrote);
+    return run_recipe(cfg_in, out, resume, progress, on_progress, &wrote);
   } catch (...) {
     // A fresh run that failed before its first checkpoint (missing data, a SentencePiece error, an early
     // divergence) leaves nothing behind: otherwise its train_config.json makes the retry say "already exists",
@@ -419,7 +420,8 @@ RecipeResult train_recipe(const RecipeConfig& cfg_in, const std::string& out, bo
 
 namespace {
 
-RecipeResult run_recipe(const RecipeConfig& cfg_in, const std::string& out, bool resume, bool progress, bool* wrote) {
+RecipeResult run_recipe(const RecipeConfig& cfg_in, const std::string& out, bool resume, bool progress,
+                         const std::function<void(const RecipeProgress&)>& on_progress, bool* wrote) {
   namespace fs = std::filesystem;
   RecipeConfig cfg = cfg_in;
   std::string data_dir_source = "the config's data_dir";
