@@ -376,7 +376,7 @@ void check_data_files(const RecipeConfig& cfg, const std::string& data_dir_sourc
   for (const std::string* rel : {&cfg.train_src, &cfg.train_tgt, &cfg.valid_src, &cfg.valid_tgt}) {
     const std::string path = resolve(cfg.data_dir, *rel);
     std::error_code ec;
-    if (std::filesystem::is_regular_file(path, ec)) continue;
+    if (std::filesystem::exists(path, ec)) continue;  // a folder or FIFO fails later, naming the path
     std::string where = (*rel)[0] == '/' ? std::string("an absolute path")
                                          : "'" + *rel + "' relative to data_dir " + cfg.data_dir + ", " +
                                                data_dir_source;
