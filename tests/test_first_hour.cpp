@@ -382,7 +382,7 @@ TEST(FirstHour, FailedRecipeStartLeavesNothingThatBlocksARetry) {
   // Missing data file: the message names the absolute path, data_dir and how to change it.
   std::string cfg = recipe_json(dir, {{"train_src", "nosuch/train.en.gz"}});
   TfmRun r = tfm(dir, {"train", "--config", cfg, "--out", out, "--threads", "1", "--no-progress"});
-  expect_error(r, "training data not found: " + fs::weakly_canonical(data_dir()).string() + "/nosuch/train.en.gz");
+  expect_error(r, "training data not found: " + fs::absolute(data_dir()).lexically_normal().string() + "/nosuch/train.en.gz");
   EXPECT_TRUE(has(r.err, "TFM_DATA_DIR")) << r.err;
   EXPECT_TRUE(has(r.err, "data_dir")) << r.err;
   EXPECT_FALSE(fs::exists(out)) << "a failed start left " << out;
@@ -502,6 +502,9 @@ TEST(FirstHour, MessagesNameTheRealCause) {
   r = tfm(dir, {"encode", "--model", s2s, "--text", "go ."});
   expect_error(r, "transformer_seq2seq folder (a translation model), not an encoder");
   EXPECT_FALSE(has(r.err, "vocab_size")) << r.err;
+  // ... and an encoder given to translate.
+  r = tfm(dir, {"translate", "--model", bert, "go ."});
+  expect_error(r, "this is a bert folder (an encoder), not a translation model");
   // --set with an unknown key is blamed on --set, not on the config file.
   const std::string cfg = recipe_json(dir);
   r = tfm(dir, {"train", "--config", cfg, "--out", dir + "/run", "--set", "nosuchkey=3"});
@@ -651,6 +654,9 @@ TEST(FirstHour, TutorialEncoderWithoutModelTypeIsExplained) {
   expect_error(r, "\"model_type\": \"transformer_encoder\"");
   c["model_type"] = "transformer_encoder";
   spit(m + "/config.json", c.dump());
+  // No segment embeddings: a --pair would be ignored, so it is refused (item 9's class).
+  r = tfm(dir, {"encode", "--model", m, "--text", "w5", "--pair", "w6"});
+  expect_error(r, "has no segment embeddings");
   r = tfm(dir, {"encode", "--model", m, "--threads", "1", "--text", "w5 w6"});
   EXPECT_EQ(r.exit_code, 0) << describe(r);
 }

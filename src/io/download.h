@@ -45,6 +45,7 @@ std::string resolve_url(const RemoteFile& file, const DownloadOptions& opts);
 // names the status), the connection closes before Content-Length bytes arrived; naming the file, the expected
 // and the actual digest when the checksum does not match; naming the path when the folder or file cannot be
 // written. std::invalid_argument when `file` has no checksum, a malformed one, or a filename with '/'.
+// A local mirror file that cannot be read: std::runtime_error "cannot read '<path>' (local mirror): <reason>".
 // On every error dir/filename.part is removed and dir/filename is left as it was.
 DownloadStatus download_file(const RemoteFile& file, const std::string& dir, const DownloadOptions& opts = {});
 

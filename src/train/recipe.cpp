@@ -376,10 +376,10 @@ void check_data_files(const RecipeConfig& cfg, const std::string& data_dir_sourc
   for (const std::string* rel : {&cfg.train_src, &cfg.train_tgt, &cfg.valid_src, &cfg.valid_tgt}) {
     const std::string path = resolve(cfg.data_dir, *rel);
     std::error_code ec;
-    if (std::filesystem::is_regular_file(path, ec)) continue;
+    if (std::filesystem::exists(path, ec)) continue;  // a folder or FIFO fails later, naming the path
     std::string where = (*rel)[0] == '/' ? std::string("an absolute path")
-                                         : "'" + *rel + "' relative to data_dir " + cfg.data_dir + " (" +
-                                               data_dir_source + ")";
+                                         : "'" + *rel + "' relative to data_dir " + cfg.data_dir + ", " +
+                                               data_dir_source;
     throw std::runtime_error("training data not found: " + path + " (" + where +
                              "); set TFM_DATA_DIR or --set data_dir=DIR to the folder that holds it, e.g. DIR after "
                              "'tfm data download multi30k --to DIR/multi30k'");
@@ -424,11 +424,11 @@ RecipeResult run_recipe(const RecipeConfig& cfg_in, const std::string& out, bool
                          const std::function<void(const RecipeProgress&)>& on_progress, bool* wrote) {
   namespace fs = std::filesystem;
   RecipeConfig cfg = cfg_in;
-  std::string data_dir_source = "the config's data_dir";
+  std::string data_dir_source = "set by the config's data_dir";
   if (cfg.data_dir.empty()) {
     const char* d = std::getenv("TFM_DATA_DIR");
     cfg.data_dir = d && *d ? d : "../shared/data";
-    data_dir_source = d && *d ? "from $TFM_DATA_DIR" : "the default ../shared/data, relative to the current folder";
+    data_dir_source = d && *d ? "from $TFM_DATA_DIR" : "the default ../shared/data relative to the current folder";
   }
   cfg.data_dir = std::filesystem::absolute(cfg.data_dir).lexically_normal().string();
   const std::string ckpt_path = out + "/checkpoint.safetensors", spm_path = out + "/spm.model";

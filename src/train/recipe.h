@@ -66,8 +66,12 @@ struct RecipeResult {
 // Trains into out_dir: spm.model, config.json + model.safetensors (the best epoch), train_config.json,
 // checkpoint.safetensors (latest state), train_log.csv and loss.png. With resume = true, continues from
 // out_dir/checkpoint.safetensors and out_dir/train_config.json and reaches the same weights bit for bit as an
-// uninterrupted run (same threads). Throws std::runtime_error on bad data/config, a corrupt checkpoint, or a
-// non-finite loss (after keeping the last good checkpoint).
+// uninterrupted run (same threads), train_log.csv and loss.png included (the checkpoint keeps the running loss
+// of the epoch in progress). Throws std::runtime_error on bad data/config, a corrupt checkpoint, or a non-finite
+// loss (after keeping the last good checkpoint); "training data not found: <path> ('<file>' relative to data_dir
+// <dir>, <where data_dir came from>); ..." before writing anything when a data file is missing. A fresh run that
+// throws before its first checkpoint removes the files it wrote (and out_dir if it created it), so that the same
+// call can be retried.
 RecipeResult train_recipe(const RecipeConfig& config, const std::string& out_dir, bool resume, bool progress = true);
 
 // What train_recipe reports to a callback: after every optimizer step (epoch_end false) and after each epoch's

@@ -80,6 +80,9 @@ void add_encode_command(CLI::App& app) {
       throw std::invalid_argument(config_path + ": this is a transformer_seq2seq folder (a translation model), not an "
                                   "encoder; use 'tfm translate --model " + o->model + "'");
     EncoderConfig config = EncoderConfig::from_json(config_json, config_path);
+    if (!o->pairs.empty() && config.model_type == "transformer_encoder")
+      throw CLI::ValidationError("--pair: model_type 'transformer_encoder' has no segment embeddings, so the pair's "
+                                 "token_type_ids would be ignored");
     BertTokenizer tok = BertTokenizer::from_dir(o->model);
     if (tok.vocab_size() > config.vocab_size)
       throw std::runtime_error("tokenizer vocabulary (" + std::to_string(tok.vocab_size()) + " tokens) is larger than " +

@@ -115,9 +115,10 @@ void add_train_command(CLI::App& app) {
       if (out.empty()) throw CLI::ValidationError("--out is required");
       RecipeResult r = train_recipe(rc, out, !resume->empty(), o->progress);
       if (r.best_epoch == 0) {  // config.json + model.safetensors are written at the end of the first epoch
-        std::printf("stopped after %lld steps in %.1f s, before the end of the first epoch: no model written yet "
-                    "(only a checkpoint); continue with 'tfm train --resume %s'\n",
-                    (long long)r.steps, r.seconds, out.c_str());
+        // Same "in S s, T target tokens/s" as the line below (bench/multi30k.sh --short reads it).
+        std::printf("stopped after %lld steps in %.1f s, %.0f target tokens/s, before the end of the first epoch: no "
+                    "model written yet (only a checkpoint); continue with 'tfm train --resume %s'\n",
+                    (long long)r.steps, r.seconds, r.train_tokens_per_sec, out.c_str());
         return;
       }
       std::printf("trained %lld epochs (%lld steps) in %.1f s, %.0f target tokens/s; best validation BLEU %.2f "

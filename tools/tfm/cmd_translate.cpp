@@ -66,6 +66,10 @@ void add_translate_command(CLI::App& app) {
     namespace fs = std::filesystem;
     const std::string config_path = o->model + "/config.json";
     const nlohmann::json config_json = load_json_file(config_path);
+    if (const std::string t = json_string_or(config_json, "model_type", "", config_path);
+        t == "bert" || t == "transformer_encoder")
+      throw std::invalid_argument(config_path + ": this is a " + t + " folder (an encoder), not a translation model; "
+                                  "use 'tfm encode --model " + o->model + "'");
     Seq2SeqModel model(Seq2SeqConfig::from_json(config_json, config_path));
     const Seq2SeqConfig& c = model.config();
     // Two kinds of folders: d2l word vocabularies (src_vocab.txt / tgt_vocab.txt) or a joint SentencePiece model
