@@ -279,7 +279,9 @@ TEST(Beam, NarrowBeamEqualsPlainBeamSearchRunToMaxSteps) {
           EXPECT_EQ(got[s][0].tokens, want.tokens) << where;
           EXPECT_EQ(got[s][0].finished, want.finished) << where;
           EXPECT_NEAR(got[s][0].score, gnmt_score(want.logp, want.length(), alpha), 1e-5) << where;
-          if (K == 1) EXPECT_EQ(got[s][0].tokens, greedy[s]) << where;
+          if (K == 1) {
+            EXPECT_EQ(got[s][0].tokens, greedy[s]) << where;
+          }
           differs_from_greedy += got[s][0].tokens != greedy[s];
           ++checked;
         }
@@ -443,4 +445,43 @@ TEST(Beam, TrainedModelNeverScoresBelowGreedy) {
     }
   }
   EXPECT_GE(better, 10) << "the sentences should include some where beam search beats greedy";
+}
+
+// The PyTorch reference beam search (scripts/make_beam_fixtures.py: plain search run to num_steps, d2l_step
+// positions) on d2l_trained: same hypothesis, same logp and score.
+TEST(Beam, MatchesPyTorchReferenceBeamSearchOnTrainedModel) {
+  const std::string dir = fixture("d2l_trained");
+  Seq2SeqModel model(Seq2SeqConfig::load(dir + "/config.json"));
+  model.load(dir + "/model.safetensors");
+  std::ifstream f(dir + "/beam_predictions.json");
+  ASSERT_TRUE(f) << "missing beam_predictions.json (run /usr/bin/python3 scripts/make_beam_fixtures.py)";
+  const nlohmann::json fx = nlohmann::json::parse(f);
+  const int64_t T = model.config().num_steps, pad = 1;
+  int checked = 0;
+  for (const auto& c : fx["cases"]) {
+    DecodeOptions o = options(c["beam_size"].get<int64_t>(), c["length_penalty"].get<double>(), T);
+    o.position_mode = PositionMode::kD2lStep;
+    std::vector<int64_t> flat, vls;
+    for (const auto& s : c["sentences"]) {
+      std::vector<int64_t> ids = s["src_ids"].get<std::vector<int64_t>>();
+      vls.push_back((int64_t)ids.size());
+      ids.resize(T, pad);
+      flat.insert(flat.end(), ids.begin(), ids.end());
+    }
+    const int64_t N = (int64_t)vls.size();
+    auto got = beam_search_hypotheses(model, flat.data(), vls.data(), N, T, o);
+    for (int64_t i = 0; i < N; ++i) {
+      const auto& s = c["sentences"][i];
+      const Hypothesis& h = got[i][0];
+      const std::string where = "beam " + std::to_string(o.beam_size) + " alpha " + std::to_string(o.length_penalty) +
+                                " '" + s["src"].get<std::string>() + "'";
+      EXPECT_EQ(h.tokens, s["pred_ids"].get<std::vector<int64_t>>()) << where;
+      EXPECT_EQ(h.finished, s["finished"].get<bool>()) << where;
+      EXPECT_EQ(h.length(), s["length"].get<int64_t>()) << where;
+      EXPECT_NEAR(h.logp, s["logp"].get<double>(), 1e-4) << where;
+      EXPECT_NEAR(h.score, s["score"].get<double>(), 1e-4) << where;
+      ++checked;
+    }
+  }
+  EXPECT_GE(checked, 40);
 }
