@@ -258,7 +258,7 @@ TEST(Beam, NarrowBeamEqualsPlainBeamSearchRunToMaxSteps) {
   const int64_t Ls = 6, max_steps = 6, N = 6;
   int differs_from_greedy = 0, checked = 0;
   for (uint64_t seed = 1; seed <= 6; ++seed) {
-    auto model_ptr = tiny_model(seed, 7);
+    auto model_ptr = tiny_model(seed, 6);
     Seq2SeqModel& model = *model_ptr;
     Rng rng(200 + seed);
     std::vector<std::vector<int64_t>> srcs(N);
