@@ -169,7 +169,7 @@ def main():
         cases.append(dict(beam_size=K, length_penalty=alpha, sentences=picked))
     out = dict(generator="scripts/make_beam_fixtures.py", torch_version=torch.__version__,
                model="tests/fixtures/d2l_trained", num_steps=T, positions="d2l_step (P[0] every step)",
-               rules=__doc__.split("\n\n")[2].strip(), cases=cases)
+               rules="\n\n".join(__doc__.split("\n\n")[2:4]).strip(), cases=cases)
     path = os.path.join(FIX, "beam_predictions.json")
     tmp = path + ".tmp"
     with open(tmp, "w", encoding="utf-8") as f:
