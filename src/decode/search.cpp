@@ -4,6 +4,9 @@
 #include <cmath>
 #include <cstring>
 #include <numeric>
+#include <stdexcept>
+#include <string>
+#include <tuple>
 
 namespace tfm {
 
@@ -14,10 +17,11 @@ int64_t argmax(const float* x, int64_t n) {
     if (x[i] > x[best]) best = i;
   return best;
 }
-float gnmt_penalty(int64_t len, float alpha) {
-  return alpha == 0.0f ? 1.0f : std::pow((5.0f + (float)len) / 6.0f, alpha);
-}
 }  // namespace
+
+double gnmt_length_penalty(int64_t length, double alpha) {
+  return alpha == 0.0 ? 1.0 : std::pow((5.0 + (double)length) / 6.0, alpha);
+}
 
 std::vector<std::vector<int64_t>> greedy_decode(Seq2SeqModel& model, const int64_t* src, const int64_t* src_valid_len,
                                                 int64_t B, int64_t Ls, const DecodeOptions& opt,
@@ -77,94 +81,142 @@ std::vector<int64_t> beam_search(Seq2SeqModel& model, const int64_t* src, int64_
 std::vector<std::vector<int64_t>> beam_search_batch(Seq2SeqModel& model, const int64_t* src,
                                                     const int64_t* src_valid_len, int64_t N, int64_t Ls,
                                                     const DecodeOptions& opt) {
+  auto hyps = beam_search_hypotheses(model, src, src_valid_len, N, Ls, opt);
+  std::vector<std::vector<int64_t>> out(N);
+  for (int64_t s = 0; s < N; ++s) out[s] = std::move(hyps[s].front().tokens);
+  return out;
+}
+
+std::vector<std::vector<Hypothesis>> beam_search_hypotheses(Seq2SeqModel& model, const int64_t* src,
+                                                            const int64_t* src_valid_len, int64_t N, int64_t Ls,
+                                                            const DecodeOptions& opt) {
+  if (opt.beam_size < 1)
+    throw std::invalid_argument("beam_size must be >= 1, got " + std::to_string(opt.beam_size));
+  if (!(opt.length_penalty >= 0.0f) || !std::isfinite(opt.length_penalty))
+    throw std::invalid_argument("length_penalty must be finite and >= 0, got " + std::to_string(opt.length_penalty));
+  if (opt.max_steps < 0) throw std::invalid_argument("max_steps must be >= 0, got " + std::to_string(opt.max_steps));
   const int64_t V = model.config().tgt_vocab_size, H = model.config().num_hiddens;
-  const int64_t K = std::max<int64_t>(1, opt.beam_size);
-  Tensor enc = model.encode(src, src_valid_len, N, Ls);
-  DecoderCache cache;
-  model.start_decoding(cache, enc, src_valid_len, opt.max_steps);
+  const int64_t K = opt.beam_size;
+  const double alpha = opt.length_penalty;
   struct Beam {
     std::vector<int64_t> tokens;
     double logp = 0;
   };
   struct Sentence {
     std::vector<Beam> alive = {Beam{}};
-    std::vector<std::pair<double, std::vector<int64_t>>> finished;  // (penalised score, tokens)
+    std::vector<Hypothesis> kept;  // the K best finished / cut-off hypotheses, best first
     bool done = false;
+    void keep(Hypothesis h, int64_t K) {
+      if ((int64_t)kept.size() == K && !(h.score > kept.back().score)) return;  // ties keep the earlier one
+      auto at = std::upper_bound(kept.begin(), kept.end(), h.score,
+                                 [](double v, const Hypothesis& x) { return v > x.score; });
+      kept.insert(at, std::move(h));
+      if ((int64_t)kept.size() > K) kept.pop_back();
+    }
+  };
+  auto hypothesis = [&](std::vector<int64_t> tokens, double logp, bool finished) {
+    Hypothesis h{std::move(tokens), logp, 0.0, finished};
+    h.score = logp / gnmt_length_penalty(h.length(), alpha);
+    return h;
   };
   std::vector<Sentence> sent(N);
-  std::vector<int64_t> row_sentence(N);  // cache row -> sentence; a sentence's rows are contiguous, beam order
-  for (int64_t i = 0; i < N; ++i) row_sentence[i] = i;
-  std::vector<int64_t> last(N, opt.bos_id);
-  std::vector<float> logits;
-  std::vector<double> lse;
-  for (int64_t t = 0; t < opt.max_steps && !row_sentence.empty(); ++t) {
-    const int64_t R = (int64_t)row_sentence.size();
-    logits.resize(R * V);
-    model.decode_step(cache, last.data(), logits.data(), opt.position_mode);
-    lse.resize(R);
-    for (int64_t r = 0; r < R; ++r) {  // log-softmax normaliser of each row
-      const float* x = logits.data() + r * V;
-      float mx = x[argmax(x, V)];
-      double sum = 0;
-      for (int64_t v = 0; v < V; ++v) sum += std::exp((double)x[v] - mx);
-      lse[r] = mx + std::log(sum);
-    }
-    std::vector<int64_t> keep_rows, next_sentence, next_last;
-    for (int64_t r0 = 0; r0 < R;) {
-      const int64_t s = row_sentence[r0];
-      int64_t r1 = r0;
-      while (r1 < R && row_sentence[r1] == s) ++r1;
-      Sentence& S = sent[s];
-      // Top 2K candidates over this sentence's beams (K of them may end in <eos>).
-      std::vector<std::tuple<double, int64_t, int64_t>> cand;
-      cand.reserve((r1 - r0) * V);
-      for (int64_t r = r0; r < r1; ++r) {
+  if (N == 0) return {};
+  if (opt.max_steps > 0) {
+    Tensor enc = model.encode(src, src_valid_len, N, Ls);
+    DecoderCache cache;
+    model.start_decoding(cache, enc, src_valid_len, opt.max_steps);
+    std::vector<int64_t> row_sentence(N);  // cache row -> sentence; a sentence's rows are contiguous, beam order
+    for (int64_t i = 0; i < N; ++i) row_sentence[i] = i;
+    std::vector<int64_t> last(N, opt.bos_id);
+    std::vector<float> logits;
+    std::vector<double> lse;
+    // Best score any continuation of a live beam with logp lp can reach: its logp only decreases, its length
+    // lies in [len + 1, max_steps] and logp <= 0, so dividing by the largest penalty of that range bounds it.
+    const double lp_max = gnmt_length_penalty(opt.max_steps, alpha);
+    auto best_reachable = [&](const Beam& b) {
+      return b.logp / std::max(gnmt_length_penalty((int64_t)b.tokens.size() + 1, alpha), lp_max);
+    };
+    for (int64_t t = 0; t < opt.max_steps && !row_sentence.empty(); ++t) {
+      const int64_t R = (int64_t)row_sentence.size();
+      logits.resize(R * V);
+      model.decode_step(cache, last.data(), logits.data(), opt.position_mode);
+      lse.resize(R);
+      for (int64_t r = 0; r < R; ++r) {  // log-softmax normaliser of each row
         const float* x = logits.data() + r * V;
-        for (int64_t v = 0; v < V; ++v) cand.emplace_back(S.alive[r - r0].logp + x[v] - lse[r], r, v);
+        float mx = x[argmax(x, V)];
+        double sum = 0;
+        for (int64_t v = 0; v < V; ++v) sum += std::exp((double)x[v] - mx);
+        lse[r] = mx + std::log(sum);
       }
-      const int64_t keep = std::min<int64_t>((int64_t)cand.size(), 2 * K);
-      std::partial_sort(cand.begin(), cand.begin() + keep, cand.end(),
-                        [](const auto& a, const auto& b) { return std::get<0>(a) > std::get<0>(b); });
-      std::vector<Beam> next;
-      std::vector<int64_t> rows, toks_last;
-      for (int64_t c = 0; c < keep && (int64_t)next.size() < K; ++c) {
-        auto [lp, r, v] = cand[c];
-        std::vector<int64_t> toks = S.alive[r - r0].tokens;
-        if (v == opt.eos_id) {
-          // Length counts generated tokens including <eos>.
-          S.finished.emplace_back(lp / gnmt_penalty((int64_t)toks.size() + 1, opt.length_penalty), toks);
-          continue;
+      const bool last_step = t + 1 == opt.max_steps;
+      std::vector<int64_t> keep_rows, next_sentence, next_last;
+      for (int64_t r0 = 0; r0 < R;) {
+        const int64_t s = row_sentence[r0];
+        int64_t r1 = r0;
+        while (r1 < R && row_sentence[r1] == s) ++r1;
+        Sentence& S = sent[s];
+        // The top 2K candidates hold the top K ranks and at least K not ending in <eos> (at most K of all
+        // candidates end in <eos>: one per live beam).
+        std::vector<std::tuple<double, int64_t, int64_t>> cand;  // (logp, row, token)
+        cand.reserve((r1 - r0) * V);
+        for (int64_t r = r0; r < r1; ++r) {
+          const float* x = logits.data() + r * V;
+          for (int64_t v = 0; v < V; ++v) cand.emplace_back(S.alive[r - r0].logp + ((double)x[v] - lse[r]), r, v);
         }
-        toks.push_back(v);
-        next.push_back({toks, lp});
-        rows.push_back(r);
-        toks_last.push_back(v);
+        const int64_t top = std::min<int64_t>((int64_t)cand.size(), 2 * K);
+        std::partial_sort(cand.begin(), cand.begin() + top, cand.end(), [](const auto& a, const auto& b) {
+          if (std::get<0>(a) != std::get<0>(b)) return std::get<0>(a) > std::get<0>(b);
+          return std::make_pair(std::get<1>(a), std::get<2>(a)) < std::make_pair(std::get<1>(b), std::get<2>(b));
+        });
+        std::vector<Beam> next;
+        std::vector<int64_t> rows, toks_last;
+        bool eos_finished = false;
+        for (int64_t c = 0; c < top && (int64_t)next.size() < K; ++c) {
+          auto [lp, r, v] = cand[c];
+          const std::vector<int64_t>& prefix = S.alive[r - r0].tokens;
+          if (v == opt.eos_id) {
+            if (c < K) {  // an <eos> ranked below K live candidates is not kept (as HF / fairseq)
+              S.keep(hypothesis(prefix, lp, true), K);
+              eos_finished = true;
+            }
+            continue;
+          }
+          std::vector<int64_t> toks = prefix;
+          toks.push_back(v);
+          next.push_back({std::move(toks), lp});
+          rows.push_back(r);
+          toks_last.push_back(v);
+        }
+        S.alive.swap(next);
+        if (last_step)  // max_steps tokens: the live beams are cut off
+          for (Beam& b : S.alive) S.keep(hypothesis(std::move(b.tokens), b.logp, false), K);
+        bool stop = last_step || S.alive.empty() || (K == 1 && eos_finished);  // K = 1: greedy
+        if (!stop && (int64_t)S.kept.size() == K) {
+          double reach = -INFINITY;
+          for (const Beam& b : S.alive) reach = std::max(reach, best_reachable(b));
+          stop = reach <= S.kept.back().score;  // no live beam can enter the kept K
+        }
+        if (stop) {
+          S.done = true;  // leaves the batch: its rows are not kept
+        } else {
+          keep_rows.insert(keep_rows.end(), rows.begin(), rows.end());
+          next_last.insert(next_last.end(), toks_last.begin(), toks_last.end());
+          next_sentence.insert(next_sentence.end(), rows.size(), s);
+        }
+        r0 = r1;
       }
-      S.alive.swap(next);
-      if ((int64_t)S.finished.size() >= K || S.alive.empty() || t + 1 == opt.max_steps) {
-        S.done = true;  // leaves the batch: its rows are not kept
-      } else {
-        keep_rows.insert(keep_rows.end(), rows.begin(), rows.end());
-        next_last.insert(next_last.end(), toks_last.begin(), toks_last.end());
-        next_sentence.insert(next_sentence.end(), rows.size(), s);
-      }
-      r0 = r1;
+      if (keep_rows.empty()) break;
+      Seq2SeqModel::reorder_cache(cache, keep_rows, H);
+      row_sentence.swap(next_sentence);
+      last.swap(next_last);
     }
-    if (keep_rows.empty()) break;
-    Seq2SeqModel::reorder_cache(cache, keep_rows, H);
-    row_sentence.swap(next_sentence);
-    last.swap(next_last);
   }
-  std::vector<std::vector<int64_t>> out(N);
+  std::vector<std::vector<Hypothesis>> out(N);
   for (int64_t s = 0; s < N; ++s) {
     Sentence& S = sent[s];
-    if (S.finished.empty())  // nothing reached <eos> within max_steps: the best unfinished beam
-      for (const Beam& b : S.alive)
-        S.finished.emplace_back(b.logp / gnmt_penalty((int64_t)b.tokens.size(), opt.length_penalty), b.tokens);
-    if (S.finished.empty()) continue;
-    auto best = std::max_element(S.finished.begin(), S.finished.end(),
-                                 [](const auto& a, const auto& b) { return a.first < b.first; });
-    out[s] = best->second;
+    if (!S.done)  // max_steps 0: the empty hypothesis
+      for (Beam& b : S.alive) S.keep(hypothesis(std::move(b.tokens), b.logp, false), K);
+    out[s] = std::move(S.kept);
   }
   return out;
 }

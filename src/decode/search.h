@@ -10,10 +10,27 @@ namespace tfm {
 
 struct DecodeOptions {
   int64_t beam_size = 1;        // 1 = greedy
-  float length_penalty = 0.0f;  // GNMT alpha: score = sum log p / ((5 + len) / 6)^alpha, len = generated tokens
-  int64_t max_steps = 10;       // decoding stops after this many tokens (num_steps) or at <eos>
+  float length_penalty = 0.0f;  // GNMT alpha (>= 0), see gnmt_length_penalty
+  int64_t max_steps = 10;       // at most this many generated tokens (num_steps), <eos> included
   int64_t bos_id = 2, eos_id = 3;
   PositionMode position_mode = PositionMode::kAbsolute;
+};
+
+// Scoring used by beam search (Wu et al. 2016, "Google's Neural Machine Translation System", eq. 14, without the
+// coverage term): a hypothesis y of `length` tokens scores
+//   score(y) = logp(y) / lp(length),   lp(length) = ((5 + length) / 6)^alpha,
+// logp(y) = sum over its tokens of log softmax(logits) (natural log). `length` counts the generated tokens
+// including the final <eos>; a hypothesis cut off at max_steps without <eos> has length max_steps and no <eos>
+// term. alpha 0 gives lp = 1 (plain sum of log-probabilities); alpha > 0 favours longer hypotheses.
+double gnmt_length_penalty(int64_t length, double alpha);
+
+// One decoded hypothesis.
+struct Hypothesis {
+  std::vector<int64_t> tokens;  // generated ids, without <eos>
+  double logp = 0;              // sum of the log-probabilities of its tokens, <eos> included when finished
+  double score = 0;             // logp / gnmt_length_penalty(length, length_penalty)
+  bool finished = false;        // ended in <eos>; false: cut off after max_steps tokens
+  int64_t length() const { return (int64_t)tokens.size() + (finished ? 1 : 0); }
 };
 
 // Optional attention weights of the first sentence, for visualisation.
@@ -28,17 +45,35 @@ std::vector<std::vector<int64_t>> greedy_decode(Seq2SeqModel& model, const int64
                                                 int64_t B, int64_t Ls, const DecodeOptions& opt,
                                                 DecodeAttention* attention = nullptr);
 
-// Beam search for one source sentence src [1, Ls]. Returns the best hypothesis by length-penalised score, without
-// <eos>.
-std::vector<int64_t> beam_search(Seq2SeqModel& model, const int64_t* src, int64_t src_valid_len, int64_t Ls,
-                                 const DecodeOptions& opt);
+// Beam search (the usual algorithm, as Hugging Face's BeamSearchScorer and fairseq run it). Per sentence, K =
+// beam_size live beams start from <bos>. At each step every live beam is extended by every token and the
+// candidates are ranked by logp (ties: lower beam, then lower token id). A candidate ending in <eos> among the top
+// K ranks becomes a finished hypothesis; the first K candidates not ending in <eos> are the next live beams. After
+// max_steps tokens the live beams become cut-off hypotheses. Of all finished and cut-off hypotheses the K best by
+// score (see gnmt_length_penalty) are kept.
+//
+// Stopping: a sentence stops early only when no live beam can still enter the K kept hypotheses: with K kept,
+// every live beam's best achievable score, logp / max(lp(len + 1), lp(max_steps)) (log-probabilities only
+// decrease and lp is monotone in the length), is <= the worst kept score. The result is therefore exactly that of
+// running every sentence to max_steps (or until no beam is alive). beam_size 1 is greedy decoding: it stops at the
+// first <eos>, whatever the length penalty, and equals greedy_decode.
+//
+// src: [N, Ls] ids, src_valid_len: [N]. Every sentence's live beams are rows of one decoder cache; a finished
+// sentence leaves the batch. Returns per sentence its kept hypotheses, best score first (at most beam_size; at
+// least one). Throws std::invalid_argument when beam_size < 1, length_penalty < 0 or is not finite, or
+// max_steps < 0.
+std::vector<std::vector<Hypothesis>> beam_search_hypotheses(Seq2SeqModel& model, const int64_t* src,
+                                                            const int64_t* src_valid_len, int64_t N, int64_t Ls,
+                                                            const DecodeOptions& opt);
 
-// Batched beam search: src [N, Ls], src_valid_len [N]. Every sentence's live beams are rows of one decoder cache;
-// a hypothesis ending in <eos> leaves its beam, and a sentence with beam_size finished hypotheses (or none alive)
-// leaves the batch. With beam_size 1 this is greedy decoding.
+// The best hypothesis of beam_search_hypotheses for each sentence, tokens only.
 std::vector<std::vector<int64_t>> beam_search_batch(Seq2SeqModel& model, const int64_t* src,
                                                     const int64_t* src_valid_len, int64_t N, int64_t Ls,
                                                     const DecodeOptions& opt);
+
+// beam_search_batch for one source sentence src [1, Ls].
+std::vector<int64_t> beam_search(Seq2SeqModel& model, const int64_t* src, int64_t src_valid_len, int64_t Ls,
+                                 const DecodeOptions& opt);
 
 // Greedy decoding that re-runs the whole decoder on the prefix at every step (no cache, absolute positions);
 // slow, kept as the reference the cached decoder is tested against.
