@@ -166,6 +166,29 @@ def bert_zero_context(net, input_ids, token_type_ids, attention_mask):
     return x, torch.tanh(net.pooler.dense(x[:, 0]))
 
 
+CLI_PAIR = ("the cat sat", "on the big mat")
+
+
+def make_encode_cli_pair():
+    """`tfm encode --text A --pair B` (once the option exists): [CLS] A [SEP] B [SEP], token types 0 then 1."""
+    a = [CLI_VOCAB.index(w) for w in CLI_PAIR[0].split()]
+    b = [CLI_VOCAB.index(w) for w in CLI_PAIR[1].split()]
+    ids = torch.tensor([[2] + a + [3] + b + [3]])
+    tt = torch.tensor([[0] * (len(a) + 2) + [1] * (len(b) + 1)])
+    mask = torch.ones_like(ids)
+    cfg = read_json(os.path.join(FIX, "bert", "config.json"))
+    bert = rm.BertModelRef(types.SimpleNamespace(**cfg))
+    load_state(bert, os.path.join(FIX, "bert", "model.safetensors"))
+    bert.eval()
+    with torch.no_grad():
+        last, pooled = bert(ids, tt, mask)
+        last0, _ = bert(ids, torch.zeros_like(tt), mask)
+    assert not torch.allclose(last, last0, atol=1e-2)  # the token types matter
+    save(dict(input_ids=ids, token_type_ids=tt, attention_mask=mask, last_hidden_state=last, pooler_output=pooled),
+         "encode_cli/bert_pair.safetensors")
+    save_json(dict(text=CLI_PAIR[0], pair=CLI_PAIR[1]), "encode_cli/pair.json")
+
+
 def make_bert_all_padding():
     """A row of padding only (attention_mask all 0) through the golden BERT. Hugging Face adds finfo.min to every
     score, so that row attends uniformly to all keys (`*_hf`); the product gives it a zero attention context
@@ -565,6 +588,7 @@ def d2l_two_steps(cfg, src, src_vl, tgt, tgt_vl, rows):
 
 def main():
     make_encode_cli()
+    make_encode_cli_pair()
     make_bert_all_padding()
     ratios = dict(te=make_eps_te(), bert=make_eps_bert(), seq2seq=make_eps_seq2seq())
     make_attention_masks()

@@ -152,4 +152,25 @@ TEST(CliEncodeReference, TutorialEncoderPaddedBatchAndAllLayersMatchPyTorch) {
   if (!::testing::Test::HasFailure()) fs::remove_all(dir);
 }
 
+// Token types reach the model only through a sentence pair: a single text has all-zero token_type_ids, so only
+// this test notices `tfm encode` dropping them. Skipped until `tfm encode` has --pair (written for
+// `--text A --pair B`, as `tfm tokenize` spells it).
+TEST(CliEncodeReference, BertSentencePairMatchesPyTorch) {
+  std::string dir = model_dir("bert");
+  RunOut help = run_tfm(dir, {"encode", "--help"});
+  if (help.out.find("--pair") == std::string::npos) {
+    fs::remove_all(dir);
+    GTEST_SKIP() << "tfm encode has no --pair yet";
+  }
+  auto fx = SafeTensors::open(fixture("reference/encode_cli/bert_pair.safetensors"));
+  auto j = nlohmann::json::parse(slurp(fixture("reference/encode_cli/pair.json")));
+  RunOut r = run_tfm(dir, {"encode", "--model", dir + "/model", "--threads", "1", "--text", j.at("text"), "--pair",
+                           j.at("pair"), "-o", dir + "/last.npy", "--pooled", dir + "/pooled.npy"});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  expect_ids(r, fx.get("input_ids"));
+  expect_close(load_npy(dir + "/last.npy"), fx.get("last_hidden_state"), "last_hidden_state");
+  expect_close(load_npy(dir + "/pooled.npy"), fx.get("pooler_output"), "pooler_output");
+  if (!::testing::Test::HasFailure()) fs::remove_all(dir);
+}
+
 }  // namespace tfm::test
