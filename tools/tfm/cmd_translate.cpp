@@ -42,6 +42,7 @@ void add_translate_command(CLI::App& app) {
     int64_t beam = 1;
     float length_penalty = 0.0f;
     int threads = 0;
+    std::string dtype = "fp32";
   };
   auto o = std::make_shared<Opts>();
   CLI::App* cmd = app.add_subcommand(
@@ -57,6 +58,10 @@ void add_translate_command(CLI::App& app) {
                   "Save the first sentence's attention weights as a PNG: top row encoder self-attention (last "
                   "layer), bottom row decoder cross-attention (last layer), one tile per head");
   add_threads_option(cmd, o->threads);
+  cmd->add_option("--dtype", o->dtype,
+                  "Compute type of the Linear layers: fp32, bf16 or int8 (dynamic quantisation); embeddings, "
+                  "LayerNorm, softmax and the output projection stay fp32")
+      ->check(CLI::IsMember({"fp32", "bf16", "int8"}));
   cmd->callback([o] {
     namespace fs = std::filesystem;
     const std::string config_path = o->model + "/config.json";
@@ -85,6 +90,7 @@ void add_translate_command(CLI::App& app) {
                                  std::to_string(c.tgt_vocab_size));
     }
     model.load(o->model + "/model.safetensors");
+    model.prepare_inference(ops::parse_compute_type(o->dtype));
     DecodeOptions opt;
     opt.beam_size = o->beam;
     opt.length_penalty = o->length_penalty;
