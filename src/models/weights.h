@@ -22,6 +22,15 @@ class WeightSource {
   // Tells the source that `t` (from get()) has been copied into a packed layout and its memory is no longer
   // read; a file-backed source drops the pages from memory. Default: nothing.
   virtual void release(const Tensor& t) {}
+  // The same for raw bytes handed out by get_int8.
+  virtual void release_bytes(const void* data, size_t bytes) {}
+  // A Linear weight stored prequantised by `tfm convert --dtype int8`: tensor `name` of dtype I8 with `shape`
+  // [out, in] plus "<name>_scale" F32 [out] (w = weight * scale per output row). Returns null when `name` (or an
+  // alias) is not stored that way; then get() applies. The pointers stay valid while the source lives.
+  virtual const int8_t* get_int8(const std::string& name, const Shape& shape, const std::vector<std::string>& aliases,
+                                 const float** scale) {
+    return nullptr;
+  }
 };
 
 // Weights read in place from an mmapped model.safetensors.
@@ -32,10 +41,14 @@ class SafeTensorsWeights : public WeightSource {
   void release(const Tensor& t) override {
     if (t.defined() && t.dtype() == DType::F32) st_.release_pages(t.f32(), t.nbytes());
   }
+  const int8_t* get_int8(const std::string& name, const Shape& shape, const std::vector<std::string>& aliases,
+                         const float** scale) override;
+  void release_bytes(const void* data, size_t bytes) override { st_.release_pages(data, bytes); }
   const SafeTensors& file() const { return st_; }
 
  private:
   SafeTensors st_;
+  std::vector<Tensor> scales_;  // scales handed out by get_int8 (copies if the file was misaligned)
 };
 
 // Fresh parameters as PyTorch's default initialisers give them (what document 000 gets when it builds modules
