@@ -14,8 +14,10 @@
 // /proc/self/status (MiB) after the shape ran, so it is cumulative over the shapes run so far; it includes the
 // mmapped weight pages that forward touched.
 //
-// --sgemm prints {"kind":"sgemm",...}: the throughput of ops::gemm (oneDNN dnnl_sgemm) for 1024x3072x768 in the layout
-// linear_forward uses (x[N, in] @ W[out, in]^T), the ceiling the encoder's GEMMs can reach with these threads.
+// --dtype loads the model with that compute type (load_encoder; ops/gemm.h PackedLinear).
+// --sgemm prints {"kind":"sgemm",...}: ops::gemm (plain dnnl_sgemm) for 1024x3072x768 (x[N, in] @ W[out, in]^T),
+// and {"kind":"packed_gemm","dtype":..}: the same product on weights packed once (oneDNN matmul, PackedLinear)
+// for fp32, bf16 and int8; the fp32 figure is the ceiling the encoder's GEMMs can reach with these threads.
 // --breakdown prints {"kind":"breakdown",...}: the same op sequence as one BERT layer (ops called directly on
 // layer 0's weights, as src/models/bert.cpp calls them), timed op by op and scaled by num_hidden_layers, to show
 // where forward's time goes.
@@ -53,12 +55,13 @@ struct Options {
   std::vector<std::pair<int64_t, int64_t>> shapes = {{1, 128}, {8, 128}, {1, 512}};
   bool sgemm = false;
   bool breakdown = false;
+  std::string dtype = "fp32";
 };
 
 [[noreturn]] void usage(const std::string& why) {
   std::fprintf(stderr,
                "bench_encoder: %s\nusage: bench_encoder MODEL_DIR [--threads N] [--warmup N] [--reps N] "
-               "[--shapes BxL,BxL,...] [--sgemm] [--breakdown]\n",
+               "[--shapes BxL,BxL,...] [--dtype fp32|bf16|int8] [--sgemm] [--breakdown]\n",
                why.c_str());
   std::exit(2);
 }
@@ -86,6 +89,7 @@ Options parse_args(int argc, char** argv) {
     else if (a == "--warmup") o.warmup = parse_int(a, value());
     else if (a == "--reps") o.reps = std::max(1, parse_int(a, value()));
     else if (a == "--sgemm") o.sgemm = true;
+    else if (a == "--dtype") o.dtype = value();
     else if (a == "--breakdown") o.breakdown = true;
     else if (a == "--shapes") {
       o.shapes.clear();
@@ -162,17 +166,27 @@ void run_sgemm(const Options& o) {
   std::mt19937 rng(0);
   std::uniform_real_distribution<float> u(-1.0f, 1.0f);
   for (auto& x : a) x = u(rng);
-  for (auto& x : w) x = u(rng);
-  auto t = time_calls(3, std::max(o.reps, 20), [&] {
-    tfm::ops::gemm(false, true, M, N, K, 1.0f, a.data(), K, w.data(), K, 0.0f, c.data(), N);
-  });
-  double med = median(t), best = *std::min_element(t.begin(), t.end());
+  for (auto& x : w) x = u(rng) * 0.036f;
   double gflop = 2.0 * M * N * K * 1e-9;
-  std::printf(
-      "{\"kind\":\"sgemm\",\"M\":%d,\"N\":%d,\"K\":%d,\"threads\":%d,\"median_ms\":%.3f,\"min_ms\":%.3f,"
-      "\"gflops\":%.1f,\"best_gflops\":%.1f}\n",
-      M, N, K, o.threads, med * 1e3, best * 1e3, gflop / med, gflop / best);
-  std::fflush(stdout);
+  auto report = [&](const char* kind, const char* dtype, const std::vector<double>& t) {
+    double med = median(t), best = *std::min_element(t.begin(), t.end());
+    std::printf(
+        "{\"kind\":\"%s\",\"dtype\":\"%s\",\"M\":%d,\"N\":%d,\"K\":%d,\"threads\":%d,\"median_ms\":%.3f,"
+        "\"min_ms\":%.3f,\"gflops\":%.1f,\"best_gflops\":%.1f,\"isa\":\"%s\"}\n",
+        kind, dtype, M, N, K, o.threads, med * 1e3, best * 1e3, gflop / med, gflop / best,
+        tfm::ops::cpu_isa_name().c_str());
+    std::fflush(stdout);
+  };
+  // Plain dnnl_sgemm (what training and unpacked products use).
+  report("sgemm", "fp32", time_calls(3, std::max(o.reps, 20), [&] {
+           tfm::ops::gemm(false, true, M, N, K, 1.0f, a.data(), K, w.data(), K, 0.0f, c.data(), N);
+         }));
+  // The ceiling the encoder's packed GEMMs can reach: oneDNN matmul on weights reordered once (PackedLinear).
+  for (auto ct : {tfm::ops::ComputeType::F32, tfm::ops::ComputeType::BF16, tfm::ops::ComputeType::I8}) {
+    tfm::ops::PackedLinear lin(w.data(), nullptr, K, N, ct);
+    report("packed_gemm", tfm::ops::compute_type_name(ct),
+           time_calls(3, std::max(o.reps, 20), [&] { lin.forward(c.data(), a.data(), M); }));
+  }
 }
 
 // One BERT layer's op sequence on layer 0's weights, timed op by op. Mirrors Bert::forward in
@@ -248,15 +262,15 @@ int main(int argc, char** argv) {
 
     double rss0 = proc_status_mb("VmRSS");
     auto t0 = Clock::now();
-    std::unique_ptr<tfm::EncoderModel> model = tfm::load_encoder(o.model_dir);
+    std::unique_ptr<tfm::EncoderModel> model = tfm::load_encoder(o.model_dir, tfm::ops::parse_compute_type(o.dtype));
     double load_s = seconds_since(t0);
     const tfm::EncoderConfig& c = model->config();
     std::ifstream wf(o.model_dir + "/model.safetensors", std::ios::binary | std::ios::ate);
     double weights_mb = (double)wf.tellg() / (1024.0 * 1024.0);
     std::printf(
-        "{\"kind\":\"model\",\"dir\":\"%s\",\"layers\":%lld,\"hidden\":%lld,\"heads\":%lld,\"intermediate\":%lld,"
+        "{\"kind\":\"model\",\"dtype\":\"%s\",\"dir\":\"%s\",\"layers\":%lld,\"hidden\":%lld,\"heads\":%lld,\"intermediate\":%lld,"
         "\"threads\":%d,\"weights_mb\":%.1f,\"load_ms\":%.1f,\"rss_before_load_mb\":%.1f,\"rss_after_load_mb\":%.1f}\n",
-        o.model_dir.c_str(), (long long)c.num_hidden_layers, (long long)c.hidden_size,
+        o.dtype.c_str(), o.model_dir.c_str(), (long long)c.num_hidden_layers, (long long)c.hidden_size,
         (long long)c.num_attention_heads, (long long)c.intermediate_size, tfm::get_num_threads(), weights_mb,
         load_s * 1e3, rss0, proc_status_mb("VmRSS"));
     std::fflush(stdout);
@@ -272,10 +286,10 @@ int main(int argc, char** argv) {
       const float* h = out.last_hidden_state.f32();
       for (int64_t i = 0; i < out.last_hidden_state.numel(); ++i) sum += h[i];
       std::printf(
-          "{\"kind\":\"encoder\",\"B\":%lld,\"L\":%lld,\"reps\":%d,\"median_ms\":%.3f,\"min_ms\":%.3f,"
+          "{\"kind\":\"encoder\",\"dtype\":\"%s\",\"B\":%lld,\"L\":%lld,\"reps\":%d,\"median_ms\":%.3f,\"min_ms\":%.3f,"
           "\"gflop\":%.3f,\"gflops\":%.1f,\"peak_rss_mb\":%.1f,\"rss_mb\":%.1f,\"weights_mb\":%.1f,"
           "\"checksum\":%.6g}\n",
-          (long long)B, (long long)L, o.reps, med * 1e3, best * 1e3, gflop, gflop / med, proc_status_mb("VmHWM"),
+          o.dtype.c_str(), (long long)B, (long long)L, o.reps, med * 1e3, best * 1e3, gflop, gflop / med, proc_status_mb("VmHWM"),
           proc_status_mb("VmRSS"), weights_mb, sum);
       std::fflush(stdout);
     }

@@ -4,8 +4,12 @@
 // vocabulary and padded into one batch, and the golden PyTorch fixtures with their padded inputs.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cmath>
+#include <cstring>
+#include <filesystem>
 #include <map>
 
 #include "io/safetensors.h"
@@ -173,4 +177,33 @@ TEST(Dtypes, UnknownDtypeIsRejectedWithTheAcceptedNames) {
   } catch (const std::invalid_argument& e) {
     EXPECT_NE(std::string(e.what()).find("fp32, bf16 or int8"), std::string::npos) << e.what();
   }
+}
+
+// tfm convert writes bf16 / int8 Linear weights; loading the converted folder gives exactly what quantising at
+// load gives (same rounding), the file is smaller, and the rest of the folder is copied.
+TEST(Dtypes, ConvertRoundTripsToTheSameModel) {
+  namespace fs = std::filesystem;
+  const fs::path tmp = fs::path(::testing::TempDir()) / ("tfm_convert_" + std::to_string(::getpid()));
+  fs::remove_all(tmp);
+  fs::create_directories(tmp);
+  auto io = SafeTensors::open(fixture("bert/io.safetensors"));
+  Tensor ids = io.get("input_ids"), tt = io.get("token_type_ids"), mask = io.get("attention_mask");
+  for (auto [name, ct] : {std::pair{"bf16", ComputeType::BF16}, std::pair{"int8", ComputeType::I8}}) {
+    const std::string out = (tmp / name).string();
+    const std::string cmd = std::string(TFM_BINARY) + " convert --model " + fixture("bert") + " --dtype " + name +
+                            " --out " + out + " > /dev/null";
+    ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+    EXPECT_TRUE(fs::exists(out + "/config.json"));
+    EXPECT_LT(fs::file_size(out + "/model.safetensors"), fs::file_size(fixture("bert/model.safetensors")));
+    auto st = SafeTensors::open(out + "/model.safetensors");
+    EXPECT_EQ(st.dtype_of("encoder.layer.0.attention.self.query.weight"), ct == ComputeType::I8 ? "I8" : "BF16");
+    EXPECT_EQ(st.dtype_of("embeddings.word_embeddings.weight"), "F32");
+    Tensor want = load_encoder(fixture("bert"), ct)->forward(ids, tt, mask).last_hidden_state;
+    Tensor got = load_encoder(out, ct)->forward(ids, tt, mask).last_hidden_state;
+    ASSERT_EQ(got.shape(), want.shape());
+    EXPECT_EQ(std::memcmp(got.f32(), want.f32(), got.nbytes()), 0) << name;
+    // A second convert into the now non-empty folder is refused.
+    EXPECT_NE(std::system(cmd.c_str()), 0);
+  }
+  fs::remove_all(tmp);
 }

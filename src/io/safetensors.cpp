@@ -315,4 +315,40 @@ void save_safetensors(const std::string& path, const std::vector<std::pair<std::
   });
 }
 
+void save_safetensors_raw(const std::string& path, std::vector<RawTensor> tensors, const nlohmann::json& metadata) {
+  auto bad = [&](const std::string& msg) { return std::invalid_argument("save_safetensors: " + path + ": " + msg); };
+  static const std::map<std::string, size_t> kSize = {{"F64", 8}, {"F32", 4}, {"F16", 2}, {"BF16", 2}, {"I64", 8},
+                                                      {"I32", 4}, {"I16", 2}, {"I8", 1},  {"U8", 1},   {"BOOL", 1}};
+  std::sort(tensors.begin(), tensors.end(), [](const RawTensor& a, const RawTensor& b) { return a.name < b.name; });
+  json header = json::object();
+  uint64_t offset = 0;
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const RawTensor& t = tensors[i];
+    if (t.name.empty() || t.name == "__metadata__") throw bad("bad tensor name '" + t.name + "'");
+    if (i > 0 && tensors[i - 1].name == t.name) throw bad("duplicate tensor name '" + t.name + "'");
+    auto it = kSize.find(t.dtype);
+    if (it == kSize.end()) throw bad("tensor '" + t.name + "' has unknown dtype '" + t.dtype + "'");
+    if ((uint64_t)shape_numel(t.shape) * it->second != t.bytes.size())
+      throw bad("tensor '" + t.name + "': " + std::to_string(t.bytes.size()) + " bytes do not match shape " +
+                shape_str(t.shape) + " of " + t.dtype);
+    header[t.name] = {{"dtype", t.dtype}, {"shape", t.shape}, {"data_offsets", {offset, offset + t.bytes.size()}}};
+    offset += t.bytes.size();
+  }
+  if (metadata.is_object() && !metadata.empty()) {
+    for (const auto& [k, v] : metadata.items())
+      if (!v.is_string()) throw bad("metadata value for key '" + k + "' must be a string");
+    header["__metadata__"] = metadata;
+  }
+  std::string h = header.dump();
+  h.append((8 - h.size() % 8) % 8, ' ');
+  write_file_atomic(path, [&](std::FILE* f) {
+    unsigned char len[8];
+    for (int i = 0; i < 8; ++i) len[i] = (unsigned char)((uint64_t)h.size() >> (8 * i));
+    std::fwrite(len, 1, 8, f);
+    std::fwrite(h.data(), 1, h.size(), f);
+    for (const auto& t : tensors)
+      if (!t.bytes.empty()) std::fwrite(t.bytes.data(), 1, t.bytes.size(), f);
+  });
+}
+
 }  // namespace tfm

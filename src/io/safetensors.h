@@ -41,6 +41,9 @@ class SafeTensors {
   // (madvise MADV_DONTNEED; a later read faults them in from the file again). Called once a tensor has been
   // copied into a packed layout, so the model's peak RSS holds each weight once. No-op for other memory.
   void release_pages(const void* data, size_t bytes) const;
+  // The stored bytes of `name` (any dtype, e.g. the I8 weights of `tfm convert --dtype int8`), inside the
+  // mapping: valid while this object or a tensor from get() lives. Throws like get() if missing.
+  const unsigned char* raw_data(const std::string& name) const { return data_ + entry(name).begin; }
 
  private:
   struct Entry {
@@ -66,5 +69,16 @@ class SafeTensors {
 // std::runtime_error if the file cannot be written.
 void save_safetensors(const std::string& path, const std::vector<std::pair<std::string, Tensor>>& tensors,
                       const nlohmann::json& metadata = {});
+
+// A tensor as stored bytes: any safetensors dtype string ("F32", "BF16", "I8", ...). bytes.size() must equal
+// numel * dtype size.
+struct RawTensor {
+  std::string name, dtype;
+  Shape shape;
+  std::vector<unsigned char> bytes;
+};
+// save_safetensors for stored bytes (same layout, atomic). Throws std::invalid_argument on duplicate or reserved
+// names, an unknown dtype or a byte count that does not match the shape.
+void save_safetensors_raw(const std::string& path, std::vector<RawTensor> tensors, const nlohmann::json& metadata = {});
 
 }  // namespace tfm

@@ -34,6 +34,9 @@ class Bert : public EncoderModel {
     pos_ = get(w, "embeddings.position_embeddings.weight", {c.max_position_embeddings, H});
     type_ = get(w, "embeddings.token_type_embeddings.weight", {c.type_vocab_size, H});
     emb_ln_ = norm(w, "embeddings.LayerNorm", H);
+    // Loading read every page (the finite check); forward reads only the rows of the ids it sees, so the pages
+    // are dropped and fault back in from the file on use. The views stay valid.
+    for (const Tensor* t : {&word_, &pos_, &type_}) w.release(*t);
     for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
       std::string p = "encoder.layer." + std::to_string(l) + ".";
       BertLayer L;
@@ -138,14 +141,35 @@ class Bert : public EncoderModel {
   }
   // The Linear layers named by `prefixes` (same in_features), stacked along out_features and packed for ct_;
   // their file pages are released once packed.
+  // A folder from `tfm convert --dtype int8` stores the weights prequantised: they are used as stored (int8).
   PackedLinear packed(WeightSource& w, const std::vector<std::string>& prefixes, int64_t in, int64_t out) const {
+    const int64_t n = (int64_t)prefixes.size();
+    std::vector<const int8_t*> q(n);
+    std::vector<const float*> sc(n);
+    int64_t quantised = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      const std::string name = prefixes[i] + ".weight";
+      q[i] = w.get_int8(name, {out, in}, {"bert." + name}, &sc[i]);
+      quantised += q[i] != nullptr;
+    }
+    if (quantised == n) {
+      std::vector<int8_t> qw(n * out * in);
+      std::vector<float> scale(n * out), bias(n * out);
+      for (int64_t i = 0; i < n; ++i) {
+        std::memcpy(qw.data() + i * out * in, q[i], (size_t)(out * in));
+        w.release_bytes(q[i], (size_t)(out * in));
+        std::memcpy(scale.data() + i * out, sc[i], sizeof(float) * out);
+        Tensor b = get(w, prefixes[i] + ".bias", {out});
+        std::memcpy(bias.data() + i * out, b.f32(), sizeof(float) * out);
+      }
+      return PackedLinear::from_int8(qw.data(), scale.data(), bias.data(), in, n * out);
+    }
     if (prefixes.size() == 1) {
       Linear l = linear(w, prefixes[0], in, out);
       PackedLinear p(l.weight.f32(), l.bias.f32(), in, out, ct_);
       w.release(l.weight);
       return p;
     }
-    const int64_t n = (int64_t)prefixes.size();
     std::vector<float> weight(n * out * in), bias(n * out);
     for (int64_t i = 0; i < n; ++i) {
       Linear l = linear(w, prefixes[i], in, out);

@@ -13,8 +13,11 @@
 #include "ops/dropout.h"
 #include "ops/embedding.h"
 #include "ops/layer_norm.h"
+#include "ops/gemm.h"
 #include "ops/matmul.h"
 #include "train/cross_entropy.h"
+
+#include <unordered_map>
 
 namespace tfm {
 
@@ -123,7 +126,25 @@ LinearP add_linear(ParamTable& P, const std::string& name, int64_t in, int64_t o
   return l;
 }
 
+// Inference weights packed by Seq2SeqModel::prepare_inference, keyed by the weight's ParamTable index. The
+// inference entry points (encode, start_decoding, decode_step) install them for their duration, so the block
+// code shared with training runs its products on them; training never sees them.
+using PackedTable = std::unordered_map<int64_t, ops::PackedLinear>;
+thread_local const PackedTable* t_packed = nullptr;
+struct PackedScope {
+  const PackedTable* prev;
+  explicit PackedScope(const PackedTable& t) : prev(t_packed) { t_packed = t.empty() ? nullptr : &t; }
+  ~PackedScope() { t_packed = prev; }
+};
+
 void linear_fwd(ParamTable& P, const LinearP& l, float* out, const float* inp, int64_t N) {
+  if (t_packed) {
+    auto it = t_packed->find(l.w);
+    if (it != t_packed->end()) {
+      it->second.forward(out, inp, N);
+      return;
+    }
+  }
   ops::linear_forward(out, inp, P.data(l.w), l.b >= 0 ? P.data(l.b) : nullptr, N, l.in, l.out);
 }
 // dinp += dout W; dW += dout^T inp; db += sum dout
@@ -443,9 +464,34 @@ struct Seq2SeqModel::Impl {
   Buf P;  // [max_len, H] positional encoding
   Buf enc_x0, dec_x0, enc_final, dec_final, logits, dlogits, d_enc_out, d_dec_x, dx_a, dx_b;
   std::vector<float> row_weight;
+  PackedTable packed;  // inference weights (prepare_inference); empty = use the parameters directly
 };
 
 Seq2SeqModel::~Seq2SeqModel() = default;
+
+void Seq2SeqModel::prepare_inference(ops::ComputeType dtype) {
+  Impl& m = *impl_;
+  m.packed.clear();
+  auto pack = [&](const LinearP& l, ops::ComputeType ct) {
+    m.packed.emplace(l.w, ops::PackedLinear(params_.data(l.w), l.b >= 0 ? params_.data(l.b) : nullptr, l.in, l.out, ct));
+  };
+  auto mha = [&](const MHA& a) {
+    for (const LinearP* l : {&a.W_q, &a.W_k, &a.W_v, &a.W_o}) pack(*l, dtype);
+  };
+  for (const auto& blk : m.enc) {
+    mha(blk.attention);
+    pack(blk.ffn.dense1, dtype);
+    pack(blk.ffn.dense2, dtype);
+  }
+  for (const auto& blk : m.dec) {
+    mha(blk.attention1);
+    mha(blk.attention2);
+    pack(blk.ffn.dense1, dtype);
+    pack(blk.ffn.dense2, dtype);
+  }
+  // The output projection picks the words: it stays fp32 (issue 9: quantise it only where measured to be safe).
+  pack(m.dense, ops::ComputeType::F32);
+}
 
 Seq2SeqModel::Seq2SeqModel(const Seq2SeqConfig& c) : config_(c), impl_(std::make_unique<Impl>()) {
   Impl& m = *impl_;
@@ -734,6 +780,7 @@ Tensor Seq2SeqModel::forward_logits(const Seq2SeqBatch& b) {
 
 Tensor Seq2SeqModel::encode(const int64_t* src, const int64_t* src_valid_len, int64_t B, int64_t Ls,
                             std::vector<Tensor>* attention_weights) {
+  PackedScope packed(impl_->packed);
   const float* x = encoder_forward(src, src_valid_len, B, Ls, nullptr);
   if (attention_weights) {
     attention_weights->clear();
@@ -751,6 +798,7 @@ Tensor Seq2SeqModel::encode(const int64_t* src, const int64_t* src_valid_len, in
 void Seq2SeqModel::start_decoding(DecoderCache& cache, const Tensor& enc_out, const int64_t* src_valid_len,
                                   int64_t max_steps) {
   Impl& m = *impl_;
+  PackedScope packed(m.packed);
   const int64_t B = enc_out.size(0), Ls = enc_out.size(1), H = config_.num_hiddens;
   cache.batch = B;
   cache.src_len = Ls;
@@ -771,6 +819,7 @@ void Seq2SeqModel::start_decoding(DecoderCache& cache, const Tensor& enc_out, co
 void Seq2SeqModel::decode_step(DecoderCache& cache, const int64_t* tokens, float* logits, PositionMode mode,
                                std::vector<std::vector<float>>* cross_attention) {
   Impl& m = *impl_;
+  PackedScope packed(m.packed);
   const Seq2SeqConfig& c = config_;
   const int64_t B = cache.batch, Ls = cache.src_len, H = c.num_hiddens, nh = c.num_heads;
   const int64_t t = cache.steps;

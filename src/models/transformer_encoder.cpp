@@ -35,6 +35,8 @@ class TutorialEncoder : public EncoderModel {
     tok_ = w.get("embeddings.token_embeddings.weight", {c.vocab_size, H});
     pos_ = w.get("embeddings.position_embeddings.weight", {c.max_position_embeddings, H});
     emb_ln_ = nn::LayerNorm::load(w, "embeddings.layer_norm", H, 1e-12f);  // fixed in the reference module
+    w.release(tok_);  // pages fault back in from the file for the rows forward reads
+    w.release(pos_);
     for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
       std::string p = "layers." + std::to_string(l) + ".";
       EncoderLayer L;

@@ -42,6 +42,30 @@ Tensor SafeTensorsWeights::get(const std::string& name, const Shape& shape, cons
   return t;
 }
 
+const int8_t* SafeTensorsWeights::get_int8(const std::string& name, const Shape& shape,
+                                           const std::vector<std::string>& aliases, const float** scale) {
+  std::vector<std::string> names = {name};
+  names.insert(names.end(), aliases.begin(), aliases.end());
+  for (const auto& n : names) {
+    if (!st_.has(n) || st_.dtype_of(n) != "I8") continue;
+    if (st_.shape_of(n) != shape)
+      throw std::runtime_error(st_.path() + ": tensor '" + n + "' has shape " + shape_str(st_.shape_of(n)) +
+                               ", config expects " + shape_str(shape));
+    const std::string sn = n + "_scale";
+    if (!st_.has(sn) || st_.dtype_of(sn) != "F32" || st_.shape_of(sn) != Shape{shape[0]})
+      throw std::runtime_error(st_.path() + ": int8 tensor '" + n + "' needs '" + sn + "' (F32, [" +
+                               std::to_string(shape[0]) + "])");
+    Tensor s = st_.get(sn);
+    for (int64_t i = 0; i < s.numel(); ++i)
+      if (!std::isfinite(s.f32()[i]) || s.f32()[i] < 0)
+        throw std::runtime_error(st_.path() + ": '" + sn + "' holds a negative or non-finite scale");
+    scales_.push_back(s);
+    *scale = s.f32();
+    return reinterpret_cast<const int8_t*>(st_.raw_data(n));
+  }
+  return nullptr;
+}
+
 namespace {
 bool ends_with(const std::string& s, const std::string& suf) {
   return s.size() >= suf.size() && s.compare(s.size() - suf.size(), suf.size(), suf) == 0;

@@ -25,6 +25,15 @@ class WeightSource {
   // Whether `name` can be had, so optional parts (BERT's pooler, a tied decoder) load only when present.
   // A random source creates anything, so it has every name.
   virtual bool has(const std::string& name) const { return true; }
+  // The same for raw bytes handed out by get_int8.
+  virtual void release_bytes(const void* data, size_t bytes) {}
+  // A Linear weight stored prequantised by `tfm convert --dtype int8`: tensor `name` of dtype I8 with `shape`
+  // [out, in] plus "<name>_scale" F32 [out] (w = weight * scale per output row). Returns null when `name` (or an
+  // alias) is not stored that way; then get() applies. The pointers stay valid while the source lives.
+  virtual const int8_t* get_int8(const std::string& name, const Shape& shape, const std::vector<std::string>& aliases,
+                                 const float** scale) {
+    return nullptr;
+  }
 };
 
 // Weights read in place from an mmapped model.safetensors.
@@ -36,10 +45,14 @@ class SafeTensorsWeights : public WeightSource {
     if (t.defined() && t.dtype() == DType::F32) st_.release_pages(t.f32(), t.nbytes());
   }
   bool has(const std::string& name) const override { return st_.has(name); }
+  const int8_t* get_int8(const std::string& name, const Shape& shape, const std::vector<std::string>& aliases,
+                         const float** scale) override;
+  void release_bytes(const void* data, size_t bytes) override { st_.release_pages(data, bytes); }
   const SafeTensors& file() const { return st_; }
 
  private:
   SafeTensors st_;
+  std::vector<Tensor> scales_;  // scales handed out by get_int8 (copies if the file was misaligned)
 };
 
 // Fresh parameters as PyTorch's default initialisers give them (what document 000 gets when it builds modules

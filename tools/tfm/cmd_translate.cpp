@@ -43,6 +43,7 @@ void add_translate_command(CLI::App& app) {
     float length_penalty = 0.0f;
     bool quiet = false;
     int threads = 0;
+    std::string dtype = "fp32";
   };
   auto o = std::make_shared<Opts>();
   CLI::App* cmd = app.add_subcommand(
@@ -60,6 +61,10 @@ void add_translate_command(CLI::App& app) {
   cmd->add_flag("--quiet,-q", o->quiet,
                 "No warnings (unknown words, truncated sentences); without it the first 10 are shown, then a count");
   add_threads_option(cmd, o->threads);
+  cmd->add_option("--dtype", o->dtype,
+                  "Compute type of the Linear layers: fp32, bf16 or int8 (dynamic quantisation); embeddings, "
+                  "LayerNorm, softmax and the output projection stay fp32")
+      ->check(CLI::IsMember({"fp32", "bf16", "int8"}));
   cmd->callback([o, cmd] {
     if (cmd->count("--length-penalty") && o->beam == 1)
       throw CLI::ValidationError("--length-penalty applies to beam search only; give --beam N (N > 1) as well");
@@ -94,6 +99,7 @@ void add_translate_command(CLI::App& app) {
                                  std::to_string(c.tgt_vocab_size));
     }
     model.load(o->model + "/model.safetensors");
+    model.prepare_inference(ops::parse_compute_type(o->dtype));
     DecodeOptions opt;
     opt.beam_size = o->beam;
     opt.length_penalty = o->length_penalty;

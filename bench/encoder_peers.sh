@@ -1,0 +1,94 @@
+#!/usr/bin/env bash
+# Encoder inference against its peers, one invocation, on the same random BERT-base weights (12 layers, hidden
+# 768, PyTorch default init, seed 0), THREADS threads, shapes [B, L] in SHAPES:
+#   - transformer.cpp fp32 / bf16 / int8 (build/bench_encoder --dtype, one process each so peak RSS is per dtype),
+#     plus the oneDNN GEMM ceilings (1024x3072x768: dnnl_sgemm and packed matmul fp32 / bf16 / int8);
+#   - ONNX Runtime fp32 (npm onnxruntime-node, installed into NODE_DIR with --ignore-scripts: CPU only) on the
+#     model exported by Debian's torch (torch.onnx.export, opset 14);
+#   - PyTorch 1.13 fp32, bf16 (torch.autocast) and dynamic int8 (quantize_dynamic, onednn engine);
+#   - whole-process `tfm encode` of one sentence per dtype (load + tokenize + forward; wall time, peak RSS).
+# Prints the table of bench/peers_table.py (ms, ratios to ONNX Runtime, GFLOP/s against the measured fp32
+# ceiling, peak RSS) and the issue-9 targets as met / NOT met.
+#
+# Usage: bench/encoder_peers.sh          (from the repository root; about 5-10 minutes on 2 idle cores)
+# Environment: THREADS (2), REPS (10), WARMUP (2), SHAPES (1x128,8x128,1x512,32x32), BUILD_DIR (build),
+#              WEIGHTS_DIR (reuse config.json + model.safetensors from `bert_pytorch.py make-weights DIR`),
+#              NODE_DIR (a folder with node_modules/onnxruntime-node; default: installed into /tmp/tfm-ort),
+#              TFM_DATA_DIR (../shared/data; its bert-base-uncased tokenizer files), KEEP=1 keeps the temp folder,
+#              NICE=-15 runs every measured process at that priority (negative needs root): on 2 cores shared with
+#              compiles a 2-thread run is otherwise dominated by preemption.
+set -euo pipefail
+
+cd "$(dirname "$0")/.."
+THREADS=${THREADS:-2}
+REPS=${REPS:-10}
+WARMUP=${WARMUP:-2}
+SHAPES=${SHAPES:-1x128,8x128,1x512,32x32}
+BUILD_DIR=${BUILD_DIR:-build}
+DATA=${TFM_DATA_DIR:-../shared/data}
+NODE_DIR=${NODE_DIR:-/tmp/tfm-ort}
+PY=/usr/bin/python3
+
+if [[ ! -x "$BUILD_DIR/bench_encoder" || ! -x "$BUILD_DIR/tfm" ]]; then
+  cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release >/dev/null
+  cmake --build "$BUILD_DIR" -j2 --target bench_encoder tfm
+fi
+if [[ ! -d "$NODE_DIR/node_modules/onnxruntime-node" ]]; then
+  echo "== installing onnxruntime-node into $NODE_DIR" >&2
+  mkdir -p "$NODE_DIR"
+  (cd "$NODE_DIR" && npm install --silent --no-audit --no-fund --ignore-scripts onnxruntime-node >&2)
+fi
+
+tmp=$(mktemp -d /tmp/tfm-peers.XXXXXX)
+if [[ "${KEEP:-0}" == 1 ]]; then echo "keeping $tmp" >&2; else trap 'rm -rf "$tmp"' EXIT; fi
+start=$(date +%s)
+load_before=$(cut -d' ' -f1-3 /proc/loadavg)
+
+echo "== random BERT-base weights -> $tmp/bert" >&2
+if [[ -n "${WEIGHTS_DIR:-}" ]]; then mkdir -p "$tmp/bert" && cp "$WEIGHTS_DIR"/config.json "$WEIGHTS_DIR"/model.safetensors "$tmp/bert/"
+else $PY bench/bert_pytorch.py make-weights "$tmp/bert"; fi
+cp "$DATA/bert-base-uncased/vocab.txt" "$DATA/bert-base-uncased/tokenizer_config.json" "$tmp/bert/"
+export OMP_NUM_THREADS=$THREADS
+run=()
+[[ -n "${NICE:-}" ]] && run=(nice -n "$NICE")
+
+for dt in fp32 bf16 int8; do
+  echo "== transformer.cpp $dt" >&2
+  extra=()
+  [[ $dt == fp32 ]] && extra+=(--sgemm)
+  "${run[@]}" "$BUILD_DIR/bench_encoder" "$tmp/bert" --threads "$THREADS" --warmup "$WARMUP" --reps "$REPS" --shapes "$SHAPES" \
+    --dtype "$dt" "${extra[@]}" | tee "$tmp/ours_$dt.jsonl" >&2
+done
+
+echo "== ONNX Runtime fp32" >&2
+$PY bench/peers_pytorch.py export "$tmp/bert" "$tmp/bert.onnx" >&2
+NODE_PATH="$NODE_DIR/node_modules" "${run[@]}" node bench/ort_bench.js "$tmp/bert.onnx" "$THREADS" "$WARMUP" "$REPS" "$SHAPES" 30522 \
+  | tee "$tmp/ort.jsonl" >&2
+
+for mode in fp32 bf16 int8; do
+  echo "== PyTorch $mode" >&2
+  "${run[@]}" $PY bench/peers_pytorch.py bench "$tmp/bert" --mode "$mode" --threads "$THREADS" --warmup "$WARMUP" --reps "$REPS" \
+    --shapes "$SHAPES" | tee "$tmp/torch_$mode.jsonl" >&2
+done
+
+echo "== whole-process tfm encode" >&2
+sentence="The quick brown fox jumps over the lazy dog near the river bank."
+for dt in fp32 bf16 int8; do
+  "${run[@]}" /usr/bin/time -o "$tmp/time_$dt.txt" -f '%e %M' "$BUILD_DIR/tfm" encode --model "$tmp/bert" --text "$sentence" \
+    --dtype "$dt" --threads "$THREADS" > "$tmp/encode_$dt.txt"
+  L=$(grep '^input_ids:' "$tmp/encode_$dt.txt" | head -1 | tr -cd ',' | wc -c)
+  L=$((L + 1))
+  read -r wall kb < "$tmp/time_$dt.txt"
+  # The forward alone on the same [1, L], same process kind, for the ratio.
+  fwd=$("${run[@]}" "$BUILD_DIR/bench_encoder" "$tmp/bert" --threads "$THREADS" --warmup 2 --reps 10 --shapes "1x$L" --dtype "$dt" \
+        | grep '"kind":"encoder"' | sed 's/.*"median_ms":\([0-9.]*\).*/\1/')
+  echo "{\"kind\":\"process\",\"dtype\":\"$dt\",\"L\":$L,\"wall_s\":$wall,\"peak_rss_mb\":$(echo "$kb / 1024" | bc -l),\"forward_ms\":$fwd}" \
+    | tee -a "$tmp/process.jsonl" >&2
+done
+
+echo >&2
+$PY bench/peers_table.py "$tmp"
+echo
+echo "machine: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) CPUs, oneDNN ISA $(grep -o '"isa":"[a-z0-9_]*"' "$tmp/ours_fp32.jsonl" | head -1);" \
+  "total $(( $(date +%s) - start )) s; load average before: $load_before, after: $(cut -d' ' -f1-3 /proc/loadavg)" \
+  "(a load above $THREADS means other processes competed for the cores)"
