@@ -550,7 +550,7 @@ def decode(tokens):
 
 # ------------------------------------------------------------------------------------------------ benchmark model
 
-def make_bench(out, n_lines, threads, batch):
+def make_bench(out, n_lines, threads, batch, sample):
     """MiniLM-L6-sized ST folder (hidden 384, 6 layers, 12 heads, full bert-base-uncased vocab, mean pooling +
     Normalize) and PyTorch's throughput on the same lines with the same pooling, batch size and threads."""
     import gzip
@@ -568,15 +568,18 @@ def make_bench(out, n_lines, threads, batch):
               os.path.join(out, "modules.json"))
     save_json(pooling_config(384, {"mean"}), os.path.join(out, "1_Pooling", "config.json"))
     save_json({"max_seq_length": 128, "do_lower_case": False}, os.path.join(out, "sentence_bert_config.json"))
+    # English sentences: Multi30k (train, val, test_2016_flickr) then the English side of fra-eng.
     lines = []
-    for name in ["train.en.gz", "train.de.gz", "train.fr.gz"]:
+    for name in ["train.en.gz", "val.en.gz", "test_2016_flickr.en.gz"]:
         with gzip.open(os.path.join(DATA, "multi30k", name), "rt", encoding="utf-8") as f:
             lines += [ln.rstrip("\n") for ln in f]
     with open(os.path.join(DATA, "fra-eng", "fra.txt"), encoding="utf-8") as f:
-        for ln in f:
-            lines += ln.rstrip("\n").split("\t")[:2]
+        lines += [ln.rstrip("\n").split("\t")[0] for ln in f]
     lines = [ln for ln in lines if ln.strip()][:n_lines]
     save_lines(lines, os.path.join(out, "lines.txt"))
+    if sample:  # every k-th line: the same length mix as the whole file, for a PyTorch run that fits the time
+        lines = lines[::max(1, len(lines) // sample)][:sample]
+        save_lines(lines, os.path.join(out, "sample.txt"))
     if not all(ord(c) < 128 for ln in lines for c in ln):
         print("note: non-ASCII lines; the PyTorch timing tokenizes them with this script's ASCII-safe path")
     torch.set_num_threads(threads)
@@ -615,9 +618,10 @@ def main():
     ap.add_argument("--lines", type=int, default=100000)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--batch", type=int, default=32)
+    ap.add_argument("--sample", type=int, default=0, help="time PyTorch on this many evenly spaced lines only")
     a = ap.parse_args()
     if a.bench:
-        make_bench(a.bench, a.lines, a.threads, a.batch)
+        make_bench(a.bench, a.lines, a.threads, a.batch, a.sample)
         return
     full = load_vocab(os.path.join(DATA, "bert-base-uncased", "vocab.txt"))
     assert [full.index(t) for t in SPECIALS] == [0, 100, 101, 102, 103]

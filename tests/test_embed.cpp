@@ -240,6 +240,15 @@ TEST(EmbedCli, EmptyLineIsAnErrorNamingItUnlessSkipped) {
   ASSERT_EQ(r.exit_code, 0) << r.describe();
   EXPECT_NE(r.err.find("skipped 1 empty lines"), std::string::npos) << r.err;
   EXPECT_LE(max_abs_diff(load_npy(t.path + "/o.npy"), select_rows(e.get("embeddings"), {0, 1, 2})), 1e-5);
+  test::spit(t.path + "/bad.txt", s[0] + "\n\xff\xfe\n");
+  test::expect_one_line_error(test::run_tfm_in(t.path, {"embed", "--model", fixture("st_mean"), "-i", t.path + "/bad.txt"}),
+                              "bad.txt: line 2: text is not valid UTF-8");
+  // an empty input gives an empty [0, dim] array, not an error
+  test::spit(t.path + "/empty.txt", "");
+  test::TfmRun r2 = test::run_tfm_in(t.path, {"embed", "--model", fixture("st_mean"), "-i", t.path + "/empty.txt", "-o",
+                                              t.path + "/e.npy"});
+  ASSERT_EQ(r2.exit_code, 0) << r2.describe();
+  EXPECT_EQ(load_npy(t.path + "/e.npy").shape(), (Shape{0, 32}));
 }
 
 TEST(EmbedCli, BadOptionsGiveOneLineErrors) {

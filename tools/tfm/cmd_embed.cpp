@@ -66,7 +66,7 @@ struct LineReader {
 // Output sink: .npy (header rewritten with the final row count at the end; needs a seekable file) or JSON lines.
 class Writer {
  public:
-  Writer(std::FILE* f, bool npy, int64_t dim) : f_(f), npy_(npy), dim_(dim) {
+  Writer(std::FILE* f, bool npy, int64_t dim, std::string name) : f_(f), npy_(npy), dim_(dim), name_(std::move(name)) {
     if (npy_) write_header(0);
   }
   void row(const float* v) {
@@ -111,10 +111,13 @@ class Writer {
     h += dict;
     if (std::fwrite(h.data(), 1, h.size(), f_) != h.size()) fail();
   }
-  [[noreturn]] void fail() { throw std::runtime_error(std::string("write error: ") + std::strerror(errno ? errno : EIO)); }
+  [[noreturn]] void fail() {
+    throw std::runtime_error("cannot write to " + name_ + ": " + std::strerror(errno ? errno : EIO));
+  }
   std::FILE* f_;
   bool npy_;
   int64_t dim_, rows_ = 0;
+  std::string name_;
 };
 
 std::string fmt_count(int64_t n) {
@@ -223,7 +226,7 @@ void add_embed_command(CLI::App& app) {
     int64_t skipped = 0, truncated = 0;
 
     auto run = [&](std::FILE* f) {
-      Writer w(f, fmt == "npy", D);
+      Writer w(f, fmt == "npy", D, out.empty() || out == "-" ? std::string("stdout") : out);
       std::vector<std::string> lines;
       std::vector<int64_t> line_nos;
       std::string line;
@@ -231,6 +234,7 @@ void add_embed_command(CLI::App& app) {
       while (!eof) {
         lines.clear();
         line_nos.clear();
+        const int64_t chunk_start_bytes = in.bytes;  // progress: the part of the chunk embedded so far counts
         while ((int64_t)lines.size() < o->chunk_lines) {
           if (!in.next(line)) {
             eof = true;
@@ -286,7 +290,7 @@ void add_embed_command(CLI::App& app) {
           for (int64_t r = 0; r < (int64_t)batch.size(); ++r)
             std::memcpy(result.f32() + order[s + r] * D, v.f32() + r * D, sizeof(float) * D);
           s = e;
-          progress.update(w.rows() + s, in.bytes, in.total_bytes);
+          progress.update(w.rows() + s, chunk_start_bytes + (in.bytes - chunk_start_bytes) * s / n, in.total_bytes);
         }
         for (int64_t i = 0; i < n; ++i) {
           const float* r = result.f32() + i * D;
