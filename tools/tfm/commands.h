@@ -12,6 +12,7 @@ void add_train_command(CLI::App& app);
 void add_translate_command(CLI::App& app);
 void add_bleu_command(CLI::App& app);
 void add_data_command(CLI::App& app);
+void add_serve_command(CLI::App& app);
 
 // Adds --threads to a subcommand (default: all cores) and applies it before the callback runs.
 void add_threads_option(CLI::App* cmd, int& threads);

@@ -99,6 +99,7 @@ int main(int argc, char** argv) {
   tfm::cli::add_translate_command(app);
   tfm::cli::add_bleu_command(app);
   tfm::cli::add_data_command(app);
+  tfm::cli::add_serve_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
