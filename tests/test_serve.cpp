@@ -156,9 +156,14 @@ class ServeProcess {
     }
     return false;
   }
+  // The exit status once the process ends by itself (at most 30 s; -1 if it does not).
+  int terminate_or_wait() { return wait_exit(false); }
   // SIGTERM, then the exit status (at most 30 s; -1 if it had to be killed).
-  int terminate() {
-    kill(pid_, SIGTERM);
+  int terminate() { return wait_exit(true); }
+
+ private:
+  int wait_exit(bool term) {
+    if (term) kill(pid_, SIGTERM);
     for (int i = 0; i < 3000; ++i) {
       int st = 0;
       if (waitpid(pid_, &st, WNOHANG) == pid_) {
@@ -170,7 +175,6 @@ class ServeProcess {
     return -1;
   }
 
- private:
   pid_t pid_ = -1;
   int fd_ = -1;
   int port_ = 0;
@@ -415,6 +419,49 @@ TEST(Serve, LimitsAuthAndShutdown) {
   EXPECT_EQ(code, 0) << s.log();
   EXPECT_NE(s.log().find("SIGTERM"), std::string::npos) << s.log();
   EXPECT_EQ(http("GET", s.url("/health")).status, 0);  // nobody listens any more
+}
+
+TEST(Serve, ClientBatchLargerThanMaxBatchTokensIsSplit) {
+  TempDir tmp;
+  const std::string m = make_bert_dir(tmp.path);
+  // 5 inputs of 8 tokens, at most 20 padded tokens a batch: 2 + 2 + 1 inputs (3 x 8 = 24 > 20).
+  ServeProcess s({"--model", m, "--max-batch-tokens", "20"});
+  ASSERT_TRUE(s.wait_ready()) << s.log();
+  const json body = {{"inputs", std::vector<std::string>(5, "the cat sat on the mat")}};
+  Reply r = http("POST", s.url("/embed"), body.dump());
+  ASSERT_EQ(r.status, 200) << r.body;
+  const json out = r.j();
+  ASSERT_EQ(out.size(), 5u);
+  for (size_t i = 1; i < 5; ++i) EXPECT_TRUE(test::all_close(out[i].get<std::vector<float>>(),
+                                                             out[0].get<std::vector<float>>(), 1e-6f));
+  const std::string met = http("GET", s.url("/metrics")).body;
+  EXPECT_NE(met.find("tfm_batch_size_count 3\n"), std::string::npos) << met;
+  EXPECT_NE(met.find("tfm_batch_size_sum 5\n"), std::string::npos) << met;
+  EXPECT_NE(met.find("tfm_batch_tokens_sum 40\n"), std::string::npos) << met;  // 16 + 16 + 8
+  EXPECT_EQ(s.terminate(), 0) << s.log();
+}
+
+TEST(Serve, MaxBatchTokensBelowTheInputLimitIsRefused) {
+  TempDir tmp;
+  const std::string m = make_bert_dir(tmp.path);
+  ServeProcess s({"--model", m, "--max-batch-tokens", "10"});
+  EXPECT_EQ(s.terminate_or_wait(), 1) << s.log();
+  EXPECT_NE(s.log().find("--max-batch-tokens 10 is smaller than the model's max input length 20"), std::string::npos)
+      << s.log();
+}
+
+TEST(Serve, PortInUseIsRefused) {
+  ServeProcess first({"--model", test::fixture("d2l_trained"), "--quiet"});
+  ASSERT_GT(first.port(), 0) << first.log();
+  TempDir tmp;
+  std::string cmd = std::string(TFM_BINARY) + " serve --model " + test::fixture("d2l_trained") + " --port " +
+                    std::to_string(first.port()) + " 2>" + tmp.path + "/err";
+  EXPECT_NE(std::system(cmd.c_str()), 0);
+  std::stringstream ss;
+  ss << std::ifstream(tmp.path + "/err").rdbuf();
+  EXPECT_NE(ss.str().find("cannot listen on 127.0.0.1:" + std::to_string(first.port())), std::string::npos)
+      << ss.str();
+  EXPECT_EQ(first.terminate(), 0);
 }
 
 TEST(Serve, BadStart) {

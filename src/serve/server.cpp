@@ -2,6 +2,7 @@
 
 #include <httplib.h>
 #include <pthread.h>
+#include <sys/socket.h>
 #include <signal.h>
 
 #include <atomic>
@@ -97,6 +98,11 @@ class Server {
     svr_.new_task_queue = [pool] { return new httplib::ThreadPool(pool); };
     svr_.set_payload_max_length((size_t)o_.payload_limit);
     svr_.set_keep_alive_max_count(1000);
+    // SO_REUSEADDR only: httplib's default SO_REUSEPORT would let a second server share a port in use.
+    svr_.set_socket_options([](int sock) {
+      int yes = 1;
+      setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+    });
     routes();
     int port = o_.port;
     if (port == 0) {
