@@ -13,6 +13,7 @@ THREADS=${THREADS:-2}
 DATA=${TFM_DATA_DIR:-$(dirname "$0")/../../shared/data}
 command -v wrk > /dev/null || { echo "serve_load: needs wrk (apt-get install wrk)" >&2; exit 1; }
 WORK=$(mktemp -d)
+SERVER=""
 trap 'kill $SERVER 2>/dev/null || true; rm -rf "$WORK"' EXIT
 SENTENCE="the quick brown fox jumps over the lazy dog near the river bank"
 
@@ -21,18 +22,19 @@ if [ -z "${MODEL:-}" ]; then
   mkdir -p "$MODEL"
   cp "$DATA/bert-base-uncased/vocab.txt" "$MODEL/vocab.txt"
   python3 - "$MODEL" <<'PY'
-import json, struct, sys
-import numpy as np
+import json, random, struct, sys
+from array import array
 d = sys.argv[1]
 H, L, I, V, P = 256, 4, 1024, 30522, 512
 cfg = {"model_type": "bert", "hidden_size": H, "num_hidden_layers": L, "num_attention_heads": 4,
        "intermediate_size": I, "vocab_size": V, "max_position_embeddings": P, "type_vocab_size": 2,
        "hidden_act": "gelu", "layer_norm_eps": 1e-12, "pad_token_id": 0}
 json.dump(cfg, open(d + "/config.json", "w"))
-rng = np.random.default_rng(0)
+rng = random.Random(0)
 t = {}
-def n(name, *shape): t[name] = (rng.standard_normal(shape) * 0.02).astype(np.float32)
-def ln(name): t[name + ".weight"] = np.ones(H, np.float32); t[name + ".bias"] = np.zeros(H, np.float32)
+def size(shape): return shape[0] * (shape[1] if len(shape) > 1 else 1)
+def n(name, *shape): t[name] = (list(shape), array("f", (rng.gauss(0, 0.02) for _ in range(size(shape)))))
+def ln(name): t[name + ".weight"] = ([H], array("f", [1.0] * H)); t[name + ".bias"] = ([H], array("f", [0.0] * H))
 n("embeddings.word_embeddings.weight", V, H); n("embeddings.position_embeddings.weight", P, H)
 n("embeddings.token_type_embeddings.weight", 2, H); ln("embeddings.LayerNorm")
 for l in range(L):
@@ -46,7 +48,7 @@ for l in range(L):
 n("pooler.dense.weight", H, H); n("pooler.dense.bias", H)
 header, off, blobs = {}, 0, []
 for k in sorted(t):
-    b = t[k].tobytes(); header[k] = {"dtype": "F32", "shape": list(t[k].shape), "data_offsets": [off, off + len(b)]}
+    b = t[k][1].tobytes(); header[k] = {"dtype": "F32", "shape": t[k][0], "data_offsets": [off, off + len(b)]}
     off += len(b); blobs.append(b)
 h = json.dumps(header).encode(); h += b" " * (-len(h) % 8)
 with open(d + "/model.safetensors", "wb") as f:
@@ -58,7 +60,7 @@ echo "# machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d:
 echo "# model: $MODEL ($(python3 -c "import json;c=json.load(open('$MODEL/config.json'));print('hidden %d, %d layers'%(c['hidden_size'],c['num_hidden_layers']))"))"
 
 # Offline: tfm encode on N copies of the sentence in one batch; per-sentence time = (t_N - t_1) / (N - 1).
-N=64
+N=1024
 ARGS=(); for _ in $(seq $N); do ARGS+=(--text "$SENTENCE"); done
 t1=$( { /usr/bin/time -f %e "$TFM" encode --threads "$THREADS" --model "$MODEL" --text "$SENTENCE" > /dev/null; } 2>&1 | tail -1)
 tN=$( { /usr/bin/time -f %e "$TFM" encode --threads "$THREADS" --model "$MODEL" "${ARGS[@]}" > /dev/null; } 2>&1 | tail -1)
@@ -101,5 +103,7 @@ rss() { awk '/VmRSS/ {print $2}' /proc/$SERVER/status; }
 r0=$(rss)
 wrk -t 2 -c 8 -d "${SOAK_S}s" -s "$WORK/post.lua" "$URL/embed" > "$WORK/soak.txt"
 r1=$(rss)
-echo "soak ${SOAK_S}s at concurrency 8: $(awk '/requests in/ {print $1}' "$WORK/soak.txt") requests, $(awk '/Non-2xx/ {print $NF}' "$WORK/soak.txt" | sed 's/^$/0/') non-2xx; RSS ${r0} kB -> ${r1} kB ($(python3 -c "print('%+.1f%%' % (100 * ($r1 - $r0) / $r0))"))"
+soak_bad=$(awk '/Non-2xx/ {print $NF}' "$WORK/soak.txt")
+soak_err=$(awk '/Socket errors/ {print $0}' "$WORK/soak.txt")
+echo "soak ${SOAK_S}s at concurrency 8: $(awk '/requests in/ {print $1}' "$WORK/soak.txt") requests, ${soak_bad:-0} non-2xx ${soak_err:+($soak_err)}; RSS ${r0} kB -> ${r1} kB ($(python3 -c "print('%+.1f%%' % (100 * ($r1 - $r0) / $r0))"))"
 kill -TERM $SERVER; wait $SERVER && echo "SIGTERM: exit 0"

@@ -98,6 +98,7 @@ class Server {
     svr_.new_task_queue = [pool] { return new httplib::ThreadPool(pool); };
     svr_.set_payload_max_length((size_t)o_.payload_limit);
     svr_.set_keep_alive_max_count(1000);
+    svr_.set_tcp_nodelay(true);  // headers and body go out as two writes: Nagle + delayed ACK would add ~40 ms
     // SO_REUSEADDR only: httplib's default SO_REUSEPORT would let a second server share a port in use.
     svr_.set_socket_options([](int sock) {
       int yes = 1;

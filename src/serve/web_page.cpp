@@ -52,7 +52,7 @@ function reds(t) {
 }
 // One heatmap: m[q][k], query labels down the left, key labels (rotated) along the bottom, a title, a colour bar.
 function heatmap(title, m, qlabels, klabels, vmax, showValues) {
-  const cell = 26, font = "12px DejaVu Sans, sans-serif";
+  const cell = showValues ? 44 : 26, font = "12px DejaVu Sans, sans-serif";
   const cv = document.createElement("canvas"), g = cv.getContext("2d");
   g.font = font;
   const qw = Math.max(...qlabels.map(s => g.measureText(s).width)) + 10;
@@ -63,7 +63,7 @@ function heatmap(title, m, qlabels, klabels, vmax, showValues) {
   g.fillStyle = "#fff"; g.fillRect(0, 0, W, H);
   for (let q = 0; q < m.length; ++q) for (let k = 0; k < m[q].length; ++k) {
     g.fillStyle = reds(m[q][k] / vmax); g.fillRect(qw + k * cell, 24 + q * cell, cell, cell);
-    if (showValues) { g.fillStyle = m[q][k] / vmax > 0.6 ? "#fff" : "#000"; g.font = "9px sans-serif";
+    if (showValues) { g.fillStyle = m[q][k] / vmax > 0.6 ? "#fff" : "#000"; g.font = "11px sans-serif";
       g.textAlign = "center"; g.fillText(m[q][k].toFixed(2), qw + (k + .5) * cell, 24 + (q + .6) * cell); }
   }
   g.font = font; g.fillStyle = "#111"; g.textBaseline = "middle";
