@@ -391,10 +391,10 @@ TEST(Serve, TranslationRoutes) {
 TEST(Serve, LimitsAuthAndShutdown) {
   TempDir tmp;
   const std::string m = make_bert_dir(tmp.path);
-  // Each batch and the model load take 1.5 s: /health is 503 at first, a second request finds the only slot
+  // Each batch and the model load take 2.5 s: /health is 503 at first, a second request finds the only slot
   // taken, and SIGTERM arrives while a request is in flight.
   ServeProcess s({"--model", m, "--max-concurrent-requests", "1", "--payload-limit", "4096", "--api-key", "sekret"},
-                 {"TFM_SERVE_DEBUG_DELAY_MS=1500"});
+                 {"TFM_SERVE_DEBUG_DELAY_MS=2500"});
   ASSERT_GT(s.port(), 0) << s.log();
   expect_error(http("GET", s.url("/health")), 503, "unhealthy");
   ASSERT_TRUE(s.wait_ready()) << s.log();
@@ -409,7 +409,7 @@ TEST(Serve, LimitsAuthAndShutdown) {
 
   Reply slow;
   std::thread first([&] { slow = http("POST", s.url("/embed"), R"({"inputs": "one two"})", auth); });
-  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  std::this_thread::sleep_for(std::chrono::milliseconds(800));  // the first is in the model by now
   expect_error(http("POST", s.url("/embed"), R"({"inputs": "one"})", auth), 429, "overloaded", "1");
   // SIGTERM while the first request is still in the model: it is answered, then the server exits 0.
   const int code = s.terminate();

@@ -148,7 +148,7 @@ class Server {
     loader.join();
     waiter.join();
     if (queue_) queue_->stop();
-    if (!load_error.empty()) throw std::runtime_error(o_.model + ": " + load_error);
+    if (!load_error.empty()) throw std::runtime_error(load_error);
     std::fprintf(stderr, "stopped\n");
     return 0;
   }
@@ -406,7 +406,7 @@ class Server {
                   std::string q = parse_attention_request(req.body, limits_);
                   std::vector<Task> tasks(1);
                   tasks[0].key = kOpAttention;
-                  tasks[0].ids = translator_->encode_source(q, true);
+                  tasks[0].ids = translator_->encode_source(q, o_.auto_truncate);
                   tasks[0].tokens = (int64_t)tasks[0].ids.size();
                   queue_->run(tasks);
                   res.set_content(tasks[0].json, "application/json");
