@@ -287,7 +287,9 @@ TEST(Serve, EmbeddingRoutes) {
   expect_error(http("POST", s.url("/embed"), R"({"inputs": ""})"), 422, "validation", "empty");
   expect_error(http("POST", s.url("/embed"), R"({"inputs": "x", "normalize": "yes"})"), 422, "validation",
                "normalize");
-  const std::string long_text = R"({"inputs": ["one", "one two three four five one two three four five one two three four five one two three four five"]})";
+  const std::string long_text =  // 20 words + [CLS] [SEP] = 22 tokens
+      R"({"inputs": ["one", "one two three four five one two three four five one two three four five )"
+      R"(one two three four five"]})";
   expect_error(http("POST", s.url("/embed"), long_text), 422, "validation", "limit of 20");
   std::string trunc = long_text;
   trunc.insert(trunc.size() - 1, R"(, "truncate": true)");
@@ -508,6 +510,7 @@ TEST(ServeBrowser, PageDrawsAttentionAndSimilarity) {
     for (size_t p = 0; (p = dom.find("<canvas", p)) != std::string::npos; ++p) ++canvases;
     EXPECT_EQ(canvases, 4u);
     EXPECT_NE(dom.find("data-title=\"Head 4\""), std::string::npos) << dom;
+    EXPECT_NE(dom.find("<option value=\"1\">2</option>"), std::string::npos) << dom;  // layer selector: 2 layers
     EXPECT_EQ(s.terminate(), 0);
   }
   {

@@ -124,7 +124,8 @@ Translator::Translator(const std::string& dir)
   namespace fs = std::filesystem;
   const Seq2SeqConfig& c = model_.config();
   const nlohmann::json cj = load_json_file(dir + "/config.json");
-  subword_ = fs::exists(dir + "/spm.model") || json_string_or(cj, "tokenizer", "", dir + "/config.json") == "sentencepiece";
+  subword_ = fs::exists(dir + "/spm.model") ||
+             json_string_or(cj, "tokenizer", "", dir + "/config.json") == "sentencepiece";
   if (subword_) {
     spm_ = std::make_unique<SubwordModel>(SubwordModel::load(dir + "/spm.model"));
     if (spm_->vocab_size() != c.src_vocab_size || spm_->vocab_size() != c.tgt_vocab_size)
