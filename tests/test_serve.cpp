@@ -406,6 +406,7 @@ TEST(Serve, LimitsAuthAndShutdown) {
                "unauthorized");
   expect_error(http("GET", s.url("/info")), 401, "unauthorized");
   EXPECT_EQ(http("GET", s.url("/health")).status, 200);  // probes need no key
+  EXPECT_EQ(http("GET", s.url("/")).status, 200);        // nor the page (its scripts send the key)
   expect_error(http("POST", s.url("/embed"), "{\"inputs\": \"" + std::string(5000, 'a') + "\"}", auth), 413,
                "payload_too_large", "4096");
 

@@ -298,9 +298,11 @@ class Server {
                    req.path.c_str(), res.status, res.body.size(), ms);
     });
 
-    svr_.Get("/", guard([](const httplib::Request&, httplib::Response& res) {
-               res.set_content(web_page_html(), "text/html; charset=utf-8");
-             }, false));
+    // The page is static (no model data) and needs no key: a browser cannot send one for the page itself; its
+    // scripts send the key typed into it.
+    svr_.Get("/", [](const httplib::Request&, httplib::Response& res) {
+      res.set_content(web_page_html(), "text/html; charset=utf-8");
+    });
     svr_.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
       if (ready_)
         send_json(res, 200, {{"status", "ok"}});

@@ -17,7 +17,7 @@ struct ServeOptions {
   int64_t max_client_batch_size = 32;     // inputs per request; more -> 413
   int64_t payload_limit = 2000000;        // request body bytes; more -> 413
   bool auto_truncate = false;             // cut over-long inputs instead of answering 422
-  std::string api_key;                    // non-empty: every route but /health needs Authorization: Bearer KEY
+  std::string api_key;                    // non-empty: every route but / and /health needs Authorization: Bearer KEY
   std::string pooling = "mean";           // encoders: "mean" or "cls"
   int64_t max_beam_size = 8;              // translation: largest accepted beam_size
   std::string source_lang, target_lang;   // translation: language codes (default: config.json or "en" / "fr")

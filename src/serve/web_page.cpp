@@ -109,8 +109,10 @@ async function run() {
 }
 async function start() {
   $("key").value = localStorage.getItem("tfm_key") || "";
-  $("key").onchange = () => localStorage.setItem("tfm_key", $("key").value);
-  try { info = await call("/info"); } catch (err) { $("modelinfo").textContent = err.message; return; }
+  $("key").onchange = () => { localStorage.setItem("tfm_key", $("key").value); if (!info) location.reload(); };
+  try { info = await call("/info"); } catch (err) {
+    $("modelinfo").className = "err"; $("modelinfo").textContent = err.message + " (type the API key below)"; return;
+  }
   const tr = info.model_kind === "translation";
   $("title").textContent = tr ? "Translate " + info.source_lang + " \u2192 " + info.target_lang
                               : "Sentence similarity";

@@ -35,7 +35,7 @@ void add_serve_command(CLI::App& app) {
   cmd->add_flag("--auto-truncate", o->s.auto_truncate,
                 "Cut inputs longer than the model allows (default: answer 422 naming the limit)");
   cmd->add_option("--api-key", o->s.api_key,
-                  "Require 'Authorization: Bearer KEY' on every route but /health");
+                  "Require 'Authorization: Bearer KEY' on every route but / (the page asks for it) and /health");
   cmd->add_option("--pooling", o->s.pooling, "Encoders: mean (sentence-transformers default) or cls")
       ->capture_default_str()->check(CLI::IsMember({"mean", "cls"}));
   cmd->add_option("--max-beam-size", o->s.max_beam_size, "Translation: largest beam_size a request may ask for")
