@@ -56,8 +56,9 @@ void add_translate_command(CLI::App& app) {
   cmd->add_option("--length-penalty", o->length_penalty, "GNMT length penalty alpha for beam search")
       ->capture_default_str()->check(in_range(0.0, 5.0));
   cmd->add_option("--attention-png", o->attention_png,
-                  "Save the first sentence's attention weights as a PNG (or .svg), tokens on both axes: top row encoder self-attention (last "
-                  "layer), bottom row decoder cross-attention (last layer), one tile per head");
+                  "Save the first sentence's attention weights as a PNG (or .svg), tokens on both axes: top row "
+                  "encoder self-attention (last layer), bottom row decoder cross-attention (last layer), one "
+                  "titled panel per head, a colour bar");
   cmd->add_flag("--quiet,-q", o->quiet,
                 "No warnings (unknown words, truncated sentences); without it the first 10 are shown, then a count");
   add_threads_option(cmd, o->threads);

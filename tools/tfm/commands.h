@@ -17,6 +17,7 @@ void add_classify_command(CLI::App& app);
 void add_fill_mask_command(CLI::App& app);
 void add_rerank_command(CLI::App& app);
 void add_convert_command(CLI::App& app);
+void add_serve_command(CLI::App& app);
 
 // Adds --threads to a subcommand (default: all cores) and applies it before the callback runs.
 void add_threads_option(CLI::App* cmd, int& threads);

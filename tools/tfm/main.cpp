@@ -151,6 +151,7 @@ int main(int argc, char** argv) {
   tfm::cli::add_fill_mask_command(app);
   tfm::cli::add_rerank_command(app);
   tfm::cli::add_convert_command(app);
+  tfm::cli::add_serve_command(app);
   try {
     app.parse(argc, argv);
     tfm::cli::flush_stdout();

@@ -1,0 +1,109 @@
+#!/usr/bin/env bash
+# Load benchmark of `tfm serve` (issue 11): throughput and p50/p99 latency of single-sentence /embed requests at
+# concurrency 1, 8 and 64 (wrk), against offline `tfm encode` on the same sentence, plus a soak for RSS growth.
+#   bench/serve_load.sh [BUILD_DIR]      env: DURATION_S (per level, 20), SOAK_S (300), THREADS (2), MODEL (dir)
+# Without MODEL it builds a random-weight BERT (hidden 256, 4 layers, 4 heads, intermediate 1024) with the real
+# bert-base-uncased WordPiece vocabulary from $TFM_DATA_DIR (the weights do not change the speed).
+set -euo pipefail
+BUILD=${1:-build}
+TFM=$(realpath "$BUILD/tfm")
+DURATION_S=${DURATION_S:-20}
+SOAK_S=${SOAK_S:-300}
+THREADS=${THREADS:-2}
+DATA=${TFM_DATA_DIR:-$(dirname "$0")/../../shared/data}
+command -v wrk > /dev/null || { echo "serve_load: needs wrk (apt-get install wrk)" >&2; exit 1; }
+WORK=$(mktemp -d)
+SERVER=""
+trap 'kill $SERVER 2>/dev/null || true; rm -rf "$WORK"' EXIT
+SENTENCE="the quick brown fox jumps over the lazy dog near the river bank"
+
+if [ -z "${MODEL:-}" ]; then
+  MODEL=$WORK/bert
+  mkdir -p "$MODEL"
+  cp "$DATA/bert-base-uncased/vocab.txt" "$MODEL/vocab.txt"
+  python3 - "$MODEL" <<'PY'
+import json, random, struct, sys
+from array import array
+d = sys.argv[1]
+H, L, I, V, P = 256, 4, 1024, 30522, 512
+cfg = {"model_type": "bert", "hidden_size": H, "num_hidden_layers": L, "num_attention_heads": 4,
+       "intermediate_size": I, "vocab_size": V, "max_position_embeddings": P, "type_vocab_size": 2,
+       "hidden_act": "gelu", "layer_norm_eps": 1e-12, "pad_token_id": 0}
+json.dump(cfg, open(d + "/config.json", "w"))
+rng = random.Random(0)
+t = {}
+def size(shape): return shape[0] * (shape[1] if len(shape) > 1 else 1)
+def n(name, *shape): t[name] = (list(shape), array("f", (rng.gauss(0, 0.02) for _ in range(size(shape)))))
+def ln(name): t[name + ".weight"] = ([H], array("f", [1.0] * H)); t[name + ".bias"] = ([H], array("f", [0.0] * H))
+n("embeddings.word_embeddings.weight", V, H); n("embeddings.position_embeddings.weight", P, H)
+n("embeddings.token_type_embeddings.weight", 2, H); ln("embeddings.LayerNorm")
+for l in range(L):
+    p = f"encoder.layer.{l}."
+    for m in ("query", "key", "value"):
+        n(p + f"attention.self.{m}.weight", H, H); n(p + f"attention.self.{m}.bias", H)
+    n(p + "attention.output.dense.weight", H, H); n(p + "attention.output.dense.bias", H)
+    ln(p + "attention.output.LayerNorm")
+    n(p + "intermediate.dense.weight", I, H); n(p + "intermediate.dense.bias", I)
+    n(p + "output.dense.weight", H, I); n(p + "output.dense.bias", H); ln(p + "output.LayerNorm")
+n("pooler.dense.weight", H, H); n("pooler.dense.bias", H)
+header, off, blobs = {}, 0, []
+for k in sorted(t):
+    b = t[k][1].tobytes(); header[k] = {"dtype": "F32", "shape": t[k][0], "data_offsets": [off, off + len(b)]}
+    off += len(b); blobs.append(b)
+h = json.dumps(header).encode(); h += b" " * (-len(h) % 8)
+with open(d + "/model.safetensors", "wb") as f:
+    f.write(struct.pack("<Q", len(h))); f.write(h); [f.write(b) for b in blobs]
+PY
+fi
+
+echo "# machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs); threads $THREADS"
+echo "# model: $MODEL ($(python3 -c "import json;c=json.load(open('$MODEL/config.json'));print('hidden %d, %d layers'%(c['hidden_size'],c['num_hidden_layers']))"))"
+
+# Offline: tfm encode on N copies of the sentence in one batch; per-sentence time = (t_N - t_1) / (N - 1).
+N=1024
+ARGS=(); for _ in $(seq $N); do ARGS+=(--text "$SENTENCE"); done
+t1=$( { /usr/bin/time -f %e "$TFM" encode --threads "$THREADS" --model "$MODEL" --text "$SENTENCE" > /dev/null; } 2>&1 | tail -1)
+tN=$( { /usr/bin/time -f %e "$TFM" encode --threads "$THREADS" --model "$MODEL" "${ARGS[@]}" > /dev/null; } 2>&1 | tail -1)
+offline=$(python3 -c "print('%.1f' % (($N - 1) / max($tN - $t1, 1e-3)))")
+echo "offline tfm encode: $offline sentences/s (batch of $N: ${tN}s, one: ${t1}s incl. start-up)"
+
+"$TFM" serve --model "$MODEL" --port 0 --threads "$THREADS" --quiet --max-concurrent-requests 256 \
+  2> "$WORK/serve.log" &
+SERVER=$!
+for _ in $(seq 300); do grep -q "model ready" "$WORK/serve.log" && break; sleep 0.1; done
+PORT=$(grep -o 'listening on http://127.0.0.1:[0-9]*' "$WORK/serve.log" | grep -o '[0-9]*$')
+URL=http://127.0.0.1:$PORT
+cat > "$WORK/post.lua" <<LUA
+wrk.method = "POST"
+wrk.body = '{"inputs": "$SENTENCE"}'
+wrk.headers["Content-Type"] = "application/json"
+LUA
+metric() { curl -s "$URL/metrics" | awk -v m="$1" '$1 == m {print $2}'; }
+echo "| concurrency | requests/s | p50 ms | p99 ms | non-2xx | mean batch | served / offline |"
+echo "|---|---|---|---|---|---|---|"
+for c in 1 8 64; do
+  b0=$(metric tfm_batch_size_sum); n0=$(metric tfm_batch_size_count)
+  out=$(wrk -t $(( c < 2 ? 1 : 2 )) -c $c -d "${DURATION_S}s" --latency -s "$WORK/post.lua" "$URL/embed")
+  b1=$(metric tfm_batch_size_sum); n1=$(metric tfm_batch_size_count)
+  rps=$(echo "$out" | awk '/Requests\/sec/ {print $2}')
+  p50=$(echo "$out" | awk '$1 == "50%" {print $2}')
+  p99=$(echo "$out" | awk '$1 == "99%" {print $2}')
+  bad=$(echo "$out" | awk '/Non-2xx/ {print $NF}'); bad=${bad:-0}
+  errs=$(echo "$out" | awk '/Socket errors/ {print $0}')
+  mb=$(python3 -c "print('%.1f' % (($b1 - $b0) / max($n1 - $n0, 1)))")
+  ratio=$(python3 -c "print('%.0f%%' % (100 * $rps / $offline))")
+  echo "| $c | $rps | $p50 | $p99 | $bad ${errs:+($errs)} | $mb | $ratio |"
+  if [ "$c" = 1 ]; then
+    inf=$(python3 -c "print('%.2f' % (1e3 * $(metric tfm_inference_duration_seconds_sum) / $(metric tfm_inference_duration_seconds_count)))")
+    echo "(concurrency 1: mean model time per batch (one forward of the sentence) $inf ms)"
+  fi
+done
+
+rss() { awk '/VmRSS/ {print $2}' /proc/$SERVER/status; }
+r0=$(rss)
+wrk -t 2 -c 8 -d "${SOAK_S}s" -s "$WORK/post.lua" "$URL/embed" > "$WORK/soak.txt"
+r1=$(rss)
+soak_bad=$(awk '/Non-2xx/ {print $NF}' "$WORK/soak.txt")
+soak_err=$(awk '/Socket errors/ {print $0}' "$WORK/soak.txt")
+echo "soak ${SOAK_S}s at concurrency 8: $(awk '/requests in/ {print $1}' "$WORK/soak.txt") requests, ${soak_bad:-0} non-2xx ${soak_err:+($soak_err)}; RSS ${r0} kB -> ${r1} kB ($(python3 -c "print('%+.1f%%' % (100 * ($r1 - $r0) / $r0))"))"
+kill -TERM $SERVER; wait $SERVER && echo "SIGTERM: exit 0"

@@ -1,0 +1,57 @@
+// libFuzzer target: the request-body parsers of `tfm serve` (src/serve/requests.h) on arbitrary bytes.
+// Contract: each parser returns a request that satisfies the limits it promises, or throws ApiError with a
+// status in {413, 422} and a message; anything else (another exception, a crash, a broken limit) is a bug.
+// Build and run: scripts/fuzz.sh 60 fuzz_serve_request (FUZZING.md).
+#include <cstdint>
+#include <cstdlib>
+#include <string_view>
+
+#include "serve/requests.h"
+
+namespace {
+
+void check(bool ok) {
+  if (!ok) std::abort();
+}
+
+template <class F>
+void expect_ok_or_api_error(F&& f) {
+  try {
+    f();
+  } catch (const tfm::serve::ApiError& e) {
+    check((e.status == 413 || e.status == 422) && *e.what() && !e.type.empty());
+  }
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  using namespace tfm::serve;
+  const std::string_view body(reinterpret_cast<const char*>(data), size);
+  RequestLimits lim;
+  lim.max_client_batch_size = 4;
+  lim.max_input_chars = 64;
+  auto inputs_ok = [&](const std::vector<std::string>& v, bool single) {
+    check(!v.empty() && (int64_t)v.size() <= lim.max_client_batch_size && (!single || v.size() == 1));
+    for (const auto& s : v) check(!s.empty() && (int64_t)s.size() <= lim.max_input_chars);
+  };
+  expect_ok_or_api_error([&] {
+    EmbedRequest r = parse_embed_request(body, lim, "inputs");
+    inputs_ok(r.inputs, r.single);
+  });
+  expect_ok_or_api_error([&] {
+    EmbedRequest r = parse_embed_request(body, lim, "input");
+    inputs_ok(r.inputs, r.single);
+  });
+  expect_ok_or_api_error([&] {
+    TokenizeRequest r = parse_tokenize_request(body, lim);
+    inputs_ok(r.inputs, r.single);
+  });
+  expect_ok_or_api_error([&] {
+    TranslateRequest r = parse_translate_request(body, lim, 8);
+    inputs_ok(r.q, r.single);
+    check(r.beam_size >= 1 && r.beam_size <= 8 && !r.target.empty());
+  });
+  expect_ok_or_api_error([&] { check(!parse_attention_request(body, lim).empty()); });
+  return 0;
+}

@@ -1,0 +1,268 @@
+#include "serve/backends.h"
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+
+#include "io/json_util.h"
+#include "serve/requests.h"
+#include "text/nmt_data.h"
+
+namespace tfm::serve {
+
+// ------------------------------------------------------------------------------------------ embeddings
+
+std::vector<float> pool_hidden(const float* h, const int64_t* mask, int64_t L, int64_t H, const std::string& pooling) {
+  std::vector<float> v(H, 0.0f);
+  if (pooling == "cls") {
+    std::copy(h, h + H, v.begin());
+    return v;
+  }
+  // sentence-transformers mean pooling: sum(h * mask) / clamp(sum(mask), 1e-9).
+  double n = 0;
+  std::vector<double> acc(H, 0.0);
+  for (int64_t l = 0; l < L; ++l) {
+    if (!mask[l]) continue;
+    n += 1;
+    for (int64_t j = 0; j < H; ++j) acc[j] += h[l * H + j];
+  }
+  for (int64_t j = 0; j < H; ++j) v[j] = (float)(acc[j] / std::max(n, 1e-9));
+  return v;
+}
+
+namespace {
+
+class EncoderEmbedding : public EmbeddingModel {
+ public:
+  EncoderEmbedding(const std::string& dir, std::string pooling)
+      : pooling_(std::move(pooling)), tok_(BertTokenizer::from_dir(dir)), model_(load_encoder(dir)) {
+    if (pooling_ != "mean" && pooling_ != "cls")
+      throw std::invalid_argument("pooling must be 'mean' or 'cls', got '" + pooling_ + "'");
+    if (tok_.vocab_size() > model_->config().vocab_size)
+      throw std::runtime_error(dir + ": tokenizer vocabulary (" + std::to_string(tok_.vocab_size()) +
+                               " tokens) is larger than config.json vocab_size (" +
+                               std::to_string(model_->config().vocab_size) + ")");
+  }
+  std::string pooling() const override { return pooling_; }
+  int64_t hidden_size() const override { return model_->config().hidden_size; }
+  int64_t max_input_length() const override {
+    return std::min(model_->config().max_position_embeddings, tok_.model_max_length());
+  }
+  TokenizedInput tokenize(const std::string& text, bool add_special_tokens, int64_t max_length) const override {
+    Encoding e = tok_.encode(text, nullptr, add_special_tokens, max_length);
+    TokenizedInput t;
+    t.ids = e.input_ids;
+    t.token_type_ids = e.token_type_ids;
+    t.tokens = e.tokens;
+    for (size_t i = 0; i < t.tokens.size(); ++i)
+      t.special.push_back(add_special_tokens && (i == 0 || i + 1 == t.tokens.size()) &&
+                          (t.tokens[i] == "[CLS]" || t.tokens[i] == "[SEP]"));
+    return t;
+  }
+  std::vector<std::vector<float>> embed(const std::vector<const TokenizedInput*>& batch) const override {
+    int64_t L = 0;
+    Tensor h = forward(batch, L);
+    const int64_t H = hidden_size();
+    std::vector<std::vector<float>> out;
+    std::vector<int64_t> mask(L);
+    for (size_t b = 0; b < batch.size(); ++b) {
+      for (int64_t l = 0; l < L; ++l) mask[l] = l < (int64_t)batch[b]->ids.size();
+      out.push_back(pool_hidden(h.f32() + b * L * H, mask.data(), L, H, pooling_));
+    }
+    return out;
+  }
+  std::vector<std::vector<float>> embed_all(const std::vector<const TokenizedInput*>& batch) const override {
+    int64_t L = 0;
+    Tensor h = forward(batch, L);
+    const int64_t H = hidden_size();
+    std::vector<std::vector<float>> out;
+    for (size_t b = 0; b < batch.size(); ++b) {
+      const float* p = h.f32() + b * L * H;
+      out.emplace_back(p, p + batch[b]->ids.size() * H);
+    }
+    return out;
+  }
+
+ private:
+  // last_hidden_state [B, L, H] of the right-padded batch.
+  Tensor forward(const std::vector<const TokenizedInput*>& batch, int64_t& L) const {
+    const int64_t B = (int64_t)batch.size();
+    L = 0;
+    for (auto* t : batch) L = std::max<int64_t>(L, (int64_t)t->ids.size());
+    Tensor ids = Tensor::zeros({B, L}, DType::I64), tt = Tensor::zeros({B, L}, DType::I64),
+           mask = Tensor::zeros({B, L}, DType::I64);
+    for (int64_t b = 0; b < B; ++b)
+      for (size_t l = 0; l < batch[b]->ids.size(); ++l) {
+        ids.i64()[b * L + l] = batch[b]->ids[l];
+        tt.i64()[b * L + l] = batch[b]->token_type_ids[l];
+        mask.i64()[b * L + l] = 1;
+      }
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t l = (int64_t)batch[b]->ids.size(); l < L; ++l) ids.i64()[b * L + l] = model_->config().pad_token_id;
+    EncoderOutput o = model_->forward(ids, tt, mask, false);
+    for (int64_t i = 0; i < o.last_hidden_state.numel(); ++i)
+      if (!std::isfinite(o.last_hidden_state.f32()[i]))
+        throw ApiError(500, "backend", "the encoder produced a non-finite value");
+    return o.last_hidden_state;
+  }
+
+  std::string pooling_;
+  BertTokenizer tok_;
+  std::unique_ptr<EncoderModel> model_;
+};
+
+}  // namespace
+
+std::unique_ptr<EmbeddingModel> load_encoder_embedding(const std::string& dir, const std::string& pooling) {
+  return std::make_unique<EncoderEmbedding>(dir, pooling);
+}
+
+// ------------------------------------------------------------------------------------------ translation
+
+Translator::Translator(const std::string& dir)
+    : model_(Seq2SeqConfig::from_json(load_json_file(dir + "/config.json"), dir + "/config.json")) {
+  namespace fs = std::filesystem;
+  const Seq2SeqConfig& c = model_.config();
+  const nlohmann::json cj = load_json_file(dir + "/config.json");
+  subword_ = fs::exists(dir + "/spm.model") ||
+             json_string_or(cj, "tokenizer", "", dir + "/config.json") == "sentencepiece";
+  if (subword_) {
+    spm_ = std::make_unique<SubwordModel>(SubwordModel::load(dir + "/spm.model"));
+    if (spm_->vocab_size() != c.src_vocab_size || spm_->vocab_size() != c.tgt_vocab_size)
+      throw std::runtime_error(dir + ": spm.model has " + std::to_string(spm_->vocab_size()) +
+                               " pieces but config.json says src_vocab_size " + std::to_string(c.src_vocab_size));
+  } else {
+    src_vocab_ = std::make_unique<Vocab>(Vocab::load(dir + "/src_vocab.txt"));
+    tgt_vocab_ = std::make_unique<Vocab>(Vocab::load(dir + "/tgt_vocab.txt"));
+    if (src_vocab_->size() != c.src_vocab_size || tgt_vocab_->size() != c.tgt_vocab_size)
+      throw std::runtime_error(dir + ": vocabulary files have " + std::to_string(src_vocab_->size()) + " / " +
+                               std::to_string(tgt_vocab_->size()) + " tokens but config.json says " +
+                               std::to_string(c.src_vocab_size) + " / " + std::to_string(c.tgt_vocab_size));
+  }
+  model_.load(dir + "/model.safetensors");
+  opt_.max_steps = c.num_steps;
+  opt_.bos_id = subword_ ? spm_->bos_id() : (*tgt_vocab_)["<bos>"];
+  opt_.eos_id = subword_ ? spm_->eos_id() : (*tgt_vocab_)["<eos>"];
+  opt_.position_mode = c.decode_positions == "absolute" ? PositionMode::kAbsolute : PositionMode::kD2lStep;
+  pad_id_ = subword_ ? spm_->pad_id() : (*src_vocab_)["<pad>"];
+}
+
+int64_t Translator::max_source_tokens() const {
+  const Seq2SeqConfig& c = model_.config();
+  return subword_ ? std::min<int64_t>(c.max_len, 1024) : c.num_steps;
+}
+
+int64_t Translator::padded_len(int64_t n) const {
+  // d2l word models pad every source to num_steps, as predict_seq2seq does (the padding is masked).
+  return subword_ ? n : std::max<int64_t>(n, model_.config().num_steps);
+}
+
+std::vector<int64_t> Translator::encode_source(const std::string& text, bool truncate) const {
+  const int64_t limit = max_source_tokens();
+  std::vector<int64_t> ids;
+  if (subword_) {
+    ids = spm_->encode(text);
+    ids.push_back(spm_->eos_id());
+    if ((int64_t)ids.size() > limit) {
+      if (!truncate) goto too_long;
+      ids.resize(limit - 1);
+      ids.push_back(spm_->eos_id());
+    }
+    return ids;
+  } else {
+    const std::string pre = preprocess_nmt(text);
+    EncodedSource s = encode_source_sentence(pre, *src_vocab_, limit + 1);  // valid_len limit + 1: too long
+    if (s.valid_len > limit) {
+      if (!truncate) goto too_long;
+      s = encode_source_sentence(pre, *src_vocab_, limit);  // d2l's truncate_pad
+    }
+    return std::vector<int64_t>(s.ids.begin(), s.ids.begin() + s.valid_len);
+  }
+too_long:
+  throw validation_error("input is longer than the model's limit of " + std::to_string(limit) +
+                         " source tokens (with <eos>); send \"truncate\": true or start the server with "
+                         "--auto-truncate");
+}
+
+std::string Translator::source_token(int64_t id) const {
+  return subword_ ? spm_->id_to_piece(id) : src_vocab_->to_token(id);
+}
+std::string Translator::target_token(int64_t id) const {
+  return subword_ ? spm_->id_to_piece(id) : tgt_vocab_->to_token(id);
+}
+std::string Translator::detokenize(const std::vector<int64_t>& ids) const {
+  if (subword_) return spm_->decode(ids);
+  std::string line;
+  for (size_t k = 0; k < ids.size(); ++k) line += (k ? " " : "") + tgt_vocab_->to_token(ids[k]);
+  return line;
+}
+
+std::vector<std::string> Translator::translate(const std::vector<const std::vector<int64_t>*>& sources,
+                                               int64_t beam_size) {
+  const int64_t n = (int64_t)sources.size();
+  int64_t Ls = 0;
+  for (auto* s : sources) Ls = std::max(Ls, padded_len((int64_t)s->size()));
+  std::vector<int64_t> ids(n * Ls, pad_id_), vl(n);
+  for (int64_t k = 0; k < n; ++k) {
+    std::copy(sources[k]->begin(), sources[k]->end(), ids.begin() + k * Ls);
+    vl[k] = (int64_t)sources[k]->size();
+  }
+  DecodeOptions opt = opt_;
+  opt.beam_size = beam_size;
+  auto res = beam_size > 1 ? beam_search_batch(model_, ids.data(), vl.data(), n, Ls, opt)
+                           : greedy_decode(model_, ids.data(), vl.data(), n, Ls, opt);
+  std::vector<std::string> out;
+  for (const auto& r : res) out.push_back(detokenize(r));
+  return out;
+}
+
+nlohmann::json Translator::attention(const std::vector<int64_t>& source) {
+  const Seq2SeqConfig& c = model_.config();
+  const int64_t vl = (int64_t)source.size(), Ls = padded_len(vl), heads = c.num_heads, V = c.tgt_vocab_size;
+  std::vector<int64_t> ids(source);
+  ids.resize(Ls, pad_id_);
+  std::vector<Tensor> enc_attn;
+  Tensor enc = model_.encode(ids.data(), &vl, 1, Ls, &enc_attn);
+  DecoderCache cache;
+  model_.start_decoding(cache, enc, &vl, opt_.max_steps);
+  int64_t token = opt_.bos_id;
+  std::vector<float> logits(V);
+  std::vector<int64_t> out;
+  std::vector<std::string> target_tokens;
+  // cross[layer][head][step][key]
+  nlohmann::json cross = nlohmann::json::array();
+  for (int64_t l = 0; l < c.num_layers; ++l) cross.push_back(nlohmann::json::array());
+  for (auto& layer : cross)
+    for (int64_t h = 0; h < heads; ++h) layer.push_back(nlohmann::json::array());
+  for (int64_t t = 0; t < opt_.max_steps; ++t) {
+    std::vector<std::vector<float>> w;  // per layer [1, heads, 1, Ls]
+    model_.decode_step(cache, &token, logits.data(), opt_.position_mode, &w);
+    token = (int64_t)(std::max_element(logits.begin(), logits.end()) - logits.begin());
+    for (int64_t l = 0; l < c.num_layers; ++l)
+      for (int64_t h = 0; h < heads; ++h)
+        cross[l][h].push_back(std::vector<float>(w[l].begin() + h * Ls, w[l].begin() + h * Ls + vl));
+    target_tokens.push_back(target_token(token));
+    if (token == opt_.eos_id) break;
+    out.push_back(token);
+  }
+  nlohmann::json self = nlohmann::json::array();
+  for (const Tensor& a : enc_attn) {  // [1, heads, Ls, Ls]
+    nlohmann::json layer = nlohmann::json::array();
+    for (int64_t h = 0; h < heads; ++h) {
+      nlohmann::json m = nlohmann::json::array();
+      for (int64_t q = 0; q < vl; ++q) {
+        const float* row = a.f32() + (h * Ls + q) * Ls;
+        m.push_back(std::vector<float>(row, row + vl));
+      }
+      layer.push_back(m);
+    }
+    self.push_back(layer);
+  }
+  std::vector<std::string> source_tokens;
+  for (int64_t id : source) source_tokens.push_back(source_token(id));
+  return {{"translatedText", detokenize(out)}, {"source_tokens", source_tokens}, {"target_tokens", target_tokens},
+          {"num_layers", c.num_layers},        {"num_heads", heads},             {"encoder_self", self},
+          {"cross", cross}};
+}
+
+}  // namespace tfm::serve

@@ -1,0 +1,483 @@
+#include "serve/server.h"
+
+#include <httplib.h>
+#include <pthread.h>
+#include <sys/socket.h>
+#include <signal.h>
+
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <ctime>
+#include <mutex>
+#include <optional>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "io/json_util.h"
+#include "serve/backends.h"
+#include "serve/batch_queue.h"
+#include "serve/metrics.h"
+#include "serve/requests.h"
+#include "serve/web_page.h"
+
+namespace tfm::serve {
+
+using nlohmann::json;
+
+namespace {
+
+volatile std::sig_atomic_t g_signal = 0;
+
+constexpr int64_t kOpEmbed = 1, kOpEmbedAll = 2, kOpAttention = 3, kOpTranslate = 100;  // + beam_size
+
+// TFM_SERVE_DEBUG_DELAY_MS: tests only. Sleeps this long before loading the model and before each batch, so a
+// test can see /health 503, a full server (429) and SIGTERM with a request in flight without racing.
+void debug_delay() {
+  static const long ms = [] {
+    const char* e = std::getenv("TFM_SERVE_DEBUG_DELAY_MS");
+    return e ? std::strtol(e, nullptr, 10) : 0L;
+  }();
+  if (ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(std::min(ms, 60000L)));
+}
+
+double seconds_since(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+}
+
+void send_json(httplib::Response& res, int status, const json& body) {
+  res.status = status;
+  res.set_content(body.dump(-1, ' ', false, json::error_handler_t::replace), "application/json");
+}
+
+void send_error(httplib::Response& res, int status, const std::string& type, const std::string& message) {
+  send_json(res, status, {{"error", message}, {"error_type", type}});
+}
+
+std::vector<float> l2_normalized(std::vector<float> v) {
+  double s = 0;
+  for (float x : v) s += (double)x * x;
+  const double n = std::sqrt(s);
+  if (n > 0)
+    for (float& x : v) x = (float)(x / n);
+  return v;
+}
+
+class Server {
+ public:
+  explicit Server(const ServeOptions& o) : o_(o) {
+    const std::string config_path = o.model + "/config.json";
+    const json cj = load_json_file(config_path);
+    model_type_ = json_string_or(cj, "model_type", "bert", config_path);
+    translation_ = model_type_ == "transformer_seq2seq";
+    if (!translation_ && model_type_ != "bert" && model_type_ != "transformer_encoder")
+      throw std::runtime_error(config_path + ": model_type '" + model_type_ +
+                               "' cannot be served (bert, transformer_encoder or transformer_seq2seq)");
+    source_lang_ = !o.source_lang.empty() ? o.source_lang : json_string_or(cj, "source_lang", "en", config_path);
+    target_lang_ = !o.target_lang.empty() ? o.target_lang : json_string_or(cj, "target_lang", "fr", config_path);
+    limits_.max_client_batch_size = o.max_client_batch_size;
+    limits_.max_input_chars = o.payload_limit;
+    model_id_ = o.model;
+    while (model_id_.size() > 1 && model_id_.back() == '/') model_id_.pop_back();
+    if (auto p = model_id_.rfind('/'); p != std::string::npos) model_id_ = model_id_.substr(p + 1);
+  }
+
+  int run() {
+    // SIGTERM/SIGINT set a flag that the waiter thread polls (a handler, not a signal mask: OpenMP's threads may
+    // already exist and would take the default action).
+    struct sigaction sa {};
+    sa.sa_handler = [](int sig) { g_signal = sig; };
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGTERM, &sa, nullptr);
+    sigaction(SIGINT, &sa, nullptr);
+
+    const int pool = (int)std::min<int64_t>(o_.max_concurrent_requests + 8, 1024);
+    svr_.new_task_queue = [pool] { return new httplib::ThreadPool(pool); };
+    svr_.set_payload_max_length((size_t)o_.payload_limit);
+    svr_.set_keep_alive_max_count(1000);
+    svr_.set_tcp_nodelay(true);  // headers and body go out as two writes: Nagle + delayed ACK would add ~40 ms
+    // SO_REUSEADDR only: httplib's default SO_REUSEPORT would let a second server share a port in use.
+    svr_.set_socket_options([](int sock) {
+      int yes = 1;
+      setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+    });
+    routes();
+    int port = o_.port;
+    if (port == 0) {
+      port = svr_.bind_to_any_port(o_.host);
+      if (port < 0) throw std::runtime_error("cannot listen on " + o_.host + " (any port)");
+    } else if (!svr_.bind_to_port(o_.host, port)) {
+      throw std::runtime_error("cannot listen on " + o_.host + ":" + std::to_string(port) +
+                               " (in use, or not an address of this machine)");
+    }
+    std::fprintf(stderr, "listening on http://%s:%d (%s model %s)\n", o_.host.c_str(), port,
+                 translation_ ? "translation" : "embedding", o_.model.c_str());
+    std::fflush(stderr);
+
+    std::atomic<bool> done{false};
+    std::string load_error;
+    std::thread loader([&] {
+      try {
+        load();
+        ready_ = true;
+        std::fprintf(stderr, "model ready\n");
+      } catch (const std::exception& e) {
+        load_error = e.what();
+        while (!svr_.is_running() && !done) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+        svr_.stop();
+      }
+    });
+    std::thread waiter([&] {
+      while (!done) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        const int sig = g_signal;
+        if (sig == SIGTERM || sig == SIGINT) {
+          std::fprintf(stderr, "%s: no new connections; finishing requests in flight\n",
+                       sig == SIGTERM ? "SIGTERM" : "SIGINT");
+          while (!svr_.is_running() && !done) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+          svr_.stop();
+          return;
+        }
+      }
+    });
+    svr_.listen_after_bind();  // returns after stop(), once the worker threads have finished their requests
+    done = true;
+    loader.join();
+    waiter.join();
+    if (queue_) queue_->stop();
+    if (!load_error.empty()) throw std::runtime_error(load_error);
+    std::fprintf(stderr, "stopped\n");
+    return 0;
+  }
+
+ private:
+  void load() {
+    debug_delay();
+    if (translation_)
+      translator_ = std::make_unique<Translator>(o_.model);
+    else
+      embedder_ = load_encoder_embedding(o_.model, o_.pooling);
+    max_input_length_ = translation_ ? translator_->max_source_tokens() : embedder_->max_input_length();
+    if (o_.max_batch_tokens < max_input_length_)
+      throw std::runtime_error("--max-batch-tokens " + std::to_string(o_.max_batch_tokens) +
+                               " is smaller than the model's max input length " + std::to_string(max_input_length_));
+    queue_ = std::make_unique<BatchQueue>(o_.max_batch_tokens, [this](std::vector<Task*>& b) { run_batch(b); },
+                                          &metrics_);
+  }
+
+  // Runs on the queue's worker thread: the only thread that touches the model.
+  void run_batch(std::vector<Task*>& batch) {
+    debug_delay();
+    const int64_t key = batch[0]->key;
+    if (key == kOpEmbed || key == kOpEmbedAll) {
+      std::vector<TokenizedInput> inputs(batch.size());
+      std::vector<const TokenizedInput*> ptrs;
+      for (size_t i = 0; i < batch.size(); ++i) {
+        inputs[i].ids = batch[i]->ids;
+        inputs[i].token_type_ids = batch[i]->token_type_ids;
+        ptrs.push_back(&inputs[i]);
+      }
+      auto out = key == kOpEmbed ? embedder_->embed(ptrs) : embedder_->embed_all(ptrs);
+      for (size_t i = 0; i < batch.size(); ++i) batch[i]->vector = std::move(out[i]);
+    } else if (key == kOpAttention) {
+      for (Task* t : batch) t->json = translator_->attention(t->ids).dump();
+    } else {
+      std::vector<const std::vector<int64_t>*> src;
+      for (Task* t : batch) src.push_back(&t->ids);
+      auto out = translator_->translate(src, key - kOpTranslate);
+      for (size_t i = 0; i < batch.size(); ++i) batch[i]->text = std::move(out[i]);
+    }
+  }
+
+  // Wraps a handler: API key, readiness, the concurrency limit, errors as JSON.
+  using Handler = std::function<void(const httplib::Request&, httplib::Response&)>;
+  httplib::Server::Handler guard(Handler h, bool model_route) {
+    return [this, h, model_route](const httplib::Request& req, httplib::Response& res) {
+      if (!authorized(req))
+        return send_error(res, 401, "unauthorized", "missing or wrong API key: send Authorization: Bearer <key>");
+      struct InFlight {
+        std::atomic<int64_t>* n = nullptr;
+        ~InFlight() {
+          if (n) --*n;
+        }
+      } slot;
+      if (model_route) {
+        if (!ready_) return send_error(res, 503, "unhealthy", "the model is still loading");
+        if (++in_flight_ > o_.max_concurrent_requests) {
+          --in_flight_;
+          return send_error(res, 429, "overloaded",
+                            "more than " + std::to_string(o_.max_concurrent_requests) +
+                                " requests in flight (--max-concurrent-requests); retry later");
+        }
+        slot.n = &in_flight_;
+      }
+      try {
+        h(req, res);
+      } catch (const ApiError& e) {
+        send_error(res, e.status, e.type, e.what());
+      } catch (const std::invalid_argument& e) {
+        send_error(res, 422, "validation", e.what());
+      } catch (const std::exception& e) {
+        send_error(res, 500, "backend", e.what());
+      }
+    };
+  }
+
+  bool authorized(const httplib::Request& req) const {
+    if (o_.api_key.empty()) return true;
+    const std::string got = req.get_header_value("Authorization"), want = "Bearer " + o_.api_key;
+    if (got.size() != want.size()) return false;
+    unsigned char diff = 0;
+    for (size_t i = 0; i < got.size(); ++i) diff |= (unsigned char)(got[i] ^ want[i]);
+    return diff == 0;
+  }
+
+  // Tokenizes every input for the encoder (422 over the limit unless truncating).
+  std::vector<Task> embed_tasks(const EmbedRequest& r, int64_t op, const char* field) {
+    const auto t0 = std::chrono::steady_clock::now();
+    const bool truncate = r.truncate.value_or(o_.auto_truncate);
+    std::vector<Task> tasks(r.inputs.size());
+    for (size_t i = 0; i < r.inputs.size(); ++i) {
+      TokenizedInput t = embedder_->tokenize(r.inputs[i], true, truncate ? max_input_length_ : 0);
+      if ((int64_t)t.ids.size() > max_input_length_)
+        throw validation_error(std::string("`") + field + (r.single ? "" : "[" + std::to_string(i) + "]") +
+                               "` has " + std::to_string(t.ids.size()) + " tokens, more than the model's limit of " +
+                               std::to_string(max_input_length_) +
+                               " (max_input_length); send \"truncate\": true or start the server with --auto-truncate");
+      tasks[i].key = op;
+      tasks[i].tokens = (int64_t)t.ids.size();
+      tasks[i].ids = std::move(t.ids);
+      tasks[i].token_type_ids = std::move(t.token_type_ids);
+    }
+    metrics_.observe_tokenization(seconds_since(t0));
+    return tasks;
+  }
+
+  void not_for_this_model(const std::string& path, const std::string& needs) {
+    auto h = [this, path, needs](const httplib::Request&, httplib::Response& res) {
+      send_error(res, 404, "not_found",
+                 path + " needs " + needs + "; this server runs " +
+                     (translation_ ? "a translation model (transformer_seq2seq)" : "an embedding model (" +
+                                                                                        model_type_ + ")"));
+    };
+    svr_.Post(path, guard(h, false));
+  }
+
+  void routes() {
+    svr_.set_pre_routing_handler([](const httplib::Request&, httplib::Response&) {
+      request_start() = std::chrono::steady_clock::now();
+      return httplib::Server::HandlerResponse::Unhandled;
+    });
+    svr_.set_error_handler([this](const httplib::Request& req, httplib::Response& res) {
+      if (!res.body.empty()) return;
+      if (res.status == 413)
+        send_error(res, 413, "payload_too_large",
+                   "request body over " + std::to_string(o_.payload_limit) + " bytes (--payload-limit)");
+      else if (res.status == 404)
+        send_error(res, 404, "not_found", "no route " + req.method + " " + req.path);
+      else
+        send_error(res, res.status, "http", "HTTP error " + std::to_string(res.status));
+    });
+    svr_.set_logger([this](const httplib::Request& req, const httplib::Response& res) {
+      const double ms = seconds_since(request_start()) * 1e3;
+      static const std::vector<std::string> known = {
+          "/", "/info", "/health", "/metrics", "/embed", "/embed_all", "/tokenize", "/v1/embeddings",
+          "/predict", "/rerank", "/translate", "/languages", "/attention"};
+      const bool is_known = std::find(known.begin(), known.end(), req.path) != known.end();
+      metrics_.count_request(is_known ? req.path : "other", res.status);
+      if (!o_.access_log) return;
+      char when[32];
+      std::time_t now = std::time(nullptr);
+      std::tm tm;
+      gmtime_r(&now, &tm);
+      std::strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", &tm);
+      std::fprintf(stderr, "%s %s \"%s %s\" %d %zu %.1fms\n", when, req.remote_addr.c_str(), req.method.c_str(),
+                   req.path.c_str(), res.status, res.body.size(), ms);
+    });
+
+    // The page is static (no model data) and needs no key: a browser cannot send one for the page itself; its
+    // scripts send the key typed into it.
+    svr_.Get("/", [](const httplib::Request&, httplib::Response& res) {
+      res.set_content(web_page_html(), "text/html; charset=utf-8");
+    });
+    svr_.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
+      if (ready_)
+        send_json(res, 200, {{"status", "ok"}});
+      else
+        send_error(res, 503, "unhealthy", "the model is still loading");
+    });
+    svr_.Get("/metrics", guard([this](const httplib::Request&, httplib::Response& res) {
+               res.set_content(metrics_.render(), "text/plain; version=0.0.4");
+             }, false));
+    svr_.Get("/info", guard([this](const httplib::Request&, httplib::Response& res) { send_json(res, 200, info()); },
+                            false));
+
+    if (!translation_) {
+      svr_.Post("/embed", guard([this](const httplib::Request& req, httplib::Response& res) {
+                  EmbedRequest r = parse_embed_request(req.body, limits_, "inputs");
+                  std::vector<Task> tasks = embed_tasks(r, kOpEmbed, "inputs");
+                  queue_->run(tasks);
+                  json out = json::array();
+                  for (Task& t : tasks) out.push_back(r.normalize ? l2_normalized(t.vector) : t.vector);
+                  send_json(res, 200, out);
+                }, true));
+      svr_.Post("/embed_all", guard([this](const httplib::Request& req, httplib::Response& res) {
+                  EmbedRequest r = parse_embed_request(req.body, limits_, "inputs");
+                  std::vector<Task> tasks = embed_tasks(r, kOpEmbedAll, "inputs");
+                  queue_->run(tasks);
+                  const int64_t H = embedder_->hidden_size();
+                  json out = json::array();
+                  for (Task& t : tasks) {
+                    json rows = json::array();
+                    for (int64_t l = 0; l < t.tokens; ++l)
+                      rows.push_back(std::vector<float>(t.vector.begin() + l * H, t.vector.begin() + (l + 1) * H));
+                    out.push_back(rows);
+                  }
+                  send_json(res, 200, out);
+                }, true));
+      svr_.Post("/v1/embeddings", guard([this](const httplib::Request& req, httplib::Response& res) {
+                  EmbedRequest r = parse_embed_request(req.body, limits_, "input");
+                  std::vector<Task> tasks = embed_tasks(r, kOpEmbed, "input");
+                  queue_->run(tasks);
+                  json data = json::array();
+                  int64_t tokens = 0;
+                  for (size_t i = 0; i < tasks.size(); ++i) {
+                    data.push_back({{"object", "embedding"}, {"embedding", l2_normalized(tasks[i].vector)},
+                                    {"index", i}});
+                    tokens += tasks[i].tokens;
+                  }
+                  send_json(res, 200, {{"object", "list"}, {"data", data},
+                                       {"model", r.model.empty() ? model_id_ : r.model},
+                                       {"usage", {{"prompt_tokens", tokens}, {"total_tokens", tokens}}}});
+                }, true));
+      svr_.Post("/tokenize", guard([this](const httplib::Request& req, httplib::Response& res) {
+                  TokenizeRequest r = parse_tokenize_request(req.body, limits_);
+                  const auto t0 = std::chrono::steady_clock::now();
+                  json out = json::array();
+                  for (const auto& text : r.inputs) {
+                    TokenizedInput t = embedder_->tokenize(text, r.add_special_tokens, 0);
+                    json toks = json::array();
+                    for (size_t i = 0; i < t.ids.size(); ++i)
+                      toks.push_back({{"id", t.ids[i]}, {"text", t.tokens[i]}, {"special", (bool)t.special[i]},
+                                      {"start", nullptr}, {"stop", nullptr}});
+                    out.push_back(toks);
+                  }
+                  metrics_.observe_tokenization(seconds_since(t0));
+                  send_json(res, 200, out);
+                }, true));
+      // Classification and reranking need a task head on top of the encoder, which this model folder lacks.
+      for (const char* path : {"/predict", "/rerank"})
+        svr_.Post(path, guard([path](const httplib::Request&, httplib::Response& res) {
+                    send_error(res, 501, "not_implemented",
+                               std::string(path) + " needs a model with a classification/cross-encoder head; "
+                               "encoder folders without one are served for /embed only");
+                  }, false));
+      not_for_this_model("/translate", "a translation model (transformer_seq2seq)");
+      not_for_this_model("/attention", "a translation model (transformer_seq2seq)");
+      svr_.Get("/languages", guard([this](const httplib::Request&, httplib::Response& res) {
+                 send_error(res, 404, "not_found", "/languages needs a translation model; this server runs an "
+                                                   "embedding model (" + model_type_ + ")");
+               }, false));
+    } else {
+      svr_.Post("/translate", guard([this](const httplib::Request& req, httplib::Response& res) {
+                  TranslateRequest r = parse_translate_request(req.body, limits_, o_.max_beam_size);
+                  check_languages(r.source, r.target);
+                  const auto t0 = std::chrono::steady_clock::now();
+                  std::vector<Task> tasks(r.q.size());
+                  for (size_t i = 0; i < r.q.size(); ++i) {
+                    try {
+                      tasks[i].ids = translator_->encode_source(r.q[i], r.truncate.value_or(o_.auto_truncate));
+                    } catch (const ApiError& e) {
+                      throw validation_error(std::string("`q") + (r.single ? "" : "[" + std::to_string(i) + "]") +
+                                             "`: " + e.what());
+                    }
+                    tasks[i].key = kOpTranslate + r.beam_size;
+                    tasks[i].tokens = (int64_t)tasks[i].ids.size();
+                  }
+                  metrics_.observe_tokenization(seconds_since(t0));
+                  queue_->run(tasks);
+                  if (r.single) return send_json(res, 200, {{"translatedText", tasks[0].text}});
+                  json out = json::array();
+                  for (Task& t : tasks) out.push_back(t.text);
+                  send_json(res, 200, {{"translatedText", out}});
+                }, true));
+      svr_.Post("/attention", guard([this](const httplib::Request& req, httplib::Response& res) {
+                  std::string q = parse_attention_request(req.body, limits_);
+                  std::vector<Task> tasks(1);
+                  tasks[0].key = kOpAttention;
+                  tasks[0].ids = translator_->encode_source(q, o_.auto_truncate);
+                  tasks[0].tokens = (int64_t)tasks[0].ids.size();
+                  queue_->run(tasks);
+                  res.set_content(tasks[0].json, "application/json");
+                }, true));
+      svr_.Get("/languages", guard([this](const httplib::Request&, httplib::Response& res) {
+                 send_json(res, 200, json::array({{{"code", source_lang_}, {"name", source_lang_},
+                                                   {"targets", {target_lang_}}}}));
+               }, false));
+      for (const char* path : {"/embed", "/embed_all", "/v1/embeddings", "/tokenize", "/predict", "/rerank"})
+        not_for_this_model(path, "an encoder model (bert, transformer_encoder)");
+    }
+  }
+
+  void check_languages(const std::string& source, const std::string& target) const {
+    if (source != "auto" && source != source_lang_)
+      throw validation_error("`source` '" + source + "' is not supported: this model translates " + source_lang_ +
+                             " -> " + target_lang_ + " (GET /languages)");
+    if (target != target_lang_)
+      throw validation_error("`target` '" + target + "' is not supported: this model translates " + source_lang_ +
+                             " -> " + target_lang_ + " (GET /languages)");
+  }
+
+  json info() const {
+    json j = {{"model_id", model_id_},
+              {"model_type", model_type_},
+              {"model_kind", translation_ ? "translation" : "embedding"},
+              {"ready", ready_.load()},
+              {"max_concurrent_requests", o_.max_concurrent_requests},
+              {"max_batch_tokens", o_.max_batch_tokens},
+              {"max_client_batch_size", o_.max_client_batch_size},
+              {"payload_limit", o_.payload_limit},
+              {"auto_truncate", o_.auto_truncate},
+              {"max_input_length", ready_ ? json(max_input_length_) : json(nullptr)}};
+    if (translation_) {
+      j["source_lang"] = source_lang_;
+      j["target_lang"] = target_lang_;
+      j["max_beam_size"] = o_.max_beam_size;
+      if (ready_) j["num_layers"] = translator_->config().num_layers, j["num_heads"] = translator_->config().num_heads;
+    } else {
+      j["pooling"] = o_.pooling;
+      if (ready_) j["hidden_size"] = embedder_->hidden_size();
+    }
+    return j;
+  }
+
+  static std::chrono::steady_clock::time_point& request_start() {
+    thread_local std::chrono::steady_clock::time_point t = std::chrono::steady_clock::now();
+    return t;
+  }
+
+  ServeOptions o_;
+  std::string model_type_, model_id_, source_lang_, target_lang_;
+  bool translation_ = false;
+  RequestLimits limits_;
+  httplib::Server svr_;
+  Metrics metrics_;
+  std::atomic<bool> ready_{false};
+  std::atomic<int64_t> in_flight_{0};
+  int64_t max_input_length_ = 0;
+  std::unique_ptr<EmbeddingModel> embedder_;
+  std::unique_ptr<Translator> translator_;
+  std::unique_ptr<BatchQueue> queue_;
+};
+
+}  // namespace
+
+int run_server(const ServeOptions& options) {
+  Server s(options);
+  return s.run();
+}
+
+}  // namespace tfm::serve

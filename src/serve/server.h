@@ -1,0 +1,33 @@
+// `tfm serve`: HTTP routes over one batching queue in front of an embedding or translation model.
+// Encoders answer text-embeddings-inference's /embed, /embed_all, /tokenize and OpenAI's /v1/embeddings;
+// transformer_seq2seq models answer LibreTranslate's /translate and /languages. Every server answers /, /info,
+// /health and /metrics. Errors are {"error": message, "error_type": type}.
+#pragma once
+#include <cstdint>
+#include <string>
+
+namespace tfm::serve {
+
+struct ServeOptions {
+  std::string model;                 // model folder
+  std::string host = "127.0.0.1";    // loopback unless told otherwise
+  int port = 8080;                   // 0: any free port (printed at start)
+  int64_t max_batch_tokens = 16384;  // padded tokens per model batch (inputs x longest input)
+  int64_t max_concurrent_requests = 128;  // model requests in flight; more -> 429
+  int64_t max_client_batch_size = 32;     // inputs per request; more -> 413
+  int64_t payload_limit = 2000000;        // request body bytes; more -> 413
+  bool auto_truncate = false;             // cut over-long inputs instead of answering 422
+  std::string api_key;                    // non-empty: every route but / and /health needs Authorization: Bearer KEY
+  std::string pooling = "mean";           // encoders: "mean" or "cls"
+  int64_t max_beam_size = 8;              // translation: largest accepted beam_size
+  std::string source_lang, target_lang;   // translation: language codes (default: config.json or "en" / "fr")
+  bool access_log = true;                 // one line per request on stderr
+};
+
+// Listens, loads the model in the background (/health answers 503 until it is ready), serves until SIGTERM or
+// SIGINT, then stops accepting, finishes the requests in flight and returns 0. Prints
+// "listening on http://HOST:PORT" to stderr once the socket is bound. Throws std::runtime_error when the folder
+// is not a model folder, the address cannot be bound, or the model fails to load.
+int run_server(const ServeOptions& options);
+
+}  // namespace tfm::serve

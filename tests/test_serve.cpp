@@ -1,0 +1,530 @@
+// Integration tests of `tfm serve`: the real binary on a free loopback port, called with libcurl. Every wait is
+// bounded; each test stops its server with SIGTERM and checks it exits 0.
+#include <curl/curl.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <regex>
+#include <sstream>
+#include <thread>
+
+#include "io/npy.h"
+#include "test_util.h"
+
+namespace tfm {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+struct TempDir {
+  std::string path;
+  TempDir() {
+    path = (fs::temp_directory_path() / ("tfm_serve_" + std::to_string(::getpid()) + "_" +
+                                         std::to_string(std::chrono::steady_clock::now().time_since_epoch().count())))
+               .string();
+    fs::create_directories(path);
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::remove_all(path, ec);
+  }
+};
+
+// The encoder folder of test_cli's encode tests: tests/fixtures/bert (vocab 60, hidden 32,
+// max_position_embeddings 20) plus a 60-line WordPiece vocab.txt.
+std::string make_bert_dir(const std::string& dir) {
+  std::string m = dir + "/bert";
+  fs::create_directories(m);
+  fs::copy_file(test::fixture("bert/config.json"), m + "/config.json");
+  fs::copy_file(test::fixture("bert/model.safetensors"), m + "/model.safetensors");
+  std::string vocab = "[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\n";
+  const char* words[] = {"the",   "a",     "an",    "time",  "flies", "like",  "arrow", "fruit", "banana", "i",
+                         "have",  "dream", "cat",   "dog",   "sat",   "on",    "mat",   "is",    "was",    "and",
+                         "or",    "to",    "of",    "in",    "it",    "he",    "she",   "we",    "they",   "you",
+                         "red",   "blue",  "green", "big",   "small", "run",   "walk",  "eat",   "drink",  "sleep",
+                         "house", "car",   "tree",  "bird",  "fish",  "sun",   "moon",  "star",  "water",  "fire",
+                         "one",   "two",   "three", "four",  "five"};
+  for (const char* w : words) vocab += std::string(w) + "\n";
+  std::ofstream(m + "/vocab.txt") << vocab;
+  return m;
+}
+
+struct Reply {
+  long status = 0;
+  std::string body;
+  json j() const { return json::parse(body, nullptr, false); }
+};
+
+size_t collect(char* p, size_t s, size_t n, void* ud) {
+  static_cast<std::string*>(ud)->append(p, s * n);
+  return s * n;
+}
+
+Reply http(const std::string& method, const std::string& url, const std::string& body = "",
+           std::vector<std::string> headers = {"Content-Type: application/json"}) {
+  Reply r;
+  CURL* c = curl_easy_init();
+  curl_easy_setopt(c, CURLOPT_URL, url.c_str());
+  curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, method.c_str());
+  curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
+  curl_easy_setopt(c, CURLOPT_TIMEOUT, 30L);
+  curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, collect);
+  curl_easy_setopt(c, CURLOPT_WRITEDATA, &r.body);
+  if (method == "POST") {
+    curl_easy_setopt(c, CURLOPT_POSTFIELDS, body.c_str());
+    curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE, (long)body.size());
+  }
+  curl_slist* h = nullptr;
+  for (const auto& s : headers) h = curl_slist_append(h, s.c_str());
+  curl_easy_setopt(c, CURLOPT_HTTPHEADER, h);
+  if (curl_easy_perform(c) == CURLE_OK) curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &r.status);
+  curl_slist_free_all(h);
+  curl_easy_cleanup(c);
+  return r;
+}
+
+// `tfm serve --port 0 ...` as a child process; stderr is drained into log() by a thread.
+class ServeProcess {
+ public:
+  explicit ServeProcess(std::vector<std::string> args, std::vector<std::string> env = {}) {
+    int fds[2];
+    EXPECT_EQ(pipe(fds), 0);
+    pid_ = fork();
+    if (pid_ == 0) {
+      dup2(fds[1], 2);
+      int devnull = open("/dev/null", O_WRONLY);
+      dup2(devnull, 1);
+      close(fds[0]);
+      close(fds[1]);
+      for (const auto& e : env) putenv(const_cast<char*>(e.c_str()));
+      std::vector<std::string> full = {TFM_BINARY, "serve", "--port", "0", "--threads", "1"};
+      full.insert(full.end(), args.begin(), args.end());
+      std::vector<char*> argv;
+      for (auto& s : full) argv.push_back(s.data());
+      argv.push_back(nullptr);
+      execv(TFM_BINARY, argv.data());
+      _exit(127);
+    }
+    close(fds[1]);
+    fd_ = fds[0];
+    reader_ = std::thread([this] {
+      char buf[4096];
+      for (ssize_t n; (n = read(fd_, buf, sizeof buf)) > 0;) {
+        std::lock_guard<std::mutex> lock(mu_);
+        log_.append(buf, n);
+      }
+    });
+    // The port from "listening on http://127.0.0.1:PORT" (at most 30 s).
+    const std::regex re("listening on http://127\\.0\\.0\\.1:([0-9]+)");
+    for (int i = 0; i < 3000 && port_ == 0; ++i) {
+      std::smatch m;
+      std::string l = log();
+      if (std::regex_search(l, m, re)) port_ = std::stoi(m[1]);
+      if (port_ == 0) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+  }
+  ~ServeProcess() {
+    if (pid_ > 0 && !exited_) {
+      kill(pid_, SIGKILL);
+      waitpid(pid_, nullptr, 0);
+    }
+    if (reader_.joinable()) reader_.join();
+    if (fd_ >= 0) close(fd_);
+  }
+  int port() const { return port_; }
+  std::string url(const std::string& path) const { return "http://127.0.0.1:" + std::to_string(port_) + path; }
+  std::string log() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return log_;
+  }
+  // Polls /health until 200 (at most 30 s).
+  bool wait_ready() {
+    for (int i = 0; i < 300; ++i) {
+      if (http("GET", url("/health")).status == 200) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    return false;
+  }
+  // The exit status once the process ends by itself (at most 30 s; -1 if it does not).
+  int terminate_or_wait() { return wait_exit(false); }
+  // SIGTERM, then the exit status (at most 30 s; -1 if it had to be killed).
+  int terminate() { return wait_exit(true); }
+
+ private:
+  int wait_exit(bool term) {
+    if (term) kill(pid_, SIGTERM);
+    for (int i = 0; i < 3000; ++i) {
+      int st = 0;
+      if (waitpid(pid_, &st, WNOHANG) == pid_) {
+        exited_ = true;
+        return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    return -1;
+  }
+
+  pid_t pid_ = -1;
+  int fd_ = -1;
+  int port_ = 0;
+  bool exited_ = false;
+  std::mutex mu_;
+  std::string log_;
+  std::thread reader_;
+};
+
+double norm(const std::vector<float>& v) {
+  double s = 0;
+  for (float x : v) s += (double)x * x;
+  return std::sqrt(s);
+}
+
+void expect_error(const Reply& r, long status, const std::string& type, const std::string& needle = "") {
+  EXPECT_EQ(r.status, status) << r.body;
+  json j = r.j();
+  ASSERT_TRUE(j.is_object()) << r.body;
+  EXPECT_EQ(j.value("error_type", ""), type) << r.body;
+  EXPECT_NE(j.value("error", ""), "") << r.body;
+  if (!needle.empty()) {
+    EXPECT_NE(j.value("error", "").find(needle), std::string::npos) << r.body;
+  }
+}
+
+// Last hidden state [1, L, 32] of `text` from `tfm encode` (the CLI path, tested against PyTorch elsewhere).
+Tensor encode_cli(const std::string& model, const std::string& text, const std::string& dir) {
+  const std::string out = dir + "/h.npy";
+  const std::string cmd = std::string(TFM_BINARY) + " encode --threads 1 --model " + model + " --text '" + text +
+                          "' -o " + out + " > /dev/null";
+  EXPECT_EQ(std::system(cmd.c_str()), 0);
+  return load_npy(out);
+}
+
+TEST(Serve, EmbeddingRoutes) {
+  TempDir tmp;
+  const std::string m = make_bert_dir(tmp.path);
+  ServeProcess s({"--model", m});
+  ASSERT_GT(s.port(), 0) << s.log();
+  ASSERT_TRUE(s.wait_ready()) << s.log();
+
+  json info = http("GET", s.url("/info")).j();
+  EXPECT_EQ(info["model_kind"], "embedding");
+  EXPECT_EQ(info["max_input_length"], 20);  // max_position_embeddings
+  EXPECT_EQ(info["hidden_size"], 32);
+  EXPECT_EQ(http("GET", s.url("/health")).j()["status"], "ok");
+
+  // /embed = mean of tfm encode's last hidden state over the tokens, L2-normalised.
+  Tensor h = encode_cli(m, "the cat sat on the mat", tmp.path);
+  ASSERT_EQ(h.size(1), 8);
+  std::vector<float> mean(32, 0.0f);
+  for (int64_t l = 0; l < 8; ++l)
+    for (int j = 0; j < 32; ++j) mean[j] += h.f32()[l * 32 + j] / 8.0f;
+  Reply raw = http("POST", s.url("/embed"), R"({"inputs": "the cat sat on the mat", "normalize": false})");
+  ASSERT_EQ(raw.status, 200) << raw.body;
+  auto v = raw.j()[0].get<std::vector<float>>();
+  ASSERT_EQ(v.size(), 32u);
+  EXPECT_TRUE(test::all_close(v, mean, 1e-5f));
+  Reply unit = http("POST", s.url("/embed"), R"({"inputs": ["the cat sat on the mat"]})");
+  ASSERT_EQ(unit.status, 200) << unit.body;
+  auto u = unit.j()[0].get<std::vector<float>>();
+  EXPECT_NEAR(norm(u), 1.0, 1e-5);
+  for (int j = 0; j < 32; ++j) EXPECT_NEAR(u[j], mean[j] / norm(mean), 1e-5);
+
+  // A padded batch gives each input what it gets alone.
+  Reply batch = http("POST", s.url("/embed"), R"({"inputs": ["red car", "the cat sat on the mat", "one"]})");
+  ASSERT_EQ(batch.status, 200) << batch.body;
+  ASSERT_EQ(batch.j().size(), 3u);
+  EXPECT_TRUE(test::all_close(batch.j()[1].get<std::vector<float>>(), u, 1e-5f));
+  auto alone = http("POST", s.url("/embed"), R"({"inputs": "red car"})").j()[0].get<std::vector<float>>();
+  EXPECT_TRUE(test::all_close(batch.j()[0].get<std::vector<float>>(), alone, 1e-5f));
+
+  // /embed_all: every token's vector.
+  Reply all = http("POST", s.url("/embed_all"), R"({"inputs": "the cat sat on the mat"})");
+  ASSERT_EQ(all.status, 200) << all.body;
+  json rows = all.j()[0];
+  ASSERT_EQ(rows.size(), 8u);
+  for (int64_t l = 0; l < 8; ++l)
+    EXPECT_TRUE(test::all_close(rows[l].get<std::vector<float>>().data(), h.f32() + l * 32, 32, 1e-5f)) << l;
+
+  // OpenAI shape.
+  Reply oa = http("POST", s.url("/v1/embeddings"), R"({"input": ["the cat sat on the mat", "red car"], "model": "x"})");
+  ASSERT_EQ(oa.status, 200) << oa.body;
+  json o = oa.j();
+  EXPECT_EQ(o["object"], "list");
+  EXPECT_EQ(o["model"], "x");
+  ASSERT_EQ(o["data"].size(), 2u);
+  EXPECT_EQ(o["data"][1]["object"], "embedding");
+  EXPECT_EQ(o["data"][1]["index"], 1);
+  EXPECT_TRUE(test::all_close(o["data"][0]["embedding"].get<std::vector<float>>(), u, 1e-5f));
+  EXPECT_EQ(o["usage"]["prompt_tokens"], 8 + 4);  // [CLS] red car [SEP]
+
+  // /tokenize: ids are vocab.txt line numbers: [CLS]=2, the=5, cat=17, sat=19, on=20, mat=21, [SEP]=3.
+  Reply tk = http("POST", s.url("/tokenize"), R"({"inputs": "the cat sat on the mat"})");
+  ASSERT_EQ(tk.status, 200) << tk.body;
+  const json toks = tk.j();
+  std::vector<int64_t> ids;
+  for (const auto& t : toks[0]) ids.push_back(t["id"]);
+  EXPECT_EQ(ids, (std::vector<int64_t>{2, 5, 17, 19, 20, 5, 21, 3}));
+  EXPECT_EQ(toks[0][0]["text"], "[CLS]");
+  EXPECT_EQ(toks[0][0]["special"], true);
+  EXPECT_EQ(toks[0][1]["special"], false);
+
+  // Errors.
+  expect_error(http("POST", s.url("/embed"), "{not json"), 422, "validation", "JSON");
+  expect_error(http("POST", s.url("/embed"), R"({"input": "x"})"), 422, "validation", "`inputs`");
+  expect_error(http("POST", s.url("/embed"), R"({"inputs": []})"), 422, "validation", "empty");
+  expect_error(http("POST", s.url("/embed"), R"({"inputs": [1]})"), 422, "validation", "inputs[0]");
+  expect_error(http("POST", s.url("/embed"), R"({"inputs": ""})"), 422, "validation", "empty");
+  expect_error(http("POST", s.url("/embed"), R"({"inputs": "x", "normalize": "yes"})"), 422, "validation",
+               "normalize");
+  const std::string long_text =  // 20 words + [CLS] [SEP] = 22 tokens
+      R"({"inputs": ["one", "one two three four five one two three four five one two three four five )"
+      R"(one two three four five"]})";
+  expect_error(http("POST", s.url("/embed"), long_text), 422, "validation", "limit of 20");
+  std::string trunc = long_text;
+  trunc.insert(trunc.size() - 1, R"(, "truncate": true)");
+  EXPECT_EQ(http("POST", s.url("/embed"), trunc).status, 200);
+  json many = {{"inputs", std::vector<std::string>(33, "one")}};
+  expect_error(http("POST", s.url("/embed"), many.dump()), 413, "payload_too_large", "32");
+  expect_error(http("POST", s.url("/v1/embeddings"), R"({"input": "x", "encoding_format": "base64"})"), 422,
+               "validation", "encoding_format");
+  expect_error(http("GET", s.url("/nope")), 404, "not_found");
+  expect_error(http("POST", s.url("/predict"), R"({"inputs": "x"})"), 501, "not_implemented");
+  expect_error(http("POST", s.url("/rerank"), R"({"query": "x", "texts": ["y"]})"), 501, "not_implemented");
+  expect_error(http("POST", s.url("/translate"), R"({"q": "x", "target": "fr"})"), 404, "not_found", "translation");
+
+  // Metrics count what happened, in Prometheus text.
+  Reply met = http("GET", s.url("/metrics"));
+  ASSERT_EQ(met.status, 200);
+  EXPECT_NE(met.body.find("# TYPE tfm_request_count counter"), std::string::npos);
+  EXPECT_NE(met.body.find("tfm_request_count{route=\"/embed\"} 13"), std::string::npos) << met.body;
+  EXPECT_NE(met.body.find("tfm_request_failure{route=\"/embed\",status=\"413\"} 1"), std::string::npos);
+  EXPECT_NE(met.body.find("tfm_batch_size_bucket{le=\"+Inf\"}"), std::string::npos);
+  EXPECT_NE(met.body.find("tfm_inference_duration_seconds_count"), std::string::npos);
+  EXPECT_NE(met.body.find("tfm_queue_size 0"), std::string::npos);
+
+  EXPECT_EQ(s.terminate(), 0) << s.log();
+  // One access-log line per request, with method, path and status.
+  EXPECT_NE(s.log().find("\"POST /embed\" 413"), std::string::npos) << s.log();
+  EXPECT_NE(s.log().find("\"GET /nope\" 404"), std::string::npos) << s.log();
+}
+
+TEST(Serve, TranslationRoutes) {
+  ServeProcess s({"--model", test::fixture("d2l_trained")});
+  ASSERT_GT(s.port(), 0) << s.log();
+  ASSERT_TRUE(s.wait_ready()) << s.log();
+  json langs = http("GET", s.url("/languages")).j();
+  ASSERT_EQ(langs.size(), 1u);
+  EXPECT_EQ(langs[0]["code"], "en");
+  EXPECT_EQ(langs[0]["targets"], json::array({"fr"}));
+
+  // d2l's own greedy translations (tests/fixtures/d2l_trained/predictions.json, from PyTorch).
+  json pred = json::parse(std::ifstream(test::fixture("d2l_trained/predictions.json")));
+  std::vector<std::string> src, expect;
+  for (const auto& p : pred["predictions"]) src.push_back(p["src"]), expect.push_back(p["pred"]);
+  ASSERT_GE(src.size(), 2u);
+  Reply one = http("POST", s.url("/translate"), json{{"q", src[0]}, {"source", "en"}, {"target", "fr"}}.dump());
+  ASSERT_EQ(one.status, 200) << one.body;
+  EXPECT_EQ(one.j()["translatedText"], expect[0]);
+  Reply list = http("POST", s.url("/translate"), json{{"q", src}, {"source", "auto"}, {"target", "fr"}}.dump());
+  ASSERT_EQ(list.status, 200) << list.body;
+  EXPECT_EQ(list.j()["translatedText"].get<std::vector<std::string>>(), expect);
+  Reply beam = http("POST", s.url("/translate"), json{{"q", src}, {"target", "fr"}, {"beam_size", 3}}.dump());
+  ASSERT_EQ(beam.status, 200) << beam.body;
+  EXPECT_EQ(beam.j()["translatedText"].size(), src.size());
+
+  // Attention for the page: every layer and head; each attention row is a softmax over the source tokens.
+  Reply att = http("POST", s.url("/attention"), json{{"q", src[0]}}.dump());
+  ASSERT_EQ(att.status, 200) << att.body;
+  json a = att.j();
+  EXPECT_EQ(a["translatedText"], expect[0]);
+  EXPECT_EQ(a["num_layers"], 2);
+  ASSERT_EQ(a["cross"].size(), 2u);
+  ASSERT_EQ(a["cross"][1].size(), 4u);
+  const size_t Ls = a["source_tokens"].size();
+  EXPECT_EQ(a["source_tokens"].back(), "<eos>");
+  EXPECT_EQ(a["cross"][1][0].size(), a["target_tokens"].size());
+  for (const auto& layer : a["cross"])
+    for (const auto& head : layer)
+      for (const auto& row : head) {
+        ASSERT_EQ(row.size(), Ls);
+        double sum = 0;
+        for (double w : row) sum += w;
+        EXPECT_NEAR(sum, 1.0, 1e-4);
+      }
+  ASSERT_EQ(a["encoder_self"].size(), 2u);
+  EXPECT_EQ(a["encoder_self"][0][0].size(), Ls);
+
+  expect_error(http("POST", s.url("/translate"), R"({"q": "go .", "target": "de"})"), 422, "validation", "en -> fr");
+  expect_error(http("POST", s.url("/translate"), R"({"q": "go .", "source": "de", "target": "fr"})"), 422,
+               "validation", "source");
+  expect_error(http("POST", s.url("/translate"), R"({"q": "go ."})"), 422, "validation", "target");
+  expect_error(http("POST", s.url("/translate"), R"({"q": "go .", "target": "fr", "beam_size": 0})"), 422,
+               "validation", "beam_size");
+  expect_error(http("POST", s.url("/translate"), R"({"q": "go .", "target": "fr", "beam_size": 99})"), 422,
+               "validation", "1 to 8");
+  const json too_long = {{"q", "go go go go go go go go go go go ."}, {"target", "fr"}};
+  expect_error(http("POST", s.url("/translate"), too_long.dump()), 422, "validation", "limit of 10");
+  json cut = too_long;
+  cut["truncate"] = true;
+  EXPECT_EQ(http("POST", s.url("/translate"), cut.dump()).status, 200);
+  expect_error(http("POST", s.url("/embed"), R"({"inputs": "x"})"), 404, "not_found", "encoder");
+
+  // The page is one file with no outside scripts.
+  Reply page = http("GET", s.url("/"));
+  ASSERT_EQ(page.status, 200);
+  EXPECT_NE(page.body.find("createElement(\"canvas\")"), std::string::npos);
+  EXPECT_NE(page.body.find("/attention"), std::string::npos);
+  EXPECT_EQ(page.body.find("<script src"), std::string::npos);
+  EXPECT_EQ(page.body.find("https://"), std::string::npos);
+  EXPECT_EQ(s.terminate(), 0) << s.log();
+}
+
+TEST(Serve, LimitsAuthAndShutdown) {
+  TempDir tmp;
+  const std::string m = make_bert_dir(tmp.path);
+  // Each batch and the model load take 2.5 s: /health is 503 at first, a second request finds the only slot
+  // taken, and SIGTERM arrives while a request is in flight.
+  ServeProcess s({"--model", m, "--max-concurrent-requests", "1", "--payload-limit", "4096", "--api-key", "sekret"},
+                 {"TFM_SERVE_DEBUG_DELAY_MS=2500"});
+  ASSERT_GT(s.port(), 0) << s.log();
+  expect_error(http("GET", s.url("/health")), 503, "unhealthy");
+  ASSERT_TRUE(s.wait_ready()) << s.log();
+  const std::vector<std::string> auth = {"Content-Type: application/json", "Authorization: Bearer sekret"};
+  expect_error(http("POST", s.url("/embed"), R"({"inputs": "one"})"), 401, "unauthorized");
+  expect_error(http("POST", s.url("/embed"), R"({"inputs": "one"})", {"Authorization: Bearer wrong"}), 401,
+               "unauthorized");
+  expect_error(http("GET", s.url("/info")), 401, "unauthorized");
+  EXPECT_EQ(http("GET", s.url("/health")).status, 200);  // probes need no key
+  EXPECT_EQ(http("GET", s.url("/")).status, 200);        // nor the page (its scripts send the key)
+  expect_error(http("POST", s.url("/embed"), "{\"inputs\": \"" + std::string(5000, 'a') + "\"}", auth), 413,
+               "payload_too_large", "4096");
+
+  Reply slow;
+  std::thread first([&] { slow = http("POST", s.url("/embed"), R"({"inputs": "one two"})", auth); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(800));  // the first is in the model by now
+  expect_error(http("POST", s.url("/embed"), R"({"inputs": "one"})", auth), 429, "overloaded", "1");
+  // SIGTERM while the first request is still in the model: it is answered, then the server exits 0.
+  const int code = s.terminate();
+  first.join();
+  EXPECT_EQ(slow.status, 200) << slow.body;
+  EXPECT_EQ(slow.j().size(), 1u);
+  EXPECT_EQ(code, 0) << s.log();
+  EXPECT_NE(s.log().find("SIGTERM"), std::string::npos) << s.log();
+  EXPECT_EQ(http("GET", s.url("/health")).status, 0);  // nobody listens any more
+}
+
+TEST(Serve, ClientBatchLargerThanMaxBatchTokensIsSplit) {
+  TempDir tmp;
+  const std::string m = make_bert_dir(tmp.path);
+  // 5 inputs of 8 tokens, at most 20 padded tokens a batch: 2 + 2 + 1 inputs (3 x 8 = 24 > 20).
+  ServeProcess s({"--model", m, "--max-batch-tokens", "20"});
+  ASSERT_TRUE(s.wait_ready()) << s.log();
+  const json body = {{"inputs", std::vector<std::string>(5, "the cat sat on the mat")}};
+  Reply r = http("POST", s.url("/embed"), body.dump());
+  ASSERT_EQ(r.status, 200) << r.body;
+  const json out = r.j();
+  ASSERT_EQ(out.size(), 5u);
+  for (size_t i = 1; i < 5; ++i) EXPECT_TRUE(test::all_close(out[i].get<std::vector<float>>(),
+                                                             out[0].get<std::vector<float>>(), 1e-6f));
+  const std::string met = http("GET", s.url("/metrics")).body;
+  EXPECT_NE(met.find("tfm_batch_size_count 3\n"), std::string::npos) << met;
+  EXPECT_NE(met.find("tfm_batch_size_sum 5\n"), std::string::npos) << met;
+  EXPECT_NE(met.find("tfm_batch_tokens_sum 40\n"), std::string::npos) << met;  // 16 + 16 + 8
+  EXPECT_EQ(s.terminate(), 0) << s.log();
+}
+
+TEST(Serve, MaxBatchTokensBelowTheInputLimitIsRefused) {
+  TempDir tmp;
+  const std::string m = make_bert_dir(tmp.path);
+  ServeProcess s({"--model", m, "--max-batch-tokens", "10"});
+  EXPECT_EQ(s.terminate_or_wait(), 1) << s.log();
+  EXPECT_NE(s.log().find("--max-batch-tokens 10 is smaller than the model's max input length 20"), std::string::npos)
+      << s.log();
+}
+
+TEST(Serve, PortInUseIsRefused) {
+  ServeProcess first({"--model", test::fixture("d2l_trained"), "--quiet"});
+  ASSERT_GT(first.port(), 0) << first.log();
+  TempDir tmp;
+  std::string cmd = std::string(TFM_BINARY) + " serve --model " + test::fixture("d2l_trained") + " --port " +
+                    std::to_string(first.port()) + " 2>" + tmp.path + "/err";
+  EXPECT_NE(std::system(cmd.c_str()), 0);
+  std::stringstream ss;
+  ss << std::ifstream(tmp.path + "/err").rdbuf();
+  EXPECT_NE(ss.str().find("cannot listen on 127.0.0.1:" + std::to_string(first.port())), std::string::npos)
+      << ss.str();
+  EXPECT_EQ(first.terminate(), 0);
+}
+
+TEST(Serve, BadStart) {
+  // Not a model folder: one clear line, non-zero exit, no hang.
+  TempDir tmp;
+  std::string cmd = std::string(TFM_BINARY) + " serve --port 0 --model " + tmp.path + " 2>" + tmp.path + "/err";
+  EXPECT_NE(std::system(cmd.c_str()), 0);
+  std::stringstream ss;
+  ss << std::ifstream(tmp.path + "/err").rdbuf();
+  EXPECT_NE(ss.str().find("config.json"), std::string::npos) << ss.str();
+}
+
+// The page in headless Chromium: ?q= fills the box and runs; the DOM after the scripts shows the translation and
+// one canvas per head (translation) or the similarity matrix (encoder).
+std::string chromium() {
+  for (const char* p : {"/usr/bin/chromium", "/usr/bin/chromium-browser"})
+    if (fs::exists(p)) return p;
+  return "";
+}
+
+std::string dump_dom(const std::string& url, const std::string& dir) {
+  const std::string out = dir + "/dom.html";
+  const std::string cmd = "timeout 60 " + chromium() +
+                          " --headless --no-sandbox --disable-gpu --no-first-run --user-data-dir=" + dir +
+                          "/chrome --virtual-time-budget=10000 --dump-dom '" + url + "' > " + out + " 2>/dev/null";
+  EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  std::stringstream ss;
+  ss << std::ifstream(out).rdbuf();
+  return ss.str();
+}
+
+TEST(ServeBrowser, PageDrawsAttentionAndSimilarity) {
+  if (chromium().empty()) GTEST_SKIP() << "chromium is not installed (scripts/install-deps.sh installs it)";
+  TempDir tmp;
+  {
+    ServeProcess s({"--model", test::fixture("d2l_trained"), "--quiet"});
+    ASSERT_TRUE(s.wait_ready()) << s.log();
+    std::string dom = dump_dom(s.url("/?q=go%20."), tmp.path);
+    EXPECT_NE(dom.find("data-done=\"1\""), std::string::npos) << dom;
+    EXPECT_NE(dom.find(">va !<"), std::string::npos) << dom;  // predictions.json: "go ." -> "va !"
+    EXPECT_NE(dom.find("data-panels=\"4\""), std::string::npos) << dom;
+    EXPECT_NE(dom.find("data-kind=\"cross\""), std::string::npos) << dom;
+    size_t canvases = 0;
+    for (size_t p = 0; (p = dom.find("<canvas", p)) != std::string::npos; ++p) ++canvases;
+    EXPECT_EQ(canvases, 4u);
+    EXPECT_NE(dom.find("data-title=\"Head 4\""), std::string::npos) << dom;
+    EXPECT_NE(dom.find("<option value=\"1\">2</option>"), std::string::npos) << dom;  // layer selector: 2 layers
+    EXPECT_EQ(s.terminate(), 0);
+  }
+  {
+    const std::string m = make_bert_dir(tmp.path);
+    ServeProcess s({"--model", m, "--quiet"});
+    ASSERT_TRUE(s.wait_ready()) << s.log();
+    std::string dom = dump_dom(s.url("/?q=the%20cat%20sat|a%20dog%20sat|the%20sun"), tmp.path);
+    EXPECT_NE(dom.find("3 sentences, cosine similarity"), std::string::npos) << dom;
+    EXPECT_NE(dom.find("data-size=\"3\""), std::string::npos) << dom;
+    EXPECT_NE(dom.find("data-rows=\"3\""), std::string::npos) << dom;
+    EXPECT_EQ(s.terminate(), 0);
+  }
+}
+
+}  // namespace
+}  // namespace tfm

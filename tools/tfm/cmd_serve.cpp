@@ -1,0 +1,58 @@
+// tfm serve: HTTP server for an embedding or translation model folder (see src/serve/server.h).
+#include <memory>
+
+#include "commands.h"
+#include "serve/server.h"
+
+namespace tfm::cli {
+
+void add_serve_command(CLI::App& app) {
+  struct Opts {
+    serve::ServeOptions s;
+    int threads = 0;
+    bool quiet = false;
+  };
+  auto o = std::make_shared<Opts>();
+  CLI::App* cmd = app.add_subcommand(
+      "serve", "Serve a model over HTTP: encoders answer text-embeddings-inference's /embed, /embed_all, /tokenize "
+               "and OpenAI's /v1/embeddings; translation models LibreTranslate's /translate and /languages; all "
+               "answer / (web page), /info, /health, /metrics. Stops on SIGTERM after finishing requests in flight");
+  cmd->add_option("--model", o->s.model, "Model folder (an encoder or a transformer_seq2seq folder)")->required();
+  cmd->add_option("--host", o->s.host, "Address to listen on (loopback unless told otherwise)")->capture_default_str();
+  cmd->add_option("--port", o->s.port, "Port (0 = any free port, printed at start)")
+      ->capture_default_str()->check(in_range(0, 65535));
+  cmd->add_option("--max-batch-tokens", o->s.max_batch_tokens,
+                  "Padded tokens per model batch (inputs x longest input); requests are gathered up to this")
+      ->capture_default_str()->check(in_range(1, 1 << 24));
+  cmd->add_option("--max-concurrent-requests", o->s.max_concurrent_requests,
+                  "Model requests in flight; more are answered 429")
+      ->capture_default_str()->check(in_range(1, 1000));
+  cmd->add_option("--max-client-batch-size", o->s.max_client_batch_size,
+                  "Inputs per request; more are answered 413")
+      ->capture_default_str()->check(in_range(1, 100000));
+  cmd->add_option("--payload-limit", o->s.payload_limit, "Request body bytes; more are answered 413")
+      ->capture_default_str()->check(in_range(64, 1 << 30));
+  cmd->add_flag("--auto-truncate", o->s.auto_truncate,
+                "Cut inputs longer than the model allows (default: answer 422 naming the limit)");
+  cmd->add_option("--api-key", o->s.api_key,
+                  "Require 'Authorization: Bearer KEY' on every route but / (the page asks for it) and /health");
+  cmd->add_option("--pooling", o->s.pooling, "Encoders: mean (sentence-transformers default) or cls")
+      ->capture_default_str()->check(CLI::IsMember({"mean", "cls"}));
+  cmd->add_option("--max-beam-size", o->s.max_beam_size, "Translation: largest beam_size a request may ask for")
+      ->capture_default_str()->check(in_range(1, 64));
+  cmd->add_option("--source-lang", o->s.source_lang,
+                  "Translation: source language code (default: config.json source_lang, else en)");
+  cmd->add_option("--target-lang", o->s.target_lang,
+                  "Translation: target language code (default: config.json target_lang, else fr)");
+  cmd->add_flag("--quiet", o->quiet, "No access log (one line per request on stderr)");
+  add_threads_option(cmd, o->threads);
+  cmd->callback([o] {
+    if (o->s.host.empty()) throw CLI::ValidationError("--host is empty");
+    if (o->s.api_key.find_first_of("\r\n ") != std::string::npos)
+      throw CLI::ValidationError("--api-key must not contain spaces or line breaks");
+    o->s.access_log = !o->quiet;
+    serve::run_server(o->s);
+  });
+}
+
+}  // namespace tfm::cli
