@@ -13,7 +13,9 @@ namespace tfm {
 FileNotFoundError::FileNotFoundError(const std::string& message) : std::runtime_error(message) {}
 FileNotFoundError::~FileNotFoundError() = default;
 
-const char* version() { return "0.1.0"; }
+#define TFM_STR2(x) #x
+#define TFM_STR(x) TFM_STR2(x)
+const char* version() { return TFM_STR(TFM_VERSION_MAJOR) "." TFM_STR(TFM_VERSION_MINOR) "." TFM_STR(TFM_VERSION_PATCH); }
 
 namespace api {
 
