@@ -2,8 +2,13 @@
 # package (find_package(tfm) -> tfm::tfm, tfm::tfm_static) and pkg-config file, the Python module `tfm`, and the
 # tests that use them as a consumer would. Included at the end of CMakeLists.txt, after tfm_lib is defined.
 include(GNUInstallDirs)
-set(TFM_VERSION 0.1.0)
-set(TFM_SOVERSION 0)
+# The version lives in include/tfm/tfm.h (TFM_VERSION_MAJOR/MINOR/PATCH); everything else derives from it.
+file(STRINGS include/tfm/tfm.h _tfm_version_lines REGEX "^#define TFM_VERSION_(MAJOR|MINOR|PATCH) ")
+foreach(part MAJOR MINOR PATCH)
+  string(REGEX REPLACE ".*#define TFM_VERSION_${part} ([0-9]+).*" "\\1" _tfm_${part} "${_tfm_version_lines}")
+endforeach()
+set(TFM_VERSION ${_tfm_MAJOR}.${_tfm_MINOR}.${_tfm_PATCH})
+set(TFM_SOVERSION ${_tfm_MAJOR})
 
 # tfm_lib (every src/*.cpp, src/api included) is also linked into libtfm.so and the Python module, so it is
 # position-independent. -fno-semantic-interposition keeps GCC inlining across functions as in a non-PIC build.

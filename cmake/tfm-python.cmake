@@ -16,10 +16,13 @@ endforeach()
 add_custom_target(tfm_python_files ALL DEPENDS ${_staged})
 add_dependencies(tfm_python tfm_python_files)
 
-execute_process(COMMAND ${Python_EXECUTABLE} -c "import numpy" RESULT_VARIABLE _numpy_missing OUTPUT_QUIET ERROR_QUIET)
-if(_numpy_missing)
-  message(WARNING "${Python_EXECUTABLE} cannot import numpy (Debian python3-numpy): the tfm module will not load")
-endif()
+foreach(_mod numpy pytest)
+  execute_process(COMMAND ${Python_EXECUTABLE} -c "import ${_mod}" RESULT_VARIABLE _missing OUTPUT_QUIET ERROR_QUIET)
+  if(_missing)
+    message(WARNING "${Python_EXECUTABLE} cannot import ${_mod} (Debian python3-${_mod}; scripts/install-deps.sh): "
+                    "the tfm module needs numpy, its tests pytest")
+  endif()
+endforeach()
 
 # Debian's interpreter searches /usr/local/lib/python3.X/dist-packages and /usr/lib/python3/dist-packages.
 if(CMAKE_INSTALL_PREFIX STREQUAL "/usr")
@@ -36,4 +39,4 @@ add_test(NAME python_tests
          COMMAND ${Python_EXECUTABLE} -m pytest -q -p no:cacheprovider ${CMAKE_CURRENT_SOURCE_DIR}/python/tests
          WORKING_DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR})
 set_tests_properties(python_tests PROPERTIES TIMEOUT 900 ENVIRONMENT
-                     "PYTHONPATH=${CMAKE_BINARY_DIR}/python;TFM_BINARY=$<TARGET_FILE:tfm>;OMP_NUM_THREADS=2")
+                     "PYTHONPATH=${CMAKE_BINARY_DIR}/python;TFM_BINARY=$<TARGET_FILE:tfm>;OMP_NUM_THREADS=2;PYTHONDONTWRITEBYTECODE=1")

@@ -300,14 +300,16 @@ PYBIND11_MODULE(_tfm, m) {
             o.overrides.emplace_back(py::str(k).cast<std::string>(),
                                      py::isinstance<py::str>(v) ? v.cast<std::string>() : dumps(v).cast<std::string>());
         }
-        if (!progress.is_none()) {
-          if (!PyCallable_Check(progress.ptr())) throw py::type_error("progress must be callable or None");
-          py::function cb = progress.cast<py::function>();
-          o.progress = [cb](const tfm::TrainProgress& p) {
-            py::gil_scoped_acquire gil;
-            cb(p);  // a Python exception propagates as error_already_set and stops the run
-          };
-        }
+        if (!progress.is_none() && !PyCallable_Check(progress.ptr()))
+          throw py::type_error("progress must be callable or None");
+        py::object cb = progress;
+        // After every step: Ctrl-C (KeyboardInterrupt) and exceptions from the callback propagate as
+        // error_already_set and stop the run; the last checkpoint stays valid.
+        o.progress = [cb](const tfm::TrainProgress& p) {
+          py::gil_scoped_acquire gil;
+          if (PyErr_CheckSignals() != 0) throw py::error_already_set();
+          if (!cb.is_none()) cb(p);
+        };
         const std::string config = config_path.is_none() ? "" : path_arg(config_path), out_dir = path_arg(out_path);
         py::gil_scoped_release nogil;
         return tfm::train(config, out_dir, o);

@@ -1,6 +1,8 @@
 """tfm.train against `tfm train --config` (same weights bit for bit), progress callbacks, resume, errors."""
 import json
 import os
+import signal
+import threading
 
 import pytest
 
@@ -104,3 +106,14 @@ def test_errors(config, tmp_path):
         tfm.train(None, str(tmp_path / "full"), resume=True)
     with pytest.raises(TypeError):
         tfm.train(config, str(tmp_path / "o2"), progress=42)
+
+
+def test_ctrl_c_stops_training(config, tmp_path):
+    """SIGINT while the run computes (GIL released, no callback given) ends it with KeyboardInterrupt."""
+    out = str(tmp_path / "interrupted")
+    with pytest.raises(KeyboardInterrupt):
+        threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGINT)).start()
+        tfm.train(config, out, threads=1, overrides={"epochs": 200, "patience": 200})
+    assert os.path.exists(os.path.join(out, "train_config.json"))
+    log = os.path.join(out, "train_log.csv")  # stopped within the first epochs, not after all 200
+    assert not os.path.exists(log) or len(open(log).read().splitlines()) < 5

@@ -78,17 +78,21 @@ def reference_greedy_logp(sentences):
 
 
 def test_scores_are_the_reference_log_probabilities(tr):
-    ref = reference_greedy_logp(SENTENCES)
-    got = tr.translate_batch(SENTENCES, return_scores=True)
+    # The model is confident: log p(<eos>) is -1e-6 .. -1e-4 here, so the tolerance is well below that (float32
+    # results of both agree to ~1e-6).
+    sentences = SENTENCES + ["i am cold .", "i love you .", "they won ."]
+    ref = reference_greedy_logp(sentences)
+    got = tr.translate_batch(sentences, return_scores=True)
     assert [t for t, _ in got] == [t for t, _, _ in ref]
+    assert max(-logps[-1] for _, _, logps in ref) > 5e-5  # some <eos> term is far above the tolerance
     for (_, s), (_, r, _) in zip(got, ref):
-        assert s == pytest.approx(r, abs=1e-4)
+        assert s == pytest.approx(r, abs=5e-6)
     # The length penalty divides by ((5 + length) / 6) ** alpha, length with <eos>.
     alpha = 0.6
     pen = tr.translate_batch(SENTENCES, return_scores=True, length_penalty=alpha)
     for (text, s), (_, r, _) in zip(pen, ref):
         n = len(text.split(" ")) + 1 if text else 1
-        assert s == pytest.approx(r / ((5 + n) / 6) ** alpha, abs=1e-4)
+        assert s == pytest.approx(r / ((5 + n) / 6) ** alpha, abs=5e-6)
 
 
 def test_beam_scores_rank_hypotheses(tr):
@@ -104,7 +108,7 @@ def test_cut_off_hypotheses_have_no_eos_term(tr):
     one = tr.translate_batch(SENTENCES, max_steps=1, return_scores=True)
     for (text, score), (full, _, logps) in zip(one, reference_greedy_logp(SENTENCES)):
         assert full.split(" ")[0] == text
-        assert score == pytest.approx(logps[0], abs=1e-4)
+        assert score == pytest.approx(logps[0], abs=5e-6)
 
 
 def test_errors(tr, tmp_path):

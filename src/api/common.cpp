@@ -5,7 +5,6 @@
 #include <filesystem>
 #include <stdexcept>
 
-#include "core/threading.h"
 #include "tfm/tfm.h"
 
 namespace tfm {
@@ -13,7 +12,9 @@ namespace tfm {
 FileNotFoundError::FileNotFoundError(const std::string& message) : std::runtime_error(message) {}
 FileNotFoundError::~FileNotFoundError() = default;
 
-const char* version() { return "0.1.0"; }
+#define TFM_STR2(x) #x
+#define TFM_STR(x) TFM_STR2(x)
+const char* version() { return TFM_STR(TFM_VERSION_MAJOR) "." TFM_STR(TFM_VERSION_MINOR) "." TFM_STR(TFM_VERSION_PATCH); }
 
 namespace api {
 
@@ -41,10 +42,18 @@ void check_threads(int threads) {
   if (threads < 0) throw std::invalid_argument("threads must be >= 0 (0 = all cores), got " + std::to_string(threads));
 }
 
+namespace {
+// "All cores" as the process starts: OMP_NUM_THREADS if set, else the core count (read at library load, before
+// any call changed a thread's setting).
+const int kDefaultThreads = omp_get_max_threads();
+}  // namespace
+
 void apply_threads(int threads) {
   // omp_set_num_threads is per calling thread, so concurrent callers with different counts do not disturb each
-  // other; OpenBLAS (OpenMP build) sizes each GEMM by the caller's omp_get_max_threads().
-  if (threads > 0 && omp_get_max_threads() != threads) omp_set_num_threads(threads);
+  // other; OpenBLAS (OpenMP build) sizes each GEMM by the caller's omp_get_max_threads(). threads 0 restores the
+  // default, which an earlier object with a count may have changed on this thread.
+  const int n = threads > 0 ? threads : kDefaultThreads;
+  if (omp_get_max_threads() != n) omp_set_num_threads(n);
 }
 
 }  // namespace api
