@@ -2,7 +2,8 @@
 # Installs the Debian 12 packages transformer.cpp builds and tests with. Quiet and quick when all are present.
 set -euo pipefail
 PKGS=(cmake g++ make pkg-config libopenblas-openmp-dev nlohmann-json3-dev libcli11-dev libutf8proc-dev
-      libgtest-dev libgmock-dev libbenchmark-dev zlib1g-dev libstb-dev libsentencepiece-dev libcurl4-openssl-dev libssl-dev)
+      libgtest-dev libgmock-dev libbenchmark-dev zlib1g-dev libstb-dev libsentencepiece-dev libcurl4-openssl-dev libssl-dev
+      libopenmpi-dev openmpi-bin)
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
