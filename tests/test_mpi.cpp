@@ -66,12 +66,12 @@ struct Dirs {
 // attention_bias is off: the bias of W_k has a gradient that is exactly zero in exact arithmetic (softmax ignores
 // a shift shared by all keys), so the computed one is rounding noise, which Adam scales up to +-lr per step;
 // it differs between any two summation orders (also between thread counts) and would hide the comparison.
-std::string write_config(const std::string& dir, int64_t stop_after_steps, int64_t epochs = 3) {
+std::string write_config(const std::string& dir, int64_t stop_after_steps, int64_t epochs = 3, int64_t max_tokens = 1200) {
   nlohmann::json j = {{"data_dir", test::data_dir()}, {"train_limit", 200}, {"valid_limit", 8},
                       {"attention_bias", false},
                       {"vocab_size", 500},  {"num_hiddens", 16},   {"num_layers", 1},
                       {"num_heads", 2},     {"ffn_num_hiddens", 32}, {"max_len", 40},
-                      {"num_steps", 12},    {"max_tokens", 1200},   {"epochs", epochs},
+                      {"num_steps", 12},    {"max_tokens", max_tokens},   {"epochs", epochs},
                       {"warmup_steps", 5},  {"checkpoint_every", 5}, {"dropout", 0.1},
                       {"patience", 100},    {"stop_after_steps", stop_after_steps}};
   const std::string p = dir + "/config.json";
@@ -238,6 +238,26 @@ TEST(Mpi, TwoRanksMatchOneRankAndKeepIdenticalReplicas) {
     nonempty1 += !t2.shards.at({s, 1}).empty();
   }
   EXPECT_GT(nonempty1, 10) << "rank 1 should hold about half of most batches";
+}
+
+// Batches of one or two sentences: some steps give rank 1 nothing; it must still join every collective.
+TEST(Mpi, EmptyShareStillJoinsTheCollectives) {
+  if (auto why = skip_reason(); !why.empty()) GTEST_SKIP() << why;
+  Dirs d("empty");
+  const std::string cfg = write_config(d.root, 12, 3, 80);
+  ASSERT_EQ(0, sh("TFM_TRACE_DIST=1 TFM_COLLECTIVE_TIMEOUT=30 " + kMpirun + "-np 2 " +
+                  tfm_train("--config " + cfg + " --out " + d.root + "/two") + " > " + d.root + "/two.log 2>&1"))
+      << read_all(d.root + "/two.log");
+  const Trace t = parse_trace(read_all(d.root + "/two.log"));
+  int empty = 0;
+  for (int64_t s = 1; s <= 12; ++s) {
+    ASSERT_TRUE(t.shards.count({s, 0}) && t.shards.count({s, 1})) << s;
+    empty += t.shards.at({s, 0}).empty() || t.shards.at({s, 1}).empty();
+    ASSERT_TRUE(t.hashes.count({s, 0}) && t.hashes.count({s, 1})) << s;
+    EXPECT_EQ(t.hashes.at({s, 0}), t.hashes.at({s, 1})) << "step " << s;
+  }
+  EXPECT_GT(empty, 0) << "the test needs steps with an empty share";
+  EXPECT_EQ(12, checkpoint_step(d.root + "/two/checkpoint.safetensors"));
 }
 
 TEST(Mpi, TcpOnLoopbackMatchesOneRank) {

@@ -12,6 +12,7 @@
 #include <thread>
 
 #ifdef TFM_HAVE_MPI
+#define OMPI_SKIP_MPICXX 1  // only the C API is used
 #include <mpi.h>
 #endif
 
