@@ -276,6 +276,31 @@ TEST(Mpi, TcpOnLoopbackMatchesOneRank) {
   EXPECT_LE(diff, 1e-5);
 }
 
+// Resume on the same rank count is bit-exact; on another rank count it continues within tolerance.
+TEST(Mpi, ResumeIsBitExactWithTheSameRanksAndCloseWithAnother) {
+  if (auto why = skip_reason(); !why.empty()) GTEST_SKIP() << why;
+  Dirs d("resume");
+  const std::string cfg = write_config(d.root, 20);
+  auto two = [&](const std::string& args, const std::string& log) {
+    return sh(kMpirun + "-np 2 " + tfm_train(args) + " > " + d.root + "/" + log + " 2>&1");
+  };
+  ASSERT_EQ(0, two("--config " + cfg + " --out " + d.root + "/full", "full.log")) << read_all(d.root + "/full.log");
+  ASSERT_EQ(0, two("--config " + cfg + " --set stop_after_steps=9 --out " + d.root + "/split", "split.log"))
+      << read_all(d.root + "/split.log");
+  fs::copy(d.root + "/split", d.root + "/other", fs::copy_options::recursive);
+  ASSERT_EQ(0, two("--resume " + d.root + "/split --set stop_after_steps=20", "resume.log")) << read_all(d.root + "/resume.log");
+  ASSERT_EQ(0, sh(tfm_train("--resume " + d.root + "/other --set stop_after_steps=20") + " > " + d.root +
+                  "/other.log 2>&1"))
+      << read_all(d.root + "/other.log");
+  EXPECT_NE(read_all(d.root + "/other.log").find("written by 2 ranks, continuing on 1"), std::string::npos);
+  const auto full = checkpoint_params(d.root + "/full/checkpoint.safetensors");
+  EXPECT_EQ(0.0, max_abs_diff(full, checkpoint_params(d.root + "/split/checkpoint.safetensors")))
+      << "resume on the same 2 ranks must be bit-exact";
+  const double diff = max_abs_diff(full, checkpoint_params(d.root + "/other/checkpoint.safetensors"));
+  std::printf("max |resumed on 1 rank - 2 ranks throughout|: %.3g\n", diff);
+  EXPECT_LE(diff, 1e-5);
+}
+
 namespace {
 // Starts `cmd` (a shell line) in the background; returns its pid.
 pid_t spawn(const std::string& cmd) {
