@@ -559,7 +559,7 @@ RecipeResult train_recipe(const RecipeConfig& cfg_in, const std::string& out, bo
       const std::vector<int64_t> shard(global.begin() + s0, global.begin() + s1);
       if (trace_dist) {
         std::string ids;
-        for (int64_t i : shard) ids += " " + std::to_string(i);
+        for (int64_t i : shard) ids.append(1, ' ').append(std::to_string(i));
         std::fprintf(stderr, "shard step %lld rank %d:%s\n", (long long)step + 1, rank, ids.c_str());
       }
       P.zero_grad();
