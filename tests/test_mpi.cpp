@@ -2,7 +2,8 @@
 // masks keyed by sentence, 2 ranks == 1 rank, replicas identical after every step, rank 1 writes nothing, TCP
 // on loopback, a killed or hung rank ends the job, and --resume continues. Launched as
 // `mpirun --oversubscribe --bind-to none --allow-run-as-root -np 2` with one OpenMP thread per rank on a tiny
-// model (each run takes seconds). Skipped, saying why, where mpirun is missing or tfm was built without MPI.
+// model (each run takes seconds). Skipped, saying why, where mpirun is missing or tfm was built without MPI (and
+// the two-namespace test where network namespaces cannot be made).
 #include <gtest/gtest.h>
 
 #include <signal.h>
@@ -299,6 +300,58 @@ TEST(Mpi, ResumeIsBitExactWithTheSameRanksAndCloseWithAnother) {
   const double diff = max_abs_diff(full, checkpoint_params(d.root + "/other/checkpoint.safetensors"));
   std::printf("max |resumed on 1 rank - 2 ranks throughout|: %.3g\n", diff);
   EXPECT_LE(diff, 1e-5);
+}
+
+// Two simulated hosts: network namespaces joined only by a veth pair, made here and removed at the end. mpirun
+// runs in namespace A (host 10.231.x.1, rank 0) and starts the daemon of "host" 10.231.x.2 through an rsh agent
+// that enters namespace B (with its own hostname) instead of ssh; the ranks talk TCP over the veth link only.
+TEST(Mpi, TwoHostsInNetworkNamespacesJoinedByVethMatchOneRank) {
+  if (auto why = skip_reason(); !why.empty()) GTEST_SKIP() << why;
+  const std::string id = std::to_string(::getpid() % 100000);
+  const std::string na = "tfm_mpi_a" + id, nb = "tfm_mpi_b" + id, va = "tfma" + id, vb = "tfmb" + id;
+  if (sh("ip netns add " + na + " > /dev/null 2>&1") != 0) GTEST_SKIP() << "'ip netns add' is not permitted here";
+  struct Cleanup {
+    std::string na, nb, va;
+    ~Cleanup() {
+      sh("ip netns del " + na + " 2>/dev/null; ip netns del " + nb + " 2>/dev/null; ip link del " + va + " 2>/dev/null");
+    }
+  } cleanup{na, nb, va};
+  if (sh("command -v unshare > /dev/null") != 0) GTEST_SKIP() << "unshare (util-linux) not found";
+  const std::string net = "10.231." + std::to_string(::getpid() % 250);
+  if (sh("ip netns add " + nb + " && ip link add " + va + " type veth peer name " + vb + " && ip link set " +
+                  va + " netns " + na + " && ip link set " + vb + " netns " + nb + " && ip -n " + na + " addr add " +
+                  net + ".1/24 dev " + va + " && ip -n " + nb + " addr add " + net + ".2/24 dev " + vb + " && ip -n " +
+                  na + " link set " + va + " up && ip -n " + nb + " link set " + vb + " up && ip -n " + na +
+                  " link set lo up && ip -n " + nb + " link set lo up") != 0)
+    GTEST_SKIP() << "could not make the veth pair between the namespaces here";
+  Dirs d("netns");
+  const std::string cfg = write_config(d.root, 20);
+  std::ofstream(d.root + "/agent.sh") << "#!/bin/sh\n# rsh agent: host $1 is network namespace " << nb
+                                      << "\nshift\nexec ip netns exec " << nb
+                                      << " unshare --uts sh -c \"hostname tfm-host-b; $*\"\n";
+  fs::permissions(d.root + "/agent.sh", fs::perms::owner_all);
+  std::ofstream(d.root + "/hosts") << net << ".1 slots=1\n" << net << ".2 slots=1\n";
+  ASSERT_EQ(0, sh(tfm_train("--config " + cfg + " --out " + d.root + "/one") + " 2> " + d.root + "/one.log"))
+      << read_all(d.root + "/one.log");
+  const std::string sub = net + ".0/24";
+  const std::string cmd = "ip netns exec " + na + " env " + kMpirun + "--hostfile " + d.root + "/hosts --mca plm_rsh_agent " +
+                          d.root + "/agent.sh --mca btl self,tcp --mca btl_tcp_if_include " + sub +
+                          " --mca oob_tcp_if_include " + sub + " -np 2 " +
+                          tfm_train("--config " + cfg + " --out " + d.root + "/two");
+  ASSERT_EQ(0, sh(cmd + " > " + d.root + "/two.log 2>&1")) << read_all(d.root + "/two.log");
+  const double diff = max_abs_diff(checkpoint_params(d.root + "/one/checkpoint.safetensors"),
+                                   checkpoint_params(d.root + "/two/checkpoint.safetensors"));
+  std::printf("max |2 hosts over veth - 1 rank| after 20 steps: %.3g\n", diff);
+  EXPECT_LE(diff, 1e-5);
+  // The gradients crossed the link: host B received at least 20 steps of the flat gradient buffer (4 bytes each).
+  const std::string rx = d.root + "/rx";
+  ASSERT_EQ(0, sh("ip netns exec " + nb + " cat /sys/class/net/" + vb + "/statistics/rx_bytes > " + rx));
+  const int64_t params = [&] {
+    int64_t n = 0;
+    for (const auto& [name, v] : checkpoint_params(d.root + "/one/checkpoint.safetensors")) n += (int64_t)v.size();
+    return n;
+  }();
+  EXPECT_GT(std::stoll(read_all(rx)), 20 * params * 4) << "parameters: " << params;
 }
 
 namespace {
