@@ -354,6 +354,28 @@ TEST(Mpi, TwoHostsInNetworkNamespacesJoinedByVethMatchOneRank) {
   EXPECT_GT(std::stoll(read_all(rx)), 20 * params * 4) << "parameters: " << params;
 }
 
+// An error on rank 0 alone (its --out is not empty) must end rank 1 too, which is waiting in a collective.
+TEST(Mpi, AnErrorOnOneRankEndsEveryRankWithItsMessage) {
+  if (auto why = skip_reason(); !why.empty()) GTEST_SKIP() << why;
+  Dirs d("error");
+  const std::string cfg = write_config(d.root, 4);
+  fs::create_directories(d.root + "/busy");
+  std::ofstream(d.root + "/busy/notes.txt") << "someone's file";
+  const int rc = sh("TFM_COLLECTIVE_TIMEOUT=60 " + kMpirun + "-np 2 " +
+                    tfm_train("--config " + cfg + " --out " + d.root + "/busy") + " > " + d.root + "/run.log 2>&1");
+  EXPECT_NE(rc, 0);
+  EXPECT_NE(read_all(d.root + "/run.log").find("rank 0 of 2: " + d.root + "/busy already exists and is not an empty folder"),
+            std::string::npos)
+      << read_all(d.root + "/run.log");
+  // The d2l trainer is one process: refused under mpirun rather than run twice into one folder.
+  const int rc2 = sh(kMpirun + "-np 2 " + tfm_train("--data " + test::data_dir() + "/fra-eng/fra.txt --out " + d.root +
+                                                   "/d2l") + " > " + d.root + "/d2l.log 2>&1");
+  EXPECT_NE(rc2, 0);
+  EXPECT_NE(read_all(d.root + "/d2l.log").find("the d2l trainer (--data) runs as one process"), std::string::npos)
+      << read_all(d.root + "/d2l.log");
+  EXPECT_FALSE(fs::exists(d.root + "/d2l"));
+}
+
 namespace {
 // Starts `cmd` (a shell line) in the background; returns its pid.
 pid_t spawn(const std::string& cmd) {
