@@ -11,6 +11,7 @@ PKGS=(
   libcairo2-dev fonts-dejavu-core # plots
   libcpp-httplib-dev              # tfm serve
   pybind11-dev python3-dev python3-numpy python3-pytest  # Python bindings
+  libopenmpi-dev openmpi-bin     # data-parallel training (mpirun)
   chromium                        # browser test of the web page
 )
 missing=()

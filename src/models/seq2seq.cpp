@@ -188,7 +188,8 @@ struct MHA {
     const float* dm = nullptr;
     if (rng && p > 0.0f) {
       drop.resize(probs.size());
-      ops::dropout_mask(drop.data(), (int64_t)drop.size(), p, *rng);
+      const ops::AttentionDropoutDims dims{heads, Lq, Lk};  // keyed masks ignore padding of Lq, Lk
+      ops::dropout_mask(drop.data(), (int64_t)drop.size(), p, *rng, &dims);
       dm = drop.data();
     } else {
       drop.clear();
@@ -712,7 +713,8 @@ void Seq2SeqModel::forward_train(const Seq2SeqBatch& b, Rng* rng) {
   linear_fwd(params_, m.dense, m.logits.data(), x, B * Lt);
 }
 
-LossResult Seq2SeqModel::forward_backward(const Seq2SeqBatch& b, Rng* rng, float label_smoothing, bool token_mean) {
+LossResult Seq2SeqModel::forward_backward(const Seq2SeqBatch& b, Rng* rng, float label_smoothing, bool token_mean,
+                                          int64_t token_denominator) {
   Impl& m = *impl_;
   const Seq2SeqConfig& c = config_;
   const int64_t B = b.batch, Ls = b.src_len, Lt = b.tgt_len, H = c.num_hiddens, V = c.tgt_vocab_size;
@@ -723,7 +725,8 @@ LossResult Seq2SeqModel::forward_backward(const Seq2SeqBatch& b, Rng* rng, float
   LossResult r;
   for (int64_t i = 0; i < B; ++i) r.num_tokens += std::min<int64_t>(std::max<int64_t>(b.tgt_valid_len[i], 0), Lt);
   const int64_t per_seq = b.loss_len > 0 ? b.loss_len : Lt;
-  const float w = token_mean ? 1.0f / (float)std::max<int64_t>(r.num_tokens, 1) : 1.0f / (float)per_seq;
+  const int64_t denom = token_denominator > 0 ? token_denominator : std::max<int64_t>(r.num_tokens, 1);
+  const float w = token_mean ? 1.0f / (float)denom : 1.0f / (float)per_seq;
   m.row_weight.assign(B * Lt, 0.0f);
   for (int64_t i = 0; i < B; ++i)
     for (int64_t t = 0; t < Lt && t < b.tgt_valid_len[i]; ++t) m.row_weight[i * Lt + t] = w;

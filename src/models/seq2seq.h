@@ -104,9 +104,11 @@ class Seq2SeqModel {
   // Teacher-forced forward, masked softmax cross-entropy, backward. Parameter gradients are accumulated (+=).
   // dropout_rng: null disables dropout (eval), otherwise masks are drawn from it. label_smoothing in [0, 1).
   // token_mean: loss = mean over valid target tokens (instead of d2l's per-sequence mean summed over the batch);
-  // LossResult.loss_sum is then that mean.
+  // LossResult.loss_sum is then that mean. token_denominator > 0 divides by it instead of this batch's valid
+  // tokens (data-parallel training: each rank's shard divides by the global batch's count, so the summed
+  // gradients are the global batch's).
   LossResult forward_backward(const Seq2SeqBatch& batch, Rng* dropout_rng, float label_smoothing = 0.0f,
-                              bool token_mean = false);
+                              bool token_mean = false, int64_t token_denominator = 0);
   // Teacher-forced forward without dropout or gradients. Returns logits [B, Lt, tgt_vocab_size].
   Tensor forward_logits(const Seq2SeqBatch& batch);
 

@@ -1,23 +1,66 @@
 #include "ops/dropout.h"
 
 #include <stdexcept>
+#include <string>
 
 namespace tfm::ops {
 
-void dropout_mask(float* mask, int64_t n, float p, Rng& rng) {
+namespace {
+inline uint64_t mix64(uint64_t z) {
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+}  // namespace
+
+void dropout_mask(float* mask, int64_t n, float p, Rng& rng, const AttentionDropoutDims* inner_dims) {
   if (!(p >= 0.0f && p < 1.0f)) throw std::invalid_argument("dropout probability must be in [0, 1)");
   const float scale = 1.0f / (1.0f - p);
+  const uint32_t thr = (uint32_t)((double)p * 4294967296.0 > 4294967295.0 ? 4294967295.0 : (double)p * 4294967296.0);
+  if (RowKeys* keys = rng.row_keys()) {
+    const int64_t rows = (int64_t)keys->rows.size();
+    if (rows == 0 || n % rows != 0)
+      throw std::invalid_argument("dropout_mask: " + std::to_string(n) + " elements are not " + std::to_string(rows) +
+                                  " keyed rows");
+    const int64_t per_row = n / rows;
+    const uint64_t call = mix64(keys->key ^ mix64(++keys->calls * 0x9E3779B97F4A7C15ull));
+    if (inner_dims && inner_dims->heads * inner_dims->lq * inner_dims->lk != per_row)
+      throw std::invalid_argument("dropout_mask: attention dims do not match the row size");
+    for (int64_t b = 0; b < rows; ++b) {
+      const uint64_t seed = mix64(call ^ mix64(keys->rows[b] + 0x632BE59BD9B4E019ull));
+      float* m = mask + b * per_row;
+      if (inner_dims) {
+        const int64_t lq = inner_dims->lq, lk = inner_dims->lk;
+        for (int64_t h = 0; h < inner_dims->heads; ++h)
+          for (int64_t q = 0; q < lq; ++q) {
+            float* mr = m + (h * lq + q) * lk;
+            const uint64_t base = ((uint64_t)h << 42) | ((uint64_t)q << 21);
+#pragma omp simd
+            for (int64_t k = 0; k < lk; ++k) {
+              const uint64_t z = mix64(seed + (base | (uint64_t)k) * 0x9E3779B97F4A7C15ull);
+              mr[k] = (uint32_t)(z >> 32) < thr ? 0.0f : scale;
+            }
+          }
+      } else {
+#pragma omp simd
+        for (int64_t j = 0; j < per_row; ++j) {
+          const uint64_t z = mix64(seed + (uint64_t)j * 0x9E3779B97F4A7C15ull);
+          m[j] = (uint32_t)(z >> 32) < thr ? 0.0f : scale;
+        }
+      }
+    }
+    return;
+  }
   // One draw from rng seeds a splitmix64 stream: a counter hash per element is ~10x cheaper than mt19937_64
   // draws and vectorises; the mask stays a deterministic function of the rng state.
   const uint64_t seed = rng.next_u64();
-  const uint32_t threshold = (uint32_t)((double)p * 4294967296.0 > 4294967295.0 ? 4294967295.0 : (double)p * 4294967296.0);
 #pragma omp simd
   for (int64_t i = 0; i < n; ++i) {
     uint64_t z = seed + (uint64_t)(i + 1) * 0x9E3779B97F4A7C15ull;
     z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
     z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
     z ^= z >> 31;
-    mask[i] = (uint32_t)(z >> 32) < threshold ? 0.0f : scale;
+    mask[i] = (uint32_t)(z >> 32) < thr ? 0.0f : scale;
   }
 }
 

@@ -114,8 +114,9 @@ SubwordModel::SubwordModel(SubwordModel&&) noexcept = default;
 SubwordModel& SubwordModel::operator=(SubwordModel&&) noexcept = default;
 SubwordModel::~SubwordModel() = default;
 
-SubwordModel SubwordModel::load(const std::string& path) {
-  const std::string bytes = read_whole_file(path);
+SubwordModel SubwordModel::load(const std::string& path) { return from_bytes(read_whole_file(path), path); }
+
+SubwordModel SubwordModel::from_bytes(const std::string& bytes, const std::string& path) {
   if (bytes.empty()) throw std::runtime_error(path + ": empty file, not a SentencePiece model");
 
   SubwordModel model;

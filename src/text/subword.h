@@ -67,6 +67,8 @@ class SubwordModel {
   // unreadable or not a SentencePiece model, or if it lacks any of <unk>, <pad>, <bos>, <eos> (pad/bos/eos can be
   // disabled in SentencePiece, but our seq2seq batches need all four).
   static SubwordModel load(const std::string& path);
+  // The same from the file's bytes (a serialized ModelProto); `name` stands for the path in error messages.
+  static SubwordModel from_bytes(const std::string& bytes, const std::string& name);
 
   SubwordModel(SubwordModel&&) noexcept;
   SubwordModel& operator=(SubwordModel&&) noexcept;

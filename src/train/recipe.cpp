@@ -14,6 +14,8 @@
 #include "core/format.h"
 #include "core/rng.h"
 #include "decode/search.h"
+#include "dist/communicator.h"
+#include "dist/shard.h"
 #include "eval/corpus_bleu.h"
 #include "io/atomic_file.h"
 #include "io/json_util.h"
@@ -337,12 +339,13 @@ TrainState read_checkpoint(const std::string& path, ParamTable& params, Adam& ad
     s.epoch_tokens = st.contains("epoch_tokens") ? json_int(st, "epoch_tokens", "state") : 0;
     s.epoch_seconds = st.contains("epoch_seconds") ? json_number(st, "epoch_seconds", "state") : 0.0;
     s.dropout_rng = st.at("dropout_rng").get<std::string>();
+    s.world_size = st.contains("world_size") ? json_int(st, "world_size", "state") : 1;
     Rng probe;
     probe.set_state(s.dropout_rng);  // throws on a corrupt generator state
     // The training loop indexes the epoch's batch order with batch_pos and reads every field of every log row.
     // Upper bounds keep step arithmetic (lr schedule, limits) far from overflow.
     if (s.step < 0 || s.step > (int64_t(1) << 40) || s.epoch < 1 || s.epoch > (int64_t(1) << 30) || s.batch_pos < 0 || s.batch_pos > num_batches || s.bad_epochs < 0 ||
-        s.best_epoch < 0 || s.best_epoch >= s.epoch || s.tokens < 0 || !(s.elapsed >= 0) || !std::isfinite(s.elapsed) ||
+        s.best_epoch < 0 || s.best_epoch >= s.epoch || s.tokens < 0 || s.world_size < 1 || !(s.elapsed >= 0) || !std::isfinite(s.elapsed) ||
         !(s.epoch_loss >= 0) || !std::isfinite(s.epoch_loss) || s.epoch_tokens < 0 || s.epoch_tokens > s.tokens ||
         !(s.epoch_seconds >= 0) || !std::isfinite(s.epoch_seconds))
       throw std::runtime_error("state out of range (step " + std::to_string(s.step) + ", epoch " +
@@ -423,6 +426,13 @@ namespace {
 RecipeResult run_recipe(const RecipeConfig& cfg_in, const std::string& out, bool resume, bool progress,
                          const std::function<void(const RecipeProgress&)>& on_progress, bool* wrote) {
   namespace fs = std::filesystem;
+  // Data parallelism: only rank 0 ("lead") touches out_dir; it sends the others what they need.
+  dist::Communicator& comm = dist::world();
+  const int rank = comm.rank(), world_size = comm.world_size();
+  const bool lead = rank == 0;
+  progress = progress && lead;
+  const bool trace_dist = std::getenv("TFM_TRACE_DIST") && *std::getenv("TFM_TRACE_DIST") == '1';
+  if (trace_dist) std::fprintf(stderr, "rank %d pid %d\n", rank, (int)getpid());
   RecipeConfig cfg = cfg_in;
   std::string data_dir_source = "set by the config's data_dir";
   if (cfg.data_dir.empty()) {
@@ -432,7 +442,12 @@ RecipeResult run_recipe(const RecipeConfig& cfg_in, const std::string& out, bool
   }
   cfg.data_dir = std::filesystem::absolute(cfg.data_dir).lexically_normal().string();
   const std::string ckpt_path = out + "/checkpoint.safetensors", spm_path = out + "/spm.model";
-  if (resume) {
+  if (!lead) {
+    // The recipe as rank 0 resolved it (its data_dir must hold the same files on every host).
+    std::string j;
+    comm.broadcast(j, 0);
+    cfg = RecipeConfig::from_json(nlohmann::json::parse(j), "rank 0's train_config.json");
+  } else if (resume) {
     if (!fs::exists(ckpt_path))
       throw std::runtime_error(out + ": no checkpoint.safetensors to resume from (start a run without --resume)");
     RecipeConfig saved = RecipeConfig::from_json(load_json_file(out + "/train_config.json"), out + "/train_config.json");
@@ -453,8 +468,12 @@ RecipeResult run_recipe(const RecipeConfig& cfg_in, const std::string& out, bool
     make_dirs(out);
     write_file_atomic(out + "/train_config.json", cfg.to_json().dump(2) + "\n");
   }
+  if (lead && world_size > 1) {
+    std::string j = cfg.to_json().dump();
+    comm.broadcast(j, 0);
+  }
   auto t_start = std::chrono::steady_clock::now();
-  if (!resume || !fs::exists(spm_path)) {
+  if (lead && (!resume || !fs::exists(spm_path))) {
     std::vector<std::string> text = read_lines(resolve(cfg.data_dir, cfg.train_src));
     std::vector<std::string> tgt = read_lines(resolve(cfg.data_dir, cfg.train_tgt));
     if (cfg.train_limit > 0 && (size_t)cfg.train_limit < text.size()) text.resize(cfg.train_limit), tgt.resize(cfg.train_limit);
@@ -480,7 +499,9 @@ RecipeResult run_recipe(const RecipeConfig& cfg_in, const std::string& out, bool
                                "recipe's vocab_size (--set vocab_size=N) or use more sentences (train_limit)");
     }
   }
-  SubwordModel spm = SubwordModel::load(spm_path);
+  std::string spm_bytes = lead ? read_whole_file(spm_path) : std::string();
+  comm.broadcast(spm_bytes, 0);
+  SubwordModel spm = SubwordModel::from_bytes(spm_bytes, spm_path);
   Encoded train = encode_pairs(spm, resolve(cfg.data_dir, cfg.train_src), resolve(cfg.data_dir, cfg.train_tgt),
                                cfg.train_limit, cfg.max_len);
   Encoded valid = encode_pairs(spm, resolve(cfg.data_dir, cfg.valid_src), resolve(cfg.data_dir, cfg.valid_tgt),
@@ -501,6 +522,9 @@ RecipeResult run_recipe(const RecipeConfig& cfg_in, const std::string& out, bool
   ao.decoupled_weight_decay = cfg.adamw;
   Adam adam(P.total(), ao);
   Rng dropout_rng(cfg.seed ^ 0xD1B54A32D192ED03ull);
+  // Masks keyed by (seed, step, sentence): the same whichever rank holds a sentence (see RowKeys).
+  RowKeys drop_keys;
+  dropout_rng.set_row_keys(&drop_keys);
 
   // Training state (all of it is in the checkpoint).
   int64_t epoch = 1, batch_pos = 0, step = 0, bad_epochs = 0, best_epoch = 0;
@@ -514,7 +538,7 @@ RecipeResult run_recipe(const RecipeConfig& cfg_in, const std::string& out, bool
   auto ep_seconds = [&] {
     return ep_seconds_before + std::chrono::duration<double>(std::chrono::steady_clock::now() - ep_t0).count();
   };
-  if (resume) {
+  if (resume && lead) {
     TrainState st = read_checkpoint(ckpt_path, P, adam, nb);
     // A finished run's checkpoint points at epoch epochs + 1; anything later is not this run's.
     if (st.epoch > cfg.epochs + 1)
@@ -535,12 +559,43 @@ RecipeResult run_recipe(const RecipeConfig& cfg_in, const std::string& out, bool
     ep_seconds_before = st.epoch_seconds;
     if (progress) std::fprintf(stderr, "resuming at epoch %lld, batch %lld/%lld, step %lld\n", (long long)epoch,
                                (long long)batch_pos, (long long)nb, (long long)step);
-  } else {
+    if (st.world_size != world_size)  // said even with --no-progress
+      std::fprintf(stderr, "the checkpoint was written by %lld ranks, continuing on %d: same global batches and "
+                   "dropout masks, equal to a %lld-rank run within floating-point tolerance (not bit for bit)\n",
+                   (long long)st.world_size, world_size, (long long)st.world_size);
+  } else if (!resume) {
     Rng init_rng(cfg.seed);
     model.init(init_rng);
   }
+  if (world_size > 1) {
+    // Rank 0's weights (and, on resume, optimizer state and position) on every rank.
+    comm.broadcast(P.all_data(), 0);
+    if (resume) {
+      comm.broadcast(adam.exp_avg(), 0);
+      comm.broadcast(adam.exp_avg_sq(), 0);
+      std::string j = lead ? nlohmann::json{{"step", step}, {"epoch", epoch}, {"batch_pos", batch_pos},
+                                            {"bad_epochs", bad_epochs}, {"best_epoch", best_epoch},
+                                            {"best_bleu", best_bleu}, {"elapsed", elapsed_before},
+                                            {"tokens", tokens_done}, {"log", log_rows},
+                                            {"dropout_rng", dropout_rng.state()}}.dump()
+                           : std::string();
+      comm.broadcast(j, 0);
+      if (!lead) {
+        nlohmann::json st = nlohmann::json::parse(j);
+        step = st["step"], epoch = st["epoch"], batch_pos = st["batch_pos"], bad_epochs = st["bad_epochs"];
+        best_epoch = st["best_epoch"], best_bleu = st["best_bleu"], elapsed_before = st["elapsed"];
+        tokens_done = st["tokens"], log_rows = st["log"];
+        dropout_rng.set_state(st["dropout_rng"].get<std::string>());
+        adam.set_steps(step);
+      }
+    }
+    if (progress)
+      std::fprintf(stderr, "data-parallel training on %d ranks: %lld tokens per update across all ranks\n",
+                   world_size, (long long)cfg.max_tokens);
+  }
 
   auto save_checkpoint = [&](double elapsed) {
+    if (!lead) return;
     std::vector<std::pair<std::string, Tensor>> tensors;
     for (auto& [name, t] : P.named_tensors()) tensors.emplace_back("model." + name, t);
     tensors.emplace_back("optim.exp_avg", Tensor::view_of(adam.exp_avg().data(), {P.total()}, DType::F32, nullptr));
@@ -550,16 +605,18 @@ RecipeResult run_recipe(const RecipeConfig& cfg_in, const std::string& out, bool
                          {"bad_epochs", bad_epochs}, {"best_epoch", best_epoch}, {"best_bleu", best_bleu},
                          {"elapsed", elapsed},   {"tokens", tokens_done}, {"log", log_rows},
                          {"dropout_rng", dropout_rng.state()}, {"epoch_loss", ep_loss}, {"epoch_tokens", ep_tok},
-                         {"epoch_seconds", ep_seconds()}};
+                         {"epoch_seconds", ep_seconds()}, {"world_size", world_size}};
     save_safetensors(ckpt_path, tensors, nlohmann::json{{"state", st.dump()}, {"format", "tfm-checkpoint-1"}});
   };
   auto write_logs = [&]() {
+    if (!lead) return;
     std::ostringstream csv;
-    csv << "epoch,step,train_loss,valid_loss,valid_bleu,lr,tokens_per_sec,elapsed_s\n";
+    csv << "epoch,step,train_loss,valid_loss,valid_bleu,lr,tokens_per_sec,elapsed_s,world_size\n";
     std::vector<double> tr, va;
     for (const auto& r : log_rows) {
       csv << r["epoch"] << "," << r["step"] << "," << r["train_loss"] << "," << r["valid_loss"] << ","
-          << r["valid_bleu"] << "," << r["lr"] << "," << r["tokens_per_sec"] << "," << r["elapsed"] << "\n";
+          << r["valid_bleu"] << "," << r["lr"] << "," << r["tokens_per_sec"] << "," << r["elapsed"] << ","
+          << r.value("world_size", 1) << "\n";
       tr.push_back(r["train_loss"].get<double>());
       va.push_back(r["valid_loss"].get<double>());
     }
@@ -569,6 +626,7 @@ RecipeResult run_recipe(const RecipeConfig& cfg_in, const std::string& out, bool
   };
 
   BatchArrays a;
+  std::vector<int64_t> shard_tokens;
   const bool tty = isatty(2);
   RecipeResult res;
   auto now_s = [&] { return elapsed_before + std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count(); };
@@ -578,9 +636,40 @@ RecipeResult run_recipe(const RecipeConfig& cfg_in, const std::string& out, bool
     ep_t0 = std::chrono::steady_clock::now();
     const int64_t ep_start_pos = batch_pos, ep_start_tok = ep_tok;
     for (; batch_pos < nb; ++batch_pos) {
-      fill_batch(a, train, batches[order[batch_pos]], spm.pad_id(), spm.bos_id());
+      // This rank's share of the global batch, by token count; gradients are divided by the global batch's
+      // target tokens, so summing the ranks' gradients gives the global batch's.
+      const std::vector<int64_t>& global = batches[order[batch_pos]];
+      shard_tokens.clear();
+      int64_t global_tgt = 0;
+      for (int64_t i : global) {
+        shard_tokens.push_back((int64_t)(train.src[i].size() + train.tgt[i].size()));
+        global_tgt += (int64_t)train.tgt[i].size();
+      }
+      const auto [s0, s1] = dist::shard_range(shard_tokens, world_size, rank);
+      const std::vector<int64_t> shard(global.begin() + s0, global.begin() + s1);
+      if (trace_dist) {
+        std::string ids;
+        for (int64_t i : shard) ids.append(1, ' ').append(std::to_string(i));
+        std::fprintf(stderr, "shard step %lld rank %d:%s\n", (long long)step + 1, rank, ids.c_str());
+      }
       P.zero_grad();
-      LossResult r = model.forward_backward(a.view, &dropout_rng, cfg.label_smoothing, /*token_mean=*/true);
+      LossResult r;
+      if (!shard.empty()) {  // an empty share still joins the all-reduce below
+        fill_batch(a, train, shard, spm.pad_id(), spm.bos_id());
+        drop_keys.key = (cfg.seed + 1) * 0x9E3779B97F4A7C15ull ^ (uint64_t)(step + 1) * 0xD1B54A32D192ED03ull;
+        drop_keys.rows.assign(shard.begin(), shard.end());
+        drop_keys.calls = 0;
+        r = model.forward_backward(a.view, &dropout_rng, cfg.label_smoothing, /*token_mean=*/true, global_tgt);
+      }
+      // Any rank over the time limit stops every rank (after this step), so all agree.
+      bool time_up = cfg.time_limit_minutes > 0 && now_s() > cfg.time_limit_minutes * 60;
+      if (world_size > 1) {
+        comm.all_reduce_sum(P.all_grad());
+        std::vector<double> sums = {r.loss_sum, r.token_loss_sum, (double)r.num_tokens, time_up ? 1.0 : 0.0};
+        comm.all_reduce_sum(sums);
+        r.loss_sum = sums[0], r.token_loss_sum = sums[1], r.num_tokens = (int64_t)sums[2];
+        time_up = sums[3] > 0;
+      }
       double norm = clip_grad_norm(P, cfg.clip_norm);
       if (!std::isfinite(r.loss_sum) || !std::isfinite(norm))
         throw std::runtime_error("training diverged: non-finite " + std::string(std::isfinite(r.loss_sum) ? "gradient" : "loss") +
@@ -591,6 +680,15 @@ RecipeResult run_recipe(const RecipeConfig& cfg_in, const std::string& out, bool
                                  " (try a lower lr)");
       ++step;
       adam.step(P, (float)inverse_sqrt_lr(cfg.lr, cfg.warmup_steps, step));
+      if (trace_dist) {
+        // Replicas must stay bit-identical: every rank prints its hash, and a mismatch with rank 0 stops the run.
+        uint64_t h = dist::fnv1a(P.all_data().data(), P.total() * (int64_t)sizeof(float)), h0 = h;
+        std::fprintf(stderr, "replica-hash step %lld rank %d %016llx\n", (long long)step, rank, (unsigned long long)h);
+        comm.broadcast(&h0, sizeof h0, 0);
+        if (h0 != h)
+          throw std::runtime_error("replicas diverged at step " + std::to_string(step) + ": rank " +
+                                   std::to_string(rank) + "'s parameters differ from rank 0's");
+      }
       ep_loss += r.token_loss_sum;
       ep_tok += r.num_tokens;
       tokens_done += r.num_tokens;
@@ -607,7 +705,6 @@ RecipeResult run_recipe(const RecipeConfig& cfg_in, const std::string& out, bool
       if (on_progress)
         on_progress({false, epoch, cfg.epochs, batch_pos + 1, nb, step, ep_loss / std::max<int64_t>(ep_tok, 1),
                      inverse_sqrt_lr(cfg.lr, cfg.warmup_steps, step), ep_tok / std::max(ep_s, 1e-9), 0, 0});
-      bool time_up = cfg.time_limit_minutes > 0 && now_s() > cfg.time_limit_minutes * 60;
       bool steps_up = cfg.stop_after_steps > 0 && step >= cfg.stop_after_steps;
       if (step % cfg.checkpoint_every == 0 || time_up || steps_up) {
         batch_pos++;  // position of the next batch
@@ -624,12 +721,19 @@ RecipeResult run_recipe(const RecipeConfig& cfg_in, const std::string& out, bool
     if (stop) break;
     if (progress && tty) std::fprintf(stderr, "\n");
     // End of epoch: validation, best model, early stopping, logs, checkpoint.
-    Validation v = validate(model, spm, valid, valid_batches, cfg.num_steps);
+    Validation v;
+    if (lead) v = validate(model, spm, valid, valid_batches, cfg.num_steps);  // once, on rank 0
+    if (world_size > 1) {
+      double vb[2] = {v.loss, v.bleu};
+      comm.broadcast(vb, sizeof vb, 0);
+      v.loss = vb[0], v.bleu = vb[1];
+    }
     const double ep_s = ep_seconds();
     log_rows.push_back({{"epoch", epoch}, {"step", step}, {"train_loss", ep_loss / std::max<int64_t>(ep_tok, 1)},
                         {"valid_loss", v.loss}, {"valid_bleu", v.bleu},
                         {"lr", inverse_sqrt_lr(cfg.lr, cfg.warmup_steps, step)},
-                        {"tokens_per_sec", ep_tok / std::max(ep_s, 1e-9)}, {"elapsed", now_s()}});
+                        {"tokens_per_sec", ep_tok / std::max(ep_s, 1e-9)}, {"elapsed", now_s()},
+                        {"world_size", world_size}});
     if (progress)
       std::fprintf(stderr, "epoch %lld: train loss %.3f, valid loss %.3f, valid BLEU %.2f%s\n", (long long)epoch,
                    ep_loss / std::max<int64_t>(ep_tok, 1), v.loss, v.bleu, v.bleu > best_bleu ? " (best)" : "");
@@ -637,12 +741,14 @@ RecipeResult run_recipe(const RecipeConfig& cfg_in, const std::string& out, bool
       best_bleu = v.bleu;
       best_epoch = epoch;
       bad_epochs = 0;
-      model.save(out + "/model.safetensors");  // before config.json, as in the d2l trainer
-      write_file_atomic(out + "/config.json", [&] {
-        nlohmann::json j = mcfg.to_json();
-        j["tokenizer"] = "sentencepiece";
-        return j.dump(2) + "\n";
-      }());
+      if (lead) {
+        model.save(out + "/model.safetensors");  // before config.json, as in the d2l trainer
+        write_file_atomic(out + "/config.json", [&] {
+          nlohmann::json j = mcfg.to_json();
+          j["tokenizer"] = "sentencepiece";
+          return j.dump(2) + "\n";
+        }());
+      }
     } else {
       ++bad_epochs;
     }

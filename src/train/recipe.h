@@ -63,6 +63,14 @@ struct RecipeResult {
   bool stopped_early = false;
 };
 
+// Data parallel under mpirun (dist::world()): rank 0 trains the subword model and initialises (or restores) the
+// weights and broadcasts both; each step every rank computes the gradients of its token-balanced shard of the
+// same global batch (dist::shard_range; max_tokens counts the whole batch, so the schedule does not depend on
+// world_size), divided by the global batch's target tokens, and one all-reduce sums them; clipping and the
+// update follow on every rank. Dropout masks are keyed by (seed, step, sentence). Only rank 0 reads out_dir
+// and writes files; it validates, and the others receive the result. Resuming with another world_size is
+// allowed: the global batches and masks are the same, so the run continues within floating-point tolerance of
+// the original (bit-exact only with the same machine, threads and world_size).
 // Trains into out_dir: spm.model, config.json + model.safetensors (the best epoch), train_config.json,
 // checkpoint.safetensors (latest state), train_log.csv and loss.png. With resume = true, continues from
 // out_dir/checkpoint.safetensors and out_dir/train_config.json and reaches the same weights bit for bit as an
@@ -98,6 +106,7 @@ struct TrainState {
   // equals an uninterrupted run's: sum of token losses, target tokens, seconds of training.
   double epoch_loss = 0, epoch_seconds = 0;
   int64_t epoch_tokens = 0;
+  int64_t world_size = 1;                      // ranks that wrote it (absent in older checkpoints: 1)
 };
 
 // Reads checkpoint.safetensors ("model.<name>" tensors, "optim.exp_avg", "optim.exp_avg_sq", metadata "state")

@@ -4,6 +4,7 @@
 #include <memory>
 
 #include "commands.h"
+#include "dist/communicator.h"
 #include "io/json_util.h"
 #include "train/recipe.h"
 #include "train/trainer.h"
@@ -113,7 +114,15 @@ void add_train_command(CLI::App& app) {
       RecipeConfig rc = RecipeConfig::from_json(j, source);
       std::string out = resume->empty() ? o->out : *resume;
       if (out.empty()) throw CLI::ValidationError("--out is required");
-      RecipeResult r = train_recipe(rc, out, !resume->empty(), o->progress);
+      RecipeResult r;
+      try {
+        r = train_recipe(rc, out, !resume->empty(), o->progress);
+      } catch (const std::exception& e) {
+        // Under mpirun the other ranks would wait in a collective: end them all now, with the message.
+        if (dist::world().world_size() > 1) dist::world().abort(1, e.what());
+        throw;
+      }
+      if (dist::world().rank() != 0) return;
       if (r.best_epoch == 0) {  // config.json + model.safetensors are written at the end of the first epoch
         // Same "in S s, T target tokens/s" as the line below (bench/multi30k.sh --short reads it).
         std::printf("stopped after %lld steps in %.1f s, %.0f target tokens/s, before the end of the first epoch: no "
@@ -131,6 +140,9 @@ void add_train_command(CLI::App& app) {
       throw CLI::ValidationError("--set and --max-tokens apply to the subword recipe (--config or --resume)");
     if (o->data.empty()) throw CLI::ValidationError("--data is required (or --config for the subword recipe)");
     if (o->out.empty()) throw CLI::ValidationError("--out is required");
+    if (dist::world().world_size() > 1)
+      throw CLI::ValidationError("the d2l trainer (--data) runs as one process; data-parallel training under "
+                                 "mpirun is the subword recipe (--config)");
     TrainResult r = train_seq2seq(*o);
     std::printf("trained %lld epochs in %.1f s: loss %.4f (mean per token %.4f), %.0f tokens/s; model in %s\n",
                 (long long)r.epochs_run, r.seconds, r.loss, r.token_loss, r.tokens_per_sec, o->out.c_str());

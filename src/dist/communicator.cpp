@@ -1,0 +1,159 @@
+#include "dist/communicator.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <stdexcept>
+#include <thread>
+
+#ifdef TFM_HAVE_MPI
+#define OMPI_SKIP_MPICXX 1  // only the C API is used
+#include <mpi.h>
+#endif
+
+namespace tfm::dist {
+
+uint64_t fnv1a(const void* data, int64_t bytes) {
+  const unsigned char* p = (const unsigned char*)data;
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (int64_t i = 0; i < bytes; ++i) h = (h ^ p[i]) * 0x100000001b3ull;
+  return h;
+}
+
+void Communicator::broadcast(std::string& s, int root) {
+  int64_t n = (int64_t)s.size();
+  broadcast(&n, sizeof n, root);
+  if (rank() != root) s.resize((size_t)n);
+  if (n > 0) broadcast(s.data(), n, root);
+}
+
+namespace {
+
+class SingleProcess final : public Communicator {
+ public:
+  int rank() const override { return 0; }
+  int world_size() const override { return 1; }
+  void all_reduce_sum(float*, int64_t) override {}
+  void all_reduce_sum(double*, int64_t) override {}
+  void broadcast(void*, int64_t, int) override {}
+  void barrier() override {}
+  [[noreturn]] void abort(int code, const std::string& message) override {
+    std::fprintf(stderr, "tfm: error: %s\n", message.c_str());
+    std::fflush(stderr);
+    std::_Exit(code);
+  }
+};
+
+#ifdef TFM_HAVE_MPI
+class MpiCommunicator final : public Communicator {
+ public:
+  MpiCommunicator() {
+    int provided = 0;
+    MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided);
+    // Errors come back as codes (turned into an abort with a message) instead of MPI's default handler.
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
+    MPI_Comm_size(MPI_COMM_WORLD, &size_);
+    std::atexit([] {
+      int fin = 0;
+      MPI_Finalized(&fin);
+      if (!fin) MPI_Finalize();
+    });
+  }
+  int rank() const override { return rank_; }
+  int world_size() const override { return size_; }
+  void all_reduce_sum(float* data, int64_t n) override { reduce(data, n, MPI_FLOAT, sizeof(float)); }
+  void all_reduce_sum(double* data, int64_t n) override { reduce(data, n, MPI_DOUBLE, sizeof(double)); }
+  void broadcast(void* data, int64_t bytes, int root) override {
+    for (int64_t off = 0; off < bytes; off += chunk_elements()) {
+      const int count = (int)std::min<int64_t>(chunk_elements(), bytes - off);
+      MPI_Request req;
+      check(MPI_Ibcast((char*)data + off, count, MPI_BYTE, root, MPI_COMM_WORLD, &req), "broadcast");
+      wait(req, "broadcast");
+    }
+  }
+  void barrier() override {
+    MPI_Request req;
+    check(MPI_Ibarrier(MPI_COMM_WORLD, &req), "barrier");
+    wait(req, "barrier");
+  }
+  [[noreturn]] void abort(int code, const std::string& message) override {
+    std::fprintf(stderr, "tfm: error: rank %d of %d: %s\n", rank_, size_, message.c_str());
+    std::fflush(stderr);
+    MPI_Abort(MPI_COMM_WORLD, code);
+    std::_Exit(code);
+  }
+
+ private:
+  void reduce(void* data, int64_t n, MPI_Datatype type, size_t elem) {
+    for (int64_t off = 0; off < n; off += chunk_elements()) {
+      const int count = (int)std::min<int64_t>(chunk_elements(), n - off);
+      MPI_Request req;
+      check(MPI_Iallreduce(MPI_IN_PLACE, (char*)data + off * elem, count, type, MPI_SUM, MPI_COMM_WORLD, &req),
+            "all-reduce");
+      wait(req, "all-reduce");
+    }
+  }
+  void check(int rc, const char* what) {
+    if (rc == MPI_SUCCESS) return;
+    char text[MPI_MAX_ERROR_STRING];
+    int len = 0;
+    MPI_Error_string(rc, text, &len);
+    abort(3, std::string(what) + " failed: " + std::string(text, len));
+  }
+  // Non-blocking collective + polling: the deadline turns a hung peer into an abort instead of a hang, and the
+  // short sleeps leave the core to the peer when ranks share cores (--oversubscribe).
+  void wait(MPI_Request& req, const char* what) {
+    const auto start = std::chrono::steady_clock::now();
+    for (int spins = 0;; ++spins) {
+      int done = 0;
+      check(MPI_Test(&req, &done, MPI_STATUS_IGNORE), what);
+      if (done) return;
+      if (spins > 2000) {
+        std::this_thread::sleep_for(std::chrono::microseconds(50));
+        if (std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() > timeout_s_)
+          abort(3, std::string(what) + ": no answer from the other ranks for " + std::to_string((int)timeout_s_) +
+                       " s (a rank hung or died; TFM_COLLECTIVE_TIMEOUT sets the limit); ending the job");
+      }
+    }
+  }
+  int rank_ = 0, size_ = 1;
+};
+#endif
+
+bool launched_by_mpirun() { return std::getenv("OMPI_COMM_WORLD_SIZE") || std::getenv("PMIX_RANK"); }
+
+}  // namespace
+
+bool built_with_mpi() {
+#ifdef TFM_HAVE_MPI
+  return true;
+#else
+  return false;
+#endif
+}
+
+Communicator& world() {
+  static std::unique_ptr<Communicator> comm = [] {
+    std::unique_ptr<Communicator> c;
+#ifdef TFM_HAVE_MPI
+    if (launched_by_mpirun()) c = std::make_unique<MpiCommunicator>();
+#endif
+    if (!c) c = std::make_unique<SingleProcess>();
+    if (const char* t = std::getenv("TFM_COLLECTIVE_TIMEOUT")) {
+      char* end = nullptr;
+      double s = std::strtod(t, &end);
+      if (end == t || *end || !(s > 0)) c->abort(2, std::string("TFM_COLLECTIVE_TIMEOUT='") + t + "' is not a positive number of seconds");
+      c->set_timeout_seconds(s);
+    }
+    return c;
+  }();
+  return *comm;
+}
+
+}  // namespace tfm::dist

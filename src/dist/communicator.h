@@ -1,0 +1,54 @@
+// Communicator: the collectives data-parallel training needs (rank, world_size, in-place all-reduce sums,
+// broadcast, barrier, abort), over Open MPI when the process was started by mpirun and tfm was built with
+// TFM_MPI, otherwise a one-process implementation (rank 0 of 1; every collective is a no-op).
+//
+// Every blocking call has a deadline (timeout_seconds(), default 600 s, env TFM_COLLECTIVE_TIMEOUT): a peer that
+// hangs (or a rank stuck far behind) ends the whole job with a one-line message and MPI_Abort (exit code 3), so
+// a job never waits forever. A rank that dies is detected by mpirun itself, which then ends every rank.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace tfm::dist {
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+  virtual int rank() const = 0;
+  virtual int world_size() const = 0;
+  // data[n] = sum over ranks of each rank's data[n], in place; sent in chunks of at most chunk_elements() so
+  // counts stay far below MPI's int limit. Every rank must call with the same n. With two ranks the sum is
+  // a + b on both (commutative), so replicas stay bit-identical.
+  virtual void all_reduce_sum(float* data, int64_t n) = 0;
+  virtual void all_reduce_sum(double* data, int64_t n) = 0;
+  // Rank `root`'s bytes[n] copied to every rank (n must agree on every rank).
+  virtual void broadcast(void* data, int64_t bytes, int root) = 0;
+  virtual void barrier() = 0;
+  // Prints "tfm: error: <message>" (rank-prefixed when world_size > 1) and ends every rank with `code`.
+  [[noreturn]] virtual void abort(int code, const std::string& message) = 0;
+
+  void all_reduce_sum(std::vector<float>& v) { all_reduce_sum(v.data(), (int64_t)v.size()); }
+  void all_reduce_sum(std::vector<double>& v) { all_reduce_sum(v.data(), (int64_t)v.size()); }
+  // Broadcasts a string of any length (its size first).
+  void broadcast(std::string& s, int root);
+  void broadcast(std::vector<float>& v, int root) { broadcast(v.data(), (int64_t)(v.size() * sizeof(float)), root); }
+
+  double timeout_seconds() const { return timeout_s_; }
+  void set_timeout_seconds(double s) { timeout_s_ = s; }
+  static int64_t chunk_elements() { return int64_t(1) << 24; }  // 64 MiB of floats per collective call
+
+ protected:
+  double timeout_s_ = 600;
+};
+
+// The process-wide communicator: MPI (initialised on first use, finalised at exit) when built with MPI and
+// launched by mpirun (OMPI_COMM_WORLD_SIZE or PMIX_RANK set), else the one-process implementation.
+Communicator& world();
+// Whether this build has the MPI implementation (CMake option TFM_MPI).
+bool built_with_mpi();
+
+// 64-bit FNV-1a hash of bytes, e.g. to compare parameter replicas across ranks.
+uint64_t fnv1a(const void* data, int64_t bytes);
+
+}  // namespace tfm::dist

@@ -1,0 +1,454 @@
+// Data-parallel training over Open MPI (src/dist, train_recipe under mpirun): the token-count shards, dropout
+// masks keyed by sentence, 2 ranks == 1 rank, replicas identical after every step, rank 1 writes nothing, TCP
+// on loopback, a killed or hung rank ends the job, and --resume continues. Launched as
+// `mpirun --oversubscribe --bind-to none --allow-run-as-root -np 2` with one OpenMP thread per rank on a tiny
+// model (each run takes seconds). Skipped, saying why, where mpirun is missing or tfm was built without MPI (and
+// the two-namespace test where network namespaces cannot be made).
+#include <gtest/gtest.h>
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <regex>
+#include <set>
+#include <sstream>
+#include <thread>
+
+#include "core/rng.h"
+#include "dist/communicator.h"
+#include "dist/shard.h"
+#include "io/safetensors.h"
+#include "ops/dropout.h"
+#include "test_util.h"
+
+using namespace tfm;
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string read_all(const std::string& p) {
+  std::ifstream f(p, std::ios::binary);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+int sh(const std::string& cmd) {
+  int rc = std::system(cmd.c_str());
+  return WIFEXITED(rc) ? WEXITSTATUS(rc) : 128 + (WIFSIGNALED(rc) ? WTERMSIG(rc) : 0);
+}
+
+bool have_mpirun() { return sh("command -v mpirun > /dev/null 2>&1") == 0; }
+
+// The reason to skip, or "" when the MPI tests can run.
+std::string skip_reason() {
+  if (!dist::built_with_mpi()) return "tfm was built without MPI (TFM_MPI=OFF or no libopenmpi-dev)";
+  if (!have_mpirun()) return "mpirun not found (scripts/install-deps.sh installs openmpi-bin)";
+  return "";
+}
+
+struct Dirs {
+  std::string root;
+  Dirs(const char* name) : root(::testing::TempDir() + "/mpi_" + name + "_" + std::to_string(::getpid())) {
+    fs::remove_all(root);
+    fs::create_directories(root);
+  }
+  ~Dirs() { fs::remove_all(root); }
+};
+
+// A tiny recipe: a few batches an epoch, so 20 steps cross epoch ends (validation on rank 0, broadcast).
+// attention_bias is off: the bias of W_k has a gradient that is exactly zero in exact arithmetic (softmax ignores
+// a shift shared by all keys), so the computed one is rounding noise, which Adam scales up to +-lr per step;
+// it differs between any two summation orders (also between thread counts) and would hide the comparison.
+std::string write_config(const std::string& dir, int64_t stop_after_steps, int64_t epochs = 3, int64_t max_tokens = 1200) {
+  nlohmann::json j = {{"data_dir", test::data_dir()}, {"train_limit", 200}, {"valid_limit", 8},
+                      {"attention_bias", false},
+                      {"vocab_size", 500},  {"num_hiddens", 16},   {"num_layers", 1},
+                      {"num_heads", 2},     {"ffn_num_hiddens", 32}, {"max_len", 40},
+                      {"num_steps", 12},    {"max_tokens", max_tokens},   {"epochs", epochs},
+                      {"warmup_steps", 5},  {"checkpoint_every", 5}, {"dropout", 0.1},
+                      {"patience", 100},    {"stop_after_steps", stop_after_steps}};
+  const std::string p = dir + "/config.json";
+  std::ofstream(p) << j.dump(2);
+  return p;
+}
+
+const std::string kMpirun = "OMP_NUM_THREADS=1 mpirun --oversubscribe --bind-to none --allow-run-as-root "
+                            "-x OMP_NUM_THREADS -x TFM_DATA_DIR -x TFM_TRACE_DIST -x TFM_COLLECTIVE_TIMEOUT ";
+
+std::string tfm_train(const std::string& args) {
+  return std::string(TFM_BINARY) + " train --threads 1 --no-progress " + args;
+}
+
+std::map<std::string, std::vector<float>> checkpoint_params(const std::string& path) {
+  std::map<std::string, std::vector<float>> m;
+  SafeTensors st = SafeTensors::open(path);
+  for (const auto& n : st.names()) {
+    if (n.rfind("model.", 0) != 0) continue;
+    Tensor t = st.get(n);
+    m[n].assign(t.f32(), t.f32() + t.numel());
+  }
+  return m;
+}
+
+int64_t checkpoint_step(const std::string& path) {
+  SafeTensors st = SafeTensors::open(path);
+  return nlohmann::json::parse(st.metadata()["state"].get<std::string>())["step"].get<int64_t>();
+}
+
+// Largest |a - b| over all parameters (infinity when the names or sizes differ).
+double max_abs_diff(const std::map<std::string, std::vector<float>>& a, const std::map<std::string, std::vector<float>>& b) {
+  if (a.size() != b.size() || a.empty()) return INFINITY;
+  double worst = 0;
+  for (const auto& [n, x] : a) {
+    auto it = b.find(n);
+    if (it == b.end() || it->second.size() != x.size()) return INFINITY;
+    for (size_t i = 0; i < x.size(); ++i) worst = std::max(worst, (double)std::fabs(x[i] - it->second[i]));
+  }
+  return worst;
+}
+
+// "shard step S rank R: i j k" and "replica-hash step S rank R H" lines of a TFM_TRACE_DIST=1 run.
+struct Trace {
+  std::map<std::pair<int64_t, int>, std::vector<int64_t>> shards;
+  std::map<std::pair<int64_t, int>, std::string> hashes;
+};
+Trace parse_trace(const std::string& text) {
+  Trace t;
+  std::istringstream in(text);
+  std::string line;
+  static const std::regex shard_re(R"(^shard step (\d+) rank (\d+):(.*)$)"), hash_re(R"(^replica-hash step (\d+) rank (\d+) ([0-9a-f]+)$)");
+  std::smatch m;
+  while (std::getline(in, line)) {
+    if (std::regex_match(line, m, shard_re)) {
+      std::istringstream ids(m[3].str());
+      std::vector<int64_t> v;
+      for (int64_t i; ids >> i;) v.push_back(i);
+      t.shards[{std::stoll(m[1]), std::stoi(m[2])}] = v;
+    } else if (std::regex_match(line, m, hash_re)) {
+      t.hashes[{std::stoll(m[1]), std::stoi(m[2])}] = m[3];
+    }
+  }
+  return t;
+}
+
+}  // namespace
+
+TEST(MpiShards, DisjointCompleteAndBalancedByTokens) {
+  Rng rng(7);
+  for (int trial = 0; trial < 300; ++trial) {
+    std::vector<int64_t> tokens(rng.below(40));
+    int64_t total = 0, biggest = 0;
+    for (auto& t : tokens) t = 1 + (int64_t)rng.below(60), total += t, biggest = std::max(biggest, t);
+    for (int n = 1; n <= 5; ++n) {
+      int64_t next = 0;
+      for (int r = 0; r < n; ++r) {
+        auto [b, e] = dist::shard_range(tokens, n, r);
+        ASSERT_EQ(b, next) << "shards must be contiguous, in rank order, without gaps or overlap";
+        ASSERT_LE(b, e);
+        int64_t mine = 0;
+        for (int64_t i = b; i < e; ++i) mine += tokens[i];
+        // Balanced: within one row (the largest) of an equal share.
+        EXPECT_LE(std::fabs((double)mine - (double)total / n), (double)biggest + 1e-9) << "rank " << r << " of " << n;
+        next = e;
+      }
+      ASSERT_EQ(next, (int64_t)tokens.size()) << "every row must belong to a rank";
+    }
+  }
+  // One row, two ranks: one share is empty (that rank still joins the collectives).
+  auto r0 = dist::shard_range({10}, 2, 0), r1 = dist::shard_range({10}, 2, 1);
+  EXPECT_EQ((r0.second - r0.first) + (r1.second - r1.first), 1);
+  EXPECT_EQ(r0.second, r1.first);
+  EXPECT_THROW(dist::shard_range({1, 2}, 2, 2), std::invalid_argument);
+}
+
+TEST(MpiShards, KeyedDropoutMaskFollowsTheSentenceNotTheBatchOrPadding) {
+  // Sentence 42 in a batch with sentence 7, padded to L = 5, and alone, padded to L = 3: its first 3 positions
+  // must get the same mask; so must its attention weights (heads 2) for the positions both layouts hold.
+  const int64_t C = 8;
+  Rng rng(1);
+  RowKeys two{99, {7, 42}}, one{99, {42}};
+  std::vector<float> m2(2 * 5 * C), m1(1 * 3 * C);
+  rng.set_row_keys(&two);
+  ops::dropout_mask(m2.data(), (int64_t)m2.size(), 0.5f, rng);
+  rng.set_row_keys(&one);
+  ops::dropout_mask(m1.data(), (int64_t)m1.size(), 0.5f, rng);
+  for (int64_t j = 0; j < 3 * C; ++j) ASSERT_EQ(m1[j], m2[5 * C + j]) << j;
+  int zeros = 0;
+  for (float v : m1) zeros += v == 0.0f;
+  EXPECT_GT(zeros, 0);
+  EXPECT_LT(zeros, 3 * C);
+  ops::AttentionDropoutDims d2{2, 5, 6}, d1{2, 3, 4};
+  std::vector<float> a2(2 * 2 * 5 * 6), a1(2 * 3 * 4);
+  rng.set_row_keys(&two);
+  ops::dropout_mask(a2.data(), (int64_t)a2.size(), 0.5f, rng, &d2);
+  rng.set_row_keys(&one);
+  ops::dropout_mask(a1.data(), (int64_t)a1.size(), 0.5f, rng, &d1);
+  for (int64_t h = 0; h < 2; ++h)
+    for (int64_t q = 0; q < 3; ++q)
+      for (int64_t k = 0; k < 4; ++k)
+        ASSERT_EQ(a1[(h * 3 + q) * 4 + k], a2[2 * 5 * 6 + (h * 5 + q) * 6 + k]) << h << " " << q << " " << k;
+  // Another step (key) gives another mask.
+  RowKeys other{100, {42}};
+  std::vector<float> m3(3 * C);
+  rng.set_row_keys(&other);
+  ops::dropout_mask(m3.data(), (int64_t)m3.size(), 0.5f, rng);
+  EXPECT_NE(m1, m3);
+}
+
+// 2 ranks (one of them given another --out, which must stay unwritten) vs 1 rank, same global batches.
+TEST(Mpi, TwoRanksMatchOneRankAndKeepIdenticalReplicas) {
+  if (auto why = skip_reason(); !why.empty()) GTEST_SKIP() << why;
+  Dirs d("pair");
+  const std::string cfg = write_config(d.root, 20);
+  ASSERT_EQ(0, sh("TFM_TRACE_DIST=1 " + tfm_train("--config " + cfg + " --out " + d.root + "/one") + " 2> " +
+                  d.root + "/one.log"))
+      << read_all(d.root + "/one.log");
+  const std::string two = "TFM_TRACE_DIST=1 " + kMpirun + "-np 1 " + tfm_train("--config " + cfg + " --out " + d.root + "/two") +
+                          " : -np 1 " + tfm_train("--config " + cfg + " --out " + d.root + "/rank1_out");
+  ASSERT_EQ(0, sh("cd " + d.root + " && " + two + " > " + d.root + "/two.log 2>&1")) << read_all(d.root + "/two.log");
+  EXPECT_FALSE(fs::exists(d.root + "/rank1_out")) << "rank 1 must not write (or create) its --out";
+  for (const auto& e : fs::directory_iterator(d.root))
+    EXPECT_TRUE(std::set<std::string>({"config.json", "one", "two", "one.log", "two.log"}).count(e.path().filename()))
+        << "unexpected file " << e.path();
+  EXPECT_EQ(20, checkpoint_step(d.root + "/two/checkpoint.safetensors"));
+  const double diff = max_abs_diff(checkpoint_params(d.root + "/one/checkpoint.safetensors"),
+                                   checkpoint_params(d.root + "/two/checkpoint.safetensors"));
+  std::printf("max |2 ranks - 1 rank| after 20 steps: %.3g\n", diff);
+  EXPECT_LE(diff, 1e-5);
+  EXPECT_NE(read_all(d.root + "/two/train_log.csv").find(",2\n"), std::string::npos) << "the log records world_size";
+
+  const Trace t1 = parse_trace(read_all(d.root + "/one.log")), t2 = parse_trace(read_all(d.root + "/two.log"));
+  int64_t nonempty1 = 0;
+  for (int64_t s = 1; s <= 20; ++s) {
+    ASSERT_TRUE(t2.hashes.count({s, 0}) && t2.hashes.count({s, 1})) << "no replica hash for step " << s;
+    EXPECT_EQ(t2.hashes.at({s, 0}), t2.hashes.at({s, 1})) << "replicas differ after step " << s;
+    // The two shards are disjoint and together are exactly the one-rank run's global batch.
+    ASSERT_TRUE(t1.shards.count({s, 0}) && t2.shards.count({s, 0}) && t2.shards.count({s, 1})) << s;
+    std::vector<int64_t> both = t2.shards.at({s, 0});
+    both.insert(both.end(), t2.shards.at({s, 1}).begin(), t2.shards.at({s, 1}).end());
+    EXPECT_EQ(both, t1.shards.at({s, 0})) << "step " << s;
+    EXPECT_EQ(std::set<int64_t>(both.begin(), both.end()).size(), both.size()) << "step " << s;
+    nonempty1 += !t2.shards.at({s, 1}).empty();
+  }
+  EXPECT_GT(nonempty1, 10) << "rank 1 should hold about half of most batches";
+}
+
+// Batches of one or two sentences: some steps give rank 1 nothing; it must still join every collective.
+TEST(Mpi, EmptyShareStillJoinsTheCollectives) {
+  if (auto why = skip_reason(); !why.empty()) GTEST_SKIP() << why;
+  Dirs d("empty");
+  const std::string cfg = write_config(d.root, 12, 3, 80);
+  ASSERT_EQ(0, sh("TFM_TRACE_DIST=1 TFM_COLLECTIVE_TIMEOUT=30 " + kMpirun + "-np 2 " +
+                  tfm_train("--config " + cfg + " --out " + d.root + "/two") + " > " + d.root + "/two.log 2>&1"))
+      << read_all(d.root + "/two.log");
+  const Trace t = parse_trace(read_all(d.root + "/two.log"));
+  int empty = 0;
+  for (int64_t s = 1; s <= 12; ++s) {
+    ASSERT_TRUE(t.shards.count({s, 0}) && t.shards.count({s, 1})) << s;
+    empty += t.shards.at({s, 0}).empty() || t.shards.at({s, 1}).empty();
+    ASSERT_TRUE(t.hashes.count({s, 0}) && t.hashes.count({s, 1})) << s;
+    EXPECT_EQ(t.hashes.at({s, 0}), t.hashes.at({s, 1})) << "step " << s;
+  }
+  EXPECT_GT(empty, 0) << "the test needs steps with an empty share";
+  EXPECT_EQ(12, checkpoint_step(d.root + "/two/checkpoint.safetensors"));
+}
+
+TEST(Mpi, TcpOnLoopbackMatchesOneRank) {
+  if (auto why = skip_reason(); !why.empty()) GTEST_SKIP() << why;
+  Dirs d("tcp");
+  const std::string cfg = write_config(d.root, 20);
+  ASSERT_EQ(0, sh(tfm_train("--config " + cfg + " --out " + d.root + "/one") + " 2> " + d.root + "/one.log"))
+      << read_all(d.root + "/one.log");
+  // Only the TCP transport (no shared memory), on the loopback interface.
+  ASSERT_EQ(0, sh(kMpirun + "--mca btl self,tcp --mca btl_tcp_if_include lo --mca oob_tcp_if_include lo -np 2 " +
+                  tfm_train("--config " + cfg + " --out " + d.root + "/two") + " > " + d.root + "/two.log 2>&1"))
+      << read_all(d.root + "/two.log");
+  const double diff = max_abs_diff(checkpoint_params(d.root + "/one/checkpoint.safetensors"),
+                                   checkpoint_params(d.root + "/two/checkpoint.safetensors"));
+  std::printf("max |2 ranks over TCP - 1 rank| after 20 steps: %.3g\n", diff);
+  EXPECT_LE(diff, 1e-5);
+}
+
+// Resume on the same rank count is bit-exact; on another rank count it continues within tolerance.
+TEST(Mpi, ResumeIsBitExactWithTheSameRanksAndCloseWithAnother) {
+  if (auto why = skip_reason(); !why.empty()) GTEST_SKIP() << why;
+  Dirs d("resume");
+  const std::string cfg = write_config(d.root, 20);
+  auto two = [&](const std::string& args, const std::string& log) {
+    return sh(kMpirun + "-np 2 " + tfm_train(args) + " > " + d.root + "/" + log + " 2>&1");
+  };
+  ASSERT_EQ(0, two("--config " + cfg + " --out " + d.root + "/full", "full.log")) << read_all(d.root + "/full.log");
+  ASSERT_EQ(0, two("--config " + cfg + " --set stop_after_steps=9 --out " + d.root + "/split", "split.log"))
+      << read_all(d.root + "/split.log");
+  fs::copy(d.root + "/split", d.root + "/other", fs::copy_options::recursive);
+  ASSERT_EQ(0, two("--resume " + d.root + "/split --set stop_after_steps=20", "resume.log")) << read_all(d.root + "/resume.log");
+  ASSERT_EQ(0, sh(tfm_train("--resume " + d.root + "/other --set stop_after_steps=20") + " > " + d.root +
+                  "/other.log 2>&1"))
+      << read_all(d.root + "/other.log");
+  EXPECT_NE(read_all(d.root + "/other.log").find("written by 2 ranks, continuing on 1"), std::string::npos);
+  const auto full = checkpoint_params(d.root + "/full/checkpoint.safetensors");
+  EXPECT_EQ(0.0, max_abs_diff(full, checkpoint_params(d.root + "/split/checkpoint.safetensors")))
+      << "resume on the same 2 ranks must be bit-exact";
+  const double diff = max_abs_diff(full, checkpoint_params(d.root + "/other/checkpoint.safetensors"));
+  std::printf("max |resumed on 1 rank - 2 ranks throughout|: %.3g\n", diff);
+  EXPECT_LE(diff, 1e-5);
+}
+
+// Two simulated hosts: network namespaces joined only by a veth pair, made here and removed at the end. mpirun
+// runs in namespace A (host 10.231.x.1, rank 0) and starts the daemon of "host" 10.231.x.2 through an rsh agent
+// that enters namespace B (with its own hostname) instead of ssh; the ranks talk TCP over the veth link only.
+TEST(Mpi, TwoHostsInNetworkNamespacesJoinedByVethMatchOneRank) {
+  if (auto why = skip_reason(); !why.empty()) GTEST_SKIP() << why;
+  const std::string id = std::to_string(::getpid() % 100000);
+  const std::string na = "tfm_mpi_a" + id, nb = "tfm_mpi_b" + id, va = "tfma" + id, vb = "tfmb" + id;
+  if (sh("ip netns add " + na + " > /dev/null 2>&1") != 0) GTEST_SKIP() << "'ip netns add' is not permitted here";
+  struct Cleanup {
+    std::string na, nb, va;
+    ~Cleanup() {
+      sh("ip netns del " + na + " 2>/dev/null; ip netns del " + nb + " 2>/dev/null; ip link del " + va + " 2>/dev/null");
+    }
+  } cleanup{na, nb, va};
+  if (sh("command -v unshare > /dev/null") != 0) GTEST_SKIP() << "unshare (util-linux) not found";
+  const std::string net = "10.231." + std::to_string(::getpid() % 250);
+  if (sh("ip netns add " + nb + " && ip link add " + va + " type veth peer name " + vb + " && ip link set " +
+                  va + " netns " + na + " && ip link set " + vb + " netns " + nb + " && ip -n " + na + " addr add " +
+                  net + ".1/24 dev " + va + " && ip -n " + nb + " addr add " + net + ".2/24 dev " + vb + " && ip -n " +
+                  na + " link set " + va + " up && ip -n " + nb + " link set " + vb + " up && ip -n " + na +
+                  " link set lo up && ip -n " + nb + " link set lo up") != 0)
+    GTEST_SKIP() << "could not make the veth pair between the namespaces here";
+  Dirs d("netns");
+  const std::string cfg = write_config(d.root, 20);
+  std::ofstream(d.root + "/agent.sh") << "#!/bin/sh\n# rsh agent: host $1 is network namespace " << nb
+                                      << "\nshift\nexec ip netns exec " << nb
+                                      << " unshare --uts sh -c \"hostname tfm-host-b; $*\"\n";
+  fs::permissions(d.root + "/agent.sh", fs::perms::owner_all);
+  std::ofstream(d.root + "/hosts") << net << ".1 slots=1\n" << net << ".2 slots=1\n";
+  ASSERT_EQ(0, sh(tfm_train("--config " + cfg + " --out " + d.root + "/one") + " 2> " + d.root + "/one.log"))
+      << read_all(d.root + "/one.log");
+  const std::string sub = net + ".0/24";
+  const std::string cmd = "ip netns exec " + na + " env " + kMpirun + "--hostfile " + d.root + "/hosts --mca plm_rsh_agent " +
+                          d.root + "/agent.sh --mca btl self,tcp --mca btl_tcp_if_include " + sub +
+                          " --mca oob_tcp_if_include " + sub + " -np 2 " +
+                          tfm_train("--config " + cfg + " --out " + d.root + "/two");
+  ASSERT_EQ(0, sh(cmd + " > " + d.root + "/two.log 2>&1")) << read_all(d.root + "/two.log");
+  const double diff = max_abs_diff(checkpoint_params(d.root + "/one/checkpoint.safetensors"),
+                                   checkpoint_params(d.root + "/two/checkpoint.safetensors"));
+  std::printf("max |2 hosts over veth - 1 rank| after 20 steps: %.3g\n", diff);
+  EXPECT_LE(diff, 1e-5);
+  // The gradients crossed the link: host B received at least 20 steps of the flat gradient buffer (4 bytes each).
+  const std::string rx = d.root + "/rx";
+  ASSERT_EQ(0, sh("ip netns exec " + nb + " cat /sys/class/net/" + vb + "/statistics/rx_bytes > " + rx));
+  const int64_t params = [&] {
+    int64_t n = 0;
+    for (const auto& [name, v] : checkpoint_params(d.root + "/one/checkpoint.safetensors")) n += (int64_t)v.size();
+    return n;
+  }();
+  EXPECT_GT(std::stoll(read_all(rx)), 20 * params * 4) << "parameters: " << params;
+}
+
+// An error on rank 0 alone (its --out is not empty) must end rank 1 too, which is waiting in a collective.
+TEST(Mpi, AnErrorOnOneRankEndsEveryRankWithItsMessage) {
+  if (auto why = skip_reason(); !why.empty()) GTEST_SKIP() << why;
+  Dirs d("error");
+  const std::string cfg = write_config(d.root, 4);
+  fs::create_directories(d.root + "/busy");
+  std::ofstream(d.root + "/busy/notes.txt") << "someone's file";
+  const int rc = sh("TFM_COLLECTIVE_TIMEOUT=60 " + kMpirun + "-np 2 " +
+                    tfm_train("--config " + cfg + " --out " + d.root + "/busy") + " > " + d.root + "/run.log 2>&1");
+  EXPECT_NE(rc, 0);
+  EXPECT_NE(read_all(d.root + "/run.log").find("rank 0 of 2: " + d.root + "/busy already exists and is not an empty folder"),
+            std::string::npos)
+      << read_all(d.root + "/run.log");
+  // The d2l trainer is one process: refused under mpirun rather than run twice into one folder.
+  const int rc2 = sh(kMpirun + "-np 2 " + tfm_train("--data " + test::data_dir() + "/fra-eng/fra.txt --out " + d.root +
+                                                   "/d2l") + " > " + d.root + "/d2l.log 2>&1");
+  EXPECT_NE(rc2, 0);
+  EXPECT_NE(read_all(d.root + "/d2l.log").find("the d2l trainer (--data) runs as one process"), std::string::npos)
+      << read_all(d.root + "/d2l.log");
+  EXPECT_FALSE(fs::exists(d.root + "/d2l"));
+}
+
+namespace {
+// Starts `cmd` (a shell line) in the background; returns its pid.
+pid_t spawn(const std::string& cmd) {
+  pid_t pid = fork();
+  if (pid == 0) {
+    setpgid(0, 0);
+    execl("/bin/sh", "sh", "-c", cmd.c_str(), (char*)nullptr);
+    _exit(127);
+  }
+  return pid;
+}
+// Waits up to `seconds` for pid; returns its exit code, or -1 on timeout (the process group is then killed).
+int wait_for(pid_t pid, double seconds) {
+  auto t0 = std::chrono::steady_clock::now();
+  for (;;) {
+    int st = 0;
+    if (waitpid(pid, &st, WNOHANG) == pid) return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+    if (std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() > seconds) {
+      kill(-pid, SIGKILL);
+      waitpid(pid, &st, 0);
+      return -1;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+}
+// Polls `log` until it holds "rank 1 pid N" and `ckpt` exists; returns N (0 on timeout).
+pid_t wait_for_rank1(const std::string& log, const std::string& ckpt, double seconds) {
+  static const std::regex re(R"(rank 1 pid (\d+))");
+  auto t0 = std::chrono::steady_clock::now();
+  while (std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() < seconds) {
+    std::smatch m;
+    std::string text = read_all(log);
+    if (std::regex_search(text, m, re) && fs::exists(ckpt)) return (pid_t)std::stol(m[1]);
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return 0;
+}
+}  // namespace
+
+TEST(Mpi, KilledRankEndsTheJobAndResumeContinues) {
+  if (auto why = skip_reason(); !why.empty()) GTEST_SKIP() << why;
+  Dirs d("kill");
+  const std::string cfg = write_config(d.root, 0, 1000);  // would run for a long time
+  const std::string log = d.root + "/run.log", ckpt = d.root + "/run/checkpoint.safetensors";
+  pid_t job = spawn("TFM_TRACE_DIST=1 " + kMpirun + "-np 2 " + tfm_train("--config " + cfg + " --out " + d.root + "/run") +
+                    " > " + log + " 2>&1");
+  pid_t rank1 = wait_for_rank1(log, ckpt, 120);
+  ASSERT_GT(rank1, 0) << read_all(log);
+  ASSERT_EQ(0, kill(rank1, SIGKILL));
+  const int rc = wait_for(job, 60);
+  EXPECT_NE(rc, -1) << "the job must end by itself once a rank died";
+  EXPECT_NE(rc, 0) << "a job that lost a rank must exit non-zero";
+  // Resume from the last complete checkpoint, on 2 ranks, for 3 more steps.
+  const int64_t at = checkpoint_step(ckpt);
+  ASSERT_EQ(0, sh(kMpirun + "-np 2 " + tfm_train("--resume " + d.root + "/run --set stop_after_steps=" +
+                                                std::to_string(at + 3)) + " > " + d.root + "/resume.log 2>&1"))
+      << read_all(d.root + "/resume.log");
+  EXPECT_EQ(at + 3, checkpoint_step(ckpt));
+}
+
+TEST(Mpi, HungRankIsEndedByTheCollectiveTimeout) {
+  if (auto why = skip_reason(); !why.empty()) GTEST_SKIP() << why;
+  Dirs d("hang");
+  const std::string cfg = write_config(d.root, 0, 1000);
+  const std::string log = d.root + "/run.log", ckpt = d.root + "/run/checkpoint.safetensors";
+  pid_t job = spawn("TFM_TRACE_DIST=1 TFM_COLLECTIVE_TIMEOUT=2 " + kMpirun + "-np 2 " +
+                    tfm_train("--config " + cfg + " --out " + d.root + "/run") + " > " + log + " 2>&1");
+  pid_t rank1 = wait_for_rank1(log, ckpt, 120);
+  ASSERT_GT(rank1, 0) << read_all(log);
+  ASSERT_EQ(0, kill(rank1, SIGSTOP));  // alive but silent
+  const int rc = wait_for(job, 60);
+  kill(rank1, SIGKILL);  // in case it survived
+  EXPECT_NE(rc, -1) << "the job must end by itself when a rank hangs";
+  EXPECT_NE(rc, 0);
+  EXPECT_NE(read_all(log).find("no answer from the other ranks"), std::string::npos) << read_all(log);
+}
