@@ -135,7 +135,7 @@ class Tok:
             budget = max_length - (3 if b is not None else 2)
             if b is None:
                 a = a[:budget]
-            else:  # longest_first: drop from the longer, ties from the second... HF drops from the first on ties
+            else:  # drop from the longer one (approximates HF longest_first; no fixture pair is truncated)
                 while len(a) + len(b) > budget:
                     if len(a) > len(b):
                         a = a[:-1]

@@ -4,6 +4,7 @@
 
 #include <filesystem>
 #include <nlohmann/json.hpp>
+#include <zlib.h>
 
 #include "io/npy.h"
 #include "io/safetensors.h"
@@ -208,6 +209,16 @@ TEST(EmbedCli, NpyAndJsonlMatchPyTorchWhateverTheBatch) {
   ASSERT_EQ(r.exit_code, 0) << r.describe();
   EXPECT_EQ(r.err, "");
   EXPECT_LE(max_abs_diff(rows_of_jsonl(r.out), e.get("embeddings")), 1e-5);
+  // the same lines gzip-compressed
+  gzFile gz = gzopen((t.path + "/in.txt.gz").c_str(), "wb");
+  ASSERT_TRUE(gz != nullptr);
+  std::string text = test::slurp(in);
+  ASSERT_EQ(gzwrite(gz, text.data(), (unsigned)text.size()), (int)text.size());
+  gzclose(gz);
+  r = test::run_tfm_in(t.path, {"embed", "--model", fixture("st_multi"), "-i", t.path + "/in.txt.gz", "--no-prompt",
+                                "-o", t.path + "/gz.npy"});
+  ASSERT_EQ(r.exit_code, 0) << r.describe();
+  EXPECT_LE(max_abs_diff(load_npy(t.path + "/gz.npy"), e.get("embeddings")), 1e-5);
 }
 
 // Input order is kept across length buckets and chunks; CRLF line ends read as LF.

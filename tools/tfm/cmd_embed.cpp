@@ -1,7 +1,9 @@
 // tfm embed: sentence embeddings of every line of a file, as SentenceTransformer.encode() gives them.
 // Lines are read in chunks, tokenized in parallel, sorted by length into batches of similar lengths (little
 // padding), embedded, and written back in input order, so memory stays bounded for any number of lines.
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <zlib.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -21,44 +23,73 @@ namespace tfm::cli {
 
 namespace {
 
-// Reads lines from a FILE* ('\n' separated, one trailing '\r' removed), counting bytes for the progress ETA.
+// Reads lines ('\n' separated, one trailing '\r' removed) from a plain or gzip file or stdin (zlib reads both),
+// counting the file bytes consumed for the progress ETA. Lines may hold any byte, NUL included.
 struct LineReader {
-  std::FILE* f = nullptr;
-  bool owned = false;
+  gzFile gz = nullptr;
   std::string name;
   int64_t line_no = 0, bytes = 0, total_bytes = -1;  // total_bytes: -1 when unknown (a pipe)
-  char* buf = nullptr;
-  size_t cap = 0;
+  std::string buf;
+  size_t pos = 0;
+  bool eof = false;
   ~LineReader() {
-    std::free(buf);
-    if (owned && f) std::fclose(f);
+    if (gz) gzclose(gz);
   }
   void open(const std::string& path) {
+    int fd = 0;
     if (path == "-") {
-      f = stdin;
       name = "<stdin>";
+      fd = dup(0);
     } else {
-      f = std::fopen(path.c_str(), "rb");
-      if (!f) throw std::runtime_error(path + ": cannot open: " + std::strerror(errno));
-      owned = true;
       name = path;
+      fd = ::open(path.c_str(), O_RDONLY);
+      if (fd < 0) throw std::runtime_error(path + ": cannot open: " + std::strerror(errno));
     }
     struct stat sb;
-    if (fstat(fileno(f), &sb) == 0 && S_ISREG(sb.st_mode)) total_bytes = sb.st_size;
-    if (fstat(fileno(f), &sb) == 0 && S_ISDIR(sb.st_mode)) throw std::runtime_error(path + ": is a folder");
+    if (fstat(fd, &sb) == 0 && S_ISDIR(sb.st_mode)) {
+      ::close(fd);
+      throw std::runtime_error(path + ": is a folder");
+    }
+    if (fstat(fd, &sb) == 0 && S_ISREG(sb.st_mode)) total_bytes = sb.st_size;
+    gz = gzdopen(fd, "rb");
+    if (!gz) {
+      ::close(fd);
+      throw std::runtime_error(name + ": cannot open");
+    }
   }
   bool next(std::string& line) {
-    errno = 0;
-    ssize_t n = getline(&buf, &cap, f);
-    if (n < 0) {
-      if (std::ferror(f)) throw std::runtime_error(name + ": read error: " + std::strerror(errno ? errno : EIO));
-      return false;
+    for (;;) {
+      size_t nl = buf.find('\n', pos);
+      if (nl != std::string::npos) {
+        line.assign(buf, pos, nl - pos);
+        pos = nl + 1;
+        break;
+      }
+      if (eof) {
+        if (pos >= buf.size()) return false;
+        line.assign(buf, pos, std::string::npos);
+        pos = buf.size();
+        break;
+      }
+      buf.erase(0, pos);
+      pos = 0;
+      char tmp[1 << 16];
+      int n = gzread(gz, tmp, sizeof tmp);
+      if (n < 0) {
+        int err = 0;
+        throw std::runtime_error(name + ": read error: " + gzerror(gz, &err));
+      }
+      if (n == 0) eof = true;
+      buf.append(tmp, (size_t)n);
+      bytes = gzoffset(gz) >= 0 ? (int64_t)gzoffset(gz) : bytes + n;
+      if (n == 0) {  // a truncated .gz reads as end of file; gzerror tells
+        int err = 0;
+        const char* msg = gzerror(gz, &err);
+        if (err != Z_OK && err != Z_STREAM_END) throw std::runtime_error(name + ": read error: " + msg);
+      }
     }
-    bytes += n;
     ++line_no;
-    if (n > 0 && buf[n - 1] == '\n') --n;
-    if (n > 0 && buf[n - 1] == '\r') --n;
-    line.assign(buf, (size_t)n);
+    if (!line.empty() && line.back() == '\r') line.pop_back();
     return true;
   }
 };
@@ -172,7 +203,7 @@ void add_embed_command(CLI::App& app) {
   cmd->add_option("--model", o->model,
                   "sentence-transformers folder (modules.json), or a BERT folder with --pooling")
       ->required();
-  cmd->add_option("--input,-i", o->input, "Text file, one sentence a line, or - for stdin")->required();
+  cmd->add_option("--input,-i", o->input, "Text file (plain or .gz), one sentence a line, or - for stdin")->required();
   cmd->add_option("--output,-o", o->output, "out.npy or out.jsonl (default: JSON lines on stdout)");
   cmd->add_flag("--normalize", o->normalize, "L2-normalise the vectors (added when the folder has no Normalize)");
   cmd->add_option("--pooling", o->pooling,
