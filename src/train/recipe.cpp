@@ -560,7 +560,7 @@ RecipeResult run_recipe(const RecipeConfig& cfg_in, const std::string& out, bool
     if (progress) std::fprintf(stderr, "resuming at epoch %lld, batch %lld/%lld, step %lld\n", (long long)epoch,
                                (long long)batch_pos, (long long)nb, (long long)step);
     if (st.world_size != world_size)  // said even with --no-progress
-      std::fprintf(stderr, "the checkpoint was written by %lld ranks, continuing on %d: same global batches and "
+      std::fprintf(stderr, "the checkpoint was written by world_size %lld, continuing with world_size %d: same global batches and "
                    "dropout masks, equal to a %lld-rank run within floating-point tolerance (not bit for bit)\n",
                    (long long)st.world_size, world_size, (long long)st.world_size);
   } else if (!resume) {
