@@ -51,7 +51,8 @@ for kind in shared static; do
   check "find_package $kind" "$tmp/build-$kind/embed" "$tmp/build-$kind/translate"
 done
 # The shared build loads the installed libtfm.so, not the build tree's.
-ldd "$tmp/build-shared/embed" | grep -q "$prefix/lib/libtfm.so" || { ldd "$tmp/build-shared/embed"; exit 1; }
+libs=$(ldd "$tmp/build-shared/embed")  # not piped into grep -q: under pipefail an early exit is a SIGPIPE failure
+grep -q "$prefix/lib/libtfm.so" <<< "$libs" || { echo "$libs"; exit 1; }
 
 # pkg-config, as a Makefile would use it.
 export PKG_CONFIG_PATH=$prefix/lib/pkgconfig
