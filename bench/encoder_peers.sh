@@ -49,6 +49,9 @@ if [[ -n "${WEIGHTS_DIR:-}" ]]; then mkdir -p "$tmp/bert" && cp "$WEIGHTS_DIR"/c
 else $PY bench/bert_pytorch.py make-weights "$tmp/bert"; fi
 cp "$DATA/bert-base-uncased/vocab.txt" "$DATA/bert-base-uncased/tokenizer_config.json" "$tmp/bert/"
 export OMP_NUM_THREADS=$THREADS
+# tfm sets this itself (tools/tfm/main.cpp, BENCHMARKS.md "Threads waiting at barriers"); bench_encoder and
+# PyTorch (also libgomp) get it here. With libgomp's default spin a run on shared cores was 5-10x slower.
+export GOMP_SPINCOUNT=${GOMP_SPINCOUNT:-1000}
 run=()
 [[ -n "${NICE:-}" ]] && run=(nice -n "$NICE")
 

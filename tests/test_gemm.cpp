@@ -84,6 +84,11 @@ TEST(PackedLinear, F32MatchesReferenceWithFusedBiasAndActivation) {
 TEST(PackedLinear, Bf16AndInt8CloseToFp32) {
   const int64_t N = 33, I = 768, O = 300;
   auto w = random_vec(O * I, 10, -0.05f, 0.05f), b = random_vec(O, 11), x = random_vec(N * I, 12, -2.0f, 2.0f);
+  // Rows (and tokens) of different magnitude, so a per-row scale applied to the wrong row shows.
+  for (int64_t o = 0; o < O; ++o)
+    for (int64_t i = 0; i < I; ++i) w[o * I + i] *= 1.0f + (float)(o % 7);
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t i = 0; i < I; ++i) x[n * I + i] *= 0.25f + (float)(n % 5);
   std::vector<float> yr(N * O);
   linear_forward_ref(yr.data(), x.data(), w.data(), b.data(), N, I, O);
   activation_forward_ref(yr.data(), yr.data(), N * O, Activation::Gelu);

@@ -12,7 +12,8 @@ namespace tfm {
 // none): without "pooler.dense.*" the model loads and EncoderOutput::pooler_output stays undefined.
 // Throws std::runtime_error on a missing tensor or a shape mismatch.
 // Linear weights are packed for `dtype` at load (query/key/value as one GEMM) and their file pages released;
-// embeddings, LayerNorm, softmax and residuals stay fp32.
+// embeddings, LayerNorm, softmax and residuals stay fp32. Weights stored prequantised by `tfm convert --dtype
+// int8` (I8 + "<name>_scale") are used as stored, in int8, whatever `dtype` says.
 std::unique_ptr<EncoderModel> make_bert(const EncoderConfig& config, WeightSource& weights,
                                         ops::ComputeType dtype = ops::ComputeType::F32);
 }  // namespace tfm

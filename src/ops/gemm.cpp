@@ -320,8 +320,10 @@ void PackedLinear::forward(float* out, const float* inp, int64_t N, Epilogue ep)
       const float s = rs[n];
 #pragma omp simd
       for (int64_t o = 0; o < O; ++o) y[o] = y[o] * (s * ws[o]) + (bias ? bias[o] : 0.0f);
-      if (ep != Epilogue::None) activation_forward(y, y, O, act);
     }
+    // One call over the whole output (it parallelises itself); per-row calls from inside the loop above cost a
+    // nested OpenMP region each.
+    if (ep != Epilogue::None) activation_forward(out, out, N * O, act);
   }
 }
 
