@@ -207,3 +207,25 @@ TEST(Dtypes, ConvertRoundTripsToTheSameModel) {
   }
   fs::remove_all(tmp);
 }
+
+// tfm translate --dtype: the trained d2l fixture model (prepare_inference packs the seq2seq weights) gives the
+// fp32 translations in bf16 and int8 on these short sentences, greedy and beam 3.
+TEST(Dtypes, TranslateBf16AndInt8MatchFp32OnTheTrainedFixture) {
+  auto run = [](const std::string& args) {
+    const std::string cmd = std::string(TFM_BINARY) + " translate --model " + fixture("d2l_trained") +
+                            " --threads 2 " + args + " 'go .' 'i lost .' \"he's calm .\" \"i'm home .\" 2>&1";
+    std::string out;
+    FILE* p = ::popen(cmd.c_str(), "r");
+    char buf[4096];
+    size_t n;
+    while (p && (n = std::fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+    EXPECT_EQ(p ? ::pclose(p) : -1, 0) << cmd << "\n" << out;
+    return out;
+  };
+  for (const std::string beam : {"--beam 1", "--beam 3"}) {
+    const std::string fp32 = run(beam + " --dtype fp32");
+    EXPECT_NE(fp32.find("j'ai perdu ."), std::string::npos) << fp32;
+    EXPECT_EQ(run(beam + " --dtype bf16"), fp32);
+    EXPECT_EQ(run(beam + " --dtype int8"), fp32);
+  }
+}
