@@ -2,6 +2,7 @@
 // several std::threads (these also run under the sanitizers, where the Python suite does not).
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -37,6 +38,33 @@ TEST(Api, EncoderForwardMatchesPyTorch) {
   EXPECT_TRUE(tfm::test::all_close(out.data(), ref.f32(), ref.numel(), 1e-4f, 1e-4f));
 }
 
+// bf16 / int8 (oneDNN) against the fp32 PyTorch golden, per token: cosine >= 0.9999 / 0.999, and not equal to
+// our fp32 output (the dtype reached the kernels).
+TEST(Api, EncoderDtypesStayCloseToPyTorchFp32) {
+  BertGolden g;
+  const tfm::Tensor ref = g.io.get("last_hidden_state");
+  const tfm::FloatArray fp32 = tfm::Encoder(fixture("bert")).forward(g.inputs());
+  for (auto [dtype, min_cos] : {std::pair{"bf16", 0.9999}, std::pair{"int8", 0.999}}) {
+    tfm::Encoder enc(fixture("bert"), tfm::EncoderOptions{dtype, 1});
+    EXPECT_EQ(enc.dtype(), dtype);
+    const tfm::FloatArray out = enc.forward(g.inputs());
+    ASSERT_EQ(out.shape(), (std::vector<int64_t>{3, 6, 32}));
+    double worst = 1;
+    for (int64_t t = 0; t < 18; ++t) {
+      if (g.mask[t] == 0) continue;
+      double dot = 0, na = 0, nb = 0;
+      for (int64_t k = 0; k < 32; ++k) {
+        const double a = out[t * 32 + k], b = ref.f32()[t * 32 + k];
+        dot += a * b, na += a * a, nb += b * b;
+      }
+      worst = std::min(worst, dot / std::sqrt(na * nb));
+    }
+    EXPECT_GE(worst, min_cos) << dtype;
+    EXPECT_FALSE(std::equal(out.begin(), out.end(), fp32.begin())) << dtype << " computed exactly as fp32";
+  }
+  EXPECT_EQ(tfm::Encoder(fixture("bert"), tfm::EncoderOptions{"bfloat16", 1}).dtype(), "bf16");
+}
+
 TEST(Api, EncoderIsSafeToShareBetweenThreads) {
   BertGolden g;
   tfm::Encoder enc(fixture("bert"), tfm::EncoderOptions{"fp32", 2});
@@ -63,10 +91,10 @@ TEST(Api, ErrorsHaveTheirTypesAndMessages) {
     EXPECT_NE(std::string(e.what()).find("no_such_model: no such model folder"), std::string::npos) << e.what();
   }
   try {
-    tfm::Encoder enc(fixture("bert"), tfm::EncoderOptions{"int8", 0});
-    FAIL() << "accepted dtype int8";
+    tfm::Encoder enc(fixture("bert"), tfm::EncoderOptions{"fp16", 0});
+    FAIL() << "accepted dtype fp16";
   } catch (const std::invalid_argument& e) {
-    EXPECT_STREQ(e.what(), "dtype 'int8' is not supported by this build (supported: fp32)");
+    EXPECT_STREQ(e.what(), "unknown dtype 'fp16' (expected fp32, bf16 or int8)");
   }
   tfm::Encoder enc(fixture("bert"));
   const int64_t bad[2] = {1, 60};
@@ -119,4 +147,29 @@ TEST(Api, BleuTakesReferencesFirst) {
   EXPECT_EQ(s.hyp_len, 3);
   EXPECT_EQ(s.ref_len, 7);
   EXPECT_EQ(s.format().rfind("BLEU = ", 0), 0u);
+}
+
+TEST(Api, ClassifierMatchesPyTorch) {
+  tfm::SafeTensors e = tfm::SafeTensors::open(fixture("heads_seqcls/expected.safetensors"));
+  std::ifstream f(fixture("st_mean/sentences.txt"));
+  std::vector<std::string> s;
+  for (std::string line; std::getline(f, line);) s.push_back(line);
+  const tfm::Classifier c(fixture("heads_seqcls"), tfm::ClassifierOptions{1});
+  EXPECT_EQ(c.labels(), (std::vector<std::string>{"negative", "neutral", "positive"}));
+  const tfm::Tensor want = e.get("logits"), scores = e.get("scores");
+  const tfm::FloatArray lg = c.logits(s, {"", 0, 3});
+  ASSERT_EQ(lg.shape(), (std::vector<int64_t>{8, 3}));
+  EXPECT_TRUE(tfm::test::all_close(lg.data(), want.f32(), 24, 1e-4f, 1e-4f));
+  const std::vector<tfm::Classification> r = c.classify(s);
+  ASSERT_EQ(r.size(), 8u);
+  for (size_t b = 0; b < 8; ++b) {
+    const float* row = scores.f32() + b * 3;
+    const int64_t k = std::max_element(row, row + 3) - row;
+    EXPECT_EQ(r[b].label(), c.labels()[k]) << b;
+    EXPECT_NEAR(r[b].score(), row[k], 1e-4) << b;
+    ASSERT_EQ(r[b].scores.size(), 3u);
+    EXPECT_GE(r[b].scores[0], r[b].scores[1]);
+  }
+  EXPECT_THROW(c.classify({"hello"}, {"tanh"}), std::invalid_argument);
+  EXPECT_THROW(tfm::Classifier(fixture("heads_mlm")), std::runtime_error);
 }

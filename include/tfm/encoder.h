@@ -4,6 +4,7 @@
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -13,8 +14,11 @@
 namespace tfm {
 
 struct EncoderOptions {
-  /// Compute type of the weights and activations. This build computes in "fp32" only; any other value throws
-  /// std::invalid_argument naming the supported ones.
+  /// Compute type of the Linear layers (oneDNN): "fp32" (or "float32"); "bf16" (or "bfloat16": weights and
+  /// input rows rounded to bf16, fp32 accumulation); "int8" (dynamic quantisation: s8 weights, one scale per
+  /// output row, each input row quantised at run time, int32 accumulation). Embeddings, LayerNorm and softmax stay
+  /// fp32. Any other value throws std::invalid_argument naming the accepted ones; a CPU without a oneDNN kernel
+  /// for it throws std::runtime_error.
   std::string dtype = "fp32";
   /// OpenMP / BLAS threads of each call, set on the calling thread (0 = all cores).
   int threads = 0;
@@ -29,11 +33,19 @@ struct EncoderInputs {
 };
 
 struct EmbedOptions {
+  /// "" (default): a sentence-transformers folder's own Pooling module (modules.json), else "mean".
   /// "mean": average of last_hidden_state over the tokens with attention_mask 1 (special tokens included, as
   /// sentence-transformers' Pooling(pooling_mode_mean_tokens) computes it); "cls": the [CLS] (first) token's vector.
-  std::string pooling = "mean";
-  bool normalize = false;         ///< divide each embedding by its L2 norm (sentence-transformers Normalize)
-  int64_t max_length = 0;         ///< truncate texts to this many tokens (0 = error when over the model's limit)
+  /// A sentence-transformers folder also takes its other modes ("max", "mean_sqrt_len", "weightedmean",
+  /// "lasttoken", several joined by "+"), replacing its Pooling module's.
+  std::string pooling;
+  /// Divide each embedding by its L2 norm (sentence-transformers Normalize). Unset: as the folder's modules.json
+  /// says (Normalize module or not), false for a plain folder. false on a folder with a Normalize module throws
+  /// std::invalid_argument (the module cannot be skipped).
+  std::optional<bool> normalize;
+  /// Truncate texts to this many tokens (0: a sentence-transformers folder's max_seq_length; for a plain folder an
+  /// error when a text is over the model's limit).
+  int64_t max_length = 0;
   int64_t batch_size = 32;        ///< texts per forward pass
 };
 
@@ -55,9 +67,11 @@ class Encoder {
   FloatArray forward(const EncoderInputs& inputs) const;
   /// forward() on a tokenizer's batch.
   FloatArray forward(const TokenBatch& batch) const;
-  /// One vector per text, [texts.size(), hidden_size] float32: tokenize (special tokens added), forward, pool.
-  /// Throws std::invalid_argument for an empty list, an unknown pooling, text over the model's length (unless
-  /// max_length), invalid UTF-8; std::runtime_error when the folder has no tokenizer.
+  /// One vector per text, [texts.size(), embedding_dim()] float32: tokenize (special tokens added), forward, pool.
+  /// A folder with modules.json runs its sentence-transformers pipeline as SentenceTransformer.encode() does
+  /// (default prompt, lowercasing, max_seq_length truncation, Pooling, Dense, Normalize; computed in fp32 whatever
+  /// the dtype). Throws std::invalid_argument for an empty list, an unknown pooling, text over the model's length
+  /// (unless max_length), invalid UTF-8; std::runtime_error when the folder has no tokenizer.
   FloatArray embed(const std::vector<std::string>& texts, const EmbedOptions& options = {}) const;
 
   /// The folder's tokenizer. Throws std::runtime_error when it has none.
@@ -65,9 +79,13 @@ class Encoder {
   bool has_tokenizer() const;
   std::string model_type() const;  ///< "bert" or "transformer_encoder"
   int64_t hidden_size() const;
+  /// Width of embed()'s vectors with default options: the sentence-transformers pipeline's output (after Dense),
+  /// else hidden_size.
+  int64_t embedding_dim() const;
+  bool is_sentence_transformer() const;  ///< the folder has modules.json
   int64_t vocab_size() const;
   int64_t max_position_embeddings() const;  ///< tokens
-  const std::string& dtype() const;
+  const std::string& dtype() const;  ///< "fp32", "bf16" or "int8" (aliases normalised)
   int threads() const;
 
  private:

@@ -11,6 +11,9 @@ namespace tfm {
 
 struct TranslatorOptions {
   int threads = 0;  ///< OpenMP / BLAS threads of each call, set on the calling thread (0 = all cores)
+  /// Compute type of the encoder and decoder Linear layers: "fp32", "bf16" or "int8" (see EncoderOptions::dtype;
+  /// the output projection stays fp32). Anything else throws std::invalid_argument.
+  std::string dtype = "fp32";
 };
 
 struct TranslateOptions {
@@ -39,7 +42,7 @@ class Translator {
  public:
   /// Loads `model_dir`/config.json, model.safetensors and the vocabularies. Throws tfm::FileNotFoundError for a
   /// missing folder or file, std::runtime_error for a malformed or inconsistent one (the message names it),
-  /// std::invalid_argument for threads < 0.
+  /// std::invalid_argument for an unknown dtype or threads < 0.
   explicit Translator(const std::string& model_dir, const TranslatorOptions& options = {});
   ~Translator();
   Translator(Translator&&) noexcept;
@@ -55,6 +58,7 @@ class Translator {
 
   int64_t num_steps() const;  ///< the model's default decoding limit (tokens)
   bool subword() const;       ///< SentencePiece model (else d2l word vocabularies)
+  const std::string& dtype() const;  ///< "fp32", "bf16" or "int8"
 
  private:
   struct Impl;

@@ -133,7 +133,8 @@ PYBIND11_MODULE(_tfm, m) {
              return tfm::Encoder(dir, o);
            }),
            py::arg("model_dir"), py::arg("dtype") = "fp32", py::arg("threads") = 0,
-           "dtype: compute type ('fp32' in this build); threads: threads per call (0 = all cores)")
+           "dtype: compute type of the Linear layers, 'fp32', 'bf16' or 'int8' (ValueError otherwise); threads: "
+           "threads per call (0 = all cores)")
       .def(
           "forward",
           [](const tfm::Encoder& e, const py::object& input_ids, const py::object& attention_mask,
@@ -167,8 +168,8 @@ PYBIND11_MODULE(_tfm, m) {
           "attention_mask (1 = attend, 0 = padding; None = all ones), token_type_ids (None = zeros)")
       .def(
           "embed",
-          [](const tfm::Encoder& e, const py::object& texts, bool normalize, const std::string& pooling,
-             int64_t max_length, int64_t batch_size) {
+          [](const tfm::Encoder& e, const py::object& texts, std::optional<bool> normalize,
+             const std::string& pooling, int64_t max_length, int64_t batch_size) {
             tfm::EmbedOptions o;
             o.normalize = normalize;
             o.pooling = pooling;
@@ -182,31 +183,104 @@ PYBIND11_MODULE(_tfm, m) {
             }
             return to_numpy(out);
           },
-          py::arg("texts"), py::arg("normalize") = false, py::arg("pooling") = "mean", py::arg("max_length") = 0,
+          py::arg("texts"), py::arg("normalize") = py::none(), py::arg("pooling") = "", py::arg("max_length") = 0,
           py::arg("batch_size") = 32,
-          "One vector per text, [len(texts), hidden_size] float32: pooling 'mean' (over tokens with attention "
-          "mask 1) or 'cls'; normalize divides by the L2 norm")
+          "One vector per text, [len(texts), embedding_dim] float32. A sentence-transformers folder (modules.json) "
+          "runs its pipeline as SentenceTransformer.encode(): pooling '' = its own Pooling module (or 'mean', "
+          "'cls', 'max', ... joined by '+'), normalize None = as its modules.json says. A plain folder: pooling "
+          "'mean' (default, over tokens with attention mask 1) or 'cls'; normalize=True divides by the L2 norm")
       .def_property_readonly("tokenizer", &tfm::Encoder::tokenizer, py::return_value_policy::reference_internal)
       .def_property_readonly("has_tokenizer", &tfm::Encoder::has_tokenizer)
       .def_property_readonly("model_type", &tfm::Encoder::model_type)
       .def_property_readonly("hidden_size", &tfm::Encoder::hidden_size)
+      .def_property_readonly("embedding_dim", &tfm::Encoder::embedding_dim)
+      .def_property_readonly("is_sentence_transformer", &tfm::Encoder::is_sentence_transformer)
       .def_property_readonly("vocab_size", &tfm::Encoder::vocab_size)
       .def_property_readonly("max_position_embeddings", &tfm::Encoder::max_position_embeddings)
       .def_property_readonly("dtype", &tfm::Encoder::dtype)
       .def_property_readonly("threads", &tfm::Encoder::threads);
 
+  // ------------------------------------------------------------------ Classifier
+  py::class_<tfm::Classifier>(m, "Classifier",
+                              "BertForSequenceClassification folder (config.json id2label, model.safetensors, "
+                              "tokenizer). Thread-safe; the GIL is released while it computes.")
+      .def(py::init([](const py::object& path, int threads) {
+             const std::string dir = path_arg(path);
+             tfm::ClassifierOptions o;
+             o.threads = threads;
+             py::gil_scoped_release nogil;
+             return tfm::Classifier(dir, o);
+           }),
+           py::arg("model_dir"), py::arg("threads") = 0)
+      .def(
+          "classify",
+          [](const tfm::Classifier& c, const py::object& texts, bool all_scores, const std::string& function,
+             int64_t max_length, int64_t batch_size) -> py::list {
+            tfm::ClassifyOptions o;
+            o.function = function;
+            o.max_length = max_length;
+            o.batch_size = batch_size;
+            std::vector<std::string> t = string_list(texts, "texts");
+            std::vector<tfm::Classification> r;
+            {
+              py::gil_scoped_release nogil;
+              r = c.classify(t, o);
+            }
+            py::list out;
+            for (const auto& x : r) {
+              auto entry = [&](size_t k) {
+                py::dict d;
+                d["label"] = x.labels[k];
+                d["score"] = (double)x.scores[k];
+                return d;
+              };
+              if (!all_scores) {
+                out.append(entry(0));
+                continue;
+              }
+              py::list all;
+              for (size_t k = 0; k < x.labels.size(); ++k) all.append(entry(k));
+              out.append(all);
+            }
+            return out;
+          },
+          py::arg("texts"), py::arg("all_scores") = false, py::arg("function") = "", py::arg("max_length") = 0,
+          py::arg("batch_size") = 32,
+          "Per text {'label': str, 'score': float} of the best label, as `tfm classify` prints; all_scores=True: "
+          "a list of every label's, best first. function: '' (the pipeline default), 'softmax', 'sigmoid', 'none'")
+      .def(
+          "logits",
+          [](const tfm::Classifier& c, const py::object& texts, int64_t max_length, int64_t batch_size) {
+            tfm::ClassifyOptions o;
+            o.max_length = max_length;
+            o.batch_size = batch_size;
+            std::vector<std::string> t = string_list(texts, "texts");
+            tfm::FloatArray out;
+            {
+              py::gil_scoped_release nogil;
+              out = c.logits(t, o);
+            }
+            return to_numpy(out);
+          },
+          py::arg("texts"), py::arg("max_length") = 0, py::arg("batch_size") = 32,
+          "The head's logits [len(texts), num_labels] float32")
+      .def_property_readonly("labels", &tfm::Classifier::labels)
+      .def_property_readonly("num_labels", &tfm::Classifier::num_labels);
+
   // ------------------------------------------------------------------ Translator
   py::class_<tfm::Translator>(m, "Translator",
                               "transformer_seq2seq model folder from `tfm train` or the d2l reference. Calls from "
                               "several threads are safe and run one at a time.")
-      .def(py::init([](const py::object& path, int threads) {
+      .def(py::init([](const py::object& path, const std::string& dtype, int threads) {
              const std::string dir = path_arg(path);
              tfm::TranslatorOptions o;
+             o.dtype = dtype;
              o.threads = threads;
              py::gil_scoped_release nogil;
              return tfm::Translator(dir, o);
            }),
-           py::arg("model_dir"), py::arg("threads") = 0)
+           py::arg("model_dir"), py::arg("dtype") = "fp32", py::arg("threads") = 0,
+           "dtype: 'fp32', 'bf16' or 'int8' (encoder and decoder Linear layers); threads: threads per call")
       .def(
           "translate_batch",
           [](const tfm::Translator& t, const py::object& sentences, int64_t beam_size, float length_penalty,
@@ -236,7 +310,8 @@ PYBIND11_MODULE(_tfm, m) {
           "Translate a list of sentences: a list of str, or with return_scores a list of (text, score), score = "
           "log p(text + <eos>) / ((5 + length) / 6) ** length_penalty (natural log; length in tokens with <eos>)")
       .def_property_readonly("num_steps", &tfm::Translator::num_steps)
-      .def_property_readonly("subword", &tfm::Translator::subword);
+      .def_property_readonly("subword", &tfm::Translator::subword)
+      .def_property_readonly("dtype", &tfm::Translator::dtype);
 
   // ------------------------------------------------------------------ BLEU
   py::module_ bleu = m.def_submodule("bleu", "BLEU: sacreBLEU's corpus BLEU and d2l's sentence BLEU");

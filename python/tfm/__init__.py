@@ -3,9 +3,10 @@
     import tfm
     tok = tfm.Tokenizer("path/to/bert")                  # tokenizer.json or vocab.txt
     batch = tok(["a sentence", "another"])              # dict of int64 numpy arrays [batch, length]
-    enc = tfm.Encoder("path/to/bert", dtype="fp32", threads=2)
+    enc = tfm.Encoder("path/to/bert", dtype="fp32", threads=2)   # or "bf16", "int8"
     hidden = enc.forward(**batch)                        # float32 [batch, length, hidden_size]
     vectors = enc.embed(["a sentence"], normalize=True)  # float32 [1, hidden_size]
+    tfm.Classifier("path/to/bert-classifier").classify(["great!"])  # [{"label": ..., "score": ...}]
     tr = tfm.Translator("path/to/seq2seq")
     tr.translate_batch(["go ."], beam_size=4, length_penalty=0.6, return_scores=True)  # [(text, score)]
     tfm.bleu.corpus(refs, hyps).score                    # sacreBLEU's corpus BLEU
@@ -17,6 +18,7 @@ Errors are ValueError (bad arguments, arrays or text), FileNotFoundError (missin
 import sys as _sys
 
 from ._tfm import (  # noqa: F401
+    Classifier,
     Encoder,
     Tokenizer,
     TrainProgress,

@@ -9,37 +9,34 @@
 #include "api/common.h"
 #include "api/impl.h"
 #include "models/encoder.h"
+#include "models/sentence_transformer.h"
+#include "ops/gemm.h"
+#include "text/text_file.h"
 
 namespace tfm {
 
 struct Encoder::Impl {
   std::unique_ptr<EncoderModel> model;
   std::optional<Tokenizer> tokenizer;
+  std::optional<SentenceTransformer> st;  // modules.json pipeline with the folder's own settings
+  std::string dir;
   std::string dtype;
   int threads = 0;
 };
 
-namespace {
-// The compute types this build has; the oneDNN backend adds "bf16" and "int8".
-const char* const kDtypes[] = {"fp32"};
-}  // namespace
-
 Encoder::Encoder(const std::string& model_dir, const EncoderOptions& options) : impl_(std::make_unique<Impl>()) {
-  bool known = false;
-  std::string names;
-  for (const char* d : kDtypes) known |= options.dtype == d, names += (names.empty() ? "" : ", ") + std::string(d);
-  if (!known)
-    throw std::invalid_argument("dtype '" + options.dtype + "' is not supported by this build (supported: " + names +
-                                ")");
+  const ops::ComputeType ct = ops::parse_compute_type(options.dtype);  // std::invalid_argument naming the accepted
   api::check_threads(options.threads);
   api::require_dir(model_dir, "model folder");
   api::require_file(model_dir + "/config.json");
   api::require_file(model_dir + "/model.safetensors");
-  impl_->dtype = options.dtype;
+  impl_->dtype = ops::compute_type_name(ct);
   impl_->threads = options.threads;
-  impl_->model = load_encoder(model_dir);
+  impl_->model = load_encoder(model_dir, ct);
+  impl_->dir = model_dir;
   std::error_code ec;
   namespace fs = std::filesystem;
+  if (fs::exists(model_dir + "/modules.json", ec)) impl_->st.emplace(SentenceTransformer::load(model_dir));
   if (fs::exists(model_dir + "/tokenizer.json", ec) || fs::exists(model_dir + "/vocab.txt", ec)) {
     impl_->tokenizer.emplace(model_dir);
     const int64_t tv = impl_->tokenizer->vocab_size(), mv = impl_->model->config().vocab_size;
@@ -83,9 +80,40 @@ FloatArray Encoder::forward(const TokenBatch& b) const {
 }
 
 FloatArray Encoder::embed(const std::vector<std::string>& texts, const EmbedOptions& o) const {
-  if (o.pooling != "mean" && o.pooling != "cls")
-    throw std::invalid_argument("pooling '" + o.pooling + "' is not supported (supported: mean, cls)");
+  if (texts.empty()) throw std::invalid_argument("texts is empty");
   if (o.batch_size < 1) throw std::invalid_argument("batch_size must be >= 1, got " + std::to_string(o.batch_size));
+  if (o.max_length < 0) throw std::invalid_argument("max_length must be >= 0, got " + std::to_string(o.max_length));
+  if (impl_->st) {
+    const SentenceTransformer* st = &*impl_->st;
+    std::optional<SentenceTransformer> custom;
+    const bool folder_normalizes = impl_->st->describe().find("Normalize") != std::string::npos;
+    if (o.normalize == false && folder_normalizes)
+      throw std::invalid_argument(impl_->dir + "/modules.json has a Normalize module: normalize=false cannot skip it");
+    if (!o.pooling.empty() || o.normalize == true || o.max_length > 0) {
+      SentenceTransformerOptions so;
+      so.pooling = o.pooling;
+      so.normalize = o.normalize.value_or(false);
+      so.max_seq_length = o.max_length;
+      custom.emplace(SentenceTransformer::load(impl_->dir, so));
+      st = &*custom;
+    }
+    api::apply_threads(impl_->threads);
+    const int64_t N = (int64_t)texts.size(), D = st->dimension();
+    Tensor result = Tensor::empty({N, D});
+    for (int64_t s = 0; s < N; s += o.batch_size) {
+      const int64_t n = std::min(o.batch_size, N - s);
+      for (int64_t i = s; i < s + n; ++i)
+        if (auto bad = find_invalid_utf8(texts[i]))
+          throw std::invalid_argument("text " + std::to_string(i) + ": invalid UTF-8 at byte offset " +
+                                      std::to_string(*bad));
+      Tensor e = st->encode(std::vector<std::string>(texts.begin() + s, texts.begin() + s + n));
+      std::copy(e.f32(), e.f32() + n * D, result.f32() + s * D);
+    }
+    return api::to_array(std::move(result));
+  }
+  const std::string pooling = o.pooling.empty() ? "mean" : o.pooling;
+  if (pooling != "mean" && pooling != "cls")
+    throw std::invalid_argument("pooling '" + pooling + "' is not supported (supported: mean, cls)");
   const Tokenizer& tok = tokenizer();
   TokenizeOptions to;
   to.max_length = o.max_length;
@@ -106,7 +134,7 @@ FloatArray Encoder::embed(const std::vector<std::string>& texts, const EmbedOpti
     for (int64_t r = 0; r < n; ++r) {
       float* dst = result.f32() + (s + r) * H;
       const float* hr = h.data() + r * L * H;
-      if (o.pooling == "cls") {
+      if (pooling == "cls") {
         std::copy(hr, hr + H, dst);
       } else {
         // sentence-transformers: sum(h * mask) / clamp(sum(mask), 1e-9), accumulated in double.
@@ -119,7 +147,7 @@ FloatArray Encoder::embed(const std::vector<std::string>& texts, const EmbedOpti
         }
         for (int64_t k = 0; k < H; ++k) dst[k] = (float)(acc[k] / std::max(count, 1e-9));
       }
-      if (o.normalize) {  // torch.nn.functional.normalize: x / max(||x||, 1e-12)
+      if (o.normalize.value_or(false)) {  // torch.nn.functional.normalize: x / max(||x||, 1e-12)
         double sq = 0;
         for (int64_t k = 0; k < H; ++k) sq += (double)dst[k] * dst[k];
         const double norm = std::max(std::sqrt(sq), 1e-12);
@@ -137,6 +165,8 @@ const Tokenizer& Encoder::tokenizer() const {
 bool Encoder::has_tokenizer() const { return impl_->tokenizer.has_value(); }
 std::string Encoder::model_type() const { return impl_->model->config().model_type; }
 int64_t Encoder::hidden_size() const { return impl_->model->config().hidden_size; }
+int64_t Encoder::embedding_dim() const { return impl_->st ? impl_->st->dimension() : hidden_size(); }
+bool Encoder::is_sentence_transformer() const { return impl_->st.has_value(); }
 int64_t Encoder::vocab_size() const { return impl_->model->config().vocab_size; }
 int64_t Encoder::max_position_embeddings() const { return impl_->model->config().max_position_embeddings; }
 const std::string& Encoder::dtype() const { return impl_->dtype; }

@@ -12,6 +12,7 @@
 #include "decode/search.h"
 #include "io/json_util.h"
 #include "models/seq2seq.h"
+#include "ops/gemm.h"
 #include "text/nmt_data.h"
 #include "text/subword.h"
 #include "text/text_file.h"
@@ -24,6 +25,7 @@ struct Translator::Impl {
   std::unique_ptr<SubwordModel> spm;        // joint SentencePiece model, or
   std::unique_ptr<Vocab> src_vocab, tgt_vocab;  // d2l word vocabularies
   int threads = 0;
+  std::string dtype;
   std::mutex mu;  // Seq2SeqModel keeps decoding scratch: one call at a time
 
   bool subword() const { return spm != nullptr; }
@@ -36,6 +38,7 @@ struct Translator::Impl {
 
 Translator::Translator(const std::string& dir, const TranslatorOptions& options) : impl_(std::make_unique<Impl>()) {
   namespace fs = std::filesystem;
+  const ops::ComputeType ct = ops::parse_compute_type(options.dtype);
   api::check_threads(options.threads);
   api::require_dir(dir, "model folder");
   api::require_file(dir + "/config.json");
@@ -67,6 +70,8 @@ Translator::Translator(const std::string& dir, const TranslatorOptions& options)
                                ", tgt_vocab_size " + std::to_string(c.tgt_vocab_size));
   }
   impl_->model->load(dir + "/model.safetensors");
+  impl_->model->prepare_inference(ct);  // as `tfm translate --dtype` does
+  impl_->dtype = ops::compute_type_name(ct);
 }
 Translator::~Translator() = default;
 Translator::Translator(Translator&&) noexcept = default;
@@ -74,45 +79,7 @@ Translator& Translator::operator=(Translator&&) noexcept = default;
 
 int64_t Translator::num_steps() const { return impl_->model->config().num_steps; }
 bool Translator::subword() const { return impl_->subword(); }
-
-namespace {
-double gnmt_lp(int64_t length, double alpha) { return alpha == 0 ? 1.0 : std::pow((5.0 + (double)length) / 6.0, alpha); }
-
-// log p(hyp_i [+ <eos>] | src_i) of each hypothesis, teacher-forced through the cached decoder with the same
-// positions as decoding. src: [N, Ls], src_vl: [N].
-std::vector<double> score_hypotheses(Seq2SeqModel& model, const std::vector<int64_t>& src,
-                                     const std::vector<int64_t>& src_vl, int64_t N, int64_t Ls,
-                                     const std::vector<Translation*>& hyps, const DecodeOptions& opt) {
-  const int64_t V = model.config().tgt_vocab_size;
-  int64_t T = 0;  // steps: tokens + the <eos> of finished hypotheses
-  for (const Translation* h : hyps) T = std::max<int64_t>(T, (int64_t)h->ids.size() + (h->finished ? 1 : 0));
-  std::vector<double> logp(N, 0.0);
-  if (T == 0) return logp;
-  Tensor enc = model.encode(src.data(), src_vl.data(), N, Ls);
-  DecoderCache cache;
-  model.start_decoding(cache, enc, src_vl.data(), T);
-  std::vector<int64_t> tokens(N, opt.bos_id);
-  std::vector<float> logits(N * V);
-  for (int64_t t = 0; t < T; ++t) {
-    model.decode_step(cache, tokens.data(), logits.data(), opt.position_mode);
-    for (int64_t b = 0; b < N; ++b) {
-      const Translation& h = *hyps[b];
-      const int64_t len = (int64_t)h.ids.size();
-      int64_t target = -1;
-      if (t < len) target = h.ids[t];
-      else if (t == len && h.finished) target = opt.eos_id;
-      tokens[b] = t < len ? h.ids[t] : opt.eos_id;  // rows past their end are fed <eos>, their logits unused
-      if (target < 0) continue;
-      const float* x = logits.data() + b * V;
-      const float mx = *std::max_element(x, x + V);
-      double sum = 0;
-      for (int64_t v = 0; v < V; ++v) sum += std::exp((double)x[v] - mx);
-      logp[b] += (double)x[target] - mx - std::log(sum);
-    }
-  }
-  return logp;
-}
-}  // namespace
+const std::string& Translator::dtype() const { return impl_->dtype; }
 
 std::vector<Translation> Translator::translate_batch(const std::vector<std::string>& sentences,
                                                      const TranslateOptions& o) const {
@@ -173,23 +140,24 @@ std::vector<Translation> Translator::translate_batch(const std::vector<std::stri
       std::copy(v.begin(), v.end(), ids.begin() + k * Ls);
       vl[k] = (int64_t)v.size();
     }
-    auto res = o.beam_size > 1 ? beam_search_batch(*I.model, ids.data(), vl.data(), (int64_t)n, Ls, opt)
-                               : greedy_decode(*I.model, ids.data(), vl.data(), (int64_t)n, Ls, opt);
-    std::vector<Translation*> hyps(n);
+    if (o.beam_size == 1 && !o.return_scores) {
+      auto res = greedy_decode(*I.model, ids.data(), vl.data(), (int64_t)n, Ls, opt);
+      for (size_t k = 0; k < n; ++k) {
+        Translation& t = out[order[s + k]];
+        t.ids = std::move(res[k]);
+        // Decoding stops at <eos> or after max_steps tokens (<eos> counted): a shorter output ended with <eos>.
+        t.finished = (int64_t)t.ids.size() < opt.max_steps;
+      }
+      continue;
+    }
+    // Beam search (beam_size 1 is greedy decoding) returns each hypothesis with its logp and ranking score.
+    auto res = beam_search_hypotheses(*I.model, ids.data(), vl.data(), (int64_t)n, Ls, opt);
     for (size_t k = 0; k < n; ++k) {
       Translation& t = out[order[s + k]];
-      t.ids = std::move(res[k]);
-      // Decoding stops at <eos> or after max_steps tokens (<eos> counted): a shorter output ended with <eos>.
-      t.finished = (int64_t)t.ids.size() < opt.max_steps;
-      hyps[k] = &t;
-    }
-    if (o.return_scores) {
-      // Search does not return its scores yet: score each hypothesis with the model.
-      std::vector<double> lp = score_hypotheses(*I.model, ids, vl, (int64_t)n, Ls, hyps, opt);
-      for (size_t k = 0; k < n; ++k) {
-        hyps[k]->logp = lp[k];
-        hyps[k]->score = lp[k] / gnmt_lp((int64_t)hyps[k]->ids.size() + (hyps[k]->finished ? 1 : 0), o.length_penalty);
-      }
+      Hypothesis& best = res[k].front();
+      t.ids = std::move(best.tokens);
+      t.finished = best.finished;
+      if (o.return_scores) t.logp = best.logp, t.score = best.score;
     }
   }
   for (Translation& t : out) {
