@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -19,6 +20,8 @@
 #include <thread>
 
 #include "io/npy.h"
+#include "io/safetensors.h"
+#include "run_tfm.h"
 #include "test_util.h"
 
 namespace tfm {
@@ -494,6 +497,193 @@ std::string dump_dom(const std::string& url, const std::string& dir) {
   std::stringstream ss;
   ss << std::ifstream(out).rdbuf();
   return ss.str();
+}
+
+// ------------------------------------------------------------------ sentence-transformers folders and task heads
+// Expected values are PyTorch's (tests/fixtures/*/expected.safetensors, expected.json from the fixture scripts).
+
+std::vector<std::string> st_sentences() {
+  std::stringstream ss(test::slurp(test::fixture("st_mean/sentences.txt")));
+  std::vector<std::string> v;
+  for (std::string line; std::getline(ss, line);) v.push_back(line);
+  return v;
+}
+
+// Largest |got[b][j] - want[b, j]| over a [B, D] reply; +inf when the shapes differ.
+double max_diff_rows(const json& got, const Tensor& want) {
+  const int64_t B = want.size(0), D = want.size(1);
+  if (!got.is_array() || (int64_t)got.size() != B) return INFINITY;
+  double d = 0;
+  for (int64_t b = 0; b < B; ++b) {
+    if (!got[b].is_array() || (int64_t)got[b].size() != D) return INFINITY;
+    for (int64_t j = 0; j < D; ++j) d = std::max(d, std::fabs(got[b][j].get<double>() - want.f32()[b * D + j]));
+  }
+  return d;
+}
+
+// /embed and /v1/embeddings give SentenceTransformer.encode's vectors: Pooling(mean) -> Normalize.
+TEST(ServeSentenceTransformer, MeanNormalizeFolderMatchesPyTorch) {
+  auto e = SafeTensors::open(test::fixture("st_mean/expected.safetensors"));
+  const Tensor want = e.get("embeddings");
+  ServeProcess s({"--model", test::fixture("st_mean"), "--quiet"});
+  ASSERT_GT(s.port(), 0) << s.log();
+  ASSERT_TRUE(s.wait_ready()) << s.log();
+  json info = http("GET", s.url("/info")).j();
+  EXPECT_EQ(info["hidden_size"], 32);
+  EXPECT_EQ(info["max_input_length"], 64);  // sentence_bert_config.json max_seq_length
+  EXPECT_NE(info["pooling"].get<std::string>().find("Normalize"), std::string::npos) << info;
+
+  const json body = {{"inputs", st_sentences()}};
+  Reply r = http("POST", s.url("/embed"), body.dump());
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_LE(max_diff_rows(r.j(), want), 1e-5);
+  // normalize false (TEI): no extra normalisation; the folder's own Normalize module still applies.
+  json raw = body;
+  raw["normalize"] = false;
+  r = http("POST", s.url("/embed"), raw.dump());
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_LE(max_diff_rows(r.j(), want), 1e-5);
+  // One sentence alone equals its row of the padded PyTorch batch.
+  r = http("POST", s.url("/embed"), json({{"inputs", st_sentences()[3]}}).dump());
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_LE(max_diff_rows(r.j(), Tensor::from_f32({1, 32}, std::vector<float>(want.f32() + 3 * 32,
+                                                                                   want.f32() + 4 * 32))), 1e-5);
+  r = http("POST", s.url("/v1/embeddings"), json({{"input", st_sentences()}, {"model", "st"}}).dump());
+  ASSERT_EQ(r.status, 200) << r.body;
+  json rows = json::array(), reply = r.j();
+  for (const auto& d : reply["data"]) rows.push_back(d["embedding"]);
+  EXPECT_LE(max_diff_rows(rows, want), 1e-5);
+  expect_error(http("POST", s.url("/embed_all"), R"({"inputs": "hello"})"), 501, "not_implemented", "/embed");
+  // No head: /predict and /rerank say so.
+  expect_error(http("POST", s.url("/predict"), R"({"inputs": "x"})"), 501, "not_implemented", "head");
+  expect_error(http("POST", s.url("/rerank"), R"({"query": "x", "texts": ["y"]})"), 501, "not_implemented",
+               "cross-encoder");
+  EXPECT_EQ(s.terminate(), 0) << s.log();
+
+  // --prompt-name query: the "query: " prompt of config_sentence_transformers.json.
+  ServeProcess q({"--model", test::fixture("st_mean"), "--quiet", "--prompt-name", "query"});
+  ASSERT_TRUE(q.wait_ready()) << q.log();
+  r = http("POST", q.url("/embed"), body.dump());
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_LE(max_diff_rows(r.j(), e.get("embeddings_query")), 1e-5);
+  EXPECT_EQ(q.terminate(), 0) << q.log();
+}
+
+// Every pooling mode concatenated -> Dense(tanh) -> Normalize, do_lower_case, max_seq_length 16, the default
+// prompt "query". Three sentences are longer than 16 tokens: 422 unless truncate (as sentence-transformers cuts).
+TEST(ServeSentenceTransformer, MultiPoolingDenseFolderMatchesPyTorch) {
+  auto e = SafeTensors::open(test::fixture("st_multi/expected.safetensors"));
+  ServeProcess s({"--model", test::fixture("st_multi"), "--quiet"});
+  ASSERT_TRUE(s.wait_ready()) << s.log();
+  EXPECT_EQ(http("GET", s.url("/info")).j()["hidden_size"], 16);
+  json body = {{"inputs", st_sentences()}};
+  expect_error(http("POST", s.url("/embed"), body.dump()), 422, "validation", "limit of 16");
+  body["truncate"] = true;
+  Reply r = http("POST", s.url("/embed"), body.dump());
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_LE(max_diff_rows(r.j(), e.get("embeddings_query")), 1e-5);
+  EXPECT_EQ(s.terminate(), 0) << s.log();
+
+  ServeProcess np({"--model", test::fixture("st_multi"), "--quiet", "--no-prompt", "--auto-truncate"});
+  ASSERT_TRUE(np.wait_ready()) << np.log();
+  r = http("POST", np.url("/v1/embeddings"), json({{"input", st_sentences()}}).dump());
+  ASSERT_EQ(r.status, 200) << r.body;
+  json rows = json::array(), reply = r.j();
+  for (const auto& d : reply["data"]) rows.push_back(d["embedding"]);
+  EXPECT_LE(max_diff_rows(rows, e.get("embeddings")), 1e-5);
+  EXPECT_EQ(np.terminate(), 0) << np.log();
+}
+
+// /predict with BertForSequenceClassification (3 labels, softmax), TEI's shape: [{score, label}] best first.
+TEST(ServeHeads, PredictMatchesPyTorch) {
+  auto e = SafeTensors::open(test::fixture("heads_seqcls/expected.safetensors"));
+  const Tensor logits = e.get("logits");
+  ASSERT_EQ(logits.size(1), 3);
+  const std::vector<std::string> labels = {"negative", "neutral", "positive"};
+  const std::vector<std::string> s8 = st_sentences();
+  ServeProcess s({"--model", test::fixture("heads_seqcls"), "--quiet"});
+  ASSERT_TRUE(s.wait_ready()) << s.log();
+  json batch = json::array();
+  for (const auto& t : s8) batch.push_back(json::array({t}));
+  for (bool raw : {false, true}) {
+    Reply r = http("POST", s.url("/predict"), json({{"inputs", batch}, {"raw_scores", raw}}).dump());
+    ASSERT_EQ(r.status, 200) << r.body;
+    json j = r.j();
+    ASSERT_EQ(j.size(), s8.size()) << r.body;
+    for (size_t b = 0; b < s8.size(); ++b) {
+      const float* l = logits.f32() + b * 3;
+      const double mx = std::max({l[0], l[1], l[2]});
+      const double z = std::exp(l[0] - mx) + std::exp(l[1] - mx) + std::exp(l[2] - mx);
+      ASSERT_EQ(j[b].size(), 3u) << r.body;
+      for (size_t k = 0; k < 3; ++k) {
+        const std::string label = j[b][k]["label"];
+        const size_t c = std::find(labels.begin(), labels.end(), label) - labels.begin();
+        ASSERT_LT(c, 3u) << label;
+        const double want = raw ? l[c] : std::exp(l[c] - mx) / z;
+        EXPECT_NEAR(j[b][k]["score"].get<double>(), want, 1e-5) << b << " " << label;
+        if (k) {
+          EXPECT_GE(j[b][k - 1]["score"].get<double>(), j[b][k]["score"].get<double>());
+        }
+      }
+    }
+  }
+  // One string: one list; the row equals that sentence's in the padded batch.
+  Reply one = http("POST", s.url("/predict"), json({{"inputs", s8[4]}, {"raw_scores", true}}).dump());
+  ASSERT_EQ(one.status, 200) << one.body;
+  ASSERT_TRUE(one.j()[0].is_object()) << one.body;
+  EXPECT_NEAR(one.j()[0]["score"].get<double>(), std::max({logits.f32()[12], logits.f32()[13], logits.f32()[14]}),
+              1e-5);
+  // A list of two strings is one (text, text_pair) pair, as TEI reads it.
+  Reply pair = http("POST", s.url("/predict"), R"({"inputs": ["the cat sat.", "the dog ran."]})");
+  ASSERT_EQ(pair.status, 200) << pair.body;
+  EXPECT_EQ(pair.j().size(), 3u) << pair.body;
+  expect_error(http("POST", s.url("/predict"), R"({"inputs": [["a", "b", "c"]]})"), 422, "validation", "inputs[0]");
+  expect_error(http("POST", s.url("/predict"), R"({"inputs": 3})"), 422, "validation", "inputs");
+  expect_error(http("POST", s.url("/rerank"), R"({"query": "x", "texts": ["y"]})"), 400, "not_a_reranker",
+               "3 labels");
+  EXPECT_EQ(http("GET", s.url("/info")).j()["labels"], json(labels));
+  EXPECT_EQ(s.terminate(), 0) << s.log();
+}
+
+// /rerank with a cross-encoder (one label, Sigmoid): tests/fixtures/heads_cross/expected.json's ranking.
+TEST(ServeHeads, RerankMatchesPyTorch) {
+  json j = json::parse(test::slurp(test::fixture("heads_cross/expected.json")));
+  auto e = SafeTensors::open(test::fixture("heads_cross/expected.safetensors"));
+  ServeProcess s({"--model", test::fixture("heads_cross"), "--quiet"});
+  ASSERT_TRUE(s.wait_ready()) << s.log();
+  json body = {{"query", j["query"]}, {"texts", j["passages"]}};
+  Reply r = http("POST", s.url("/rerank"), body.dump());
+  ASSERT_EQ(r.status, 200) << r.body;
+  json got = r.j();
+  ASSERT_EQ(got.size(), j["ranking"].size()) << r.body;
+  for (size_t k = 0; k < got.size(); ++k) {
+    EXPECT_EQ(got[k]["index"], j["ranking"][k]["index"]) << r.body;
+    EXPECT_NEAR(got[k]["score"].get<double>(), j["ranking"][k]["score"].get<double>(), 1e-5) << k;
+    EXPECT_FALSE(got[k].contains("text"));
+  }
+  body["raw_scores"] = true;
+  body["return_text"] = true;
+  r = http("POST", s.url("/rerank"), body.dump());
+  ASSERT_EQ(r.status, 200) << r.body;
+  for (const auto& x : r.j()) {
+    const int64_t i = x["index"];
+    EXPECT_NEAR(x["score"].get<double>(), e.get("logits").f32()[i], 1e-5) << i;
+    EXPECT_EQ(x["text"], j["passages"][i]);
+  }
+  expect_error(http("POST", s.url("/rerank"), R"({"query": "x", "texts": "y"})"), 422, "validation", "texts");
+  expect_error(http("POST", s.url("/rerank"), R"({"texts": ["y"]})"), 422, "validation", "query");
+  std::string long_text;
+  for (int i = 0; i < 80; ++i) long_text += "cat ";
+  expect_error(http("POST", s.url("/rerank"), json({{"query", "x"}, {"texts", json::array({long_text})}}).dump()), 422,
+               "validation", "limit of 64");
+  // /predict on the cross-encoder: sigmoid of the one logit for a (query, passage) pair.
+  Reply p = http("POST", s.url("/predict"),
+                 json({{"inputs", json::array({json::array({j["query"], j["passages"][1]})})}}).dump());
+  ASSERT_EQ(p.status, 200) << p.body;
+  EXPECT_NEAR(p.j()[0][0]["score"].get<double>(), 1.0 / (1.0 + std::exp(-e.get("logits").f32()[1])), 1e-5);
+  Reply met = http("GET", s.url("/metrics"));
+  EXPECT_NE(met.body.find("tfm_request_count{route=\"/rerank\"} 5"), std::string::npos) << met.body;
+  EXPECT_EQ(s.terminate(), 0) << s.log();
 }
 
 TEST(ServeBrowser, PageDrawsAttentionAndSimilarity) {

@@ -4,7 +4,10 @@
 #include <cmath>
 #include <filesystem>
 
+#include <utf8proc.h>
+
 #include "io/json_util.h"
+#include "models/sentence_transformer.h"
 #include "serve/requests.h"
 #include "text/nmt_data.h"
 
@@ -111,7 +114,95 @@ class EncoderEmbedding : public EmbeddingModel {
   std::unique_ptr<EncoderModel> model_;
 };
 
+// sentence-transformers' do_lower_case (str.lower, per code point), for measuring the untruncated length only.
+std::string lower_utf8(const std::string& s) {
+  std::string out;
+  const auto* p = (const utf8proc_uint8_t*)s.data();
+  for (utf8proc_ssize_t i = 0, n = (utf8proc_ssize_t)s.size(); i < n;) {
+    utf8proc_int32_t cp;
+    utf8proc_ssize_t k = utf8proc_iterate(p + i, n - i, &cp);
+    if (k <= 0) return s;  // invalid UTF-8: the tokenizer reports it
+    utf8proc_uint8_t buf[4];
+    out.append((const char*)buf, (size_t)utf8proc_encode_char(utf8proc_tolower(cp), buf));
+    i += k;
+  }
+  return out;
+}
+
+class SentenceTransformerEmbedding : public EmbeddingModel {
+ public:
+  SentenceTransformerEmbedding(const std::string& dir, const SentenceTransformerOptions& o)
+      : st_(SentenceTransformer::load(dir, o)) {
+    const std::string sb = dir + "/sentence_bert_config.json";
+    if (std::filesystem::exists(sb)) do_lower_case_ = json_bool_or(load_json_file(sb), "do_lower_case", false, sb);
+  }
+  std::string pooling() const override { return st_.describe(); }
+  int64_t hidden_size() const override { return st_.dimension(); }
+  int64_t max_input_length() const override { return st_.max_seq_length(); }
+  TokenizedInput tokenize(const std::string& text, bool add_special_tokens, int64_t max_length) const override {
+    Encoding e;
+    if (!add_special_tokens) {  // /tokenize without special tokens: the pipeline's text, pieces only
+      std::string t = st_.prompt() + text;
+      e = st_.tokenizer().encode(do_lower_case_ ? lower_utf8(t) : t, nullptr, false, 0);
+    } else {
+      e = st_.tokenize(text);  // prompt, do_lower_case, cut to max_seq_length
+      if (max_length == 0 && (int64_t)e.input_ids.size() >= st_.max_seq_length()) {
+        std::string t = st_.prompt() + text;
+        Encoding full = st_.tokenizer().encode(do_lower_case_ ? lower_utf8(t) : t, nullptr, true, 0);
+        if (full.input_ids.size() > e.input_ids.size()) e = std::move(full);  // over the limit: caller answers 422
+      }
+    }
+    TokenizedInput t;
+    t.ids = e.input_ids;
+    t.token_type_ids = e.token_type_ids;
+    t.tokens = e.tokens;
+    for (size_t i = 0; i < t.tokens.size(); ++i)
+      t.special.push_back(add_special_tokens && (i == 0 || i + 1 == t.tokens.size()) &&
+                          (t.tokens[i] == "[CLS]" || t.tokens[i] == "[SEP]"));
+    return t;
+  }
+  std::vector<std::vector<float>> embed(const std::vector<const TokenizedInput*>& batch) const override {
+    std::vector<Encoding> enc(batch.size());
+    std::vector<const Encoding*> ptrs;
+    for (size_t b = 0; b < batch.size(); ++b) {
+      enc[b].input_ids = batch[b]->ids;
+      enc[b].token_type_ids = batch[b]->token_type_ids;
+      enc[b].attention_mask.assign(batch[b]->ids.size(), 1);
+      ptrs.push_back(&enc[b]);
+    }
+    Tensor v = st_.embed(ptrs);
+    const int64_t D = st_.dimension();
+    std::vector<std::vector<float>> out;
+    for (size_t b = 0; b < batch.size(); ++b) {
+      const float* p = v.f32() + b * D;
+      for (int64_t j = 0; j < D; ++j)
+        if (!std::isfinite(p[j])) throw ApiError(500, "backend", "the model produced a non-finite value");
+      out.emplace_back(p, p + D);
+    }
+    return out;
+  }
+  bool has_token_embeddings() const override { return false; }
+  std::vector<std::vector<float>> embed_all(const std::vector<const TokenizedInput*>&) const override {
+    throw ApiError(501, "not_implemented",
+                   "/embed_all is not served for sentence-transformers folders (their pipeline gives one vector a "
+                   "text); use /embed");
+  }
+
+ private:
+  SentenceTransformer st_;
+  bool do_lower_case_ = false;
+};
+
 }  // namespace
+
+std::unique_ptr<EmbeddingModel> load_sentence_transformer_embedding(const std::string& dir, const std::string& pooling,
+                                                                     const std::string& prompt_name, bool no_prompt) {
+  SentenceTransformerOptions o;
+  o.pooling = pooling;
+  o.prompt_name = prompt_name;
+  o.no_prompt = no_prompt;
+  return std::make_unique<SentenceTransformerEmbedding>(dir, o);
+}
 
 std::unique_ptr<EmbeddingModel> load_encoder_embedding(const std::string& dir, const std::string& pooling) {
   return std::make_unique<EncoderEmbedding>(dir, pooling);

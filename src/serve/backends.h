@@ -27,13 +27,16 @@ struct TokenizedInput {
 class EmbeddingModel {
  public:
   virtual ~EmbeddingModel() = default;
-  virtual std::string pooling() const = 0;         // "mean" or "cls"
+  virtual std::string pooling() const = 0;         // "mean", "cls", or a sentence-transformers pipeline
   virtual int64_t hidden_size() const = 0;         // length of each embedding
   virtual int64_t max_input_length() const = 0;    // tokens per input, special tokens included
   // Tokenizes `text`; max_length > 0 truncates to that many tokens, 0 keeps all (the caller checks the limit).
   virtual TokenizedInput tokenize(const std::string& text, bool add_special_tokens, int64_t max_length) const = 0;
-  // Pooled embeddings, not normalised: batch of B inputs -> [B][hidden_size].
+  // Pooled embeddings: batch of B inputs -> [B][hidden_size]; not normalised unless the model's own pipeline
+  // ends in Normalize (a sentence-transformers folder).
   virtual std::vector<std::vector<float>> embed(const std::vector<const TokenizedInput*>& batch) const = 0;
+  // Whether embed_all gives token embeddings (false: it throws ApiError 501).
+  virtual bool has_token_embeddings() const { return true; }
   // Last hidden state without padding: [B][L_b * hidden_size].
   virtual std::vector<std::vector<float>> embed_all(const std::vector<const TokenizedInput*>& batch) const = 0;
 };
@@ -42,6 +45,14 @@ class EmbeddingModel {
 // pooling over attention_mask (sentence-transformers' default) or the [CLS] vector. Throws what load_encoder and
 // BertTokenizer::from_dir throw, and std::invalid_argument for an unknown pooling.
 std::unique_ptr<EmbeddingModel> load_encoder_embedding(const std::string& dir, const std::string& pooling);
+
+// A sentence-transformers folder (modules.json): SentenceTransformer.encode's embeddings (Pooling, Dense,
+// Normalize as the folder says; its default prompt unless no_prompt or another prompt_name). Inputs longer than
+// max_seq_length are reported by tokenize(.., max_length 0) at their full length, so the server answers 422
+// rather than truncating silently. embed_all throws ApiError 501 (the pipeline's output is one vector a text).
+// Throws what SentenceTransformer::load throws.
+std::unique_ptr<EmbeddingModel> load_sentence_transformer_embedding(const std::string& dir, const std::string& pooling,
+                                                                     const std::string& prompt_name, bool no_prompt);
 
 // mean over rows with mask 1 of h [L, H] (mask [L]); [CLS] = row 0. Exposed for tests.
 std::vector<float> pool_hidden(const float* h, const int64_t* mask, int64_t L, int64_t H, const std::string& pooling);

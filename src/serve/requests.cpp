@@ -108,6 +108,69 @@ TranslateRequest parse_translate_request(std::string_view body, const RequestLim
   return r;
 }
 
+PredictRequest parse_predict_request(std::string_view body, const RequestLimits& limits) {
+  json j = parse_object(body);
+  PredictRequest r;
+  auto it = j.find("inputs");
+  if (it != j.end() && it->is_array() && !it->empty() && (*it)[0].is_array()) {
+    // A batch of sequences: [[text], [text, text_pair], ...].
+    if ((int64_t)it->size() > limits.max_client_batch_size)
+      throw ApiError(413, "payload_too_large",
+                     "batch size " + std::to_string(it->size()) + " > maximum allowed batch size " +
+                         std::to_string(limits.max_client_batch_size) + " (--max-client-batch-size)");
+    bool any_pair = false;
+    for (size_t i = 0; i < it->size(); ++i) {
+      const json& e = (*it)[i];
+      const std::string where = "`inputs[" + std::to_string(i) + "]`";
+      if (!e.is_array() || e.empty() || e.size() > 2)
+        throw validation_error(where + " must be a list of one text or a (text, text_pair) pair of strings");
+      json wrapped = {{"x", e}};
+      bool single = false;
+      RequestLimits l = limits;
+      l.max_client_batch_size = 2;
+      std::vector<std::string> s;
+      try {
+        s = string_or_list(wrapped, "x", l, single);
+      } catch (const ApiError& ex) {
+        std::string m = ex.what();
+        if (auto p = m.find("`x"); p != std::string::npos) m.replace(p, 2, where.substr(0, where.size() - 1));
+        throw ApiError(ex.status, ex.type, m);
+      }
+      r.texts.push_back(s[0]);
+      r.pairs.push_back(s.size() == 2 ? s[1] : "");
+      any_pair |= s.size() == 2;
+    }
+    if (!any_pair) r.pairs.clear();
+  } else {
+    std::vector<std::string> v = string_or_list(j, "inputs", limits, r.single);
+    if (!r.single && v.size() == 2) {  // TEI reads a list of two strings as one (text, text_pair) pair
+      r.single = true;
+      r.texts = {v[0]};
+      r.pairs = {v[1]};
+    } else {
+      r.texts = std::move(v);
+    }
+  }
+  r.raw_scores = bool_or(j, "raw_scores", false);
+  if (j.contains("truncate") && !j["truncate"].is_null()) r.truncate = bool_or(j, "truncate", false);
+  return r;
+}
+
+RerankRequest parse_rerank_request(std::string_view body, const RequestLimits& limits) {
+  json j = parse_object(body);
+  RerankRequest r;
+  bool single = false;
+  auto q = string_or_list(j, "query", limits, single);
+  if (!single) throw validation_error("`query` must be one string");
+  r.query = q[0];
+  r.texts = string_or_list(j, "texts", limits, single);
+  if (single) throw validation_error("`texts` must be a list of strings");
+  r.raw_scores = bool_or(j, "raw_scores", false);
+  r.return_text = bool_or(j, "return_text", false);
+  if (j.contains("truncate") && !j["truncate"].is_null()) r.truncate = bool_or(j, "truncate", false);
+  return r;
+}
+
 std::string parse_attention_request(std::string_view body, const RequestLimits& limits) {
   json j = parse_object(body);
   bool single = false;

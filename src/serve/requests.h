@@ -59,6 +59,26 @@ struct TranslateRequest {
 };
 TranslateRequest parse_translate_request(std::string_view body, const RequestLimits& limits, int64_t max_beam_size);
 
+// text-embeddings-inference /predict: "inputs" is a string (one text), a list of two strings (one (text, text_pair)
+// pair, as TEI reads it), a list of other length of strings (a batch of texts), or a list of lists of one or two
+// strings (a batch of texts / pairs); "raw_scores" (default false: the head's activation), "truncate".
+struct PredictRequest {
+  std::vector<std::string> texts, pairs;  // pairs empty, or [texts.size()] with "" for a text without a pair
+  bool single = false;                    // answer one list of {score, label}, not a list of lists
+  bool raw_scores = false;
+  std::optional<bool> truncate;
+};
+PredictRequest parse_predict_request(std::string_view body, const RequestLimits& limits);
+
+// text-embeddings-inference /rerank: "query", "texts" (non-empty list), "raw_scores", "return_text", "truncate".
+struct RerankRequest {
+  std::string query;
+  std::vector<std::string> texts;
+  bool raw_scores = false, return_text = false;
+  std::optional<bool> truncate;
+};
+RerankRequest parse_rerank_request(std::string_view body, const RequestLimits& limits);
+
 // /attention (web page): {"q": string, "source"?: string}.
 std::string parse_attention_request(std::string_view body, const RequestLimits& limits);
 

@@ -17,7 +17,11 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include <filesystem>
+#include <numeric>
+
 #include "io/json_util.h"
+#include "models/heads.h"
 #include "serve/backends.h"
 #include "serve/batch_queue.h"
 #include "serve/metrics.h"
@@ -32,7 +36,7 @@ namespace {
 
 volatile std::sig_atomic_t g_signal = 0;
 
-constexpr int64_t kOpEmbed = 1, kOpEmbedAll = 2, kOpAttention = 3, kOpTranslate = 100;  // + beam_size
+constexpr int64_t kOpEmbed = 1, kOpEmbedAll = 2, kOpAttention = 3, kOpLogits = 4, kOpTranslate = 100;  // + beam_size
 
 // TFM_SERVE_DEBUG_DELAY_MS: tests only. Sleeps this long before loading the model and before each batch, so a
 // test can see /health 503, a full server (429) and SIGTERM with a request in flight without racing.
@@ -156,11 +160,30 @@ class Server {
  private:
   void load() {
     debug_delay();
-    if (translation_)
+    if (translation_) {
       translator_ = std::make_unique<Translator>(o_.model);
-    else
-      embedder_ = load_encoder_embedding(o_.model, o_.pooling);
-    max_input_length_ = translation_ ? translator_->max_source_tokens() : embedder_->max_input_length();
+    } else if (std::filesystem::exists(o_.model + "/modules.json")) {
+      embedder_ = load_sentence_transformer_embedding(o_.model, o_.pooling, o_.prompt_name, o_.no_prompt);
+    } else {
+      // A sequence-classification checkpoint (classifier or cross-encoder) answers /predict and /rerank.
+      bool has_head = false;
+      try {
+        has_head = detect_head_kind(o_.model) == HeadKind::SequenceClassification;
+      } catch (const std::exception&) {  // no head (or unreadable): the embedder's load reports a broken folder
+      }
+      if (has_head) head_ = std::make_unique<TaskModel>(TaskModel::load(o_.model, HeadKind::SequenceClassification));
+      try {
+        embedder_ = load_encoder_embedding(o_.model, o_.pooling.empty() ? "mean" : o_.pooling);
+      } catch (const std::exception& e) {
+        if (!head_) throw;
+        embed_error_ = e.what();  // the head still serves /predict and /rerank
+      }
+    }
+    if (head_) head_max_length_ = head_->encoder_config().max_position_embeddings;
+    max_input_length_ = translation_ ? translator_->max_source_tokens()
+                        : embedder_  ? embedder_->max_input_length()
+                                     : head_max_length_;
+    max_input_length_ = std::max(max_input_length_, head_max_length_);
     if (o_.max_batch_tokens < max_input_length_)
       throw std::runtime_error("--max-batch-tokens " + std::to_string(o_.max_batch_tokens) +
                                " is smaller than the model's max input length " + std::to_string(max_input_length_));
@@ -182,6 +205,22 @@ class Server {
       }
       auto out = key == kOpEmbed ? embedder_->embed(ptrs) : embedder_->embed_all(ptrs);
       for (size_t i = 0; i < batch.size(); ++i) batch[i]->vector = std::move(out[i]);
+    } else if (key == kOpLogits) {
+      std::vector<Encoding> enc(batch.size());
+      for (size_t i = 0; i < batch.size(); ++i) {
+        enc[i].input_ids = batch[i]->ids;
+        enc[i].token_type_ids = batch[i]->token_type_ids;
+        enc[i].attention_mask.assign(batch[i]->ids.size(), 1);
+      }
+      BatchTensors bt = make_batch(enc, head_->tokenizer().pad_id());
+      Tensor logits = head_->sequence_logits(bt.input_ids, bt.token_type_ids, bt.attention_mask);
+      const int64_t C = head_->num_labels();
+      for (size_t i = 0; i < batch.size(); ++i) {
+        const float* p = logits.f32() + i * C;
+        for (int64_t c = 0; c < C; ++c)
+          if (!std::isfinite(p[c])) throw ApiError(500, "backend", "the classifier produced a non-finite value");
+        batch[i]->vector.assign(p, p + C);
+      }
     } else if (key == kOpAttention) {
       for (Task* t : batch) t->json = translator_->attention(t->ids).dump();
     } else {
@@ -237,6 +276,8 @@ class Server {
 
   // Tokenizes every input for the encoder (422 over the limit unless truncating).
   std::vector<Task> embed_tasks(const EmbedRequest& r, int64_t op, const char* field) {
+    need_embedder();
+    if (op == kOpEmbedAll && !embedder_->has_token_embeddings()) embedder_->embed_all({});  // throws its 501
     const auto t0 = std::chrono::steady_clock::now();
     const bool truncate = r.truncate.value_or(o_.auto_truncate);
     std::vector<Task> tasks(r.inputs.size());
@@ -251,6 +292,43 @@ class Server {
       tasks[i].tokens = (int64_t)t.ids.size();
       tasks[i].ids = std::move(t.ids);
       tasks[i].token_type_ids = std::move(t.token_type_ids);
+    }
+    metrics_.observe_tokenization(seconds_since(t0));
+    return tasks;
+  }
+
+  void need_embedder() const {
+    if (!embedder_)
+      throw ApiError(501, "not_implemented", "this classification checkpoint cannot embed: " + embed_error_);
+  }
+
+  // A sequence-classification head, or 501 naming what the folder holds instead.
+  void need_head(const std::string& path) const {
+    if (head_) return;
+    throw ApiError(501, "not_implemented",
+                   path + " needs a model with a sequence-classification / cross-encoder head "
+                          "(config.json architectures BertForSequenceClassification); " +
+                       o_.model + " has none, so it is served for /embed only");
+  }
+
+  // Tokenizes (text, pair) inputs for the head (422 over max_position_embeddings unless truncating).
+  std::vector<Task> logit_tasks(const std::vector<std::string>& texts, const std::vector<std::string>* pairs,
+                                bool truncate, bool single, const char* field) {
+    const auto t0 = std::chrono::steady_clock::now();
+    std::vector<Task> tasks(texts.size());
+    for (size_t i = 0; i < texts.size(); ++i) {
+      const std::string* pair = pairs && !pairs->empty() && !(*pairs)[i].empty() ? &(*pairs)[i] : nullptr;
+      Encoding e = head_->tokenizer().encode(texts[i], pair, true, truncate ? head_max_length_ : 0);
+      if ((int64_t)e.input_ids.size() > head_max_length_)
+        throw validation_error(std::string("`") + field + (single ? "" : "[" + std::to_string(i) + "]") + "` has " +
+                               std::to_string(e.input_ids.size()) + " tokens, more than the model's limit of " +
+                               std::to_string(head_max_length_) +
+                               " (max_position_embeddings); send \"truncate\": true or start the server with "
+                               "--auto-truncate");
+      tasks[i].key = kOpLogits;
+      tasks[i].tokens = (int64_t)e.input_ids.size();
+      tasks[i].ids = std::move(e.input_ids);
+      tasks[i].token_type_ids = std::move(e.token_type_ids);
     }
     metrics_.observe_tokenization(seconds_since(t0));
     return tasks;
@@ -357,6 +435,7 @@ class Server {
                   TokenizeRequest r = parse_tokenize_request(req.body, limits_);
                   const auto t0 = std::chrono::steady_clock::now();
                   json out = json::array();
+                  need_embedder();
                   for (const auto& text : r.inputs) {
                     TokenizedInput t = embedder_->tokenize(text, r.add_special_tokens, 0);
                     json toks = json::array();
@@ -368,13 +447,62 @@ class Server {
                   metrics_.observe_tokenization(seconds_since(t0));
                   send_json(res, 200, out);
                 }, true));
-      // Classification and reranking need a task head on top of the encoder, which this model folder lacks.
-      for (const char* path : {"/predict", "/rerank"})
-        svr_.Post(path, guard([path](const httplib::Request&, httplib::Response& res) {
-                    send_error(res, 501, "not_implemented",
-                               std::string(path) + " needs a model with a classification/cross-encoder head; "
-                               "encoder folders without one are served for /embed only");
-                  }, false));
+      // text-embeddings-inference /predict: per input every label with its score, best first.
+      svr_.Post("/predict", guard([this](const httplib::Request& req, httplib::Response& res) {
+                  need_head("/predict");
+                  PredictRequest r = parse_predict_request(req.body, limits_);
+                  std::vector<Task> tasks = logit_tasks(r.texts, &r.pairs, r.truncate.value_or(o_.auto_truncate),
+                                                        r.single, "inputs");
+                  queue_->run(tasks);
+                  const ScoreFunction fn =
+                      r.raw_scores ? ScoreFunction::None : head_->head_config().default_score_function();
+                  const auto& labels = head_->head_config().id2label;
+                  json out = json::array();
+                  for (Task& t : tasks) {
+                    std::vector<float> sc = apply_score_function(t.vector.data(), (int64_t)t.vector.size(), fn);
+                    std::vector<size_t> order(sc.size());
+                    std::iota(order.begin(), order.end(), 0);
+                    std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return sc[a] > sc[b]; });
+                    json one = json::array();
+                    for (size_t k : order) one.push_back({{"score", sc[k]}, {"label", labels[k]}});
+                    out.push_back(one);
+                  }
+                  send_json(res, 200, r.single ? out[0] : out);
+                }, true));
+      // text-embeddings-inference /rerank with a cross-encoder: [{index, score[, text]}] best first, scored as
+      // sentence-transformers' CrossEncoder.rank does (one label: its activation; two: softmax of label 1).
+      svr_.Post("/rerank", guard([this](const httplib::Request& req, httplib::Response& res) {
+                  need_head("/rerank");
+                  const int64_t C = head_->num_labels();
+                  if (C > 2)
+                    throw ApiError(400, "not_a_reranker",
+                                   o_.model + " has " + std::to_string(C) +
+                                       " labels; /rerank needs a cross-encoder with one (or two) labels (use /predict)");
+                  RerankRequest r = parse_rerank_request(req.body, limits_);
+                  std::vector<std::string> queries(r.texts.size(), r.query);
+                  std::vector<Task> tasks =
+                      logit_tasks(queries, &r.texts, r.truncate.value_or(o_.auto_truncate), false, "texts");
+                  queue_->run(tasks);
+                  const ScoreFunction fn = r.raw_scores ? ScoreFunction::None
+                                           : C == 2     ? ScoreFunction::Softmax
+                                                        : head_->head_config().default_score_function();
+                  std::vector<float> scores;
+                  for (Task& t : tasks) {
+                    std::vector<float> sc = apply_score_function(t.vector.data(), C, fn);
+                    scores.push_back(C == 2 ? (r.raw_scores ? sc[1] - sc[0] : sc[1]) : sc[0]);
+                  }
+                  std::vector<size_t> order(scores.size());
+                  std::iota(order.begin(), order.end(), 0);
+                  std::stable_sort(order.begin(), order.end(),
+                                   [&](size_t a, size_t b) { return scores[a] > scores[b]; });
+                  json out = json::array();
+                  for (size_t i : order) {
+                    json e = {{"index", i}, {"score", scores[i]}};
+                    if (r.return_text) e["text"] = r.texts[i];
+                    out.push_back(e);
+                  }
+                  send_json(res, 200, out);
+                }, true));
       not_for_this_model("/translate", "a translation model (transformer_seq2seq)");
       not_for_this_model("/attention", "a translation model (transformer_seq2seq)");
       svr_.Get("/languages", guard([this](const httplib::Request&, httplib::Response& res) {
@@ -448,8 +576,12 @@ class Server {
       j["max_beam_size"] = o_.max_beam_size;
       if (ready_) j["num_layers"] = translator_->config().num_layers, j["num_heads"] = translator_->config().num_heads;
     } else {
-      j["pooling"] = o_.pooling;
-      if (ready_) j["hidden_size"] = embedder_->hidden_size();
+      j["pooling"] = ready_ && embedder_ ? json(embedder_->pooling()) : json(o_.pooling.empty() ? "mean" : o_.pooling);
+      if (ready_ && embedder_) j["hidden_size"] = embedder_->hidden_size();
+      if (ready_ && head_) {
+        j["head"] = head_kind_name(HeadKind::SequenceClassification);
+        j["labels"] = head_->head_config().id2label;
+      }
     }
     return j;
   }
@@ -470,6 +602,9 @@ class Server {
   int64_t max_input_length_ = 0;
   std::unique_ptr<EmbeddingModel> embedder_;
   std::unique_ptr<Translator> translator_;
+  std::unique_ptr<TaskModel> head_;  // sequence classification / cross-encoder, when the folder has one
+  int64_t head_max_length_ = 0;
+  std::string embed_error_;          // why a head folder cannot embed
   std::unique_ptr<BatchQueue> queue_;
 };
 

@@ -1,5 +1,7 @@
 // `tfm serve`: HTTP routes over one batching queue in front of an embedding or translation model.
-// Encoders answer text-embeddings-inference's /embed, /embed_all, /tokenize and OpenAI's /v1/embeddings;
+// Encoders answer text-embeddings-inference's /embed, /embed_all, /tokenize and OpenAI's /v1/embeddings (with a
+// sentence-transformers folder's pipeline when it has modules.json), and /predict and /rerank when the folder
+// holds a BertForSequenceClassification head (classifier or cross-encoder);
 // transformer_seq2seq models answer LibreTranslate's /translate and /languages. Every server answers /, /info,
 // /health and /metrics. Errors are {"error": message, "error_type": type}.
 #pragma once
@@ -18,7 +20,10 @@ struct ServeOptions {
   int64_t payload_limit = 2000000;        // request body bytes; more -> 413
   bool auto_truncate = false;             // cut over-long inputs instead of answering 422
   std::string api_key;                    // non-empty: every route but / and /health needs Authorization: Bearer KEY
-  std::string pooling = "mean";           // encoders: "mean" or "cls"
+  std::string pooling;                    // encoders: "mean" or "cls" ("": mean, or a sentence-transformers
+                                          // folder's own Pooling module)
+  std::string prompt_name;                // sentence-transformers folders: prompt (default: the folder's default)
+  bool no_prompt = false;                 // sentence-transformers folders: ignore default_prompt_name
   int64_t max_beam_size = 8;              // translation: largest accepted beam_size
   std::string source_lang, target_lang;   // translation: language codes (default: config.json or "en" / "fr")
   bool access_log = true;                 // one line per request on stderr

@@ -15,7 +15,8 @@ void add_serve_command(CLI::App& app) {
   auto o = std::make_shared<Opts>();
   CLI::App* cmd = app.add_subcommand(
       "serve", "Serve a model over HTTP: encoders answer text-embeddings-inference's /embed, /embed_all, /tokenize "
-               "and OpenAI's /v1/embeddings; translation models LibreTranslate's /translate and /languages; all "
+               "and OpenAI's /v1/embeddings (a sentence-transformers folder with its own pipeline), classifier and "
+               "cross-encoder checkpoints also /predict and /rerank; translation models LibreTranslate's /translate and /languages; all "
                "answer / (web page), /info, /health, /metrics. Stops on SIGTERM after finishing requests in flight");
   cmd->add_option("--model", o->s.model, "Model folder (an encoder or a transformer_seq2seq folder)")->required();
   cmd->add_option("--host", o->s.host, "Address to listen on (loopback unless told otherwise)")->capture_default_str();
@@ -36,8 +37,13 @@ void add_serve_command(CLI::App& app) {
                 "Cut inputs longer than the model allows (default: answer 422 naming the limit)");
   cmd->add_option("--api-key", o->s.api_key,
                   "Require 'Authorization: Bearer KEY' on every route but / (the page asks for it) and /health");
-  cmd->add_option("--pooling", o->s.pooling, "Encoders: mean (sentence-transformers default) or cls")
-      ->capture_default_str()->check(CLI::IsMember({"mean", "cls"}));
+  cmd->add_option("--pooling", o->s.pooling,
+                  "Encoders: mean or cls (default: mean; a sentence-transformers folder's own Pooling module)")
+      ->check(CLI::IsMember({"mean", "cls"}));
+  cmd->add_option("--prompt-name", o->s.prompt_name,
+                  "sentence-transformers folders: prompt from config_sentence_transformers.json (default: its "
+                  "default_prompt_name)");
+  cmd->add_flag("--no-prompt", o->s.no_prompt, "sentence-transformers folders: ignore default_prompt_name");
   cmd->add_option("--max-beam-size", o->s.max_beam_size, "Translation: largest beam_size a request may ask for")
       ->capture_default_str()->check(in_range(1, 64));
   cmd->add_option("--source-lang", o->s.source_lang,
