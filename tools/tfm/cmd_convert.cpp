@@ -9,6 +9,7 @@
 
 #include "commands.h"
 #include "io/atomic_file.h"
+#include "io/json_util.h"
 #include "io/safetensors.h"
 #include "models/encoder.h"
 
@@ -56,6 +57,15 @@ void add_convert_command(CLI::App& app) {
     std::error_code ec;
     if (fs::exists(o->out, ec) && (!fs::is_directory(o->out, ec) || !fs::is_empty(o->out, ec)))
       throw std::runtime_error("--out '" + o->out + "' exists and is not an empty folder; nothing written");
+    if (!fs::is_directory(o->model, ec))
+      throw std::runtime_error("--model '" + o->model + "' is not a folder");
+    {
+      const std::string cp = o->model + "/config.json";
+      const nlohmann::json cj = load_json_file(cp);
+      if (json_string_or(cj, "model_type", "", cp) == "transformer_seq2seq")
+        throw std::invalid_argument(cp + ": this is a transformer_seq2seq folder (a translation model), not an "
+                                    "encoder; convert takes encoder folders only");
+    }
     EncoderConfig config = EncoderConfig::load(o->model + "/config.json");
     if (o->dtype == "int8" && config.model_type != "bert")
       throw std::runtime_error("--dtype int8: model_type '" + config.model_type +
@@ -115,13 +125,20 @@ void add_convert_command(CLI::App& app) {
       out.push_back(std::move(r));
     }
     fs::create_directories(o->out);
-    // Everything but the weights is copied byte for byte (config.json, tokenizer files, vocabularies).
-    for (const auto& entry : fs::directory_iterator(o->model)) {
-      if (!entry.is_regular_file() || entry.path().filename() == "model.safetensors") continue;
+    // Everything but the weights is copied byte for byte (config.json, tokenizer files, vocabularies), and so are
+    // subfolders: a sentence-transformers folder needs its modules (1_Pooling/, 2_Dense/, ...) for `tfm embed`.
+    for (const auto& entry : fs::recursive_directory_iterator(o->model)) {
+      const fs::path rel = fs::relative(entry.path(), o->model);
+      if (entry.is_directory()) {
+        fs::create_directories(fs::path(o->out) / rel);
+        continue;
+      }
+      if (!entry.is_regular_file() || rel == "model.safetensors") continue;
       std::ifstream in(entry.path(), std::ios::binary);
       std::stringstream ss;
       ss << in.rdbuf();
-      write_file_atomic((fs::path(o->out) / entry.path().filename()).string(), ss.str());
+      if (!in.good() && !in.eof()) throw std::runtime_error(entry.path().string() + ": read error");
+      write_file_atomic((fs::path(o->out) / rel).string(), ss.str());
     }
     nlohmann::json meta = st.metadata().is_object() ? st.metadata() : nlohmann::json::object();
     meta["tfm_dtype"] = o->dtype;

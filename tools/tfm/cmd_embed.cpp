@@ -11,12 +11,14 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <memory>
 #include <numeric>
 #include <stdexcept>
 
 #include "commands.h"
 #include "io/atomic_file.h"
+#include "io/json_util.h"
 #include "models/sentence_transformer.h"
 
 namespace tfm::cli {
@@ -247,6 +249,16 @@ void add_embed_command(CLI::App& app) {
     so.no_prompt = o->no_prompt;
     so.normalize = o->normalize;
     so.max_seq_length = o->max_length;
+    {  // Name the real problem before the loader's "has no modules.json" / "missing key 'vocab_size'".
+      std::error_code ec;
+      if (!std::filesystem::is_directory(o->model, ec))
+        throw std::runtime_error("--model '" + o->model + "' is not a folder");
+      const std::string cp = o->model + "/config.json";
+      if (std::filesystem::exists(cp, ec) &&
+          json_string_or(load_json_file(cp), "model_type", "", cp) == "transformer_seq2seq")
+        throw std::invalid_argument(cp + ": this is a transformer_seq2seq folder (a translation model), not an "
+                                    "encoder; use 'tfm translate --model " + o->model + "'");
+    }
     SentenceTransformer model = SentenceTransformer::load(o->model, so);
     const int64_t D = model.dimension();
 

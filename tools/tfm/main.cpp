@@ -9,6 +9,7 @@
 #include <cstring>
 #include <exception>
 #include <functional>
+#include <iomanip>
 #include <iostream>
 #include <optional>
 #include <sstream>
@@ -35,7 +36,7 @@ std::optional<double> parse_finite(const std::string& s) {
 }
 std::string fmt(double v) {
   std::ostringstream o;
-  o << v;
+  o << std::setprecision(15) << v;  // "67108864", not "6.71089e+07"
   return o.str();
 }
 CLI::Validator number_check(const std::string& desc, std::function<bool(double)> ok, const std::string& want) {
