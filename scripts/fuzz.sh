@@ -132,7 +132,7 @@ run_target() {
   local stamp="$OUT/logs/.$t.start"
   touch "$stamp"
   # One thread everywhere: deterministic, and the OpenMP/OpenBLAS pools do not compete with the fuzzer.
-  OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 ASAN_OPTIONS=detect_leaks=1:allocator_may_return_null=1 \
+  OMP_NUM_THREADS=1 ASAN_OPTIONS=detect_leaks=1:allocator_may_return_null=1 \
     UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
     nice -n "$NICE" "$OUT/$t" "$corpus" "$OUT/seeds/$t" -artifact_prefix="$art/" -max_total_time="$secs" \
     -max_len="${MAX_LEN[$t]}" -rss_limit_mb=2048 -timeout=10 -print_final_stats=1 > "$log" 2>&1 || true
