@@ -31,7 +31,7 @@ void add_data_command(CLI::App& app) {
 
   CLI::App* list = data->add_subcommand("list", "List the datasets 'tfm data download' knows, with their files");
   add_threads_option(list, *threads);
-  list->callback([] {
+  list->callback([threads] {  // the callbacks own `threads`: --threads writes it after this function returns
     for (const Dataset& d : known_datasets()) {
       std::printf("%s: %s\n", d.name.c_str(), d.description.c_str());
       for (const RemoteFile& f : d.files) std::printf("  %s  %s\n", f.filename.c_str(), f.url.c_str());
@@ -53,7 +53,7 @@ void add_data_command(CLI::App& app) {
                  "file:// URL or a local folder")
       ->envname("TFM_DOWNLOAD_BASE_URL");
   add_threads_option(dl, *threads);
-  dl->callback([o] {
+  dl->callback([o, threads] {
     DownloadOptions opts;
     opts.base_url = o->base_url;
     const Dataset& ds = find_dataset(o->name);
