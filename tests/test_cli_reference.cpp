@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "run_tfm.h"
 #include "test_util.h"
 
 extern char** environ;
@@ -28,23 +29,9 @@ namespace {
 namespace fs = std::filesystem;
 using tfm::test::fixture;
 
-struct RunOutput {
-  int exit_code = -1;
-  std::string out, err;
-};
-
-std::string slurp(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
-
-void spit(const std::string& path, const std::string& content) {
-  std::ofstream f(path, std::ios::binary | std::ios::trunc);
-  f << content;
-  ASSERT_TRUE(f.good()) << "cannot write " << path;
-}
+using tfm::test::spit;
+using TempDir = tfm::test::TempFolder;
+using RunOutput = tfm::test::TfmRun;
 
 nlohmann::json load_json(const std::string& path) {
   std::ifstream f(path);
@@ -52,59 +39,9 @@ nlohmann::json load_json(const std::string& path) {
   return nlohmann::json::parse(f);
 }
 
-// A fresh folder for the current test, removed unless the test failed.
-struct TempDir {
-  std::string path;
-  TempDir() {
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    fs::path d = fs::path(::testing::TempDir()) /
-                 ("tfm_ref_" + std::to_string(getpid()) + "_" + info->test_suite_name() + "_" + info->name());
-    fs::remove_all(d);
-    fs::create_directories(d);
-    path = d.string();
-  }
-  ~TempDir() {
-    std::error_code ec;
-    if (!::testing::Test::HasFailure()) fs::remove_all(path, ec);
-  }
-};
-
 // Runs TFM_BINARY with args (no shell), stdout/stderr through files in dir.
 RunOutput run_tfm(const std::string& dir, const std::vector<std::string>& args) {
-  RunOutput r;
-  const std::string in = dir + "/.stdin", out = dir + "/.stdout", err = dir + "/.stderr";
-  spit(in, "");
-  std::vector<std::string> argv_s = {TFM_BINARY};
-  argv_s.insert(argv_s.end(), args.begin(), args.end());
-  std::vector<char*> argv;
-  for (auto& a : argv_s) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  std::vector<std::string> env_s;
-  for (char** e = environ; *e; ++e)
-    if (std::strncmp(*e, "OMP_NUM_THREADS=", 16) != 0) env_s.push_back(*e);
-  env_s.push_back("OMP_NUM_THREADS=1");
-  std::vector<char*> envp;
-  for (auto& e : env_s) envp.push_back(e.data());
-  envp.push_back(nullptr);
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_addopen(&fa, 0, in.c_str(), O_RDONLY, 0);
-  posix_spawn_file_actions_addopen(&fa, 1, out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  posix_spawn_file_actions_addopen(&fa, 2, err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  pid_t pid = 0;
-  int rc = posix_spawn(&pid, argv[0], &fa, nullptr, argv.data(), envp.data());
-  posix_spawn_file_actions_destroy(&fa);
-  if (rc != 0) {
-    ADD_FAILURE() << "posix_spawn " << argv[0] << ": " << std::strerror(rc);
-    return r;
-  }
-  int status = 0;
-  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-  }
-  if (WIFEXITED(status)) r.exit_code = WEXITSTATUS(status);
-  r.out = slurp(out);
-  r.err = slurp(err);
-  return r;
+  return tfm::test::run_tfm_in(dir, args);
 }
 
 std::vector<std::string> lines_of(const std::string& s) {
