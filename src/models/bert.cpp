@@ -93,13 +93,11 @@ class Bert : public EncoderModel {
       ops::attention_forward(ctx.data(), nullptr, qkv.data(), qkv.data() + H, qkv.data() + 2 * H, dims, mask);
       // a = LayerNorm(dense(ctx) + x)
       Ly.attn_out.forward(a.data(), ctx.data(), N);
-      add_inplace(a.data(), X, N * H);
-      Ly.attn_ln.forward(a.data(), a.data(), N);
+      add_norm(Ly.attn_ln, a.data(), a.data(), X, N);
       // x = LayerNorm(dense(act(dense(a))) + a)
       Ly.intermediate.forward(inter.data(), a.data(), N, act);  // bias + activation fused into the GEMM
       Ly.output.forward(X, inter.data(), N);
-      add_inplace(X, a.data(), N * H);
-      Ly.out_ln.forward(X, X, N);
+      add_norm(Ly.out_ln, X, X, a.data(), N);
       if (all_layers) std::memcpy(hs.f32() + (l + 1) * N * H, X, sizeof(float) * N * H);
     }
     // Pooler: tanh(dense(x[:, 0])), when the checkpoint has one.
@@ -117,9 +115,10 @@ class Bert : public EncoderModel {
   }
 
  private:
-  static void add_inplace(float* y, const float* x, int64_t n) {
-#pragma omp parallel for simd if (n > 65536)
-    for (int64_t i = 0; i < n; ++i) y[i] += x[i];
+  // out = LayerNorm(y + residual) in one pass (post-LN); out may alias y or residual.
+  static void add_norm(const LayerNorm& ln, float* out, const float* y, const float* residual, int64_t N) {
+    ops::add_layer_norm_forward(out, nullptr, y, residual, ln.weight.f32(), ln.bias.f32(), N, ln.weight.size(0),
+                                ln.eps);
   }
   // Hugging Face names, then the "bert."-prefixed names of BertFor* checkpoints; LayerNorm also as gamma/beta.
   static Tensor get(WeightSource& w, const std::string& name, const Shape& shape) {

@@ -848,8 +848,8 @@ void Seq2SeqModel::decode_step(DecoderCache& cache, const int64_t* tokens, float
       for (int64_t i = 0; i < B * H; ++i) x[i] += a[i];
     } else {
       f(x.data());
-      for (int64_t i = 0; i < B * H; ++i) y[i] = x[i] + a[i];
-      layer_norm(ln, x.data(), y.data());
+      ops::add_layer_norm_forward(x.data(), nullptr, x.data(), a.data(), params_.data(ln.w), params_.data(ln.b), B, H,
+                                  1e-5f);  // x = LN(x + a), one pass
     }
   };
   if (cross_attention) cross_attention->clear();

@@ -7,6 +7,7 @@
 #include "ops/activation.h"
 #include "ops/attention.h"
 #include "ops/gemm.h"
+#include "ops/layer_norm.h"
 
 namespace tfm {
 namespace {
@@ -88,19 +89,26 @@ class TutorialEncoder : public EncoderModel {
     dims.q_ld = dims.k_ld = dims.v_ld = 3 * H;
     dims.out_ld = H;
     const ops::Epilogue act = ops::epilogue_of(act_);
+    // Pre-LN: x += f(LN(x)). Each residual add is fused into the LayerNorm that follows it: x += f_out and
+    // hbuf = LN(x) in one pass (ops::add_layer_norm_forward writes the sum back into x).
+    auto add_norm = [&](const nn::LayerNorm* ln, float* f_out) {
+      if (ln)
+        ops::add_layer_norm_forward(f_out, X, X, f_out, ln->weight.f32(), ln->bias.f32(), N, H, ln->eps);
+      else
+        for (int64_t i = 0; i < N * H; ++i) X[i] += f_out[i];
+    };
+    if (NL > 0) layers_[0].layer_norm_1.forward(hbuf.data(), X, N);
     for (int64_t l = 0; l < NL; ++l) {
       const EncoderLayer& Ly = layers_[l];
-      // x = x + MHA(LN1(x))
-      Ly.layer_norm_1.forward(hbuf.data(), X, N);
+      // x = x + MHA(LN1(x)); hbuf holds LN1(x) on entry
       Ly.qkv.forward(qkv.data(), hbuf.data(), N);
       ops::attention_forward(ctx.data(), nullptr, qkv.data(), qkv.data() + H, qkv.data() + 2 * H, dims, mask);
       Ly.output_linear.forward(hbuf.data(), ctx.data(), N);
-      for (int64_t i = 0; i < N * H; ++i) X[i] += hbuf[i];
+      add_norm(&Ly.layer_norm_2, hbuf.data());  // x += attention; hbuf = LN2(x)
       // x = x + FFN(LN2(x)); dropout is off at inference
-      Ly.layer_norm_2.forward(hbuf.data(), X, N);
       Ly.linear1.forward(inter.data(), hbuf.data(), N, act);  // bias + activation fused
       Ly.linear2.forward(hbuf.data(), inter.data(), N);
-      for (int64_t i = 0; i < N * H; ++i) X[i] += hbuf[i];
+      add_norm(l + 1 < NL ? &layers_[l + 1].layer_norm_1 : nullptr, hbuf.data());  // x += FFN; hbuf = LN1'(x)
       if (all_layers) std::memcpy(hs.f32() + (l + 1) * N * H, X, sizeof(float) * N * H);
     }
     EncoderOutput out;

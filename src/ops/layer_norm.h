@@ -7,6 +7,13 @@ namespace tfm::ops {
 // In-place (out == inp) allowed.
 void layer_norm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
                         const float* bias, int64_t N, int64_t C, float eps);
+// Residual add fused into LayerNorm: out[N, C] = LayerNorm(x + residual), and sum_out[N, C] = x + residual when
+// non-null (pre-LN, where the residual stream continues). Reads x and residual without a temporary; post-LN
+// (BERT: LayerNorm(dense(h) + h)) passes sum_out = null. out and sum_out may each alias x or residual
+// (element-wise in place) but not each other. Same statistics as layer_norm_forward (two-pass variance).
+// Vectorised for kernel_isa() (ops/isa.h).
+void add_layer_norm_forward(float* out, float* sum_out, const float* x, const float* residual, const float* weight,
+                            const float* bias, int64_t N, int64_t C, float eps);
 // dinp[N, C] written; dweight[C], dbias[C] accumulated (+=).
 void layer_norm_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                          const float* weight, const float* mean, const float* rstd, int64_t N, int64_t C);

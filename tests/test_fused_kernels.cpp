@@ -1,0 +1,84 @@
+// Fused inference kernels (issue 9 part 3) against the plain references, on both kernel ISAs where the CPU has
+// AVX-512 (ops/isa.h): add + LayerNorm, blocked online-softmax attention, softmax, GELU.
+#include <gtest/gtest.h>
+
+#include <vector>
+
+#include "ops/isa.h"
+#include "ops/layer_norm.h"
+#include "test_util.h"
+
+using namespace tfm;
+using namespace tfm::ops;
+using tfm::test::all_close;
+using tfm::test::random_vec;
+
+namespace {
+
+// The kernel ISAs this CPU can run; each test runs once per entry and restores the process default.
+std::vector<KernelIsa> isas() {
+  std::vector<KernelIsa> v = {KernelIsa::Avx2};
+  if (cpu_has_avx512()) v.push_back(KernelIsa::Avx512);
+  return v;
+}
+struct IsaScope {
+  KernelIsa saved = kernel_isa();
+  explicit IsaScope(KernelIsa isa) { set_kernel_isa(isa); }
+  ~IsaScope() { set_kernel_isa(saved); }
+};
+
+}  // namespace
+
+TEST(FusedKernels, IsaOverrideSwitchesAndRejectsMissingAvx512) {
+  {
+    IsaScope s(KernelIsa::Avx2);
+    EXPECT_EQ(kernel_isa(), KernelIsa::Avx2);
+  }
+  if (cpu_has_avx512()) {
+    IsaScope s(KernelIsa::Avx512);
+    EXPECT_EQ(kernel_isa(), KernelIsa::Avx512);
+  } else {
+    EXPECT_THROW(set_kernel_isa(KernelIsa::Avx512), std::invalid_argument);
+  }
+}
+
+// ---------------------------------------------------------------- add + LayerNorm
+
+TEST(FusedKernels, AddLayerNormMatchesReferenceOnOddSizes) {
+  for (KernelIsa isa : isas()) {
+    IsaScope scope(isa);
+    for (int64_t N : {1, 7, 64})
+      for (int64_t C : {1, 5, 17, 100, 768, 1031}) {
+        SCOPED_TRACE(std::string(kernel_isa_name(isa)) + " N=" + std::to_string(N) + " C=" + std::to_string(C));
+        auto x = random_vec(N * C, 1 + C, -2.0f, 3.0f), r = random_vec(N * C, 2 + N, -1.0f, 1.0f);
+        for (int64_t i = 0; i < N * C; ++i) x[i] += 5.0f;  // a large row mean, as residual streams have
+        auto w = random_vec(C, 3), b = random_vec(C, 4);
+        std::vector<float> sum(N * C), ref(N * C), out(N * C), sum_out(N * C);
+        for (int64_t i = 0; i < N * C; ++i) sum[i] = x[i] + r[i];
+        layer_norm_forward_ref(ref.data(), sum.data(), w.data(), b.data(), N, C, 1e-5f);
+        // Out of place, with and without the sum.
+        add_layer_norm_forward(out.data(), nullptr, x.data(), r.data(), w.data(), b.data(), N, C, 1e-5f);
+        EXPECT_TRUE(all_close(out, ref, 2e-5f, 2e-5f));
+        add_layer_norm_forward(out.data(), sum_out.data(), x.data(), r.data(), w.data(), b.data(), N, C, 1e-5f);
+        EXPECT_TRUE(all_close(out, ref, 2e-5f, 2e-5f));
+        EXPECT_TRUE(all_close(sum_out, sum, 0.0f));
+        // Post-LN in place: out = x.
+        std::vector<float> xi = x;
+        add_layer_norm_forward(xi.data(), nullptr, xi.data(), r.data(), w.data(), b.data(), N, C, 1e-5f);
+        EXPECT_TRUE(all_close(xi, ref, 2e-5f, 2e-5f));
+        // Post-LN in place on the residual: out = residual.
+        std::vector<float> ri = r;
+        add_layer_norm_forward(ri.data(), nullptr, x.data(), ri.data(), w.data(), b.data(), N, C, 1e-5f);
+        EXPECT_TRUE(all_close(ri, ref, 2e-5f, 2e-5f));
+        // Pre-LN as the encoders call it: x += f_out (sum into x), f_out = LN(x).
+        xi = x;
+        ri = r;
+        add_layer_norm_forward(ri.data(), xi.data(), xi.data(), ri.data(), w.data(), b.data(), N, C, 1e-5f);
+        EXPECT_TRUE(all_close(ri, ref, 2e-5f, 2e-5f));
+        EXPECT_TRUE(all_close(xi, sum, 0.0f));
+        // Plain LayerNorm (same kernel, no residual) still matches its reference.
+        layer_norm_forward(out.data(), nullptr, nullptr, sum.data(), w.data(), b.data(), N, C, 1e-5f);
+        EXPECT_TRUE(all_close(out, ref, 2e-5f, 2e-5f));
+      }
+  }
+}
