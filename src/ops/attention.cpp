@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "ops/gemm.h"
+#include "ops/isa.h"
 #include "ops/vec_math.h"
 
 namespace tfm::ops {
@@ -77,6 +78,235 @@ void masked_softmax_row(float* s, int64_t b, int64_t i, int64_t Lq, int64_t Lk, 
   for (int64_t j = lim; j < Lk; ++j) s[j] = 0.0f;
 }
 
+// ---------------------------------------------------------------- blocked online-softmax attention
+//
+// Used when no probabilities and no dropout mask are asked for (inference). Per (batch, head) the keys are
+// packed once, transposed into blocks Kt[block][head_dim][BK]; then each tile of R query rows walks the key
+// blocks: S = scale q K_blk^T (R x BK register tile), masked entries -> -inf, running max m and sum l per row,
+// the accumulator rescaled by exp(m_old - m_new) and O += exp(S - m_new) V_blk. Nothing of size [Lq, Lk] is
+// written. Key blocks beyond every row's key_limit (causal, valid_lens) are skipped.
+
+// GCC vector of W floats (an alias template would drop the attribute; a member typedef keeps it).
+template <int W>
+struct VecOf {
+  typedef float type __attribute__((vector_size(W * 4)));
+};
+template <int W>
+using vf = typename VecOf<W>::type;
+static_assert(sizeof(vf<16>) == 64 && sizeof(vf<8>) == 32);
+
+// Vectors are passed by value only between always-inlined functions: no call ABI is involved.
+#pragma GCC diagnostic ignored "-Wpsabi"
+template <class V>
+TFM_ALWAYS_INLINE V vload(const float* p) {
+  V v;
+  __builtin_memcpy(&v, p, sizeof(V));
+  return v;
+}
+template <class V>
+TFM_ALWAYS_INLINE void vstore(float* p, V v) {
+  __builtin_memcpy(p, &v, sizeof(V));
+}
+
+struct FlashArgs {
+  const float *q, *k, *v;
+  float* out;
+  const AttentionDims* d;
+  const AttentionMask* mask;
+};
+
+// Per-thread scratch of the blocked kernel.
+struct FlashScratch {
+  std::vector<float> kt, qs, s, o, m, l;
+};
+
+// W floats per vector, BK = NV * W keys per block, R query rows per tile.
+template <int W, int NV, int R>
+TFM_ALWAYS_INLINE void flash_task(const FlashArgs& a, int64_t bh, int64_t i_begin, int64_t i_end,
+                                  FlashScratch& sc) {
+  using V = vf<W>;
+  constexpr int BK = NV * W;
+  const AttentionDims& d = *a.d;
+  const AttentionMask& mk = *a.mask;
+  const int64_t H = d.num_heads, Lq = d.q_len, Lk = d.kv_len, Dh = d.head_dim;
+  const int64_t b = bh / H, h = bh % H;
+  const float* qb = a.q + b * Lq * d.q_ld + h * Dh;
+  const float* kb = a.k + b * d.k_bs + h * Dh;
+  const float* vb = a.v + b * d.v_bs + h * Dh;
+  float* ob = a.out + b * Lq * d.out_ld + h * Dh;
+  const int64_t nblk = (Lk + BK - 1) / BK;
+
+  // Visible-key limits of the rows; the largest bounds the keys to pack.
+  int64_t kmax = 0;
+  for (int64_t i = i_begin; i < i_end; ++i) {
+    int64_t lim = mk.key_limit(b, i, Lq, Lk);
+    kmax = lim > kmax ? lim : kmax;
+  }
+  const int64_t nblk_used = (kmax + BK - 1) / BK;
+  // Pack K^T per block, zero-padded to BK keys.
+  sc.kt.resize(nblk * Dh * BK);
+  for (int64_t blk = 0; blk < nblk_used; ++blk) {
+    float* kt = sc.kt.data() + blk * Dh * BK;
+    const int64_t j0 = blk * BK, nk = Lk - j0 < BK ? Lk - j0 : BK;
+    for (int64_t j = 0; j < nk; ++j) {
+      const float* kr = kb + (j0 + j) * d.k_ld;
+      for (int64_t c = 0; c < Dh; ++c) kt[c * BK + j] = kr[c];
+    }
+    for (int64_t j = nk; j < BK; ++j)
+      for (int64_t c = 0; c < Dh; ++c) kt[c * BK + j] = 0.0f;
+  }
+  sc.qs.resize(R * Dh);
+  sc.s.resize(R * BK);
+  sc.o.resize(R * Dh);
+  float* qs = sc.qs.data();
+  float* S = sc.s.data();
+  float* O = sc.o.data();
+  const int64_t nvec_o = Dh / W;  // whole vectors of the head_dim; the rest runs scalar
+  for (int64_t i0 = i_begin; i0 < i_end; i0 += R) {
+    const int64_t nr = i_end - i0 < R ? i_end - i0 : R;
+    float m[R], l[R];
+    int64_t lim[R];
+    int64_t tile_lim = 0;
+    for (int r = 0; r < R; ++r) {
+      // Rows past the tile's end repeat its last row (results discarded).
+      const int64_t i = i0 + (r < nr ? r : nr - 1);
+      lim[r] = mk.key_limit(b, i, Lq, Lk);
+      tile_lim = lim[r] > tile_lim ? lim[r] : tile_lim;
+      m[r] = -INFINITY;
+      l[r] = 0.0f;
+      const float* qr = qb + i * d.q_ld;
+      for (int64_t c = 0; c < Dh; ++c) qs[r * Dh + c] = qr[c] * d.scale;
+      for (int64_t c = 0; c < Dh; ++c) O[r * Dh + c] = 0.0f;
+    }
+    const int64_t tile_blocks = (tile_lim + BK - 1) / BK;
+    for (int64_t blk = 0; blk < tile_blocks; ++blk) {
+      const int64_t j0 = blk * BK, nk = Lk - j0 < BK ? Lk - j0 : BK;
+      // S[R][BK] = qs K_blk^T: R x NV vector accumulators, one broadcast of q per row and head_dim element.
+      {
+        const float* kt = sc.kt.data() + blk * Dh * BK;
+        V acc[R][NV];
+        for (int r = 0; r < R; ++r)
+          for (int u = 0; u < NV; ++u) acc[r][u] = V{};
+        for (int64_t c = 0; c < Dh; ++c) {
+          V kv[NV];
+          for (int u = 0; u < NV; ++u) kv[u] = vload<V>(kt + c * BK + u * W);
+          for (int r = 0; r < R; ++r) {
+            const float qv = qs[r * Dh + c];
+            for (int u = 0; u < NV; ++u) acc[r][u] += qv * kv[u];
+          }
+        }
+        for (int r = 0; r < R; ++r)
+          for (int u = 0; u < NV; ++u) vstore(S + r * BK + u * W, acc[r][u]);
+      }
+      // Online softmax per row: mask, new running max, rescale the accumulator, exponentiate.
+      for (int r = 0; r < R; ++r) {
+        const int64_t i = i0 + (r < nr ? r : nr - 1);
+        float* s = S + r * BK;
+        const int64_t nvis = lim[r] - j0 < nk ? (lim[r] - j0 < 0 ? 0 : lim[r] - j0) : nk;
+        const float* km = mk.key_mask ? mk.key_mask + b * Lk + j0 : nullptr;
+        const float* gm = mk.mask ? mk.mask + (b * Lq + i) * Lk + j0 : nullptr;
+        if (km || gm) {
+          for (int64_t j = 0; j < nvis; ++j)
+            if ((km && km[j] == 0.0f) || (gm && gm[j] == 0.0f)) s[j] = -INFINITY;
+        }
+#pragma omp simd
+        for (int64_t j = nvis; j < BK; ++j) s[j] = -INFINITY;
+        float bm = -INFINITY;
+#pragma omp simd reduction(max : bm)
+        for (int64_t j = 0; j < BK; ++j) bm = s[j] > bm ? s[j] : bm;
+        const float m_new = bm > m[r] ? bm : m[r];
+        if (m_new == -INFINITY) {  // nothing visible yet: weights stay zero
+#pragma omp simd
+          for (int64_t j = 0; j < BK; ++j) s[j] = 0.0f;
+          continue;
+        }
+        const float alpha = vm::fast_exp(m[r] - m_new);  // exp(-inf) = 0 on the first visible block
+        float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+        for (int64_t j = 0; j < BK; ++j) {
+          float p = vm::fast_exp(s[j] - m_new);  // masked: exp(-inf) = 0
+          s[j] = p;
+          sum += p;
+        }
+        l[r] = l[r] * alpha + sum;
+        m[r] = m_new;
+        float* orow = O + r * Dh;
+#pragma omp simd
+        for (int64_t c = 0; c < Dh; ++c) orow[c] *= alpha;
+      }
+      // O[R][Dh] += P[R][nk] V_blk[nk][Dh], vectorised over head_dim in chunks of up to 4 vectors.
+      for (int64_t cv0 = 0; cv0 < nvec_o; cv0 += 4) {
+        const int64_t ncv = nvec_o - cv0 < 4 ? nvec_o - cv0 : 4;
+        const int64_t c0 = cv0 * W;
+        if (ncv == 4) {
+          V acc[R][4];
+          for (int r = 0; r < R; ++r)
+            for (int u = 0; u < 4; ++u) acc[r][u] = vload<V>(O + r * Dh + c0 + u * W);
+          for (int64_t j = 0; j < nk; ++j) {
+            const float* vr = vb + (j0 + j) * d.v_ld + c0;
+            V vv[4];
+            for (int u = 0; u < 4; ++u) vv[u] = vload<V>(vr + u * W);
+            for (int r = 0; r < R; ++r) {
+              const float p = S[r * BK + j];
+              for (int u = 0; u < 4; ++u) acc[r][u] += p * vv[u];
+            }
+          }
+          for (int r = 0; r < R; ++r)
+            for (int u = 0; u < 4; ++u) vstore(O + r * Dh + c0 + u * W, acc[r][u]);
+        } else {
+          for (int64_t u = 0; u < ncv; ++u) {
+            V acc[R];
+            for (int r = 0; r < R; ++r) acc[r] = vload<V>(O + r * Dh + c0 + u * W);
+            for (int64_t j = 0; j < nk; ++j) {
+              V vv = vload<V>(vb + (j0 + j) * d.v_ld + c0 + u * W);
+              for (int r = 0; r < R; ++r) acc[r] += S[r * BK + j] * vv;
+            }
+            for (int r = 0; r < R; ++r) vstore(O + r * Dh + c0 + u * W, acc[r]);
+          }
+        }
+      }
+      for (int64_t c = nvec_o * W; c < Dh; ++c)  // head_dim tail
+        for (int r = 0; r < R; ++r) {
+          float acc = O[r * Dh + c];
+          for (int64_t j = 0; j < nk; ++j) acc += S[r * BK + j] * vb[(j0 + j) * d.v_ld + c];
+          O[r * Dh + c] = acc;
+        }
+    }
+    for (int64_t r = 0; r < nr; ++r) {
+      float* orow = ob + (i0 + r) * d.out_ld;
+      const float inv = l[r] > 0.0f ? 1.0f / l[r] : 0.0f;  // no visible key: zeros
+#pragma omp simd
+      for (int64_t c = 0; c < Dh; ++c) orow[c] = O[r * Dh + c] * inv;
+    }
+  }
+}
+
+void flash_task_avx2(const FlashArgs& a, int64_t bh, int64_t i0, int64_t i1, FlashScratch& sc) {
+  flash_task<8, 4, 2>(a, bh, i0, i1, sc);
+}
+TFM_TARGET_AVX512 void flash_task_avx512(const FlashArgs& a, int64_t bh, int64_t i0, int64_t i1, FlashScratch& sc) {
+  flash_task<16, 4, 4>(a, bh, i0, i1, sc);
+}
+
+void attention_blocked(float* out, const float* q, const float* k, const float* v, const AttentionDims& d,
+                       const AttentionMask& mask) {
+  const int64_t BH = d.batch * d.num_heads, Lq = d.q_len;
+  // Tasks: (batch, head, chunk of query rows); chunks only when there are too few heads to share.
+  const int64_t chunk = BH >= 8 ? Lq : 64;
+  const int64_t nchunk = (Lq + chunk - 1) / chunk;
+  auto fn = kernel_isa() == KernelIsa::Avx512 ? flash_task_avx512 : flash_task_avx2;
+  FlashArgs a{q, k, v, out, &d, &mask};
+#pragma omp parallel if (BH * nchunk > 1 && BH * Lq * d.kv_len * d.head_dim > 65536)
+  {
+    FlashScratch sc;
+#pragma omp for schedule(static)
+    for (int64_t t = 0; t < BH * nchunk; ++t) {
+      const int64_t bh = t / nchunk, i0 = (t % nchunk) * chunk;
+      fn(a, bh, i0, i0 + chunk < Lq ? i0 + chunk : Lq, sc);
+    }
+  }
+}
+
 }  // namespace
 
 void attention_forward(float* out, float* probs, const float* q, const float* k, const float* v,
@@ -85,6 +315,10 @@ void attention_forward(float* out, float* probs, const float* q, const float* k,
   resolve(d);
   const int64_t B = d.batch, H = d.num_heads, Lq = d.q_len, Lk = d.kv_len, Dh = d.head_dim;
   if (B * H * Lq == 0) return;
+  if (!probs && !dropout_mask && Lk > 0) {
+    attention_blocked(out, q, k, v, d, mask);
+    return;
+  }
 #pragma omp parallel
   {
     std::vector<float> scratch(probs ? 0 : Lq * Lk);
