@@ -5,9 +5,11 @@
 #include <vector>
 
 #include "core/rng.h"
+#include "ops/activation.h"
 #include "ops/attention.h"
 #include "ops/isa.h"
 #include "ops/layer_norm.h"
+#include "ops/softmax.h"
 #include "test_util.h"
 
 using namespace tfm;
@@ -218,4 +220,37 @@ TEST(BlockedAttention, EmptyKeysGiveZeros) {
   AttentionDims d{B, Lq, 0, H, Dh};
   attention_forward(out.data(), nullptr, q.data(), q.data(), q.data(), d, AttentionMask{});
   for (float x : out) EXPECT_EQ(x, 0.0f);
+}
+
+// ---------------------------------------------------------------- softmax, GELU (per-ISA copies)
+
+TEST(FusedKernels, SoftmaxMatchesReferenceOnBothIsas) {
+  for (KernelIsa isa : isas()) {
+    IsaScope scope(isa);
+    for (int64_t rows : {1, 7, 300})
+      for (int64_t cols : {1, 3, 17, 64, 1000}) {
+        auto x = random_vec(rows * cols, 40 + cols, -30.0f, 30.0f);
+        std::vector<float> out(rows * cols), ref(rows * cols);
+        softmax_forward(out.data(), x.data(), rows, cols);
+        softmax_forward_ref(ref.data(), x.data(), rows, cols);
+        EXPECT_TRUE(all_close(out, ref, 1e-6f, 1e-5f)) << kernel_isa_name(isa) << " " << rows << "x" << cols;
+        softmax_forward(x.data(), x.data(), rows, cols);  // in place
+        EXPECT_TRUE(all_close(x, ref, 1e-6f, 1e-5f)) << kernel_isa_name(isa) << " in place";
+      }
+  }
+}
+
+TEST(FusedKernels, ActivationsMatchReferenceOnBothIsas) {
+  for (KernelIsa isa : isas()) {
+    IsaScope scope(isa);
+    for (int64_t n : {1, 13, 100003}) {  // the last runs in parallel chunks with a ragged end
+      auto x = random_vec(n, 50 + n, -8.0f, 8.0f);
+      for (Activation act : {Activation::Gelu, Activation::GeluTanh, Activation::Relu}) {
+        std::vector<float> out(n), ref(n);
+        activation_forward(out.data(), x.data(), n, act);
+        activation_forward_ref(ref.data(), x.data(), n, act);
+        EXPECT_TRUE(all_close(out, ref, 2e-6f, 2e-6f)) << kernel_isa_name(isa) << " n=" << n << " act=" << (int)act;
+      }
+    }
+  }
 }

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <stdexcept>
 
+#include "ops/isa.h"
 #include "ops/vec_math.h"
 
 namespace tfm::ops {
@@ -19,24 +20,46 @@ constexpr float kInvSqrt2 = 0.70710678118654752f;
 constexpr float kSqrt2OverPi = 0.79788456080286536f;
 }  // namespace
 
-void activation_forward(float* out, const float* inp, int64_t n, Activation act) {
+namespace {
+
+// Elements [i0, i1) of act(inp) into out, per ISA (ops/isa.h).
+TFM_ALWAYS_INLINE void act_impl(float* out, const float* inp, int64_t i0, int64_t i1, Activation act) {
   switch (act) {
     case Activation::Gelu:
-#pragma omp parallel for simd if (n > 65536)
-      for (int64_t i = 0; i < n; ++i) out[i] = 0.5f * inp[i] * (1.0f + vm::fast_erf(inp[i] * kInvSqrt2));
+#pragma omp simd
+      for (int64_t i = i0; i < i1; ++i) out[i] = 0.5f * inp[i] * (1.0f + vm::fast_erf(inp[i] * kInvSqrt2));
       break;
     case Activation::GeluTanh:
-#pragma omp parallel for simd if (n > 65536)
-      for (int64_t i = 0; i < n; ++i) {
+#pragma omp simd
+      for (int64_t i = i0; i < i1; ++i) {
         float x = inp[i];
         out[i] = 0.5f * x * (1.0f + vm::fast_tanh(kSqrt2OverPi * (x + 0.044715f * x * x * x)));
       }
       break;
     case Activation::Relu:
-#pragma omp parallel for simd if (n > 65536)
-      for (int64_t i = 0; i < n; ++i) out[i] = inp[i] > 0.0f ? inp[i] : 0.0f;
+#pragma omp simd
+      for (int64_t i = i0; i < i1; ++i) out[i] = inp[i] > 0.0f ? inp[i] : 0.0f;
       break;
   }
+}
+void act_avx2(float* out, const float* inp, int64_t i0, int64_t i1, Activation act) {
+  act_impl(out, inp, i0, i1, act);
+}
+TFM_TARGET_AVX512 void act_avx512(float* out, const float* inp, int64_t i0, int64_t i1, Activation act) {
+  act_impl(out, inp, i0, i1, act);
+}
+
+}  // namespace
+
+void activation_forward(float* out, const float* inp, int64_t n, Activation act) {
+  auto fn = kernel_isa() == KernelIsa::Avx512 ? act_avx512 : act_avx2;
+  if (n <= 65536) {
+    fn(out, inp, 0, n, act);
+    return;
+  }
+  const int64_t chunk = 16384;
+#pragma omp parallel for schedule(static)
+  for (int64_t i0 = 0; i0 < n; i0 += chunk) fn(out, inp, i0, i0 + chunk < n ? i0 + chunk : n, act);
 }
 
 void activation_backward(float* dinp, const float* dout, const float* inp, int64_t n, Activation act) {

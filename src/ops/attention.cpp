@@ -281,11 +281,19 @@ TFM_ALWAYS_INLINE void flash_task(const FlashArgs& a, int64_t bh, int64_t i_begi
   }
 }
 
+// Tiles: R query rows x NV vectors of keys, sized to the register file (AVX2: 16 ymm, 12 accumulators; AVX-512:
+// 32 zmm, 24 accumulators). Short key sequences use half-width blocks so padding does not double the work.
 void flash_task_avx2(const FlashArgs& a, int64_t bh, int64_t i0, int64_t i1, FlashScratch& sc) {
-  flash_task<8, 4, 2>(a, bh, i0, i1, sc);
+  if (a.d->kv_len <= 16)
+    flash_task<8, 2, 6>(a, bh, i0, i1, sc);
+  else
+    flash_task<8, 4, 3>(a, bh, i0, i1, sc);
 }
 TFM_TARGET_AVX512 void flash_task_avx512(const FlashArgs& a, int64_t bh, int64_t i0, int64_t i1, FlashScratch& sc) {
-  flash_task<16, 4, 4>(a, bh, i0, i1, sc);
+  if (a.d->kv_len <= 32)
+    flash_task<16, 2, 8>(a, bh, i0, i1, sc);
+  else
+    flash_task<16, 4, 6>(a, bh, i0, i1, sc);
 }
 
 void attention_blocked(float* out, const float* q, const float* k, const float* v, const AttentionDims& d,

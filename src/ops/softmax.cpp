@@ -2,12 +2,16 @@
 
 #include <cmath>
 
+#include "ops/isa.h"
 #include "ops/vec_math.h"
 
 namespace tfm::ops {
 
-void softmax_row(float* x, int64_t n) {
+namespace {
+
+TFM_ALWAYS_INLINE void softmax_row_impl(float* x, int64_t n) {
   float mx = -INFINITY;
+#pragma omp simd reduction(max : mx)
   for (int64_t j = 0; j < n; ++j) mx = x[j] > mx ? x[j] : mx;
   float sum = 0.0f;
 #pragma omp simd reduction(+ : sum)
@@ -20,15 +24,37 @@ void softmax_row(float* x, int64_t n) {
   for (int64_t j = 0; j < n; ++j) x[j] *= inv;
 }
 
-void softmax_forward(float* out, const float* inp, int64_t rows, int64_t cols) {
-#pragma omp parallel for if (rows * cols > 32768)
-  for (int64_t r = 0; r < rows; ++r) {
+// Rows [r0, r1) of softmax(inp) into out, per ISA (ops/isa.h).
+TFM_ALWAYS_INLINE void softmax_rows_impl(float* out, const float* inp, int64_t r0, int64_t r1, int64_t cols) {
+  for (int64_t r = r0; r < r1; ++r) {
     float* o = out + r * cols;
     const float* x = inp + r * cols;
     if (o != x)
       for (int64_t j = 0; j < cols; ++j) o[j] = x[j];
-    softmax_row(o, cols);
+    softmax_row_impl(o, cols);
   }
+}
+void softmax_rows_avx2(float* out, const float* inp, int64_t r0, int64_t r1, int64_t cols) {
+  softmax_rows_impl(out, inp, r0, r1, cols);
+}
+TFM_TARGET_AVX512 void softmax_rows_avx512(float* out, const float* inp, int64_t r0, int64_t r1, int64_t cols) {
+  softmax_rows_impl(out, inp, r0, r1, cols);
+}
+using SoftmaxRows = void (*)(float*, const float*, int64_t, int64_t, int64_t);
+SoftmaxRows softmax_rows() { return kernel_isa() == KernelIsa::Avx512 ? softmax_rows_avx512 : softmax_rows_avx2; }
+
+}  // namespace
+
+void softmax_row(float* x, int64_t n) { softmax_rows()(x, x, 0, 1, n); }
+
+void softmax_forward(float* out, const float* inp, int64_t rows, int64_t cols) {
+  SoftmaxRows fn = softmax_rows();
+  if (rows * cols <= 32768 || rows < 2) {
+    fn(out, inp, 0, rows, cols);
+    return;
+  }
+#pragma omp parallel for schedule(static)
+  for (int64_t r0 = 0; r0 < rows; r0 += 8) fn(out, inp, r0, r0 + 8 < rows ? r0 + 8 : rows, cols);
 }
 
 void softmax_backward(float* dinp, const float* dout, const float* out, int64_t rows, int64_t cols) {
