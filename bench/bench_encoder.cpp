@@ -18,9 +18,10 @@
 // --sgemm prints {"kind":"sgemm",...}: ops::gemm (plain dnnl_sgemm) for 1024x3072x768 (x[N, in] @ W[out, in]^T),
 // and {"kind":"packed_gemm","dtype":..}: the same product on weights packed once (oneDNN matmul, PackedLinear)
 // for fp32, bf16 and int8; the fp32 figure is the ceiling the encoder's GEMMs can reach with these threads.
-// --breakdown prints {"kind":"breakdown",...}: the same op sequence as one BERT layer (ops called directly on
-// layer 0's weights, as src/models/bert.cpp calls them), timed op by op and scaled by num_hidden_layers, to show
-// where forward's time goes.
+// --breakdown prints {"kind":"breakdown",...}: per-op time of the real forward (packed weights, --dtype): QKV
+// GEMM, attention, output GEMM, add + LayerNorm, FFN GEMMs (bias + activation fused), embeddings, pooler, and
+// "other", from the model's OpTimer sections (ops/profile.h), per shape; then {"kind":"breakdown_total",...}.
+// The kernel ISA of our own kernels (ops/isa.h) is printed with it: TFM_ISA=avx2 selects the baseline copies.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -42,6 +43,8 @@
 #include "nn/layers.h"
 #include "ops/activation.h"
 #include "ops/attention.h"
+#include "ops/isa.h"
+#include "ops/profile.h"
 
 namespace {
 
@@ -189,65 +192,45 @@ void run_sgemm(const Options& o) {
   }
 }
 
-// One BERT layer's op sequence on layer 0's weights, timed op by op. Mirrors Bert::forward in
-// src/models/bert.cpp (three separate Q/K/V GEMMs, attention, output dense + residual + LayerNorm, FFN).
-void run_breakdown(const Options& o, const tfm::EncoderConfig& c, int64_t B, int64_t L) {
+// Per-op time of the real inference forward (packed weights, the model's --dtype): the OpTimer sections of
+// src/models/bert.cpp (ops/profile.h), summed over `reps` forwards after warm-up and divided by reps. A section
+// covers all layers; GEMM sections report GFLOP/s. "other" is the forward's wall time outside every section.
+void run_breakdown(const Options& o, tfm::EncoderModel& model, int64_t B, int64_t L) {
   using namespace tfm;
-  SafeTensorsWeights w(o.model_dir + "/model.safetensors");
-  const int64_t H = c.hidden_size, I = c.intermediate_size, N = B * L;
-  const std::string p = "encoder.layer.0.";
-  auto lin = [&](const std::string& n, int64_t in, int64_t out) { return nn::Linear::load(w, p + n, in, out); };
-  nn::Linear q_l = lin("attention.self.query", H, H), k_l = lin("attention.self.key", H, H),
-             v_l = lin("attention.self.value", H, H), o_l = lin("attention.output.dense", H, H),
-             i_l = lin("intermediate.dense", H, I), f_l = lin("output.dense", I, H);
-  nn::LayerNorm ln1 = nn::LayerNorm::load(w, p + "attention.output.LayerNorm", H, (float)c.layer_norm_eps);
-  nn::LayerNorm ln2 = nn::LayerNorm::load(w, p + "output.LayerNorm", H, (float)c.layer_norm_eps);
-  ops::Activation act = ops::parse_activation(c.hidden_act);
-
-  std::mt19937 rng(1);
-  std::normal_distribution<float> g(0.0f, 1.0f);
-  std::vector<float> x(N * H), q(N * H), k(N * H), v(N * H), ctx(N * H), a(N * H), inter(N * I), y(N * H);
-  for (auto& e : x) e = g(rng);
-  ops::AttentionDims dims{B, L, L, c.num_attention_heads, c.head_dim()};
-  ops::AttentionMask mask;
-  auto add = [](float* dst, const float* src, int64_t n) {
-#pragma omp parallel for simd if (n > 65536)
-    for (int64_t i = 0; i < n; ++i) dst[i] += src[i];
-  };
+  const EncoderConfig& c = model.config();
+  Tensor ids = random_ids(B, L, c.vocab_size, (uint64_t)(B * 1000 + L));
+  for (int i = 0; i < std::max(1, o.warmup); ++i) model.forward(ids, Tensor(), Tensor());
+  const int reps = std::max(o.reps, 5);
+  ops::reset_op_profile();
+  ops::set_op_profiling(true);
+  auto t0 = Clock::now();
+  for (int i = 0; i < reps; ++i) model.forward(ids, Tensor(), Tensor());
+  double total = seconds_since(t0) / reps;
+  ops::set_op_profiling(false);
+  const double H = (double)c.hidden_size, I = (double)c.intermediate_size, N = (double)(B * L);
   const double NL = (double)c.num_hidden_layers;
-  const double lin_hh = 2.0 * N * H * H * 1e-9, lin_hi = 2.0 * N * H * I * 1e-9, attn = 2.0 * 2.0 * N * L * H * 1e-9;
-  struct Section {
-    std::string name;
-    double gflop;
-    std::function<void()> fn;
-  };
-  std::vector<Section> sections = {
-      {"qkv_proj", 3 * lin_hh, [&] {
-         q_l.forward(q.data(), x.data(), N);
-         k_l.forward(k.data(), x.data(), N);
-         v_l.forward(v.data(), x.data(), N);
-       }},
-      {"attention", attn, [&] { ops::attention_forward(ctx.data(), nullptr, q.data(), k.data(), v.data(), dims, mask); }},
-      {"attn_out_proj", lin_hh, [&] { o_l.forward(a.data(), ctx.data(), N); }},
-      {"residual_ln1", 0, [&] {
-         add(a.data(), x.data(), N * H);
-         ln1.forward(a.data(), a.data(), N);
-       }},
-      {"ffn_in_proj", lin_hi, [&] { i_l.forward(inter.data(), a.data(), N); }},
-      {"gelu", 0, [&] { ops::activation_forward(inter.data(), inter.data(), N * I, act); }},
-      {"ffn_out_proj", lin_hi, [&] { f_l.forward(y.data(), inter.data(), N); }},
-      {"residual_ln2", 0, [&] {
-         add(y.data(), a.data(), N * H);
-         ln2.forward(y.data(), y.data(), N);
-       }},
-  };
-  for (const auto& s : sections) {
-    double med = median(time_calls(o.warmup + 1, std::max(o.reps, 10), s.fn));
+  const std::map<std::string, double> gflop = {
+      {"qkv_gemm", 2.0 * N * 3 * H * H * NL * 1e-9},     {"attention", 2.0 * 2.0 * N * (double)L * H * NL * 1e-9},
+      {"attn_out_gemm", 2.0 * N * H * H * NL * 1e-9},    {"ffn_in_gemm_act", 2.0 * N * H * I * NL * 1e-9},
+      {"ffn_out_gemm", 2.0 * N * H * I * NL * 1e-9}};
+  double covered = 0;
+  auto print = [&](const std::string& name, double sec, int64_t calls) {
+    auto g = gflop.find(name);
+    double gf = g != gflop.end() && sec > 0 ? g->second / sec : 0.0;
     std::printf(
-        "{\"kind\":\"breakdown\",\"B\":%lld,\"L\":%lld,\"section\":\"%s\",\"ms_per_layer\":%.4f,"
-        "\"ms_all_layers\":%.3f,\"gflops\":%.1f}\n",
-        (long long)B, (long long)L, s.name.c_str(), med * 1e3, med * 1e3 * NL, s.gflop > 0 ? s.gflop / med : 0.0);
+        "{\"kind\":\"breakdown\",\"dtype\":\"%s\",\"isa\":\"%s\",\"B\":%lld,\"L\":%lld,\"section\":\"%s\","
+        "\"calls_per_forward\":%.1f,\"ms_per_layer\":%.4f,\"ms_all_layers\":%.3f,\"share\":%.3f,\"gflops\":%.1f}\n",
+        o.dtype.c_str(), ops::kernel_isa_name(ops::kernel_isa()), (long long)B, (long long)L, name.c_str(),
+        (double)calls / reps, sec * 1e3 / NL, sec * 1e3, total > 0 ? sec / total : 0.0, gf);
+  };
+  for (const ops::OpStat& st : ops::op_profile()) {
+    double sec = st.seconds / reps;
+    covered += sec;
+    print(st.name, sec, st.calls);
   }
+  print("other", std::max(0.0, total - covered), reps);
+  std::printf("{\"kind\":\"breakdown_total\",\"dtype\":\"%s\",\"B\":%lld,\"L\":%lld,\"forward_ms\":%.3f}\n",
+              o.dtype.c_str(), (long long)B, (long long)L, total * 1e3);
   std::fflush(stdout);
 }
 
@@ -294,7 +277,7 @@ int main(int argc, char** argv) {
       std::fflush(stdout);
     }
     if (o.breakdown)
-      for (auto [B, L] : o.shapes) run_breakdown(o, c, B, L);
+      for (auto [B, L] : o.shapes) run_breakdown(o, *model, B, L);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "bench_encoder: %s\n", e.what());
     return 1;

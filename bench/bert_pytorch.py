@@ -156,7 +156,7 @@ def table(args):
     bd = [r for r in ours if r["kind"] == "breakdown"]
     if bd:
         print()
-        print("Per-op breakdown (one layer's ops on layer 0's weights, x num_hidden_layers):")
+        print("Per-op breakdown (sections of the real forward, all layers; bench_encoder --breakdown):")
         print()
         print("| shape | section | ms (all layers) | share | GFLOP/s |")
         print("|---|---|---:|---:|---:|")

@@ -15,6 +15,7 @@
 #              WEIGHTS_DIR (reuse config.json + model.safetensors from `bert_pytorch.py make-weights DIR`),
 #              NODE_DIR (a folder with node_modules/onnxruntime-node; default: installed into /tmp/tfm-ort),
 #              TFM_DATA_DIR (../shared/data; its bert-base-uncased tokenizer files), KEEP=1 keeps the temp folder,
+#              BREAKDOWN=1 adds bench_encoder's per-op breakdown of each dtype's forward (kind "breakdown" lines),
 #              NICE=-15 runs every measured process at that priority (negative needs root): on 2 cores shared with
 #              compiles a 2-thread run is otherwise dominated by preemption.
 set -euo pipefail
@@ -59,6 +60,7 @@ for dt in fp32 bf16 int8; do
   echo "== transformer.cpp $dt" >&2
   extra=()
   [[ $dt == fp32 ]] && extra+=(--sgemm)
+  [[ "${BREAKDOWN:-0}" == 1 ]] && extra+=(--breakdown)  # per-op time of the real forward, per dtype
   "${run[@]}" "$BUILD_DIR/bench_encoder" "$tmp/bert" --threads "$THREADS" --warmup "$WARMUP" --reps "$REPS" --shapes "$SHAPES" \
     --dtype "$dt" "${extra[@]}" | tee "$tmp/ours_$dt.jsonl" >&2
 done

@@ -67,6 +67,15 @@ def main():
     if ort:
         p = max(r["peak_rss_mb"] for r in ort.values())
         print(f"| ONNX Runtime fp32 | {p:.0f} | {p / wmb:.2f} |")
+    bd = [r for dt in ours for r in ours[dt] if r.get("kind") == "breakdown"]
+    if bd:  # BREAKDOWN=1: per-op time of each dtype's real forward (all layers)
+        print()
+        print("| dtype | shape | section | ms | share | GFLOP/s |")
+        print("|---|---|---|---:|---:|---:|")
+        for r in bd:
+            gf = f"{r['gflops']:.0f}" if r["gflops"] else ""
+            print(f"| {r['dtype']} | [{r['B']}, {r['L']}] | {r['section']} | {r['ms_all_layers']:.2f} | "
+                  f"{100 * r['share']:.0f}% | {gf} |")
     proc = read(f"{d}/process.jsonl")
     print()
     print("| tfm encode, one sentence | tokens | wall s | forward alone ms | wall / forward | peak RSS MiB | RSS / fp32 file |")

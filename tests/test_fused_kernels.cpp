@@ -2,13 +2,17 @@
 // AVX-512 (ops/isa.h): add + LayerNorm, blocked online-softmax attention, softmax, GELU.
 #include <gtest/gtest.h>
 
+#include <map>
 #include <vector>
 
 #include "core/rng.h"
+#include "io/safetensors.h"
+#include "models/encoder.h"
 #include "ops/activation.h"
 #include "ops/attention.h"
 #include "ops/isa.h"
 #include "ops/layer_norm.h"
+#include "ops/profile.h"
 #include "ops/softmax.h"
 #include "test_util.h"
 
@@ -253,4 +257,31 @@ TEST(FusedKernels, ActivationsMatchReferenceOnBothIsas) {
       }
     }
   }
+}
+
+// ---------------------------------------------------------------- per-op timing hook (bench_encoder --breakdown)
+
+TEST(FusedKernels, OpProfileTimesBertSectionsOnlyWhenOn) {
+  auto model = load_encoder(tfm::test::fixture("bert"));
+  auto io = SafeTensors::open(tfm::test::fixture("bert/io.safetensors"));
+  Tensor ids = io.get("input_ids"), mask = io.get("attention_mask");
+  const int64_t layers = model->config().num_hidden_layers;
+  set_op_profiling(false);
+  reset_op_profile();
+  model->forward(ids, Tensor(), mask);
+  EXPECT_TRUE(op_profile().empty());  // off: nothing recorded
+  set_op_profiling(true);
+  model->forward(ids, Tensor(), mask);
+  set_op_profiling(false);
+  std::map<std::string, OpStat> by_name;
+  for (const OpStat& s : op_profile()) by_name[s.name] = s;
+  for (const char* name : {"qkv_gemm", "attention", "attn_out_gemm", "ffn_in_gemm_act", "ffn_out_gemm"}) {
+    ASSERT_TRUE(by_name.count(name)) << name;
+    EXPECT_EQ(by_name[name].calls, layers) << name;
+    EXPECT_GT(by_name[name].seconds, 0.0) << name;
+  }
+  EXPECT_EQ(by_name["add_layernorm"].calls, 2 * layers);
+  EXPECT_EQ(by_name["embeddings"].calls, 1);
+  reset_op_profile();
+  EXPECT_TRUE(op_profile().empty());
 }

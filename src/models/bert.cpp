@@ -10,6 +10,7 @@
 #include "ops/gemm.h"
 #include "ops/layer_norm.h"
 #include "ops/matmul.h"
+#include "ops/profile.h"
 
 namespace tfm {
 namespace {
@@ -62,6 +63,7 @@ class Bert : public EncoderModel {
     Tensor hs;
     if (all_layers) hs = Tensor::empty({NL + 1, B, L, H});
     Tensor x = Tensor::empty({B, L, H});
+    ops::OpTimer t_emb("embeddings");  // sections for bench_encoder --breakdown (ops/profile.h; off: no cost)
     float* X = x.f32();
     // Embeddings: word + position + token_type, then LayerNorm.
     const int64_t* ids = input_ids.i64();
@@ -76,6 +78,7 @@ class Bert : public EncoderModel {
     }
     emb_ln_.forward(X, X, N);
     if (all_layers) std::memcpy(hs.f32(), X, sizeof(float) * N * H);
+    t_emb.stop();
 
     // Activation buffers, reused by every layer.
     std::vector<float> qkv(N * 3 * H), ctx(N * H), a(N * H), inter(N * I);
@@ -89,19 +92,41 @@ class Bert : public EncoderModel {
     const ops::Epilogue act = ops::epilogue_of(act_);
     for (int64_t l = 0; l < NL; ++l) {
       const BertLayer& Ly = layers_[l];
-      Ly.qkv.forward(qkv.data(), X, N);
-      ops::attention_forward(ctx.data(), nullptr, qkv.data(), qkv.data() + H, qkv.data() + 2 * H, dims, mask);
+      {
+        ops::OpTimer t("qkv_gemm");
+        Ly.qkv.forward(qkv.data(), X, N);
+      }
+      {
+        ops::OpTimer t("attention");
+        ops::attention_forward(ctx.data(), nullptr, qkv.data(), qkv.data() + H, qkv.data() + 2 * H, dims, mask);
+      }
       // a = LayerNorm(dense(ctx) + x)
-      Ly.attn_out.forward(a.data(), ctx.data(), N);
-      add_norm(Ly.attn_ln, a.data(), a.data(), X, N);
+      {
+        ops::OpTimer t("attn_out_gemm");
+        Ly.attn_out.forward(a.data(), ctx.data(), N);
+      }
+      {
+        ops::OpTimer t("add_layernorm");
+        add_norm(Ly.attn_ln, a.data(), a.data(), X, N);
+      }
       // x = LayerNorm(dense(act(dense(a))) + a)
-      Ly.intermediate.forward(inter.data(), a.data(), N, act);  // bias + activation fused into the GEMM
-      Ly.output.forward(X, inter.data(), N);
-      add_norm(Ly.out_ln, X, X, a.data(), N);
+      {
+        ops::OpTimer t("ffn_in_gemm_act");
+        Ly.intermediate.forward(inter.data(), a.data(), N, act);  // bias + activation fused into the GEMM
+      }
+      {
+        ops::OpTimer t("ffn_out_gemm");
+        Ly.output.forward(X, inter.data(), N);
+      }
+      {
+        ops::OpTimer t("add_layernorm");
+        add_norm(Ly.out_ln, X, X, a.data(), N);
+      }
       if (all_layers) std::memcpy(hs.f32() + (l + 1) * N * H, X, sizeof(float) * N * H);
     }
     // Pooler: tanh(dense(x[:, 0])), when the checkpoint has one.
     if (pooler_.weight.defined()) {
+      ops::OpTimer t("pooler");
       Tensor pooled = Tensor::empty({B, H});
       std::vector<float> cls(B * H);
       for (int64_t b = 0; b < B; ++b) std::memcpy(cls.data() + b * H, X + b * L * H, sizeof(float) * H);
