@@ -42,11 +42,11 @@ struct AttentionDims {
 //        and visualisation).
 // dropout_mask: [B, heads, Lq, Lk] multipliers (0 or 1/(1-p)) applied to the weights before v, or null
 //        (d2l's DotProductAttention drops attention weights).
-// With probs and dropout_mask both null (inference) no [Lq, Lk] buffer is written: a blocked online softmax per
-// head (Flash-attention order on CPU: key blocks of 64 (AVX-512) or 32 (AVX2) keys, half that for short key
-// sequences; running max and sum per query row; accumulator rescaled by exp(old_max - new_max)), vectorised for
+// With probs and dropout_mask both null (inference) and more than 32 keys, no [Lq, Lk] buffer is written: a
+// blocked online softmax per head (Flash-attention order on CPU: key blocks of 64 (AVX-512) or 32 (AVX2) keys;
+// running max and sum per query row; accumulator rescaled by exp(old_max - new_max)), vectorised for
 // kernel_isa() (ops/isa.h). Otherwise the scores go through oneDNN GEMMs and a masked softmax into probs (or a
-// per-thread scratch).
+// per-thread [Lq, Lk] scratch).
 void attention_forward(float* out, float* probs, const float* q, const float* k, const float* v,
                        const AttentionDims& dims, const AttentionMask& mask, const float* dropout_mask = nullptr);
 
