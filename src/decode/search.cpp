@@ -1,8 +1,11 @@
 #include "decode/search.h"
 
+#include "ops/vec_math.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <numeric>
 #include <stdexcept>
 #include <string>
@@ -16,6 +19,49 @@ int64_t argmax(const float* x, int64_t n) {
   for (int64_t i = 1; i < n; ++i)
     if (x[i] > x[best]) best = i;
   return best;
+}
+
+// log(sum_v exp(x[v])) of one logits row: max-shifted, exp in float (vm::fast_exp, within 2 ulp, vectorised)
+// summed in double. The logits themselves carry float rounding, so this is as exact as the inputs.
+double log_sum_exp(const float* x, int64_t V) {
+  float mx = -INFINITY;
+#pragma omp simd reduction(max : mx)
+  for (int64_t v = 0; v < V; ++v) mx = x[v] > mx ? x[v] : mx;
+  double sum = 0;
+#pragma omp simd reduction(+ : sum)
+  for (int64_t v = 0; v < V; ++v) sum += (double)vm::fast_exp(x[v] - mx);
+  return (double)mx + std::log(sum);
+}
+
+// The candidates of one row (beam logp `logp`, normaliser `lse`) that can be among its M best in beam search's
+// order (logp + (x[v] - lse) descending, then token ascending), with that logp; no full sort of the vocabulary.
+// That logp is non-decreasing in x[v] (rounding is monotone), so the M largest logits x_M.. bound it: the M best
+// all have logp >= lp_M = logp(x_M). Every token with logp >= lp_M is returned; those have x >= x_M - slack,
+// slack far above double rounding, so a second pass only computes logp near the boundary. out: unordered.
+void row_candidates(const float* x, int64_t V, int64_t M, double logp, double lse,
+                    std::vector<std::pair<double, int64_t>>& out) {
+  out.clear();
+  if (M <= 0) return;
+  // Pass 1: the M-th largest logit, with a small min-heap of the M largest seen.
+  thread_local std::vector<float> heap;
+  heap.assign(x, x + M);
+  std::make_heap(heap.begin(), heap.end(), std::greater<float>());
+  for (int64_t v = M; v < V; ++v)
+    if (x[v] > heap.front()) {
+      std::pop_heap(heap.begin(), heap.end(), std::greater<float>());
+      heap.back() = x[v];
+      std::push_heap(heap.begin(), heap.end(), std::greater<float>());
+    }
+  const float xM = heap.front();
+  auto cand_logp = [&](float xv) { return logp + ((double)xv - lse); };
+  const double lpM = cand_logp(xM);
+  const double slack = 1e-6 * (std::fabs(lpM) + std::fabs((double)xM) + std::fabs(lse) + 1.0);
+  const float lo = (float)((double)xM - slack);
+  for (int64_t v = 0; v < V; ++v)
+    if (x[v] >= lo) {
+      const double lp = cand_logp(x[v]);
+      if (lp >= lpM) out.emplace_back(lp, v);
+    }
 }
 }  // namespace
 
@@ -130,6 +176,10 @@ std::vector<std::vector<Hypothesis>> beam_search_hypotheses(Seq2SeqModel& model,
     std::vector<int64_t> last(N, opt.bos_id);
     std::vector<float> logits;
     std::vector<double> lse;
+    // Per row its candidates that can rank among the top M = 2K of its sentence (see row_candidates).
+    const int64_t M = std::min<int64_t>(2 * K, V);
+    std::vector<std::vector<std::pair<double, int64_t>>> row_cand;  // (logp, token)
+    std::vector<double> row_logp;
     // Best score any continuation of a live beam with logp lp can reach: its logp only decreases, its length
     // lies in [len + 1, max_steps] and logp <= 0, so dividing by the largest penalty of that range bounds it.
     const double lp_max = gnmt_length_penalty(opt.max_steps, alpha);
@@ -141,12 +191,21 @@ std::vector<std::vector<Hypothesis>> beam_search_hypotheses(Seq2SeqModel& model,
       logits.resize(R * V);
       model.decode_step(cache, last.data(), logits.data(), opt.position_mode);
       lse.resize(R);
-      for (int64_t r = 0; r < R; ++r) {  // log-softmax normaliser of each row
+      row_cand.resize(R);
+      row_logp.resize(R);
+      {
+        int64_t r = 0;
+        for (int64_t r0 = 0; r0 < R; ++r0) {  // logp of each row's beam
+          const int64_t s = row_sentence[r0];
+          r = r0 == 0 || row_sentence[r0 - 1] != s ? 0 : r + 1;
+          row_logp[r0] = sent[s].alive[r].logp;
+        }
+      }
+#pragma omp parallel for schedule(static)
+      for (int64_t r = 0; r < R; ++r) {
         const float* x = logits.data() + r * V;
-        float mx = x[argmax(x, V)];
-        double sum = 0;
-        for (int64_t v = 0; v < V; ++v) sum += std::exp((double)x[v] - mx);
-        lse[r] = mx + std::log(sum);
+        lse[r] = log_sum_exp(x, V);
+        row_candidates(x, V, M, row_logp[r], lse[r], row_cand[r]);
       }
       const bool last_step = t + 1 == opt.max_steps;
       std::vector<int64_t> keep_rows, next_sentence, next_last;
@@ -156,13 +215,10 @@ std::vector<std::vector<Hypothesis>> beam_search_hypotheses(Seq2SeqModel& model,
         while (r1 < R && row_sentence[r1] == s) ++r1;
         Sentence& S = sent[s];
         // The top 2K candidates hold the top K ranks and at least K not ending in <eos> (at most K of all
-        // candidates end in <eos>: one per live beam).
+        // candidates end in <eos>: one per live beam). Each of them is among its row's top 2K.
         std::vector<std::tuple<double, int64_t, int64_t>> cand;  // (logp, row, token)
-        cand.reserve((r1 - r0) * V);
-        for (int64_t r = r0; r < r1; ++r) {
-          const float* x = logits.data() + r * V;
-          for (int64_t v = 0; v < V; ++v) cand.emplace_back(S.alive[r - r0].logp + ((double)x[v] - lse[r]), r, v);
-        }
+        for (int64_t r = r0; r < r1; ++r)
+          for (const auto& [lp, v] : row_cand[r]) cand.emplace_back(lp, r, v);
         const int64_t top = std::min<int64_t>((int64_t)cand.size(), 2 * K);
         std::partial_sort(cand.begin(), cand.begin() + top, cand.end(), [](const auto& a, const auto& b) {
           if (std::get<0>(a) != std::get<0>(b)) return std::get<0>(a) > std::get<0>(b);

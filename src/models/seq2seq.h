@@ -67,12 +67,21 @@ struct LossResult {
 };
 
 // Decoder state for incremental decoding: per layer the projected self-attention keys/values of every step so
-// far and the projected encoder keys/values (computed once).
+// far and the projected encoder keys/values (computed once per source sentence).
+//
+// Beam search reorders rows at every step; nothing is copied for that. Self-attention keys/values are appended,
+// step after step, to one growing buffer per layer (`kv_rows_used` rows of H floats); row r of the batch reads
+// its key/value of step s at buffer row kv_index[r * capacity + s]. Encoder keys/values stay one block per source
+// sentence; row r reads block cross_row[r]. reorder_cache only permutes these small index arrays.
 struct DecoderCache {
   int64_t batch = 0, src_len = 0, steps = 0, capacity = 0;
-  std::vector<int64_t> src_valid_len;                 // [B]
-  std::vector<std::vector<float>> self_k, self_v;     // per layer [B, capacity, H]
-  std::vector<std::vector<float>> cross_k, cross_v;   // per layer [B, Ls, H]
+  std::vector<int64_t> src_valid_len;                 // [batch] (of cross_row's sentence)
+  std::vector<std::vector<float>> self_k, self_v;     // per layer [kv_rows_used (growing), H]
+  std::vector<std::vector<float>> cross_k, cross_v;   // per layer [sentences, Ls, H]
+  std::vector<int64_t> kv_index;                      // [batch, capacity] buffer row of each step's key/value
+  std::vector<int64_t> cross_row;                     // [batch] encoder block of each row
+  int64_t kv_rows_used = 0;
+  std::vector<std::vector<float>> scratch;            // decode_step work buffers (reused, not reallocated)
 };
 
 // How incremental decoding numbers positions. kAbsolute: step t adds P[t] (what training sees).
