@@ -1,5 +1,6 @@
 #include "decode/search.h"
 
+#include "decode/profile.h"
 #include "ops/vec_math.h"
 
 #include <algorithm>
@@ -21,47 +22,61 @@ int64_t argmax(const float* x, int64_t n) {
   return best;
 }
 
-// log(sum_v exp(x[v])) of one logits row: max-shifted, exp in float (vm::fast_exp, within 2 ulp, vectorised)
-// summed in double. The logits themselves carry float rounding, so this is as exact as the inputs.
-double log_sum_exp(const float* x, int64_t V) {
-  float mx = -INFINITY;
-#pragma omp simd reduction(max : mx)
-  for (int64_t v = 0; v < V; ++v) mx = x[v] > mx ? x[v] : mx;
+// One logits row x[V] of a beam with log-probability `logp`: returns lse = log(sum_v exp(x[v])) (max-shifted,
+// exp in float by vm::fast_exp, within 2 ulp, summed in double: as exact as the float logits) and in `out`
+// (unordered) every token that can be among the row's M best in beam search's order, logp + (x[v] - lse)
+// descending then token ascending, with that logp; the vocabulary is never sorted.
+// Why that is enough: the candidate logp is non-decreasing in x[v] (rounding is monotone), so with x_M the M-th
+// largest logit the M best all have logp >= lp_M = logp(x_M); every token with logp >= lp_M is returned. Those
+// have x >= x_M - slack, slack far above double rounding, so logp is computed only near that boundary.
+// Two passes: (1) the M largest logits by a min-heap, skipping 16-logit blocks whose maximum cannot enter it;
+// (2) the exp sum, and the blocks whose maximum reaches x_M - slack.
+double row_candidates(const float* x, int64_t V, int64_t M, double logp, std::vector<std::pair<double, int64_t>>& out) {
+  constexpr int64_t kBlock = 16;
+  out.clear();
+  thread_local std::vector<float> heap, block_max;
+  const int64_t nblocks = (V + kBlock - 1) / kBlock;
+  block_max.resize(nblocks);
+  heap.clear();
+  for (int64_t b = 0; b < nblocks; ++b) {
+    const int64_t v0 = b * kBlock, v1 = std::min(V, v0 + kBlock);
+    float bm = -INFINITY;
+#pragma omp simd reduction(max : bm)
+    for (int64_t v = v0; v < v1; ++v) bm = x[v] > bm ? x[v] : bm;
+    block_max[b] = bm;
+    if ((int64_t)heap.size() == M && !(bm > heap.front())) continue;
+    for (int64_t v = v0; v < v1; ++v) {
+      if ((int64_t)heap.size() < M) {
+        heap.push_back(x[v]);
+        std::push_heap(heap.begin(), heap.end(), std::greater<float>());
+      } else if (x[v] > heap.front()) {
+        std::pop_heap(heap.begin(), heap.end(), std::greater<float>());
+        heap.back() = x[v];
+        std::push_heap(heap.begin(), heap.end(), std::greater<float>());
+      }
+    }
+  }
+  if (heap.empty()) return -INFINITY;
+  const float mx = *std::max_element(heap.begin(), heap.end());
   double sum = 0;
 #pragma omp simd reduction(+ : sum)
   for (int64_t v = 0; v < V; ++v) sum += (double)vm::fast_exp(x[v] - mx);
-  return (double)mx + std::log(sum);
-}
-
-// The candidates of one row (beam logp `logp`, normaliser `lse`) that can be among its M best in beam search's
-// order (logp + (x[v] - lse) descending, then token ascending), with that logp; no full sort of the vocabulary.
-// That logp is non-decreasing in x[v] (rounding is monotone), so the M largest logits x_M.. bound it: the M best
-// all have logp >= lp_M = logp(x_M). Every token with logp >= lp_M is returned; those have x >= x_M - slack,
-// slack far above double rounding, so a second pass only computes logp near the boundary. out: unordered.
-void row_candidates(const float* x, int64_t V, int64_t M, double logp, double lse,
-                    std::vector<std::pair<double, int64_t>>& out) {
-  out.clear();
-  if (M <= 0) return;
-  // Pass 1: the M-th largest logit, with a small min-heap of the M largest seen.
-  thread_local std::vector<float> heap;
-  heap.assign(x, x + M);
-  std::make_heap(heap.begin(), heap.end(), std::greater<float>());
-  for (int64_t v = M; v < V; ++v)
-    if (x[v] > heap.front()) {
-      std::pop_heap(heap.begin(), heap.end(), std::greater<float>());
-      heap.back() = x[v];
-      std::push_heap(heap.begin(), heap.end(), std::greater<float>());
-    }
+  const double lse = (double)mx + std::log(sum);
+  if (M <= 0) return lse;
   const float xM = heap.front();
   auto cand_logp = [&](float xv) { return logp + ((double)xv - lse); };
   const double lpM = cand_logp(xM);
   const double slack = 1e-6 * (std::fabs(lpM) + std::fabs((double)xM) + std::fabs(lse) + 1.0);
   const float lo = (float)((double)xM - slack);
-  for (int64_t v = 0; v < V; ++v)
-    if (x[v] >= lo) {
-      const double lp = cand_logp(x[v]);
-      if (lp >= lpM) out.emplace_back(lp, v);
-    }
+  for (int64_t b = 0; b < nblocks; ++b) {
+    if (!(block_max[b] >= lo)) continue;
+    for (int64_t v = b * kBlock, v1 = std::min(V, v + kBlock); v < v1; ++v)
+      if (x[v] >= lo) {
+        const double lp = cand_logp(x[v]);
+        if (lp >= lpM) out.emplace_back(lp, v);
+      }
+  }
+  return lse;
 }
 }  // namespace
 
@@ -91,6 +106,7 @@ std::vector<std::vector<int64_t>> greedy_decode(Seq2SeqModel& model, const int64
       std::memcpy(row.data(), cross.back().data(), sizeof(float) * heads * Ls);  // row 0 of [B, heads, 1, Ls]
       cross_rows.push_back(row);
     }
+    decode_profile::Timer tm(decode_profile::kLogSoftmaxTopK);
     bool all_done = true;
     for (int64_t b = 0; b < B; ++b) {
       tokens[b] = argmax(logits.data() + b * V, V);
@@ -190,6 +206,7 @@ std::vector<std::vector<Hypothesis>> beam_search_hypotheses(Seq2SeqModel& model,
       const int64_t R = (int64_t)row_sentence.size();
       logits.resize(R * V);
       model.decode_step(cache, last.data(), logits.data(), opt.position_mode);
+      decode_profile::Timer tm(decode_profile::kLogSoftmaxTopK);
       lse.resize(R);
       row_cand.resize(R);
       row_logp.resize(R);
@@ -204,9 +221,9 @@ std::vector<std::vector<Hypothesis>> beam_search_hypotheses(Seq2SeqModel& model,
 #pragma omp parallel for schedule(static)
       for (int64_t r = 0; r < R; ++r) {
         const float* x = logits.data() + r * V;
-        lse[r] = log_sum_exp(x, V);
-        row_candidates(x, V, M, row_logp[r], lse[r], row_cand[r]);
+        lse[r] = row_candidates(x, V, M, row_logp[r], row_cand[r]);
       }
+      tm.next(decode_profile::kSelect);
       const bool last_step = t + 1 == opt.max_steps;
       std::vector<int64_t> keep_rows, next_sentence, next_last;
       for (int64_t r0 = 0; r0 < R;) {
@@ -261,6 +278,7 @@ std::vector<std::vector<Hypothesis>> beam_search_hypotheses(Seq2SeqModel& model,
         }
         r0 = r1;
       }
+      tm.next(decode_profile::kReorder);
       if (keep_rows.empty()) break;
       Seq2SeqModel::reorder_cache(cache, keep_rows, H);
       row_sentence.swap(next_sentence);

@@ -17,6 +17,7 @@
 #include "ops/gemm.h"
 #include "ops/matmul.h"
 #include "ops/vec_math.h"
+#include "decode/profile.h"
 #include "train/cross_entropy.h"
 
 #include <unordered_map>
@@ -468,6 +469,7 @@ struct Seq2SeqModel::Impl {
   Buf enc_x0, dec_x0, enc_final, dec_final, logits, dlogits, d_enc_out, d_dec_x, dx_a, dx_b;
   std::vector<float> row_weight;
   PackedTable packed;  // inference weights (prepare_inference); empty = use the parameters directly
+  std::vector<ops::PackedLinear> dec_qkv;  // per decoder layer W_q|W_k|W_v of self-attention as one product
 };
 
 Seq2SeqModel::~Seq2SeqModel() = default;
@@ -475,6 +477,7 @@ Seq2SeqModel::~Seq2SeqModel() = default;
 void Seq2SeqModel::prepare_inference(ops::ComputeType dtype) {
   Impl& m = *impl_;
   m.packed.clear();
+  m.dec_qkv.clear();
   auto pack = [&](const LinearP& l, ops::ComputeType ct) {
     m.packed.emplace(l.w, ops::PackedLinear(params_.data(l.w), l.b >= 0 ? params_.data(l.b) : nullptr, l.in, l.out, ct));
   };
@@ -494,6 +497,22 @@ void Seq2SeqModel::prepare_inference(ops::ComputeType dtype) {
   }
   // The output projection picks the words: it stays fp32 (issue 9: quantise it only where measured to be safe).
   pack(m.dense, ops::ComputeType::F32);
+  // A decoder step multiplies a few rows: one product for the three self-attention projections, not three.
+  m.dec_qkv.clear();
+  const int64_t H = config_.num_hiddens;
+  for (const auto& blk : m.dec) {
+    const MHA& a = blk.attention1;
+    std::vector<float> w(3 * H * H), b;
+    const bool bias = a.W_q.b >= 0;
+    if (bias) b.resize(3 * H);
+    int64_t i = 0;
+    for (const LinearP* l : {&a.W_q, &a.W_k, &a.W_v}) {
+      std::memcpy(w.data() + i * H * H, params_.data(l->w), sizeof(float) * H * H);
+      if (bias) std::memcpy(b.data() + i * H, params_.data(l->b), sizeof(float) * H);
+      ++i;
+    }
+    m.dec_qkv.emplace_back(w.data(), bias ? b.data() : nullptr, H, 3 * H, dtype);
+  }
 }
 
 Seq2SeqModel::Seq2SeqModel(const Seq2SeqConfig& c) : config_(c), impl_(std::make_unique<Impl>()) {
@@ -786,6 +805,7 @@ Tensor Seq2SeqModel::forward_logits(const Seq2SeqBatch& b) {
 Tensor Seq2SeqModel::encode(const int64_t* src, const int64_t* src_valid_len, int64_t B, int64_t Ls,
                             std::vector<Tensor>* attention_weights) {
   PackedScope packed(impl_->packed);
+  decode_profile::Timer tm(decode_profile::kEncoder);
   const float* x = encoder_forward(src, src_valid_len, B, Ls, nullptr);
   if (attention_weights) {
     attention_weights->clear();
@@ -859,7 +879,7 @@ void step_attention(float* out, float* probs, const float* q, const float* kbuf,
 }
 
 // decode_step's work buffers, kept in DecoderCache::scratch so a step allocates nothing once warm.
-enum StepBuf { kX, kH, kQ, kCtx, kA, kY, kProbsSelf, kProbsCross, kNumStepBufs };
+enum StepBuf { kX, kH, kQ, kQKV, kCtx, kA, kY, kProbsSelf, kProbsCross, kNumStepBufs };
 
 }  // namespace
 
@@ -886,6 +906,7 @@ void Seq2SeqModel::start_decoding(DecoderCache& cache, const Tensor& enc_out, co
     cache.self_k[l].reserve(B * max_steps * H);
     cache.self_v[l].reserve(B * max_steps * H);
   }
+  decode_profile::Timer tm(decode_profile::kCrossKV);
   cache.cross_k.assign(L, Buf(B * Ls * H));
   cache.cross_v.assign(L, Buf(B * Ls * H));
   for (size_t l = 0; l < L; ++l) {
@@ -917,6 +938,12 @@ void Seq2SeqModel::decode_step(DecoderCache& cache, const int64_t* tokens, float
         *ctx = buf(kCtx, B * H), *a = buf(kA, B * H), *y = buf(kY, B * H);
   float* probs_self = cross_attention ? buf(kProbsSelf, B * nh * (t + 1)) : nullptr;
   float* probs_cross = cross_attention ? buf(kProbsCross, B * nh * Ls) : nullptr;
+  namespace dp = decode_profile;
+  dp::Timer tm(dp::kOther);
+  if (dp::enabled()) {
+    dp::totals().steps++;
+    dp::totals().rows += B;
+  }
   ops::embedding_forward(x, tokens, params_.data(m.dec_emb.weight), B, c.tgt_vocab_size, H);
   const float scale = std::sqrt((float)H);
   for (int64_t b = 0; b < B; ++b)
@@ -951,29 +978,52 @@ void Seq2SeqModel::decode_step(DecoderCache& cache, const int64_t* tokens, float
       Buf& vc = cache.self_v[l];
       kc.resize((base + B) * H);
       vc.resize((base + B) * H);
-      linear_fwd(params_, blk.attention1.W_q, q, in, B);
-      linear_fwd(params_, blk.attention1.W_k, kc.data() + base * H, in, B);
-      linear_fwd(params_, blk.attention1.W_v, vc.data() + base * H, in, B);
+      tm.next(dp::kSelfProj);
+      if (l < m.dec_qkv.size() && t_packed) {  // one product, then K and V rows into the cache
+        float* qkv = buf(kQKV, B * 3 * H);
+        m.dec_qkv[l].forward(qkv, in, B);
+        for (int64_t b = 0; b < B; ++b) {
+          std::memcpy(q + b * H, qkv + b * 3 * H, sizeof(float) * H);
+          std::memcpy(kc.data() + (base + b) * H, qkv + b * 3 * H + H, sizeof(float) * H);
+          std::memcpy(vc.data() + (base + b) * H, qkv + b * 3 * H + 2 * H, sizeof(float) * H);
+        }
+      } else {
+        linear_fwd(params_, blk.attention1.W_q, q, in, B);
+        linear_fwd(params_, blk.attention1.W_k, kc.data() + base * H, in, B);
+        linear_fwd(params_, blk.attention1.W_v, vc.data() + base * H, in, B);
+      }
+      tm.next(dp::kSelfAttn);
       step_attention(
           ctx, probs_self, q, kc.data(), vc.data(), B, nh, Dh, t + 1,
           [&](int64_t r, int64_t j) { return kv_index[r * cap + j]; }, [&](int64_t) { return t + 1; });
+      tm.next(dp::kSelfProj);
       linear_fwd(params_, blk.attention1.W_o, a, ctx, B);
+      tm.next(dp::kOther);
     });
     // Cross-attention over the cached encoder keys/values of each row's sentence.
     sublayer(blk.addnorm2.ln, [&](const float* in) {
+      tm.next(dp::kCrossProj);
       linear_fwd(params_, blk.attention2.W_q, q, in, B);
+      tm.next(dp::kCrossAttn);
       step_attention(
           ctx, probs_cross, q, cache.cross_k[l].data(), cache.cross_v[l].data(), B, nh, Dh, Ls,
           [&](int64_t r, int64_t j) { return cross_row[r] * Ls + j; }, [&](int64_t r) { return src_vl[r]; });
       if (cross_attention) cross_attention->emplace_back(probs_cross, probs_cross + B * nh * Ls);
+      tm.next(dp::kCrossProj);
       linear_fwd(params_, blk.attention2.W_o, a, ctx, B);
+      tm.next(dp::kOther);
     });
-    sublayer(blk.addnorm3.ln, [&](const float* in) { blk.ffn.forward(params_, a, in, B); });
+    sublayer(blk.addnorm3.ln, [&](const float* in) {
+      tm.next(dp::kFfn);
+      blk.ffn.forward(params_, a, in, B);
+      tm.next(dp::kOther);
+    });
   }
   if (pre) {
     layer_norm(m.dec_ln.ln, y, x);
     std::swap(x, y);
   }
+  tm.next(dp::kOutProj);
   linear_fwd(params_, m.dense, logits, x, B);
   cache.kv_rows_used = base + B;
   cache.steps++;
