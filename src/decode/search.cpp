@@ -218,7 +218,7 @@ std::vector<std::vector<Hypothesis>> beam_search_hypotheses(Seq2SeqModel& model,
           row_logp[r0] = sent[s].alive[r].logp;
         }
       }
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (R * V >= (1 << 16))
       for (int64_t r = 0; r < R; ++r) {
         const float* x = logits.data() + r * V;
         lse[r] = row_candidates(x, V, M, row_logp[r], row_cand[r]);

@@ -832,7 +832,8 @@ void step_attention(float* out, float* probs, const float* q, const float* kbuf,
                     int64_t heads, int64_t Dh, int64_t Lk, KeyRow key_row, Limit limit) {
   const int64_t H = heads * Dh;
   const float scale = 1.0f / std::sqrt((float)Dh);
-#pragma omp parallel
+  // Threads only where there is work enough to pay for waking them (a one-sentence step is a few microseconds).
+#pragma omp parallel if (R * heads * Lk * Dh >= (1 << 16))
   {
     thread_local std::vector<float> scratch;
     if ((int64_t)scratch.size() < Lk) scratch.resize(Lk);
