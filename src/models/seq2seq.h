@@ -106,10 +106,11 @@ class Seq2SeqModel {
 
   // Packs every Linear weight for inference in `dtype` (ops/gemm.h PackedLinear: oneDNN matmul on weights
   // reordered once; bf16 / int8 dynamic quantisation) so encode, start_decoding and decode_step run on them.
-  // Embeddings, LayerNorm, softmax and the output projection (decoder.dense) stay fp32. Call after load();
+  // Embeddings, LayerNorm, softmax and the output projection (decoder.dense) stay fp32, the latter unless
+  // quantize_output_projection (then it runs in `dtype` too: a third of a beam step's products). Call after load();
   // forward_backward / forward_logits keep using the parameters, and changing them needs another call.
   // Throws std::runtime_error when this CPU has no oneDNN kernel for `dtype`.
-  void prepare_inference(ops::ComputeType dtype);
+  void prepare_inference(ops::ComputeType dtype, bool quantize_output_projection = false);
   // Teacher-forced forward, masked softmax cross-entropy, backward. Parameter gradients are accumulated (+=).
   // dropout_rng: null disables dropout (eval), otherwise masks are drawn from it. label_smoothing in [0, 1).
   // token_mean: loss = mean over valid target tokens (instead of d2l's per-sequence mean summed over the batch);
