@@ -881,7 +881,7 @@ void step_attention(float* out, float* probs, const float* q, const float* kbuf,
 }
 
 // decode_step's work buffers, kept in DecoderCache::scratch so a step allocates nothing once warm.
-enum StepBuf { kX, kH, kQ, kQKV, kCtx, kA, kY, kProbsSelf, kProbsCross, kNumStepBufs };
+enum StepBuf { kX, kH, kQ, kQKV, kFfnHidden, kCtx, kA, kY, kProbsSelf, kProbsCross, kNumStepBufs };
 
 }  // namespace
 
@@ -1017,7 +1017,15 @@ void Seq2SeqModel::decode_step(DecoderCache& cache, const int64_t* tokens, float
     });
     sublayer(blk.addnorm3.ln, [&](const float* in) {
       tm.next(dp::kFfn);
-      blk.ffn.forward(params_, a, in, B);
+      // Packed ReLU FFN: the ReLU as the first product's post-op (exact: max(x, 0) either way), no extra pass.
+      const auto d1 = t_packed ? t_packed->find(blk.ffn.dense1.w) : PackedTable::const_iterator{};
+      if (t_packed && blk.ffn.act == ops::Activation::Relu && d1 != t_packed->end()) {
+        float* hidden = buf(kFfnHidden, B * blk.ffn.dense1.out);
+        d1->second.forward(hidden, in, B, ops::Epilogue::Relu);
+        linear_fwd(params_, blk.ffn.dense2, a, hidden, B);
+      } else {
+        blk.ffn.forward(params_, a, in, B);
+      }
       tm.next(dp::kOther);
     });
   }
