@@ -2,8 +2,13 @@
 # Multi30k English -> French from scratch with the shipped recipe, then beam-5 translation of test_2016_flickr and
 # sacreBLEU-style corpus BLEU (detokenised, cased), with wall times.
 #   bench/multi30k.sh [--short] [OUT_DIR]
+#   bench/multi30k.sh --decode MODEL_DIR
 #   --short: instead, training tokens/s of tfm and of an equivalent PyTorch model (torch.nn.Transformer, same
 #            dimensions and batches, Debian python3-torch, 2 threads), measured in one run.
+#   --decode MODEL_DIR: only decoding, of a trained folder: test_2016_flickr (1,000 sentences) greedy and beam 5
+#            (length penalty 0.6) in fp32, bf16, int8 and int8q (int8 with --quantize-output-projection), one after
+#            the other in this invocation; wall and CPU time of each whole 'tfm translate' process (load included),
+#            sentences/s, corpus BLEU and its difference to fp32.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 TFM=${TFM:-build/tfm}
@@ -12,6 +17,32 @@ export TFM_DATA_DIR=$DATA
 THREADS=${THREADS:-2}
 [ -x "$TFM" ] || { echo "build first: make build" >&2; exit 1; }
 echo "machine: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores; threads $THREADS"
+
+if [ "${1:-}" = "--decode" ]; then
+  MODEL=${2:?usage: bench/multi30k.sh --decode MODEL_DIR}
+  [ -f "$MODEL/config.json" ] || { echo "$MODEL: no config.json (a folder from tfm train)" >&2; exit 1; }
+  OUT=$(mktemp -d)
+  trap 'rm -rf "$OUT"' EXIT
+  gunzip -c "$DATA/multi30k/test_2016_flickr.en.gz" > "$OUT/test.en"
+  gunzip -c "$DATA/multi30k/test_2016_flickr.fr.gz" > "$OUT/test.fr"
+  n=$(wc -l < "$OUT/test.en")
+  echo "test_2016_flickr en->fr, $n sentences, model $MODEL"
+  printf '%-8s %-6s %9s %8s %12s %7s %9s\n' decoding dtype "wall s" "cpu s" sentences/s BLEU "vs fp32"
+  TIMEFORMAT='%R %U %S'
+  for mode in greedy beam5; do
+    args=(); [ $mode = beam5 ] && args=(--beam 5 --length-penalty 0.6)
+    for dt in fp32 bf16 int8 int8q; do  # int8q: int8 with --quantize-output-projection
+      # bash's time: wall, user and system seconds of the whole process
+      q=(); [ $dt = int8q ] && q=(--quantize-output-projection)
+      read -r wall user sys < <({ time "$TFM" translate --model "$MODEL" "${args[@]}" --dtype ${dt%q} "${q[@]}" \
+        --threads "$THREADS" --quiet < "$OUT/test.en" > "$OUT/hyp.$mode.$dt"; } 2>&1)
+      bleu=$("$TFM" bleu --corpus "$OUT/test.fr" "$OUT/hyp.$mode.$dt" | sed -n 's/^BLEU = \([0-9.]*\).*/\1/p')
+      [ $dt = fp32 ] && ref=$bleu
+      /usr/bin/python3 -c "print('%-8s %-6s %9.2f %8.2f %12.1f %7.2f %+9.2f' % ('$mode', '$dt', $wall, $user + $sys, $n / $wall, $bleu, $bleu - $ref))"
+    done
+  done
+  exit 0
+fi
 
 if [ "${1:-}" = "--short" ]; then
   OUT=$(mktemp -d)

@@ -1,8 +1,12 @@
 #include "decode/search.h"
 
+#include "decode/profile.h"
+#include "ops/vec_math.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <numeric>
 #include <stdexcept>
 #include <string>
@@ -16,6 +20,63 @@ int64_t argmax(const float* x, int64_t n) {
   for (int64_t i = 1; i < n; ++i)
     if (x[i] > x[best]) best = i;
   return best;
+}
+
+// One logits row x[V] of a beam with log-probability `logp`: returns lse = log(sum_v exp(x[v])) (max-shifted,
+// exp in float by vm::fast_exp, within 2 ulp, summed in double: as exact as the float logits) and in `out`
+// (unordered) every token that can be among the row's M best in beam search's order, logp + (x[v] - lse)
+// descending then token ascending, with that logp; the vocabulary is never sorted.
+// Why that is enough: the candidate logp is non-decreasing in x[v] (rounding is monotone), so with x_M the M-th
+// largest logit the M best all have logp >= lp_M = logp(x_M); every token with logp >= lp_M is returned. Those
+// have x >= x_M - slack, slack far above double rounding, so logp is computed only near that boundary.
+// Two passes: (1) the M largest logits by a min-heap, skipping 16-logit blocks whose maximum cannot enter it;
+// (2) the exp sum, and the blocks whose maximum reaches x_M - slack.
+double row_candidates(const float* x, int64_t V, int64_t M, double logp, std::vector<std::pair<double, int64_t>>& out) {
+  constexpr int64_t kBlock = 16;
+  out.clear();
+  thread_local std::vector<float> heap, block_max;
+  const int64_t nblocks = (V + kBlock - 1) / kBlock;
+  block_max.resize(nblocks);
+  heap.clear();
+  for (int64_t b = 0; b < nblocks; ++b) {
+    const int64_t v0 = b * kBlock, v1 = std::min(V, v0 + kBlock);
+    float bm = -INFINITY;
+#pragma omp simd reduction(max : bm)
+    for (int64_t v = v0; v < v1; ++v) bm = x[v] > bm ? x[v] : bm;
+    block_max[b] = bm;
+    if ((int64_t)heap.size() == M && !(bm > heap.front())) continue;
+    for (int64_t v = v0; v < v1; ++v) {
+      if ((int64_t)heap.size() < M) {
+        heap.push_back(x[v]);
+        std::push_heap(heap.begin(), heap.end(), std::greater<float>());
+      } else if (x[v] > heap.front()) {
+        std::pop_heap(heap.begin(), heap.end(), std::greater<float>());
+        heap.back() = x[v];
+        std::push_heap(heap.begin(), heap.end(), std::greater<float>());
+      }
+    }
+  }
+  if (heap.empty()) return -INFINITY;
+  const float mx = *std::max_element(heap.begin(), heap.end());
+  double sum = 0;
+#pragma omp simd reduction(+ : sum)
+  for (int64_t v = 0; v < V; ++v) sum += (double)vm::fast_exp(x[v] - mx);
+  const double lse = (double)mx + std::log(sum);
+  if (M <= 0) return lse;
+  const float xM = heap.front();
+  auto cand_logp = [&](float xv) { return logp + ((double)xv - lse); };
+  const double lpM = cand_logp(xM);
+  const double slack = 1e-6 * (std::fabs(lpM) + std::fabs((double)xM) + std::fabs(lse) + 1.0);
+  const float lo = (float)((double)xM - slack);
+  for (int64_t b = 0; b < nblocks; ++b) {
+    if (!(block_max[b] >= lo)) continue;
+    for (int64_t v = b * kBlock, v1 = std::min(V, v + kBlock); v < v1; ++v)
+      if (x[v] >= lo) {
+        const double lp = cand_logp(x[v]);
+        if (lp >= lpM) out.emplace_back(lp, v);
+      }
+  }
+  return lse;
 }
 }  // namespace
 
@@ -45,6 +106,7 @@ std::vector<std::vector<int64_t>> greedy_decode(Seq2SeqModel& model, const int64
       std::memcpy(row.data(), cross.back().data(), sizeof(float) * heads * Ls);  // row 0 of [B, heads, 1, Ls]
       cross_rows.push_back(row);
     }
+    decode_profile::Timer tm(decode_profile::kLogSoftmaxTopK);
     bool all_done = true;
     for (int64_t b = 0; b < B; ++b) {
       tokens[b] = argmax(logits.data() + b * V, V);
@@ -130,6 +192,10 @@ std::vector<std::vector<Hypothesis>> beam_search_hypotheses(Seq2SeqModel& model,
     std::vector<int64_t> last(N, opt.bos_id);
     std::vector<float> logits;
     std::vector<double> lse;
+    // Per row its candidates that can rank among the top M = 2K of its sentence (see row_candidates).
+    const int64_t M = std::min<int64_t>(2 * K, V);
+    std::vector<std::vector<std::pair<double, int64_t>>> row_cand;  // (logp, token)
+    std::vector<double> row_logp;
     // Best score any continuation of a live beam with logp lp can reach: its logp only decreases, its length
     // lies in [len + 1, max_steps] and logp <= 0, so dividing by the largest penalty of that range bounds it.
     const double lp_max = gnmt_length_penalty(opt.max_steps, alpha);
@@ -140,14 +206,24 @@ std::vector<std::vector<Hypothesis>> beam_search_hypotheses(Seq2SeqModel& model,
       const int64_t R = (int64_t)row_sentence.size();
       logits.resize(R * V);
       model.decode_step(cache, last.data(), logits.data(), opt.position_mode);
+      decode_profile::Timer tm(decode_profile::kLogSoftmaxTopK);
       lse.resize(R);
-      for (int64_t r = 0; r < R; ++r) {  // log-softmax normaliser of each row
-        const float* x = logits.data() + r * V;
-        float mx = x[argmax(x, V)];
-        double sum = 0;
-        for (int64_t v = 0; v < V; ++v) sum += std::exp((double)x[v] - mx);
-        lse[r] = mx + std::log(sum);
+      row_cand.resize(R);
+      row_logp.resize(R);
+      {
+        int64_t r = 0;
+        for (int64_t r0 = 0; r0 < R; ++r0) {  // logp of each row's beam
+          const int64_t s = row_sentence[r0];
+          r = r0 == 0 || row_sentence[r0 - 1] != s ? 0 : r + 1;
+          row_logp[r0] = sent[s].alive[r].logp;
+        }
       }
+#pragma omp parallel for schedule(static) if (R * V >= (1 << 16))
+      for (int64_t r = 0; r < R; ++r) {
+        const float* x = logits.data() + r * V;
+        lse[r] = row_candidates(x, V, M, row_logp[r], row_cand[r]);
+      }
+      tm.next(decode_profile::kSelect);
       const bool last_step = t + 1 == opt.max_steps;
       std::vector<int64_t> keep_rows, next_sentence, next_last;
       for (int64_t r0 = 0; r0 < R;) {
@@ -156,13 +232,10 @@ std::vector<std::vector<Hypothesis>> beam_search_hypotheses(Seq2SeqModel& model,
         while (r1 < R && row_sentence[r1] == s) ++r1;
         Sentence& S = sent[s];
         // The top 2K candidates hold the top K ranks and at least K not ending in <eos> (at most K of all
-        // candidates end in <eos>: one per live beam).
+        // candidates end in <eos>: one per live beam). Each of them is among its row's top 2K.
         std::vector<std::tuple<double, int64_t, int64_t>> cand;  // (logp, row, token)
-        cand.reserve((r1 - r0) * V);
-        for (int64_t r = r0; r < r1; ++r) {
-          const float* x = logits.data() + r * V;
-          for (int64_t v = 0; v < V; ++v) cand.emplace_back(S.alive[r - r0].logp + ((double)x[v] - lse[r]), r, v);
-        }
+        for (int64_t r = r0; r < r1; ++r)
+          for (const auto& [lp, v] : row_cand[r]) cand.emplace_back(lp, r, v);
         const int64_t top = std::min<int64_t>((int64_t)cand.size(), 2 * K);
         std::partial_sort(cand.begin(), cand.begin() + top, cand.end(), [](const auto& a, const auto& b) {
           if (std::get<0>(a) != std::get<0>(b)) return std::get<0>(a) > std::get<0>(b);
@@ -205,6 +278,7 @@ std::vector<std::vector<Hypothesis>> beam_search_hypotheses(Seq2SeqModel& model,
         }
         r0 = r1;
       }
+      tm.next(decode_profile::kReorder);
       if (keep_rows.empty()) break;
       Seq2SeqModel::reorder_cache(cache, keep_rows, H);
       row_sentence.swap(next_sentence);

@@ -67,12 +67,21 @@ struct LossResult {
 };
 
 // Decoder state for incremental decoding: per layer the projected self-attention keys/values of every step so
-// far and the projected encoder keys/values (computed once).
+// far and the projected encoder keys/values (computed once per source sentence).
+//
+// Beam search reorders rows at every step; nothing is copied for that. Self-attention keys/values are appended,
+// step after step, to one growing buffer per layer (`kv_rows_used` rows of H floats); row r of the batch reads
+// its key/value of step s at buffer row kv_index[r * capacity + s]. Encoder keys/values stay one block per source
+// sentence; row r reads block cross_row[r]. reorder_cache only permutes these small index arrays.
 struct DecoderCache {
   int64_t batch = 0, src_len = 0, steps = 0, capacity = 0;
-  std::vector<int64_t> src_valid_len;                 // [B]
-  std::vector<std::vector<float>> self_k, self_v;     // per layer [B, capacity, H]
-  std::vector<std::vector<float>> cross_k, cross_v;   // per layer [B, Ls, H]
+  std::vector<int64_t> src_valid_len;                 // [batch] (of cross_row's sentence)
+  std::vector<std::vector<float>> self_k, self_v;     // per layer [kv_rows_used (growing), H]
+  std::vector<std::vector<float>> cross_k, cross_v;   // per layer [sentences, Ls, H]
+  std::vector<int64_t> kv_index;                      // [batch, capacity] buffer row of each step's key/value
+  std::vector<int64_t> cross_row;                     // [batch] encoder block of each row
+  int64_t kv_rows_used = 0;
+  std::vector<std::vector<float>> scratch;            // decode_step work buffers (reused, not reallocated)
 };
 
 // How incremental decoding numbers positions. kAbsolute: step t adds P[t] (what training sees).
@@ -97,10 +106,11 @@ class Seq2SeqModel {
 
   // Packs every Linear weight for inference in `dtype` (ops/gemm.h PackedLinear: oneDNN matmul on weights
   // reordered once; bf16 / int8 dynamic quantisation) so encode, start_decoding and decode_step run on them.
-  // Embeddings, LayerNorm, softmax and the output projection (decoder.dense) stay fp32. Call after load();
+  // Embeddings, LayerNorm, softmax and the output projection (decoder.dense) stay fp32, the latter unless
+  // quantize_output_projection (then it runs in `dtype` too: a third of a beam step's products). Call after load();
   // forward_backward / forward_logits keep using the parameters, and changing them needs another call.
   // Throws std::runtime_error when this CPU has no oneDNN kernel for `dtype`.
-  void prepare_inference(ops::ComputeType dtype);
+  void prepare_inference(ops::ComputeType dtype, bool quantize_output_projection = false);
   // Teacher-forced forward, masked softmax cross-entropy, backward. Parameter gradients are accumulated (+=).
   // dropout_rng: null disables dropout (eval), otherwise masks are drawn from it. label_smoothing in [0, 1).
   // token_mean: loss = mean over valid target tokens (instead of d2l's per-sequence mean summed over the batch);

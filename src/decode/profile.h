@@ -1,0 +1,76 @@
+// Wall-time breakdown of decoding, for profiling: set TFM_DECODE_PROFILE=1 and every beam_search_hypotheses /
+// greedy_decode call adds to the totals; they are printed to stderr at exit. Off (one cached getenv) otherwise.
+#pragma once
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+
+namespace tfm::decode_profile {
+
+enum Part {
+  kEncoder,       // Seq2SeqModel::encode
+  kCrossKV,       // start_decoding: encoder keys/values of every decoder layer
+  kSelfProj,      // decoder self-attention W_q, W_k, W_v, W_o
+  kSelfAttn,      // self-attention over the cached steps
+  kCrossProj,     // cross-attention W_q, W_o
+  kCrossAttn,     // cross-attention over the encoder keys/values
+  kFfn,           // position-wise FFN
+  kOther,         // embedding, LayerNorm, residuals
+  kOutProj,       // output projection to the vocabulary
+  kLogSoftmaxTopK,// log-softmax normaliser and per-row top-2K
+  kSelect,        // candidate ranking, hypotheses, stopping
+  kReorder,       // cache reordering
+  kNumParts
+};
+
+struct Totals {
+  double seconds[kNumParts] = {};
+  long steps = 0, rows = 0;
+  ~Totals() {
+    if (steps == 0) return;
+    static const char* names[kNumParts] = {"encoder",     "cross K/V",   "self proj",   "self attn",
+                                           "cross proj",  "cross attn",  "ffn",         "embed/LN/res",
+                                           "output proj", "lse + top-k", "select",      "reorder"};
+    double total = 0;
+    for (double s : seconds) total += s;
+    std::fprintf(stderr, "decode profile: %ld steps, %.1f rows/step, %.3f s timed\n", steps,
+                 (double)rows / (double)steps, total);
+    for (int i = 0; i < kNumParts; ++i)
+      std::fprintf(stderr, "  %-13s %8.3f s  %5.1f%%\n", names[i], seconds[i], 100.0 * seconds[i] / total);
+  }
+};
+
+inline bool enabled() {
+  static const bool on = [] {
+    const char* e = std::getenv("TFM_DECODE_PROFILE");
+    return e && *e && *e != '0';
+  }();
+  return on;
+}
+inline Totals& totals() {
+  static Totals t;
+  return t;
+}
+
+// Adds the time from construction to destruction (or to next()) to a part; nothing when profiling is off.
+class Timer {
+ public:
+  explicit Timer(Part p) : part_(p), on_(enabled()) {
+    if (on_) start_ = std::chrono::steady_clock::now();
+  }
+  void next(Part p) {
+    if (!on_) return;
+    auto now = std::chrono::steady_clock::now();
+    totals().seconds[part_] += std::chrono::duration<double>(now - start_).count();
+    start_ = now;
+    part_ = p;
+  }
+  ~Timer() { next(part_); }
+
+ private:
+  Part part_;
+  bool on_;
+  std::chrono::steady_clock::time_point start_;
+};
+
+}  // namespace tfm::decode_profile
