@@ -275,8 +275,10 @@ struct PackedLinear::Impl {
 
   // The primitive for M rows. Weights are described by the packed layout chosen at load; oneDNN's choice of
   // layout does not depend on M for these kernels, and if it did, the explicit layout would still be honoured.
-  // int8 with one activation scale per tensor: dequantisation (output scales, one per column, given at run time),
-  // bias (a binary add post-op: it must come after the scales) and activation all run inside the matmul.
+  // int8 with one activation scale per tensor: dequantisation (a binary multiply post-op by x_scale * w_scale[o],
+  // given at run time), bias (a binary add) and activation all run inside the matmul. Not run-time output scales
+  // (DNNL_RUNTIME_F32_VAL): oneDNN 2.6's brgemm/AMX matmul refuses them and falls back to its reference kernel,
+  // ~100x slower; nor a per-row binary multiply ({M, 1}: same fallback), hence one scale per tensor.
   // fused: ct is I8 and activations have one scale per tensor.
   dnnl::matmul primitive(int64_t M, Epilogue ep, bool fused) const {
     const int64_t key = (M * 8 + (int64_t)ep) * 2 + fused;
@@ -285,8 +287,8 @@ struct PackedLinear::Impl {
     if (it != cache.end()) return it->second;
     dnnl::primitive_attr attr;
     if (fused) {
-      attr.set_output_scales(1 << 1, {DNNL_RUNTIME_F32_VAL});
       dnnl::post_ops po;
+      po.append_binary(dnnl::algorithm::binary_mul, memory::desc({1, out}, dt::f32, tag::ab));
       if (!bias.empty()) po.append_binary(dnnl::algorithm::binary_add, memory::desc({1, out}, dt::f32, tag::ab));
       dnnl::post_ops act = make_post_ops(ep);
       if (act.len() > 0) {
@@ -402,8 +404,9 @@ void PackedLinear::forward(float* out, const float* inp, int64_t N, Epilogue ep)
     bias_m = memory(memory::desc({1, O}, dt::f32, tag::ab), cpu_engine(), const_cast<float*>(im.bias.data()));
   if (im.fuse_bias) args.emplace(DNNL_ARG_BIAS, bias_m);
   if (fused) {
-    args.emplace(DNNL_ARG_ATTR_OUTPUT_SCALES, memory(memory::desc({O}, dt::f32, tag::a), cpu_engine(), col_scale.data()));
-    if (!im.bias.empty()) args.emplace(DNNL_ARG_ATTR_MULTIPLE_POST_OP(0) | DNNL_ARG_SRC_1, bias_m);
+    args.emplace(DNNL_ARG_ATTR_MULTIPLE_POST_OP(0) | DNNL_ARG_SRC_1,
+                 memory(memory::desc({1, O}, dt::f32, tag::ab), cpu_engine(), col_scale.data()));
+    if (!im.bias.empty()) args.emplace(DNNL_ARG_ATTR_MULTIPLE_POST_OP(1) | DNNL_ARG_SRC_1, bias_m);
   }
   prim.execute(cpu_stream(), args);
   cpu_stream().wait();

@@ -58,7 +58,7 @@ Epilogue epilogue_of(Activation act);
 //   I8:   dynamic quantisation: weights s8 with one scale per output row (max |w| / 127); the input quantised
 //         to s8 at run time with one scale per tensor (max |x| / 127, the default) or per row
 //         (set_int8_activation_scales); int32 accumulation. Per tensor, dequantisation (output scale
-//         x_scale * w_scale[o]), bias and activation run inside the oneDNN matmul; per row they are one extra
+//         x_scale * w_scale[o], as a post-op), bias and activation run inside the oneDNN matmul; per row they are one extra
 //         pass over the output (oneDNN 2.x output scales cannot vary per row).
 // Copyable (shares the packed weights); forward is const and thread-safe.
 class PackedLinear {
