@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <tuple>
 
 #include "ops/activation.h"
 #include "ops/gemm.h"
@@ -92,13 +93,49 @@ TEST(PackedLinear, Bf16AndInt8CloseToFp32) {
   std::vector<float> yr(N * O);
   linear_forward_ref(yr.data(), x.data(), w.data(), b.data(), N, I, O);
   activation_forward_ref(yr.data(), yr.data(), N * O, Activation::Gelu);
-  for (auto [ct, bound] : {std::pair{ComputeType::BF16, 0.9999}, std::pair{ComputeType::I8, 0.999}}) {
+  // Per-tensor int8 activation scales (the fused default) give rows 17x below the largest ~4 fewer bits, hence
+  // its lower bound here; per-token scales keep every row at 0.999.
+  const auto saved = int8_activation_scales();
+  for (auto [ct, act, bound] : {std::tuple{ComputeType::BF16, Int8ActivationScales::PerTensor, 0.9999},
+                                std::tuple{ComputeType::I8, Int8ActivationScales::PerToken, 0.999},
+                                std::tuple{ComputeType::I8, Int8ActivationScales::PerTensor, 0.995}}) {
+    set_int8_activation_scales(act);
     PackedLinear lin(w.data(), b.data(), I, O, ct);
     std::vector<float> y(N * O);
     lin.forward(y.data(), x.data(), N, Epilogue::Gelu);
-    EXPECT_GE(min_row_cosine(y, yr, N, O), bound) << compute_type_name(ct);
+    EXPECT_GE(min_row_cosine(y, yr, N, O), bound) << compute_type_name(ct) << " per-token " << (int)act;
     EXPECT_FALSE(all_close(y, yr, 1e-6f, 0.0f)) << compute_type_name(ct) << " output equals fp32 exactly";
   }
+  set_int8_activation_scales(saved);
+}
+
+// Per-tensor int8 on inputs of one magnitude, with and without bias, for every epilogue: the fused output scales,
+// (quantisation noise is ~0.06 here; a bias added before the scales would be scaled to ~0, an error up to 1)
+// bias post-op and eltwise post-op must reproduce fp32 (a bias added before the scales, or a scale applied per
+// row instead of per column, fails here).
+TEST(PackedLinear, Int8PerTensorFusedEpilogues) {
+  const int64_t N = 17, I = 256, O = 96;
+  auto w = random_vec(O * I, 20, -0.05f, 0.05f), b = random_vec(O, 21, -1.0f, 1.0f), x = random_vec(N * I, 22, -2.0f, 2.0f);
+  for (int64_t o = 0; o < O; ++o)
+    for (int64_t i = 0; i < I; ++i) w[o * I + i] *= 1.0f + (float)(o % 7);
+  const auto saved = int8_activation_scales();
+  set_int8_activation_scales(Int8ActivationScales::PerTensor);
+  for (bool with_bias : {true, false})
+    for (auto [ep, act] : {std::pair{Epilogue::None, Activation::Relu}, std::pair{Epilogue::Relu, Activation::Relu},
+                           std::pair{Epilogue::Gelu, Activation::Gelu},
+                           std::pair{Epilogue::GeluTanh, Activation::GeluTanh}}) {
+      std::vector<float> yr(N * O);
+      linear_forward_ref(yr.data(), x.data(), w.data(), with_bias ? b.data() : nullptr, N, I, O);
+      if (ep != Epilogue::None) activation_forward_ref(yr.data(), yr.data(), N * O, act);
+      PackedLinear lin(w.data(), with_bias ? b.data() : nullptr, I, O, ComputeType::I8);
+      std::vector<float> y(N * O);
+      lin.forward(y.data(), x.data(), N, ep);
+      EXPECT_GE(min_row_cosine(y, yr, N, O), 0.999) << "bias " << with_bias << " epilogue " << (int)ep;
+      double err = 0;
+      for (int64_t i = 0; i < N * O; ++i) err = std::fmax(err, std::fabs(y[i] - yr[i]));
+      EXPECT_LT(err, 0.15) << "bias " << with_bias << " epilogue " << (int)ep;
+    }
+  set_int8_activation_scales(saved);
 }
 
 TEST(PackedLinear, ParsesComputeTypes) {

@@ -2,8 +2,13 @@
 
 #include <oneapi/dnnl/dnnl.h>
 
+#include <immintrin.h>
+
+#include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
+#include <atomic>
 #include <mutex>
 #include <oneapi/dnnl/dnnl.hpp>
 #include <stdexcept>
@@ -152,12 +157,17 @@ inline uint16_t to_bf16(float f) {
   return (uint16_t)(u >> 16);
 }
 
-// Quantises one row symmetrically: q = round(x / scale), scale = max|x| / 127 (1 for an all-zero row).
-inline float quantize_row(int8_t* q, const float* x, int64_t n) {
+// ---- symmetric int8 quantisation: q = round_half_even(x / scale) clamped to [-127, 127], scale = max|x| / 127
+// (1 for an all-zero input). Two kernels: AVX-512 (chosen at run time) and the x86-64-v3 baseline (omp simd).
+
+float absmax_v3(const float* x, int64_t n) {
   float mx = 0.0f;
 #pragma omp simd reduction(max : mx)
   for (int64_t i = 0; i < n; ++i) mx = std::fmax(mx, std::fabs(x[i]));
-  float scale = mx > 0.0f ? mx / 127.0f : 1.0f, inv = 1.0f / scale;
+  return mx;
+}
+
+void quantize_v3(int8_t* q, const float* x, int64_t n, float inv) {
   // Adding and subtracting 1.5 * 2^23 rounds to nearest even without a libm call, so the loop vectorises.
   constexpr float kRound = 12582912.0f;
 #pragma omp simd
@@ -166,8 +176,70 @@ inline float quantize_row(int8_t* q, const float* x, int64_t n) {
     r = std::fmin(127.0f, std::fmax(-127.0f, r));
     q[i] = (int8_t)r;
   }
+}
+
+__attribute__((target("avx512f,avx512bw,avx512vl"))) float absmax_avx512(const float* x, int64_t n) {
+  __m512 m0 = _mm512_setzero_ps(), m1 = _mm512_setzero_ps();
+  int64_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    m0 = _mm512_max_ps(m0, _mm512_abs_ps(_mm512_loadu_ps(x + i)));
+    m1 = _mm512_max_ps(m1, _mm512_abs_ps(_mm512_loadu_ps(x + i + 16)));
+  }
+  for (; i < n; i += 16) {
+    const __mmask16 k = n - i >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - i)) - 1);
+    m0 = _mm512_max_ps(m0, _mm512_abs_ps(_mm512_maskz_loadu_ps(k, x + i)));
+  }
+  // max_ps returns its second operand when either is NaN; a NaN input is caught by the callers' finite checks.
+  return _mm512_reduce_max_ps(_mm512_max_ps(m0, m1));
+}
+
+__attribute__((target("avx512f,avx512bw,avx512vl"))) void quantize_avx512(int8_t* q, const float* x, int64_t n, float inv) {
+  const __m512 s = _mm512_set1_ps(inv);
+  const __m512i lo = _mm512_set1_epi32(-127), hi = _mm512_set1_epi32(127);
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 k = n - i >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - i)) - 1);
+    // cvtps_epi32 rounds to nearest even (the default MXCSR mode), as the baseline kernel does.
+    __m512i v = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_maskz_loadu_ps(k, x + i), s));
+    v = _mm512_min_epi32(_mm512_max_epi32(v, lo), hi);
+    _mm_mask_storeu_epi8(q + i, k, _mm512_cvtepi32_epi8(v));
+  }
+}
+
+bool use_avx512() {
+  static const bool yes = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl");
+  return yes;
+}
+inline float absmax(const float* x, int64_t n) { return use_avx512() ? absmax_avx512(x, n) : absmax_v3(x, n); }
+inline void quantize(int8_t* q, const float* x, int64_t n, float inv) {
+  use_avx512() ? quantize_avx512(q, x, n, inv) : quantize_v3(q, x, n, inv);
+}
+inline float scale_of(float mx) { return mx > 0.0f ? mx / 127.0f : 1.0f; }
+
+// Quantises one row with its own scale; returns the scale.
+inline float quantize_row(int8_t* q, const float* x, int64_t n) {
+  const float scale = scale_of(absmax(x, n));
+  quantize(q, x, n, 1.0f / scale);
   return scale;
 }
+
+// Quantises x[n] with one scale for the whole tensor (one read for max |x|, one to round); returns the scale.
+float quantize_tensor(int8_t* q, const float* x, int64_t n) {
+  constexpr int64_t kChunk = 16384;
+  const int64_t chunks = (n + kChunk - 1) / kChunk;
+  float mx = 0.0f;
+#pragma omp parallel for reduction(max : mx) if (chunks > 4)
+  for (int64_t c = 0; c < chunks; ++c) mx = std::max(mx, absmax(x + c * kChunk, std::min(kChunk, n - c * kChunk)));
+  const float scale = scale_of(mx), inv = 1.0f / scale;
+#pragma omp parallel for if (chunks > 4)
+  for (int64_t c = 0; c < chunks; ++c) quantize(q + c * kChunk, x + c * kChunk, std::min(kChunk, n - c * kChunk), inv);
+  return scale;
+}
+
+// Activation scales (see set_int8_activation_scales); TFM_INT8_ACT=token picks per-token at start-up.
+std::atomic<bool> g_int8_per_token{[] {
+  const char* e = std::getenv("TFM_INT8_ACT");
+  return e && std::string(e) == "token";
+}()};
 
 dnnl::post_ops make_post_ops(Epilogue ep) {
   dnnl::post_ops po;
@@ -203,14 +275,32 @@ struct PackedLinear::Impl {
 
   // The primitive for M rows. Weights are described by the packed layout chosen at load; oneDNN's choice of
   // layout does not depend on M for these kernels, and if it did, the explicit layout would still be honoured.
-  dnnl::matmul primitive(int64_t M, Epilogue ep) const {
-    const int64_t key = M * 8 + (int64_t)ep;
+  // int8 with one activation scale per tensor: dequantisation (a binary multiply post-op by x_scale * w_scale[o],
+  // given at run time), bias (a binary add) and activation all run inside the matmul. Not run-time output scales
+  // (DNNL_RUNTIME_F32_VAL): oneDNN 2.6's brgemm/AMX matmul refuses them and falls back to its reference kernel,
+  // ~100x slower; nor a per-row binary multiply ({M, 1}: same fallback), hence one scale per tensor.
+  // fused: ct is I8 and activations have one scale per tensor.
+  dnnl::matmul primitive(int64_t M, Epilogue ep, bool fused) const {
+    const int64_t key = (M * 8 + (int64_t)ep) * 2 + fused;
     std::lock_guard<std::mutex> lock(mu);
     auto it = cache.find(key);
     if (it != cache.end()) return it->second;
     dnnl::primitive_attr attr;
-    // int8 applies its activation after dequantisation, in our own pass.
-    if (ct != ComputeType::I8) attr.set_post_ops(make_post_ops(ep));
+    if (fused) {
+      dnnl::post_ops po;
+      po.append_binary(dnnl::algorithm::binary_mul, memory::desc({1, out}, dt::f32, tag::ab));
+      if (!bias.empty()) po.append_binary(dnnl::algorithm::binary_add, memory::desc({1, out}, dt::f32, tag::ab));
+      dnnl::post_ops act = make_post_ops(ep);
+      if (act.len() > 0) {
+        dnnl::algorithm alg;
+        float scale, alpha, beta;
+        act.get_params_eltwise(0, scale, alg, alpha, beta);
+        po.append_eltwise(scale, alg, alpha, beta);
+      }
+      attr.set_post_ops(po);
+    } else if (ct != ComputeType::I8) {
+      attr.set_post_ops(make_post_ops(ep));  // per-token int8 applies its activation after dequantisation
+    }
     auto d = fuse_bias ? dnnl::matmul::desc(src_md(M), weights_md, memory::desc({1, out}, dt::f32, tag::ab), dst_md(M))
                        : dnnl::matmul::desc(src_md(M), weights_md, dst_md(M));
     dnnl::matmul prim(dnnl::matmul::primitive_desc(d, attr, cpu_engine()));
@@ -284,8 +374,9 @@ void PackedLinear::forward(float* out, const float* inp, int64_t N, Epilogue ep)
   const int64_t K = im.in, O = im.out;
   thread_local std::vector<uint16_t> bf16_buf;
   thread_local std::vector<int8_t> s8_buf;
-  thread_local std::vector<float> row_scale;
+  thread_local std::vector<float> row_scale, col_scale;
   const void* src = inp;
+  const bool fused = im.ct == ComputeType::I8 && !g_int8_per_token.load(std::memory_order_relaxed);
   if (im.ct == ComputeType::BF16) {
     uint16_t* b = scratch(bf16_buf, (size_t)N * K);
 #pragma omp parallel for if (N * K > 65536)
@@ -293,21 +384,33 @@ void PackedLinear::forward(float* out, const float* inp, int64_t N, Epilogue ep)
     src = b;
   } else if (im.ct == ComputeType::I8) {
     int8_t* q = scratch(s8_buf, (size_t)N * K);
-    float* rs = scratch(row_scale, (size_t)N);
+    if (fused) {
+      const float xs = quantize_tensor(q, inp, N * K);
+      float* cs = scratch(col_scale, (size_t)O);
+      for (int64_t o = 0; o < O; ++o) cs[o] = xs * im.w_scale[o];
+    } else {
+      float* rs = scratch(row_scale, (size_t)N);
 #pragma omp parallel for if (N * K > 65536)
-    for (int64_t n = 0; n < N; ++n) rs[n] = quantize_row(q + n * K, inp + n * K, K);
+      for (int64_t n = 0; n < N; ++n) rs[n] = quantize_row(q + n * K, inp + n * K, K);
+    }
     src = q;
   }
-  dnnl::matmul prim = im.primitive(N, ep);
+  dnnl::matmul prim = im.primitive(N, ep, fused);
   memory src_m(im.src_md(N), cpu_engine(), const_cast<void*>(src));
   memory dst_m(im.dst_md(N), cpu_engine(), out);
   std::unordered_map<int, memory> args = {{DNNL_ARG_SRC, src_m}, {DNNL_ARG_WEIGHTS, im.weights}, {DNNL_ARG_DST, dst_m}};
-  if (im.fuse_bias)
-    args.emplace(DNNL_ARG_BIAS, memory(memory::desc({1, O}, dt::f32, tag::ab), cpu_engine(),
-                                       const_cast<float*>(im.bias.data())));
+  memory bias_m;
+  if (!im.bias.empty())
+    bias_m = memory(memory::desc({1, O}, dt::f32, tag::ab), cpu_engine(), const_cast<float*>(im.bias.data()));
+  if (im.fuse_bias) args.emplace(DNNL_ARG_BIAS, bias_m);
+  if (fused) {
+    args.emplace(DNNL_ARG_ATTR_MULTIPLE_POST_OP(0) | DNNL_ARG_SRC_1,
+                 memory(memory::desc({1, O}, dt::f32, tag::ab), cpu_engine(), col_scale.data()));
+    if (!im.bias.empty()) args.emplace(DNNL_ARG_ATTR_MULTIPLE_POST_OP(1) | DNNL_ARG_SRC_1, bias_m);
+  }
   prim.execute(cpu_stream(), args);
   cpu_stream().wait();
-  if (im.ct == ComputeType::I8) {
+  if (im.ct == ComputeType::I8 && !fused) {
     // out = act(acc * x_scale[n] * w_scale[o] + bias[o]); the int32 sums arrive converted to fp32.
     const float* rs = row_scale.data();
     const float* ws = im.w_scale.data();
@@ -327,4 +430,11 @@ void PackedLinear::forward(float* out, const float* inp, int64_t N, Epilogue ep)
   }
 }
 
+}  // namespace tfm::ops
+
+namespace tfm::ops {
+void set_int8_activation_scales(Int8ActivationScales s) { g_int8_per_token = s == Int8ActivationScales::PerToken; }
+Int8ActivationScales int8_activation_scales() {
+  return g_int8_per_token ? Int8ActivationScales::PerToken : Int8ActivationScales::PerTensor;
+}
 }  // namespace tfm::ops

@@ -39,6 +39,13 @@ const char* compute_type_name(ComputeType ct);  // "fp32", "bf16", "int8"
 std::string cpu_isa_name();
 std::string onednn_version();
 
+// Granularity of int8 activation scales, process-wide (TFM_INT8_ACT=token selects PerToken at start-up).
+// PerTensor is faster (fully fused); PerToken is more accurate when tokens differ widely in magnitude.
+// Set it before running forward passes, not concurrently with them.
+enum class Int8ActivationScales { PerTensor, PerToken };
+void set_int8_activation_scales(Int8ActivationScales s);
+Int8ActivationScales int8_activation_scales();
+
 // Optional activation applied to the product (torch.nn.Linear followed by it).
 enum class Epilogue { None, Relu, Gelu, GeluTanh };
 Epilogue epilogue_of(Activation act);
@@ -48,9 +55,11 @@ Epilogue epilogue_of(Activation act);
 //   F32:  fp32 weights, fp32 product (matches linear_forward up to summation order).
 //   BF16: weights rounded to bf16 at pack time, each input row rounded to bf16 before the product, fp32
 //         accumulation, output fp32.
-//   I8:   dynamic quantisation: weights s8 with one scale per output row (max |w| / 127), each input row
-//         quantised to s8 with its own scale (max |x| / 127) at run time, int32 accumulation, then
-//         dequantisation, bias and activation in one pass over the output.
+//   I8:   dynamic quantisation: weights s8 with one scale per output row (max |w| / 127); the input quantised
+//         to s8 at run time with one scale per tensor (max |x| / 127, the default) or per row
+//         (set_int8_activation_scales); int32 accumulation. Per tensor, dequantisation (output scale
+//         x_scale * w_scale[o], as a post-op), bias and activation run inside the oneDNN matmul; per row they are one extra
+//         pass over the output (oneDNN 2.x output scales cannot vary per row).
 // Copyable (shares the packed weights); forward is const and thread-safe.
 class PackedLinear {
  public:
