@@ -66,7 +66,8 @@ TEST(TrainPrecision, Bf16GemmIsTheProductOfRoundedOperands) {
 // Tolerance: bf16 keeps 8 significant bits, so each product's operands carry a relative rounding error of up to
 // 2^-9 (0.2%); the accumulated products err by well under 1%, and the loss, an average over 160 tokens of
 // functions of them, moves by less. Over training the two runs drift apart like two seeds of floating-point
-// noise, not systematically: we allow 3% of the initial loss at every step (measured: under 1%), and require
+// noise, not systematically: we allow 3% of the initial loss at every step (measured here: 1.1%, 0.045 of
+// 4.14, with the final losses 0.717 and 0.718), and require
 // that both runs learn (final loss below 25% of the initial) and that the curves are not bit-identical (the bf16
 // path is really taken).
 TEST(TrainPrecision, Bf16LossCurveStaysCloseToFp32) {

@@ -1,6 +1,7 @@
 #include "models/seq2seq.h"
 
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <set>
@@ -802,7 +803,13 @@ LossResult Seq2SeqModel::forward_backward(const Seq2SeqBatch& b, Rng* rng, float
   const Seq2SeqConfig& c = config_;
   const int64_t B = b.batch, Ls = b.src_len, Lt = b.tgt_len, H = c.num_hiddens, V = c.tgt_vocab_size;
   check_ids(b.labels, B * Lt, V, "label");
-  TrainGemmScope gemm_scope(m.precision == ops::ComputeType::BF16 ? &ops::gemm_bf16 : nullptr);
+  static const bool matmul_f32 = [] {
+    const char* e = std::getenv("TFM_TRAIN_GEMM");
+    return e && std::string(e) == "matmul";
+  }();
+  TrainGemmScope gemm_scope(m.precision == ops::ComputeType::BF16 ? &ops::gemm_bf16
+                            : matmul_f32                          ? &ops::gemm_f32_matmul
+                                                                  : nullptr);
   forward_train(b, rng);
   // Loss: d2l MaskedSoftmaxCELoss = per-sequence mean over Lt of mask * CE, summed over the batch; or the mean
   // over valid tokens (token_mean).

@@ -3,6 +3,7 @@
 #include <oneapi/dnnl/dnnl.h>
 
 #include <algorithm>
+#include <bit>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -32,38 +33,25 @@ dnnl::stream& stream() {
 }
 
 inline uint16_t to_bf16(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40);  // NaN stays a quiet NaN
-  u += 0x7fffu + ((u >> 16) & 1u);
-  return (uint16_t)(u >> 16);
+  const uint32_t u = std::bit_cast<uint32_t>(f);
+  // Branch-free so that conversion loops vectorise; a NaN stays a quiet NaN.
+  const uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+  return (uint16_t)((u & 0x7fffffffu) > 0x7f800000u ? (u >> 16) | 0x40u : rounded);
 }
 
-// dst[r, c] (compact, rows x cols) = bf16(src[r * ld + c]), or with transpose src is [cols, rows]:
-// dst[r, c] = bf16(src[c * ld + r]).
-void convert(uint16_t* dst, const float* src, int64_t rows, int64_t cols, int64_t ld, bool transpose) {
-  if (!transpose) {
-#pragma omp parallel for if (rows * cols > 65536)
-    for (int64_t r = 0; r < rows; ++r) {
-      const float* s = src + r * ld;
-      uint16_t* d = dst + r * cols;
+// dst[r, c] (compact, rows x cols) = bf16(src[r * ld + c]).
+void convert(uint16_t* dst, const float* src, int64_t rows, int64_t cols, int64_t ld) {
+#pragma omp parallel for schedule(static) if (rows * cols > 262144)
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* s = src + r * ld;
+    uint16_t* d = dst + r * cols;
 #pragma omp simd
-      for (int64_t c = 0; c < cols; ++c) d[c] = to_bf16(s[c]);
-    }
-    return;
+    for (int64_t c = 0; c < cols; ++c) d[c] = to_bf16(s[c]);
   }
-  // Blocked transpose so both sides stay in cache.
-  constexpr int64_t kB = 32;
-#pragma omp parallel for collapse(2) if (rows * cols > 65536)
-  for (int64_t r0 = 0; r0 < rows; r0 += kB)
-    for (int64_t c0 = 0; c0 < cols; c0 += kB) {
-      const int64_t r1 = std::min(rows, r0 + kB), c1 = std::min(cols, c0 + kB);
-      for (int64_t c = c0; c < c1; ++c)
-        for (int64_t r = r0; r < r1; ++r) dst[r * cols + c] = to_bf16(src[c * ld + r]);
-    }
 }
 
-using Key = std::tuple<int64_t, int64_t, int64_t, bool, int64_t, uint32_t, uint32_t>;
+// M, N, K, trans_a, trans_b, lda, ldb, ldc, alpha, beta, data type
+using Key = std::tuple<int64_t, int64_t, int64_t, bool, bool, int64_t, int64_t, int64_t, uint32_t, uint32_t, int>;
 
 uint32_t bits(float f) {
   uint32_t u;
@@ -80,17 +68,25 @@ Cache& cache() {
   return c;
 }
 
-// src [M, K] bf16 ab; weights [K, N] bf16 (ab, or ba = an [N, K] row-major matrix); dst [M, N] f32, row stride ldc.
-dnnl::matmul primitive(int64_t M, int64_t N, int64_t K, bool trans_b, int64_t ldc, float alpha, float beta) {
-  const Key key{M, N, K, trans_b, ldc, bits(alpha), bits(beta)};
+// Operand descriptors: op(A) [M, K] and op(B) [K, N] as strided views of the row-major stored matrices.
+memory::desc a_desc(int64_t M, int64_t K, bool trans_a, int64_t lda, dt type) {
+  return memory::desc({M, K}, type, trans_a ? memory::dims{1, lda} : memory::dims{lda, 1});
+}
+memory::desc b_desc(int64_t K, int64_t N, bool trans_b, int64_t ldb, dt type) {
+  return memory::desc({K, N}, type, trans_b ? memory::dims{1, ldb} : memory::dims{ldb, 1});
+}
+
+// A matmul for these shapes and strides, created once (about 0.1 ms) and cached. dst [M, N] f32, row stride ldc.
+dnnl::matmul primitive(int64_t M, int64_t N, int64_t K, bool trans_a, bool trans_b, int64_t lda, int64_t ldb,
+                       int64_t ldc, float alpha, float beta, dt type) {
+  const Key key{M, N, K, trans_a, trans_b, lda, ldb, ldc, bits(alpha), bits(beta), (int)type};
   Cache& c = cache();
   std::lock_guard<std::mutex> lock(c.mu);
   auto it = c.prims.find(key);
   if (it != c.prims.end()) return it->second;
   // Batch shapes vary from step to step (length bucketing); bound the cache so a long run cannot grow it forever.
   if (c.prims.size() > 4096) c.prims.clear();
-  memory::desc src({M, K}, dt::bf16, tag::ab);
-  memory::desc wei({K, N}, dt::bf16, trans_b ? tag::ba : tag::ab);
+  memory::desc src = a_desc(M, K, trans_a, lda, type), wei = b_desc(K, N, trans_b, ldb, type);
   memory::desc dst({M, N}, dt::f32, memory::dims{ldc, 1});
   dnnl::primitive_attr attr;
   if (alpha != 1.0f) attr.set_output_scales(0, {alpha});
@@ -113,8 +109,11 @@ float round_to_bf16(float x) {
 }
 
 bool has_bf16_gemm() {
-  const dnnl_cpu_isa_t isa = dnnl_get_effective_cpu_isa();
-  return isa == dnnl_cpu_isa_avx512_core_bf16 || isa == dnnl_cpu_isa_avx512_core_amx;
+  static const bool has = [] {
+    const dnnl_cpu_isa_t isa = dnnl_get_effective_cpu_isa();
+    return isa == dnnl_cpu_isa_avx512_core_bf16 || isa == dnnl_cpu_isa_avx512_core_amx;
+  }();
+  return has;
 }
 
 void require_bf16_gemm() {
@@ -135,15 +134,29 @@ void gemm_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, floa
   thread_local std::vector<uint16_t> a_buf, b_buf;  // grown, never shrunk: no allocation per step
   if (a_buf.size() < (size_t)(M * K)) a_buf.resize(M * K);
   if (b_buf.size() < (size_t)(K * N)) b_buf.resize(K * N);
-  convert(a_buf.data(), A, M, K, lda, trans_a);
-  // B as stored: [N, K] when trans_b (read as the "ba" layout of [K, N]), else [K, N].
-  if (trans_b)
-    convert(b_buf.data(), B, N, K, ldb, false);
-  else
-    convert(b_buf.data(), B, K, N, ldb, false);
-  dnnl::matmul prim = primitive(M, N, K, trans_b, ldc, alpha, beta);
-  memory src_m(memory::desc({M, K}, dt::bf16, tag::ab), engine(), a_buf.data());
-  memory wei_m(memory::desc({K, N}, dt::bf16, trans_b ? tag::ba : tag::ab), engine(), b_buf.data());
+  // Compact bf16 copies of A and B as stored; a transposed operand is described by its strides (oneDNN's AMX
+  // kernels read transposed sources directly).
+  const int64_t a_ld = trans_a ? M : K, b_ld = trans_b ? K : N;
+  convert(a_buf.data(), A, trans_a ? K : M, a_ld, lda);
+  convert(b_buf.data(), B, trans_b ? N : K, b_ld, ldb);
+  dnnl::matmul prim = primitive(M, N, K, trans_a, trans_b, a_ld, b_ld, ldc, alpha, beta, dt::bf16);
+  memory src_m(a_desc(M, K, trans_a, a_ld, dt::bf16), engine(), a_buf.data());
+  memory wei_m(b_desc(K, N, trans_b, b_ld, dt::bf16), engine(), b_buf.data());
+  memory dst_m(memory::desc({M, N}, dt::f32, memory::dims{ldc, 1}), engine(), C);
+  prim.execute(stream(), {{DNNL_ARG_SRC, src_m}, {DNNL_ARG_WEIGHTS, wei_m}, {DNNL_ARG_DST, dst_m}});
+  stream().wait();
+}
+
+void gemm_f32_matmul(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
+                     int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+  if (M <= 0 || N <= 0) return;
+  if (K <= 0) {
+    gemm(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    return;
+  }
+  dnnl::matmul prim = primitive(M, N, K, trans_a, trans_b, lda, ldb, ldc, alpha, beta, dt::f32);
+  memory src_m(a_desc(M, K, trans_a, lda, dt::f32), engine(), const_cast<float*>(A));
+  memory wei_m(b_desc(K, N, trans_b, ldb, dt::f32), engine(), const_cast<float*>(B));
   memory dst_m(memory::desc({M, N}, dt::f32, memory::dims{ldc, 1}), engine(), C);
   prim.execute(stream(), {{DNNL_ARG_SRC, src_m}, {DNNL_ARG_WEIGHTS, wei_m}, {DNNL_ARG_DST, dst_m}});
   stream().wait();

@@ -14,6 +14,11 @@ namespace tfm::ops {
 void gemm_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
                int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc);
 
+// The same fp32 product as ops::gemm through a cached oneDNN matmul primitive instead of dnnl_sgemm (an
+// alternative for training's Linear products; which is faster depends on the shapes, see BENCHMARKS.md).
+void gemm_f32_matmul(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
+                     int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc);
+
 // True when oneDNN reports native bf16 arithmetic on this CPU (AVX512_BF16 or AMX): without it oneDNN would
 // emulate bf16, slower than fp32, so mixed precision is refused there.
 bool has_bf16_gemm();
