@@ -175,9 +175,25 @@ void linear_fwd(ParamTable& P, const LinearP& l, float* out, const float* inp, i
 // dinp += dout W (or = when !accumulate); dW += dout^T inp; db += sum dout
 void linear_bwd(ParamTable& P, const LinearP& l, float* dinp, const float* dout, const float* inp, int64_t N,
                 bool accumulate = true) {
-  if (t_train_gemm && N > 0) {
+  if (t_train_gemm == &ops::gemm_bf16 && N > 0) {
+    // dout feeds both products: convert it to bf16 once.
+    thread_local std::vector<uint16_t> dout16, w16, inp16;
+    if (dout16.size() < (size_t)(N * l.out)) dout16.resize(N * l.out);
+    if (inp16.size() < (size_t)(N * l.in)) inp16.resize(N * l.in);
+    ops::convert_to_bf16(dout16.data(), dout, N, l.out, l.out);
+    ops::convert_to_bf16(inp16.data(), inp, N, l.in, l.in);
+    if (dinp) {
+      if (w16.size() < (size_t)(l.out * l.in)) w16.resize(l.out * l.in);
+      ops::convert_to_bf16(w16.data(), P.data(l.w), l.out, l.in, l.in);
+      ops::gemm_bf16_converted(false, false, N, l.in, l.out, 1.0f, dout16.data(), w16.data(), accumulate ? 1.0f : 0.0f,
+                               dinp, l.in);
+    }
+    ops::gemm_bf16_converted(true, false, l.out, l.in, N, 1.0f, dout16.data(), inp16.data(), 1.0f, P.grad(l.w), l.in);
+  } else if (t_train_gemm && N > 0) {
     if (dinp) t_train_gemm(false, false, N, l.in, l.out, 1.0f, dout, l.out, P.data(l.w), l.in, accumulate ? 1.0f : 0.0f, dinp, l.in);
     t_train_gemm(true, false, l.out, l.in, N, 1.0f, dout, l.out, inp, l.in, 1.0f, P.grad(l.w), l.in);
+  }
+  if (t_train_gemm && N > 0) {
     if (l.b >= 0) {
       float* db = P.grad(l.b);
       for (int64_t n = 0; n < N; ++n) {

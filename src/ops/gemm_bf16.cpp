@@ -122,8 +122,12 @@ void require_bf16_gemm() {
                              onednn_version() + " reports " + cpu_isa_name() + ": use \"precision\": \"fp32\"");
 }
 
-void gemm_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
-               int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+void convert_to_bf16(uint16_t* dst, const float* src, int64_t rows, int64_t cols, int64_t ld) {
+  convert(dst, src, rows, cols, ld);
+}
+
+void gemm_bf16_converted(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const uint16_t* A,
+                         const uint16_t* B, float beta, float* C, int64_t ldc) {
   if (M <= 0 || N <= 0) return;
   if (K <= 0) {  // empty sum: C = beta * C
     for (int64_t i = 0; i < M; ++i)
@@ -131,20 +135,27 @@ void gemm_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, floa
     return;
   }
   require_bf16_gemm();
-  thread_local std::vector<uint16_t> a_buf, b_buf;  // grown, never shrunk: no allocation per step
-  if (a_buf.size() < (size_t)(M * K)) a_buf.resize(M * K);
-  if (b_buf.size() < (size_t)(K * N)) b_buf.resize(K * N);
-  // Compact bf16 copies of A and B as stored; a transposed operand is described by its strides (oneDNN's AMX
-  // kernels read transposed sources directly).
+  // A transposed operand is described by its strides (oneDNN's AMX kernels read transposed sources directly).
   const int64_t a_ld = trans_a ? M : K, b_ld = trans_b ? K : N;
-  convert(a_buf.data(), A, trans_a ? K : M, a_ld, lda);
-  convert(b_buf.data(), B, trans_b ? N : K, b_ld, ldb);
   dnnl::matmul prim = primitive(M, N, K, trans_a, trans_b, a_ld, b_ld, ldc, alpha, beta, dt::bf16);
-  memory src_m(a_desc(M, K, trans_a, a_ld, dt::bf16), engine(), a_buf.data());
-  memory wei_m(b_desc(K, N, trans_b, b_ld, dt::bf16), engine(), b_buf.data());
+  memory src_m(a_desc(M, K, trans_a, a_ld, dt::bf16), engine(), const_cast<uint16_t*>(A));
+  memory wei_m(b_desc(K, N, trans_b, b_ld, dt::bf16), engine(), const_cast<uint16_t*>(B));
   memory dst_m(memory::desc({M, N}, dt::f32, memory::dims{ldc, 1}), engine(), C);
   prim.execute(stream(), {{DNNL_ARG_SRC, src_m}, {DNNL_ARG_WEIGHTS, wei_m}, {DNNL_ARG_DST, dst_m}});
   stream().wait();
+}
+
+void gemm_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
+               int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+  if (M <= 0 || N <= 0) return;
+  if (K > 0) require_bf16_gemm();
+  thread_local std::vector<uint16_t> a_buf, b_buf;  // grown, never shrunk: no allocation per step
+  if (a_buf.size() < (size_t)(M * K)) a_buf.resize(M * K);
+  if (b_buf.size() < (size_t)(K * N)) b_buf.resize(K * N);
+  // Compact bf16 copies of A and B as stored.
+  convert(a_buf.data(), A, trans_a ? K : M, trans_a ? M : K, lda);
+  convert(b_buf.data(), B, trans_b ? N : K, trans_b ? K : N, ldb);
+  gemm_bf16_converted(trans_a, trans_b, M, N, K, alpha, a_buf.data(), b_buf.data(), beta, C, ldc);
 }
 
 void gemm_f32_matmul(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,

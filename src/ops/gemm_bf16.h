@@ -14,6 +14,13 @@ namespace tfm::ops {
 void gemm_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
                int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc);
 
+// The two halves of gemm_bf16, so that an operand used by several products is converted once:
+// dst (compact rows x cols) = bf16(src[r * ld + c]); and the product of operands so converted, each compact as
+// stored (A is [K, M] when trans_a, B is [N, K] when trans_b).
+void convert_to_bf16(uint16_t* dst, const float* src, int64_t rows, int64_t cols, int64_t ld);
+void gemm_bf16_converted(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const uint16_t* A,
+                         const uint16_t* B, float beta, float* C, int64_t ldc);
+
 // The same fp32 product as ops::gemm through a cached oneDNN matmul primitive instead of dnnl_sgemm (an
 // alternative for training's Linear products; which is faster depends on the shapes, see BENCHMARKS.md).
 void gemm_f32_matmul(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,

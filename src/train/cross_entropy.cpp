@@ -23,7 +23,7 @@ void cross_entropy_forward_backward(float* loss, float* dlogits, const float* lo
     float mx = -INFINITY, total = 0.0f;
 #pragma omp simd reduction(max : mx) reduction(+ : total)
     for (int64_t v = 0; v < V; ++v) {
-      mx = std::fmax(mx, x[v]);
+      mx = x[v] > mx ? x[v] : mx;  // not std::fmax: a libm call here keeps the loop scalar
       total += x[v];
     }
     float sum = 0.0f;
