@@ -2,6 +2,7 @@
 // product of bf16-rounded operands, a small model's bf16 loss curve against its fp32 curve, and bad values refused.
 #include <gtest/gtest.h>
 
+#include <bit>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -25,7 +26,26 @@ std::vector<float> randn(int64_t n, uint64_t seed) {
   for (auto& x : v) x = r.normal();
   return v;
 }
+// Round to nearest even bf16, written independently of the code under test: the nearer of the two bf16
+// neighbours of x (finite, normal), ties to the one with an even last bit.
+float rne_bf16(float x) {
+  const uint32_t u = std::bit_cast<uint32_t>(x), lo = u & 0xffff0000u, hi = lo + 0x10000u;
+  const float flo = std::bit_cast<float>(lo), fhi = std::bit_cast<float>(hi);
+  const double dlo = std::fabs((double)x - flo), dhi = std::fabs((double)fhi - x);
+  if (dlo != dhi) return dlo < dhi ? flo : fhi;
+  return ((lo >> 16) & 1u) ? fhi : flo;
+}
 }  // namespace
+
+TEST(TrainPrecision, RoundingIsToNearestEven) {
+  std::vector<float> x = randn(10000, 5);
+  x.push_back(1.0f + 1.0f / 256);  // a tie: 1 + 2^-8 lies halfway between 1 and 1 + 2^-7; even is 1
+  x.push_back(1.0f + 3.0f / 256);  // a tie rounding up to the even 1 + 2^-6
+  for (float v : x) ASSERT_EQ(ops::round_to_bf16(v), rne_bf16(v)) << v;
+  EXPECT_EQ(ops::round_to_bf16(1.0f + 1.0f / 256), 1.0f);
+  EXPECT_EQ(ops::round_to_bf16(1.0f + 3.0f / 256), 1.0f + 4.0f / 256);
+  EXPECT_TRUE(std::isnan(ops::round_to_bf16(NAN)));
+}
 
 // Every transpose combination, a row stride wider than N, alpha and beta: gemm_bf16 equals the exact product of
 // the bf16-rounded operands (only fp32 accumulation error remains: K = 300 terms of size ~1 give ~1e-5), and
@@ -39,8 +59,8 @@ TEST(TrainPrecision, Bf16GemmIsTheProductOfRoundedOperands) {
       std::vector<float> A = randn((ta ? K : M) * lda, 1), B = randn((tb ? N : K) * ldb, 2);
       std::vector<float> C0 = randn(M * ldc, 3);
       std::vector<float> Ar(A), Br(B);
-      for (auto& x : Ar) x = ops::round_to_bf16(x);
-      for (auto& x : Br) x = ops::round_to_bf16(x);
+      for (auto& x : Ar) x = rne_bf16(x);
+      for (auto& x : Br) x = rne_bf16(x);
       std::vector<float> got(C0), want(C0), fp32(C0);
       ops::gemm_bf16(ta, tb, M, N, K, 0.5f, A.data(), lda, B.data(), ldb, 1.0f, got.data(), ldc);
       ops::gemm_ref(ta, tb, M, N, K, 0.5f, Ar.data(), lda, Br.data(), ldb, 1.0f, want.data(), ldc);
