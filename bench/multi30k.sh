@@ -9,14 +9,16 @@
 #            (length penalty 0.6) in fp32, bf16, int8 and int8q (int8 with --quantize-output-projection), one after
 #            the other in this invocation; wall and CPU time of each whole 'tfm translate' process (load included),
 #            sentences/s, corpus BLEU and its difference to fp32.
+#   PRECISION=bf16: tfm trains with "precision": "bf16" (bf16 GEMM inputs, fp32 master weights); PyTorch stays fp32.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 TFM=${TFM:-build/tfm}
 DATA=${TFM_DATA_DIR:-$(cd .. && pwd)/shared/data}
 export TFM_DATA_DIR=$DATA
 THREADS=${THREADS:-2}
+PRECISION=${PRECISION:-fp32}
 [ -x "$TFM" ] || { echo "build first: make build" >&2; exit 1; }
-echo "machine: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores; threads $THREADS"
+echo "machine: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores; threads $THREADS; tfm precision $PRECISION"
 
 if [ "${1:-}" = "--decode" ]; then
   MODEL=${2:?usage: bench/multi30k.sh --decode MODEL_DIR}
@@ -48,7 +50,7 @@ if [ "${1:-}" = "--short" ]; then
   OUT=$(mktemp -d)
   trap 'rm -rf "$OUT"' EXIT
   ours=$("$TFM" train --config configs/multi30k-en-fr.json --out "$OUT/run" --set stop_after_steps=30 \
-         --set valid_limit=8 --threads "$THREADS" --no-progress)
+         --set valid_limit=8 --set precision="$PRECISION" --threads "$THREADS" --no-progress)
   tps=$(echo "$ours" | sed -n 's/.*s, \([0-9.]*\) target tokens\/s.*/\1/p')
   torch_tps=$(/usr/bin/python3 bench/multi30k_pytorch.py --config configs/multi30k-en-fr.json --spm "$OUT/run/spm.model" \
               --data "$DATA" --steps 30 --threads "$THREADS")
@@ -61,7 +63,7 @@ fi
 OUT=${1:-build/multi30k}
 rm -rf "$OUT"
 t0=$(date +%s)
-"$TFM" train --config configs/multi30k-en-fr.json --out "$OUT" --threads "$THREADS"
+"$TFM" train --config configs/multi30k-en-fr.json --out "$OUT" --set precision="$PRECISION" --threads "$THREADS"
 t1=$(date +%s)
 gunzip -c "$DATA/multi30k/test_2016_flickr.en.gz" > "$OUT/test.en"
 gunzip -c "$DATA/multi30k/test_2016_flickr.fr.gz" > "$OUT/test.fr"

@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <set>
@@ -11,10 +12,12 @@
 #include "io/safetensors.h"
 #include "ops/activation.h"
 #include "ops/attention.h"
+#include "ops/attention_train.h"
 #include "ops/dropout.h"
 #include "ops/embedding.h"
 #include "ops/layer_norm.h"
 #include "ops/gemm.h"
+#include "ops/gemm_bf16.h"
 #include "ops/matmul.h"
 #include "ops/vec_math.h"
 #include "decode/profile.h"
@@ -140,6 +143,18 @@ struct PackedScope {
   ~PackedScope() { t_packed = prev; }
 };
 
+// Mixed-precision training (set_precision(BF16)): forward_backward installs ops::gemm_bf16 for its duration, and
+// the Linear products (forward, input and weight gradients) run on it; attention's per-head products, softmax,
+// LayerNorm, the loss, reductions and the optimizer stay fp32.
+using GemmFn = void (*)(bool, bool, int64_t, int64_t, int64_t, float, const float*, int64_t, const float*, int64_t,
+                        float, float*, int64_t);
+thread_local GemmFn t_train_gemm = nullptr;
+struct TrainGemmScope {
+  GemmFn prev;
+  explicit TrainGemmScope(GemmFn f) : prev(t_train_gemm) { t_train_gemm = f; }
+  ~TrainGemmScope() { t_train_gemm = prev; }
+};
+
 void linear_fwd(ParamTable& P, const LinearP& l, float* out, const float* inp, int64_t N) {
   if (t_packed) {
     auto it = t_packed->find(l.w);
@@ -148,12 +163,52 @@ void linear_fwd(ParamTable& P, const LinearP& l, float* out, const float* inp, i
       return;
     }
   }
+  if (t_train_gemm && N > 0) {
+    float beta = 0.0f;
+    if (l.b >= 0) {
+      const float* bias = P.data(l.b);
+      for (int64_t n = 0; n < N; ++n) std::memcpy(out + n * l.out, bias, sizeof(float) * l.out);
+      beta = 1.0f;
+    }
+    t_train_gemm(false, true, N, l.out, l.in, 1.0f, inp, l.in, P.data(l.w), l.in, beta, out, l.out);
+    return;
+  }
   ops::linear_forward(out, inp, P.data(l.w), l.b >= 0 ? P.data(l.b) : nullptr, N, l.in, l.out);
 }
-// dinp += dout W; dW += dout^T inp; db += sum dout
-void linear_bwd(ParamTable& P, const LinearP& l, float* dinp, const float* dout, const float* inp, int64_t N) {
+// dinp += dout W (or = when !accumulate); dW += dout^T inp; db += sum dout
+void linear_bwd(ParamTable& P, const LinearP& l, float* dinp, const float* dout, const float* inp, int64_t N,
+                bool accumulate = true) {
+  if (t_train_gemm == &ops::gemm_bf16 && N > 0) {
+    // dout feeds both products: convert it to bf16 once.
+    thread_local std::vector<uint16_t> dout16, w16, inp16;
+    if (dout16.size() < (size_t)(N * l.out)) dout16.resize(N * l.out);
+    if (inp16.size() < (size_t)(N * l.in)) inp16.resize(N * l.in);
+    ops::convert_to_bf16(dout16.data(), dout, N, l.out, l.out);
+    ops::convert_to_bf16(inp16.data(), inp, N, l.in, l.in);
+    if (dinp) {
+      if (w16.size() < (size_t)(l.out * l.in)) w16.resize(l.out * l.in);
+      ops::convert_to_bf16(w16.data(), P.data(l.w), l.out, l.in, l.in);
+      ops::gemm_bf16_converted(false, false, N, l.in, l.out, 1.0f, dout16.data(), w16.data(), accumulate ? 1.0f : 0.0f,
+                               dinp, l.in);
+    }
+    ops::gemm_bf16_converted(true, false, l.out, l.in, N, 1.0f, dout16.data(), inp16.data(), 1.0f, P.grad(l.w), l.in);
+  } else if (t_train_gemm && N > 0) {
+    if (dinp) t_train_gemm(false, false, N, l.in, l.out, 1.0f, dout, l.out, P.data(l.w), l.in, accumulate ? 1.0f : 0.0f, dinp, l.in);
+    t_train_gemm(true, false, l.out, l.in, N, 1.0f, dout, l.out, inp, l.in, 1.0f, P.grad(l.w), l.in);
+  }
+  if (t_train_gemm && N > 0) {
+    if (l.b >= 0) {
+      float* db = P.grad(l.b);
+      for (int64_t n = 0; n < N; ++n) {
+        const float* d = dout + n * l.out;
+#pragma omp simd
+        for (int64_t o = 0; o < l.out; ++o) db[o] += d[o];
+      }
+    }
+    return;
+  }
   ops::linear_backward(dinp, P.grad(l.w), l.b >= 0 ? P.grad(l.b) : nullptr, dout, inp, P.data(l.w), N, l.in, l.out,
-                       /*accumulate_dinp=*/true);
+                       accumulate);
 }
 
 struct LNP {
@@ -198,14 +253,15 @@ struct MHA {
       drop.clear();
     }
     ops::AttentionDims d{B, Lq, Lk, heads, H / heads};
-    ops::attention_forward(ctx.data(), probs.data(), Q.data(), K.data(), V.data(), d, mask, dm);
+    if (!ops::attention_forward_train(ctx.data(), probs.data(), Q.data(), K.data(), V.data(), d, mask, dm))
+      ops::attention_forward(ctx.data(), probs.data(), Q.data(), K.data(), V.data(), d, mask, dm);
     linear_fwd(P, W_o, out, ctx.data(), B * Lq);
   }
 
   void backward(ParamTable& P, const float* dout, float* dxq, float* dxkv) {
     const int64_t H = W_q.out;
-    resize_zero(dctx, B * Lq * H);
-    linear_bwd(P, W_o, dctx.data(), dout, ctx.data(), B * Lq);
+    dctx.resize(B * Lq * H);
+    linear_bwd(P, W_o, dctx.data(), dout, ctx.data(), B * Lq, /*accumulate=*/false);
     dQ.resize(B * Lq * H);
     dK.resize(B * Lk * H);
     dV.resize(B * Lk * H);
@@ -233,23 +289,43 @@ struct AddNorm {
     if (rng && p > 0.0f) {
       drop.resize(N * C);
       ops::dropout_mask(drop.data(), N * C, p, *rng);
-      for (int64_t i = 0; i < N * C; ++i) sum[i] = Y[i] * drop[i] + X[i];
+      const float* dm = drop.data();
+      float* sm = sum.data();
+#pragma omp simd
+      for (int64_t i = 0; i < N * C; ++i) sm[i] = Y[i] * dm[i] + X[i];
     } else {
       drop.clear();
-      for (int64_t i = 0; i < N * C; ++i) sum[i] = Y[i] + X[i];
+      float* sm = sum.data();
+#pragma omp simd
+      for (int64_t i = 0; i < N * C; ++i) sm[i] = Y[i] + X[i];
     }
     ops::layer_norm_forward(out, mean.data(), rstd.data(), sum.data(), P.data(ln.w), P.data(ln.b), N, C, 1e-5f);
   }
 
-  void backward(ParamTable& P, const float* dout, float* dX, float* dY) {
-    dsum.resize(N * C);
+  // dY is written (=); dX is added to, or written when dX_fresh (its first writer: no zero-fill needed).
+  void backward(ParamTable& P, const float* dout, float* dX, float* dY, bool dX_fresh = false) {
+    const int64_t n = N * C;
+    if (dX_fresh) {  // LayerNorm's input gradient straight into dX
+      ops::layer_norm_backward(dX, P.grad(ln.w), P.grad(ln.b), dout, sum.data(), P.data(ln.w), mean.data(),
+                               rstd.data(), N, C);
+      if (drop.empty()) {
+        std::memcpy(dY, dX, sizeof(float) * n);
+      } else {
+        const float* dm = drop.data();
+#pragma omp simd
+        for (int64_t i = 0; i < n; ++i) dY[i] = dX[i] * dm[i];
+      }
+      return;
+    }
+    dsum.resize(n);
     ops::layer_norm_backward(dsum.data(), P.grad(ln.w), P.grad(ln.b), dout, sum.data(), P.data(ln.w), mean.data(),
                              rstd.data(), N, C);
-    add_into(dX, dsum.data(), N * C);
-    if (drop.empty()) {
-      add_into(dY, dsum.data(), N * C);
-    } else {
-      for (int64_t i = 0; i < N * C; ++i) dY[i] += dsum[i] * drop[i];
+    const float* ds = dsum.data();
+    const float* dm = drop.empty() ? nullptr : drop.data();
+#pragma omp simd
+    for (int64_t i = 0; i < n; ++i) {
+      dX[i] += ds[i];
+      dY[i] = dm ? ds[i] * dm[i] : ds[i];
     }
   }
 };
@@ -265,19 +341,26 @@ struct FFN {
   void forward(ParamTable& P, float* out, const float* x_, int64_t N_) {
     x = x_;
     N = N_;
-    h.resize(N * dense1.out);
     a.resize(N * dense1.out);
-    linear_fwd(P, dense1, h.data(), x, N);
-    ops::activation_forward(a.data(), h.data(), N * dense1.out, act);
+    if (act == ops::Activation::Relu) {
+      // ReLU in place: its backward needs only the sign, and relu(h) > 0 exactly where h > 0.
+      linear_fwd(P, dense1, a.data(), x, N);
+      ops::activation_forward(a.data(), a.data(), N * dense1.out, act);
+    } else {
+      h.resize(N * dense1.out);
+      linear_fwd(P, dense1, h.data(), x, N);
+      ops::activation_forward(a.data(), h.data(), N * dense1.out, act);
+    }
     linear_fwd(P, dense2, out, a.data(), N);
   }
 
   void backward(ParamTable& P, const float* dout, float* dx) {
-    resize_zero(da, N * dense1.out);
-    linear_bwd(P, dense2, da.data(), dout, a.data(), N);
-    dh.resize(N * dense1.out);
-    ops::activation_backward(dh.data(), da.data(), h.data(), N * dense1.out, act);
-    linear_bwd(P, dense1, dx, dh.data(), x, N);
+    da.resize(N * dense1.out);
+    linear_bwd(P, dense2, da.data(), dout, a.data(), N, /*accumulate=*/false);
+    // In place: da becomes the gradient of dense1's output.
+    ops::activation_backward(da.data(), da.data(), act == ops::Activation::Relu ? a.data() : h.data(),
+                             N * dense1.out, act);
+    linear_bwd(P, dense1, dx, da.data(), x, N);
   }
 };
 
@@ -321,16 +404,24 @@ struct PreNorm {
     if (rng && p > 0.0f) {
       drop.resize(n);
       ops::dropout_mask(drop.data(), n, p, *rng);
-      for (int64_t i = 0; i < n; ++i) out[i] = x[i] + f[i] * drop[i];
+      const float* dm = drop.data();
+#pragma omp simd
+      for (int64_t i = 0; i < n; ++i) out[i] = x[i] + f[i] * dm[i];
     } else {
       drop.clear();
+#pragma omp simd
       for (int64_t i = 0; i < n; ++i) out[i] = x[i] + f[i];
     }
   }
-  // dX += dout; df = dout * dropout mask (written)
-  void backward_residual(const float* dout, float* dX, float* df) {
-    add_into(dX, dout, n);
-    for (int64_t i = 0; i < n; ++i) df[i] = drop.empty() ? dout[i] : dout[i] * drop[i];
+  // dX += dout (dX = dout when dX_fresh); df = dout * dropout mask (written)
+  void backward_residual(const float* dout, float* dX, float* df, bool dX_fresh = false) {
+    if (dX_fresh)
+      std::memcpy(dX, dout, sizeof(float) * n);
+    else
+      add_into(dX, dout, n);
+    const float* dm = drop.empty() ? nullptr : drop.data();
+#pragma omp simd
+    for (int64_t i = 0; i < n; ++i) df[i] = dm ? dout[i] * dm[i] : dout[i];
   }
   // dh is the gradient of f's input; dX += LN'(dh)
   void backward_norm(ParamTable& P, const float* dh_, float* dX) { norm_cache.backward(P, dh_, dX); }
@@ -368,16 +459,15 @@ struct EncoderBlock {
 
   // dx += d(out)/d(x) applied to dout
   void backward(ParamTable& P, bool pre, const float* dout, float* dx, int64_t N, int64_t H) {
-    resize_zero(dY, N * H);
-    resize_zero(d_ffn, N * H);
-    resize_zero(d_attn, N * H);
+    // dY, d_ffn, d_attn are written by their first user (no zero-fill).
+    for (Buf* b : {&dY, &d_ffn, &d_attn}) b->resize(N * H);
     if (!pre) {
-      addnorm2.backward(P, dout, dY.data(), d_ffn.data());
+      addnorm2.backward(P, dout, dY.data(), d_ffn.data(), /*dX_fresh=*/true);
       ffn.backward(P, d_ffn.data(), dY.data());
       addnorm1.backward(P, dY.data(), dx, d_attn.data());
       attention.backward(P, d_attn.data(), dx, dx);
     } else {
-      pre2.backward_residual(dout, dY.data(), d_ffn.data());
+      pre2.backward_residual(dout, dY.data(), d_ffn.data(), /*dX_fresh=*/true);
       float* dh2 = pre2.zeroed_dh();
       ffn.backward(P, d_ffn.data(), dh2);
       pre2.backward_norm(P, dh2, dY.data());
@@ -423,20 +513,21 @@ struct DecoderBlock {
 
   // dx += d(out)/d(x) dout; d_enc += d(out)/d(enc) dout
   void backward(ParamTable& P, bool pre, const float* dout, float* dx, float* d_enc, int64_t N, int64_t H) {
-    for (Buf* b : {&dZ1, &dZ2, &d_a1, &d_a2, &d_f}) resize_zero(*b, N * H);
+    // Written by their first user (no zero-fill).
+    for (Buf* b : {&dZ1, &dZ2, &d_a1, &d_a2, &d_f}) b->resize(N * H);
     if (!pre) {
-      addnorm3.backward(P, dout, dZ2.data(), d_f.data());
+      addnorm3.backward(P, dout, dZ2.data(), d_f.data(), /*dX_fresh=*/true);
       ffn.backward(P, d_f.data(), dZ2.data());
-      addnorm2.backward(P, dZ2.data(), dZ1.data(), d_a2.data());
+      addnorm2.backward(P, dZ2.data(), dZ1.data(), d_a2.data(), /*dX_fresh=*/true);
       attention2.backward(P, d_a2.data(), dZ1.data(), d_enc);
       addnorm1.backward(P, dZ1.data(), dx, d_a1.data());
       attention1.backward(P, d_a1.data(), dx, dx);
     } else {
-      pre3.backward_residual(dout, dZ2.data(), d_f.data());
+      pre3.backward_residual(dout, dZ2.data(), d_f.data(), /*dX_fresh=*/true);
       float* dh3 = pre3.zeroed_dh();
       ffn.backward(P, d_f.data(), dh3);
       pre3.backward_norm(P, dh3, dZ2.data());
-      pre2.backward_residual(dZ2.data(), dZ1.data(), d_a2.data());
+      pre2.backward_residual(dZ2.data(), dZ1.data(), d_a2.data(), /*dX_fresh=*/true);
       float* dh2 = pre2.zeroed_dh();
       attention2.backward(P, d_a2.data(), dh2, d_enc);
       pre2.backward_norm(P, dh2, dZ1.data());
@@ -467,12 +558,21 @@ struct Seq2SeqModel::Impl {
   LinearP dense;
   Buf P;  // [max_len, H] positional encoding
   Buf enc_x0, dec_x0, enc_final, dec_final, logits, dlogits, d_enc_out, d_dec_x, dx_a, dx_b;
-  std::vector<float> row_weight;
+  std::vector<float> row_weight, token_loss;
   PackedTable packed;  // inference weights (prepare_inference); empty = use the parameters directly
   std::vector<ops::PackedLinear> dec_qkv;  // per decoder layer W_q|W_k|W_v of self-attention as one product
+  ops::ComputeType precision = ops::ComputeType::F32;  // training GEMMs (set_precision)
 };
 
 Seq2SeqModel::~Seq2SeqModel() = default;
+
+void Seq2SeqModel::set_precision(ops::ComputeType precision) {
+  if (precision == ops::ComputeType::I8)
+    throw std::invalid_argument("training precision must be fp32 or bf16, not int8");
+  if (precision == ops::ComputeType::BF16) ops::require_bf16_gemm();
+  impl_->precision = precision;
+}
+ops::ComputeType Seq2SeqModel::precision() const { return impl_->precision; }
 
 void Seq2SeqModel::prepare_inference(ops::ComputeType dtype, bool quantize_output_projection) {
   Impl& m = *impl_;
@@ -741,6 +841,13 @@ LossResult Seq2SeqModel::forward_backward(const Seq2SeqBatch& b, Rng* rng, float
   const Seq2SeqConfig& c = config_;
   const int64_t B = b.batch, Ls = b.src_len, Lt = b.tgt_len, H = c.num_hiddens, V = c.tgt_vocab_size;
   check_ids(b.labels, B * Lt, V, "label");
+  static const bool matmul_f32 = [] {
+    const char* e = std::getenv("TFM_TRAIN_GEMM");
+    return e && std::string(e) == "matmul";
+  }();
+  TrainGemmScope gemm_scope(m.precision == ops::ComputeType::BF16 ? &ops::gemm_bf16
+                            : matmul_f32                          ? &ops::gemm_f32_matmul
+                                                                  : nullptr);
   forward_train(b, rng);
   // Loss: d2l MaskedSoftmaxCELoss = per-sequence mean over Lt of mask * CE, summed over the batch; or the mean
   // over valid tokens (token_mean).
@@ -753,7 +860,8 @@ LossResult Seq2SeqModel::forward_backward(const Seq2SeqBatch& b, Rng* rng, float
   for (int64_t i = 0; i < B; ++i)
     for (int64_t t = 0; t < Lt && t < b.tgt_valid_len[i]; ++t) m.row_weight[i * Lt + t] = w;
   m.dlogits.resize(B * Lt * V);
-  std::vector<float> token_loss(B * Lt);
+  std::vector<float>& token_loss = m.token_loss;
+  token_loss.resize(B * Lt);
   cross_entropy_forward_backward(token_loss.data(), m.dlogits.data(), m.logits.data(), b.labels,
                                  m.row_weight.data(), B * Lt, V, label_smoothing);
   for (int64_t i = 0; i < B * Lt; ++i) {

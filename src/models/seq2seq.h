@@ -111,6 +111,11 @@ class Seq2SeqModel {
   // forward_backward / forward_logits keep using the parameters, and changing them needs another call.
   // Throws std::runtime_error when this CPU has no oneDNN kernel for `dtype`.
   void prepare_inference(ops::ComputeType dtype, bool quantize_output_projection = false);
+  // Precision of forward_backward's Linear products: F32 (default) or BF16 (inputs and weights rounded to bf16,
+  // fp32 accumulation and outputs; parameters, gradients and optimizer state stay fp32). Throws
+  // std::invalid_argument for I8 and std::runtime_error (one line) for BF16 on a CPU without bf16 instructions.
+  void set_precision(ops::ComputeType precision);
+  ops::ComputeType precision() const;
   // Teacher-forced forward, masked softmax cross-entropy, backward. Parameter gradients are accumulated (+=).
   // dropout_rng: null disables dropout (eval), otherwise masks are drawn from it. label_smoothing in [0, 1).
   // token_mean: loss = mean over valid target tokens (instead of d2l's per-sequence mean summed over the batch);

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <vector>
 
+#include "ops/attention_train.h"
 #include "ops/gemm.h"
 #include "ops/isa.h"
 #include "ops/vec_math.h"
@@ -359,6 +360,8 @@ void attention_forward(float* out, float* probs, const float* q, const float* k,
 
 void attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* probs, const float* q,
                         const float* k, const float* v, const AttentionDims& dims_in, const float* dropout_mask) {
+  // Fused per-head loops for the common head sizes (ops/attention_train.h).
+  if (attention_backward_train(dq, dk, dv, dout, probs, q, k, v, dims_in, dropout_mask)) return;
   AttentionDims d = dims_in;
   resolve(d);
   const int64_t B = d.batch, H = d.num_heads, Lq = d.q_len, Lk = d.kv_len, Dh = d.head_dim;

@@ -11,6 +11,18 @@ inline uint64_t mix64(uint64_t z) {
   z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
   return z ^ (z >> 31);
 }
+// One 32-bit multiply-xorshift hash per element (Wellons' lowbias32, a bijection): AVX2 has 32-bit but no 64-bit
+// vector multiplies, so this vectorises where a 64-bit hash per element does not.
+inline uint32_t hash32(uint32_t x) {
+  x ^= x >> 16;
+  x *= 0x7feb352du;
+  x ^= x >> 15;
+  x *= 0x846ca68bu;
+  x ^= x >> 16;
+  return x;
+}
+inline uint32_t fold(uint64_t z) { return (uint32_t)(z ^ (z >> 32)); }
+constexpr uint32_t kGolden32 = 0x9E3779B9u;
 }  // namespace
 
 void dropout_mask(float* mask, int64_t n, float p, Rng& rng, const AttentionDropoutDims* inner_dims) {
@@ -34,34 +46,23 @@ void dropout_mask(float* mask, int64_t n, float p, Rng& rng, const AttentionDrop
         for (int64_t h = 0; h < inner_dims->heads; ++h)
           for (int64_t q = 0; q < lq; ++q) {
             float* mr = m + (h * lq + q) * lk;
-            const uint64_t base = ((uint64_t)h << 42) | ((uint64_t)q << 21);
+            const uint32_t s = fold(mix64(seed + (((uint64_t)h << 32) | (uint64_t)q) * 0x9E3779B97F4A7C15ull));
 #pragma omp simd
-            for (int64_t k = 0; k < lk; ++k) {
-              const uint64_t z = mix64(seed + (base | (uint64_t)k) * 0x9E3779B97F4A7C15ull);
-              mr[k] = (uint32_t)(z >> 32) < thr ? 0.0f : scale;
-            }
+            for (int64_t k = 0; k < lk; ++k) mr[k] = hash32(s + (uint32_t)k * kGolden32) < thr ? 0.0f : scale;
           }
       } else {
+        const uint32_t s = fold(seed);
 #pragma omp simd
-        for (int64_t j = 0; j < per_row; ++j) {
-          const uint64_t z = mix64(seed + (uint64_t)j * 0x9E3779B97F4A7C15ull);
-          m[j] = (uint32_t)(z >> 32) < thr ? 0.0f : scale;
-        }
+        for (int64_t j = 0; j < per_row; ++j) m[j] = hash32(s + (uint32_t)j * kGolden32) < thr ? 0.0f : scale;
       }
     }
     return;
   }
-  // One draw from rng seeds a splitmix64 stream: a counter hash per element is ~10x cheaper than mt19937_64
-  // draws and vectorises; the mask stays a deterministic function of the rng state.
-  const uint64_t seed = rng.next_u64();
+  // One draw from rng seeds a counter hash per element: much cheaper than mt19937_64 draws, and it vectorises;
+  // the mask stays a deterministic function of the rng state.
+  const uint32_t s = fold(mix64(rng.next_u64()));
 #pragma omp simd
-  for (int64_t i = 0; i < n; ++i) {
-    uint64_t z = seed + (uint64_t)(i + 1) * 0x9E3779B97F4A7C15ull;
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    z ^= z >> 31;
-    mask[i] = (uint32_t)(z >> 32) < thr ? 0.0f : scale;
-  }
+  for (int64_t i = 0; i < n; ++i) mask[i] = hash32(s + (uint32_t)(i + 1) * kGolden32) < thr ? 0.0f : scale;
 }
 
 void dropout_apply(float* out, const float* inp, const float* mask, int64_t n) {

@@ -103,6 +103,7 @@ void layer_norm_backward(float* dinp, float* dweight, float* dbias, const float*
     float m = mean[n], r = rstd[n];
     // dxhat = dy * w; dx = r * (dxhat - mean(dxhat) - xhat * mean(dxhat * xhat))
     float sum_d = 0.0f, sum_dx = 0.0f;
+#pragma omp simd reduction(+ : sum_d, sum_dx)
     for (int64_t c = 0; c < C; ++c) {
       float xhat = (x[c] - m) * r;
       float d = dy[c] * weight[c];
@@ -113,9 +114,11 @@ void layer_norm_backward(float* dinp, float* dweight, float* dbias, const float*
     }
     sum_d /= (float)C;
     sum_dx /= (float)C;
+    float* dx = dinp + n * C;
+#pragma omp simd
     for (int64_t c = 0; c < C; ++c) {
       float xhat = (x[c] - m) * r;
-      dinp[n * C + c] = r * (dy[c] * weight[c] - sum_d - xhat * sum_dx);
+      dx[c] = r * (dy[c] * weight[c] - sum_d - xhat * sum_dx);
     }
   }
 }

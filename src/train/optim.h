@@ -20,7 +20,9 @@ class Adam {
  public:
   Adam(int64_t num_params, AdamOptions options) : opt_(options), m_(num_params, 0.0f), v_(num_params, 0.0f) {}
   // One update of params.data with params.grad at learning rate lr (the schedule's current value).
-  void step(ParamTable& params, float lr);
+  // grad_scale multiplies every gradient as it is read (global-norm clipping fused into the update: the result
+  // equals scaling the gradients first, bit for bit).
+  void step(ParamTable& params, float lr, float grad_scale = 1.0f);
   void step(ParamTable& params) { step(params, opt_.lr); }
   int64_t steps() const { return t_; }
   AdamOptions& options() { return opt_; }
@@ -38,5 +40,9 @@ class Adam {
 // d2l grad_clipping: norm = sqrt(sum g^2) over all parameters; if norm > theta, g *= theta / norm.
 // Returns the norm before clipping (NaN/Inf when a gradient is not finite).
 double clip_grad_norm(ParamTable& params, double theta);
+// The global norm sqrt(sum g^2) alone, and the factor clipping to theta applies (1 when norm <= theta), for
+// Adam::step's grad_scale.
+double grad_norm(const ParamTable& params);
+inline float clip_scale(double norm, double theta) { return norm > theta ? (float)(theta / norm) : 1.0f; }
 
 }  // namespace tfm

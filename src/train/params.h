@@ -26,6 +26,7 @@ class ParamTable {
   std::vector<float>& all_data() { return data_; }
   std::vector<float>& all_grad() { return grad_; }
   const std::vector<float>& all_data() const { return data_; }
+  const std::vector<float>& all_grad() const { return grad_; }
   const std::vector<Entry>& entries() const { return entries_; }
   int64_t index_of(const std::string& name) const;  // -1 if absent
   int64_t total() const { return total_; }

@@ -1,5 +1,8 @@
 #include "train/recipe.h"
 
+#include "ops/gemm.h"
+#include "ops/gemm_bf16.h"
+
 #include <unistd.h>
 
 #include <algorithm>
@@ -42,7 +45,7 @@ const std::vector<std::string>& RecipeConfig::known_keys() {
       "subword_type", "num_hiddens", "num_layers", "num_heads", "ffn_num_hiddens", "dropout", "norm_first",
       "shared_embeddings", "attention_bias", "activation", "max_len", "num_steps", "max_tokens", "epochs", "lr",
       "warmup_steps", "beta1", "beta2", "adam_eps", "weight_decay", "adamw", "label_smoothing", "clip_norm", "seed",
-      "patience", "time_limit_minutes", "checkpoint_every", "stop_after_steps", "threads", "comment"};
+      "patience", "time_limit_minutes", "checkpoint_every", "stop_after_steps", "threads", "precision", "comment"};
   return known;
 }
 
@@ -92,6 +95,9 @@ RecipeConfig RecipeConfig::from_json(const nlohmann::json& j, const std::string&
   c.checkpoint_every = json_int_or(j, "checkpoint_every", c.checkpoint_every, file);
   c.stop_after_steps = json_int_or(j, "stop_after_steps", c.stop_after_steps, file);
   c.threads = (int)json_int_or(j, "threads", c.threads, file);
+  c.precision = json_string_or(j, "precision", c.precision, file);
+  if (c.precision != "fp32" && c.precision != "bf16")
+    throw std::runtime_error(file + ": key 'precision' must be 'fp32' or 'bf16', found '" + c.precision + "'");
   auto positive = [&](const char* k, double v) {
     if (!(v > 0)) throw std::runtime_error(file + ": key '" + k + "' must be positive");
   };
@@ -145,7 +151,7 @@ nlohmann::json RecipeConfig::to_json() const {
           {"clip_norm", clip_norm},     {"seed", seed},
           {"patience", patience},       {"time_limit_minutes", time_limit_minutes},
           {"checkpoint_every", checkpoint_every}, {"stop_after_steps", stop_after_steps},
-          {"threads", threads}};
+          {"threads", threads}, {"precision", precision}};
 }
 
 // ---------------------------------------------------------------- data
@@ -433,6 +439,8 @@ RecipeResult run_recipe(const RecipeConfig& cfg_in, const std::string& out, bool
   progress = progress && lead;
   const bool trace_dist = std::getenv("TFM_TRACE_DIST") && *std::getenv("TFM_TRACE_DIST") == '1';
   if (trace_dist) std::fprintf(stderr, "rank %d pid %d\n", rank, (int)getpid());
+  // Before anything is written: a bf16 run on a CPU without bf16 instructions is refused.
+  if (cfg_in.precision == "bf16") ops::require_bf16_gemm();
   RecipeConfig cfg = cfg_in;
   std::string data_dir_source = "set by the config's data_dir";
   if (cfg.data_dir.empty()) {
@@ -512,6 +520,7 @@ RecipeResult run_recipe(const RecipeConfig& cfg_in, const std::string& out, bool
 
   Seq2SeqConfig mcfg = model_config(cfg, spm.vocab_size());
   Seq2SeqModel model(mcfg);
+  model.set_precision(ops::parse_compute_type(cfg.precision));
   ParamTable& P = model.params();
   AdamOptions ao;
   ao.lr = (float)cfg.lr;
@@ -670,7 +679,7 @@ RecipeResult run_recipe(const RecipeConfig& cfg_in, const std::string& out, bool
         r.loss_sum = sums[0], r.token_loss_sum = sums[1], r.num_tokens = (int64_t)sums[2];
         time_up = sums[3] > 0;
       }
-      double norm = clip_grad_norm(P, cfg.clip_norm);
+      double norm = grad_norm(P);  // clipping is applied inside adam.step (grad_scale)
       if (!std::isfinite(r.loss_sum) || !std::isfinite(norm))
         throw std::runtime_error("training diverged: non-finite " + std::string(std::isfinite(r.loss_sum) ? "gradient" : "loss") +
                                  " at step " + std::to_string(step + 1) + " (epoch " + std::to_string(epoch) + "); " +
@@ -679,7 +688,7 @@ RecipeResult run_recipe(const RecipeConfig& cfg_in, const std::string& out, bool
                                                                       "run's files were removed")) +
                                  " (try a lower lr)");
       ++step;
-      adam.step(P, (float)inverse_sqrt_lr(cfg.lr, cfg.warmup_steps, step));
+      adam.step(P, (float)inverse_sqrt_lr(cfg.lr, cfg.warmup_steps, step), clip_scale(norm, cfg.clip_norm));
       if (trace_dist) {
         // Replicas must stay bit-identical: every rank prints its hash, and a mismatch with rank 0 stops the run.
         uint64_t h = dist::fnv1a(P.all_data().data(), P.total() * (int64_t)sizeof(float)), h0 = h;

@@ -48,6 +48,10 @@ struct RecipeConfig {
   int64_t checkpoint_every = 200;  // optimizer steps between checkpoints (and at each epoch end)
   int64_t stop_after_steps = 0;    // stop after this many optimizer steps in total (0 = no limit; for tests)
   int threads = 0;
+  // "fp32", or "bf16": the Linear products of training take bf16 inputs and weights (fp32 accumulation and
+  // outputs; fp32 master weights, gradients, optimizer state and reductions). bf16 needs a CPU with bf16
+  // instructions (AVX512_BF16 or AMX); elsewhere the run is refused before it starts.
+  std::string precision = "fp32";
 
   // Throws std::runtime_error "<file>: unknown key 'k'" / "<file>: key 'k' must be ...".
   static RecipeConfig from_json(const nlohmann::json& j, const std::string& file);

@@ -66,8 +66,7 @@ LossResult train_step(Seq2SeqModel& model, Adam& adam, const NmtArrays& arrays, 
   P.zero_grad();
   LossResult lr = model.forward_backward(batch, dropout_rng, o.label_smoothing);
   if (!std::isfinite(lr.loss_sum)) return lr;
-  clip_grad_norm(P, o.grad_clip);
-  adam.step(P);
+  adam.step(P, adam.options().lr, clip_scale(grad_norm(P), o.grad_clip));  // clipping fused into the update
   return lr;
 }
 

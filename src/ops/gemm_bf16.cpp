@@ -1,0 +1,176 @@
+#include "ops/gemm_bf16.h"
+
+#include <oneapi/dnnl/dnnl.h>
+
+#include <algorithm>
+#include <bit>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <oneapi/dnnl/dnnl.hpp>
+#include <stdexcept>
+#include <string>
+#include <tuple>
+#include <unordered_map>
+#include <vector>
+
+#include "ops/gemm.h"
+
+namespace tfm::ops {
+
+namespace {
+using dnnl::memory;
+using tag = memory::format_tag;
+using dt = memory::data_type;
+
+dnnl::engine& engine() {
+  static dnnl::engine eng(dnnl::engine::kind::cpu, 0);
+  return eng;
+}
+dnnl::stream& stream() {
+  thread_local dnnl::stream s(engine());
+  return s;
+}
+
+inline uint16_t to_bf16(float f) {
+  const uint32_t u = std::bit_cast<uint32_t>(f);
+  // Branch-free so that conversion loops vectorise; a NaN stays a quiet NaN.
+  const uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+  return (uint16_t)((u & 0x7fffffffu) > 0x7f800000u ? (u >> 16) | 0x40u : rounded);
+}
+
+// dst[r, c] (compact, rows x cols) = bf16(src[r * ld + c]).
+void convert(uint16_t* dst, const float* src, int64_t rows, int64_t cols, int64_t ld) {
+#pragma omp parallel for schedule(static) if (rows * cols > 262144)
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* s = src + r * ld;
+    uint16_t* d = dst + r * cols;
+#pragma omp simd
+    for (int64_t c = 0; c < cols; ++c) d[c] = to_bf16(s[c]);
+  }
+}
+
+// M, N, K, trans_a, trans_b, lda, ldb, ldc, alpha, beta, data type
+using Key = std::tuple<int64_t, int64_t, int64_t, bool, bool, int64_t, int64_t, int64_t, uint32_t, uint32_t, int>;
+
+uint32_t bits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return u;
+}
+
+struct Cache {
+  std::mutex mu;
+  std::map<Key, dnnl::matmul> prims;
+};
+Cache& cache() {
+  static Cache c;
+  return c;
+}
+
+// Operand descriptors: op(A) [M, K] and op(B) [K, N] as strided views of the row-major stored matrices.
+memory::desc a_desc(int64_t M, int64_t K, bool trans_a, int64_t lda, dt type) {
+  return memory::desc({M, K}, type, trans_a ? memory::dims{1, lda} : memory::dims{lda, 1});
+}
+memory::desc b_desc(int64_t K, int64_t N, bool trans_b, int64_t ldb, dt type) {
+  return memory::desc({K, N}, type, trans_b ? memory::dims{1, ldb} : memory::dims{ldb, 1});
+}
+
+// A matmul for these shapes and strides, created once (about 0.1 ms) and cached. dst [M, N] f32, row stride ldc.
+dnnl::matmul primitive(int64_t M, int64_t N, int64_t K, bool trans_a, bool trans_b, int64_t lda, int64_t ldb,
+                       int64_t ldc, float alpha, float beta, dt type) {
+  const Key key{M, N, K, trans_a, trans_b, lda, ldb, ldc, bits(alpha), bits(beta), (int)type};
+  Cache& c = cache();
+  std::lock_guard<std::mutex> lock(c.mu);
+  auto it = c.prims.find(key);
+  if (it != c.prims.end()) return it->second;
+  // Batch shapes vary from step to step (length bucketing); bound the cache so a long run cannot grow it forever.
+  if (c.prims.size() > 4096) c.prims.clear();
+  memory::desc src = a_desc(M, K, trans_a, lda, type), wei = b_desc(K, N, trans_b, ldb, type);
+  memory::desc dst({M, N}, dt::f32, memory::dims{ldc, 1});
+  dnnl::primitive_attr attr;
+  if (alpha != 1.0f) attr.set_output_scales(0, {alpha});
+  if (beta != 0.0f) {
+    dnnl::post_ops po;
+    po.append_sum(beta);
+    attr.set_post_ops(po);
+  }
+  dnnl::matmul prim(dnnl::matmul::primitive_desc(dnnl::matmul::desc(src, wei, dst), attr, engine()));
+  c.prims.emplace(key, prim);
+  return prim;
+}
+}  // namespace
+
+float round_to_bf16(float x) {
+  uint32_t u = (uint32_t)to_bf16(x) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+bool has_bf16_gemm() {
+  static const bool has = [] {
+    const dnnl_cpu_isa_t isa = dnnl_get_effective_cpu_isa();
+    return isa == dnnl_cpu_isa_avx512_core_bf16 || isa == dnnl_cpu_isa_avx512_core_amx;
+  }();
+  return has;
+}
+
+void require_bf16_gemm() {
+  if (!has_bf16_gemm())
+    throw std::runtime_error("precision 'bf16' needs a CPU with bf16 instructions (AVX512_BF16 or AMX); oneDNN " +
+                             onednn_version() + " reports " + cpu_isa_name() + ": use \"precision\": \"fp32\"");
+}
+
+void convert_to_bf16(uint16_t* dst, const float* src, int64_t rows, int64_t cols, int64_t ld) {
+  convert(dst, src, rows, cols, ld);
+}
+
+void gemm_bf16_converted(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const uint16_t* A,
+                         const uint16_t* B, float beta, float* C, int64_t ldc) {
+  if (M <= 0 || N <= 0) return;
+  if (K <= 0) {  // empty sum: C = beta * C
+    for (int64_t i = 0; i < M; ++i)
+      for (int64_t j = 0; j < N; ++j) C[i * ldc + j] = beta == 0.0f ? 0.0f : beta * C[i * ldc + j];
+    return;
+  }
+  require_bf16_gemm();
+  // A transposed operand is described by its strides (oneDNN's AMX kernels read transposed sources directly).
+  const int64_t a_ld = trans_a ? M : K, b_ld = trans_b ? K : N;
+  dnnl::matmul prim = primitive(M, N, K, trans_a, trans_b, a_ld, b_ld, ldc, alpha, beta, dt::bf16);
+  memory src_m(a_desc(M, K, trans_a, a_ld, dt::bf16), engine(), const_cast<uint16_t*>(A));
+  memory wei_m(b_desc(K, N, trans_b, b_ld, dt::bf16), engine(), const_cast<uint16_t*>(B));
+  memory dst_m(memory::desc({M, N}, dt::f32, memory::dims{ldc, 1}), engine(), C);
+  prim.execute(stream(), {{DNNL_ARG_SRC, src_m}, {DNNL_ARG_WEIGHTS, wei_m}, {DNNL_ARG_DST, dst_m}});
+  stream().wait();
+}
+
+void gemm_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
+               int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+  if (M <= 0 || N <= 0) return;
+  if (K > 0) require_bf16_gemm();
+  thread_local std::vector<uint16_t> a_buf, b_buf;  // grown, never shrunk: no allocation per step
+  if (a_buf.size() < (size_t)(M * K)) a_buf.resize(M * K);
+  if (b_buf.size() < (size_t)(K * N)) b_buf.resize(K * N);
+  // Compact bf16 copies of A and B as stored.
+  convert(a_buf.data(), A, trans_a ? K : M, trans_a ? M : K, lda);
+  convert(b_buf.data(), B, trans_b ? N : K, trans_b ? K : N, ldb);
+  gemm_bf16_converted(trans_a, trans_b, M, N, K, alpha, a_buf.data(), b_buf.data(), beta, C, ldc);
+}
+
+void gemm_f32_matmul(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
+                     int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+  if (M <= 0 || N <= 0) return;
+  if (K <= 0) {
+    gemm(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    return;
+  }
+  dnnl::matmul prim = primitive(M, N, K, trans_a, trans_b, lda, ldb, ldc, alpha, beta, dt::f32);
+  memory src_m(a_desc(M, K, trans_a, lda, dt::f32), engine(), const_cast<float*>(A));
+  memory wei_m(b_desc(K, N, trans_b, ldb, dt::f32), engine(), const_cast<float*>(B));
+  memory dst_m(memory::desc({M, N}, dt::f32, memory::dims{ldc, 1}), engine(), C);
+  prim.execute(stream(), {{DNNL_ARG_SRC, src_m}, {DNNL_ARG_WEIGHTS, wei_m}, {DNNL_ARG_DST, dst_m}});
+  stream().wait();
+}
+
+}  // namespace tfm::ops
