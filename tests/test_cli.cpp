@@ -623,11 +623,11 @@ TEST(CliBadInput, OptionValuesAndIgnoredOptions) {
     std::string needle;
   };
   const Case cases[] = {
-      {{"train", "--data", "x", "--out", "y", "--epochs", "0"}, "--epochs: must be a positive number, got '0'"},
-      {{"train", "--data", "x", "--out", "y", "--lr", "nan"}, "--lr: must be a positive number, got 'nan'"},
+      {{"train", "--data", "x", "--out", "y", "--epochs", "0"}, "--epochs: must be a whole number from 1 to 1000000, got '0'"},
+      {{"train", "--data", "x", "--out", "y", "--lr", "nan"}, "--lr: must be a number > 0 and <= 10, got 'nan'"},
       {{"train", "--data", "x", "--out", "y", "--seed", "-1"}, "--seed: must be a whole number"},
       {{"translate", "--model", "m", "--beam", "2", "--length-penalty", "nan", "go ."}, "--length-penalty"},
-      {{"translate", "--model", "m", "--threads", "abc", "go ."}, "--threads: must be a number from 1 to 1024"},
+      {{"translate", "--model", "m", "--threads", "abc", "go ."}, "--threads: must be a whole number from 1 to 1024"},
       {{"train", "--resume", "run", "--epochs", "3"}, "--epochs cannot change it"},
       {{"train", "--resume", "run", "--set", "vocab_size=9"}, "--set vocab_size cannot change it"},
       {{"train", "--resume", "run", "--out", "other"}, "do not give --out as well"},

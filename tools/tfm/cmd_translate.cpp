@@ -52,7 +52,7 @@ void add_translate_command(CLI::App& app) {
   cmd->add_option("--model", o->model, "Folder with config.json, model.safetensors, src_vocab.txt, tgt_vocab.txt")
       ->required();
   cmd->add_option("sentences", o->sentences, "Sentences to translate");
-  cmd->add_option("--beam", o->beam, "Beam size (1 = greedy)")->capture_default_str()->check(in_range(1, 64));
+  cmd->add_option("--beam", o->beam, "Beam size (1 = greedy)")->capture_default_str()->check(whole_range(1, 64));
   cmd->add_option("--length-penalty", o->length_penalty, "GNMT length penalty alpha for beam search")
       ->capture_default_str()->check(in_range(0.0, 5.0));
   cmd->add_option("--attention-png", o->attention_png,
