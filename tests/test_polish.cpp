@@ -6,9 +6,16 @@
 #include <vector>
 
 #include "run_tfm.h"
+#include "test_util.h"
 
 namespace tfm::test {
 namespace {
+
+RunOptions to(Stdout where) {
+  RunOptions o;
+  o.stdout_to = where;
+  return o;
+}
 
 // Absurdly large, negative and non-integer values of numeric options fail before any work, with one line naming
 // the allowed range, exit 2.
@@ -57,6 +64,25 @@ TEST(Polish, NumericOptionsNameTheirRange) {
     TfmRun r = run_tfm_in(tmp.path, c.args);
     expect_one_line_error(r, c.needle);
     EXPECT_EQ(r.exit_code, 2) << r.describe();
+  }
+}
+
+// The task-head commands say why stdout failed (before: "cannot write to stdout" and nothing else).
+TEST(Polish, HeadCommandsNameTheStdoutWriteError) {
+  TempFolder tmp;
+  const std::vector<std::vector<std::string>> cmds = {
+      {"classify", "--model", fixture("heads_seqcls"), "the cat sat"},
+      {"classify", "--model", fixture("heads_tokcls"), "the cat sat"},
+      {"fill-mask", "--model", fixture("heads_mlm"), "the [MASK] sat"},
+      {"rerank", "--model", fixture("heads_cross"), "-q", "a cat", "the cat sat", "a dog ran"},
+  };
+  for (const auto& args : cmds) {
+    TfmRun ok = run_tfm_in(tmp.path, args);
+    ASSERT_EQ(ok.exit_code, 0) << ok.describe();
+    TfmRun full = run_tfm_with(tmp.path, args, "", to(Stdout::dev_full));
+    expect_one_line_error(full, std::string("cannot write to standard output: ") + std::strerror(ENOSPC));
+    TfmRun closed = run_tfm_with(tmp.path, args, "", to(Stdout::closed));
+    expect_one_line_error(closed, std::string("cannot write to standard output: ") + std::strerror(EBADF));
   }
 }
 
