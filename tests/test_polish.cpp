@@ -1,7 +1,9 @@
 // Leftovers found after the first release (polish): option ranges, write errors, attention plots, serve routes.
 // Expected values come from the task (ranges written below), from the OS (strerror), or from the Hugging Face
 // fixtures; none is copied from tfm's output.
+#include <algorithm>
 #include <cstring>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -84,6 +86,48 @@ TEST(Polish, HeadCommandsNameTheStdoutWriteError) {
     TfmRun closed = run_tfm_with(tmp.path, args, "", to(Stdout::closed));
     expect_one_line_error(closed, std::string("cannot write to standard output: ") + std::strerror(EBADF));
   }
+}
+
+// PNG height in pixels (IHDR, bytes 20..23, big-endian).
+int64_t png_height(const std::string& png) {
+  if (png.size() < 24 || png.compare(1, 3, "PNG") != 0) return -1;
+  int64_t h = 0;
+  for (int i = 20; i < 24; ++i) h = h * 256 + (unsigned char)png[i];
+  return h;
+}
+
+// --attention-png with --beam plots the printed (beam) translation: the cross-attention panels have one row per
+// generated token (+ <eos>), so a beam translation with fewer tokens than greedy's gives a shorter figure, one with
+// more a taller one. Sentences from the PyTorch beam fixture where the beam's length differs from greedy's.
+TEST(Polish, AttentionPngWithBeamPlotsTheBeamTranslation) {
+  TempFolder tmp;
+  const auto fx = nlohmann::json::parse(slurp(fixture("d2l_trained/beam_predictions.json")));
+  auto words = [](const std::string& s) { return std::count(s.begin(), s.end(), ' ') + 1; };
+  int checked = 0;
+  for (const auto& c : fx["cases"]) {
+    if (c["length_penalty"] != 0.0) continue;
+    for (const auto& sent : c["sentences"]) {
+      const std::string src = sent["src"], pred = sent["pred"], greedy = sent["greedy_pred"];
+      if (words(pred) == words(greedy) || checked >= 3) continue;
+      const std::string beam_png = tmp.path + "/beam.png", greedy_png = tmp.path + "/greedy.png";
+      TfmRun b = run_tfm_in(tmp.path, {"translate", "--model", fixture("d2l_trained"), "--beam",
+                                       std::to_string(c["beam_size"].get<int>()), "--attention-png", beam_png, src});
+      ASSERT_EQ(b.exit_code, 0) << b.describe();
+      ASSERT_EQ(b.out, pred + "\n");
+      TfmRun g = run_tfm_in(tmp.path, {"translate", "--model", fixture("d2l_trained"), "--attention-png", greedy_png, src});
+      ASSERT_EQ(g.exit_code, 0) << g.describe();
+      ASSERT_EQ(g.out, greedy + "\n");
+      const int64_t hb = png_height(slurp(beam_png)), hg = png_height(slurp(greedy_png));
+      ASSERT_GT(hb, 0);
+      ASSERT_GT(hg, 0);
+      if (words(pred) < words(greedy))
+        EXPECT_LT(hb, hg) << "'" << src << "': beam '" << pred << "', greedy '" << greedy << "'";
+      else
+        EXPECT_GT(hb, hg) << "'" << src << "': beam '" << pred << "', greedy '" << greedy << "'";
+      ++checked;
+    }
+  }
+  EXPECT_GE(checked, 2);
 }
 
 }  // namespace
