@@ -39,6 +39,7 @@ inline std::string slurp(const std::string& path) {
 inline void spit(const std::string& path, const std::string& content) {
   std::ofstream f(path, std::ios::binary | std::ios::trunc);
   f << content;
+  if (!f.good()) ADD_FAILURE() << "cannot write " << path;
 }
 
 // A fresh folder for the current test, removed at the end unless the test failed.
