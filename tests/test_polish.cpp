@@ -7,7 +7,9 @@
 #include <string>
 #include <vector>
 
+#include "models/heads.h"
 #include "run_tfm.h"
+#include "text/bert_tokenizer.h"
 #include "test_util.h"
 
 namespace tfm::test {
@@ -128,6 +130,26 @@ TEST(Polish, AttentionPngWithBeamPlotsTheBeamTranslation) {
     }
   }
   EXPECT_GE(checked, 2);
+}
+
+// The character offsets /tokenize returns (token_offsets) equal Hugging Face tokenizers' offset_mapping on texts
+// with accents, punctuation and extra spaces (tests/fixtures/tokenizer/bert_base_uncased_offsets.json, from the
+// npm tokenizers library: scripts/make_tokenizer_fixtures.js --offsets).
+TEST(Polish, TokenOffsetsMatchHuggingFaceOnAccentsAndPunctuation) {
+  const auto fx = nlohmann::json::parse(slurp(fixture("tokenizer/bert_base_uncased_offsets.json")));
+  BertTokenizer tok = BertTokenizer::from_dir(data_dir() + "/bert-base-uncased");
+  ASSERT_GE(fx["cases"].size(), 5u);
+  for (const auto& c : fx["cases"]) {
+    const std::string text = c["text"];
+    Encoding e = tok.encode(text, nullptr, true, 0);
+    ASSERT_EQ(e.input_ids, c["ids"].get<std::vector<int64_t>>()) << text;
+    auto got = token_offsets(tok, text, e);
+    ASSERT_EQ(got.size(), c["offsets"].size());
+    for (size_t i = 0; i < got.size(); ++i) {
+      EXPECT_EQ(got[i].first, c["offsets"][i][0].get<int64_t>()) << text << " token " << i;
+      EXPECT_EQ(got[i].second, c["offsets"][i][1].get<int64_t>()) << text << " token " << i;
+    }
+  }
 }
 
 }  // namespace
