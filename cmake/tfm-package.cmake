@@ -21,6 +21,11 @@ file(WRITE ${CMAKE_CURRENT_BINARY_DIR}/tfm_shared.cpp "// libtfm.so: every objec
 add_library(tfm_shared SHARED ${CMAKE_CURRENT_BINARY_DIR}/tfm_shared.cpp)
 target_link_libraries(tfm_shared PRIVATE "$<LINK_LIBRARY:WHOLE_ARCHIVE,tfm_lib>")
 target_link_options(tfm_shared PRIVATE -Wl,--no-undefined)
+# Only the public API (include/tfm) is exported: cmake/libtfm.map, checked by the shared_library_exports test.
+target_link_options(tfm_shared PRIVATE -Wl,--version-script=${CMAKE_CURRENT_SOURCE_DIR}/cmake/libtfm.map)
+set_property(TARGET tfm_shared APPEND PROPERTY LINK_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/cmake/libtfm.map)
+add_test(NAME shared_library_exports
+         COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/tests/consumer/check_exports.sh $<TARGET_FILE:tfm_shared>)
 set_target_properties(tfm_shared PROPERTIES OUTPUT_NAME tfm VERSION ${TFM_VERSION} SOVERSION ${TFM_SOVERSION})
 
 install(DIRECTORY include/tfm DESTINATION ${CMAKE_INSTALL_INCLUDEDIR} COMPONENT tfm)

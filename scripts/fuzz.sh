@@ -27,7 +27,7 @@ declare -A MAX_LEN=([fuzz_safetensors]=8192 [fuzz_config]=4096 [fuzz_tokenizer]=
                     [fuzz_lines]=8192 [fuzz_checkpoint]=32768 [fuzz_serve_request]=4096)
 
 CXXFLAGS=(-std=c++20 -g -O1 -march=x86-64-v3 -fno-trapping-math -fno-omit-frame-pointer -fopenmp
-          -fsanitize=address,undefined -fno-sanitize-recover=undefined -Wno-pass-failed -Isrc -Iinclude -I/usr/include/stb $(pkg-config --cflags cairo))
+          -fsanitize=address,undefined -fno-sanitize-recover=undefined -Wno-pass-failed -Isrc -Iinclude $(pkg-config --cflags cairo))
 LIBS=($(pkg-config --libs libutf8proc sentencepiece) -ldnnl -lsentencepiece_train -lz -lcurl -lcrypto -fopenmp
       $(pkg-config --libs cairo cpp-httplib) -pthread)
 

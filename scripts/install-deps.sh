@@ -5,7 +5,7 @@ set -euo pipefail
 PKGS=(
   cmake g++ make pkg-config
   libdnnl-dev                     # GEMM (oneDNN)
-  nlohmann-json3-dev libcli11-dev libutf8proc-dev zlib1g-dev libstb-dev libsentencepiece-dev
+  nlohmann-json3-dev libcli11-dev libutf8proc-dev zlib1g-dev libsentencepiece-dev
   libcurl4-openssl-dev libssl-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   libcairo2-dev fonts-dejavu-core # plots

@@ -4,6 +4,8 @@
 //
 //   cd scripts && npm install && node make_tokenizer_fixtures.js [DATA_DIR]
 //     -> tests/fixtures/tokenizer/bert_base_uncased_cases.json
+//   node make_tokenizer_fixtures.js --offsets [DATA_DIR]
+//     -> tests/fixtures/tokenizer/bert_base_uncased_offsets.json (offset_mapping, for tfm serve's /tokenize)
 //   node make_tokenizer_fixtures.js --unicode-tables [DATA_DIR]
 //     -> prints the C++ code point tables used by src/text/bert_tokenizer.cpp (see there for why they exist)
 //
@@ -15,6 +17,7 @@ const tk = require('tokenizers');
 
 const args = process.argv.slice(2);
 const tablesMode = args.includes('--unicode-tables');
+const offsetsMode = args.includes('--offsets');
 const positional = args.filter((a) => !a.startsWith('--'));
 const dataDir = positional[0] || process.env.TFM_DATA_DIR || path.join(__dirname, '..', '..', 'shared', 'data');
 const tokenizerJson = path.join(dataDir, 'bert-base-uncased', 'tokenizer.json');
@@ -324,5 +327,25 @@ async function fixtures() {
   console.log(`wrote ${outPath}: ${cases.length} cases, ${randomCases.length} random cases, ${batches.length} batches`);
 }
 
+// --offsets: character offsets [start, stop) of every token in the original text (special tokens: [0, 0]).
+async function offsets() {
+  const tok = tk.Tokenizer.fromFile(tokenizerJson);
+  const texts = ['Héllo, wörld! Ça va?', 'Crème brûlée — déjà vu...', 'naïve café\'s “quotes” (ok)',
+                 'Paris is the capital of France.', '  Ångström,  résumé;coöperate!  '];
+  const cases = [];
+  for (const text of texts) {
+    const e = await tok.encode(text);
+    cases.push({ text, tokens: e.getTokens(), ids: e.getIds(), offsets: e.getOffsets(),
+                 special: e.getSpecialTokensMask() });
+  }
+  const outPath = path.join(__dirname, '..', 'tests', 'fixtures', 'tokenizer', 'bert_base_uncased_offsets.json');
+  fs.writeFileSync(outPath, JSON.stringify({
+    source: `Hugging Face tokenizers ${require('tokenizers/package.json').version} (npm), ` +
+            'bert-base-uncased/tokenizer.json; written by scripts/make_tokenizer_fixtures.js --offsets',
+    cases }, null, 1) + '\n');
+  console.log(`wrote ${outPath}: ${cases.length} cases`);
+}
+
 if (tablesMode) unicodeTables();
+else if (offsetsMode) offsets().catch((e) => { console.error(e); process.exit(1); });
 else fixtures().catch((e) => { console.error(e); process.exit(1); });

@@ -1,4 +1,4 @@
-// Running the tfm binary from tests (test_embed.cpp, test_heads.cpp): a subprocess with stdin from a string,
+// Running the tfm binary from tests (test_cli*.cpp, test_first_hour.cpp, test_embed.cpp, test_heads.cpp, ...): a subprocess with stdin from a string,
 // stdout/stderr captured through files, OMP_NUM_THREADS=1.
 #pragma once
 #include <fcntl.h>
@@ -39,6 +39,7 @@ inline std::string slurp(const std::string& path) {
 inline void spit(const std::string& path, const std::string& content) {
   std::ofstream f(path, std::ios::binary | std::ios::trunc);
   f << content;
+  if (!f.good()) ADD_FAILURE() << "cannot write " << path;
 }
 
 // A fresh folder for the current test, removed at the end unless the test failed.
@@ -60,26 +61,48 @@ struct TempFolder {
   TempFolder& operator=(const TempFolder&) = delete;
 };
 
-inline TfmRun run_tfm_in(const std::string& dir, const std::vector<std::string>& args, const std::string& stdin_text = "") {
+// Where the child's stdout goes: a file (read back into TfmRun::out), /dev/full (every write fails with ENOSPC) or
+// closed (EBADF).
+enum class Stdout { file, dev_full, closed };
+
+struct RunOptions {
+  Stdout stdout_to = Stdout::file;
+  std::vector<std::string> env;  // extra "K=V" variables, replacing those of the test's environment
+  std::string binary;            // the program to run; empty = TFM_BINARY
+};
+
+// Runs the tfm binary with `args` (no shell: any bytes can be passed), `stdin_text` on stdin, OMP_NUM_THREADS=1,
+// stdout and stderr captured through files in `dir` (no pipe deadlock on long outputs).
+inline TfmRun run_tfm_with(const std::string& dir, const std::vector<std::string>& args, const std::string& stdin_text,
+                           const RunOptions& opt) {
   TfmRun r;
   const std::string in_path = dir + "/.stdin", out_path = dir + "/.stdout", err_path = dir + "/.stderr";
   spit(in_path, stdin_text);
-  std::vector<std::string> argv_s = {TFM_BINARY};
+  std::vector<std::string> argv_s = {opt.binary.empty() ? std::string(TFM_BINARY) : opt.binary};
   argv_s.insert(argv_s.end(), args.begin(), args.end());
   std::vector<char*> argv;
   for (auto& a : argv_s) argv.push_back(a.data());
   argv.push_back(nullptr);
   std::vector<std::string> env_s;
-  for (char** e = environ; *e; ++e)
-    if (std::strncmp(*e, "OMP_NUM_THREADS=", 16) != 0) env_s.push_back(*e);
+  for (char** e = environ; *e; ++e) {
+    bool replaced = std::strncmp(*e, "OMP_NUM_THREADS=", 16) == 0;
+    for (const auto& kv : opt.env) replaced |= std::strncmp(*e, kv.c_str(), kv.find('=') + 1) == 0;
+    if (!replaced) env_s.push_back(*e);
+  }
   env_s.push_back("OMP_NUM_THREADS=1");
+  env_s.insert(env_s.end(), opt.env.begin(), opt.env.end());
   std::vector<char*> envp;
   for (auto& e : env_s) envp.push_back(e.data());
   envp.push_back(nullptr);
   posix_spawn_file_actions_t fa;
   posix_spawn_file_actions_init(&fa);
   posix_spawn_file_actions_addopen(&fa, 0, in_path.c_str(), O_RDONLY, 0);
-  posix_spawn_file_actions_addopen(&fa, 1, out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (opt.stdout_to == Stdout::file)
+    posix_spawn_file_actions_addopen(&fa, 1, out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  else if (opt.stdout_to == Stdout::dev_full)
+    posix_spawn_file_actions_addopen(&fa, 1, "/dev/full", O_WRONLY, 0);
+  else
+    posix_spawn_file_actions_addclose(&fa, 1);
   posix_spawn_file_actions_addopen(&fa, 2, err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
   pid_t pid = 0;
   int rc = posix_spawn(&pid, argv[0], &fa, nullptr, argv.data(), envp.data());
@@ -93,9 +116,13 @@ inline TfmRun run_tfm_in(const std::string& dir, const std::vector<std::string>&
   }
   if (WIFEXITED(status)) r.exit_code = WEXITSTATUS(status);
   if (WIFSIGNALED(status)) r.signal = WTERMSIG(status);
-  r.out = slurp(out_path);
+  r.out = opt.stdout_to == Stdout::file ? slurp(out_path) : "";
   r.err = slurp(err_path);
   return r;
+}
+
+inline TfmRun run_tfm_in(const std::string& dir, const std::vector<std::string>& args, const std::string& stdin_text = "") {
+  return run_tfm_with(dir, args, stdin_text, {});
 }
 
 // Failed cleanly: exit status > 0, no signal, one stderr line "tfm: error: ..." containing `needle`.

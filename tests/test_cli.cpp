@@ -2,12 +2,6 @@
 // Each test gets a fresh folder under testing::TempDir(); the child runs with OMP_NUM_THREADS=1.
 // Expected values come from the reference facts of ../shared/data/README.md, from the fixtures' config.json,
 // or are computed by hand in the comments; none is copied from tfm's own output.
-#include <fcntl.h>
-#include <spawn.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
-#include <cerrno>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -20,27 +14,17 @@
 #include "core/tensor.h"
 #include "io/npy.h"
 #include "io/safetensors.h"
+#include "run_tfm.h"
 #include "test_util.h"
-
-extern char** environ;
 
 namespace tfm::test {
 namespace {
 
 namespace fs = std::filesystem;
 
-struct RunResult {
-  int exit_code = -1;  // exit status, or -1 when the child was killed by a signal
-  int signal = 0;      // the signal that killed the child, 0 if it exited
-  std::string out, err;
-};
+using RunResult = TfmRun;
 
-std::string read_file(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
+std::string read_file(const std::string& path) { return slurp(path); }
 
 void write_file(const std::string& path, const std::string& content) {
   std::ofstream f(path, std::ios::binary | std::ios::trunc);
@@ -55,71 +39,14 @@ std::vector<std::string> lines_of(const std::string& s) {
   return lines;
 }
 
-// A fresh, empty folder for the current test (pid in the name: ctest may run tests in parallel), removed at the
-// end of the test unless it failed, so that the child's .stdout / .stderr can be inspected.
-struct ScopedDir {
-  std::string path;
-  ScopedDir() {
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    fs::path d = fs::path(::testing::TempDir()) /
-                 ("tfm_cli_" + std::to_string(getpid()) + "_" + info->test_suite_name() + "_" + info->name());
-    fs::remove_all(d);
-    fs::create_directories(d);
-    path = d.string();
-  }
-  ~ScopedDir() {
-    std::error_code ec;
-    if (!::testing::Test::HasFailure()) fs::remove_all(path, ec);
-  }
-  ScopedDir(const ScopedDir&) = delete;
-  ScopedDir& operator=(const ScopedDir&) = delete;
-};
+// A fresh folder per test, removed unless the test failed; tfm runs through tests/run_tfm.h.
+using ScopedDir = TempFolder;
 
-// Runs TFM_BINARY with `args` (no shell: any bytes can be passed), `stdin_text` on stdin, and captures stdout and
-// stderr through files in `dir` (no pipe deadlock on long outputs).
 RunResult run_tfm(const std::string& dir, const std::vector<std::string>& args, const std::string& stdin_text = "") {
-  RunResult r;
-  const std::string in_path = dir + "/.stdin", out_path = dir + "/.stdout", err_path = dir + "/.stderr";
-  write_file(in_path, stdin_text);
-  std::vector<std::string> argv_s = {TFM_BINARY};
-  argv_s.insert(argv_s.end(), args.begin(), args.end());
-  std::vector<char*> argv;
-  for (auto& a : argv_s) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  std::vector<std::string> env_s;
-  for (char** e = environ; *e; ++e)
-    if (std::strncmp(*e, "OMP_NUM_THREADS=", 16) != 0) env_s.push_back(*e);
-  env_s.push_back("OMP_NUM_THREADS=1");
-  std::vector<char*> envp;
-  for (auto& e : env_s) envp.push_back(e.data());
-  envp.push_back(nullptr);
-
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_addopen(&fa, 0, in_path.c_str(), O_RDONLY, 0);
-  posix_spawn_file_actions_addopen(&fa, 1, out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  posix_spawn_file_actions_addopen(&fa, 2, err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  pid_t pid = 0;
-  int rc = posix_spawn(&pid, argv[0], &fa, nullptr, argv.data(), envp.data());
-  posix_spawn_file_actions_destroy(&fa);
-  if (rc != 0) {
-    ADD_FAILURE() << "posix_spawn " << argv[0] << ": " << std::strerror(rc);
-    return r;
-  }
-  int status = 0;
-  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-  }
-  if (WIFEXITED(status)) r.exit_code = WEXITSTATUS(status);
-  if (WIFSIGNALED(status)) r.signal = WTERMSIG(status);
-  r.out = read_file(out_path);
-  r.err = read_file(err_path);
-  return r;
+  return run_tfm_in(dir, args, stdin_text);
 }
 
-std::string describe(const RunResult& r) {
-  return "exit " + std::to_string(r.exit_code) + ", signal " + std::to_string(r.signal) + "\n--- stdout:\n" + r.out +
-         "--- stderr:\n" + r.err;
-}
+std::string describe(const RunResult& r) { return r.describe(); }
 
 // A failed run: exited (no signal, so no crash) with a non-zero status, and said on stderr, in one line
 // starting "tfm: error:", something that contains `needle`.
@@ -623,11 +550,11 @@ TEST(CliBadInput, OptionValuesAndIgnoredOptions) {
     std::string needle;
   };
   const Case cases[] = {
-      {{"train", "--data", "x", "--out", "y", "--epochs", "0"}, "--epochs: must be a positive number, got '0'"},
-      {{"train", "--data", "x", "--out", "y", "--lr", "nan"}, "--lr: must be a positive number, got 'nan'"},
+      {{"train", "--data", "x", "--out", "y", "--epochs", "0"}, "--epochs: must be a whole number from 1 to 1000000, got '0'"},
+      {{"train", "--data", "x", "--out", "y", "--lr", "nan"}, "--lr: must be a number > 0 and <= 10, got 'nan'"},
       {{"train", "--data", "x", "--out", "y", "--seed", "-1"}, "--seed: must be a whole number"},
       {{"translate", "--model", "m", "--beam", "2", "--length-penalty", "nan", "go ."}, "--length-penalty"},
-      {{"translate", "--model", "m", "--threads", "abc", "go ."}, "--threads: must be a number from 1 to 1024"},
+      {{"translate", "--model", "m", "--threads", "abc", "go ."}, "--threads: must be a whole number from 1 to 1024"},
       {{"train", "--resume", "run", "--epochs", "3"}, "--epochs cannot change it"},
       {{"train", "--resume", "run", "--set", "vocab_size=9"}, "--set vocab_size cannot change it"},
       {{"train", "--resume", "run", "--out", "other"}, "do not give --out as well"},

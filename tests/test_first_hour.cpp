@@ -3,12 +3,6 @@
 // other `tfm` commands already tested against Hugging Face / PyTorch fixtures, or from the same run done another way
 // (LF vs CRLF, interrupted vs uninterrupted); none is copied from the output under test.
 // TFM_TEST_BINARY, when set, replaces the tfm binary under test (to run these tests against another build).
-#include <fcntl.h>
-#include <spawn.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
-#include <cerrno>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -21,38 +15,17 @@
 #include "io/npy.h"
 #include "io/safetensors.h"
 #include "models/encoder.h"
+#include "run_tfm.h"
 #include "test_util.h"
 #include "text/bert_tokenizer.h"
 #include "text/nmt_data.h"
 #include "text/vocab.h"
 #include "train/recipe.h"
 
-extern char** environ;
-
 namespace tfm::test {
 namespace {
 
 namespace fs = std::filesystem;
-
-enum class Stdout { file, dev_full, closed };
-
-struct TfmRun {
-  int exit_code = -1, signal = 0;
-  std::string out, err;
-};
-
-std::string slurp(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
-
-void spit(const std::string& path, const std::string& content) {
-  std::ofstream f(path, std::ios::binary | std::ios::trunc);
-  f << content;
-  ASSERT_TRUE(f.good()) << "cannot write " << path;
-}
 
 std::vector<std::string> lines(const std::string& s) {
   std::vector<std::string> v;
@@ -67,76 +40,20 @@ std::string tfm_binary() {
 }
 
 // A fresh folder per test, removed unless the test failed.
-struct TempDir {
-  std::string path;
-  TempDir() {
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    fs::path d = fs::path(::testing::TempDir()) / ("tfm_first_hour_" + std::to_string(getpid()) + "_" + info->name());
-    fs::remove_all(d);
-    fs::create_directories(d);
-    path = d.string();
-  }
-  ~TempDir() {
-    std::error_code ec;
-    if (!::testing::Test::HasFailure()) fs::remove_all(path, ec);
-  }
-};
+using TempDir = TempFolder;
 
-// Runs tfm with `args` (no shell), `stdin_text` on stdin, stdout to a file, /dev/full or closed, extra environment
-// variables `env` ("K=V"), with OMP_NUM_THREADS=1.
+// Runs tfm (tests/run_tfm.h) with `args`, `stdin_text` on stdin, stdout to a file, /dev/full or closed, extra
+// environment variables `env` ("K=V"), with OMP_NUM_THREADS=1.
 TfmRun tfm(const std::string& dir, const std::vector<std::string>& args, const std::string& stdin_text = "",
-        Stdout mode = Stdout::file, const std::vector<std::string>& env = {}) {
-  TfmRun r;
-  const std::string in_path = dir + "/.stdin", out_path = dir + "/.stdout", err_path = dir + "/.stderr";
-  spit(in_path, stdin_text);
-  std::vector<std::string> argv_s = {tfm_binary()};
-  argv_s.insert(argv_s.end(), args.begin(), args.end());
-  std::vector<char*> argv;
-  for (auto& a : argv_s) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  std::vector<std::string> env_s;
-  for (char** e = environ; *e; ++e) {
-    bool replaced = std::strncmp(*e, "OMP_NUM_THREADS=", 16) == 0;
-    for (const auto& kv : env) replaced |= std::strncmp(*e, kv.c_str(), kv.find('=') + 1) == 0;
-    if (!replaced) env_s.push_back(*e);
-  }
-  env_s.push_back("OMP_NUM_THREADS=1");
-  env_s.insert(env_s.end(), env.begin(), env.end());
-  std::vector<char*> envp;
-  for (auto& e : env_s) envp.push_back(e.data());
-  envp.push_back(nullptr);
-
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_addopen(&fa, 0, in_path.c_str(), O_RDONLY, 0);
-  if (mode == Stdout::file)
-    posix_spawn_file_actions_addopen(&fa, 1, out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  else if (mode == Stdout::dev_full)
-    posix_spawn_file_actions_addopen(&fa, 1, "/dev/full", O_WRONLY, 0);
-  else
-    posix_spawn_file_actions_addclose(&fa, 1);
-  posix_spawn_file_actions_addopen(&fa, 2, err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  pid_t pid = 0;
-  int rc = posix_spawn(&pid, argv[0], &fa, nullptr, argv.data(), envp.data());
-  posix_spawn_file_actions_destroy(&fa);
-  if (rc != 0) {
-    ADD_FAILURE() << "posix_spawn " << argv[0] << ": " << std::strerror(rc);
-    return r;
-  }
-  int status = 0;
-  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-  }
-  if (WIFEXITED(status)) r.exit_code = WEXITSTATUS(status);
-  if (WIFSIGNALED(status)) r.signal = WTERMSIG(status);
-  r.out = mode == Stdout::file ? slurp(out_path) : "";
-  r.err = slurp(err_path);
-  return r;
+           Stdout mode = Stdout::file, const std::vector<std::string>& env = {}) {
+  RunOptions opt;
+  opt.stdout_to = mode;
+  opt.env = env;
+  opt.binary = tfm_binary();
+  return run_tfm_with(dir, args, stdin_text, opt);
 }
 
-std::string describe(const TfmRun& r) {
-  return "exit " + std::to_string(r.exit_code) + ", signal " + std::to_string(r.signal) + "\n--- stdout:\n" + r.out +
-         "--- stderr:\n" + r.err;
-}
+std::string describe(const TfmRun& r) { return r.describe(); }
 
 bool has(const std::string& s, const std::string& needle) { return s.find(needle) != std::string::npos; }
 

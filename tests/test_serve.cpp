@@ -281,6 +281,20 @@ TEST(Serve, EmbeddingRoutes) {
   EXPECT_EQ(toks[0][0]["text"], "[CLS]");
   EXPECT_EQ(toks[0][0]["special"], true);
   EXPECT_EQ(toks[0][1]["special"], false);
+  // start / stop: character offsets in the text as Hugging Face's offset_mapping (accents stripped, punctuation
+  // split, [UNK] for what the 60-word vocab lacks); null for special tokens. By hand: "The  C\u00e4t, sat!" has
+  // T0 h1 e2 _3 _4 C5 \u00e46 t7 ,8 _9 s10 a11 t12 !13.
+  tk = http("POST", s.url("/tokenize"), json({{"inputs", "The  C\u00e4t, sat!"}}).dump());
+  ASSERT_EQ(tk.status, 200) << tk.body;
+  const json off = tk.j()[0];
+  ASSERT_EQ(off.size(), 7u) << off;
+  const std::vector<std::pair<int, int>> want_off = {{0, 3}, {5, 8}, {8, 9}, {10, 13}, {13, 14}};
+  EXPECT_TRUE(off[0]["start"].is_null() && off[0]["stop"].is_null()) << off;
+  EXPECT_TRUE(off[6]["start"].is_null() && off[6]["stop"].is_null()) << off;
+  for (size_t i = 0; i < want_off.size(); ++i) {
+    EXPECT_EQ(off[i + 1]["start"], want_off[i].first) << off;
+    EXPECT_EQ(off[i + 1]["stop"], want_off[i].second) << off;
+  }
 
   // Errors.
   expect_error(http("POST", s.url("/embed"), "{not json"), 422, "validation", "JSON");
@@ -553,7 +567,27 @@ TEST(ServeSentenceTransformer, MeanNormalizeFolderMatchesPyTorch) {
   json rows = json::array(), reply = r.j();
   for (const auto& d : reply["data"]) rows.push_back(d["embedding"]);
   EXPECT_LE(max_diff_rows(rows, want), 1e-5);
-  expect_error(http("POST", s.url("/embed_all"), R"({"inputs": "hello"})"), 501, "not_implemented", "/embed");
+  // /embed_all: the Transformer module's token embeddings (PyTorch's last_hidden_state), each text's own tokens.
+  r = http("POST", s.url("/embed_all"), json({{"inputs", st_sentences()}}).dump());
+  ASSERT_EQ(r.status, 200) << r.body;
+  {
+    const Tensor hidden = e.get("last_hidden_state"), mask = e.get("attention_mask");
+    const int64_t B = hidden.size(0), L = hidden.size(1), H = hidden.size(2);
+    json got = r.j();
+    ASSERT_EQ((int64_t)got.size(), B);
+    double d = 0;
+    for (int64_t b = 0; b < B; ++b) {
+      int64_t n = 0;
+      for (int64_t l = 0; l < L; ++l) n += mask.i64()[b * L + l];
+      ASSERT_EQ((int64_t)got[b].size(), n) << "sentence " << b;
+      for (int64_t l = 0; l < n; ++l) {
+        ASSERT_EQ((int64_t)got[b][l].size(), H);
+        for (int64_t j = 0; j < H; ++j)
+          d = std::max(d, std::fabs(got[b][l][j].get<double>() - hidden.f32()[(b * L + l) * H + j]));
+      }
+    }
+    EXPECT_LE(d, 1e-4);
+  }
   // No head: /predict and /rerank say so.
   expect_error(http("POST", s.url("/predict"), R"({"inputs": "x"})"), 501, "not_implemented", "head");
   expect_error(http("POST", s.url("/rerank"), R"({"query": "x", "texts": ["y"]})"), 501, "not_implemented",

@@ -190,6 +190,15 @@ Tensor SentenceTransformer::embed(const std::vector<const Encoding*>& batch) con
   return x;
 }
 
+Tensor SentenceTransformer::token_embeddings(const std::vector<const Encoding*>& batch) const {
+  int64_t L = 0;
+  for (const Encoding* e : batch) L = std::max(L, (int64_t)e->input_ids.size());
+  if (batch.empty() || L == 0) return Tensor::zeros({(int64_t)batch.size(), L, encoder_->config().hidden_size});
+  return encoder_->forward(stack(batch, &Encoding::input_ids, L), stack(batch, &Encoding::token_type_ids, L),
+                           stack(batch, &Encoding::attention_mask, L))
+      .last_hidden_state;
+}
+
 Tensor SentenceTransformer::encode(const std::vector<std::string>& texts) const {
   std::vector<Encoding> enc;
   enc.reserve(texts.size());

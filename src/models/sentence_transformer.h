@@ -46,6 +46,10 @@ class SentenceTransformer {
   // Embeds already tokenized texts (from tokenize()), right-padded into one batch.
   // Returns [B, dimension()] float32.
   Tensor embed(const std::vector<const Encoding*>& batch) const;
+  // The Transformer module's output for already tokenized texts, right-padded into one batch: last_hidden_state
+  // [B, L, encoder hidden_size] (L = the longest input; padded rows are not meaningful), before Pooling, as
+  // sentence-transformers' output_value="token_embeddings" and text-embeddings-inference's /embed_all give it.
+  Tensor token_embeddings(const std::vector<const Encoding*>& batch) const;
   // tokenize + embed. texts: B strings -> [B, dimension()].
   Tensor encode(const std::vector<std::string>& texts) const;
 

@@ -268,7 +268,8 @@ struct PackedLinear::Impl {
   std::vector<float> w_scale;  // [out], int8 only
   bool fuse_bias = false;      // bias as a matmul argument (fp32/bf16); int8 adds it in the dequant pass
   mutable std::mutex mu;
-  mutable std::unordered_map<int64_t, dnnl::matmul> cache;  // key: rows * 8 + epilogue
+  // key: rows * 8 + epilogue -> the primitive and its scratchpad layout
+  mutable std::unordered_map<int64_t, std::pair<dnnl::matmul, memory::desc>> cache;
 
   memory::desc src_md(int64_t M) const { return memory::desc({M, in}, src_type(ct), tag::ab); }
   memory::desc dst_md(int64_t M) const { return memory::desc({M, out}, dt::f32, tag::ab); }
@@ -280,12 +281,18 @@ struct PackedLinear::Impl {
   // (DNNL_RUNTIME_F32_VAL): oneDNN 2.6's brgemm/AMX matmul refuses them and falls back to its reference kernel,
   // ~100x slower; nor a per-row binary multiply ({M, 1}: same fallback), hence one scale per tensor.
   // fused: ct is I8 and activations have one scale per tensor.
-  dnnl::matmul primitive(int64_t M, Epilogue ep, bool fused) const {
+  // The scratchpad is the caller's (scratchpad_mode::user): with oneDNN's default library-owned one, threads
+  // running one primitive at once (Python threads sharing an Encoder, tfm serve) corrupted some outputs.
+  dnnl::matmul primitive(int64_t M, Epilogue ep, bool fused, memory::desc& scratchpad) const {
     const int64_t key = (M * 8 + (int64_t)ep) * 2 + fused;
     std::lock_guard<std::mutex> lock(mu);
     auto it = cache.find(key);
-    if (it != cache.end()) return it->second;
+    if (it != cache.end()) {
+      scratchpad = it->second.second;
+      return it->second.first;
+    }
     dnnl::primitive_attr attr;
+    attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
     if (fused) {
       dnnl::post_ops po;
       po.append_binary(dnnl::algorithm::binary_mul, memory::desc({1, out}, dt::f32, tag::ab));
@@ -303,8 +310,10 @@ struct PackedLinear::Impl {
     }
     auto d = fuse_bias ? dnnl::matmul::desc(src_md(M), weights_md, memory::desc({1, out}, dt::f32, tag::ab), dst_md(M))
                        : dnnl::matmul::desc(src_md(M), weights_md, dst_md(M));
-    dnnl::matmul prim(dnnl::matmul::primitive_desc(d, attr, cpu_engine()));
-    cache.emplace(key, prim);
+    dnnl::matmul::primitive_desc pd(d, attr, cpu_engine());
+    dnnl::matmul prim(pd);
+    scratchpad = pd.scratchpad_desc();
+    cache.emplace(key, std::make_pair(prim, scratchpad));
     return prim;
   }
 
@@ -395,7 +404,9 @@ void PackedLinear::forward(float* out, const float* inp, int64_t N, Epilogue ep)
     }
     src = q;
   }
-  dnnl::matmul prim = im.primitive(N, ep, fused);
+  memory::desc scratch_md;
+  dnnl::matmul prim = im.primitive(N, ep, fused, scratch_md);
+  thread_local std::vector<uint8_t> scratch_buf;
   memory src_m(im.src_md(N), cpu_engine(), const_cast<void*>(src));
   memory dst_m(im.dst_md(N), cpu_engine(), out);
   std::unordered_map<int, memory> args = {{DNNL_ARG_SRC, src_m}, {DNNL_ARG_WEIGHTS, im.weights}, {DNNL_ARG_DST, dst_m}};
@@ -408,6 +419,8 @@ void PackedLinear::forward(float* out, const float* inp, int64_t N, Epilogue ep)
                  memory(memory::desc({1, O}, dt::f32, tag::ab), cpu_engine(), col_scale.data()));
     if (!im.bias.empty()) args.emplace(DNNL_ARG_ATTR_MULTIPLE_POST_OP(1) | DNNL_ARG_SRC_1, bias_m);
   }
+  if (scratch_md.get_size() > 0)
+    args.emplace(DNNL_ARG_SCRATCHPAD, memory(scratch_md, cpu_engine(), scratch(scratch_buf, scratch_md.get_size())));
   prim.execute(cpu_stream(), args);
   cpu_stream().wait();
   if (im.ct == ComputeType::I8 && !fused) {

@@ -7,6 +7,7 @@
 #include <utf8proc.h>
 
 #include "io/json_util.h"
+#include "models/heads.h"
 #include "models/sentence_transformer.h"
 #include "serve/requests.h"
 #include "text/nmt_data.h"
@@ -35,6 +36,30 @@ std::vector<float> pool_hidden(const float* h, const int64_t* mask, int64_t L, i
 
 namespace {
 
+// Offsets of `e` (the encoding of `encoded`) in the request text, which is `encoded` without its first `skip` code
+// points (a prompt); special and prompt tokens get (-1, -1).
+std::vector<std::pair<int64_t, int64_t>> request_offsets(const BertTokenizer& tok, const std::string& encoded,
+                                                         const Encoding& e, const std::vector<bool>& special,
+                                                         int64_t skip) {
+  std::vector<std::pair<int64_t, int64_t>> out = token_offsets(tok, encoded, e);
+  for (size_t i = 0; i < out.size(); ++i) {
+    auto& [a, b] = out[i];
+    if (special[i] || (a == 0 && b == 0) || a < skip) {
+      a = b = -1;
+    } else {
+      a -= skip;
+      b -= skip;
+    }
+  }
+  return out;
+}
+
+int64_t code_points(const std::string& s) {
+  int64_t n = 0;
+  for (unsigned char c : s) n += (c & 0xC0) != 0x80;
+  return n;
+}
+
 class EncoderEmbedding : public EmbeddingModel {
  public:
   EncoderEmbedding(const std::string& dir, std::string pooling)
@@ -60,6 +85,7 @@ class EncoderEmbedding : public EmbeddingModel {
     for (size_t i = 0; i < t.tokens.size(); ++i)
       t.special.push_back(add_special_tokens && (i == 0 || i + 1 == t.tokens.size()) &&
                           (t.tokens[i] == "[CLS]" || t.tokens[i] == "[SEP]"));
+    t.offsets = request_offsets(tok_, text, e, t.special, 0);
     return t;
   }
   std::vector<std::vector<float>> embed(const std::vector<const TokenizedInput*>& batch) const override {
@@ -159,6 +185,10 @@ class SentenceTransformerEmbedding : public EmbeddingModel {
     for (size_t i = 0; i < t.tokens.size(); ++i)
       t.special.push_back(add_special_tokens && (i == 0 || i + 1 == t.tokens.size()) &&
                           (t.tokens[i] == "[CLS]" || t.tokens[i] == "[SEP]"));
+    // The tokenizer saw prompt + text (lowercased per code point, which keeps the character count).
+    const std::string seen = st_.prompt() + text;
+    t.offsets = request_offsets(st_.tokenizer(), do_lower_case_ ? lower_utf8(seen) : seen, e, t.special,
+                                code_points(st_.prompt()));
     return t;
   }
   std::vector<std::vector<float>> embed(const std::vector<const TokenizedInput*>& batch) const override {
@@ -181,11 +211,27 @@ class SentenceTransformerEmbedding : public EmbeddingModel {
     }
     return out;
   }
-  bool has_token_embeddings() const override { return false; }
-  std::vector<std::vector<float>> embed_all(const std::vector<const TokenizedInput*>&) const override {
-    throw ApiError(501, "not_implemented",
-                   "/embed_all is not served for sentence-transformers folders (their pipeline gives one vector a "
-                   "text); use /embed");
+  // The Transformer module's token embeddings (before Pooling), as text-embeddings-inference's /embed_all.
+  std::vector<std::vector<float>> embed_all(const std::vector<const TokenizedInput*>& batch) const override {
+    std::vector<Encoding> enc(batch.size());
+    std::vector<const Encoding*> ptrs;
+    for (size_t b = 0; b < batch.size(); ++b) {
+      enc[b].input_ids = batch[b]->ids;
+      enc[b].token_type_ids = batch[b]->token_type_ids;
+      enc[b].attention_mask.assign(batch[b]->ids.size(), 1);
+      ptrs.push_back(&enc[b]);
+    }
+    Tensor h = st_.token_embeddings(ptrs);
+    const int64_t L = h.size(1), H = h.size(2);
+    std::vector<std::vector<float>> out;
+    for (size_t b = 0; b < batch.size(); ++b) {
+      const float* p = h.f32() + (int64_t)b * L * H;
+      const int64_t n = (int64_t)batch[b]->ids.size() * H;
+      for (int64_t j = 0; j < n; ++j)
+        if (!std::isfinite(p[j])) throw ApiError(500, "backend", "the model produced a non-finite value");
+      out.emplace_back(p, p + n);
+    }
+    return out;
   }
 
  private:

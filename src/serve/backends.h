@@ -22,6 +22,9 @@ struct TokenizedInput {
   std::vector<int64_t> ids, token_type_ids;
   std::vector<std::string> tokens;
   std::vector<bool> special;
+  // Per token [start, stop) in the request text, in characters (code points), as Hugging Face's offset_mapping;
+  // (-1, -1) for tokens with no place in it (special tokens, prompt tokens). Filled by tokenize() for /tokenize.
+  std::vector<std::pair<int64_t, int64_t>> offsets;
 };
 
 class EmbeddingModel {

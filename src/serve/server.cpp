@@ -406,9 +406,10 @@ class Server {
                   EmbedRequest r = parse_embed_request(req.body, limits_, "inputs");
                   std::vector<Task> tasks = embed_tasks(r, kOpEmbedAll, "inputs");
                   queue_->run(tasks);
-                  const int64_t H = embedder_->hidden_size();
                   json out = json::array();
                   for (Task& t : tasks) {
+                    // Token vectors are the encoder's width, which a sentence-transformers Dense may change.
+                    const int64_t H = t.tokens ? (int64_t)t.vector.size() / t.tokens : 0;
                     json rows = json::array();
                     for (int64_t l = 0; l < t.tokens; ++l)
                       rows.push_back(std::vector<float>(t.vector.begin() + l * H, t.vector.begin() + (l + 1) * H));
@@ -439,9 +440,16 @@ class Server {
                   for (const auto& text : r.inputs) {
                     TokenizedInput t = embedder_->tokenize(text, r.add_special_tokens, 0);
                     json toks = json::array();
-                    for (size_t i = 0; i < t.ids.size(); ++i)
+                    for (size_t i = 0; i < t.ids.size(); ++i) {
+                      // Character offsets in the text (Hugging Face's offset_mapping); null: no place in it.
+                      json start = nullptr, stop = nullptr;
+                      if (i < t.offsets.size() && t.offsets[i].first >= 0) {
+                        start = t.offsets[i].first;
+                        stop = t.offsets[i].second;
+                      }
                       toks.push_back({{"id", t.ids[i]}, {"text", t.tokens[i]}, {"special", (bool)t.special[i]},
-                                      {"start", nullptr}, {"stop", nullptr}});
+                                      {"start", start}, {"stop", stop}});
+                    }
                     out.push_back(toks);
                   }
                   metrics_.observe_tokenization(seconds_since(t0));

@@ -29,7 +29,7 @@ void add_bleu_command(CLI::App& app) {
   CLI::Option* label = cmd->add_option("label", o->label, "Reference sentence");
   CLI::Option* k = cmd->add_option("--k", o->k, "Longest n-gram (sentence BLEU)")
                        ->capture_default_str()
-                       ->check(in_range(1, 16));
+                       ->check(whole_range(1, 16));
   cmd->add_option("--corpus", o->corpus, "REF HYP: reference and hypothesis files for corpus BLEU")
       ->expected(2)
       ->type_name("REF HYP")

@@ -34,9 +34,9 @@ void add_classify_command(CLI::App& app) {
   cmd->add_option("--function-to-apply", o->function,
                   "default (sigmoid for one label or multi-label, else softmax), sigmoid, softmax or none")
       ->check(CLI::IsMember({"default", "sigmoid", "softmax", "none"}));
-  cmd->add_option("--batch-size", o->batch_size, "Texts per forward pass (default 32)")->check(in_range(1, 1 << 16));
+  cmd->add_option("--batch-size", o->batch_size, "Texts per forward pass (default 32)")->check(whole_range(1, 1 << 16));
   cmd->add_option("--max-length", o->max_length, "Truncate texts to this many tokens (default: refuse longer ones)")
-      ->check(in_range(2, 1 << 20));
+      ->check(whole_range(2, 1 << 20));
   cmd->add_option("--dtype", o->dtype, "Compute type (fp32)")->check(CLI::IsMember({"fp32"}));
   add_threads_option(cmd, o->threads);
   cmd->callback([o] {

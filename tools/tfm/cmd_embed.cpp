@@ -216,14 +216,14 @@ void add_embed_command(CLI::App& app) {
   cmd->add_flag("--no-prompt", o->no_prompt, "Do not apply the folder's default_prompt_name");
   cmd->add_option("--max-length", o->max_length,
                   "Truncate to this many tokens (default: sentence_bert_config.json max_seq_length)")
-      ->check(in_range(2, 1 << 20));
+      ->check(whole_range(2, 1 << 20));
   cmd->add_option("--batch-tokens", o->batch_tokens, "Most padded tokens in one batch (default 16384)")
-      ->check(in_range(1, 1 << 26));
+      ->check(whole_range(1, 1 << 26));
   cmd->add_option("--batch-size", o->batch_size, "Most sentences in one batch (default 128)")
-      ->check(in_range(1, 1 << 20));
+      ->check(whole_range(1, 1 << 20));
   cmd->add_option("--chunk-lines", o->chunk_lines,
                   "Lines read, sorted by length and embedded together (default 20000; bounds memory)")
-      ->check(in_range(1, 1 << 24));
+      ->check(whole_range(1, 1 << 24));
   cmd->add_flag("--skip-empty", o->skip_empty, "Leave empty (or all-space) lines out instead of failing");
   cmd->add_flag("--quiet,-q", o->quiet, "No progress bar and no summary line");
   cmd->add_option("--dtype", o->dtype, "Compute type (fp32)")->check(CLI::IsMember({"fp32"}));

@@ -54,7 +54,7 @@ void add_encode_command(CLI::App& app) {
   cmd->add_option("--seed", o->seed, "Seed of --init random")->check(seed_value());
   cmd->add_option("--max-length", o->max_length,
                   "Truncate each text to this many tokens (default: error when longer than the model allows)")
-      ->check(non_negative());
+      ->check(whole_range(0, 1 << 20));
   add_threads_option(cmd, o->threads);
   cmd->add_option("--dtype", o->dtype,
                   "Compute type of the Linear layers: fp32, bf16 (weights and GEMM inputs bf16, fp32 accumulation) "

@@ -25,9 +25,9 @@ void add_fill_mask_command(CLI::App& app) {
   cmd->add_option("--model", o->model, "Checkpoint folder: config.json, model.safetensors, tokenizer files")->required();
   cmd->add_option("text", o->texts, "Texts with at least one [MASK]");
   cmd->add_option("--input,-i", o->input, "File with one text a line (- for stdin)");
-  cmd->add_option("--top-k", o->top_k, "Candidates per mask (default 5)")->check(in_range(1, 1 << 20));
+  cmd->add_option("--top-k", o->top_k, "Candidates per mask (default 5)")->check(whole_range(1, 1 << 20));
   cmd->add_option("--max-length", o->max_length, "Truncate texts to this many tokens (default: refuse longer ones)")
-      ->check(in_range(2, 1 << 20));
+      ->check(whole_range(2, 1 << 20));
   cmd->add_option("--dtype", o->dtype, "Compute type (fp32)")->check(CLI::IsMember({"fp32"}));
   add_threads_option(cmd, o->threads);
   cmd->callback([o] {

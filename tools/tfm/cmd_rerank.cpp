@@ -28,12 +28,12 @@ void add_rerank_command(CLI::App& app) {
   cmd->add_option("--query,-q", o->query, "The query")->required();
   cmd->add_option("text", o->texts, "Passages to rank");
   cmd->add_option("--input,-i", o->input, "File with one passage a line (- for stdin)");
-  cmd->add_option("--top-k", o->top_k, "Print only the best K")->check(in_range(1, 1 << 30));
+  cmd->add_option("--top-k", o->top_k, "Print only the best K")->check(whole_range(1, 1 << 30));
   cmd->add_flag("--raw-scores", o->raw, "Print logits, no activation");
   cmd->add_flag("--return-documents", o->return_documents, "Add each passage as \"text\"");
-  cmd->add_option("--batch-size", o->batch_size, "Pairs per forward pass (default 32)")->check(in_range(1, 1 << 16));
+  cmd->add_option("--batch-size", o->batch_size, "Pairs per forward pass (default 32)")->check(whole_range(1, 1 << 16));
   cmd->add_option("--max-length", o->max_length, "Truncate pairs to this many tokens (longest first)")
-      ->check(in_range(3, 1 << 20));
+      ->check(whole_range(3, 1 << 20));
   cmd->add_option("--dtype", o->dtype, "Compute type (fp32)")->check(CLI::IsMember({"fp32"}));
   add_threads_option(cmd, o->threads);
   cmd->callback([o] {

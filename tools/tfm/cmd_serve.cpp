@@ -21,18 +21,18 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("--model", o->s.model, "Model folder (an encoder or a transformer_seq2seq folder)")->required();
   cmd->add_option("--host", o->s.host, "Address to listen on (loopback unless told otherwise)")->capture_default_str();
   cmd->add_option("--port", o->s.port, "Port (0 = any free port, printed at start)")
-      ->capture_default_str()->check(in_range(0, 65535));
+      ->capture_default_str()->check(whole_range(0, 65535));
   cmd->add_option("--max-batch-tokens", o->s.max_batch_tokens,
                   "Padded tokens per model batch (inputs x longest input); requests are gathered up to this")
-      ->capture_default_str()->check(in_range(1, 1 << 24));
+      ->capture_default_str()->check(whole_range(1, 1 << 24));
   cmd->add_option("--max-concurrent-requests", o->s.max_concurrent_requests,
                   "Model requests in flight; more are answered 429")
-      ->capture_default_str()->check(in_range(1, 1000));
+      ->capture_default_str()->check(whole_range(1, 1000));
   cmd->add_option("--max-client-batch-size", o->s.max_client_batch_size,
                   "Inputs per request; more are answered 413")
-      ->capture_default_str()->check(in_range(1, 100000));
+      ->capture_default_str()->check(whole_range(1, 100000));
   cmd->add_option("--payload-limit", o->s.payload_limit, "Request body bytes; more are answered 413")
-      ->capture_default_str()->check(in_range(64, 1 << 30));
+      ->capture_default_str()->check(whole_range(64, 1 << 30));
   cmd->add_flag("--auto-truncate", o->s.auto_truncate,
                 "Cut inputs longer than the model allows (default: answer 422 naming the limit)");
   cmd->add_option("--api-key", o->s.api_key,
@@ -45,7 +45,7 @@ void add_serve_command(CLI::App& app) {
                   "default_prompt_name)");
   cmd->add_flag("--no-prompt", o->s.no_prompt, "sentence-transformers folders: ignore default_prompt_name");
   cmd->add_option("--max-beam-size", o->s.max_beam_size, "Translation: largest beam_size a request may ask for")
-      ->capture_default_str()->check(in_range(1, 64));
+      ->capture_default_str()->check(whole_range(1, 64));
   cmd->add_option("--source-lang", o->s.source_lang,
                   "Translation: source language code (default: config.json source_lang, else en)");
   cmd->add_option("--target-lang", o->s.target_lang,

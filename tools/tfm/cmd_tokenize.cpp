@@ -27,7 +27,7 @@ void add_tokenize_command(CLI::App& app) {
       ->allow_extra_args(false);  // --pair A B: B is a TEXT, not a second pair
   cmd->add_flag("--no-special-tokens", o->no_special, "Do not add [CLS] / [SEP]");
   cmd->add_option("--max-length", o->max_length, "Truncate to this many tokens (0: no truncation)")
-      ->check(non_negative());
+      ->check(whole_range(0, 1 << 20));
   add_threads_option(cmd, o->threads);
   cmd->callback([o] {
     if (!o->pairs.empty() && o->pairs.size() != o->texts.size())

@@ -29,22 +29,26 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--resume", *resume, "Continue the recipe run in this output folder from its checkpoint");
   cmd->add_option("--set", *sets, "Override a key of the --config file: --set epochs=3 (repeatable)");
   cmd->add_option("--max-tokens", *max_tokens, "Recipe: tokens per batch (overrides the config)")
-      ->check(positive());
+      ->check(whole_range(1, 1 << 24));
   cmd->add_option("--num-examples", o->num_examples, "Read lines 0..N of the corpus as d2l does (0 = all)")
-      ->capture_default_str()->check(non_negative());
+      ->capture_default_str()->check(whole_range(0, int64_t{1} << 40));
   cmd->add_option("--num-steps", o->num_steps, "Tokens per sequence (truncate/pad)")->capture_default_str()
-      ->check(in_range(1, 65536));
-  cmd->add_option("--num-hiddens", o->num_hiddens, "Model width")->capture_default_str()->check(positive());
+      ->check(whole_range(1, 65536));
+  cmd->add_option("--num-hiddens", o->num_hiddens, "Model width")->capture_default_str()
+      ->check(whole_range(1, 1 << 16));
   cmd->add_option("--num-layers", o->num_layers, "Encoder and decoder blocks")->capture_default_str()
-      ->check(positive());
-  cmd->add_option("--num-heads", o->num_heads, "Attention heads")->capture_default_str()->check(positive());
+      ->check(whole_range(1, 1024));
+  cmd->add_option("--num-heads", o->num_heads, "Attention heads")->capture_default_str()
+      ->check(whole_range(1, 1024));
   cmd->add_option("--ffn-num-hiddens", o->ffn_num_hiddens, "Position-wise FFN width")->capture_default_str()
-      ->check(positive());
+      ->check(whole_range(1, 1 << 18));
   cmd->add_option("--dropout", o->dropout, "Dropout probability")->capture_default_str()->check(in_range(0.0, 0.99));
   cmd->add_option("--batch-size", o->batch_size, "Sequences per minibatch")->capture_default_str()
-      ->check(in_range(1, 1 << 20));
-  cmd->add_option("--lr", o->lr, "Adam learning rate")->capture_default_str()->check(positive());
-  cmd->add_option("--epochs", o->epochs, "Passes over the data")->capture_default_str()->check(positive());
+      ->check(whole_range(1, 1 << 20));
+  cmd->add_option("--lr", o->lr, "Adam learning rate")->capture_default_str()
+      ->check(positive_up_to(10));
+  cmd->add_option("--epochs", o->epochs, "Passes over the data")->capture_default_str()
+      ->check(whole_range(1, 1000000));
   cmd->add_option("--seed", o->seed, "Seed of initialisation, dropout and batch order")->capture_default_str()
       ->check(seed_value());
   cmd->add_option("--label-smoothing", o->label_smoothing, "Label smoothing of the cross-entropy (0 = d2l)")

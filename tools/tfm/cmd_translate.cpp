@@ -33,6 +33,32 @@ bool read_line_capped(std::istream& in, std::string& line, size_t line_no) {
   }
   return !line.empty();
 }
+
+// The attention weights behind hypothesis `hyp` of one sentence (src [Ls], valid length vl): the decoder is run
+// again on <bos> hyp (teacher forcing), which gives each step the keys/values the search had for that hypothesis.
+// Beam search keeps no attention, so this is how --attention-png plots the chosen beam, not greedy's path.
+// Steps: one per token of hyp, plus the <eos> step unless hyp was cut off at max_steps (as greedy_decode counts).
+DecodeAttention replay_attention(Seq2SeqModel& model, const std::vector<int64_t>& src, int64_t vl,
+                                 const std::vector<int64_t>& hyp, const DecodeOptions& opt) {
+  const int64_t Ls = (int64_t)src.size(), heads = model.config().num_heads, V = model.config().tgt_vocab_size;
+  DecodeAttention att;
+  std::vector<Tensor> enc_attn;
+  Tensor enc = model.encode(src.data(), &vl, 1, Ls, &enc_attn);
+  for (const Tensor& w : enc_attn) att.encoder_self.push_back(w.reshape({heads, Ls, Ls}));
+  const int64_t steps = std::min<int64_t>((int64_t)hyp.size() + 1, opt.max_steps);
+  DecoderCache cache;
+  model.start_decoding(cache, enc, &vl, opt.max_steps);
+  std::vector<float> logits(V);
+  att.cross = Tensor::zeros({heads, steps, Ls});
+  for (int64_t t = 0; t < steps; ++t) {
+    const int64_t token = t == 0 ? opt.bos_id : hyp[t - 1];
+    std::vector<std::vector<float>> cross;
+    model.decode_step(cache, &token, logits.data(), opt.position_mode, &cross);
+    for (int64_t h = 0; h < heads; ++h)
+      std::copy_n(cross.back().data() + h * Ls, Ls, att.cross.f32() + (h * steps + t) * Ls);
+  }
+  return att;
+}
 }  // namespace
 
 void add_translate_command(CLI::App& app) {
@@ -53,13 +79,13 @@ void add_translate_command(CLI::App& app) {
   cmd->add_option("--model", o->model, "Folder with config.json, model.safetensors, src_vocab.txt, tgt_vocab.txt")
       ->required();
   cmd->add_option("sentences", o->sentences, "Sentences to translate");
-  cmd->add_option("--beam", o->beam, "Beam size (1 = greedy)")->capture_default_str()->check(in_range(1, 64));
+  cmd->add_option("--beam", o->beam, "Beam size (1 = greedy)")->capture_default_str()->check(whole_range(1, 64));
   cmd->add_option("--length-penalty", o->length_penalty, "GNMT length penalty alpha for beam search")
       ->capture_default_str()->check(in_range(0.0, 5.0));
   cmd->add_option("--attention-png", o->attention_png,
                   "Save the first sentence's attention weights as a PNG (or .svg), tokens on both axes: top row "
-                  "encoder self-attention (last layer), bottom row decoder cross-attention (last layer), one "
-                  "titled panel per head, a colour bar");
+                  "encoder self-attention (last layer), bottom row decoder cross-attention (last layer) of the "
+                  "printed translation (with --beam: the best beam's), one titled panel per head, a colour bar");
   cmd->add_flag("--quiet,-q", o->quiet,
                 "No warnings (unknown words, truncated sentences); without it the first 10 are shown, then a count");
   add_threads_option(cmd, o->threads);
@@ -185,7 +211,13 @@ void add_translate_command(CLI::App& app) {
         std::vector<int64_t> ids(s0);
         ids.resize(padded_len((int64_t)s0.size()), pad_id);
         int64_t vl = (int64_t)s0.size();
-        std::vector<int64_t> hyp = greedy_decode(model, ids.data(), &vl, 1, (int64_t)ids.size(), opt, &att)[0];
+        std::vector<int64_t> hyp;
+        if (o->beam > 1) {  // the beam's best hypothesis, as printed
+          hyp = beam_search_batch(model, ids.data(), &vl, 1, (int64_t)ids.size(), opt)[0];
+          att = replay_attention(model, ids, vl, hyp, opt);
+        } else {
+          hyp = greedy_decode(model, ids.data(), &vl, 1, (int64_t)ids.size(), opt, &att)[0];
+        }
         const Tensor& enc = att.encoder_self.back();
         const int64_t heads = c.num_heads, Ls = enc.size(1), steps = att.cross.size(1);
         // Token labels: source pieces (with <eos>) on the keys; the token each decoder step produced on the queries.

@@ -1,6 +1,7 @@
 // Subcommands of the tfm CLI: each add_* registers its options and its callback on the app.
 #pragma once
 #include <CLI/CLI.hpp>
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -25,6 +26,11 @@ void add_threads_option(CLI::App* cmd, int& threads);
 // ("not in range 0.000000 to 1797693...").
 // A number in [lo, hi] (finite): "must be a number from 0 to 5, got nan".
 CLI::Validator in_range(double lo, double hi);
+// A whole number (digits, optional '-') in [lo, hi], for integer options: "must be a whole number from 1 to 100000,
+// got '1e9'".
+CLI::Validator whole_range(int64_t lo, int64_t hi);
+// A finite number in (0, hi] (learning rates).
+CLI::Validator positive_up_to(double hi);
 // A finite number > 0 (learning rates) or, for integers, >= 1: "must be positive, got 0".
 CLI::Validator positive();
 // A finite number >= 0.

@@ -1,12 +1,15 @@
 // Shared bits of the task-head commands (classify, fill-mask, rerank): texts from arguments or a file, batching,
 // and checked writes to stdout.
 #pragma once
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <iostream>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
+#include "commands.h"
 #include "models/heads.h"
 #include "text/text_file.h"
 
@@ -51,13 +54,18 @@ inline std::vector<Encoding> encode_all(const TaskModel& m, const std::vector<st
 }
 
 // Writes one line to stdout and fails loudly when stdout cannot take it (/dev/full, closed).
+// The message names the reason, as flush_stdout's: "cannot write to standard output: No space left on device".
 inline void emit_line(const std::string& s) {
+  errno = 0;
   std::cout << s << '\n';
-  if (!std::cout) throw std::runtime_error("cannot write to stdout");
+  if (!std::cout) {
+    const int err = errno;
+    std::cout.clear();
+    throw std::runtime_error(std::string("cannot write to standard output") +
+                             (err ? std::string(": ") + std::strerror(err) : std::string()) +
+                             (err == EBADF ? " (is stdout closed?)" : ""));
+  }
 }
-inline void finish_stdout() {
-  std::cout.flush();
-  if (!std::cout || std::fflush(stdout) != 0 || std::ferror(stdout)) throw std::runtime_error("cannot write to stdout");
-}
+inline void finish_stdout() { flush_stdout(); }
 
 }  // namespace tfm::cli

@@ -21,7 +21,7 @@ namespace tfm::cli {
 
 void add_threads_option(CLI::App* cmd, int& threads) {
   cmd->add_option("--threads", threads, "Worker threads for kernels and GEMM (default: all cores)")
-      ->check(in_range(1, 1024));
+      ->check(whole_range(1, 1024));
   cmd->parse_complete_callback([&threads] { set_num_threads(threads); });
 }
 
@@ -53,6 +53,26 @@ CLI::Validator number_check(const std::string& desc, std::function<bool(double)>
 CLI::Validator in_range(double lo, double hi) {
   return number_check("[" + fmt(lo) + " - " + fmt(hi) + "]", [=](double v) { return v >= lo && v <= hi; },
                       "a number from " + fmt(lo) + " to " + fmt(hi));
+}
+CLI::Validator whole_range(int64_t lo, int64_t hi) {
+  const std::string want = "a whole number from " + std::to_string(lo) + " to " + std::to_string(hi);
+  return CLI::Validator(
+      [lo, hi, want](std::string& s) -> std::string {
+        // Digits only (optional '-'): "1e9" or "2.5" would pass a double check and then fail CLI11's conversion
+        // with a message that names no range.
+        const size_t start = !s.empty() && s[0] == '-' ? 1 : 0;
+        bool ok = s.size() > start && s.size() - start <= 18 && s.find_first_not_of("0123456789", start) == std::string::npos;
+        if (ok) {
+          const int64_t v = std::stoll(s);
+          ok = v >= lo && v <= hi;
+        }
+        return ok ? "" : "must be " + want + ", got '" + s + "'";
+      },
+      "[" + std::to_string(lo) + " - " + std::to_string(hi) + "]");
+}
+CLI::Validator positive_up_to(double hi) {
+  return number_check("(0 - " + fmt(hi) + "]", [=](double v) { return v > 0 && v <= hi; },
+                      "a number > 0 and <= " + fmt(hi));
 }
 CLI::Validator positive() {
   return number_check("> 0", [](double v) { return v > 0; }, "a positive number");

@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# libtfm.so exports the public API of include/tfm and nothing else (cmake/libtfm.map).
+# Usage: check_exports.sh path/to/libtfm.so
+set -euo pipefail
+lib=$1
+syms=$(nm -DC --defined-only "$lib" | cut -d' ' -f3-)
+fail=0
+# Each public class / function of include/tfm is there.
+for want in 'tfm::version()' 'tfm::train(' 'tfm::bleu::corpus(' 'tfm::bleu::sentence(' 'tfm::Tokenizer::Tokenizer(' \
+            'tfm::Encoder::Encoder(' 'tfm::Encoder::embed(' 'tfm::Classifier::Classifier(' 'tfm::Translator::Translator(' \
+            'tfm::Translator::translate_batch(' 'typeinfo for tfm::FileNotFoundError'; do
+  if ! grep -qF -- "$want" <<<"$syms"; then echo "missing export: $want"; fail=1; fi
+done
+# Nothing else: internals (tfm::Tensor, tfm::ops, tfm::serve, ...), oneDNN / nlohmann / httplib / std instances.
+others=$(grep -vE '^(tfm::(version\(|train\(|bleu::|Array<|Tokenizer::|Encoder::|Classifier::|Translator::|FileNotFoundError::)|(typeinfo|typeinfo name|vtable) for tfm::FileNotFoundError$)' <<<"$syms" || true)
+if [ -n "$others" ]; then
+  echo "unexpected exports ($(wc -l <<<"$others")):"
+  head -20 <<<"$others"
+  fail=1
+fi
+[ $fail = 0 ] && echo "libtfm.so exports $(wc -l <<<"$syms") public symbols"
+exit $fail
