@@ -989,7 +989,7 @@ void step_attention(float* out, float* probs, const float* q, const float* kbuf,
 }
 
 // decode_step's work buffers, kept in DecoderCache::scratch so a step allocates nothing once warm.
-enum StepBuf { kX, kH, kQ, kQKV, kFfnHidden, kCtx, kA, kProbsSelf, kProbsCross, kNumStepBufs };
+enum StepBuf { kX, kH, kQ, kQKV, kFfnHidden, kCtx, kA, kY, kProbsSelf, kProbsCross, kNumStepBufs };
 
 }  // namespace
 
@@ -1045,7 +1045,7 @@ void Seq2SeqModel::decode_step(DecoderCache& cache, const int64_t* tokens, float
     return v.data();
   };
   float *x = buf(kX, B * H), *h = buf(kH, B * H), *q = buf(kQ, B * H),
-        *ctx = buf(kCtx, B * H), *a = buf(kA, B * H);
+        *ctx = buf(kCtx, B * H), *a = buf(kA, B * H), *y = buf(kY, B * H);
   float* probs_self = cross_attention ? buf(kProbsSelf, B * nh * (t + 1)) : nullptr;
   float* probs_cross = cross_attention ? buf(kProbsCross, B * nh * Ls) : nullptr;
   namespace dp = decode_profile;
