@@ -152,5 +152,31 @@ TEST(Polish, TokenOffsetsMatchHuggingFaceOnAccentsAndPunctuation) {
   }
 }
 
+// An empty --text fails with one line before any weights are made (it came after "initialising ... randomly").
+TEST(Polish, EncodeEmptyTextIsOneErrorLineBeforeInit) {
+  TempFolder tmp;
+  TfmRun r = run_tfm_in(tmp.path, {"encode", "--model", data_dir() + "/bert-base-uncased", "--init", "random",
+                                   "--text", "time flies", "--text", ""});
+  expect_one_line_error(r, "--text 2 of 2 is empty");
+}
+
+// Binary garbage as config.json: the error quotes the bytes escaped (\\xff), never raw, so the terminal shows text.
+TEST(Polish, BinaryConfigErrorHasNoRawBytes) {
+  TempFolder tmp;
+  const std::string m = tmp.path + "/garbage";
+  std::filesystem::create_directories(m);
+  spit(m + "/config.json", std::string("\xff\xfe\x01\x1b[31mgarbage", 14));
+  for (const char* cmd : {"encode", "embed", "translate", "serve", "classify"}) {
+    std::vector<std::string> args = {cmd, "--model", m};
+    if (std::string(cmd) == "encode") args.insert(args.end(), {"--text", "hi"});
+    if (std::string(cmd) == "embed") args.insert(args.end(), {"-i", "-"});
+    if (std::string(cmd) == "translate" || std::string(cmd) == "classify") args.push_back("hi");
+    TfmRun r = run_tfm_in(tmp.path, args, "hi\n");
+    expect_one_line_error(r, "config.json: invalid JSON at byte 1");
+    EXPECT_NE(r.err.find("\\xff"), std::string::npos) << r.err;
+    for (unsigned char c : r.err) EXPECT_TRUE(c == '\n' || (c >= 0x20 && c < 0x7f)) << cmd << ": byte " << (int)c;
+  }
+}
+
 }  // namespace
 }  // namespace tfm::test

@@ -25,7 +25,18 @@ json load_json_file(const std::string& path) {
     // e.what() is "[json.exception.parse_error.101] parse error at line 1, column 5: ..."; keep the reason.
     std::string reason = e.what();
     if (size_t colon = reason.find(": "); colon != std::string::npos) reason = reason.substr(colon + 2);
-    throw std::runtime_error(path + ": invalid JSON at byte " + std::to_string(e.byte) + ": " + reason);
+    // nlohmann quotes the bytes it last read: a binary file would put raw bytes on the terminal.
+    std::string clean;
+    for (unsigned char c : reason) {
+      if (c >= 0x20 && c < 0x7f) {
+        clean += (char)c;
+      } else {
+        char hex[8];
+        std::snprintf(hex, sizeof hex, "\\x%02x", c);
+        clean += hex;
+      }
+    }
+    throw std::runtime_error(path + ": invalid JSON at byte " + std::to_string(e.byte) + ": " + clean);
   }
 }
 

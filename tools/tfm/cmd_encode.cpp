@@ -92,6 +92,14 @@ void add_encode_command(CLI::App& app) {
                                  " is more than the model's max_position_embeddings (" +
                                  std::to_string(config.max_position_embeddings) + "); use at most " +
                                  std::to_string(config.max_position_embeddings));
+    // Texts are numbered in messages when there are several (which one is empty or too long).
+    auto which = [&](size_t i) {
+      return o->texts.size() > 1 ? "--text " + std::to_string(i + 1) + " of " + std::to_string(o->texts.size())
+                                 : std::string("--text");
+    };
+    // Before the weights: an empty text is one error line, not after "initialising ..." and a model load.
+    for (size_t i = 0; i < o->texts.size(); ++i)
+      if (o->texts[i].empty()) throw std::invalid_argument(which(i) + " is empty; give at least one character");
     std::unique_ptr<EncoderModel> model;
     try {
       if (o->init == "random") {
@@ -110,11 +118,6 @@ void add_encode_command(CLI::App& app) {
                                  "as BERT; a pre-LN tutorial encoder needs \"model_type\": \"transformer_encoder\")");
       throw;
     }
-    // Texts are numbered in messages when there are several (which one is empty or too long).
-    auto which = [&](size_t i) {
-      return o->texts.size() > 1 ? "--text " + std::to_string(i + 1) + " of " + std::to_string(o->texts.size())
-                                 : std::string("--text");
-    };
     std::vector<Encoding> enc;
     size_t longest = 0;
     for (size_t i = 0; i < o->texts.size(); ++i) {
