@@ -1,4 +1,5 @@
 #include "ops/gemm.h"
+#include "ops/dnnl_context.h"
 
 #include <oneapi/dnnl/dnnl.h>
 
@@ -130,20 +131,22 @@ Epilogue epilogue_of(Activation act) {
 
 // ---------------------------------------------------------------- PackedLinear
 
+dnnl::engine& dnnl_cpu_engine() {
+  static dnnl::engine eng(dnnl::engine::kind::cpu, 0);
+  return eng;
+}
+dnnl::stream& dnnl_cpu_stream() {
+  thread_local dnnl::stream s(dnnl_cpu_engine());
+  return s;
+}
+
 namespace {
 using dnnl::memory;
 using tag = memory::format_tag;
 using dt = memory::data_type;
 
-dnnl::engine& cpu_engine() {
-  static dnnl::engine eng(dnnl::engine::kind::cpu, 0);
-  return eng;
-}
-// A stream per thread: oneDNN does not promise that one stream may be used from several threads at once.
-dnnl::stream& cpu_stream() {
-  thread_local dnnl::stream s(cpu_engine());
-  return s;
-}
+dnnl::engine& cpu_engine() { return dnnl_cpu_engine(); }
+dnnl::stream& cpu_stream() { return dnnl_cpu_stream(); }
 
 dt weight_type(ComputeType ct) { return ct == ComputeType::F32 ? dt::f32 : ct == ComputeType::BF16 ? dt::bf16 : dt::s8; }
 dt src_type(ComputeType ct) { return weight_type(ct); }  // s8 activations: symmetric per-token quantisation

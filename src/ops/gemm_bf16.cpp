@@ -14,6 +14,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "ops/dnnl_context.h"
 #include "ops/gemm.h"
 
 namespace tfm::ops {
@@ -23,14 +24,8 @@ using dnnl::memory;
 using tag = memory::format_tag;
 using dt = memory::data_type;
 
-dnnl::engine& engine() {
-  static dnnl::engine eng(dnnl::engine::kind::cpu, 0);
-  return eng;
-}
-dnnl::stream& stream() {
-  thread_local dnnl::stream s(engine());
-  return s;
-}
+dnnl::engine& engine() { return dnnl_cpu_engine(); }
+dnnl::stream& stream() { return dnnl_cpu_stream(); }
 
 inline uint16_t to_bf16(float f) {
   const uint32_t u = std::bit_cast<uint32_t>(f);

@@ -54,6 +54,22 @@ std::vector<std::pair<int64_t, int64_t>> request_offsets(const BertTokenizer& to
   return out;
 }
 
+// The sentence-transformers pipeline's input: each request's ids, unpadded (attention_mask all ones).
+std::vector<Encoding> encodings(const std::vector<const TokenizedInput*>& batch) {
+  std::vector<Encoding> enc(batch.size());
+  for (size_t b = 0; b < batch.size(); ++b) {
+    enc[b].input_ids = batch[b]->ids;
+    enc[b].token_type_ids = batch[b]->token_type_ids;
+    enc[b].attention_mask.assign(batch[b]->ids.size(), 1);
+  }
+  return enc;
+}
+std::vector<const Encoding*> pointers(const std::vector<Encoding>& enc) {
+  std::vector<const Encoding*> p;
+  for (const Encoding& e : enc) p.push_back(&e);
+  return p;
+}
+
 int64_t code_points(const std::string& s) {
   int64_t n = 0;
   for (unsigned char c : s) n += (c & 0xC0) != 0x80;
@@ -192,15 +208,8 @@ class SentenceTransformerEmbedding : public EmbeddingModel {
     return t;
   }
   std::vector<std::vector<float>> embed(const std::vector<const TokenizedInput*>& batch) const override {
-    std::vector<Encoding> enc(batch.size());
-    std::vector<const Encoding*> ptrs;
-    for (size_t b = 0; b < batch.size(); ++b) {
-      enc[b].input_ids = batch[b]->ids;
-      enc[b].token_type_ids = batch[b]->token_type_ids;
-      enc[b].attention_mask.assign(batch[b]->ids.size(), 1);
-      ptrs.push_back(&enc[b]);
-    }
-    Tensor v = st_.embed(ptrs);
+    std::vector<Encoding> enc = encodings(batch);
+    Tensor v = st_.embed(pointers(enc));
     const int64_t D = st_.dimension();
     std::vector<std::vector<float>> out;
     for (size_t b = 0; b < batch.size(); ++b) {
@@ -213,15 +222,8 @@ class SentenceTransformerEmbedding : public EmbeddingModel {
   }
   // The Transformer module's token embeddings (before Pooling), as text-embeddings-inference's /embed_all.
   std::vector<std::vector<float>> embed_all(const std::vector<const TokenizedInput*>& batch) const override {
-    std::vector<Encoding> enc(batch.size());
-    std::vector<const Encoding*> ptrs;
-    for (size_t b = 0; b < batch.size(); ++b) {
-      enc[b].input_ids = batch[b]->ids;
-      enc[b].token_type_ids = batch[b]->token_type_ids;
-      enc[b].attention_mask.assign(batch[b]->ids.size(), 1);
-      ptrs.push_back(&enc[b]);
-    }
-    Tensor h = st_.token_embeddings(ptrs);
+    std::vector<Encoding> enc = encodings(batch);
+    Tensor h = st_.token_embeddings(pointers(enc));
     const int64_t L = h.size(1), H = h.size(2);
     std::vector<std::vector<float>> out;
     for (size_t b = 0; b < batch.size(); ++b) {
