@@ -93,7 +93,7 @@ TEST(PackedLinear, Bf16AndInt8CloseToFp32) {
   std::vector<float> yr(N * O);
   linear_forward_ref(yr.data(), x.data(), w.data(), b.data(), N, I, O);
   activation_forward_ref(yr.data(), yr.data(), N * O, Activation::Gelu);
-  // Per-tensor int8 activation scales (the fused default) give rows 17x below the largest ~4 fewer bits, hence
+  // Per-tensor int8 activation scales (TFM_INT8_ACT=tensor) give rows 17x below the largest ~4 fewer bits, hence
   // its lower bound here; per-token scales keep every row at 0.999.
   const auto saved = int8_activation_scales();
   for (auto [ct, act, bound] : {std::tuple{ComputeType::BF16, Int8ActivationScales::PerTensor, 0.9999},

@@ -16,8 +16,8 @@ namespace tfm {
 struct EncoderOptions {
   /// Compute type of the Linear layers (oneDNN): "fp32" (or "float32"); "bf16" (or "bfloat16": weights and
   /// input rows rounded to bf16, fp32 accumulation); "int8" (dynamic quantisation: s8 weights, one scale per
-  /// output row, each GEMM input quantised at run time with one scale per tensor, or per token with the
-  /// environment variable TFM_INT8_ACT=token; int32 accumulation). Embeddings, LayerNorm and softmax stay
+  /// output row, each GEMM input row quantised at run time with its own scale (per tensor with the
+  /// environment variable TFM_INT8_ACT=tensor); int32 accumulation). Embeddings, LayerNorm and softmax stay
   /// fp32. Any other value throws std::invalid_argument naming the accepted ones; a CPU without a oneDNN kernel
   /// for it throws std::runtime_error.
   std::string dtype = "fp32";
