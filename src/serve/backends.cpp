@@ -54,6 +54,18 @@ std::vector<std::pair<int64_t, int64_t>> request_offsets(const BertTokenizer& to
   return out;
 }
 
+// A request's ids and tokens; a [CLS]/[SEP] the tokenizer added at either end is marked special (no offsets).
+TokenizedInput tokenized(const Encoding& e, bool add_special_tokens) {
+  TokenizedInput t;
+  t.ids = e.input_ids;
+  t.token_type_ids = e.token_type_ids;
+  t.tokens = e.tokens;
+  for (size_t i = 0; i < t.tokens.size(); ++i)
+    t.special.push_back(add_special_tokens && (i == 0 || i + 1 == t.tokens.size()) &&
+                        (t.tokens[i] == "[CLS]" || t.tokens[i] == "[SEP]"));
+  return t;
+}
+
 // The sentence-transformers pipeline's input: each request's ids, unpadded (attention_mask all ones).
 std::vector<Encoding> encodings(const std::vector<const TokenizedInput*>& batch) {
   std::vector<Encoding> enc(batch.size());
@@ -94,13 +106,7 @@ class EncoderEmbedding : public EmbeddingModel {
   }
   TokenizedInput tokenize(const std::string& text, bool add_special_tokens, int64_t max_length) const override {
     Encoding e = tok_.encode(text, nullptr, add_special_tokens, max_length);
-    TokenizedInput t;
-    t.ids = e.input_ids;
-    t.token_type_ids = e.token_type_ids;
-    t.tokens = e.tokens;
-    for (size_t i = 0; i < t.tokens.size(); ++i)
-      t.special.push_back(add_special_tokens && (i == 0 || i + 1 == t.tokens.size()) &&
-                          (t.tokens[i] == "[CLS]" || t.tokens[i] == "[SEP]"));
+    TokenizedInput t = tokenized(e, add_special_tokens);
     t.offsets = request_offsets(tok_, text, e, t.special, 0);
     return t;
   }
@@ -194,13 +200,7 @@ class SentenceTransformerEmbedding : public EmbeddingModel {
         if (full.input_ids.size() > e.input_ids.size()) e = std::move(full);  // over the limit: caller answers 422
       }
     }
-    TokenizedInput t;
-    t.ids = e.input_ids;
-    t.token_type_ids = e.token_type_ids;
-    t.tokens = e.tokens;
-    for (size_t i = 0; i < t.tokens.size(); ++i)
-      t.special.push_back(add_special_tokens && (i == 0 || i + 1 == t.tokens.size()) &&
-                          (t.tokens[i] == "[CLS]" || t.tokens[i] == "[SEP]"));
+    TokenizedInput t = tokenized(e, add_special_tokens);
     // The tokenizer saw prompt + text (lowercased per code point, which keeps the character count).
     const std::string seen = st_.prompt() + text;
     t.offsets = request_offsets(st_.tokenizer(), do_lower_case_ ? lower_utf8(seen) : seen, e, t.special,
