@@ -118,5 +118,7 @@ def test_ctrl_c_stops_training(config, tmp_path):
     # the run folder stays for --resume.
     has_ckpt = os.path.exists(os.path.join(out, "checkpoint.safetensors"))
     assert os.path.exists(os.path.join(out, "train_config.json")) == has_ckpt
-    log = os.path.join(out, "train_log.csv")  # stopped within the first epochs, not after all 200
-    assert not os.path.exists(log) or len(open(log).read().splitlines()) < 5
+    # Stopped early, not after all 200 epochs. An epoch of this tiny run now takes ~70 ms, so 0.3 s may log 4 of them:
+    # the bound is far from 200, not from the first epochs.
+    log = os.path.join(out, "train_log.csv")
+    assert not os.path.exists(log) or len(open(log).read().splitlines()) < 50
