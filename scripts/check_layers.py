@@ -13,7 +13,7 @@ the including file's folder, then src/, then include/; one that resolves nowhere
 
 Known violations are listed, one edge a line, in scripts/layers_allowlist.txt (see the comments there); an
 allowlisted edge is reported only if it no longer exists (then the entry must go). Usage:
-    python3 scripts/check_layers.py [--root DIR] [--allowlist FILE] [--list]
+    python3 scripts/check_layers.py [--root DIR] [--allowlist FILE] [--list] [--prune]
 Exit status 0 when the graph follows the rules, 1 otherwise (each violation on its own line).
 """
 import argparse
@@ -166,6 +166,7 @@ def main():
     ap.add_argument("--root", default=os.path.dirname(here), help="repository root (default: this script's ../)")
     ap.add_argument("--allowlist", default=None, help="default: ROOT/scripts/layers_allowlist.txt")
     ap.add_argument("--list", action="store_true", help="print every violation as an allowlist line, then exit 0")
+    ap.add_argument("--prune", action="store_true", help="delete the allowlist lines that are no longer violations")
     a = ap.parse_args()
     root = os.path.abspath(a.root)
     allow_path = a.allowlist or os.path.join(root, "scripts", "layers_allowlist.txt")
@@ -195,8 +196,17 @@ def main():
         problems.append("folder cycle: " + " <-> ".join(c + "/" for c in comp))
     for comp in cycles(set(graph), kept):
         problems.append("file cycle: " + " <-> ".join(comp))
+    stale = {no for key, no in allowed.items() if key not in used}
+    if a.prune and stale:
+        with open(allow_path, encoding="utf-8") as f:
+            lines = f.readlines()
+        with open(allow_path, "w", encoding="utf-8") as f:
+            f.writelines(line for no, line in enumerate(lines, 1) if no not in stale)
+        print(f"check_layers: removed {len(stale)} stale line(s) from {allow_path}")
+        allowed = {key: no for key, no in allowed.items() if no not in stale}
+        stale = set()
     for (src, dst), no in sorted(allowed.items(), key=lambda kv: kv[1]):
-        if (src, dst) not in used:
+        if no in stale:
             problems.append(f"{allow_path}:{no}: '{src} -> {dst}' is no longer a violation (the include is gone or "
                             "allowed); remove the entry")
 

@@ -108,6 +108,24 @@ class CheckLayers(unittest.TestCase):
         self.assertFails(GOOD, "'src/models/seq2seq.h -> src/train/params.h' is no longer a violation",
                          allowlist="src/models/seq2seq.h -> src/train/params.h\n")
 
+    def test_prune_removes_only_stale_entries(self):
+        files = dict(GOOD)
+        files["src/models/seq2seq.h"] = '#include "train/params.h"\n'
+        files["src/train/params.h"] = "#pragma once\n"
+        with tempfile.TemporaryDirectory() as root:
+            for rel, text in files.items():
+                os.makedirs(os.path.dirname(os.path.join(root, rel)), exist_ok=True)
+                with open(os.path.join(root, rel), "w") as f:
+                    f.write(text)
+            allow = os.path.join(root, "allow.txt")
+            with open(allow, "w") as f:
+                f.write("# why\nsrc/models/seq2seq.h -> src/train/params.h\nsrc/nn/gone.h -> src/models/bert.h\n")
+            p = subprocess.run([sys.executable, SCRIPT, "--root", root, "--allowlist", allow, "--prune"],
+                               capture_output=True, text=True)
+            self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
+            with open(allow) as f:
+                self.assertEqual(f.read(), "# why\nsrc/models/seq2seq.h -> src/train/params.h\n")
+
     def test_malformed_allowlist_fails(self):
         rc, out = run(GOOD, "src/models/seq2seq.h train/params.h\n")
         self.assertNotEqual(rc, 0)

@@ -21,8 +21,18 @@ struct EncoderOptions {
   /// fp32. Any other value throws std::invalid_argument naming the accepted ones; a CPU without a oneDNN kernel
   /// for it throws std::runtime_error.
   std::string dtype = "fp32";
-  /// OpenMP / BLAS threads of each call, set on the calling thread (0 = all cores).
+  /// OpenMP threads (kernels and oneDNN GEMMs) of each call, set on the calling thread (0 = the process default:
+  /// OMP_NUM_THREADS, else all cores).
   int threads = 0;
+  /// Default pooling of embed(): "" = a sentence-transformers folder's own Pooling module, else "mean"; "mean" or
+  /// "cls" for a plain folder (another value throws std::invalid_argument); for a sentence-transformers folder any
+  /// of EmbedOptions::pooling's modes, replacing its Pooling module's.
+  std::string pooling;
+  /// sentence-transformers folders: the prompt of config_sentence_transformers.json that tokenize() and embed()
+  /// prepend ("" = its default_prompt_name; an unknown name throws std::invalid_argument), or none with no_prompt.
+  /// Ignored for a plain folder.
+  std::string prompt_name;
+  bool no_prompt = false;
 };
 
 /// Token ids of a batch, row-major [batch, length] int64, read in place (no copy) during forward().
@@ -75,6 +85,21 @@ class Encoder {
   /// (unless max_length), invalid UTF-8; std::runtime_error when the folder has no tokenizer.
   FloatArray embed(const std::vector<std::string>& texts, const EmbedOptions& options = {}) const;
 
+  /// Pooled embeddings of an already tokenized batch (rows right-padded; a row ends at its last attention_mask 1),
+  /// [batch, embedding_dim()] float32, not normalised unless the folder's pipeline ends in Normalize: the
+  /// sentence-transformers pipeline (Pooling, Dense, Normalize) on each row, or for a plain folder the options'
+  /// pooling (sentence-transformers' mean over attention_mask 1, or [CLS]). Throws what forward() throws.
+  FloatArray embed(const EncoderInputs& inputs) const;
+  /// Token embeddings of an already tokenized batch, [batch, length, hidden_size] float32: last_hidden_state, or
+  /// for a sentence-transformers folder its Transformer module's output (before Pooling; as
+  /// text-embeddings-inference's /embed_all). Padded positions hold no meaningful values.
+  FloatArray token_embeddings(const EncoderInputs& inputs) const;
+  /// One text as embed() reads it: for a sentence-transformers folder its pipeline's tokenization (prompt,
+  /// do_lower_case, cut to max_seq_length; with max_length 0 and add_special_tokens a longer text is returned at its
+  /// full length, so the caller can refuse it), else tokenizer().encode(). Offsets are in `text` (prompt tokens
+  /// have none). Throws std::invalid_argument for invalid UTF-8, std::runtime_error without a tokenizer.
+  TextEncoding tokenize(const std::string& text, const TokenizeOptions& options = {}) const;
+
   /// The folder's tokenizer. Throws std::runtime_error when it has none.
   const Tokenizer& tokenizer() const;
   bool has_tokenizer() const;
@@ -84,6 +109,12 @@ class Encoder {
   /// else hidden_size.
   int64_t embedding_dim() const;
   bool is_sentence_transformer() const;  ///< the folder has modules.json
+  /// embed()'s pipeline: "mean" / "cls", or a sentence-transformers description
+  /// ("Transformer(bert, max_seq_length 128) -> Pooling(mean) -> Normalize").
+  std::string pooling() const;
+  /// Tokens per input, special tokens included: max_seq_length of a sentence-transformers folder, else
+  /// min(max_position_embeddings, the tokenizer's model_max_length).
+  int64_t max_input_length() const;
   int64_t vocab_size() const;
   int64_t max_position_embeddings() const;  ///< tokens
   const std::string& dtype() const;  ///< "fp32", "bf16" or "int8" (aliases normalised)

@@ -25,7 +25,7 @@ struct TrainProgress {
 
 struct TrainRunOptions {
   bool resume = false;  ///< continue the run in out_dir from its checkpoint (config_path may then be empty)
-  int threads = 0;      ///< OpenMP / BLAS threads (0 = all cores); results are bit-exact for equal threads
+  int threads = 0;      ///< OpenMP threads (0 = OMP_NUM_THREADS, else all cores); results are bit-exact for equal threads
   /// Config keys to override, as `tfm train --set key=value`: each value is parsed as JSON (numbers,
   /// true/false), else taken as a string. With resume only stop_after_steps and time_limit_minutes apply.
   std::vector<std::pair<std::string, std::string>> overrides;

@@ -16,6 +16,7 @@
 #include <numeric>
 #include <stdexcept>
 
+#include "cli_util.h"
 #include "commands.h"
 #include "io/atomic_file.h"
 #include "io/json_util.h"

@@ -4,6 +4,7 @@
 #include <iostream>
 #include <memory>
 
+#include "cli_util.h"
 #include "commands.h"
 #include "io/json_util.h"
 #include "io/npy.h"

@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <memory>
 
+#include "cli_util.h"
 #include "commands.h"
 #include "dist/communicator.h"
 #include "io/json_util.h"
