@@ -33,6 +33,38 @@ struct EncoderOptions {
   /// Ignored for a plain folder.
   std::string prompt_name;
   bool no_prompt = false;
+  /// sentence-transformers folders (below) also take a literal prompt (replacing prompt_name), a Normalize step
+  /// added when the folder has none, and a truncation length in tokens (0 = sentence_bert_config.json
+  /// max_seq_length, else min(model_max_length, max_position_embeddings)).
+  std::string prompt;
+  bool normalize = false;
+  int64_t max_seq_length = 0;
+  /// What embed() and tokenize() run: "auto" (a folder's modules.json pipeline when it has one, else plain
+  /// pooling), "none" (ignore modules.json: pool last_hidden_state as for a plain folder) or
+  /// "sentence_transformers" (the pipeline only, SentenceTransformer semantics, also for a plain folder with
+  /// `pooling` set, as `tfm embed`; forward() and forward_all() then throw std::runtime_error). Another value throws
+  /// std::invalid_argument.
+  std::string pipeline = "auto";
+  /// config.json to read instead of model_dir/config.json ("" = the folder's).
+  std::string config_path;
+  /// true: random weights instead of model_dir/model.safetensors (PyTorch's default initialisation, seeded by
+  /// `seed`), for demos and tests without a checkpoint.
+  bool random_weights = false;
+  uint64_t seed = 0;
+};
+
+struct ForwardOptions {
+  bool output_hidden_states = false;  ///< also every layer's output (HF output_hidden_states=True)
+};
+
+/// What forward_all() returns (Hugging Face BaseModelOutputWithPooling).
+struct EncoderOutputs {
+  FloatArray last_hidden_state;  ///< [batch, length, hidden_size]
+  /// With output_hidden_states: [num_hidden_layers + 1, batch, length, hidden_size], the embedding output first;
+  /// else empty.
+  FloatArray hidden_states;
+  /// BERT with pooler weights: [batch, hidden_size], tanh(dense(last_hidden_state[:, 0])); else empty.
+  FloatArray pooler_output;
 };
 
 /// Token ids of a batch, row-major [batch, length] int64, read in place (no copy) during forward().
@@ -60,6 +92,14 @@ struct EmbedOptions {
   int64_t batch_size = 32;        ///< texts per forward pass
 };
 
+/// What an encoder's config.json describes, read and validated as Encoder's constructor does (sizes bounded, the
+/// weights' memory checked against the machine's), without reading any weights.
+struct EncoderConfigInfo {
+  std::string model_type;  ///< "bert" (also when config.json has none) or "transformer_encoder"
+  int64_t vocab_size = 0, hidden_size = 0, num_hidden_layers = 0, num_attention_heads = 0;
+  int64_t max_position_embeddings = 0;  ///< tokens
+};
+
 /// Thread-safety: an Encoder is immutable after construction (weights are read-only, mapped from the file); every
 /// const method may be called from several threads at once, each call using `threads` threads of its own.
 class Encoder {
@@ -73,11 +113,17 @@ class Encoder {
   Encoder(Encoder&&) noexcept;
   Encoder& operator=(Encoder&&) noexcept;
 
+  /// Reads `config_path`. Throws tfm::FileNotFoundError for a missing file, std::runtime_error for a malformed,
+  /// unsupported or too large config (the message names the file and key).
+  static EncoderConfigInfo read_config(const std::string& config_path);
+
   /// last_hidden_state [batch, length, hidden_size] float32. Throws std::invalid_argument when batch or length
   /// is < 1, length > max_position_embeddings, or an id or mask value is out of range (the message gives it).
   FloatArray forward(const EncoderInputs& inputs) const;
   /// forward() on a tokenizer's batch.
   FloatArray forward(const TokenBatch& batch) const;
+  /// forward() with the pooler output and, with output_hidden_states, every layer's output (same errors).
+  EncoderOutputs forward_all(const EncoderInputs& inputs, const ForwardOptions& options = {}) const;
   /// One vector per text, [texts.size(), embedding_dim()] float32: tokenize (special tokens added), forward, pool.
   /// A folder with modules.json runs its sentence-transformers pipeline as SentenceTransformer.encode() does
   /// (default prompt, lowercasing, max_seq_length truncation, Pooling, Dense, Normalize; computed in fp32 whatever
@@ -105,6 +151,7 @@ class Encoder {
   bool has_tokenizer() const;
   std::string model_type() const;  ///< "bert" or "transformer_encoder"
   int64_t hidden_size() const;
+  int64_t num_hidden_layers() const;
   /// Width of embed()'s vectors with default options: the sentence-transformers pipeline's output (after Dense),
   /// else hidden_size.
   int64_t embedding_dim() const;

@@ -17,6 +17,8 @@ struct TokenizeOptions {
   /// Truncate every sequence (special tokens included) to at most this many tokens, HF "longest_first" for pairs.
   /// 0: the tokenizer.json "truncation" max_length if the file sets one, else no truncation.
   int64_t max_length = 0;
+  /// encode(): fill TextEncoding::offsets (HF return_offsets_mapping); false leaves them empty (faster).
+  bool return_offsets = true;
 };
 
 /// A padded batch, as HF tokenizer(texts, padding=True) returns it. All arrays are int64 [batch, length]; rows

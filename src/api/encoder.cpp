@@ -12,6 +12,7 @@
 #include "api/impl.h"
 #include "io/json_util.h"
 #include "models/encoder.h"
+#include "models/weights.h"
 #include "models/pooling.h"
 #include "models/sentence_transformer.h"
 #include "ops/gemm.h"
@@ -26,8 +27,9 @@ struct Encoder::Impl {
   std::string dir;
   std::string dtype;
   std::string pooling;                    // EncoderOptions::pooling
-  std::string prompt_name;                // EncoderOptions::prompt_name / no_prompt
-  bool no_prompt = false;
+  std::string prompt_name, prompt;        // EncoderOptions' sentence-transformers settings
+  bool no_prompt = false, normalize = false;
+  int64_t max_seq_length = 0;
   bool do_lower_case = false;             // sentence_bert_config.json do_lower_case
   int threads = 0;
 
@@ -42,8 +44,19 @@ struct Encoder::Impl {
     SentenceTransformerOptions so;
     so.pooling = pooling;
     so.prompt_name = prompt_name;
+    so.prompt = prompt;
     so.no_prompt = no_prompt;
+    so.normalize = normalize;
+    so.max_seq_length = max_seq_length;
     return so;
+  }
+  // The encoder's config: the plain model's, or the pipeline's Transformer module's.
+  const EncoderConfig& config() const { return model ? model->config() : st->encoder_config(); }
+  const EncoderModel& plain() const {
+    if (!model)
+      throw std::runtime_error(dir + ": this Encoder runs the sentence-transformers pipeline only "
+                               "(EncoderOptions::pipeline); use embed() or token_embeddings()");
+    return *model;
   }
 };
 
@@ -103,54 +116,105 @@ int64_t code_points(const std::string& s) {
 Encoder::Encoder(const std::string& model_dir, const EncoderOptions& options) : impl_(std::make_unique<Impl>()) {
   const ops::ComputeType ct = ops::parse_compute_type(options.dtype);  // std::invalid_argument naming the accepted
   api::check_threads(options.threads);
+  const std::string& pipeline = options.pipeline;
+  if (pipeline != "auto" && pipeline != "none" && pipeline != "sentence_transformers")
+    throw std::invalid_argument("pipeline '" + pipeline + "' is not supported (supported: auto, none, "
+                                "sentence_transformers)");
   api::require_dir(model_dir, "model folder");
-  api::require_file(model_dir + "/config.json");
-  api::require_file(model_dir + "/model.safetensors");
   impl_->dtype = ops::compute_type_name(ct);
   impl_->threads = options.threads;
   impl_->pooling = options.pooling;
   impl_->prompt_name = options.prompt_name;
+  impl_->prompt = options.prompt;
   impl_->no_prompt = options.no_prompt;
-  impl_->model = load_encoder(model_dir, ct);
+  impl_->normalize = options.normalize;
+  impl_->max_seq_length = options.max_seq_length;
   impl_->dir = model_dir;
   std::error_code ec;
   namespace fs = std::filesystem;
-  if (fs::exists(model_dir + "/modules.json", ec)) {
+  auto load_pipeline = [&] {
     impl_->st.emplace(SentenceTransformer::load(model_dir, impl_->st_options()));
     const std::string sb = model_dir + "/sentence_bert_config.json";
     if (fs::exists(sb, ec)) impl_->do_lower_case = json_bool_or(load_json_file(sb), "do_lower_case", false, sb);
+  };
+  if (pipeline == "sentence_transformers") {  // the pipeline alone; its loader names what a folder lacks
+    load_pipeline();
+    return;
+  }
+  const std::string config_path = options.config_path.empty() ? model_dir + "/config.json" : options.config_path;
+  api::require_file(config_path);
+  if (!options.random_weights) api::require_file(model_dir + "/model.safetensors");
+  const EncoderConfig config = EncoderConfig::load(config_path);
+  if (options.random_weights) {
+    RandomWeights w(options.seed);
+    impl_->model = make_encoder(config, w, ct);
+  } else {
+    SafeTensorsWeights w(model_dir + "/model.safetensors");
+    impl_->model = make_encoder(config, w, ct);
+  }
+  if (pipeline == "auto" && fs::exists(model_dir + "/modules.json", ec)) {
+    load_pipeline();
   } else if (!options.pooling.empty()) {
     impl_->plain_pooling("");  // throws for an unknown mode
   }
   if (fs::exists(model_dir + "/tokenizer.json", ec) || fs::exists(model_dir + "/vocab.txt", ec)) {
     impl_->tokenizer.emplace(model_dir);
-    const int64_t tv = impl_->tokenizer->vocab_size(), mv = impl_->model->config().vocab_size;
+    const int64_t tv = impl_->tokenizer->vocab_size(), mv = impl_->config().vocab_size;
     if (tv > mv)
       throw std::runtime_error(model_dir + ": tokenizer vocabulary (" + std::to_string(tv) +
                                " tokens) is larger than config.json vocab_size (" + std::to_string(mv) + ")");
   }
 }
+EncoderConfigInfo Encoder::read_config(const std::string& config_path) {
+  api::require_file(config_path);
+  const EncoderConfig c = EncoderConfig::load(config_path);
+  EncoderConfigInfo i;
+  i.model_type = c.model_type, i.vocab_size = c.vocab_size, i.hidden_size = c.hidden_size;
+  i.num_hidden_layers = c.num_hidden_layers, i.num_attention_heads = c.num_attention_heads;
+  i.max_position_embeddings = c.max_position_embeddings;
+  return i;
+}
+
 Encoder::~Encoder() = default;
 Encoder::Encoder(Encoder&&) noexcept = default;
 Encoder& Encoder::operator=(Encoder&&) noexcept = default;
 
-FloatArray Encoder::forward(const EncoderInputs& in) const {
+namespace {
+void check_inputs(const EncoderInputs& in) {
   if (!in.input_ids) throw std::invalid_argument("input_ids is null");
   if (in.batch < 1 || in.length < 1)
     throw std::invalid_argument("input_ids must be [batch, length] with batch, length >= 1, got [" +
                                 std::to_string(in.batch) + ", " + std::to_string(in.length) + "]");
-  const Shape shape{in.batch, in.length};
   if (in.attention_mask)
     for (int64_t i = 0; i < in.batch * in.length; ++i)
       if (in.attention_mask[i] != 0 && in.attention_mask[i] != 1)
         throw std::invalid_argument("attention_mask[" + std::to_string(i / in.length) + ", " +
                                     std::to_string(i % in.length) + "] = " + std::to_string(in.attention_mask[i]) +
                                     ": expected 0 or 1");
+}
+}  // namespace
+
+FloatArray Encoder::forward(const EncoderInputs& in) const {
+  check_inputs(in);
+  const Shape shape{in.batch, in.length};
   // Views of the caller's memory: nothing is copied, and nothing is written.
   api::apply_threads(impl_->threads);
-  EncoderOutput out = impl_->model->forward(id_view(in.input_ids, shape), id_view(in.token_type_ids, shape),
-                                            id_view(in.attention_mask, shape));
+  EncoderOutput out = impl_->plain().forward(id_view(in.input_ids, shape), id_view(in.token_type_ids, shape),
+                                             id_view(in.attention_mask, shape));
   return api::to_array(std::move(out.last_hidden_state));
+}
+
+EncoderOutputs Encoder::forward_all(const EncoderInputs& in, const ForwardOptions& o) const {
+  const Shape shape{in.batch, in.length};
+  check_inputs(in);
+  api::apply_threads(impl_->threads);
+  EncoderOutput out = impl_->plain().forward(id_view(in.input_ids, shape), id_view(in.token_type_ids, shape),
+                                             id_view(in.attention_mask, shape), o.output_hidden_states);
+  EncoderOutputs r;
+  r.last_hidden_state = api::to_array(std::move(out.last_hidden_state));
+  if (out.hidden_states.defined()) r.hidden_states = api::to_array(std::move(out.hidden_states));
+  if (out.pooler_output.defined()) r.pooler_output = api::to_array(std::move(out.pooler_output));
+  return r;
 }
 
 FloatArray Encoder::forward(const TokenBatch& b) const {
@@ -199,7 +263,7 @@ FloatArray Encoder::embed(const std::vector<std::string>& texts, const EmbedOpti
   TokenizeOptions to;
   to.max_length = o.max_length;
   std::vector<Encoding> enc = api::encode_texts(tok.impl_->tok, texts, nullptr, to);
-  const EncoderConfig& c = impl_->model->config();
+  const EncoderConfig& c = impl_->config();
   for (size_t i = 0; i < enc.size(); ++i)
     if ((int64_t)enc[i].input_ids.size() > c.max_position_embeddings)
       throw std::invalid_argument("text " + std::to_string(i) + " has " + std::to_string(enc[i].input_ids.size()) +
@@ -230,14 +294,15 @@ FloatArray Encoder::embed(const EncoderInputs& in) const {
     const Tensor mask = in.attention_mask ? id_view(in.attention_mask, {in.batch, in.length}) : ones;
     return api::to_array(pool_array(h, mask, pc));
   }
-  if (!in.input_ids || in.batch < 1 || in.length < 1) return forward(in);  // forward's message
+  check_inputs(in);
   api::apply_threads(impl_->threads);
   std::vector<Encoding> enc = unpadded_rows(in);
   return api::to_array(impl_->st->embed(pointers(enc)));
 }
 
 FloatArray Encoder::token_embeddings(const EncoderInputs& in) const {
-  if (!impl_->st || !in.input_ids || in.batch < 1 || in.length < 1) return forward(in);
+  if (!impl_->st) return forward(in);
+  check_inputs(in);
   api::apply_threads(impl_->threads);
   std::vector<Encoding> enc = unpadded_rows(in);
   return api::to_array(impl_->st->token_embeddings(pointers(enc)));
@@ -245,8 +310,6 @@ FloatArray Encoder::token_embeddings(const EncoderInputs& in) const {
 
 TextEncoding Encoder::tokenize(const std::string& text, const TokenizeOptions& o) const {
   if (!impl_->st) return tokenizer().encode(text, o);
-  if (auto bad = find_invalid_utf8(text))
-    throw std::invalid_argument("text: invalid UTF-8 at byte offset " + std::to_string(*bad));
   const SentenceTransformer& st = *impl_->st;
   const bool lower = impl_->do_lower_case;
   const std::string seen = st.prompt() + text;  // what the tokenizer reads (lowercasing keeps the character count)
@@ -261,7 +324,7 @@ TextEncoding Encoder::tokenize(const std::string& text, const TokenizeOptions& o
     }
   }
   return api::text_encoding(st.tokenizer(), e, o.add_special_tokens, lower ? lower_utf8(seen) : seen,
-                            code_points(st.prompt()));
+                            code_points(st.prompt()), o.return_offsets);
 }
 
 std::string Encoder::pooling() const {
@@ -270,7 +333,7 @@ std::string Encoder::pooling() const {
 }
 int64_t Encoder::max_input_length() const {
   if (impl_->st) return impl_->st->max_seq_length();
-  const int64_t m = impl_->model->config().max_position_embeddings;
+  const int64_t m = impl_->config().max_position_embeddings;
   return impl_->tokenizer ? std::min(m, impl_->tokenizer->model_max_length()) : m;
 }
 
@@ -279,12 +342,13 @@ const Tokenizer& Encoder::tokenizer() const {
   return *impl_->tokenizer;
 }
 bool Encoder::has_tokenizer() const { return impl_->tokenizer.has_value(); }
-std::string Encoder::model_type() const { return impl_->model->config().model_type; }
-int64_t Encoder::hidden_size() const { return impl_->model->config().hidden_size; }
+std::string Encoder::model_type() const { return impl_->config().model_type; }
+int64_t Encoder::hidden_size() const { return impl_->config().hidden_size; }
+int64_t Encoder::num_hidden_layers() const { return impl_->config().num_hidden_layers; }
 int64_t Encoder::embedding_dim() const { return impl_->st ? impl_->st->dimension() : hidden_size(); }
 bool Encoder::is_sentence_transformer() const { return impl_->st.has_value(); }
-int64_t Encoder::vocab_size() const { return impl_->model->config().vocab_size; }
-int64_t Encoder::max_position_embeddings() const { return impl_->model->config().max_position_embeddings; }
+int64_t Encoder::vocab_size() const { return impl_->config().vocab_size; }
+int64_t Encoder::max_position_embeddings() const { return impl_->config().max_position_embeddings; }
 const std::string& Encoder::dtype() const { return impl_->dtype; }
 int Encoder::threads() const { return impl_->threads; }
 

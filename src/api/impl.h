@@ -20,7 +20,7 @@ std::vector<Encoding> encode_texts(const BertTokenizer& tok, const std::vector<s
 // special marks a [CLS]/[SEP] the tokenizer added at either end; offsets are in the request text, (-1, -1) for
 // special and prompt tokens.
 TextEncoding text_encoding(const BertTokenizer& tok, const Encoding& e, bool add_special_tokens,
-                           const std::string& seen, int64_t skip);
+                           const std::string& seen, int64_t skip, bool offsets = true);
 // Right-pads encodings into [B, L] arrays ([PAD], mask 0, type 0).
 TokenBatch pad_batch(const BertTokenizer& tok, std::vector<Encoding> enc);
 }  // namespace api

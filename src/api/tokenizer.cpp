@@ -77,7 +77,7 @@ TokenBatch Tokenizer::operator()(const std::vector<std::string>& texts, const st
   return api::pad_batch(impl_->tok, api::encode_texts(impl_->tok, texts, &pairs, options));
 }
 TextEncoding api::text_encoding(const BertTokenizer& tok, const Encoding& e, bool add_special_tokens,
-                                const std::string& seen, int64_t skip) {
+                                const std::string& seen, int64_t skip, bool offsets) {
   TextEncoding t;
   t.input_ids = e.input_ids;
   t.token_type_ids = e.token_type_ids;
@@ -85,6 +85,7 @@ TextEncoding api::text_encoding(const BertTokenizer& tok, const Encoding& e, boo
   for (size_t i = 0; i < t.tokens.size(); ++i)
     t.special.push_back(add_special_tokens && (i == 0 || i + 1 == t.tokens.size()) &&
                         (t.tokens[i] == "[CLS]" || t.tokens[i] == "[SEP]"));
+  if (!offsets) return t;
   t.offsets = token_offsets(tok, seen, e);
   for (size_t i = 0; i < t.offsets.size(); ++i) {
     auto& [a, b] = t.offsets[i];
@@ -100,7 +101,7 @@ TextEncoding api::text_encoding(const BertTokenizer& tok, const Encoding& e, boo
 
 TextEncoding Tokenizer::encode(const std::string& text, const TokenizeOptions& o) const {
   const Encoding e = impl_->tok.encode(text, nullptr, o.add_special_tokens, o.max_length);
-  return api::text_encoding(impl_->tok, e, o.add_special_tokens, text, 0);
+  return api::text_encoding(impl_->tok, e, o.add_special_tokens, text, 0, o.return_offsets);
 }
 
 TextEncoding Tokenizer::encode_pair(const std::string& text, const std::string& pair, const TokenizeOptions& o) const {
