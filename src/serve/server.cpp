@@ -24,6 +24,7 @@
 #include "tfm/classifier.h"
 #include "serve/backends.h"
 #include "serve/batch_queue.h"
+#include "serve/connection.h"
 #include "serve/metrics.h"
 #include "serve/requests.h"
 #include "serve/web_page.h"
@@ -229,6 +230,12 @@ class Server {
     }
   }
 
+  // The request's connection check for the batching queue: a request whose client has disconnected is dropped
+  // before its batch runs (serve/connection.h).
+  static std::function<bool()> client_gone(const httplib::Request& req) {
+    return client_gone_check(req.remote_addr, req.remote_port, req.local_port);
+  }
+
   // Wraps a handler: API key, readiness, the concurrency limit, errors as JSON.
   using Handler = std::function<void(const httplib::Request&, httplib::Response&)>;
   httplib::Server::Handler guard(Handler h, bool model_route) {
@@ -398,7 +405,7 @@ class Server {
       svr_.Post("/embed", guard([this](const httplib::Request& req, httplib::Response& res) {
                   EmbedRequest r = parse_embed_request(req.body, limits_, "inputs");
                   std::vector<Task> tasks = embed_tasks(r, kOpEmbed, "inputs");
-                  queue_->run(tasks);
+                  queue_->run(tasks, client_gone(req));
                   json out = json::array();
                   for (Task& t : tasks) out.push_back(r.normalize ? l2_normalized(t.vector) : t.vector);
                   send_json(res, 200, out);
@@ -406,7 +413,7 @@ class Server {
       svr_.Post("/embed_all", guard([this](const httplib::Request& req, httplib::Response& res) {
                   EmbedRequest r = parse_embed_request(req.body, limits_, "inputs");
                   std::vector<Task> tasks = embed_tasks(r, kOpEmbedAll, "inputs");
-                  queue_->run(tasks);
+                  queue_->run(tasks, client_gone(req));
                   json out = json::array();
                   for (Task& t : tasks) {
                     // Token vectors are the encoder's width, which a sentence-transformers Dense may change.
@@ -421,7 +428,7 @@ class Server {
       svr_.Post("/v1/embeddings", guard([this](const httplib::Request& req, httplib::Response& res) {
                   EmbedRequest r = parse_embed_request(req.body, limits_, "input");
                   std::vector<Task> tasks = embed_tasks(r, kOpEmbed, "input");
-                  queue_->run(tasks);
+                  queue_->run(tasks, client_gone(req));
                   json data = json::array();
                   int64_t tokens = 0;
                   for (size_t i = 0; i < tasks.size(); ++i) {
@@ -462,7 +469,7 @@ class Server {
                   PredictRequest r = parse_predict_request(req.body, limits_);
                   std::vector<Task> tasks = logit_tasks(r.texts, &r.pairs, r.truncate.value_or(o_.auto_truncate),
                                                         r.single, "inputs");
-                  queue_->run(tasks);
+                  queue_->run(tasks, client_gone(req));
                   const std::string fn = r.raw_scores ? "none" : "";  // "": the pipeline's default
                   const auto& labels = head_->labels();
                   json out = json::array();
@@ -490,7 +497,7 @@ class Server {
                   std::vector<std::string> queries(r.texts.size(), r.query);
                   std::vector<Task> tasks =
                       logit_tasks(queries, &r.texts, r.truncate.value_or(o_.auto_truncate), false, "texts");
-                  queue_->run(tasks);
+                  queue_->run(tasks, client_gone(req));
                   const std::string fn = r.raw_scores ? "none" : C == 2 ? "softmax" : "";  // "": the default
                   std::vector<float> scores;
                   for (Task& t : tasks) {
@@ -532,7 +539,7 @@ class Server {
                     tasks[i].tokens = (int64_t)tasks[i].ids.size();
                   }
                   metrics_.observe_tokenization(seconds_since(t0));
-                  queue_->run(tasks);
+                  queue_->run(tasks, client_gone(req));
                   if (r.single) return send_json(res, 200, {{"translatedText", tasks[0].text}});
                   json out = json::array();
                   for (Task& t : tasks) out.push_back(t.text);
@@ -544,7 +551,7 @@ class Server {
                   tasks[0].key = kOpAttention;
                   tasks[0].ids = translator_->encode_source(q, o_.auto_truncate);
                   tasks[0].tokens = (int64_t)tasks[0].ids.size();
-                  queue_->run(tasks);
+                  queue_->run(tasks, client_gone(req));
                   res.set_content(tasks[0].json, "application/json");
                 }, true));
       svr_.Get("/languages", guard([this](const httplib::Request&, httplib::Response& res) {
