@@ -31,6 +31,7 @@
 #include "core/rng.h"
 #include "core/tensor.h"
 #include "io/safetensors.h"
+#include "io/torch_pickle.h"
 #include "models/encoder.h"
 #include "models/seq2seq.h"
 #include "text/bert_tokenizer.h"
@@ -436,9 +437,36 @@ struct Target {
   void (*entry)(const uint8_t*, size_t);
 };
 
+// ---------------------------------------------------------------- torch pickle
+
+// TorchCheckpoint::open (zip directory, restricted unpickler) + every accessor. Oracle: an accepted archive
+// lists tensors whose get() (for the readable dtypes) returns exactly shape_of() elements, and the input starts
+// with a zip local header; refusals are std::runtime_error with a message naming the file.
+inline void torch_pickle_entry(const uint8_t* data, size_t size) {
+  static ScratchFile file("fuzz_torch_pickle");
+  const std::string& path = file.write(data, size);
+  try {
+    TorchCheckpoint ck = TorchCheckpoint::open(path);
+    if (size < 4 || data[0] != 'P' || data[1] != 'K') violated("open() accepted an input without a zip signature");
+    for (const std::string& name : ck.names()) {
+      const std::string dt = ck.dtype_of(name);
+      const bool readable = dt == "F32" || dt == "F16" || dt == "BF16" || dt == "F64" || dt == "I64" || dt == "I32";
+      if (!readable) continue;
+      Tensor t = ck.get(name);
+      if (t.shape() != ck.shape_of(name)) violated("tensor '" + name + "': get() shape differs from shape_of()");
+      volatile double sum = 0;
+      for (int64_t i = 0; i < t.numel(); ++i) sum = sum + (t.dtype() == DType::F32 ? t.f32()[i] : (double)t.i64()[i]);
+    }
+  } catch (const std::runtime_error& e) {
+    check_message(e);
+    if (std::string(e.what()).rfind(path + ": ", 0) != 0) violated(std::string("message does not name the file: ") + e.what());
+  }
+}
+
 inline constexpr Target kTargets[] = {
     {"fuzz_safetensors", safetensors_entry}, {"fuzz_config", config_entry},       {"fuzz_tokenizer", tokenizer_entry},
     {"fuzz_vocab_load", vocab_load_entry},   {"fuzz_lines", lines_entry},         {"fuzz_checkpoint", checkpoint_entry},
+    {"fuzz_torch_pickle", torch_pickle_entry},
 };
 
 }  // namespace tfm::fuzz

@@ -21,10 +21,10 @@ NICE=${FUZZ_NICE:-19}
 DATA=${TFM_DATA_DIR:-../shared/data}
 export TFM_DATA_DIR=$DATA
 
-ALL_TARGETS=(fuzz_safetensors fuzz_config fuzz_tokenizer fuzz_vocab_load fuzz_lines fuzz_checkpoint fuzz_serve_request)
+ALL_TARGETS=(fuzz_safetensors fuzz_config fuzz_tokenizer fuzz_vocab_load fuzz_lines fuzz_checkpoint fuzz_serve_request fuzz_torch_pickle)
 # Longest input libFuzzer may generate, per target (bytes).
 declare -A MAX_LEN=([fuzz_safetensors]=8192 [fuzz_config]=4096 [fuzz_tokenizer]=2048 [fuzz_vocab_load]=16384
-                    [fuzz_lines]=8192 [fuzz_checkpoint]=32768 [fuzz_serve_request]=4096)
+                    [fuzz_lines]=8192 [fuzz_checkpoint]=32768 [fuzz_serve_request]=4096 [fuzz_torch_pickle]=8192)
 
 CXXFLAGS=(-std=c++20 -g -O1 -march=x86-64-v3 -fno-trapping-math -fno-omit-frame-pointer -fopenmp
           -fsanitize=address,undefined -fno-sanitize-recover=undefined -Wno-pass-failed -Isrc -Iinclude $(pkg-config --cflags cairo))
@@ -65,7 +65,7 @@ build() {
 # are left out (or cut to whole lines, for text).
 seed() {
   local S="$OUT/seeds"
-  rm -rf "$S" && mkdir -p "$S"/{fuzz_safetensors,fuzz_config,fuzz_tokenizer,fuzz_vocab_load,fuzz_lines,fuzz_checkpoint,fuzz_serve_request}
+  rm -rf "$S" && mkdir -p "$S"/{fuzz_safetensors,fuzz_config,fuzz_tokenizer,fuzz_vocab_load,fuzz_lines,fuzz_checkpoint,fuzz_serve_request,fuzz_torch_pickle}
   local f i=0
   while IFS= read -r f; do
     if (( $(stat -c %s "$f") <= MAX_LEN[fuzz_safetensors] )); then cp "$f" "$S/fuzz_safetensors/st_$((i++)).safetensors"; fi
@@ -117,6 +117,10 @@ EOF
   TFM_FUZZ_WRITE_SEEDS="$S/fuzz_checkpoint" OMP_NUM_THREADS=1 "$OUT/fuzz_checkpoint" -runs=0 "$S/fuzz_checkpoint" \
     >/dev/null 2>&1
   cp tests/fixtures/io/f32_i64.safetensors "$S/fuzz_checkpoint/" 2>/dev/null || true
+  # pytorch_model.bin archives written by torch.save and the crafted ones (scripts/make_torch_pickle_fixtures.py).
+  for f in tests/fixtures/torch_pickle/*.bin; do
+    if (( $(stat -c %s "$f") <= MAX_LEN[fuzz_torch_pickle] )); then cp "$f" "$S/fuzz_torch_pickle/"; fi
+  done
   # Request bodies of tfm serve.
   printf '{"inputs": ["the cat", "a dog"], "normalize": false, "truncate": true}' > "$S/fuzz_serve_request/embed.json"
   printf '{"input": "hi", "model": "m", "encoding_format": "float"}' > "$S/fuzz_serve_request/openai.json"

@@ -28,7 +28,7 @@ HeadKind internal(TaskHead h) {
 void require_model_folder(const std::string& dir) {
   api::require_dir(dir, "model folder");
   api::require_file(dir + "/config.json");
-  api::require_file(dir + "/model.safetensors");
+  api::require_weights(dir);
 }
 
 // One loaded head with the public tokenizer of its folder.

@@ -1,9 +1,12 @@
 #include "api/common.h"
 
+#include "models/checkpoint_weights.h"
+
 #include <filesystem>
 #include <stdexcept>
 
 #include "core/threading.h"
+#include "models/checkpoint_weights.h"
 #include "tfm/tfm.h"
 
 namespace tfm {
@@ -28,6 +31,14 @@ void require_dir(const std::string& path, const char* what) {
 void require_file(const std::string& path) {
   std::error_code ec;
   if (!std::filesystem::exists(path, ec)) throw FileNotFoundError(path + ": no such file");
+}
+
+void require_weights(const std::string& dir) {
+  try {
+    CheckpointWeights::find(dir);
+  } catch (const std::runtime_error& e) {
+    throw FileNotFoundError(e.what());
+  }
 }
 
 FloatArray to_array(Tensor t) {

@@ -14,6 +14,9 @@ namespace tfm::api {
 void require_dir(const std::string& path, const char* what);
 // Throws FileNotFoundError "<path>: no such file" (what: "model folder", "config"...).
 void require_file(const std::string& path);
+// Throws FileNotFoundError naming both weight files when folder `dir` has none of model.safetensors,
+// pytorch_model.bin or their sharded .index.json (models/checkpoint_weights.h).
+void require_weights(const std::string& dir);
 // The tensor's storage, shared (no copy). t must be F32.
 FloatArray to_array(Tensor t);
 // check_threads throws std::invalid_argument unless threads >= 0; apply_threads sets the calling thread's OpenMP

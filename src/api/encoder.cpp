@@ -12,6 +12,7 @@
 #include "api/impl.h"
 #include "io/json_util.h"
 #include "models/encoder.h"
+#include "models/checkpoint_weights.h"
 #include "models/weights.h"
 #include "models/pooling.h"
 #include "models/sentence_transformer.h"
@@ -143,12 +144,12 @@ Encoder::Encoder(const std::string& model_dir, const EncoderOptions& options) : 
   }
   const std::string config_path = options.config_path.empty() ? model_dir + "/config.json" : options.config_path;
   api::require_file(config_path);
-  if (!options.random_weights) api::require_file(model_dir + "/model.safetensors");
+  if (!options.random_weights) api::require_weights(model_dir);
   if (options.random_weights) {
     RandomWeights w(options.seed);
     impl_->model = make_encoder(EncoderConfig::load(config_path), w, ct);
   } else if (!options.config_path.empty()) {
-    SafeTensorsWeights w(model_dir + "/model.safetensors");
+    CheckpointWeights w(model_dir);
     impl_->model = make_encoder(EncoderConfig::load(config_path), w, ct);
   } else {
     impl_->model = load_encoder(model_dir, ct);

@@ -4,6 +4,7 @@
 
 #include "io/json_util.h"
 #include "models/bert.h"
+#include "models/checkpoint_weights.h"
 #include "models/transformer_encoder.h"
 
 namespace tfm {
@@ -68,7 +69,7 @@ std::unique_ptr<EncoderModel> make_encoder(const EncoderConfig& config, WeightSo
 
 std::unique_ptr<EncoderModel> load_encoder(const std::string& dir, ops::ComputeType dtype) {
   EncoderConfig c = EncoderConfig::load(dir + "/config.json");
-  SafeTensorsWeights w(dir + "/model.safetensors");
+  CheckpointWeights w(dir);
   return make_encoder(c, w, dtype);
 }
 

@@ -8,6 +8,7 @@
 #include <stdexcept>
 
 #include "io/json_util.h"
+#include "models/checkpoint_weights.h"
 #include "models/weights.h"
 #include "ops/layer_norm.h"
 
@@ -41,7 +42,7 @@ bool contains(const std::vector<std::string>& v, const std::string& suffix) {
 }
 
 // Which head does the file hold? architectures first, then the tensors.
-HeadKind detect(const std::string& dir, const std::vector<std::string>& arch, const SafeTensorsWeights& w) {
+HeadKind detect(const std::string& dir, const std::vector<std::string>& arch, const WeightSource& w) {
   const bool has_cls = w.has("classifier.weight");
   const bool has_mlm = w.has("cls.predictions.bias") || w.has("cls.predictions.transform.dense.weight");
   if (contains(arch, "ForSequenceClassification")) return HeadKind::SequenceClassification;
@@ -66,7 +67,7 @@ std::vector<std::string> read_architectures(const nlohmann::json& j) {
 
 HeadKind detect_head_kind(const std::string& dir) {
   nlohmann::json j = load_json_file(dir + "/config.json");
-  SafeTensorsWeights w(dir + "/model.safetensors");
+  CheckpointWeights w(dir);
   return detect(dir, read_architectures(j), w);
 }
 
@@ -85,7 +86,7 @@ TaskModel TaskModel::load(const std::string& dir, HeadKind want) {
   if (m.head_.activation_fn.empty())
     m.head_.activation_fn = json_string_or(j, "sbert_ce_default_activation_function", "", cfg_path);
 
-  SafeTensorsWeights w(dir + "/model.safetensors");
+  CheckpointWeights w(dir);
   HeadKind kind = detect(dir, m.head_.architectures, w);
   if (kind != want) {
     const auto& arch = m.head_.architectures;

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "io/json_util.h"
+#include "models/checkpoint_weights.h"
 #include "models/weights.h"
 #include "ops/activation.h"
 
@@ -177,11 +178,7 @@ DenseModule DenseModule::load(const std::string& dir) {
   DenseModule d;
   d.activation = parse_dense_activation(
       json_string_or(j, "activation_function", "torch.nn.modules.activation.Tanh", cfg_path), cfg_path);
-  const std::string st = dir + "/model.safetensors";
-  if (!fs::exists(st) && fs::exists(dir + "/pytorch_model.bin"))
-    throw std::runtime_error(dir + ": only pytorch_model.bin found; convert it to model.safetensors "
-                             "(safetensors.torch.save_file(torch.load(f), 'model.safetensors'))");
-  SafeTensorsWeights w(st);
+  CheckpointWeights w(dir);
   d.linear = nn::Linear::load(w, "linear", in, out, bias);
   return d;
 }

@@ -5,6 +5,7 @@
 #include <utf8proc.h>
 
 #include "io/json_util.h"
+#include "models/checkpoint_weights.h"
 #include "models/weights.h"
 
 namespace tfm {
@@ -107,7 +108,7 @@ SentenceTransformer SentenceTransformer::load(const std::string& dir, const Sent
   }
 
   EncoderConfig cfg = EncoderConfig::load(transformer_dir + "/config.json");
-  SafeTensorsWeights w(transformer_dir + "/model.safetensors");
+  CheckpointWeights w(transformer_dir);
   m.encoder_ = make_encoder(cfg, w);
   m.tokenizer_ = std::make_shared<BertTokenizer>(BertTokenizer::from_dir(transformer_dir));
   if (m.tokenizer_->vocab_size() > cfg.vocab_size)

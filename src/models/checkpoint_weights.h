@@ -1,0 +1,53 @@
+// The weights of a model folder in whichever form the checkpoint ships them: model.safetensors, sharded
+// safetensors (model.safetensors.index.json), pytorch_model.bin (read by the restricted unpickler of
+// io/torch_pickle.h: no code in the file runs) or sharded pytorch_model.bin (pytorch_model.bin.index.json).
+#pragma once
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "io/torch_pickle.h"
+#include "models/weights.h"
+
+namespace tfm {
+
+class CheckpointWeights : public WeightSource {
+ public:
+  // Opens the weights of folder `dir`, trying in order model.safetensors, model.safetensors.index.json,
+  // pytorch_model.bin, pytorch_model.bin.index.json (the order transformers' from_pretrained prefers).
+  // An index's weight_map ({tensor name: shard file name}) must name plain files in `dir`, and each shard must
+  // hold the tensors mapped to it. Throws std::runtime_error naming the file; with no weights at all:
+  // "DIR/model.safetensors: no such file (nor pytorch_model.bin, nor a sharded model.safetensors.index.json or
+  // pytorch_model.bin.index.json)".
+  explicit CheckpointWeights(const std::string& dir);
+  // The file weights are read from (the index for a sharded checkpoint), as chosen by the constructor; throws
+  // like it when there is none. Cheap: opens nothing.
+  static std::string find(const std::string& dir);
+
+  // As WeightSource; errors name the shard that holds the tensor. pytorch_model.bin tensors of any floating
+  // dtype (F32, F16, BF16, F64) are read as F32, like SafeTensorsWeights; integer tensors are refused.
+  Tensor get(const std::string& name, const Shape& shape, const std::vector<std::string>& aliases = {}) override;
+  void release(const Tensor& t) override;
+  bool has(const std::string& name) const override { return owner_.count(name) != 0; }
+  void release_bytes(const void* data, size_t bytes) override;
+  const int8_t* get_int8(const std::string& name, const Shape& shape, const std::vector<std::string>& aliases,
+                         const float** scale) override;
+  const std::string& path() const { return path_; }
+  // Tensor names in sorted order, over all shards.
+  std::vector<std::string> names() const;
+
+ private:
+  struct Shard {
+    std::unique_ptr<SafeTensorsWeights> st;
+    std::unique_ptr<TorchCheckpoint> pt;
+    std::string path;
+  };
+  void add_shard(const std::string& file, const std::vector<std::string>* expected);
+
+  std::string path_;
+  std::vector<Shard> shards_;
+  std::map<std::string, size_t> owner_;  // tensor name -> shard
+};
+
+}  // namespace tfm
