@@ -68,6 +68,13 @@ std::vector<std::string> CheckpointWeights::names() const {
   return out;
 }
 
+const Shape& CheckpointWeights::shape_of(const std::string& name) const {
+  auto it = owner_.find(name);
+  if (it == owner_.end()) throw std::runtime_error(path_ + ": missing tensor '" + name + "'");
+  const Shard& s = shards_[it->second];
+  return s.st ? s.st->file().shape_of(name) : s.pt->shape_of(name);
+}
+
 Tensor CheckpointWeights::get(const std::string& name, const Shape& shape, const std::vector<std::string>& aliases) {
   std::string found;
   if (has(name)) found = name;

@@ -34,6 +34,8 @@ class CheckpointWeights : public WeightSource {
   const int8_t* get_int8(const std::string& name, const Shape& shape, const std::vector<std::string>& aliases,
                          const float** scale) override;
   const std::string& path() const { return path_; }
+  // Stored shape of `name` (PyTorch order); throws naming the checkpoint if it is missing.
+  const Shape& shape_of(const std::string& name) const;
   // Tensor names in sorted order, over all shards.
   std::vector<std::string> names() const;
 

@@ -125,11 +125,11 @@ TaskModel TaskModel::load(const std::string& dir, HeadKind want) {
   // Classification: labels from id2label, else from the classifier's rows.
   int64_t num_labels = 0;
   if (!w.has("classifier.weight"))
-    throw std::runtime_error(dir + "/model.safetensors: missing tensor 'classifier.weight' of the " +
+    throw std::runtime_error(w.path() + ": missing tensor 'classifier.weight' of the " +
                              head_kind_name(kind) + " head");
-  const Shape& cs = w.file().shape_of("classifier.weight");
+  const Shape& cs = w.shape_of("classifier.weight");
   if (cs.size() != 2 || cs[1] != H)
-    throw std::runtime_error(dir + "/model.safetensors: tensor 'classifier.weight' has shape " + shape_str(cs) +
+    throw std::runtime_error(w.path() + ": tensor 'classifier.weight' has shape " + shape_str(cs) +
                              ", expected [num_labels, " + std::to_string(H) + "]");
   num_labels = cs[0];
   if (j.contains("id2label") && j["id2label"].is_object() && !j["id2label"].empty()) {
@@ -150,7 +150,7 @@ TaskModel TaskModel::load(const std::string& dir, HeadKind want) {
   }
   m.classifier_ = nn::Linear::load(w, "classifier", H, num_labels);
   if (kind == HeadKind::SequenceClassification && !(w.has("pooler.dense.weight") || w.has("bert.pooler.dense.weight")))
-    throw std::runtime_error(dir + "/model.safetensors: missing tensor 'bert.pooler.dense.weight': sequence "
+    throw std::runtime_error(w.path() + ": missing tensor 'bert.pooler.dense.weight': sequence "
                              "classification reads the pooler output");
   return m;
 }
