@@ -38,7 +38,7 @@
 #include "text/text_file.h"
 #include "text/vocab.h"
 #include "train/optim.h"
-#include "train/params.h"
+#include "nn/params.h"
 #include "train/recipe.h"
 
 namespace tfm::fuzz {
@@ -411,7 +411,7 @@ inline void write_checkpoint_seeds(const std::string& dir) {
   Rng rng(7);
   model.init(rng);
   model.save(dir + "/model.safetensors");
-  ParamTable& P = model.params();
+  nn::ParamStore& P = model.params();
   std::vector<float> m(P.total(), 0.01f), v(P.total(), 0.001f);
   std::vector<std::pair<std::string, Tensor>> tensors;
   for (auto& [name, t] : P.named_tensors()) tensors.emplace_back("model." + name, t);

@@ -12,7 +12,7 @@
 #include "ops/attention.h"
 #include "ops/isa.h"
 #include "ops/layer_norm.h"
-#include "ops/profile.h"
+#include "core/profile.h"
 #include "ops/softmax.h"
 #include "test_util.h"
 

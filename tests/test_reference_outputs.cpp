@@ -158,7 +158,7 @@ TEST(Seq2SeqReference, PerSequenceLossAndSecondStepLossAndNormMatchPyTorch) {
   }
   auto adam_fx = SafeTensors::open(fixture("seq2seq/adam.safetensors"));
   Seq2SeqBatch batch = batch_of(enc_X, enc_vl, dec_X, &Y, &Y_vl);
-  ParamTable& P = m.params();
+  nn::ParamStore& P = m.params();
   Adam opt(P.total(), AdamOptions{0.005f});
   P.zero_grad();
   m.forward_backward(batch, nullptr);
@@ -358,7 +358,7 @@ TEST(LabelSmoothingReference, Seq2SeqLossAndGradientsMatchTorchForBothTrainers) 
 TEST(OptimReference, AdamWAndAdamWithWeightDecayMatchTorchOptim) {
   auto fx = SafeTensors::open(fixture("reference/adam.safetensors"));
   for (std::string name : {"adamw", "adam_l2"}) {
-    ParamTable P;
+    nn::ParamStore P;
     P.add("a", fx.get("p0.0").shape());
     P.add("b", fx.get("p0.1").shape());
     P.finalize();
@@ -417,7 +417,7 @@ TEST(TrainReference, TwoStepsOnAFixedBatchMatchTheD2lLoop) {
   }
   // Weights after the two steps, to 1e-4 of each tensor's scale; the few elements whose clipped gradient is
   // near Adam's eps (listed by the fixture, ~0.5%) move by up to lr per step on rounding alone: 2 lr there.
-  ParamTable& P = m.params();
+  nn::ParamStore& P = m.params();
   int64_t loose = 0;
   for (size_t i = 0; i < P.entries().size(); ++i) {
     const auto& e = P.entries()[i];

@@ -128,8 +128,8 @@ TEST(TrainKernels, UnsupportedCasesAreLeftToTheGenericKernels) {
 
 // Adam::step's grad_scale equals clipping the gradients first, bit for bit (the recipe relies on it for resume).
 TEST(TrainKernels, FusedClippingEqualsClipThenStep) {
-  ParamTable a, b;
-  for (ParamTable* t : {&a, &b}) {
+  nn::ParamStore a, b;
+  for (nn::ParamStore* t : {&a, &b}) {
     t->add("w", {1000});
     t->finalize();
   }

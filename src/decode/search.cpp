@@ -1,6 +1,6 @@
 #include "decode/search.h"
 
-#include "decode/profile.h"
+#include "core/profile.h"
 #include "ops/vec_math.h"
 
 #include <algorithm>

@@ -20,12 +20,13 @@
 #include "ops/gemm_bf16.h"
 #include "ops/matmul.h"
 #include "ops/vec_math.h"
-#include "decode/profile.h"
+#include "core/profile.h"
 #include "train/cross_entropy.h"
 
 #include <unordered_map>
 
 namespace tfm {
+using ParamTable = nn::ParamStore;  // stage 3 rewrites this file on nn/
 
 // ---------------------------------------------------------------- config
 

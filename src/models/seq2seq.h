@@ -16,7 +16,7 @@
 #include "core/rng.h"
 #include "core/tensor.h"
 #include "ops/gemm.h"
-#include "train/params.h"
+#include "nn/params.h"
 
 namespace tfm {
 
@@ -94,7 +94,7 @@ class Seq2SeqModel {
   explicit Seq2SeqModel(const Seq2SeqConfig& config);
   ~Seq2SeqModel();
   const Seq2SeqConfig& config() const { return config_; }
-  ParamTable& params() { return params_; }
+  nn::ParamStore& params() { return params_; }
 
   // d2l's initialisation: Xavier-uniform Linear weights; Linear biases U(+-1/sqrt(fan_in)); embeddings N(0, 1);
   // LayerNorm weight 1, bias 0 (the last three are PyTorch's defaults).
@@ -145,7 +145,7 @@ class Seq2SeqModel {
   void forward_train(const Seq2SeqBatch& batch, Rng* rng);
   const float* encoder_forward(const int64_t* src, const int64_t* src_valid_len, int64_t B, int64_t Ls, Rng* rng);
   Seq2SeqConfig config_;
-  ParamTable params_;
+  nn::ParamStore params_;
   std::unique_ptr<Impl> impl_;
 };
 
