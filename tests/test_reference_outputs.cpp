@@ -9,13 +9,14 @@
 #include <string>
 #include <vector>
 
+#include "decode/decoder_cache.h"
 #include "io/safetensors.h"
 #include "models/encoder.h"
 #include "models/seq2seq.h"
 #include "ops/attention.h"
 #include "test_util.h"
 #include "text/nmt_data.h"
-#include "train/cross_entropy.h"
+#include "ops/cross_entropy.h"
 #include "train/optim.h"
 #include "train/trainer.h"
 
@@ -68,11 +69,11 @@ void greedy_nostop(Seq2SeqModel& m, const Tensor& enc_X, const Tensor& enc_vl, i
   for (int64_t b = 0; b < B; ++b) {
     Tensor enc = m.encode(enc_X.i64() + b * Ls, enc_vl.i64() + b, 1, Ls);
     DecoderCache cache;
-    m.start_decoding(cache, enc, enc_vl.i64() + b, steps);
+    start_decoding(m, cache, enc, enc_vl.i64() + b, steps);
     int64_t tok = 2;  // <bos>
     for (int64_t t = 0; t < steps; ++t) {
       float* lg = logits.data() + (b * steps + t) * V;
-      m.decode_step(cache, &tok, lg, PositionMode::kD2lStep);
+      decode_step(m, cache, &tok, lg, PositionMode::kD2lStep);
       tok = std::max_element(lg, lg + V) - lg;
       ids[b * steps + t] = tok;
     }
@@ -320,7 +321,7 @@ TEST(LabelSmoothingReference, RowsMatchTorchCrossEntropyWithIgnoredRows) {
     labels[n] = ignored ? 0 : lab.i64()[n];
     weight[n] = ignored ? 0.0f : 1.0f;
   }
-  cross_entropy_forward_backward(loss.data(), dlogits.data(), x.f32(), labels.data(), weight.data(), N, V, eps);
+  ops::cross_entropy_forward_backward(loss.data(), dlogits.data(), x.f32(), labels.data(), weight.data(), N, V, eps);
   Tensor want_loss = fx.get("rows_loss");
   for (int64_t n = 0; n < N; ++n) {
     if (weight[n] == 0.0f) continue;

@@ -4,6 +4,8 @@
 #include <stdexcept>
 
 #include "core/profile.h"
+#include "ops/dropout.h"
+#include "ops/embedding.h"
 #include "ops/gemm_bf16.h"
 #include "ops/layer_norm.h"
 #include "ops/matmul.h"
@@ -80,7 +82,7 @@ void Linear::forward(const Context& ctx, float* out, const float* inp, int64_t N
     packed.forward(out, inp, N, act);
     return;
   }
-  if (precision == ops::ComputeType::BF16 && N > 0) {
+  if (ctx.grad && precision == ops::ComputeType::BF16 && N > 0) {
     float beta = 0.0f;
     if (bias.defined()) {
       const float* b = bias.data();
@@ -207,6 +209,49 @@ void FeedForward::forward_inference(float* out, const float* x_, float* hidden, 
   }
   OpTimer t("ffn_out_gemm");
   linear2.forward_inference(out, hidden, N_);
+}
+
+// ---------------------------------------------------------------- Embedding
+
+Embedding Embedding::load(const Vars& vb, int64_t vocab, int64_t dim_, float scale_) {
+  Embedding e;
+  e.weight = vb.get("weight", {vocab, dim_});
+  e.vocab_size = vocab;
+  e.dim = dim_;
+  e.scale = scale_;
+  return e;
+}
+
+void Embedding::forward(const Context& ctx, float* out, const int64_t* ids_, int64_t B, int64_t L,
+                        const float* positions) {
+  const int64_t H = dim;
+  N = B * L;
+  ids.assign(ids_, ids_ + N);
+  ops::embedding_forward(out, ids_, weight.data(), N, vocab_size, H);
+  for (int64_t n = 0; n < N; ++n) {
+    const float* pr = positions + (n % L) * H;
+    for (int64_t h = 0; h < H; ++h) out[n * H + h] = out[n * H + h] * scale + pr[h];
+  }
+  if (ctx.dropping()) {
+    drop.resize(N * H);
+    ops::dropout_mask(drop.data(), N * H, ctx.dropout, *ctx.rng);
+    ops::dropout_apply(out, out, drop.data(), N * H);
+  } else {
+    drop.clear();
+  }
+}
+
+void Embedding::backward(float* dout) {
+  if (!drop.empty()) ops::dropout_apply(dout, dout, drop.data(), N * dim);
+  for (int64_t i = 0; i < N * dim; ++i) dout[i] *= scale;
+  ops::embedding_backward(weight.grad(), dout, ids.data(), N, dim);
+}
+
+void Embedding::forward_inference(float* out, const int64_t* ids_, int64_t n, const float* position) const {
+  const int64_t H = dim;
+  ops::embedding_forward(out, ids_, weight.data(), n, vocab_size, H);
+  for (int64_t b = 0; b < n; ++b)
+    for (int64_t i = 0; i < H; ++i) out[b * H + i] = out[b * H + i] * scale + position[i];
 }
 
 }  // namespace tfm::nn

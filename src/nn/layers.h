@@ -25,6 +25,7 @@ using Buf = std::vector<float>;
 struct Context {
   Rng* rng = nullptr;     // dropout masks are drawn from it; null: no dropout (evaluation)
   float dropout = 0.0f;   // p of every dropout of the model
+  bool grad = false;      // a forward for backward (training): parameter products in each Linear's `precision`
   bool packed = false;    // Linear products on the packed inference weights where a Linear has them (Linear::pack)
   bool dropping() const { return rng && dropout > 0.0f; }
 };
@@ -52,7 +53,8 @@ struct Linear {
   void pack(ops::ComputeType ct);
 
   // out: [N, out_features] = act(inp [N, in_features] W^T + b), written. Packed weights when ctx.packed (and
-  // defined), the activation then fused into the product; otherwise the parameters in `precision`.
+  // defined), the activation then fused into the product; otherwise the parameters, in `precision` when
+  // ctx.grad and in fp32 otherwise.
   void forward(const Context& ctx, float* out, const float* inp, int64_t N,
                ops::Epilogue act = ops::Epilogue::None) const;
   // Inference: the packed product when pack() made one, else the fp32 parameters (nothing saved; thread-safe).
@@ -104,6 +106,27 @@ struct FeedForward {
   void backward(const float* dout, float* dx);
   // Inference on packed weights, the bias and activation fused into the first product; hidden: [N, I] scratch.
   void forward_inference(float* out, const float* x, float* hidden, int64_t N) const;
+};
+
+// torch.nn.Embedding, scaled and with a position table added (d2l's TransformerEncoder: embedding(x) *
+// sqrt(num_hiddens) + P), then dropout. weight: [vocab_size, dim].
+struct Embedding {
+  Param weight;
+  int64_t vocab_size = 0, dim = 0;
+  float scale = 1.0f;
+  // Saved by forward.
+  std::vector<int64_t> ids;
+  Buf drop;
+  int64_t N = 0;
+
+  static Embedding load(const Vars& vb, int64_t vocab_size, int64_t dim, float scale = 1.0f);
+  // out [B, L, dim] = weight[ids] * scale + positions[l] (positions: [>= L, dim]), then dropout (ctx).
+  // ids: [B, L] in [0, vocab_size) (ops::embedding_forward throws otherwise).
+  void forward(const Context& ctx, float* out, const int64_t* ids, int64_t B, int64_t L, const float* positions);
+  // dout [B, L, dim] is overwritten (scaled in place); dweight += the scatter.
+  void backward(float* dout);
+  // One row per id, every row at the same position: out [N, dim] = weight[ids] * scale + position [dim].
+  void forward_inference(float* out, const int64_t* ids, int64_t N, const float* position) const;
 };
 
 }  // namespace tfm::nn

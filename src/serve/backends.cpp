@@ -6,6 +6,7 @@
 
 #include <utf8proc.h>
 
+#include "decode/decoder_cache.h"
 #include "io/json_util.h"
 #include "models/heads.h"
 #include "models/sentence_transformer.h"
@@ -363,7 +364,7 @@ nlohmann::json Translator::attention(const std::vector<int64_t>& source) {
   std::vector<Tensor> enc_attn;
   Tensor enc = model_.encode(ids.data(), &vl, 1, Ls, &enc_attn);
   DecoderCache cache;
-  model_.start_decoding(cache, enc, &vl, opt_.max_steps);
+  start_decoding(model_, cache, enc, &vl, opt_.max_steps);
   int64_t token = opt_.bos_id;
   std::vector<float> logits(V);
   std::vector<int64_t> out;
@@ -375,7 +376,7 @@ nlohmann::json Translator::attention(const std::vector<int64_t>& source) {
     for (int64_t h = 0; h < heads; ++h) layer.push_back(nlohmann::json::array());
   for (int64_t t = 0; t < opt_.max_steps; ++t) {
     std::vector<std::vector<float>> w;  // per layer [1, heads, 1, Ls]
-    model_.decode_step(cache, &token, logits.data(), opt_.position_mode, &w);
+    decode_step(model_, cache, &token, logits.data(), opt_.position_mode, &w);
     token = (int64_t)(std::max_element(logits.begin(), logits.end()) - logits.begin());
     for (int64_t l = 0; l < c.num_layers; ++l)
       for (int64_t h = 0; h < heads; ++h)

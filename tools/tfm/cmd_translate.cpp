@@ -6,6 +6,7 @@
 #include <memory>
 #include <unistd.h>
 
+#include "decode/decoder_cache.h"
 #include "commands.h"
 #include "decode/search.h"
 #include "io/json_util.h"
@@ -47,13 +48,13 @@ DecodeAttention replay_attention(Seq2SeqModel& model, const std::vector<int64_t>
   for (const Tensor& w : enc_attn) att.encoder_self.push_back(w.reshape({heads, Ls, Ls}));
   const int64_t steps = std::min<int64_t>((int64_t)hyp.size() + 1, opt.max_steps);
   DecoderCache cache;
-  model.start_decoding(cache, enc, &vl, opt.max_steps);
+  start_decoding(model, cache, enc, &vl, opt.max_steps);
   std::vector<float> logits(V);
   att.cross = Tensor::zeros({heads, steps, Ls});
   for (int64_t t = 0; t < steps; ++t) {
     const int64_t token = t == 0 ? opt.bos_id : hyp[t - 1];
     std::vector<std::vector<float>> cross;
-    model.decode_step(cache, &token, logits.data(), opt.position_mode, &cross);
+    decode_step(model, cache, &token, logits.data(), opt.position_mode, &cross);
     for (int64_t h = 0; h < heads; ++h)
       std::copy_n(cross.back().data() + h * Ls, Ls, att.cross.f32() + (h * steps + t) * Ls);
   }
