@@ -1,5 +1,6 @@
 #include "ops/gemm.h"
 #include "ops/dnnl_context.h"
+#include "ops/gemm_bf16.h"
 
 #include <oneapi/dnnl/dnnl.h>
 
@@ -152,14 +153,6 @@ dt weight_type(ComputeType ct) { return ct == ComputeType::F32 ? dt::f32 : ct ==
 dt src_type(ComputeType ct) { return weight_type(ct); }  // s8 activations: symmetric per-token quantisation
 
 // Round-to-nearest-even fp32 -> bf16, as torch's .to(torch.bfloat16) (NaN kept quiet).
-inline uint16_t to_bf16(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40);
-  u += 0x7fffu + ((u >> 16) & 1u);
-  return (uint16_t)(u >> 16);
-}
-
 // ---- symmetric int8 quantisation: q = round_half_even(x / scale) clamped to [-127, 127], scale = max|x| / 127
 // (1 for an all-zero input). Two kernels: AVX-512 (chosen at run time) and the x86-64-v3 baseline (omp simd).
 
@@ -379,8 +372,6 @@ PackedLinear PackedLinear::from_int8(const int8_t* weight, const float* weight_s
 
 int64_t PackedLinear::in_features() const { return impl_ ? impl_->in : 0; }
 int64_t PackedLinear::out_features() const { return impl_ ? impl_->out : 0; }
-ComputeType PackedLinear::compute_type() const { return impl_ ? impl_->ct : ComputeType::F32; }
-size_t PackedLinear::packed_bytes() const { return impl_ ? impl_->weights_md.get_size() : 0; }
 
 void PackedLinear::forward(float* out, const float* inp, int64_t N, Epilogue ep) const {
   if (N <= 0) return;

@@ -27,13 +27,6 @@ using dt = memory::data_type;
 dnnl::engine& engine() { return dnnl_cpu_engine(); }
 dnnl::stream& stream() { return dnnl_cpu_stream(); }
 
-inline uint16_t to_bf16(float f) {
-  const uint32_t u = std::bit_cast<uint32_t>(f);
-  // Branch-free so that conversion loops vectorise; a NaN stays a quiet NaN.
-  const uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
-  return (uint16_t)((u & 0x7fffffffu) > 0x7f800000u ? (u >> 16) | 0x40u : rounded);
-}
-
 // dst[r, c] (compact, rows x cols) = bf16(src[r * ld + c]).
 void convert(uint16_t* dst, const float* src, int64_t rows, int64_t cols, int64_t ld) {
 #pragma omp parallel for schedule(static) if (rows * cols > 262144)
@@ -151,21 +144,6 @@ void gemm_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, floa
   convert(a_buf.data(), A, trans_a ? K : M, trans_a ? M : K, lda);
   convert(b_buf.data(), B, trans_b ? N : K, trans_b ? K : N, ldb);
   gemm_bf16_converted(trans_a, trans_b, M, N, K, alpha, a_buf.data(), b_buf.data(), beta, C, ldc);
-}
-
-void gemm_f32_matmul(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
-                     int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
-  if (M <= 0 || N <= 0) return;
-  if (K <= 0) {
-    gemm(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
-    return;
-  }
-  dnnl::matmul prim = primitive(M, N, K, trans_a, trans_b, lda, ldb, ldc, alpha, beta, dt::f32);
-  memory src_m(a_desc(M, K, trans_a, lda, dt::f32), engine(), const_cast<float*>(A));
-  memory wei_m(b_desc(K, N, trans_b, ldb, dt::f32), engine(), const_cast<float*>(B));
-  memory dst_m(memory::desc({M, N}, dt::f32, memory::dims{ldc, 1}), engine(), C);
-  prim.execute(stream(), {{DNNL_ARG_SRC, src_m}, {DNNL_ARG_WEIGHTS, wei_m}, {DNNL_ARG_DST, dst_m}});
-  stream().wait();
 }
 
 }  // namespace tfm::ops
