@@ -41,7 +41,7 @@ void check_threads(int threads) {
   if (threads < 0) throw std::invalid_argument("threads must be >= 0 (0 = all cores), got " + std::to_string(threads));
 }
 
-void apply_threads(int threads) { set_num_threads(threads); }  // core/threading.h: 0 = the process default
+void apply_threads(int threads) { set_num_threads(threads); }
 
 }  // namespace api
 }  // namespace tfm

@@ -51,10 +51,7 @@ void decode_step(const Seq2SeqModel& model, DecoderCache& cache, const int64_t* 
     return v.data();
   };
   float* x = buf(kX, B * H);
-  if (dp::enabled()) {
-    dp::totals().steps++;
-    dp::totals().rows += B;
-  }
+  if (dp::enabled()) dp::totals().add_step(B);
   {
     dp::Timer tm(dp::kOther);  // the blocks time their own parts
     model.embed_target_step(x, tokens, B, mode == PositionMode::kAbsolute ? t : 0);

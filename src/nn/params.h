@@ -33,7 +33,6 @@ class ParamStore {
   int64_t add(const std::string& name, const Shape& shape);
   // Allocates the value and gradient buffers (zeros).
   void finalize();
-  bool finalized() const { return finalized_; }
   float* data(int64_t i) { return data_.data() + entries_[i].offset; }
   float* grad(int64_t i) { return grad_.data() + entries_[i].offset; }
   std::vector<float>& all_data() { return data_; }
@@ -95,7 +94,6 @@ class Vars {
   // Tells a file-backed source that `p` has been copied (packed) and its pages need not stay resident.
   void release(const Param& p) const;
   void release_bytes(const void* data, size_t bytes) const;
-  ParamStore* store() const { return store_; }
 
  private:
   std::vector<std::string> aliases_of(const std::string& full) const;

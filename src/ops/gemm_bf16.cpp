@@ -47,12 +47,12 @@ uint32_t bits(float f) {
   return u;
 }
 
-struct Cache {
-  std::mutex mu;
-  std::map<Key, dnnl::matmul> prims;
-};
-Cache& cache() {
-  static Cache c;
+// The primitives of these products, one per shape (ops/dnnl_context.h). Their scratchpad is the caller's
+// (scratchpad_mode::user, one buffer per thread, as PackedLinear does): with oneDNN's library-owned one, threads
+// running one cached primitive at once (Python threads, tfm serve) could share its scratch memory.
+using Prim = CachedMatmul;
+MatmulCache<Key>& cache() {
+  static MatmulCache<Key> c;
   return c;
 }
 
@@ -65,27 +65,36 @@ memory::desc b_desc(int64_t K, int64_t N, bool trans_b, int64_t ldb, dt type) {
 }
 
 // A matmul for these shapes and strides, created once (about 0.1 ms) and cached. dst [M, N] f32, row stride ldc.
-dnnl::matmul primitive(int64_t M, int64_t N, int64_t K, bool trans_a, bool trans_b, int64_t lda, int64_t ldb,
+Prim primitive(int64_t M, int64_t N, int64_t K, bool trans_a, bool trans_b, int64_t lda, int64_t ldb,
                        int64_t ldc, float alpha, float beta, dt type) {
   const Key key{M, N, K, trans_a, trans_b, lda, ldb, ldc, bits(alpha), bits(beta), (int)type};
-  Cache& c = cache();
-  std::lock_guard<std::mutex> lock(c.mu);
-  auto it = c.prims.find(key);
-  if (it != c.prims.end()) return it->second;
-  // Batch shapes vary from step to step (length bucketing); bound the cache so a long run cannot grow it forever.
-  if (c.prims.size() > 4096) c.prims.clear();
-  memory::desc src = a_desc(M, K, trans_a, lda, type), wei = b_desc(K, N, trans_b, ldb, type);
-  memory::desc dst({M, N}, dt::f32, memory::dims{ldc, 1});
-  dnnl::primitive_attr attr;
-  if (alpha != 1.0f) attr.set_output_scales(0, {alpha});
-  if (beta != 0.0f) {
-    dnnl::post_ops po;
-    po.append_sum(beta);
-    attr.set_post_ops(po);
+  return cache().get(key, [&] {
+    memory::desc src = a_desc(M, K, trans_a, lda, type), wei = b_desc(K, N, trans_b, ldb, type);
+    memory::desc dst({M, N}, dt::f32, memory::dims{ldc, 1});
+    dnnl::primitive_attr attr;
+    attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+    if (alpha != 1.0f) attr.set_output_scales(0, {alpha});
+    if (beta != 0.0f) {
+      dnnl::post_ops po;
+      po.append_sum(beta);
+      attr.set_post_ops(po);
+    }
+    dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(src, wei, dst), attr, engine());
+    return Prim{dnnl::matmul(pd), pd.scratchpad_desc()};
+  });
+}
+
+// Runs a cached primitive with this thread's scratchpad.
+void execute(const Prim& prim, const memory& src, const memory& wei, const memory& dst) {
+  std::unordered_map<int, memory> args = {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, wei}, {DNNL_ARG_DST, dst}};
+  thread_local std::vector<uint8_t> scratch;
+  const size_t bytes = prim.scratchpad.get_size();
+  if (bytes > 0) {
+    if (scratch.size() < bytes) scratch.resize(bytes);
+    args.emplace(DNNL_ARG_SCRATCHPAD, memory(prim.scratchpad, engine(), scratch.data()));
   }
-  dnnl::matmul prim(dnnl::matmul::primitive_desc(dnnl::matmul::desc(src, wei, dst), attr, engine()));
-  c.prims.emplace(key, prim);
-  return prim;
+  prim.matmul.execute(stream(), args);
+  stream().wait();
 }
 }  // namespace
 
@@ -125,12 +134,11 @@ void gemm_bf16_converted(bool trans_a, bool trans_b, int64_t M, int64_t N, int64
   require_bf16_gemm();
   // A transposed operand is described by its strides (oneDNN's AMX kernels read transposed sources directly).
   const int64_t a_ld = trans_a ? M : K, b_ld = trans_b ? K : N;
-  dnnl::matmul prim = primitive(M, N, K, trans_a, trans_b, a_ld, b_ld, ldc, alpha, beta, dt::bf16);
+  const Prim prim = primitive(M, N, K, trans_a, trans_b, a_ld, b_ld, ldc, alpha, beta, dt::bf16);
   memory src_m(a_desc(M, K, trans_a, a_ld, dt::bf16), engine(), const_cast<uint16_t*>(A));
   memory wei_m(b_desc(K, N, trans_b, b_ld, dt::bf16), engine(), const_cast<uint16_t*>(B));
   memory dst_m(memory::desc({M, N}, dt::f32, memory::dims{ldc, 1}), engine(), C);
-  prim.execute(stream(), {{DNNL_ARG_SRC, src_m}, {DNNL_ARG_WEIGHTS, wei_m}, {DNNL_ARG_DST, dst_m}});
-  stream().wait();
+  execute(prim, src_m, wei_m, dst_m);
 }
 
 void gemm_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
