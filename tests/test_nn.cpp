@@ -9,6 +9,7 @@
 #include <functional>
 #include <vector>
 
+#include "io/safetensors.h"
 #include "nn/params.h"
 #include "nn/transformer_block.h"
 #include "nn/weights.h"
@@ -251,6 +252,46 @@ TEST(NnBlock, DecoderStepMatchesTeacherForcedForward) {
               << "norm_first " << norm_first << " packed " << packed << " step " << t << " row " << b;
       }
     }
+}
+
+// One post-LN block loaded from a BertModel checkpoint under its Hugging Face names gives, layer by layer, the
+// hidden states PyTorch computed (tests/fixtures/bert, scripts/make_fixtures.py): the inference path (packed,
+// fused QKV) and the saving forward of training (separate query / key / value on the fp32 parameters).
+TEST(NnBlock, BertLayerForwardMatchesPyTorchHiddenStates) {
+  SafeTensorsWeights w(test::fixture("bert/model.safetensors"));
+  auto io = SafeTensors::open(test::fixture("bert/io.safetensors"));
+  const Tensor hs = io.get("hidden_states"), am = io.get("attention_mask");  // [layers + 1, B, L, 32], [B, L]
+  const int64_t B = hs.size(1), L = hs.size(2), Hd = hs.size(3), I = 64, n = B * L;
+  std::vector<float> key_mask(n);
+  for (int64_t i = 0; i < n; ++i) key_mask[i] = am.i64()[i] ? 1.0f : 0.0f;
+  ops::AttentionMask mask;
+  mask.key_mask = key_mask.data();
+  for (int64_t l = 0; l + 1 < hs.size(0); ++l) {
+    const nn::Vars vb = nn::Vars(w).prefix("encoder.layer").prefix(l), self = vb.prefix("attention.self");
+    nn::EncoderBlock b;
+    b.attention.num_heads = 4;
+    b.attention.hidden_size = Hd;
+    b.attention.qkv = nn::Linear::load_packed({self.prefix("query"), self.prefix("key"), self.prefix("value")}, Hd,
+                                              Hd, ops::ComputeType::F32);
+    b.attention.query = nn::Linear::load(self.prefix("query"), Hd, Hd);
+    b.attention.key = nn::Linear::load(self.prefix("key"), Hd, Hd);
+    b.attention.value = nn::Linear::load(self.prefix("value"), Hd, Hd);
+    b.attention.output = nn::Linear::load(vb.prefix("attention.output.dense"), Hd, Hd);
+    b.norm1 = nn::LayerNorm::load(vb.prefix("attention.output.LayerNorm"), Hd, 1e-12f);
+    b.ffn.linear1 = nn::Linear::load(vb.prefix("intermediate.dense"), Hd, I);
+    b.ffn.linear2 = nn::Linear::load(vb.prefix("output.dense"), I, Hd);
+    b.ffn.act = ops::Activation::Gelu;
+    b.norm2 = nn::LayerNorm::load(vb.prefix("output.LayerNorm"), Hd, 1e-12f);
+    const float* in = hs.f32() + l * n * Hd;
+    const float* want = hs.f32() + (l + 1) * n * Hd;
+    b.forward(nn::Context{}, in, B, L, mask);
+    EXPECT_TRUE(all_close(b.out.data(), want, n * Hd, 1e-4f, 1e-4f)) << "saving forward, layer " << l;
+    for (nn::Linear* lin : {&b.attention.output, &b.ffn.linear1, &b.ffn.linear2}) lin->pack(ops::ComputeType::F32);
+    std::vector<float> X(in, in + n * Hd);
+    nn::BlockScratch s;
+    b.forward_inference(X.data(), B, L, mask, s);
+    EXPECT_TRUE(all_close(X.data(), want, n * Hd, 1e-4f, 1e-4f)) << "inference, layer " << l;
+  }
 }
 
 // ---------------------------------------------------------------- Linear, LayerNorm, Embedding
