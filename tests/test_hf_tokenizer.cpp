@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "run_tfm.h"
 #include "text/bert_tokenizer.h"
 #include "text/tokenizer/tokenizer.h"
 
@@ -199,6 +200,57 @@ TEST(EngineErrors, UnsupportedComponentsNameTheFileAndType) {
   msg = error_of(d);
   EXPECT_NE(msg.find("<x>"), std::string::npos) << msg;
   EXPECT_NE(error_of(json::parse("{\"model\": 3}")).find("model"), std::string::npos);
+}
+
+// tfm tokenize prints HF's ids, tokens and offsets; token_type_ids only for families that have them.
+const json& first_case(const std::string& name, const std::string& text, bool special) {
+  for (const json& c : variant(name).at("cases"))
+    if (c.at("text") == text && !c.contains("pair") && !c.contains("max_length") && c.at("add_special_tokens") == special)
+      return c;
+  throw std::runtime_error("no case");
+}
+
+TEST(EngineCli, TokenizePrintsHuggingFaceEncodings) {
+  tfm::test::TempFolder tmp;
+  const std::string text = "Une femme v\xC3\xAAtue d'une robe rose fait du v\xC3\xA9lo.";
+  for (const char* kind : {"unigram", "bpe_bytelevel", "wordpiece"}) {
+    SCOPED_TRACE(kind);
+    auto r = tfm::test::run_tfm_in(tmp.path, {"tokenize", "--model", fixture_dir() + "/" + kind, text});
+    ASSERT_EQ(r.exit_code, 0) << r.describe();
+    json j = json::parse(r.out);
+    const json& c = first_case(kind, text, true);
+    EXPECT_EQ(j.at("input_ids"), c.at("input_ids"));
+    EXPECT_EQ(j.at("tokens"), c.at("tokens"));
+    EXPECT_EQ(j.at("offsets"), c.at("offsets"));
+    EXPECT_EQ(j.at("attention_mask"), c.at("attention_mask"));
+    EXPECT_EQ(j.contains("token_type_ids"), std::string(kind) == "wordpiece") << r.out;
+  }
+}
+
+TEST(EngineCli, TokenizeInputStreamsLinesAndDecodeInverts) {
+  tfm::test::TempFolder tmp;
+  const std::string dir = fixture_dir() + "/bpe_bytelevel";
+  const std::string a = "A man in a blue shirt is standing on a ladder.", b = "I love \xF0\x9F\xA4\x97 and \xF0\x9F\x9A\x80! \xF0\x9F\x91\x8D\xF0\x9F\x8F\xBD \xF0\x9F\x91\xA8\xE2\x80\x8D\xF0\x9F\x91\xA9\xE2\x80\x8D\xF0\x9F\x91\xA7 \xF0\x9F\x87\xAB\xF0\x9F\x87\xB7 \xE2\x9D\xA4\xEF\xB8\x8F";
+  auto r = tfm::test::run_tfm_in(tmp.path, {"tokenize", "--model", dir, "--input", "-", "--no-special-tokens"},
+                                 a + "\n" + b + "\n");
+  ASSERT_EQ(r.exit_code, 0) << r.describe();
+  std::vector<std::string> lines;
+  for (size_t p = 0, q; (q = r.out.find('\n', p)) != std::string::npos; p = q + 1) lines.push_back(r.out.substr(p, q - p));
+  ASSERT_EQ(lines.size(), 2u) << r.out;
+  EXPECT_EQ(json::parse(lines[0]).at("input_ids"), first_case("bpe_bytelevel", a, false).at("input_ids"));
+  const json& cb = first_case("bpe_bytelevel", b, true);
+  EXPECT_EQ(json::parse(lines[1]).at("tokens"), first_case("bpe_bytelevel", b, false).at("tokens"));
+  std::vector<std::string> args{"tokenize", "--model", dir, "--decode"};
+  for (const json& id : cb.at("input_ids")) args.push_back(std::to_string(id.get<int64_t>()));
+  auto d = tfm::test::run_tfm_in(tmp.path, args);
+  ASSERT_EQ(d.exit_code, 0) << d.describe();
+  EXPECT_EQ(d.out, cb.at("decoded").get<std::string>() + "\n");
+  args.push_back("--keep-special");
+  auto k = tfm::test::run_tfm_in(tmp.path, args);
+  EXPECT_EQ(k.out, cb.at("decoded_with_special").get<std::string>() + "\n");
+  auto bad = tfm::test::run_tfm_in(tmp.path, {"tokenize", "--model", dir, "--input", tmp.path + "/missing.txt"});
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_NE(bad.err.find("missing.txt"), std::string::npos) << bad.err;
 }
 
 }  // namespace

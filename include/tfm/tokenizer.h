@@ -1,10 +1,12 @@
 /// @file tfm/tokenizer.h
-/// BERT WordPiece tokenization, token-for-token equal to Hugging Face `tokenizers` (BertTokenizerFast) for the
-/// tokenizer.json or vocab.txt of a model folder.
+/// Tokenization token-for-token equal to Hugging Face `tokenizers` for the tokenizer.json of a model folder
+/// (WordPiece, byte-level BPE, Unigram with the SentencePiece Precompiled normalizer, WordLevel; their normalizers,
+/// pre-tokenizers, post-processors, decoders, added tokens, truncation and padding), or a BERT vocab.txt.
 #pragma once
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "tfm/array.h"
@@ -12,10 +14,25 @@
 namespace tfm {
 
 struct TokenizeOptions {
-  bool add_special_tokens = true;  ///< [CLS] text [SEP] (pair [SEP]), as HF add_special_tokens=True
-  /// Truncate every sequence (special tokens included) to at most this many tokens, HF "longest_first" for pairs.
-  /// 0: the tokenizer.json "truncation" max_length if the file sets one, else no truncation.
+  /// The post-processor's special tokens (BERT: [CLS] text [SEP] pair [SEP]; RoBERTa: <s> text </s></s> pair
+  /// </s>), as HF add_special_tokens=True.
+  bool add_special_tokens = true;
+  /// Truncate every sequence (special tokens included) to at most this many tokens: the file's truncation strategy
+  /// and side if it sets one, else HF "longest_first" from the right. 0: the tokenizer.json "truncation" if the
+  /// file sets one, else no truncation.
   int64_t max_length = 0;
+};
+
+/// One encoded text (or pair), unpadded, as HF's Encoding: all vectors have the token count L.
+struct TokenEncoding {
+  std::vector<int64_t> input_ids;       ///< [L] vocabulary ids
+  std::vector<int64_t> token_type_ids;  ///< [L] segment ids as the post-processor sets them
+  std::vector<int64_t> attention_mask;  ///< [L] 1 (0 only where the file pads to a fixed length)
+  std::vector<int64_t> special_tokens_mask;  ///< [L] 1 = added by the post-processor (or padding)
+  std::vector<std::string> tokens;      ///< [L] vocabulary strings
+  /// [L] [start, end) in Unicode code points of its own text (Python's offset_mapping); a pair's second text
+  /// counts from its own start; (0, 0) for special tokens.
+  std::vector<std::pair<int64_t, int64_t>> offsets;
 };
 
 /// A padded batch, as HF tokenizer(texts, padding=True) returns it. All arrays are int64 [batch, length]; rows
@@ -48,7 +65,20 @@ class Tokenizer {
   TokenBatch operator()(const std::vector<std::string>& texts, const std::vector<std::string>& pairs,
                         const TokenizeOptions& options = {}) const;
 
-  /// Word pieces of `text` without special tokens.
+  /// One text, or a pair when `pair` is given. Throws std::invalid_argument for invalid UTF-8 (the message gives
+  /// the byte offset) or a max_length that cannot hold the special tokens.
+  TokenEncoding encode(const std::string& text, const TokenizeOptions& options = {}) const;
+  TokenEncoding encode(const std::string& text, const std::string& pair, const TokenizeOptions& options = {}) const;
+  /// Ids to text, as HF tokenizer.decode(ids, skip_special_tokens, clean_up_tokenization_spaces=False) with the
+  /// file's decoder. Ids outside the vocabulary are skipped.
+  std::string decode(const std::vector<int64_t>& ids, bool skip_special_tokens = true) const;
+  /// Whether the model family takes token_type_ids (tokenizer_config.json model_input_names, else the tokenizer
+  /// class: BERT yes; RoBERTa, XLM-R, DistilBERT, MPNet, ModernBERT, GPT-2, T5 no).
+  bool has_token_type_ids() const;
+  /// "WordPiece", "BPE", "Unigram" or "WordLevel".
+  std::string model_type() const;
+
+  /// Tokens of `text` without special tokens.
   std::vector<std::string> tokenize(const std::string& text) const;
   /// Id of `token`, or -1 when it is not in the vocabulary.
   int64_t token_to_id(const std::string& token) const;

@@ -83,8 +83,8 @@ PYBIND11_MODULE(_tfm, m) {
 
   // ------------------------------------------------------------------ Tokenizer
   py::class_<tfm::Tokenizer>(m, "Tokenizer",
-                             "BERT WordPiece tokenizer of a model folder (tokenizer.json or vocab.txt), equal to "
-                             "Hugging Face BertTokenizerFast. Thread-safe.")
+                             "Tokenizer of a model folder (tokenizer.json: WordPiece, byte-level BPE, Unigram, "
+                             "WordLevel; or a BERT vocab.txt), equal to Hugging Face tokenizers. Thread-safe.")
       .def(py::init([](const py::object& path) {
              const std::string dir = path_arg(path);
              py::gil_scoped_release nogil;
@@ -112,7 +112,46 @@ PYBIND11_MODULE(_tfm, m) {
           "Encode a list of texts (and optional pairs) into one right-padded batch: a dict of int64 numpy arrays "
           "[batch, length] 'input_ids', 'attention_mask' (1 = token, 0 = padding), 'token_type_ids' (+ 'tokens', "
           "a list of lists of str, with return_tokens). max_length > 0 truncates (special tokens included).")
-      .def("tokenize", &tfm::Tokenizer::tokenize, py::arg("text"), "Word pieces of text, no special tokens")
+      .def(
+          "encode",
+          [](const tfm::Tokenizer& t, const std::string& text, const py::object& text_pair, bool add_special_tokens,
+             int64_t max_length) {
+            tfm::TokenizeOptions o;
+            o.add_special_tokens = add_special_tokens;
+            o.max_length = max_length;
+            tfm::TokenEncoding e;
+            std::string pair = text_pair.is_none() ? std::string() : text_pair.cast<std::string>();
+            {
+              py::gil_scoped_release nogil;
+              e = text_pair.is_none() ? t.encode(text, o) : t.encode(text, pair, o);
+            }
+            py::dict d;
+            d["input_ids"] = e.input_ids;
+            if (t.has_token_type_ids()) d["token_type_ids"] = e.token_type_ids;
+            d["attention_mask"] = e.attention_mask;
+            d["special_tokens_mask"] = e.special_tokens_mask;
+            d["tokens"] = e.tokens;
+            py::list off;
+            for (const auto& [a, b] : e.offsets) off.append(py::make_tuple(a, b));
+            d["offset_mapping"] = off;
+            return d;
+          },
+          py::arg("text"), py::arg("text_pair") = py::none(), py::arg("add_special_tokens") = true,
+          py::arg("max_length") = 0,
+          "Encode one text (or pair), unpadded: a dict of lists 'input_ids', 'attention_mask', 'special_tokens_mask', "
+          "'tokens', 'offset_mapping' ([(start, end)] in characters; a pair's second text counts from its own "
+          "start; (0, 0) for special tokens) and 'token_type_ids' when the model family has them.")
+      .def(
+          "decode",
+          [](const tfm::Tokenizer& t, const std::vector<int64_t>& ids, bool skip_special_tokens) {
+            py::gil_scoped_release nogil;
+            return t.decode(ids, skip_special_tokens);
+          },
+          py::arg("ids"), py::arg("skip_special_tokens") = true,
+          "Text of ids, as Hugging Face decode(ids, skip_special_tokens, clean_up_tokenization_spaces=False).")
+      .def_property_readonly("has_token_type_ids", &tfm::Tokenizer::has_token_type_ids)
+      .def_property_readonly("model_type", &tfm::Tokenizer::model_type)
+      .def("tokenize", &tfm::Tokenizer::tokenize, py::arg("text"), "Tokens of text, no special tokens")
       .def("token_to_id", &tfm::Tokenizer::token_to_id, py::arg("token"), "Id of token, or -1")
       .def("id_to_token", &tfm::Tokenizer::id_to_token, py::arg("id"))
       .def_property_readonly("vocab_size", &tfm::Tokenizer::vocab_size)

@@ -1,4 +1,4 @@
-// tfm::Tokenizer over text/bert_tokenizer.
+// tfm::Tokenizer over the tokenizer engine (text/bert_tokenizer, text/tokenizer).
 #include "tfm/tokenizer.h"
 
 #include <filesystem>
@@ -75,6 +75,32 @@ TokenBatch Tokenizer::operator()(const std::vector<std::string>& texts, const st
                                  const TokenizeOptions& options) const {
   return api::pad_batch(impl_->tok, api::encode_texts(impl_->tok, texts, &pairs, options));
 }
+namespace {
+TokenEncoding to_public(Encoding e) {
+  TokenEncoding t;
+  t.input_ids = std::move(e.input_ids);
+  t.token_type_ids = std::move(e.token_type_ids);
+  t.attention_mask = std::move(e.attention_mask);
+  t.special_tokens_mask = std::move(e.special_tokens_mask);
+  t.tokens = std::move(e.tokens);
+  t.offsets = std::move(e.offsets);
+  return t;
+}
+}  // namespace
+
+TokenEncoding Tokenizer::encode(const std::string& text, const TokenizeOptions& o) const {
+  return to_public(std::move(api::encode_texts(impl_->tok, {text}, nullptr, o)[0]));
+}
+TokenEncoding Tokenizer::encode(const std::string& text, const std::string& pair, const TokenizeOptions& o) const {
+  std::vector<std::string> pairs{pair};
+  return to_public(std::move(api::encode_texts(impl_->tok, {text}, &pairs, o)[0]));
+}
+std::string Tokenizer::decode(const std::vector<int64_t>& ids, bool skip_special_tokens) const {
+  return impl_->tok.decode(ids, skip_special_tokens);
+}
+bool Tokenizer::has_token_type_ids() const { return impl_->tok.has_token_type_ids(); }
+std::string Tokenizer::model_type() const { return impl_->tok.engine().model_type(); }
+
 std::vector<std::string> Tokenizer::tokenize(const std::string& text) const {
   if (auto bad = find_invalid_utf8(text))
     throw std::invalid_argument("text: invalid UTF-8 at byte offset " + std::to_string(*bad));

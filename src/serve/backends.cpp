@@ -41,7 +41,9 @@ namespace {
 std::vector<std::pair<int64_t, int64_t>> request_offsets(const BertTokenizer& tok, const std::string& encoded,
                                                          const Encoding& e, const std::vector<bool>& special,
                                                          int64_t skip) {
-  std::vector<std::pair<int64_t, int64_t>> out = token_offsets(tok, encoded, e);
+  // The tokenizer's own offsets (Hugging Face's offset_mapping) when the encoding still has them.
+  std::vector<std::pair<int64_t, int64_t>> out =
+      e.offsets.size() == e.input_ids.size() ? e.offsets : token_offsets(tok, encoded, e);
   for (size_t i = 0; i < out.size(); ++i) {
     auto& [a, b] = out[i];
     if (special[i] || (a == 0 && b == 0) || a < skip) {
@@ -60,9 +62,11 @@ TokenizedInput tokenized(const Encoding& e, bool add_special_tokens) {
   t.ids = e.input_ids;
   t.token_type_ids = e.token_type_ids;
   t.tokens = e.tokens;
+  const bool mask = e.special_tokens_mask.size() == t.tokens.size();
   for (size_t i = 0; i < t.tokens.size(); ++i)
-    t.special.push_back(add_special_tokens && (i == 0 || i + 1 == t.tokens.size()) &&
-                        (t.tokens[i] == "[CLS]" || t.tokens[i] == "[SEP]"));
+    t.special.push_back(add_special_tokens &&
+                        (mask ? e.special_tokens_mask[i] == 1
+                              : (i == 0 || i + 1 == t.tokens.size()) && (t.tokens[i] == "[CLS]" || t.tokens[i] == "[SEP]")));
   return t;
 }
 
@@ -109,6 +113,9 @@ class EncoderEmbedding : public EmbeddingModel {
     TokenizedInput t = tokenized(e, add_special_tokens);
     t.offsets = request_offsets(tok_, text, e, t.special, 0);
     return t;
+  }
+  std::string decode(const std::vector<int64_t>& ids, bool skip_special) const override {
+    return tok_.decode(ids, skip_special);
   }
   std::vector<std::vector<float>> embed(const std::vector<const TokenizedInput*>& batch) const override {
     int64_t L = 0;
@@ -206,6 +213,9 @@ class SentenceTransformerEmbedding : public EmbeddingModel {
     t.offsets = request_offsets(st_.tokenizer(), do_lower_case_ ? lower_utf8(seen) : seen, e, t.special,
                                 code_points(st_.prompt()));
     return t;
+  }
+  std::string decode(const std::vector<int64_t>& ids, bool skip_special) const override {
+    return st_.tokenizer().decode(ids, skip_special);
   }
   std::vector<std::vector<float>> embed(const std::vector<const TokenizedInput*>& batch) const override {
     std::vector<Encoding> enc = encodings(batch);

@@ -20,7 +20,7 @@ void Model::build_reverse(const std::string& source) {
     max_id = std::max(max_id, id);
   }
   if (max_id >= (int64_t)vocab_.size() * 4 + 1024)
-    throw std::runtime_error(source + ": model: largest id " + std::to_string(max_id) + " for only " +
+    throw std::runtime_error(source + ": model: largest id is " + std::to_string(max_id) + " but there are only " +
                              std::to_string(vocab_.size()) + " tokens");
   id_to_token_.assign((size_t)(max_id + 1), std::string());
   has_id_.assign((size_t)(max_id + 1), false);
