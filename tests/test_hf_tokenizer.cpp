@@ -11,9 +11,11 @@
 #include <string>
 #include <vector>
 
+#include "../fuzz/fuzz_entries.h"
 #include "run_tfm.h"
 #include "text/bert_tokenizer.h"
 #include "text/tokenizer/tokenizer.h"
+#include "text/tokenizer/unicode.h"
 
 namespace {
 
@@ -251,6 +253,38 @@ TEST(EngineCli, TokenizeInputStreamsLinesAndDecodeInverts) {
   auto bad = tfm::test::run_tfm_in(tmp.path, {"tokenize", "--model", dir, "--input", tmp.path + "/missing.txt"});
   EXPECT_NE(bad.exit_code, 0);
   EXPECT_NE(bad.err.find("missing.txt"), std::string::npos) << bad.err;
+}
+
+// The fuzz target's contract on 3000 pseudo-random inputs (bytes and code points from hard ranges), so a plain
+// build checks it too: every encoding consistent, or an exception with a message.
+TEST(EngineFuzz, RandomInputsKeepTheContract) {
+  ASSERT_EQ(tfm::fuzz::engine_tokenizers().size(), 4u);
+  uint64_t state = 12345;
+  auto next = [&] {
+    state = state * 6364136223846793005ULL + 1442695040888963407ULL;
+    return (uint32_t)(state >> 33);
+  };
+  const char32_t pool[][2] = {{0x00, 0x7F}, {0x80, 0x24F}, {0x300, 0x36F}, {0x4E00, 0x4E80}, {0x1F300, 0x1F6FF},
+                              {0x200B, 0x200F}, {0x590, 0x6FF}, {0xFB00, 0xFB06}, {0xFF01, 0xFF5E}, {0x2000, 0x206F}};
+  for (int iter = 0; iter < 3000; ++iter) {
+    std::string in;
+    const int n = (int)(next() % 40);
+    for (int k = 0; k < n; ++k) {
+      if (next() % 10 == 0) {
+        in.push_back((char)(next() & 0xFF));  // raw byte, often invalid UTF-8
+        continue;
+      }
+      const auto& r = pool[next() % 10];
+      char32_t c = r[0] + next() % (r[1] - r[0] + 1);
+      if (c >= 0xD800 && c <= 0xDFFF) c = U'x';
+      tfm::tok::append_utf8(c, in);
+    }
+    try {
+      tfm::fuzz::hf_tokenizer_entry(reinterpret_cast<const uint8_t*>(in.data()), in.size());
+    } catch (const tfm::fuzz::InvariantViolation& v) {
+      ADD_FAILURE() << "input '" << printable(in) << "': " << v.what;
+    }
+  }
 }
 
 }  // namespace
