@@ -9,6 +9,7 @@
 //      unigram        XLM-R / T5 style: Precompiled (nmt_nfkc charsmap) + Metaspace + Unigram + template
 //      wordpiece      BERT style: BertNormalizer + BertPreTokenizer + WordPiece + BertProcessing
 //      wordlevel      Whitespace + WordLevel
+//      unigram_spm    the SentencePiece model of `unigram` alone (sentencepiece.bpe.model, no tokenizer.json)
 //    and saves each tokenizer.json under tests/fixtures/tokenizer/<name>/.
 //    The Precompiled charsmap is SentencePiece's own: the script trains a Unigram model with Debian's spm_train
 //    (package sentencepiece, --normalization_rule_name=nmt_nfkc) and reads precompiled_charsmap and the pieces
@@ -134,6 +135,9 @@ function spmModel() {
     '--model_type=unigram', '--normalization_rule_name=nmt_nfkc', '--character_coverage=0.9995',
     '--minloglevel=2', '--num_threads=1'], { stdio: 'ignore' });
   const buf = fs.readFileSync(prefix + '.model');
+  // The model itself, as an XLM-R style folder without tokenizer.json (tests load it through from_dir).
+  fs.mkdirSync(path.join(outDir, 'unigram_spm'), { recursive: true });
+  fs.writeFileSync(path.join(outDir, 'unigram_spm', 'sentencepiece.bpe.model'), buf);
   const top = protoFields(buf);
   const pieces = top.filter((f) => f.field === 1).map((f) => {
     const p = protoFields(f.value);

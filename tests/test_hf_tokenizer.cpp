@@ -172,6 +172,26 @@ TEST(EngineFixture, ModelFoldersLoadThroughFromDir) {
   EXPECT_TRUE(tfm::BertTokenizer::from_dir(fixture_dir() + "/wordpiece").has_token_type_ids());
 }
 
+// A SentencePiece folder without tokenizer.json (sentencepiece.bpe.model) is converted as transformers'
+// XLMRobertaConverter does; the `unigram` fixture was built that way from the same model and encoded by HF.
+TEST(EngineFixture, SentencePieceFolderMatchesItsConvertedTokenizer) {
+  tfm::BertTokenizer tok = tfm::BertTokenizer::from_dir(fixture_dir() + "/unigram_spm");
+  EXPECT_FALSE(tok.has_token_type_ids());
+  int n = 0;
+  for (const json& c : variant("unigram").at("cases")) {
+    if (c.contains("error")) continue;
+    std::string text = c.at("text").get<std::string>(), pair = c.value("pair", std::string());
+    SCOPED_TRACE("text='" + printable(text) + "'");
+    tfm::Encoding e = tok.encode(text, c.contains("pair") ? &pair : nullptr, call_of(c));
+    EXPECT_EQ(e.input_ids, c.at("input_ids").get<std::vector<int64_t>>());
+    EXPECT_EQ(e.tokens, c.at("tokens").get<std::vector<std::string>>());
+    EXPECT_EQ(e.offsets, offsets_of(c));
+    EXPECT_EQ(tok.decode(e.input_ids), c.at("decoded").get<std::string>());
+    ++n;
+  }
+  EXPECT_GE(n, 70);
+}
+
 TEST(EngineErrors, UnsupportedComponentsNameTheFileAndType) {
   json j = read_json(fixture_dir() + "/wordpiece/tokenizer.json");
   auto error_of = [](const json& doc) -> std::string {

@@ -13,8 +13,10 @@ namespace tfm {
 Tokenizer::Tokenizer(const std::string& model_dir) {
   api::require_dir(model_dir, "model folder");
   std::error_code ec;
-  if (!std::filesystem::exists(model_dir + "/tokenizer.json", ec) && !std::filesystem::exists(model_dir + "/vocab.txt", ec))
-    throw FileNotFoundError(model_dir + ": no tokenizer.json or vocab.txt in the model folder");
+  bool any = false;
+  for (const char* f : {"/tokenizer.json", "/vocab.txt", "/sentencepiece.bpe.model", "/spiece.model"})
+    any = any || std::filesystem::exists(model_dir + f, ec);
+  if (!any) throw FileNotFoundError(model_dir + ": no tokenizer.json or vocab.txt in the model folder");
   impl_ = std::make_unique<Impl>(Impl{BertTokenizer::from_dir(model_dir)});
 }
 Tokenizer::~Tokenizer() = default;

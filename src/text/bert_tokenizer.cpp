@@ -80,6 +80,23 @@ BertTokenizer BertTokenizer::from_dir(const std::string& dir) {
   if (fs::exists(tok_json)) {
     t = from_tokenizer_json(tok_json.string());
     t.model_max_length_ = max_len;
+  } else if (!fs::exists(vocab_txt) &&
+             (fs::exists(fs::path(dir) / "sentencepiece.bpe.model") || fs::exists(fs::path(dir) / "spiece.model"))) {
+    // A SentencePiece folder without tokenizer.json: converted as transformers' fast tokenizer would be.
+    const std::string cls = cfg.contains("tokenizer_class") && cfg["tokenizer_class"].is_string()
+                                ? cfg["tokenizer_class"].get<std::string>()
+                                : "";
+    const bool xlmr = fs::exists(fs::path(dir) / "sentencepiece.bpe.model");
+    const fs::path model = fs::path(dir) / (xlmr ? "sentencepiece.bpe.model" : "spiece.model");
+    if (!cls.empty() && cls.find(xlmr ? "XLMRoberta" : "T5") == std::string::npos)
+      throw std::runtime_error(model.string() + ": tokenizer_class '" + cls + "' has no conversion here without a " +
+                               "tokenizer.json (" + (xlmr ? "XLMRobertaTokenizer" : "T5Tokenizer") + " only)");
+    const int64_t extra = xlmr ? 0 : json_int_or(cfg, "extra_ids", 100, cfg_name);
+    t.engine_ = std::make_shared<HfTokenizer>(
+        HfTokenizer::from_json_text(sentencepiece_tokenizer_json(model.string(), !xlmr, extra), model.string()));
+    t.finish();
+    t.has_token_type_ids_ = false;
+    t.model_max_length_ = max_len;
   } else {
     if (!fs::exists(vocab_txt))
       throw std::runtime_error(dir + ": no tokenizer.json or vocab.txt (looked for " + tok_json.string() + " and " +

@@ -107,4 +107,11 @@ class HfTokenizer {
   std::shared_ptr<const Impl> impl_;
 };
 
+// tokenizer.json text for a SentencePiece Unigram model without one, as transformers' convert_slow_tokenizer builds
+// it: XLMRobertaConverter (t5_style false: fairseq ids <s> <pad> </s> <unk>, pieces after the 3 controls shifted by
+// one, <mask> last, <s> A </s></s> B </s>) or T5Converter (ids as in the model, then extra_ids <extra_id_N>,
+// A </s> B </s>); normalizer Precompiled (the model's charsmap) + Replace(" {2,}", " "), Metaspace.
+// Throws std::runtime_error naming the file for an unreadable, malformed or non-Unigram model.
+std::string sentencepiece_tokenizer_json(const std::string& model_path, bool t5_style, int64_t extra_ids);
+
 }  // namespace tfm
