@@ -36,7 +36,7 @@
 #include "text/bert_tokenizer.h"
 #include "text/tokenizer/tokenizer.h"
 #include "text/nmt_data.h"
-#include "text/text_file.h"
+#include "io/text_file.h"
 #include "text/vocab.h"
 #include "train/optim.h"
 #include "train/params.h"

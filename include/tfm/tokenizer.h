@@ -1,7 +1,8 @@
 /// @file tfm/tokenizer.h
 /// Tokenization token-for-token equal to Hugging Face `tokenizers` for the tokenizer.json of a model folder
 /// (WordPiece, byte-level BPE, Unigram with the SentencePiece Precompiled normalizer, WordLevel; their normalizers,
-/// pre-tokenizers, post-processors, decoders, added tokens, truncation and padding), or a BERT vocab.txt.
+/// pre-tokenizers, post-processors, decoders, added tokens, truncation and padding), a BERT vocab.txt, or a
+/// SentencePiece sentencepiece.bpe.model / spiece.model converted as transformers converts it.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -21,18 +22,8 @@ struct TokenizeOptions {
   /// and side if it sets one, else HF "longest_first" from the right. 0: the tokenizer.json "truncation" if the
   /// file sets one, else no truncation.
   int64_t max_length = 0;
-};
-
-/// One encoded text (or pair), unpadded, as HF's Encoding: all vectors have the token count L.
-struct TokenEncoding {
-  std::vector<int64_t> input_ids;       ///< [L] vocabulary ids
-  std::vector<int64_t> token_type_ids;  ///< [L] segment ids as the post-processor sets them
-  std::vector<int64_t> attention_mask;  ///< [L] 1 (0 only where the file pads to a fixed length)
-  std::vector<int64_t> special_tokens_mask;  ///< [L] 1 = added by the post-processor (or padding)
-  std::vector<std::string> tokens;      ///< [L] vocabulary strings
-  /// [L] [start, end) in Unicode code points of its own text (Python's offset_mapping); a pair's second text
-  /// counts from its own start; (0, 0) for special tokens.
-  std::vector<std::pair<int64_t, int64_t>> offsets;
+  /// encode(): fill TextEncoding::offsets (HF return_offsets_mapping); false leaves them empty (faster).
+  bool return_offsets = true;
 };
 
 /// A padded batch, as HF tokenizer(texts, padding=True) returns it. All arrays are int64 [batch, length]; rows
@@ -44,11 +35,26 @@ struct TokenBatch {
   std::vector<std::vector<std::string>> tokens;  ///< [batch][tokens of the row, no padding], "##" continues a word
 };
 
+/// One text encoded, unpadded: a row of HF tokenizer(text, return_offsets_mapping=True,
+/// return_special_tokens_mask=True).
+struct TextEncoding {
+  std::vector<int64_t> input_ids;       ///< [length] vocabulary ids
+  std::vector<int64_t> token_type_ids;  ///< [length] segment ids as the post-processor sets them (0 = first)
+  std::vector<int64_t> attention_mask;  ///< [length] 1 (0 only where the tokenizer.json pads to a fixed length)
+  std::vector<std::string> tokens;      ///< [length] vocabulary strings
+  std::vector<bool> special;            ///< [length] true for the special tokens the post-processor added
+  /// [length] character (code point) offsets [start, end) of each token in its own text (HF offset_mapping; a
+  /// pair's second text counts from its own start), or (-1, -1) for a token with no place in it (special tokens,
+  /// prompt tokens).
+  std::vector<std::pair<int64_t, int64_t>> offsets;
+};
+
 /// Thread-safety: a Tokenizer is immutable after construction; every const method may be called from several
 /// threads at once.
 class Tokenizer {
  public:
-  /// Loads `model_dir`/tokenizer.json, or else `model_dir`/vocab.txt with tokenizer_config.json.
+  /// Loads `model_dir`/tokenizer.json, or else `model_dir`/vocab.txt with tokenizer_config.json, or else a
+  /// SentencePiece sentencepiece.bpe.model (XLM-R) / spiece.model (T5).
   /// Throws tfm::FileNotFoundError when the folder or both files are missing; std::runtime_error for a malformed
   /// or unsupported file (the message names it).
   explicit Tokenizer(const std::string& model_dir);
@@ -65,10 +71,12 @@ class Tokenizer {
   TokenBatch operator()(const std::vector<std::string>& texts, const std::vector<std::string>& pairs,
                         const TokenizeOptions& options = {}) const;
 
-  /// One text, or a pair when `pair` is given. Throws std::invalid_argument for invalid UTF-8 (the message gives
-  /// the byte offset) or a max_length that cannot hold the special tokens.
-  TokenEncoding encode(const std::string& text, const TokenizeOptions& options = {}) const;
-  TokenEncoding encode(const std::string& text, const std::string& pair, const TokenizeOptions& options = {}) const;
+  /// One text with its offsets, unpadded. Throws std::invalid_argument for invalid UTF-8 ("text is not valid
+  /// UTF-8 (byte offset N)"), a negative max_length or one that cannot hold the special tokens.
+  TextEncoding encode(const std::string& text, const TokenizeOptions& options = {}) const;
+  /// A pair with the post-processor's template (BERT: [CLS] text [SEP] pair [SEP]), unpadded, with offsets (each
+  /// text counts from its own start). Same errors.
+  TextEncoding encode_pair(const std::string& text, const std::string& pair, const TokenizeOptions& options = {}) const;
   /// Ids to text, as HF tokenizer.decode(ids, skip_special_tokens, clean_up_tokenization_spaces=False) with the
   /// file's decoder. Ids outside the vocabulary are skipped.
   std::string decode(const std::vector<int64_t>& ids, bool skip_special_tokens = true) const;

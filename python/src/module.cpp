@@ -119,20 +119,21 @@ PYBIND11_MODULE(_tfm, m) {
             tfm::TokenizeOptions o;
             o.add_special_tokens = add_special_tokens;
             o.max_length = max_length;
-            tfm::TokenEncoding e;
+            tfm::TextEncoding e;
             std::string pair = text_pair.is_none() ? std::string() : text_pair.cast<std::string>();
             {
               py::gil_scoped_release nogil;
-              e = text_pair.is_none() ? t.encode(text, o) : t.encode(text, pair, o);
+              e = text_pair.is_none() ? t.encode(text, o) : t.encode_pair(text, pair, o);
             }
             py::dict d;
             d["input_ids"] = e.input_ids;
             if (t.has_token_type_ids()) d["token_type_ids"] = e.token_type_ids;
             d["attention_mask"] = e.attention_mask;
-            d["special_tokens_mask"] = e.special_tokens_mask;
+            std::vector<int64_t> special(e.special.begin(), e.special.end());
+            d["special_tokens_mask"] = special;
             d["tokens"] = e.tokens;
-            py::list off;
-            for (const auto& [a, b] : e.offsets) off.append(py::make_tuple(a, b));
+            py::list off;  // HF gives (0, 0) for special tokens
+            for (const auto& [a, b] : e.offsets) off.append(a < 0 ? py::make_tuple(0, 0) : py::make_tuple(a, b));
             d["offset_mapping"] = off;
             return d;
           },

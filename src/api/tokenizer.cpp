@@ -6,7 +6,8 @@
 
 #include "api/common.h"
 #include "api/impl.h"
-#include "text/text_file.h"
+#include "models/heads.h"
+#include "io/text_file.h"
 
 namespace tfm {
 
@@ -77,25 +78,44 @@ TokenBatch Tokenizer::operator()(const std::vector<std::string>& texts, const st
                                  const TokenizeOptions& options) const {
   return api::pad_batch(impl_->tok, api::encode_texts(impl_->tok, texts, &pairs, options));
 }
-namespace {
-TokenEncoding to_public(Encoding e) {
-  TokenEncoding t;
-  t.input_ids = std::move(e.input_ids);
-  t.token_type_ids = std::move(e.token_type_ids);
-  t.attention_mask = std::move(e.attention_mask);
-  t.special_tokens_mask = std::move(e.special_tokens_mask);
-  t.tokens = std::move(e.tokens);
-  t.offsets = std::move(e.offsets);
+TextEncoding api::text_encoding(const BertTokenizer& tok, const Encoding& e, bool add_special_tokens,
+                                const std::string& seen, int64_t skip, bool offsets) {
+  TextEncoding t;
+  t.input_ids = e.input_ids;
+  t.token_type_ids = e.token_type_ids;
+  t.attention_mask = e.attention_mask;
+  t.tokens = e.tokens;
+  // The engine marks the post-processor's tokens; an encoding cut by hand (a sentence-transformers max_seq_length)
+  // may have lost the mask, then a [CLS]/[SEP] at either end counts.
+  const bool mask = e.special_tokens_mask.size() == t.tokens.size();
+  for (size_t i = 0; i < t.tokens.size(); ++i)
+    t.special.push_back(add_special_tokens &&
+                        (mask ? e.special_tokens_mask[i] == 1
+                              : (i == 0 || i + 1 == t.tokens.size()) &&
+                                    (t.tokens[i] == "[CLS]" || t.tokens[i] == "[SEP]")));
+  if (!offsets) return t;
+  // The tokenizer's own offsets (HF offset_mapping) when the encoding still has them.
+  t.offsets = e.offsets.size() == e.input_ids.size() ? e.offsets : token_offsets(tok, seen, e);
+  for (size_t i = 0; i < t.offsets.size(); ++i) {
+    auto& [a, b] = t.offsets[i];
+    if (t.special[i] || (a == 0 && b == 0 && !mask) || a < skip) {
+      a = b = -1;
+    } else {
+      a -= skip;
+      b -= skip;
+    }
+  }
   return t;
 }
-}  // namespace
 
-TokenEncoding Tokenizer::encode(const std::string& text, const TokenizeOptions& o) const {
-  return to_public(std::move(api::encode_texts(impl_->tok, {text}, nullptr, o)[0]));
+TextEncoding Tokenizer::encode(const std::string& text, const TokenizeOptions& o) const {
+  const Encoding e = impl_->tok.encode(text, nullptr, o.add_special_tokens, o.max_length);
+  return api::text_encoding(impl_->tok, e, o.add_special_tokens, text, 0, o.return_offsets);
 }
-TokenEncoding Tokenizer::encode(const std::string& text, const std::string& pair, const TokenizeOptions& o) const {
-  std::vector<std::string> pairs{pair};
-  return to_public(std::move(api::encode_texts(impl_->tok, {text}, &pairs, o)[0]));
+TextEncoding Tokenizer::encode_pair(const std::string& text, const std::string& pair, const TokenizeOptions& o) const {
+  const Encoding e = impl_->tok.encode(text, &pair, o.add_special_tokens, o.max_length);
+  // Offsets come from the engine, each text counting from its own start.
+  return api::text_encoding(impl_->tok, e, o.add_special_tokens, text, 0, o.return_offsets);
 }
 std::string Tokenizer::decode(const std::vector<int64_t>& ids, bool skip_special_tokens) const {
   return impl_->tok.decode(ids, skip_special_tokens);

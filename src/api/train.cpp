@@ -1,14 +1,20 @@
-// tfm::train over train/recipe: the `tfm train --config / --resume` path of tools/tfm/cmd_train.cpp.
+// tfm::train over train/recipe (`tfm train --config / --resume`) and tfm::train_d2l over train/trainer
+// (`tfm train --data`).
 #include "tfm/train.h"
 
-#include <filesystem>
 #include <stdexcept>
 
 #include "api/common.h"
+#include "dist/communicator.h"
 #include "io/json_util.h"
 #include "train/recipe.h"
+#include "train/trainer.h"
 
 namespace tfm {
+
+ProcessGroup process_group() { return ProcessGroup{dist::world().rank(), dist::world().world_size()}; }
+
+std::vector<std::string> recipe_keys() { return RecipeConfig::known_keys(); }
 
 TrainSummary train(const std::string& config_path, const std::string& out_dir, const TrainRunOptions& o) {
   api::check_threads(o.threads);
@@ -35,17 +41,10 @@ TrainSummary train(const std::string& config_path, const std::string& out_dir, c
       j[key] = val;  // plain strings
     }
   }
-  RecipeConfig rc = RecipeConfig::from_json(j, config_path.empty() ? "overrides" : config_path);
+  RecipeConfig rc = RecipeConfig::from_json(j, !o.config_name.empty() ? o.config_name
+                                               : config_path.empty()    ? "overrides"
+                                                                        : config_path);
   if (o.threads > 0) rc.threads = o.threads;
-  if (!o.resume) {  // data files named by the config, checked before anything is written
-    std::string data_dir = rc.data_dir;
-    if (data_dir.empty()) {
-      const char* d = std::getenv("TFM_DATA_DIR");
-      data_dir = d && *d ? d : "../shared/data";
-    }
-    for (const std::string& f : {rc.train_src, rc.train_tgt, rc.valid_src, rc.valid_tgt})
-      api::require_file(std::filesystem::path(f).is_absolute() ? f : data_dir + "/" + f);
-  }
   api::apply_threads(rc.threads);
   std::function<void(const RecipeProgress&)> cb;
   if (o.progress)
@@ -56,11 +55,43 @@ TrainSummary train(const std::string& config_path, const std::string& out_dir, c
       q.tokens_per_sec = p.tokens_per_sec, q.valid_loss = p.valid_loss, q.valid_bleu = p.valid_bleu;
       o.progress(q);
     };
-  RecipeResult r = train_recipe(rc, out_dir, o.resume, o.print_progress, cb);
+  RecipeResult r;
+  try {
+    r = train_recipe(rc, out_dir, o.resume, o.print_progress, cb);
+  } catch (const std::exception& e) {
+    // Under mpirun the other ranks would wait in a collective: end them all now, with the message.
+    if (dist::world().world_size() > 1) dist::world().abort(1, e.what());
+    // The recipe checks its data files before writing anything: "training data not found: PATH (where...); how".
+    const std::string msg = e.what(), prefix = "training data not found: ";
+    if (msg.rfind(prefix, 0) == 0 && msg.find(" (") != std::string::npos) {
+      const size_t end = msg.find(" (");
+      throw FileNotFoundError(msg.substr(0, end) + ": no such file" + msg.substr(end));
+    }
+    throw;
+  }
   TrainSummary s;
   s.best_valid_bleu = r.best_valid_bleu, s.best_epoch = r.best_epoch, s.epochs_run = r.epochs_run;
   s.steps = r.steps, s.seconds = r.seconds, s.tokens_per_sec = r.train_tokens_per_sec;
   s.stopped_early = r.stopped_early;
+  return s;
+}
+
+D2lTrainSummary train_d2l(const D2lTrainOptions& o) {
+  api::check_threads(o.threads);
+  if (dist::world().world_size() > 1)
+    throw std::invalid_argument("the d2l trainer runs as one process; data-parallel training under mpirun is the "
+                                "subword recipe (tfm::train)");
+  TrainOptions t;
+  t.data = o.data, t.out = o.out, t.num_examples = o.num_examples, t.num_steps = o.num_steps;
+  t.num_hiddens = o.num_hiddens, t.num_layers = o.num_layers, t.num_heads = o.num_heads;
+  t.ffn_num_hiddens = o.ffn_num_hiddens, t.dropout = o.dropout, t.batch_size = o.batch_size, t.lr = o.lr;
+  t.epochs = o.epochs, t.seed = o.seed, t.label_smoothing = o.label_smoothing, t.progress = o.progress;
+  t.overwrite = o.overwrite;
+  api::apply_threads(o.threads);
+  const TrainResult r = train_seq2seq(t);
+  D2lTrainSummary s;
+  s.loss = r.loss, s.token_loss = r.token_loss, s.tokens_per_sec = r.tokens_per_sec, s.seconds = r.seconds;
+  s.epochs_run = r.epochs_run;
   return s;
 }
 

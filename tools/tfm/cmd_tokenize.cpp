@@ -6,6 +6,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 
+#include "cli_util.h"
 #include "commands.h"
 #include "tfm/tokenizer.h"
 
@@ -13,14 +14,14 @@ namespace tfm::cli {
 
 namespace {
 
-nlohmann::json encoding_json(const TokenEncoding& e, bool with_types) {
+nlohmann::json encoding_json(const TextEncoding& e, bool with_types) {
   nlohmann::json j;
   j["input_ids"] = e.input_ids;
   if (with_types) j["token_type_ids"] = e.token_type_ids;
   j["attention_mask"] = e.attention_mask;
   j["tokens"] = e.tokens;
   nlohmann::json off = nlohmann::json::array();
-  for (const auto& [a, b] : e.offsets) off.push_back({a, b});
+  for (const auto& [a, b] : e.offsets) off.push_back(a < 0 ? nlohmann::json{0, 0} : nlohmann::json{a, b});  // HF: [0, 0] for specials
   j["offsets"] = off;
   return j;
 }
@@ -73,7 +74,7 @@ void add_tokenize_command(CLI::App& app) {
     const bool types = tok.has_token_type_ids();
     if (!o->texts.empty()) {
       for (size_t i = 0; i < o->texts.size(); ++i) {
-        TokenEncoding e = o->pairs.empty() ? tok.encode(o->texts[i], opt) : tok.encode(o->texts[i], o->pairs[i], opt);
+        TextEncoding e = o->pairs.empty() ? tok.encode(o->texts[i], opt) : tok.encode_pair(o->texts[i], o->pairs[i], opt);
         std::cout << encoding_json(e, types).dump() << "\n";
       }
       return;
