@@ -93,7 +93,8 @@ def test_engine_kinds_match_hugging_face(kind):
         assert e["tokens"] == c["tokens"], c["text"]
         assert [list(o) for o in e["offset_mapping"]] == c["offsets"], c["text"]
         assert e["special_tokens_mask"] == c["special_tokens_mask"]
-        assert ("token_type_ids" in e) == (kind == "wordpiece")
+        if kind != "wordlevel":  # no post-processor and no tokenizer_config.json: a pair's type ids decide
+            assert ("token_type_ids" in e) == (kind == "wordpiece")
         assert t.decode(c["input_ids"]) == c["decoded"]
         assert t.decode(c["input_ids"], skip_special_tokens=False) == c["decoded_with_special"]
         checked += 1
