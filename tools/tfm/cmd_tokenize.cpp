@@ -85,8 +85,9 @@ void add_tokenize_command(CLI::App& app) {
       if (!file) throw std::runtime_error(o->input + ": cannot open");
     }
     std::istream& in = o->input == "-" ? std::cin : file;
-    // Chunks of lines encoded in parallel, printed in order.
-    const size_t chunk = 4096;
+    // Chunks of lines encoded in parallel, printed in order and flushed; standard input in small chunks so that
+    // a pipe's lines come back while more are still being written.
+    const size_t chunk = o->input == "-" ? 64 : 4096;
     std::vector<std::string> lines;
     std::vector<std::string> out;
     size_t line_no = 0;
@@ -113,6 +114,7 @@ void add_tokenize_command(CLI::App& app) {
           throw std::runtime_error(o->input + ": line " + std::to_string(line_no + i + 1) + ": " + errors[i]);
         std::cout << out[i] << "\n";
       }
+      std::cout.flush();
       line_no += lines.size();
     }
     if (in.bad()) throw std::runtime_error(o->input + ": read error");
