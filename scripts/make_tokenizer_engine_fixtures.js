@@ -349,6 +349,33 @@ function variants(bases) {
   bpeAdd('bpe_nfkc_lowercase', { normalizer: { type: 'Sequence', normalizers: [{ type: 'NFKC' }, { type: 'Lowercase' }] } });
   bpeAdd('bpe_ignore_merges', { model_patch: { ignore_merges: true } });
 
+  {
+    // Hand-made BPE models for end_of_word_suffix, continuing_subword_prefix, fuse_unk and unk (the trainer of the
+    // npm binding has no options); HF checks at load that every merge result is in the vocabulary.
+    const letters = 'abcdefghijklmnopqrstuvwxyz'.split('');
+    const suffixVocab = { '<unk>': 0 };
+    let id = 1;
+    for (const c of letters) { suffixVocab[c] = id++; suffixVocab[c + '</w>'] = id++; }
+    const sm = [['h', 'e'], ['l', 'o</w>'], ['he', 'l'], ['hel', 'lo</w>'], ['t', 'h'], ['th', 'e</w>'], ['a', 'n'], ['an', 'd</w>'], ['m', 'a'], ['ma', 'n</w>']];
+    for (const [a, b] of sm) if (!((a + b) in suffixVocab)) suffixVocab[a + b] = id++;
+    bpeAdd('bpe_end_of_word_suffix', {
+      model: { type: 'BPE', dropout: null, unk_token: '<unk>', continuing_subword_prefix: null, end_of_word_suffix: '</w>',
+        fuse_unk: true, byte_fallback: false, ignore_merges: false, vocab: suffixVocab, merges: sm },
+      added_tokens: [addedToken(0, '<unk>', true)], normalizer: { type: 'Lowercase' },
+      pre_tokenizer: { type: 'Whitespace' }, post_processor: null, decoder: { type: 'BPEDecoder', suffix: '</w>' } });
+    const prefixVocab = { '<unk>': 0, '<pad>': 1 };
+    id = 2;
+    for (const c of letters) { prefixVocab[c] = id++; prefixVocab['##' + c] = id++; }
+    const pm = [['h', '##e'], ['##l', '##l'], ['he', '##ll'], ['hell', '##o'], ['t', '##h'], ['th', '##e'], ['##a', '##n'], ['m', '##an']];
+    for (const [a, b] of pm) if (!((a + b.slice(2)) in prefixVocab)) prefixVocab[a + b.slice(2)] = id++;
+    bpeAdd('bpe_continuing_subword_prefix', {
+      model: { type: 'BPE', dropout: null, unk_token: '<unk>', continuing_subword_prefix: '##', end_of_word_suffix: null,
+        fuse_unk: false, byte_fallback: false, ignore_merges: false, vocab: prefixVocab, merges: pm },
+      added_tokens: [addedToken(0, '<unk>', true), addedToken(1, '<pad>', true)],
+      normalizer: { type: 'BertNormalizer', clean_text: true, handle_chinese_chars: true, strip_accents: null, lowercase: true },
+      pre_tokenizer: { type: 'BertPreTokenizer' }, post_processor: null, decoder: { type: 'WordPiece', prefix: '##', cleanup: false } });
+  }
+
   const uni = (name, over) => v.push({ name, base: 'unigram', override: over });
   uni('unigram', {});
   const byteVocab = bases.unigram.model.vocab.concat(Array.from({ length: 256 }, (_, b) => ['<0x' + b.toString(16).toUpperCase().padStart(2, '0') + '>', 0.0]));

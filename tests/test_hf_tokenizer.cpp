@@ -130,13 +130,13 @@ TEST_P(EngineFixture, MatchesHuggingFace) { EXPECT_GE(check_variant(variant(GetP
 INSTANTIATE_TEST_SUITE_P(
     Tokenizers, EngineFixture,
     ::testing::Values("bpe_bytelevel", "bpe_bytelevel_prefix_space", "bpe_split_gpt4_regex", "bpe_nfkc_lowercase",
-                      "bpe_ignore_merges", "unigram", "unigram_byte_fallback", "unigram_t5",
+                      "bpe_ignore_merges", "bpe_end_of_word_suffix", "bpe_continuing_subword_prefix", "unigram", "unigram_byte_fallback", "unigram_t5",
                       "unigram_metaspace_first_nosplit", "wordpiece", "wordpiece_uncased_template",
                       "wordpiece_pretok_sequence", "wordpiece_split_behaviours", "wordpiece_whitespace_digits",
                       "wordpiece_added_token_options", "wordlevel", "wordlevel_split_invert"),
     [](const ::testing::TestParamInfo<std::string>& info) { return info.param; });
 
-TEST(EngineFixture, EveryVariantIsTested) { EXPECT_EQ(engine_cases().at("tokenizers").size(), 17u); }
+TEST(EngineFixture, EveryVariantIsTested) { EXPECT_EQ(engine_cases().at("tokenizers").size(), 19u); }
 
 TEST(EngineFixture, BatchPaddingMatchesHuggingFace) {
   int n = 0;
@@ -157,7 +157,7 @@ TEST(EngineFixture, BatchPaddingMatchesHuggingFace) {
     }
     ++n;
   }
-  EXPECT_EQ(n, 17);
+  EXPECT_EQ(n, 19);
 }
 
 TEST(EngineFixture, ModelFoldersLoadThroughFromDir) {
