@@ -144,13 +144,14 @@ Encoder::Encoder(const std::string& model_dir, const EncoderOptions& options) : 
   const std::string config_path = options.config_path.empty() ? model_dir + "/config.json" : options.config_path;
   api::require_file(config_path);
   if (!options.random_weights) api::require_file(model_dir + "/model.safetensors");
-  const EncoderConfig config = EncoderConfig::load(config_path);
   if (options.random_weights) {
     RandomWeights w(options.seed);
-    impl_->model = make_encoder(config, w, ct);
-  } else {
+    impl_->model = make_encoder(EncoderConfig::load(config_path), w, ct);
+  } else if (!options.config_path.empty()) {
     SafeTensorsWeights w(model_dir + "/model.safetensors");
-    impl_->model = make_encoder(config, w, ct);
+    impl_->model = make_encoder(EncoderConfig::load(config_path), w, ct);
+  } else {
+    impl_->model = load_encoder(model_dir, ct);
   }
   if (pipeline == "auto" && fs::exists(model_dir + "/modules.json", ec)) {
     load_pipeline();
