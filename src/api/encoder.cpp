@@ -13,7 +13,7 @@
 #include "io/json_util.h"
 #include "models/encoder.h"
 #include "models/checkpoint_weights.h"
-#include "models/weights.h"
+#include "nn/weights.h"
 #include "models/pooling.h"
 #include "models/sentence_transformer.h"
 #include "ops/gemm.h"

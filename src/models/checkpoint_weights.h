@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "io/torch_pickle.h"
-#include "models/weights.h"
+#include "nn/weights.h"
 
 namespace tfm {
 
