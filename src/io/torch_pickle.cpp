@@ -453,7 +453,7 @@ class TorchUnpickler {
  private:
   size_t mark_floor() const { return marks_.empty() ? 0 : marks_.back(); }
   void push(Value v) {
-    if (vals_.size() >= (1u << 26)) throw fail_("data.pkl: too many objects");
+    if (vals_.size() >= (1u << 22)) throw fail_("data.pkl: more than 4194304 objects (not a state dict)");
     vals_.push_back(std::move(v));
     stack_.push_back((uint32_t)(vals_.size() - 1));
   }
