@@ -6,9 +6,12 @@
                       expected.json holds every tensor's shape, dtype and values as torch gives them
   dtypes_deflate.bin  the same archive with its entries deflated (torch writes stored entries; zip tools may not)
   legacy.bin          torch.save(..., _use_new_zipfile_serialization=False): the pre-1.6 format, refused
+                      (its storage keys change from run to run; everything else is reproducible byte for byte)
   bert_bin/           pytorch_model.bin of tests/fixtures/bert/model.safetensors (a BertModel state dict)
   bert_bin_sharded/   the same in two pytorch_model-0000N-of-00002.bin shards + pytorch_model.bin.index.json
   bert_st_sharded/    the same in two safetensors shards + model.safetensors.index.json
+  st_multi_bin/       2_Dense/pytorch_model.bin of tests/fixtures/st_multi (the sentence-transformers layout;
+                      the test copies the rest of st_multi around it)
   evil_*.bin          crafted archives that must be refused (see the table below)
 
 Run from the repo root with Debian's PyTorch:  /usr/bin/python3 scripts/make_torch_pickle_fixtures.py
@@ -136,6 +139,13 @@ def main():
                 st.save({n: t.numpy() for n, t in shard.items()}, path)
         with open(os.path.join(OUT, f"bert_{kind}_sharded", index), "w") as f:
             json.dump({"metadata": {"total_size": sum(t.numel() * 4 for t in bert.values())}, "weight_map": wm}, f, indent=1)
+
+    # A sentence-transformers folder whose modules ship pytorch_model.bin.
+    for sub in ("2_Dense",):
+        src = os.path.join(ROOT, "tests", "fixtures", "st_multi", sub, "model.safetensors")
+        os.makedirs(os.path.join(OUT, "st_multi_bin", sub), exist_ok=True)
+        sd = collections.OrderedDict((k, torch.from_numpy(v.copy())) for k, v in sorted(st.load(src).items()))
+        torch.save(sd, os.path.join(OUT, "st_multi_bin", sub, "pytorch_model.bin"))
 
     # Crafted archives. Each must be refused with the message fragment the test checks.
     four = (b"\x00\x00\x80\x3f" * 4)

@@ -205,3 +205,22 @@ TEST(CheckpointWeights, EncodeOutputEqualsTheSafetensorsFolder) {
   TfmRun r = run_tfm_in(tmp.path, {"encode", "--model", tmp.path + "/empty", "--text", "the cat"});
   expect_one_line_error(r, "model.safetensors: no such file (nor pytorch_model.bin");
 }
+
+// A sentence-transformers folder whose 2_Dense module ships pytorch_model.bin embeds as the safetensors one does
+// (the same bytes); the Transformer module's pytorch_model.bin is the bert_bin case above.
+TEST(CheckpointWeights, SentenceTransformersFolderWithPytorchModelBin) {
+  TempFolder tmp;
+  const std::string m = tmp.path + "/st";
+  fs::copy(fixture("st_multi"), m, fs::copy_options::recursive);
+  fs::remove(m + "/2_Dense/model.safetensors");
+  fs::copy_file(tp("st_multi_bin/2_Dense/pytorch_model.bin"), m + "/2_Dense/pytorch_model.bin");
+  spit(tmp.path + "/in.txt", "the cat sat\na dog ran\n");
+  auto embed = [&](const std::string& model) {
+    TfmRun r = run_tfm_in(tmp.path, {"embed", "--model", model, "--input", tmp.path + "/in.txt", "--no-prompt", "-q"});
+    EXPECT_EQ(r.exit_code, 0) << r.describe();
+    return r.out;
+  };
+  const std::string want = embed(fixture("st_multi"));
+  ASSERT_FALSE(want.empty());
+  EXPECT_EQ(embed(m), want);
+}
