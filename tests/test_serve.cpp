@@ -750,5 +750,32 @@ TEST(ServeBrowser, PageDrawsAttentionAndSimilarity) {
   }
 }
 
+// The translation page has a beam-size control (?beam= sets it): "help !" is "aide-moi !" with beam 2 and
+// "à <unk> !" greedily (tests/fixtures/d2l_trained/beam_predictions.json). The similarity page names the pooling
+// once ("pooling: mean -> Normalize", not "mean -> Normalize pooling").
+TEST(ServeBrowser, PageTranslatesWithTheChosenBeamSizeAndNamesThePooling) {
+  if (chromium().empty()) GTEST_SKIP() << "chromium is not installed (scripts/install-deps.sh installs it)";
+  TempDir tmp;
+  {
+    ServeProcess s({"--model", test::fixture("d2l_trained"), "--quiet"});
+    ASSERT_TRUE(s.wait_ready()) << s.log();
+    std::string dom = dump_dom(s.url("/?q=help%20!&beam=2"), tmp.path);
+    EXPECT_NE(dom.find("id=\"beam\""), std::string::npos) << dom;
+    EXPECT_NE(dom.find("data-beam=\"2\""), std::string::npos) << dom;
+    EXPECT_NE(dom.find(">aide-moi !<"), std::string::npos) << dom;
+    dom = dump_dom(s.url("/?q=help%20!"), tmp.path);
+    EXPECT_NE(dom.find("&lt;unk&gt; !<"), std::string::npos) << dom;
+    EXPECT_EQ(s.terminate(), 0);
+  }
+  {
+    ServeProcess s({"--model", test::fixture("st_mean"), "--quiet"});
+    ASSERT_TRUE(s.wait_ready()) << s.log();
+    std::string dom = dump_dom(s.url("/?q=the%20cat|a%20dog"), tmp.path);
+    EXPECT_NE(dom.find("pooling: mean -&gt; Normalize;"), std::string::npos) << dom;
+    EXPECT_EQ(dom.find("Normalize pooling"), std::string::npos) << dom;
+    EXPECT_EQ(s.terminate(), 0);
+  }
+}
+
 }  // namespace
 }  // namespace tfm

@@ -8,6 +8,7 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <cstdio>
 #include <optional>
 
 #include "tfm/tfm.h"
@@ -63,6 +64,21 @@ std::vector<std::string> string_list(const py::handle& obj, const char* name) {
   try {
     return obj.cast<std::vector<std::string>>();
   } catch (const py::cast_error&) {
+    // A str that cannot be encoded as UTF-8 (a lone surrogate such as "\ud800") is a bad element, not a bad list.
+    if (py::isinstance<py::sequence>(obj)) {
+      const py::sequence seq = py::reinterpret_borrow<py::sequence>(obj);
+      for (size_t i = 0; i < seq.size(); ++i) {
+        const py::object item = seq[i];
+        if (!py::isinstance<py::str>(item) && !py::isinstance<py::bytes>(item))
+          throw py::value_error(std::string(name) + " must be a list of strings; item " + std::to_string(i) +
+                                " is a " + py::str(py::type::of(item).attr("__name__")).cast<std::string>());
+        if (py::isinstance<py::str>(item) && !PyUnicode_AsUTF8AndSize(item.ptr(), nullptr)) {
+          PyErr_Clear();
+          throw py::value_error(std::string(name) + "[" + std::to_string(i) +
+                                "] cannot be encoded as UTF-8 (a lone surrogate such as '\\ud800')");
+        }
+      }
+    }
     throw py::value_error(std::string(name) + " must be a list of strings");
   }
 }
@@ -284,12 +300,13 @@ PYBIND11_MODULE(_tfm, m) {
       .def(
           "translate_batch",
           [](const tfm::Translator& t, const py::object& sentences, int64_t beam_size, float length_penalty,
-             int64_t max_steps, bool return_scores) -> py::list {
+             int64_t max_steps, bool return_scores, bool disable_unk) -> py::list {
             tfm::TranslateOptions o;
             o.beam_size = beam_size;
             o.length_penalty = length_penalty;
             o.max_steps = max_steps;
             o.return_scores = return_scores;
+            o.disable_unk = disable_unk;
             std::vector<std::string> s = string_list(sentences, "sentences");
             std::vector<tfm::Translation> r;
             {
@@ -306,9 +323,11 @@ PYBIND11_MODULE(_tfm, m) {
             return out;
           },
           py::arg("sentences"), py::arg("beam_size") = 1, py::arg("length_penalty") = 0.0f,
-          py::arg("max_steps") = 0, py::arg("return_scores") = false,
+          py::arg("max_steps") = 0, py::arg("return_scores") = false, py::arg("disable_unk") = false,
           "Translate a list of sentences: a list of str, or with return_scores a list of (text, score), score = "
-          "log p(text + <eos>) / ((5 + length) / 6) ** length_penalty (natural log; length in tokens with <eos>)")
+          "log p(text + <eos>) / ((5 + length) / 6) ** length_penalty (natural log; length in tokens with <eos>). "
+          "length_penalty needs beam_size > 1 or return_scores (ValueError otherwise); disable_unk=True never generates <unk> "
+          "(CTranslate2's disable_unk)")
       .def_property_readonly("num_steps", &tfm::Translator::num_steps)
       .def_property_readonly("subword", &tfm::Translator::subword)
       .def_property_readonly("dtype", &tfm::Translator::dtype);
@@ -360,7 +379,16 @@ PYBIND11_MODULE(_tfm, m) {
       .def_readonly("steps", &tfm::TrainSummary::steps)
       .def_readonly("seconds", &tfm::TrainSummary::seconds)
       .def_readonly("tokens_per_sec", &tfm::TrainSummary::tokens_per_sec)
-      .def_readonly("stopped_early", &tfm::TrainSummary::stopped_early);
+      .def_readonly("stopped_early", &tfm::TrainSummary::stopped_early)
+      .def("__repr__", [](const tfm::TrainSummary& s) {
+        char buf[320];
+        std::snprintf(buf, sizeof buf,
+                      "TrainSummary(best_valid_bleu=%.2f, best_epoch=%lld, epochs_run=%lld, steps=%lld, seconds=%.1f, "
+                      "tokens_per_sec=%.0f, stopped_early=%s)",
+                      s.best_valid_bleu, (long long)s.best_epoch, (long long)s.epochs_run, (long long)s.steps,
+                      s.seconds, s.tokens_per_sec, s.stopped_early ? "True" : "False");
+        return std::string(buf);
+      });
   m.def(
       "train",
       [](const py::object& config_path, const py::object& out_path, const py::object& progress, bool resume,

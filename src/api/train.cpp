@@ -1,6 +1,7 @@
 // tfm::train over train/recipe: the `tfm train --config / --resume` path of tools/tfm/cmd_train.cpp.
 #include "tfm/train.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <stdexcept>
 
@@ -24,8 +25,18 @@ TrainSummary train(const std::string& config_path, const std::string& out_dir, c
   } else {
     api::require_dir(out_dir, "run folder");
   }
+  // The file alone first: a bad value there is the file's (std::runtime_error); one that appears only with the
+  // overrides is the caller's (std::invalid_argument).
+  if (!config_path.empty()) (void)RecipeConfig::from_json(j, config_path);
+  const std::vector<std::string>& known = RecipeConfig::known_keys();
   for (const auto& [key, val] : o.overrides) {
     if (key.empty()) throw std::invalid_argument("override with an empty key");
+    if (std::find(known.begin(), known.end(), key) == known.end()) {
+      std::string names;
+      for (const auto& k : known)
+        if (k != "comment") names += (names.empty() ? "" : ", ") + k;
+      throw std::invalid_argument("override '" + key + "': unknown recipe key (keys: " + names + ")");
+    }
     if (o.resume && key != "stop_after_steps" && key != "time_limit_minutes")
       throw std::invalid_argument("resume continues with the run's saved train_config.json; override '" + key +
                                   "' cannot change it (only stop_after_steps and time_limit_minutes apply)");
@@ -35,7 +46,27 @@ TrainSummary train(const std::string& config_path, const std::string& out_dir, c
       j[key] = val;  // plain strings
     }
   }
-  RecipeConfig rc = RecipeConfig::from_json(j, config_path.empty() ? "overrides" : config_path);
+  RecipeConfig rc;
+  try {
+    rc = RecipeConfig::from_json(j, config_path.empty() ? "overrides" : config_path + " with overrides");
+  } catch (const std::runtime_error& e) {
+    if (o.overrides.empty()) throw;
+    throw std::invalid_argument(e.what());
+  }
+  // The run folder's state, in this API's words (the recipe's own messages name tfm train's --resume and --out).
+  {
+    namespace fs = std::filesystem;
+    std::error_code ec;
+    const bool has_ckpt = fs::exists(out_dir + "/checkpoint.safetensors", ec);
+    if (o.resume && !has_ckpt)
+      throw std::runtime_error(out_dir + ": no checkpoint.safetensors to resume from (start a run with "
+                                  "resume false)");
+    if (!o.resume && has_ckpt)
+      throw std::runtime_error(out_dir + " already holds a checkpoint; continue it with resume (Python: "
+                                  "resume=True), or give another out_dir");
+    if (!o.resume && fs::is_directory(out_dir, ec) && !fs::is_empty(out_dir, ec))
+      throw std::runtime_error(out_dir + " already exists and is not an empty folder; give a new out_dir");
+  }
   if (o.threads > 0) rc.threads = o.threads;
   if (!o.resume) {  // data files named by the config, checked before anything is written
     std::string data_dir = rc.data_dir;

@@ -89,6 +89,10 @@ std::vector<Translation> Translator::translate_batch(const std::vector<std::stri
     throw std::invalid_argument("beam_size must be from 1 to 64, got " + std::to_string(o.beam_size));
   if (!std::isfinite(o.length_penalty) || o.length_penalty < 0)
     throw std::invalid_argument("length_penalty must be a finite number >= 0, got " + std::to_string(o.length_penalty));
+  // As `tfm translate --length-penalty` without --beam: greedy decoding ignores it, only scores would show it.
+  if (o.length_penalty != 0 && o.beam_size == 1 && !o.return_scores)
+    throw std::invalid_argument("length_penalty applies to beam search (or the returned scores) only; give "
+                                "beam_size > 1 or return_scores as well");
   if (o.max_steps < 0 || o.max_steps > c.max_len)
     throw std::invalid_argument("max_steps must be from 0 (the model's num_steps) to the model's max_len " +
                                 std::to_string(c.max_len) + ", got " + std::to_string(o.max_steps));
@@ -98,6 +102,7 @@ std::vector<Translation> Translator::translate_batch(const std::vector<std::stri
   opt.max_steps = o.max_steps > 0 ? o.max_steps : c.num_steps;
   opt.bos_id = I.bos();
   opt.eos_id = I.eos();
+  if (o.disable_unk) opt.suppress_id = I.subword() ? I.spm->unk_id() : (*I.tgt_vocab)["<unk>"];
   opt.position_mode = c.decode_positions == "absolute" ? PositionMode::kAbsolute : PositionMode::kD2lStep;
 
   // Source ids (with <eos>) of every non-empty sentence, as the CLI builds them.

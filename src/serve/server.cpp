@@ -249,7 +249,8 @@ class Server {
           --in_flight_;
           return send_error(res, 429, "overloaded",
                             "more than " + std::to_string(o_.max_concurrent_requests) +
-                                " requests in flight (--max-concurrent-requests); retry later");
+                                (o_.max_concurrent_requests == 1 ? " request" : " requests") +
+                                " in flight (--max-concurrent-requests); retry later");
         }
         slot.n = &in_flight_;
       }

@@ -65,7 +65,16 @@ struct RecipeResult {
   int64_t best_epoch = 0, epochs_run = 0, steps = 0;
   double seconds = 0, train_tokens_per_sec = 0;
   bool stopped_early = false;
+  int stopped_by_signal = 0;
+  int64_t stopped_in_epoch = 0;  // the epoch a step / time limit or a signal cut short (0: none was)  // SIGINT / SIGTERM when request_training_stop() ended the run (checkpoint saved)
 };
+
+// Asks a running train_recipe to stop after the optimizer step in progress: it saves a checkpoint, says how to
+// resume and returns with stopped_by_signal = signo. Async-signal-safe (one atomic store): `tfm train` calls it
+// from its SIGINT / SIGTERM handler. Under mpirun every rank stops at the same step once any rank got the request.
+void request_training_stop(int signo);
+// The pending request's signal number (0: none); it stays set, so a later run in the process stops too.
+int training_stop_requested();
 
 // Data parallel under mpirun (dist::world()): rank 0 trains the subword model and initialises (or restores) the
 // weights and broadcasts both; each step every rank computes the gradients of its token-balanced shard of the

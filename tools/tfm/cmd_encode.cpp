@@ -39,7 +39,8 @@ void add_encode_command(CLI::App& app) {
   cmd->add_option("--model", o->model,
                   "Model folder: config.json, model.safetensors and the tokenizer files (tokenizer.json or vocab.txt)")
       ->required();
-  cmd->add_option("--text,text", o->texts, "Text to encode; repeat for a batch")->required();
+  // Not ->required(): CLI11 would mark both spellings REQUIRED in the help; the callback asks for one.
+  cmd->add_option("--text,text", o->texts, "Text to encode (TEXT or --text TEXT, at least one); repeat for a batch");
   cmd->add_option("--pair", o->pairs,
                   "Second sentence of a pair (token_type_ids 1), one per --text, in the same order")
       ->allow_extra_args(false);  // --pair A B: B is a TEXT, not a second pair
@@ -62,6 +63,7 @@ void add_encode_command(CLI::App& app) {
       ->check(CLI::IsMember({"fp32", "bf16", "int8"}));
   cmd->callback([o, cmd] {
     namespace fs = std::filesystem;
+    if (o->texts.empty()) throw CLI::ValidationError("give TEXT or --text TEXT (at least one text to encode)");
     if ((cmd->count("--output") && o->output.empty()) || (cmd->count("--pooled") && o->pooled.empty()))
       throw CLI::ValidationError("--output and --pooled need a file name");
     std::error_code ec;

@@ -54,6 +54,9 @@ void add_fill_mask_command(CLI::App& app) {
       size_t p = 0;
       for (size_t b = 0; b < chunk.size(); ++b) {
         nlohmann::ordered_json per_mask = nlohmann::ordered_json::array();
+        // As the fill-mask pipeline: with several masks, `sequence` is decoded with skip_special_tokens=False, so
+        // it keeps the other [MASK] tokens (and [CLS] / [SEP]).
+        const bool single_mask = std::count(chunk[b].input_ids.begin(), chunk[b].input_ids.end(), mask_id) == 1;
         for (; p < pos.size() && pos[p].first == (int64_t)b; ++p) {
           std::vector<float> prob = apply_score_function(logits.f32() + p * V, V, ScoreFunction::Softmax);
           std::vector<int64_t> idx(V);
@@ -67,7 +70,7 @@ void add_fill_mask_command(CLI::App& app) {
             std::vector<std::string> toks = chunk[b].tokens;
             toks[pos[p].second] = tok.id_to_token(id);
             cands.push_back({{"score", prob[id]}, {"token", id}, {"token_str", tok.id_to_token(id)},
-                             {"sequence", decode_wordpieces(tok, toks, m.clean_up_tokenization_spaces())}});
+                             {"sequence", decode_wordpieces(tok, toks, m.clean_up_tokenization_spaces(), single_mask)}});
           }
           per_mask.push_back(cands);
         }

@@ -25,7 +25,8 @@ void add_rerank_command(CLI::App& app) {
                 "label 1 for two labels)");
   cmd->add_option("--model", o->model, "Cross-encoder folder: config.json, model.safetensors, tokenizer files")
       ->required();
-  cmd->add_option("--query,-q", o->query, "The query")->required();
+  // No -q: that is --quiet in every other command.
+  cmd->add_option("--query", o->query, "The query")->required();
   cmd->add_option("text", o->texts, "Passages to rank");
   cmd->add_option("--input,-i", o->input, "File with one passage a line (- for stdin)");
   cmd->add_option("--top-k", o->top_k, "Print only the best K")->check(whole_range(1, 1 << 30));

@@ -1,4 +1,6 @@
 // tfm train: train the d2l encoder-decoder Transformer on a 'source<TAB>target' corpus.
+#include <signal.h>
+
 #include <algorithm>
 #include <cstdio>
 #include <memory>
@@ -10,6 +12,10 @@
 #include "train/trainer.h"
 
 namespace tfm::cli {
+
+namespace {
+void on_stop_signal(int signo) { request_training_stop(signo); }
+}  // namespace
 
 void add_train_command(CLI::App& app) {
   auto o = std::make_shared<TrainOptions>();
@@ -53,10 +59,12 @@ void add_train_command(CLI::App& app) {
       ->check(seed_value());
   cmd->add_option("--label-smoothing", o->label_smoothing, "Label smoothing of the cross-entropy (0 = d2l)")
       ->capture_default_str()->check(in_range(0.0, 0.99));
-  cmd->add_flag("!--no-progress", o->progress, "Do not print the progress bar");
+  auto no_progress = std::make_shared<bool>(false);
+  cmd->add_flag("--no-progress", *no_progress, "Do not print the progress bar");
   cmd->add_flag("--overwrite", o->overwrite, "Train into an --out folder that already holds files, replacing them");
   add_threads_option(cmd, *threads);
-  cmd->callback([o, cmd, recipe, resume, sets, max_tokens, threads] {
+  cmd->callback([o, cmd, recipe, resume, sets, max_tokens, threads, no_progress] {
+    o->progress = !*no_progress;
     if (!recipe->empty() || !resume->empty()) {
       if (!recipe->empty() && !resume->empty())
         throw CLI::ValidationError("--config starts a run and --resume continues one; give only one");
@@ -119,6 +127,14 @@ void add_train_command(CLI::App& app) {
       std::string out = resume->empty() ? o->out : *resume;
       if (out.empty()) throw CLI::ValidationError("--out is required");
       RecipeResult r;
+      // Ctrl-C / SIGTERM: the recipe finishes the step in progress, saves a checkpoint and says how to resume;
+      // a second one (the handler is reset after the first) ends tfm at once.
+      struct sigaction sa {}, old_int {}, old_term {};
+      sa.sa_handler = on_stop_signal;
+      sigemptyset(&sa.sa_mask);
+      sa.sa_flags = SA_RESETHAND;
+      sigaction(SIGINT, &sa, &old_int);
+      sigaction(SIGTERM, &sa, &old_term);
       try {
         r = train_recipe(rc, out, !resume->empty(), o->progress);
       } catch (const std::exception& e) {
@@ -126,6 +142,9 @@ void add_train_command(CLI::App& app) {
         if (dist::world().world_size() > 1) dist::world().abort(1, e.what());
         throw;
       }
+      sigaction(SIGINT, &old_int, nullptr);
+      sigaction(SIGTERM, &old_term, nullptr);
+      if (r.stopped_by_signal) throw ExitStatus{128 + r.stopped_by_signal};  // 130 (SIGINT), 143 (SIGTERM)
       if (dist::world().rank() != 0) return;
       if (r.best_epoch == 0) {  // config.json + model.safetensors are written at the end of the first epoch
         // Same "in S s, T target tokens/s" as the line below (bench/multi30k.sh --short reads it).
@@ -134,10 +153,14 @@ void add_train_command(CLI::App& app) {
                     (long long)r.steps, r.seconds, r.train_tokens_per_sec, out.c_str());
         return;
       }
-      std::printf("trained %lld epochs (%lld steps) in %.1f s, %.0f target tokens/s; best validation BLEU %.2f "
+      // "trained 2 epochs" / "trained 1 epoch, stopped in epoch 2": a cut-short epoch is not counted as trained.
+      const std::string stopped_in =
+          r.stopped_in_epoch ? ", stopped in epoch " + std::to_string(r.stopped_in_epoch) : std::string();
+      std::printf("trained %lld %s%s (%lld steps) in %.1f s, %.0f target tokens/s; best validation BLEU %.2f "
                   "(epoch %lld); model in %s\n",
-                  (long long)r.epochs_run, (long long)r.steps, r.seconds, r.train_tokens_per_sec, r.best_valid_bleu,
-                  (long long)r.best_epoch, out.c_str());
+                  (long long)r.epochs_run, r.epochs_run == 1 ? "epoch" : "epochs", stopped_in.c_str(),
+                  (long long)r.steps, r.seconds, r.train_tokens_per_sec, r.best_valid_bleu, (long long)r.best_epoch,
+                  out.c_str());
       return;
     }
     if (!sets->empty() || cmd->count("--max-tokens"))
@@ -148,8 +171,8 @@ void add_train_command(CLI::App& app) {
       throw CLI::ValidationError("the d2l trainer (--data) runs as one process; data-parallel training under "
                                  "mpirun is the subword recipe (--config)");
     TrainResult r = train_seq2seq(*o);
-    std::printf("trained %lld epochs in %.1f s: loss %.4f (mean per token %.4f), %.0f tokens/s; model in %s\n",
-                (long long)r.epochs_run, r.seconds, r.loss, r.token_loss, r.tokens_per_sec, o->out.c_str());
+    std::printf("trained %lld %s in %.1f s: loss %.4f (mean per token %.4f), %.0f tokens/s; model in %s\n",
+                (long long)r.epochs_run, r.epochs_run == 1 ? "epoch" : "epochs", r.seconds, r.loss, r.token_loss, r.tokens_per_sec, o->out.c_str());
   });
 }
 

@@ -66,6 +66,7 @@ void add_translate_command(CLI::App& app) {
     std::string model, attention_png;
     std::vector<std::string> sentences;
     int64_t beam = 1;
+    bool suppress_unk = false;
     float length_penalty = 0.0f;
     bool quiet = false;
     int threads = 0;
@@ -82,6 +83,8 @@ void add_translate_command(CLI::App& app) {
   cmd->add_option("--beam", o->beam, "Beam size (1 = greedy)")->capture_default_str()->check(whole_range(1, 64));
   cmd->add_option("--length-penalty", o->length_penalty, "GNMT length penalty alpha for beam search")
       ->capture_default_str()->check(in_range(0.0, 5.0));
+  cmd->add_flag("--suppress-unk", o->suppress_unk,
+                "Never generate <unk> (CTranslate2's disable_unk): greedy and beam search pick the best other token");
   cmd->add_option("--attention-png", o->attention_png,
                   "Save the first sentence's attention weights as a PNG (or .svg), tokens on both axes: top row "
                   "encoder self-attention (last layer), bottom row decoder cross-attention (last layer) of the "
@@ -97,6 +100,9 @@ void add_translate_command(CLI::App& app) {
                 "With --dtype bf16 or int8: run the decoder's output projection (to the vocabulary) in that type too "
                 "(faster; on the Multi30k recipe's models it moved test BLEU by less than 0.2)");
   cmd->callback([o, cmd] {
+    if (o->quantize_output && o->dtype == "fp32")
+      throw CLI::ValidationError("--quantize-output-projection runs the output projection in the --dtype type; "
+                                 "give --dtype bf16 or int8 as well (with fp32 it changes nothing)");
     if (cmd->count("--length-penalty") && o->beam == 1)
       throw CLI::ValidationError("--length-penalty applies to beam search only; give --beam N (N > 1) as well");
     namespace fs = std::filesystem;
@@ -137,6 +143,7 @@ void add_translate_command(CLI::App& app) {
     opt.max_steps = c.num_steps;
     opt.bos_id = subword ? spm->bos_id() : (*tgt_vocab)["<bos>"];
     opt.eos_id = subword ? spm->eos_id() : (*tgt_vocab)["<eos>"];
+    if (o->suppress_unk) opt.suppress_id = subword ? spm->unk_id() : (*tgt_vocab)["<unk>"];
     opt.position_mode = c.decode_positions == "absolute" ? PositionMode::kAbsolute : PositionMode::kD2lStep;
 
     // d2l word models pad every source to num_steps, as predict_seq2seq does (the padding is masked).
