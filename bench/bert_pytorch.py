@@ -19,6 +19,10 @@ import time
 from types import SimpleNamespace
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import torch_blas  # noqa: E402
+
+torch_blas.prepare()  # before any torch import: OpenBLAS reads its environment when it loads
 REF = os.environ.get("TFM_TORCH_REFERENCE", os.path.join(HERE, "..", "..", "shared", "reference", "torch"))
 if not os.path.isdir(REF):
     REF = "/work/shared/reference/torch"
@@ -83,10 +87,11 @@ def bench(args):
     import torch
 
     torch.set_num_threads(args.threads)
+    blas = torch_blas.check()
     t0 = time.perf_counter()
     model, cfg = load_model(args.dir)
     load_ms = (time.perf_counter() - t0) * 1e3
-    print(json.dumps(dict(kind="model", threads=torch.get_num_threads(), load_ms=round(load_ms, 1),
+    print(json.dumps(dict(kind="model", threads=torch.get_num_threads(), load_ms=round(load_ms, 1), blas=blas,
                           rss_after_load_mb=round(status_mb("VmRSS"), 1), torch=torch.__version__)), flush=True)
     # The same GEMM as bench_encoder --sgemm, through torch (x @ W^T).
     g = torch.Generator().manual_seed(0)

@@ -5,7 +5,11 @@ Prints one JSON line: {"train_tokens_per_s": ..., "epochs": ..., "seconds": ...,
 """
 import argparse, json, os, sys, time
 
-import torch
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import torch_blas  # noqa: E402
+
+torch_blas.prepare()  # before torch loads OpenBLAS
+import torch  # noqa: E402
 
 ref = os.environ.get("TFM_REFERENCE_DIR", os.path.join(os.path.dirname(__file__), "..", "..", "shared", "reference"))
 sys.path.insert(0, os.path.join(ref, "torch"))
@@ -28,6 +32,7 @@ p.add_argument("--predict", type=int, default=0, help="time predict_seq2seq on t
 p.add_argument("--threads", type=int, default=2)
 a = p.parse_args()
 torch.set_num_threads(a.threads)
+blas = torch_blas.check()
 torch.manual_seed(0)
 arrays, src_vocab, tgt_vocab = d2lnmt.load_data_nmt(a.data, a.num_steps, a.num_examples)
 H = a.num_hiddens
@@ -40,7 +45,7 @@ t0 = time.perf_counter()
 loss = d2lnmt.train_seq2seq(net, arrays, a.batch_size, a.lr, a.epochs, tgt_vocab, seed=0)
 secs = time.perf_counter() - t0
 out = {"train_tokens_per_s": tokens_per_epoch * a.epochs / secs, "epochs": a.epochs, "seconds": secs,
-       "final_loss": loss, "tokens_per_epoch": tokens_per_epoch}
+       "final_loss": loss, "tokens_per_epoch": tokens_per_epoch, "blas": blas}
 if a.predict:
     with open(a.data, encoding="utf-8") as f:
         lines = [l.split("\t")[0] for l in d2lnmt.preprocess_nmt(f.read()).split("\n")[: a.predict] if "\t" in l]

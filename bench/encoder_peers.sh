@@ -21,6 +21,7 @@
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
+bash bench/ensure_openblas.sh  # the PyTorch peer on OpenBLAS, one BLAS thread under its threads (bench/torch_blas.py)
 THREADS=${THREADS:-2}
 REPS=${REPS:-10}
 WARMUP=${WARMUP:-2}

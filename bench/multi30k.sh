@@ -12,6 +12,7 @@
 #   PRECISION=bf16: tfm trains with "precision": "bf16" (bf16 GEMM inputs, fp32 master weights); PyTorch stays fp32.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+bash bench/ensure_openblas.sh  # the PyTorch peer on OpenBLAS, one BLAS thread under its threads (bench/torch_blas.py)
 TFM=${TFM:-build/tfm}
 DATA=${TFM_DATA_DIR:-$(cd .. && pwd)/shared/data}
 export TFM_DATA_DIR=$DATA

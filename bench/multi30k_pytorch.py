@@ -1,9 +1,13 @@
 """PyTorch side of `bench/multi30k.sh --short`: an equivalent torch.nn.Transformer (same dimensions, pre-LN, shared
 embeddings, same token-count batches from the same SentencePiece model) trained for N steps with Adam and label
 smoothing. Prints the target tokens per second (one number). Run with Debian's /usr/bin/python3."""
-import argparse, gzip, json, math, time
+import argparse, gzip, json, math, os, sys, time
 
-import torch
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import torch_blas  # noqa: E402
+
+torch_blas.prepare()  # before torch loads OpenBLAS
+import torch  # noqa: E402
 from torch import nn
 
 try:
@@ -19,6 +23,7 @@ p.add_argument("--steps", type=int, default=30)
 p.add_argument("--threads", type=int, default=2)
 a = p.parse_args()
 torch.set_num_threads(a.threads)
+torch_blas.check()
 torch.manual_seed(0)
 c = json.load(open(a.config))
 H, L, heads, F = c["num_hiddens"], c["num_layers"], c["num_heads"], c["ffn_num_hiddens"]

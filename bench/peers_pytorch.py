@@ -17,6 +17,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import torch_blas  # noqa: E402  (bert_pytorch has already called torch_blas.prepare())
 from bert_pytorch import gemm_gflop, load_model, parse_shapes, status_mb  # noqa: E402
 
 
@@ -25,6 +26,7 @@ def bench(args):
     import torch
 
     torch.set_num_threads(args.threads)
+    blas = torch_blas.check()
     t0 = time.perf_counter()
     model, cfg = load_model(args.dir)
     engine = ""
@@ -35,7 +37,7 @@ def bench(args):
         model = torch.ao.quantization.quantize_dynamic(model, {torch.nn.Linear}, dtype=torch.qint8)
     load_ms = (time.perf_counter() - t0) * 1e3
     print(json.dumps(dict(kind="model", impl="pytorch", mode=args.mode, threads=torch.get_num_threads(),
-                          load_ms=round(load_ms, 1), torch=torch.__version__, quantized_engine=engine)), flush=True)
+                          load_ms=round(load_ms, 1), torch=torch.__version__, quantized_engine=engine, blas=blas)), flush=True)
     for B, L in parse_shapes(args.shapes):
         ids = torch.randint(0, cfg["vocab_size"], (B, L), generator=torch.Generator().manual_seed(B * 1000 + L))
 

@@ -4,6 +4,7 @@
 #   bench/train_vs_pytorch.sh [--quick]
 set -euo pipefail
 cd "$(dirname "$0")/.."
+bash bench/ensure_openblas.sh  # the PyTorch peer on OpenBLAS, one BLAS thread under its threads (bench/torch_blas.py)
 TFM=${TFM:-build/tfm}
 DATA=${TFM_DATA_DIR:-$(cd .. && pwd)/shared/data}/fra-eng/fra.txt
 THREADS=${THREADS:-2}
