@@ -283,4 +283,81 @@ TEST(TranslateSuppressUnk, NoUnkIsGeneratedAndOtherwiseGreedyIsUnchanged) {
   EXPECT_EQ(beam.out.find("<unk>"), std::string::npos) << beam.out;
 }
 
+// A folder from `tfm convert --dtype int8` computed in int8 whatever dtype was asked for, and Encoder::dtype()
+// said fp32. Now fp32 / bf16 dequantise it (w = q * scale of the row): fp32 on the int8 folder equals, bit for bit,
+// fp32 on a folder the test dequantises itself; the default is the stored type, and dtype() reports it.
+TEST(Int8Folder, OtherDtypesDequantiseAndDtypeReportsTheTypeUsed) {
+  namespace fs = std::filesystem;
+  tfm::test::TempFolder t;
+  const std::string q8 = t.path + "/int8", deq = t.path + "/dequantised";
+  TfmRun c = run_tfm_in(t.path, {"convert", "--model", fixture("bert"), "--dtype", "int8", "--out", q8});
+  ASSERT_EQ(c.exit_code, 0) << c.describe();
+  {
+    tfm::SafeTensors q = tfm::SafeTensors::open(q8 + "/model.safetensors");
+    std::vector<std::pair<std::string, tfm::Tensor>> tensors;
+    int64_t dequantised = 0;
+    for (const std::string& name : q.names()) {
+      if (name.size() > 6 && name.compare(name.size() - 6, 6, "_scale") == 0) continue;
+      if (q.dtype_of(name) != "I8") {
+        tensors.emplace_back(name, q.get(name));
+        continue;
+      }
+      const tfm::Shape shape = q.shape_of(name);
+      const int8_t* w = reinterpret_cast<const int8_t*>(q.raw_data(name));
+      const tfm::Tensor scale = q.get(name + "_scale");
+      tfm::Tensor f = tfm::Tensor::empty(shape);
+      for (int64_t r = 0; r < shape[0]; ++r)
+        for (int64_t k = 0; k < shape[1]; ++k) f.f32()[r * shape[1] + k] = (float)w[r * shape[1] + k] * scale.f32()[r];
+      tensors.emplace_back(name, f);
+      ++dequantised;
+    }
+    ASSERT_GT(dequantised, 0);
+    fs::create_directories(deq);
+    tfm::save_safetensors(deq + "/model.safetensors", tensors);
+    fs::copy_file(q8 + "/config.json", deq + "/config.json");
+  }
+  tfm::SafeTensors io = tfm::SafeTensors::open(fixture("bert/io.safetensors"));
+  auto ids_of = [](const tfm::Tensor& x) { return std::vector<int64_t>(x.i64(), x.i64() + x.numel()); };
+  const std::vector<int64_t> ids = ids_of(io.get("input_ids")), mask = ids_of(io.get("attention_mask")),
+                             types = ids_of(io.get("token_type_ids"));
+  const tfm::EncoderInputs in{ids.data(), mask.data(), types.data(), 3, 6};
+  auto run = [&](const std::string& dir, const std::string& dtype, const std::string& want_dtype) {
+    tfm::EncoderOptions o;
+    o.dtype = dtype;
+    tfm::Encoder e(dir, o);
+    EXPECT_EQ(e.dtype(), want_dtype) << dir << " dtype '" << dtype << "'";
+    tfm::FloatArray out = e.forward(in);
+    return std::vector<float>(out.data(), out.data() + out.numel());
+  };
+  const std::vector<float> as_stored = run(q8, "", "int8"), in_int8 = run(q8, "int8", "int8");
+  const std::vector<float> fp32 = run(q8, "fp32", "fp32"), dequantised_fp32 = run(deq, "fp32", "fp32");
+  EXPECT_EQ(as_stored, in_int8);
+  EXPECT_EQ(fp32, dequantised_fp32) << "fp32 on the int8 folder must compute in fp32 on the dequantised weights";
+  EXPECT_NE(fp32, in_int8);
+  EXPECT_EQ(run(q8, "bf16", "bf16"), run(deq, "bf16", "bf16"));
+  EXPECT_EQ(run(fixture("bert"), "", "fp32").size(), fp32.size());  // an fp32 folder stays fp32 by default
+  // The fp32-only commands refuse --dtype fp32 on an int8 folder instead of ignoring it.
+  const std::string cls = t.path + "/cls8";
+  ASSERT_EQ(run_tfm_in(t.path, {"convert", "--model", fixture("heads_seqcls"), "--dtype", "int8", "--out", cls}).exit_code, 0);
+  tfm::test::expect_one_line_error(run_tfm_in(t.path, {"classify", "--model", cls, "--dtype", "fp32", "a cat"}),
+                                   "stores int8 weights");
+  EXPECT_EQ(run_tfm_in(t.path, {"classify", "--model", cls, "a cat"}).exit_code, 0);
+}
+
+// encode on a folder without model.safetensors names --init random; encode --pooled on a checkpoint without a
+// pooler fails before running the model (nothing printed on stdout).
+TEST(EncodeMessages, MissingWeightsAndMissingPoolerAreNamedBeforeRunning) {
+  tfm::test::TempFolder t;
+  const std::string dir = t.path + "/noweights";
+  std::filesystem::create_directories(dir);
+  std::filesystem::copy_file(fixture("heads_mlm/config.json"), dir + "/config.json");
+  std::filesystem::copy_file(fixture("heads_mlm/vocab.txt"), dir + "/vocab.txt");
+  TfmRun r = run_tfm_in(t.path, {"encode", "--model", dir, "the cat"});
+  tfm::test::expect_one_line_error(r, "--init random");
+  // heads_mlm has no pooler (BertForMaskedLM).
+  TfmRun p = run_tfm_in(t.path, {"encode", "--model", fixture("heads_mlm"), "--pooled", t.path + "/p.npy", "the cat"});
+  tfm::test::expect_one_line_error(p, "has no pooler");
+  EXPECT_EQ(p.out, "") << "failed before the forward pass";
+}
+
 }  // namespace

@@ -148,8 +148,10 @@ PYBIND11_MODULE(_tfm, m) {
              py::gil_scoped_release nogil;
              return tfm::Encoder(dir, o);
            }),
-           py::arg("model_dir"), py::arg("dtype") = "fp32", py::arg("threads") = 0,
-           "dtype: compute type of the Linear layers, 'fp32', 'bf16' or 'int8' (ValueError otherwise); threads: "
+           py::arg("model_dir"), py::arg("dtype") = "", py::arg("threads") = 0,
+           "dtype: compute type of the Linear layers, 'fp32', 'bf16' or 'int8' (ValueError otherwise); '' "
+           "(default): as the folder stores it (int8 for a `tfm convert --dtype int8` folder, else fp32); "
+           "Encoder.dtype is the type used; threads: "
            "threads per call (0 = all cores)")
       .def(
           "forward",

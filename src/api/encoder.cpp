@@ -25,14 +25,17 @@ struct Encoder::Impl {
 };
 
 Encoder::Encoder(const std::string& model_dir, const EncoderOptions& options) : impl_(std::make_unique<Impl>()) {
-  const ops::ComputeType ct = ops::parse_compute_type(options.dtype);  // std::invalid_argument naming the accepted
+  // "" = as the folder stores it; otherwise std::invalid_argument naming the accepted values.
+  std::optional<ops::ComputeType> want;
+  if (!options.dtype.empty()) want = ops::parse_compute_type(options.dtype);
   api::check_threads(options.threads);
   api::require_dir(model_dir, "model folder");
   api::require_file(model_dir + "/config.json");
   api::require_file(model_dir + "/model.safetensors");
-  impl_->dtype = ops::compute_type_name(ct);
   impl_->threads = options.threads;
-  impl_->model = load_encoder(model_dir, ct);
+  ops::ComputeType ct = ops::ComputeType::F32;
+  impl_->model = load_encoder(model_dir, want, &ct);
+  impl_->dtype = ops::compute_type_name(ct);
   impl_->dir = model_dir;
   std::error_code ec;
   namespace fs = std::filesystem;

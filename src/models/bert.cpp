@@ -165,7 +165,8 @@ class Bert : public EncoderModel {
   }
   // The Linear layers named by `prefixes` (same in_features), stacked along out_features and packed for ct_;
   // their file pages are released once packed.
-  // A folder from `tfm convert --dtype int8` stores the weights prequantised: they are used as stored (int8).
+  // A folder from `tfm convert --dtype int8` stores the weights prequantised: used as stored for int8, dequantised
+  // for fp32 / bf16.
   PackedLinear packed(WeightSource& w, const std::vector<std::string>& prefixes, int64_t in, int64_t out) const {
     const int64_t n = (int64_t)prefixes.size();
     std::vector<const int8_t*> q(n);
@@ -175,6 +176,20 @@ class Bert : public EncoderModel {
       const std::string name = prefixes[i] + ".weight";
       q[i] = w.get_int8(name, {out, in}, {"bert." + name}, &sc[i]);
       quantised += q[i] != nullptr;
+    }
+    if (quantised == n && ct_ != ops::ComputeType::I8) {
+      // Asked for another compute type: dequantise (w = q * scale of its row) and pack for it, so the model
+      // computes in the type it reports.
+      std::vector<float> weight(n * out * in), bias(n * out);
+      for (int64_t i = 0; i < n; ++i) {
+        for (int64_t r = 0; r < out; ++r)
+          for (int64_t c = 0; c < in; ++c)
+            weight[(i * out + r) * in + c] = (float)q[i][r * in + c] * sc[i][r];
+        w.release_bytes(q[i], (size_t)(out * in));
+        Tensor b = get(w, prefixes[i] + ".bias", {out});
+        std::memcpy(bias.data() + i * out, b.f32(), sizeof(float) * out);
+      }
+      return PackedLinear(weight.data(), bias.data(), in, n * out, ct_);
     }
     if (quantised == n) {
       std::vector<int8_t> qw(n * out * in);

@@ -93,7 +93,7 @@ TaskModel TaskModel::load(const std::string& dir, HeadKind want) {
     throw std::runtime_error(dir + " is a " + a + ": it has no " + head_kind_name(want) + " head");
   }
   m.kind_ = kind;
-  m.encoder_ = make_encoder(cfg, w);
+  m.encoder_ = make_encoder(cfg, w, w.stored_compute_type());  // an int8 folder computes in int8
   m.tokenizer_ = std::make_shared<BertTokenizer>(BertTokenizer::from_dir(dir));
   if (m.tokenizer_->vocab_size() > cfg.vocab_size)
     throw std::runtime_error(dir + ": tokenizer vocabulary (" + std::to_string(m.tokenizer_->vocab_size()) +

@@ -180,6 +180,14 @@ class Server {
       }
     }
     if (head_) head_max_length_ = head_->encoder_config().max_position_embeddings;
+    // The compute type of the Linear layers: an encoder folder from `tfm convert --dtype int8` runs in int8 (as
+    // its file is stored), everything else in fp32.
+    if (!translation_) {
+      std::string st = o_.model + "/model.safetensors";
+      if (!std::filesystem::exists(st)) st = o_.model + "/0_Transformer/model.safetensors";
+      std::error_code ec;
+      if (std::filesystem::exists(st, ec)) dtype_ = ops::compute_type_name(SafeTensorsWeights(st).stored_compute_type());
+    }
     max_input_length_ = translation_ ? translator_->max_source_tokens()
                         : embedder_  ? embedder_->max_input_length()
                                      : head_max_length_;
@@ -578,7 +586,8 @@ class Server {
               {"max_client_batch_size", o_.max_client_batch_size},
               {"payload_limit", o_.payload_limit},
               {"auto_truncate", o_.auto_truncate},
-              {"max_input_length", ready_ ? json(max_input_length_) : json(nullptr)}};
+              {"max_input_length", ready_ ? json(max_input_length_) : json(nullptr)},
+              {"dtype", ready_ ? json(dtype_) : json(nullptr)}};  // written by load() before ready_
     if (translation_) {
       j["source_lang"] = source_lang_;
       j["target_lang"] = target_lang_;
@@ -602,6 +611,7 @@ class Server {
 
   ServeOptions o_;
   std::string model_type_, model_id_, source_lang_, target_lang_;
+  std::string dtype_ = "fp32";  // compute type of the Linear layers (/info)
   bool translation_ = false;
   RequestLimits limits_;
   httplib::Server svr_;

@@ -126,7 +126,9 @@ async function start() {
   $("title").textContent = tr ? "Translate " + info.source_lang + " \u2192 " + info.target_lang
                               : "Sentence similarity";
   $("modelinfo").innerHTML = "<small>" + info.model_id + " (" + info.model_type + ")" +
-      (tr ? "" : ", pooling: " + info.pooling + "; one sentence a line") + "</small>";
+      // a sentence-transformers folder's pooling is its pipeline ("Transformer(...) -> Pooling(mean) -> Normalize")
+      (tr ? "" : ", " + info.pooling + (info.pooling.includes("->") ? "" : " pooling") + "; one sentence a line") +
+      "</small>";
   $("text").value = tr ? "i lost ." : "the cat sat on the mat\na dog sat on the mat\nthe sun and the moon";
   if (tr) {
     $("attnctl").hidden = false;

@@ -230,7 +230,7 @@ void add_embed_command(CLI::App& app) {
                 "each JSON line then has \"line\": N (1-based input line), and a .npy output gets OUT.lines.txt with "
                 "the input line of each row");
   cmd->add_flag("--quiet,-q", o->quiet, "No progress bar and no summary line");
-  cmd->add_option("--dtype", o->dtype, "Compute type (fp32)")->check(CLI::IsMember({"fp32"}));
+  add_fp32_dtype_option(cmd, o->dtype, o->model);
   add_threads_option(cmd, o->threads);
   cmd->callback([o] {
     std::string fmt = "jsonl";

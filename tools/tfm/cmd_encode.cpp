@@ -30,7 +30,7 @@ void add_encode_command(CLI::App& app) {
     uint64_t seed = 0;
     int64_t max_length = 0;
     int threads = 0;
-    std::string dtype = "fp32";
+    std::string dtype;  // "": as the folder stores it
   };
   auto o = std::make_shared<Opts>();
   CLI::App* cmd = app.add_subcommand(
@@ -59,7 +59,9 @@ void add_encode_command(CLI::App& app) {
   add_threads_option(cmd, o->threads);
   cmd->add_option("--dtype", o->dtype,
                   "Compute type of the Linear layers: fp32, bf16 (weights and GEMM inputs bf16, fp32 accumulation) "
-                  "or int8 (dynamic quantisation); LayerNorm, softmax and residuals stay fp32")
+                  "or int8 (dynamic quantisation); LayerNorm, softmax and residuals stay fp32. Default: as the folder "
+                  "stores them (int8 for a 'tfm convert --dtype int8' folder, which fp32 / bf16 dequantise; else "
+                  "fp32)")
       ->check(CLI::IsMember({"fp32", "bf16", "int8"}));
   cmd->callback([o, cmd] {
     namespace fs = std::filesystem;
@@ -103,15 +105,32 @@ void add_encode_command(CLI::App& app) {
     for (size_t i = 0; i < o->texts.size(); ++i)
       if (o->texts[i].empty()) throw std::invalid_argument(which(i) + " is empty; give at least one character");
     std::unique_ptr<EncoderModel> model;
+    std::string used_dtype = o->dtype.empty() ? "fp32" : o->dtype;
     try {
       if (o->init == "random") {
         std::fprintf(stderr, "initialising %s weights randomly (seed %llu)\n", config.model_type.c_str(),
                      (unsigned long long)o->seed);
+        if (!o->pooled.empty() && config.model_type != "bert")
+          throw std::invalid_argument("--pooled: this " + config.model_type + " model has no pooler; nothing written");
         RandomWeights w(o->seed);
-        model = make_encoder(config, w, ops::parse_compute_type(o->dtype));
+        model = make_encoder(config, w, ops::parse_compute_type(o->dtype.empty() ? "fp32" : o->dtype));
       } else {
-        SafeTensorsWeights w(o->model + "/model.safetensors");
-        model = make_encoder(config, w, ops::parse_compute_type(o->dtype));
+        const std::string weights = o->model + "/model.safetensors";
+        std::error_code wec;
+        if (!fs::exists(weights, wec))
+          throw std::runtime_error(weights + ": no such file (the folder has no weights; --init random runs the "
+                                   "model with seeded random weights)");
+        SafeTensorsWeights w(weights);
+        // Before the forward pass: --pooled needs the checkpoint's pooler.
+        if (!o->pooled.empty() && !w.has("pooler.dense.weight") && !w.has("bert.pooler.dense.weight"))
+          throw std::invalid_argument("--pooled: this " + config.model_type +
+                                      " model has no pooler (no pooler.dense weights in the checkpoint); nothing "
+                                      "written");
+        // No --dtype: as the file is stored (int8 for a `tfm convert --dtype int8` folder, else fp32).
+        model = make_encoder(config, w,
+                             o->dtype.empty() ? w.stored_compute_type() : ops::parse_compute_type(o->dtype));
+        used_dtype = ops::compute_type_name(o->dtype.empty() ? w.stored_compute_type()
+                                                             : ops::parse_compute_type(o->dtype));
       }
     } catch (const std::runtime_error& e) {
       // A tutorial encoder folder without model_type is read as BERT, and its tensor names do not match.
@@ -155,7 +174,7 @@ void add_encode_command(CLI::App& app) {
     }
     const Tensor& result = o->all_layers ? out.hidden_states : out.last_hidden_state;
     std::cout << (o->all_layers ? "hidden_states" : "last_hidden_state") << " shape: " << shape_str(result.shape())
-              << "\n";
+              << " (computed in " << used_dtype << ")\n";
     // Every check before the first write, so an error leaves no half of the requested outputs behind.
     if (!o->pooled.empty() && !out.pooler_output.defined())
       throw std::invalid_argument("--pooled: this " + config.model_type +

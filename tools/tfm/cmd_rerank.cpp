@@ -35,7 +35,7 @@ void add_rerank_command(CLI::App& app) {
   cmd->add_option("--batch-size", o->batch_size, "Pairs per forward pass (default 32)")->check(whole_range(1, 1 << 16));
   cmd->add_option("--max-length", o->max_length, "Truncate pairs to this many tokens (longest first)")
       ->check(whole_range(3, 1 << 20));
-  cmd->add_option("--dtype", o->dtype, "Compute type (fp32)")->check(CLI::IsMember({"fp32"}));
+  add_fp32_dtype_option(cmd, o->dtype, o->model);
   add_threads_option(cmd, o->threads);
   cmd->callback([o] {
     std::vector<std::string> passages = gather_texts(o->texts, o->input, "passage");
