@@ -140,16 +140,20 @@ PYBIND11_MODULE(_tfm, m) {
                            "BERT or tutorial encoder of a model folder (config.json, model.safetensors, tokenizer). "
                            "Thread-safe: forward/embed may run in several Python threads at once (the GIL is "
                            "released while they compute).")
-      .def(py::init([](const py::object& path, const std::string& dtype, int threads) {
+      .def(py::init([](const py::object& path, const py::object& dtype, int threads) {
              const std::string dir = path_arg(path);
              tfm::EncoderOptions o;
-             o.dtype = dtype;
+             if (!dtype.is_none()) {
+               o.dtype = dtype.cast<std::string>();
+               if (o.dtype.empty())  // "" is the C++ default's spelling; here it is None
+                 throw py::value_error("unknown dtype '' (expected fp32, bf16 or int8)");
+             }
              o.threads = threads;
              py::gil_scoped_release nogil;
              return tfm::Encoder(dir, o);
            }),
-           py::arg("model_dir"), py::arg("dtype") = "", py::arg("threads") = 0,
-           "dtype: compute type of the Linear layers, 'fp32', 'bf16' or 'int8' (ValueError otherwise); '' "
+           py::arg("model_dir"), py::arg("dtype") = py::none(), py::arg("threads") = 0,
+           "dtype: compute type of the Linear layers, 'fp32', 'bf16' or 'int8' (ValueError otherwise); None "
            "(default): as the folder stores it (int8 for a `tfm convert --dtype int8` folder, else fp32); "
            "Encoder.dtype is the type used; threads: "
            "threads per call (0 = all cores)")

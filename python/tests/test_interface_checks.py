@@ -80,3 +80,20 @@ def test_train_messages_speak_python(config, tmp_path):
     # TrainSummary reads as its values.
     r = repr(summary)
     assert r.startswith("TrainSummary(") and "steps=2" in r and "stopped_early=True" in r, r
+
+
+def test_int8_folder_reports_and_honours_its_dtype(tmp_path):
+    # A `tfm convert --dtype int8` folder: by default it computes in int8 (and says so); dtype="fp32" dequantises
+    # it, so the output differs from int8's and Encoder.dtype is "fp32".
+    import numpy as np
+    bert = os.path.join(FIXTURES, "bert")
+    out = str(tmp_path / "int8")
+    run_cli("convert", "--model", bert, "--dtype", "int8", "--out", out)
+    ids = np.array([[2, 15, 16, 3]], dtype=np.int64)
+    mask = np.ones_like(ids)
+    default, int8, fp32 = tfm.Encoder(out), tfm.Encoder(out, dtype="int8"), tfm.Encoder(out, dtype="fp32")
+    assert (default.dtype, int8.dtype, fp32.dtype) == ("int8", "int8", "fp32")
+    assert tfm.Encoder(bert).dtype == "fp32"
+    a, b, c = (e.forward(ids, mask) for e in (default, int8, fp32))
+    assert np.array_equal(a, b)
+    assert not np.array_equal(b, c)
