@@ -360,4 +360,47 @@ TEST(EncodeMessages, MissingWeightsAndMissingPoolerAreNamedBeforeRunning) {
   EXPECT_EQ(p.out, "") << "failed before the forward pass";
 }
 
+// --resume could not extend a run (--set epochs=N refused) and train_config.json kept the old run controls.
+// Now a finished 1-epoch run resumed with --set epochs=2 trains a second epoch, train_config.json records
+// epochs 2 and the step limit of the invocation, and fewer epochs than trained is refused. --help lists the keys.
+TEST(TrainResume, SetEpochsExtendsAFinishedRunAndTheConfigRecordsIt) {
+  tfm::test::TempFolder t;
+  const std::string cfg = t.path + "/tiny.json", out = t.path + "/run";
+  tfm::test::spit(cfg, std::string(R"({"train_limit": 100, "valid_limit": 8, "vocab_size": 300, "num_hiddens": 16,
+    "num_layers": 1, "num_heads": 2, "ffn_num_hiddens": 32, "max_len": 40, "num_steps": 10, "max_tokens": 600,
+    "epochs": 1, "patience": 5, "warmup_steps": 5, "data_dir": ")") + tfm::test::data_dir() + "\"}");
+  TfmRun first = run_tfm_in(t.path, {"train", "--config", cfg, "--out", out, "--no-progress", "--threads", "1"});
+  ASSERT_EQ(first.exit_code, 0) << first.describe();
+  auto log_rows = [&] {
+    std::istringstream in(tfm::test::slurp(out + "/train_log.csv"));
+    std::string line;
+    int n = -1;  // header
+    while (std::getline(in, line)) n += !line.empty();
+    return n;
+  };
+  ASSERT_EQ(log_rows(), 1);
+  TfmRun more = run_tfm_in(t.path, {"train", "--resume", out, "--set", "epochs=2", "--no-progress", "--threads", "1"});
+  ASSERT_EQ(more.exit_code, 0) << more.describe();
+  EXPECT_EQ(log_rows(), 2);
+  EXPECT_NE(more.out.find("trained 2 epochs"), std::string::npos) << more.out;
+  nlohmann::json saved = nlohmann::json::parse(tfm::test::slurp(out + "/train_config.json"));
+  EXPECT_EQ(saved["epochs"], 2);
+  // A step limit given on resume counts the run's steps from its start and is recorded too.
+  const int64_t steps = tfm::SafeTensors::open(out + "/checkpoint.safetensors").metadata().contains("state")
+                            ? nlohmann::json::parse(tfm::SafeTensors::open(out + "/checkpoint.safetensors")
+                                                        .metadata()["state"].get<std::string>())["step"].get<int64_t>()
+                            : 0;
+  TfmRun limited = run_tfm_in(t.path, {"train", "--resume", out, "--set", "epochs=3", "--set",
+                                       "stop_after_steps=" + std::to_string(steps + 1), "--no-progress"});
+  ASSERT_EQ(limited.exit_code, 0) << limited.describe();
+  saved = nlohmann::json::parse(tfm::test::slurp(out + "/train_config.json"));
+  EXPECT_EQ(saved["stop_after_steps"], steps + 1);
+  EXPECT_EQ(saved["epochs"], 3);
+  tfm::test::expect_one_line_error(run_tfm_in(t.path, {"train", "--resume", out, "--set", "epochs=1"}),
+                                   "has already trained 2 epochs");
+  TfmRun help = run_tfm_in(t.path, {"train", "--help"});
+  for (const char* key : {"label_smoothing", "stop_after_steps", "max_tokens", "warmup_steps"})
+    EXPECT_NE(help.out.find(key), std::string::npos) << key << "\n" << help.out;
+}
+
 }  // namespace

@@ -27,7 +27,8 @@ struct TrainRunOptions {
   bool resume = false;  ///< continue the run in out_dir from its checkpoint (config_path may then be empty)
   int threads = 0;      ///< OpenMP / BLAS threads (0 = all cores); results are bit-exact for equal threads
   /// Config keys to override, as `tfm train --set key=value`: each value is parsed as JSON (numbers,
-  /// true/false), else taken as a string. With resume only stop_after_steps and time_limit_minutes apply.
+  /// true/false), else taken as a string. With resume only epochs (extends the run), stop_after_steps (steps in
+  /// all, from the run's start) and time_limit_minutes apply; train_config.json is rewritten with them.
   std::vector<std::pair<std::string, std::string>> overrides;
   bool print_progress = false;  ///< the CLI's progress lines on stderr
   /// Called on the training thread; an exception thrown from it stops training and propagates (the last

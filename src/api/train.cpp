@@ -37,9 +37,9 @@ TrainSummary train(const std::string& config_path, const std::string& out_dir, c
         if (k != "comment") names += (names.empty() ? "" : ", ") + k;
       throw std::invalid_argument("override '" + key + "': unknown recipe key (keys: " + names + ")");
     }
-    if (o.resume && key != "stop_after_steps" && key != "time_limit_minutes")
+    if (o.resume && key != "stop_after_steps" && key != "time_limit_minutes" && key != "epochs")
       throw std::invalid_argument("resume continues with the run's saved train_config.json; override '" + key +
-                                  "' cannot change it (only stop_after_steps and time_limit_minutes apply)");
+                                  "' cannot change it (only epochs, stop_after_steps and time_limit_minutes apply)");
     try {
       j[key] = nlohmann::json::parse(val);  // numbers, true/false
     } catch (const nlohmann::json::exception&) {
@@ -68,6 +68,7 @@ TrainSummary train(const std::string& config_path, const std::string& out_dir, c
       throw std::runtime_error(out_dir + " already exists and is not an empty folder; give a new out_dir");
   }
   if (o.threads > 0) rc.threads = o.threads;
+  if (o.resume && j.contains("epochs")) rc.resume_epochs = rc.epochs;  // extend the run
   if (!o.resume) {  // data files named by the config, checked before anything is written
     std::string data_dir = rc.data_dir;
     if (data_dir.empty()) {

@@ -479,8 +479,11 @@ RecipeResult run_recipe(const RecipeConfig& cfg_in, const std::string& out, bool
     // The recipe is the saved one; only the run controls of this invocation apply.
     saved.stop_after_steps = cfg_in.stop_after_steps;
     if (cfg_in.time_limit_minutes > 0) saved.time_limit_minutes = cfg_in.time_limit_minutes;
+    if (cfg_in.resume_epochs > 0) saved.epochs = cfg_in.resume_epochs;
     cfg = saved;
     check_data_files(cfg, "from " + out + "/train_config.json");
+    // The run controls of this invocation are the run's now: train_config.json says what it runs with.
+    write_file_atomic(out + "/train_config.json", cfg.to_json().dump(2) + "\n");
   } else {
     if (fs::exists(ckpt_path))
       throw std::runtime_error(out + " already holds a checkpoint; pass --resume to continue it, or use another --out");
@@ -566,6 +569,9 @@ RecipeResult run_recipe(const RecipeConfig& cfg_in, const std::string& out, bool
   };
   if (resume && lead) {
     TrainState st = read_checkpoint(ckpt_path, P, adam, nb);
+    if (cfg_in.resume_epochs > 0 && st.epoch > cfg_in.resume_epochs + 1)
+      throw std::invalid_argument("epochs=" + std::to_string(cfg_in.resume_epochs) + ": the run has already trained " +
+                                  std::to_string(st.epoch - 1) + " epochs; give more to extend it");
     // A finished run's checkpoint points at epoch epochs + 1; anything later is not this run's.
     if (st.epoch > cfg.epochs + 1)
       throw std::runtime_error(ckpt_path + ": corrupt checkpoint: epoch " + std::to_string(st.epoch) +

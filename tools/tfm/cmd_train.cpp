@@ -33,7 +33,12 @@ void add_train_command(CLI::App& app) {
                   "Run the subword recipe described by this JSON file (e.g. configs/multi30k-en-fr.json): "
                   "SentencePiece, token batches, label smoothing, warmup, validation BLEU, checkpoints");
   cmd->add_option("--resume", *resume, "Continue the recipe run in this output folder from its checkpoint");
-  cmd->add_option("--set", *sets, "Override a key of the --config file: --set epochs=3 (repeatable)");
+  std::string set_help = "Override a key of the --config file: --set epochs=3 (repeatable). With --resume: epochs "
+                         "(extends the run), stop_after_steps (steps in all, from the run's start), "
+                         "time_limit_minutes. Keys:";
+  for (const std::string& k : RecipeConfig::known_keys())
+    if (k != "comment") set_help += " " + k;
+  cmd->add_option("--set", *sets, set_help);
   cmd->add_option("--max-tokens", *max_tokens, "Recipe: tokens per batch (overrides the config)")
       ->check(whole_range(1, 1 << 24));
   cmd->add_option("--num-examples", o->num_examples, "Read lines 0..N of the corpus as d2l does (0 = all)")
@@ -80,8 +85,9 @@ void add_train_command(CLI::App& app) {
                                 "--num-examples", "--num-steps", "--batch-size", "--overwrite"})
           if (cmd->count(opt))
             throw CLI::ValidationError(std::string("--resume continues with the run's saved train_config.json, so ") +
-                                        opt + " cannot change it; only --set stop_after_steps=N, --set "
-                                        "time_limit_minutes=M, --threads and --no-progress apply");
+                                        opt + " cannot change it; only --set epochs=N (to extend the run), --set "
+                                        "stop_after_steps=N, --set time_limit_minutes=M, --threads and "
+                                        "--no-progress apply");
       } else if (cmd->count("--num-examples") || cmd->count("--num-steps") || cmd->count("--batch-size") ||
                  cmd->count("--overwrite")) {
         throw CLI::ValidationError("--num-examples, --num-steps, --batch-size and --overwrite are d2l trainer "
@@ -100,9 +106,10 @@ void add_train_command(CLI::App& app) {
             if (k != "comment") names += (names.empty() ? "" : ", ") + k;
           throw CLI::ValidationError("--set " + key + ": unknown recipe key (keys: " + names + ")");
         }
-        if (!resume->empty() && key != "stop_after_steps" && key != "time_limit_minutes")
+        if (!resume->empty() && key != "stop_after_steps" && key != "time_limit_minutes" && key != "epochs")
           throw CLI::ValidationError("--resume continues with the run's saved train_config.json; --set " + key +
-                                      " cannot change it (only stop_after_steps and time_limit_minutes apply)");
+                                      " cannot change it (only epochs, stop_after_steps and time_limit_minutes "
+                                      "apply)");
         try {
           j[key] = nlohmann::json::parse(val);  // numbers, true/false
         } catch (const nlohmann::json::exception&) {
@@ -124,6 +131,7 @@ void add_train_command(CLI::App& app) {
       std::string source = recipe->empty() ? "command line" : *recipe;
       if (!sets->empty() && !recipe->empty()) source += " with --set";
       RecipeConfig rc = RecipeConfig::from_json(j, source);
+      if (!resume->empty() && j.contains("epochs")) rc.resume_epochs = rc.epochs;  // extend the run
       std::string out = resume->empty() ? o->out : *resume;
       if (out.empty()) throw CLI::ValidationError("--out is required");
       RecipeResult r;
