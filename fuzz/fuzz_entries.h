@@ -35,7 +35,7 @@
 #include "models/seq2seq.h"
 #include "text/bert_tokenizer.h"
 #include "text/nmt_data.h"
-#include "text/text_file.h"
+#include "io/text_file.h"
 #include "text/vocab.h"
 #include "train/optim.h"
 #include "train/params.h"

@@ -122,6 +122,13 @@ EOF
   printf '{"input": "hi", "model": "m", "encoding_format": "float"}' > "$S/fuzz_serve_request/openai.json"
   printf '{"q": ["go .", "hi ."], "source": "en", "target": "fr", "beam_size": 4}' > "$S/fuzz_serve_request/tr.json"
   printf '{"q": "\\u00e9t\\u00e9", "target": "fr", "format": "text"}' > "$S/fuzz_serve_request/esc.json"
+  # The regression inputs (tests/fixtures/fuzz_regressions/<target>/) seed their target too.
+  local t
+  for t in "${ALL_TARGETS[@]}"; do
+    if [[ -d tests/fixtures/fuzz_regressions/$t ]]; then
+      find "tests/fixtures/fuzz_regressions/$t" -type f ! -name README.md -exec cp {} "$S/$t/" \;
+    fi
+  done
   echo "seed corpora in $S: $(for d in "$S"/*; do printf '%s=%s ' "$(basename "$d")" "$(ls "$d" | wc -l)"; done)"
 }
 

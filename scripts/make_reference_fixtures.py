@@ -208,6 +208,33 @@ def make_bert_all_padding():
               last_hidden_state_hf=last_hf, pooler_output_hf=pooled_hf), "bert_all_padding.safetensors")
 
 
+def make_long_attention():
+    """More keys than the encoders' other fixtures (up to 64 > 32), so that the product runs its blocked attention
+    kernel (ops/attention.cpp, used above 32 keys), on both of its instruction sets. The weights of
+    tests/fixtures/st_mean with num_attention_heads 4 (head_dim 8) and 1 (head_dim 32, the same weights: heads are
+    a reshape); row 1 is padded after 41 tokens."""
+    d = os.path.join(FIX, "st_mean")
+    cfg = read_json(os.path.join(d, "config.json"))
+    L = cfg["max_position_embeddings"]
+    g = torch.Generator().manual_seed(2600)
+    ids = torch.randint(5, cfg["vocab_size"], (2, L), generator=g)
+    mask = torch.ones(2, L, dtype=torch.int64)
+    mask[1, 41:] = 0
+    ids[1, 41:] = 0
+    tt = torch.zeros_like(ids)
+    tt[0, L // 2:] = 1
+    out = dict(input_ids=ids, token_type_ids=tt, attention_mask=mask)
+    for heads in (4, 1):
+        c = dict(cfg, num_attention_heads=heads)
+        bert = rm.BertModelRef(types.SimpleNamespace(**c))
+        load_state(bert, os.path.join(d, "model.safetensors"))
+        bert.eval()
+        with torch.no_grad():
+            out[f"last_hidden_state_heads{heads}"] = bert(ids, tt, mask)[0]
+    assert not torch.allclose(out["last_hidden_state_heads4"], out["last_hidden_state_heads1"], atol=1e-2)
+    save(out, "long_attention.safetensors")
+
+
 # ------------------------------------------------------------------------------------------------ eps-sensitive
 
 SMALL = 1e-3
@@ -590,6 +617,7 @@ def main():
     make_encode_cli()
     make_encode_cli_pair()
     make_bert_all_padding()
+    make_long_attention()
     ratios = dict(te=make_eps_te(), bert=make_eps_bert(), seq2seq=make_eps_seq2seq())
     make_attention_masks()
     make_label_smoothing()

@@ -24,7 +24,7 @@
 
 #include "io/download.h"
 #include "test_util.h"
-#include "text/datasets.h"
+#include "io/datasets.h"
 
 namespace fs = std::filesystem;
 using namespace tfm;

@@ -131,6 +131,29 @@ TEST(SentenceTransformer, MultiPoolingDenseNormalizeMatchesPyTorch) {
   EXPECT_LE(max_abs_diff(np.encode(s), e.get("embeddings")), 1e-5);
 }
 
+// The Pooling module's output, before Dense and Normalize (the fixtures' `pooled`): the Transformer module's token
+// embeddings pooled by the folder's 1_Pooling/config.json, for the mean-only and the six-mode folder.
+TEST(SentenceTransformer, PoolingModuleOutputMatchesPyTorch) {
+  for (const char* name : {"st_mean", "st_multi"}) {
+    SCOPED_TRACE(name);
+    auto e = SafeTensors::open(fixture(std::string(name) + "/expected.safetensors"));
+    SentenceTransformerOptions o;
+    o.no_prompt = true;  // the fixtures' `pooled` is of the texts without a prompt
+    SentenceTransformer m = SentenceTransformer::load(fixture(name), o);
+    std::vector<std::string> s = sentences();
+    std::vector<Encoding> enc;
+    for (const std::string& t : s) enc.push_back(m.tokenize(t));
+    std::vector<const Encoding*> batch;
+    for (const Encoding& x : enc) batch.push_back(&x);
+    Tensor h = m.token_embeddings(batch);
+    const Tensor mask = e.get("attention_mask");
+    ASSERT_EQ(h.size(1), mask.size(1));
+    const PoolingConfig pc = PoolingConfig::from_json(
+        nlohmann::json::parse(test::slurp(fixture(std::string(name) + "/1_Pooling/config.json"))), "config.json");
+    EXPECT_LE(max_abs_diff(pool(pc, h, mask), e.get("pooled")), 1e-5);
+  }
+}
+
 // The same sentence gives the same vector alone, in a padded batch, or with others of any length.
 TEST(SentenceTransformer, VectorDoesNotDependOnTheBatch) {
   SentenceTransformer m = SentenceTransformer::load(fixture("st_multi"));

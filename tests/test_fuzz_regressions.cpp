@@ -72,6 +72,31 @@ TEST(FuzzRegression, TokenizerJsonIdConflictsNamed) {
   }
 }
 
+// The malformed safetensors reproducers are refused with a message that names the file; the well-formed one
+// (F16, BF16 and I32 tensors, metadata) reads back its values.
+TEST(FuzzRegression, MalformedSafetensorsRefusedNamingTheFile) {
+  const fs::path dir = kRegressions / "fuzz_safetensors";
+  for (const char* file : {"shorter_than_length_prefix", "header_length_past_end", "header_not_an_object",
+                           "header_not_json", "offsets_past_data", "offsets_reversed", "negative_offset",
+                           "shape_disagrees_with_bytes", "shape_product_overflows", "negative_dimension",
+                           "unknown_dtype", "overlapping_tensors"}) {
+    const std::string path = (dir / (std::string(file) + ".safetensors")).string();
+    try {
+      tfm::SafeTensors st = tfm::SafeTensors::open(path);
+      for (const std::string& n : st.names()) (void)st.get(n);
+      ADD_FAILURE() << path << " was read without error";
+    } catch (const std::exception& e) {
+      EXPECT_NE(std::string(e.what()).find(path), std::string::npos) << e.what();
+    }
+  }
+  tfm::SafeTensors st = tfm::SafeTensors::open((dir / "f16_bf16_i32_and_metadata.safetensors").string());
+  EXPECT_EQ(st.get("h").f32()[0], 1.5f);
+  EXPECT_EQ(st.get("h").f32()[1], INFINITY);
+  EXPECT_TRUE(std::isnan(st.get("b").f32()[0]));
+  EXPECT_EQ(st.get("b").f32()[1], 1.0f);
+  EXPECT_EQ(st.get("i").i64()[0], -7);
+}
+
 // A max_len near INT64_MAX made the max_tokens check overflow (UBSan) and, in a normal build, pass.
 TEST(FuzzRegression, RecipeConfigHugeMaxLenRejected) {
   const fs::path path = kRegressions / "fuzz_config" / "max_len_overflow.json";

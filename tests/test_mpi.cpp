@@ -244,6 +244,41 @@ TEST(Mpi, TwoRanksMatchOneRankAndKeepIdenticalReplicas) {
   EXPECT_GT(nonempty1, 10) << "rank 1 should hold about half of most batches";
 }
 
+// The gradient of each step, not only its direction: with clipping off, Adam's first moment after step t is
+// m_t = beta1 m_{t-1} + (1 - beta1) g_t, so the summed gradients of 2 ranks must give 1 rank's m_t (and second
+// moment) at every step. Adam with a binding clip ignores a constant factor (a gradient divided by world_size
+// twice still trains the same weights), the moments do not.
+TEST(Mpi, TwoRanksSumToTheOneRankGradientAtEveryStep) {
+  if (auto why = skip_reason(); !why.empty()) GTEST_SKIP() << why;
+  Dirs d("grad");
+  const std::string cfg = write_config(d.root, 3);
+  const std::string set = " --set clip_norm=1e30";
+  auto moments = [&](const std::string& dir, const char* name) {
+    Tensor t = SafeTensors::open(dir + "/checkpoint.safetensors").get(name);
+    return std::vector<double>(t.f32(), t.f32() + t.numel());
+  };
+  for (int64_t steps : {1, 3}) {
+    SCOPED_TRACE("steps " + std::to_string(steps));
+    const std::string stop = set + " --set stop_after_steps=" + std::to_string(steps);
+    const std::string one = d.root + "/one" + std::to_string(steps), two = d.root + "/two" + std::to_string(steps);
+    ASSERT_EQ(0, sh(tfm_train("--config " + cfg + stop + " --out " + one) + " 2> " + d.root + "/one.log"))
+        << read_all(d.root + "/one.log");
+    ASSERT_EQ(0, sh(kMpirun + "-np 2 " + tfm_train("--config " + cfg + stop + " --out " + two) + " > " + d.root +
+                    "/two.log 2>&1"))
+        << read_all(d.root + "/two.log");
+    for (const char* name : {"optim.exp_avg", "optim.exp_avg_sq"}) {
+      const std::vector<double> a = moments(one, name), b = moments(two, name);
+      ASSERT_EQ(a.size(), b.size());
+      double diff = 0, norm = 0;
+      for (size_t i = 0; i < a.size(); ++i) diff += (a[i] - b[i]) * (a[i] - b[i]), norm += a[i] * a[i];
+      ASSERT_GT(norm, 0.0);
+      std::printf("%s after %lld steps: |2 ranks - 1 rank| / |1 rank| = %.3g\n", name, (long long)steps,
+                  std::sqrt(diff / norm));
+      EXPECT_LE(std::sqrt(diff / norm), 1e-4) << name;
+    }
+  }
+}
+
 // Batches of one or two sentences: some steps give rank 1 nothing; it must still join every collective.
 TEST(Mpi, EmptyShareStillJoinsTheCollectives) {
   if (auto why = skip_reason(); !why.empty()) GTEST_SKIP() << why;

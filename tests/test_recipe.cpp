@@ -3,6 +3,7 @@
 
 #include <unistd.h>
 
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -144,4 +145,61 @@ TEST(Recipe, ResumeWithoutCheckpointAndCorruptCheckpointAreClearErrors) {
     EXPECT_NE(std::string(e.what()).find("checkpoint.safetensors"), std::string::npos) << e.what();
   }
   fs::remove_all(root);
+}
+
+namespace {
+std::vector<double> checkpoint_f64(const std::string& path, const std::string& name) {
+  Tensor t = SafeTensors::open(path).get(name);
+  return std::vector<double>(t.f32(), t.f32() + t.numel());
+}
+double l2(const std::vector<double>& v) {
+  double s = 0;
+  for (double x : v) s += x * x;
+  return std::sqrt(s);
+}
+}  // namespace
+
+// Gradient clipping scales every gradient by one factor, clip_norm / (global norm over all parameters), as
+// torch.nn.utils.clip_grad_norm_ does. Adam's first step ignores a gradient's scale, so the weights cannot show
+// it; Adam's first moment can: after step t it is m_t = beta1 m_{t-1} + (1 - beta1) g_t, so the clipped gradient
+// of each step is (m_t - beta1 m_{t-1}) / (1 - beta1). With a clip that binds at every step: that gradient has
+// global norm clip_norm at steps 1 and 2, and at step 1 it is the unclipped run's gradient times one factor
+// (clipping each tensor by its own norm gives norm clip_norm * sqrt(number of tensors) and a different factor
+// per tensor).
+TEST(Recipe, ClipsByTheGlobalNormOfAllGradients) {
+  namespace fs = std::filesystem;
+  if (!fs::exists(tfm::test::data_dir() + "/multi30k/train.en.gz")) GTEST_SKIP() << "Multi30k not found";
+  const std::string root = ::testing::TempDir() + "/recipe_clip_" + std::to_string(::getpid());
+  fs::remove_all(root);
+  RecipeConfig c = tiny_config();
+  ASSERT_EQ(c.weight_decay, 0.0);  // m_t holds the gradient alone
+  const double clip = 1e-3, b1 = c.beta1;
+  auto run = [&](double clip_norm, int64_t steps, const std::string& name) {
+    RecipeConfig r = c;
+    r.clip_norm = clip_norm;
+    r.stop_after_steps = steps;
+    train_recipe(r, root + "/" + name, false, false);
+    return checkpoint_f64(root + "/" + name + "/checkpoint.safetensors", "optim.exp_avg");
+  };
+  const std::vector<double> m1 = run(clip, 1, "one"), m2 = run(clip, 2, "two"), free1 = run(1e30, 1, "free");
+  fs::remove_all(root);
+  ASSERT_EQ(m1.size(), free1.size());
+  ASSERT_EQ(m1.size(), m2.size());
+  std::vector<double> g1(m1.size()), g2(m1.size()), raw1(m1.size());
+  for (size_t i = 0; i < m1.size(); ++i) {
+    g1[i] = m1[i] / (1 - b1);
+    g2[i] = (m2[i] - b1 * m1[i]) / (1 - b1);
+    raw1[i] = free1[i] / (1 - b1);
+  }
+  const double raw_norm = l2(raw1);
+  ASSERT_GT(raw_norm, 100 * clip) << "the clip must bind";
+  EXPECT_NEAR(l2(g1), clip, 1e-4 * clip) << "step 1: the clipped gradients' global norm";
+  EXPECT_NEAR(l2(g2), clip, 1e-3 * clip) << "step 2: the clipped gradients' global norm";
+  const double s = clip / raw_norm;
+  double worst = 0, largest = 0;
+  for (size_t i = 0; i < g1.size(); ++i) {
+    worst = std::max(worst, std::fabs(g1[i] - s * raw1[i]));
+    largest = std::max(largest, std::fabs(s * raw1[i]));
+  }
+  EXPECT_LE(worst, 1e-4 * largest) << "step 1: every gradient scaled by clip_norm / global norm";
 }

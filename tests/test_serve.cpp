@@ -3,6 +3,10 @@
 #include <curl/curl.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <arpa/inet.h>
+#include <sys/socket.h>
+#include <netinet/tcp.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -14,6 +18,7 @@
 #include <filesystem>
 #include <fstream>
 #include <mutex>
+#include <numeric>
 #include <nlohmann/json.hpp>
 #include <regex>
 #include <sstream>
@@ -680,6 +685,83 @@ TEST(ServeHeads, PredictMatchesPyTorch) {
 }
 
 // /rerank with a cross-encoder (one label, Sigmoid): tests/fixtures/heads_cross/expected.json's ranking.
+// A client that disconnects before its request's batch runs costs no inference: the request ends with 499
+// "client_closed_request" and the model never runs for it; a client that stays gets its answer. The request is
+// sent corked (TCP_CORK), so its last bytes and the FIN arrive in one segment: the server sees the client gone
+// by the time it has read the request.
+TEST(Serve, DisconnectedClientCostsNoInference) {
+  ServeProcess s({"--model", test::fixture("st_mean"), "--quiet"});
+  ASSERT_TRUE(s.wait_ready()) << s.log();
+  auto metric = [&](const std::string& line_start) -> double {
+    const std::string body = http("GET", s.url("/metrics")).body;
+    std::istringstream in(body);
+    for (std::string line; std::getline(in, line);)
+      if (line.rfind(line_start + " ", 0) == 0) return std::stod(line.substr(line_start.size() + 1));
+    return 0;
+  };
+  const std::string inference = "tfm_inference_duration_seconds_count";
+  ASSERT_EQ(metric(inference), 0);
+  const std::string body = R"({"inputs": ["the cat sat on the mat", "a dog ran in the park"]})";
+  const std::string request = "POST /embed HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                              "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(fd, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons((uint16_t)s.port());
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  const int on = 1;
+  ASSERT_EQ(::setsockopt(fd, IPPROTO_TCP, TCP_CORK, &on, sizeof on), 0);
+  ASSERT_EQ(::send(fd, request.data(), request.size(), MSG_NOSIGNAL), (ssize_t)request.size());
+  ::close(fd);
+  // Wait for the server to have answered (logged) the request, then count the batches it ran.
+  for (int i = 0; i < 2000 && metric("tfm_request_count{route=\"/embed\"}") < 1; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  ASSERT_EQ(metric("tfm_request_count{route=\"/embed\"}"), 1) << s.log();
+  EXPECT_EQ(metric("tfm_request_failure{route=\"/embed\",status=\"499\"}"), 1) << http("GET", s.url("/metrics")).body;
+  EXPECT_EQ(metric(inference), 0) << "the model ran for a client that had gone";
+  Reply r = http("POST", s.url("/embed"), body);
+  EXPECT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(metric(inference), 1);
+  EXPECT_EQ(s.terminate(), 0) << s.log();
+}
+
+// The fixture's passages reversed and one repeated: /rerank's order follows PyTorch's score of each passage
+// (best first) and its indices are positions in this request's texts, with and without raw scores.
+TEST(ServeHeads, RerankOrderFollowsPyTorchScoresWhateverTheInputOrder) {
+  json j = json::parse(test::slurp(test::fixture("heads_cross/expected.json")));
+  auto e = SafeTensors::open(test::fixture("heads_cross/expected.safetensors"));
+  std::vector<std::string> passages;
+  std::vector<double> sigmoid, logit;  // PyTorch's, per passage of this request
+  for (int64_t i : {3, 2, 1, 0, 2}) {
+    passages.push_back(j["passages"][i]);
+    for (const auto& r : j["ranking"])
+      if (r["index"] == i) sigmoid.push_back(r["score"].get<double>());
+    logit.push_back(e.get("logits").f32()[i]);
+  }
+  ServeProcess s({"--model", test::fixture("heads_cross"), "--quiet"});
+  ASSERT_TRUE(s.wait_ready()) << s.log();
+  for (bool raw : {false, true}) {
+    SCOPED_TRACE(raw ? "raw scores" : "sigmoid");
+    const std::vector<double>& want = raw ? logit : sigmoid;
+    Reply r = http("POST", s.url("/rerank"), json({{"query", j["query"]}, {"texts", passages}, {"raw_scores", raw}}).dump());
+    ASSERT_EQ(r.status, 200) << r.body;
+    json got = r.j();
+    ASSERT_EQ(got.size(), passages.size()) << r.body;
+    std::vector<size_t> order(passages.size());
+    std::iota(order.begin(), order.end(), 0);
+    std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return want[a] > want[b]; });
+    for (size_t k = 0; k < got.size(); ++k) {
+      const size_t i = got[k]["index"];
+      ASSERT_LT(i, passages.size());
+      EXPECT_NEAR(got[k]["score"].get<double>(), want[i], 1e-5) << "rank " << k;
+      EXPECT_NEAR(want[i], want[order[k]], 1e-6) << "rank " << k << " holds index " << i << ", expected " << order[k];
+    }
+  }
+  EXPECT_EQ(s.terminate(), 0) << s.log();
+}
+
 TEST(ServeHeads, RerankMatchesPyTorch) {
   json j = json::parse(test::slurp(test::fixture("heads_cross/expected.json")));
   auto e = SafeTensors::open(test::fixture("heads_cross/expected.safetensors"));

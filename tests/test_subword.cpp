@@ -1,4 +1,4 @@
-// SentencePiece subword vocabulary (src/text/subword.h) and corpus line reader (src/text/text_file.h), on the
+// SentencePiece subword vocabulary (src/text/subword.h) and corpus line reader (src/io/text_file.h), on the
 // Multi30k English/French data in shared/data/multi30k.
 #include <unistd.h>
 #include <zlib.h>
@@ -13,7 +13,7 @@
 
 #include "test_util.h"
 #include "text/subword.h"
-#include "text/text_file.h"
+#include "io/text_file.h"
 
 namespace {
 

@@ -1,7 +1,9 @@
 /// @file tfm/classifier.h
-/// Sequence classification with a Hugging Face BertForSequenceClassification folder (config.json with id2label,
-/// model.safetensors with the pooler and classifier, tokenizer files), as `tfm classify` and the transformers
-/// text-classification pipeline compute it.
+/// Hugging Face BERT task heads read from a checkpoint folder (config.json with architectures and id2label,
+/// model.safetensors, tokenizer files), as the transformers pipelines compute them: sequence classification and
+/// cross-encoders (Classifier: `tfm classify`, `tfm rerank`, the server's /predict and /rerank), token
+/// classification (TokenClassifier: `tfm classify` on a BertForTokenClassification folder) and masked-LM filling
+/// (MaskFiller: `tfm fill-mask`).
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -9,11 +11,28 @@
 #include <vector>
 
 #include "tfm/array.h"
+#include "tfm/encoder.h"
+#include "tfm/tokenizer.h"
 
 namespace tfm {
 
+/// The task head of a BERT checkpoint (transformers/models/bert/modeling_bert.py).
+enum class TaskHead {
+  SequenceClassification,  ///< BertForSequenceClassification: classifier(pooler_output), also cross-encoders
+  TokenClassification,     ///< BertForTokenClassification: classifier(last_hidden_state) per token
+  MaskedLM,                ///< BertForMaskedLM / BertForPreTraining: the prediction head over the vocabulary
+};
+/// "sequence classification", "token classification", "masked language modelling (fill-mask)".
+const char* task_head_name(TaskHead head);
+/// The head of `model_dir`: from config.json "architectures", else from its tensors. Throws
+/// tfm::FileNotFoundError for a missing folder, std::runtime_error for a missing or malformed config.json or
+/// model.safetensors and when the folder has no task head ("... has no task head (architectures BertModel ...)").
+TaskHead detect_task_head(const std::string& model_dir);
+
 struct ClassifierOptions {
-  int threads = 0;  ///< OpenMP / BLAS threads of each call, set on the calling thread (0 = all cores)
+  /// OpenMP threads (kernels and oneDNN GEMMs) of each call, set on the calling thread (0 = the process default:
+  /// OMP_NUM_THREADS, else all cores).
+  int threads = 0;
 };
 
 struct ClassifyOptions {
@@ -48,9 +67,94 @@ class Classifier {
   std::vector<Classification> classify(const std::vector<std::string>& texts, const ClassifyOptions& options = {}) const;
   /// The head's logits [texts.size(), num_labels] float32 (same errors).
   FloatArray logits(const std::vector<std::string>& texts, const ClassifyOptions& options = {}) const;
+  /// Logits of already tokenized inputs (tokenizer().encode() / encode_pair(); a pair is one input),
+  /// [batch.size(), num_labels] float32, in one forward pass. Throws std::invalid_argument for an empty batch or
+  /// input, or an input longer than max_position_embeddings().
+  FloatArray logits(const std::vector<TextEncoding>& batch) const;
+  /// Scores of one row of logits [num_labels] under `function` (ClassifyOptions::function: "" = the pipeline's
+  /// default, "softmax", "sigmoid" or "none"), [num_labels] in label order. Throws std::invalid_argument for an
+  /// unknown function.
+  std::vector<float> scores(const float* logits, const std::string& function = "") const;
+  /// The folder's tokenizer (pairs: encode_pair; truncation at max_position_embeddings() is the caller's).
+  const Tokenizer& tokenizer() const;
+  int64_t max_position_embeddings() const;  ///< tokens
 
   const std::vector<std::string>& labels() const;  ///< id2label, [num_labels]
   int64_t num_labels() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+/// One tagged token of TokenClassifier::tag, as the token-classification pipeline (aggregation_strategy "none")
+/// returns it.
+struct TokenTag {
+  std::string entity;      ///< its best label (id2label)
+  float score = 0;         ///< that label's score
+  int64_t index = 0;       ///< position of the token in the encoding ([CLS] = 0)
+  std::string word;        ///< the token ("##" continues a word)
+  int64_t start = 0, end = 0;  ///< character (code point) offsets [start, end) in the text
+};
+
+struct TagOptions {
+  std::string function = "softmax";  ///< "softmax", "sigmoid" or "none"
+  bool all_tokens = false;           ///< keep tokens whose best label is "O"
+};
+
+/// Thread-safety: immutable after construction; tag() may be called from several threads.
+class TokenClassifier {
+ public:
+  /// Throws as Classifier's constructor, std::runtime_error when the folder has no token classification head.
+  explicit TokenClassifier(const std::string& model_dir, const ClassifierOptions& options = {});
+  ~TokenClassifier();
+  TokenClassifier(TokenClassifier&&) noexcept;
+  TokenClassifier& operator=(TokenClassifier&&) noexcept;
+
+  /// Per input (tokenizer().encode() of one text, offsets included) its tokens but [CLS], [SEP] and padding, with
+  /// their best label; one forward pass. Throws std::invalid_argument for an empty batch or input, an input longer
+  /// than max_position_embeddings() or an unknown function.
+  std::vector<std::vector<TokenTag>> tag(const std::vector<TextEncoding>& batch, const TagOptions& options = {}) const;
+
+  const std::vector<std::string>& labels() const;  ///< id2label, [num_labels]
+  const Tokenizer& tokenizer() const;
+  int64_t max_position_embeddings() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+/// One candidate for a [MASK], as the fill-mask pipeline returns it.
+struct MaskCandidate {
+  float score = 0;        ///< softmax probability over the vocabulary
+  int64_t token = 0;      ///< vocabulary id
+  std::string token_str;  ///< the token
+  /// The input with this token in place of the [MASK], decoded as tokenizer.decode(skip_special_tokens=True)
+  /// (clean_up_tokenization_spaces as tokenizer_config.json says, default true); for an input with several
+  /// masks with skip_special_tokens=False, as the pipeline does, so the other [MASK] tokens stay.
+  std::string sequence;
+};
+
+/// Thread-safety: immutable after construction; fill() may be called from several threads.
+class MaskFiller {
+ public:
+  /// Throws as Classifier's constructor, std::runtime_error when the folder has no masked-LM head or its vocabulary
+  /// no [MASK] token. The decoder is tied to the word embeddings when the file does not store it.
+  explicit MaskFiller(const std::string& model_dir, const ClassifierOptions& options = {});
+  ~MaskFiller();
+  MaskFiller(MaskFiller&&) noexcept;
+  MaskFiller& operator=(MaskFiller&&) noexcept;
+
+  /// Per input (tokenizer().encode()), per [MASK] in it (left to right), the top_k candidates best first (ties:
+  /// lower id first); top_k is capped at the vocabulary size. One forward pass. Throws std::invalid_argument for
+  /// an empty batch or input, an input longer than max_position_embeddings() or top_k < 1.
+  std::vector<std::vector<std::vector<MaskCandidate>>> fill(const std::vector<TextEncoding>& batch,
+                                                            int64_t top_k = 5) const;
+
+  int64_t mask_token_id() const;
+  const Tokenizer& tokenizer() const;
+  int64_t max_position_embeddings() const;
 
  private:
   struct Impl;

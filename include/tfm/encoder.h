@@ -23,8 +23,50 @@ struct EncoderOptions {
   /// computes in that type. dtype() reports the type used. Any other value throws std::invalid_argument naming
   /// the accepted ones; a CPU without a oneDNN kernel for it throws std::runtime_error.
   std::string dtype;
-  /// OpenMP / BLAS threads of each call, set on the calling thread (0 = all cores).
+  /// OpenMP threads (kernels and oneDNN GEMMs) of each call, set on the calling thread (0 = the process default:
+  /// OMP_NUM_THREADS, else all cores).
   int threads = 0;
+  /// Default pooling of embed(): "" = a sentence-transformers folder's own Pooling module, else "mean"; "mean" or
+  /// "cls" for a plain folder (another value throws std::invalid_argument); for a sentence-transformers folder any
+  /// of EmbedOptions::pooling's modes, replacing its Pooling module's.
+  std::string pooling;
+  /// sentence-transformers folders: the prompt of config_sentence_transformers.json that tokenize() and embed()
+  /// prepend ("" = its default_prompt_name; an unknown name throws std::invalid_argument), or none with no_prompt.
+  /// Ignored for a plain folder.
+  std::string prompt_name;
+  bool no_prompt = false;
+  /// sentence-transformers folders (below) also take a literal prompt (replacing prompt_name), a Normalize step
+  /// added when the folder has none, and a truncation length in tokens (0 = sentence_bert_config.json
+  /// max_seq_length, else min(model_max_length, max_position_embeddings)).
+  std::string prompt;
+  bool normalize = false;
+  int64_t max_seq_length = 0;
+  /// What embed() and tokenize() run: "auto" (a folder's modules.json pipeline when it has one, else plain
+  /// pooling), "none" (ignore modules.json: pool last_hidden_state as for a plain folder) or
+  /// "sentence_transformers" (the pipeline only, SentenceTransformer semantics, also for a plain folder with
+  /// `pooling` set, as `tfm embed`; forward() and forward_all() then throw std::runtime_error). Another value throws
+  /// std::invalid_argument.
+  std::string pipeline = "auto";
+  /// config.json to read instead of model_dir/config.json ("" = the folder's).
+  std::string config_path;
+  /// true: random weights instead of model_dir/model.safetensors (PyTorch's default initialisation, seeded by
+  /// `seed`), for demos and tests without a checkpoint.
+  bool random_weights = false;
+  uint64_t seed = 0;
+};
+
+struct ForwardOptions {
+  bool output_hidden_states = false;  ///< also every layer's output (HF output_hidden_states=True)
+};
+
+/// What forward_all() returns (Hugging Face BaseModelOutputWithPooling).
+struct EncoderOutputs {
+  FloatArray last_hidden_state;  ///< [batch, length, hidden_size]
+  /// With output_hidden_states: [num_hidden_layers + 1, batch, length, hidden_size], the embedding output first;
+  /// else empty.
+  FloatArray hidden_states;
+  /// BERT with pooler weights: [batch, hidden_size], tanh(dense(last_hidden_state[:, 0])); else empty.
+  FloatArray pooler_output;
 };
 
 /// Token ids of a batch, row-major [batch, length] int64, read in place (no copy) during forward().
@@ -52,6 +94,14 @@ struct EmbedOptions {
   int64_t batch_size = 32;        ///< texts per forward pass
 };
 
+/// What an encoder's config.json describes, read and validated as Encoder's constructor does (sizes bounded, the
+/// weights' memory checked against the machine's), without reading any weights.
+struct EncoderConfigInfo {
+  std::string model_type;  ///< "bert" (also when config.json has none) or "transformer_encoder"
+  int64_t vocab_size = 0, hidden_size = 0, num_hidden_layers = 0, num_attention_heads = 0;
+  int64_t max_position_embeddings = 0;  ///< tokens
+};
+
 /// Thread-safety: an Encoder is immutable after construction (weights are read-only, mapped from the file); every
 /// const method may be called from several threads at once, each call using `threads` threads of its own.
 class Encoder {
@@ -65,11 +115,17 @@ class Encoder {
   Encoder(Encoder&&) noexcept;
   Encoder& operator=(Encoder&&) noexcept;
 
+  /// Reads `config_path`. Throws tfm::FileNotFoundError for a missing file, std::runtime_error for a malformed,
+  /// unsupported or too large config (the message names the file and key).
+  static EncoderConfigInfo read_config(const std::string& config_path);
+
   /// last_hidden_state [batch, length, hidden_size] float32. Throws std::invalid_argument when batch or length
   /// is < 1, length > max_position_embeddings, or an id or mask value is out of range (the message gives it).
   FloatArray forward(const EncoderInputs& inputs) const;
   /// forward() on a tokenizer's batch.
   FloatArray forward(const TokenBatch& batch) const;
+  /// forward() with the pooler output and, with output_hidden_states, every layer's output (same errors).
+  EncoderOutputs forward_all(const EncoderInputs& inputs, const ForwardOptions& options = {}) const;
   /// One vector per text, [texts.size(), embedding_dim()] float32: tokenize (special tokens added), forward, pool.
   /// A folder with modules.json runs its sentence-transformers pipeline as SentenceTransformer.encode() does
   /// (default prompt, lowercasing, max_seq_length truncation, Pooling, Dense, Normalize; computed in fp32 whatever
@@ -77,15 +133,37 @@ class Encoder {
   /// (unless max_length), invalid UTF-8; std::runtime_error when the folder has no tokenizer.
   FloatArray embed(const std::vector<std::string>& texts, const EmbedOptions& options = {}) const;
 
+  /// Pooled embeddings of an already tokenized batch (rows right-padded; a row ends at its last attention_mask 1),
+  /// [batch, embedding_dim()] float32, not normalised unless the folder's pipeline ends in Normalize: the
+  /// sentence-transformers pipeline (Pooling, Dense, Normalize) on each row, or for a plain folder the options'
+  /// pooling (sentence-transformers' mean over attention_mask 1, or [CLS]). Throws what forward() throws.
+  FloatArray embed(const EncoderInputs& inputs) const;
+  /// Token embeddings of an already tokenized batch, [batch, length, hidden_size] float32: last_hidden_state, or
+  /// for a sentence-transformers folder its Transformer module's output (before Pooling; as
+  /// text-embeddings-inference's /embed_all). Padded positions hold no meaningful values.
+  FloatArray token_embeddings(const EncoderInputs& inputs) const;
+  /// One text as embed() reads it: for a sentence-transformers folder its pipeline's tokenization (prompt,
+  /// do_lower_case, cut to max_seq_length; with max_length 0 and add_special_tokens a longer text is returned at its
+  /// full length, so the caller can refuse it), else tokenizer().encode(). Offsets are in `text` (prompt tokens
+  /// have none). Throws std::invalid_argument for invalid UTF-8, std::runtime_error without a tokenizer.
+  TextEncoding tokenize(const std::string& text, const TokenizeOptions& options = {}) const;
+
   /// The folder's tokenizer. Throws std::runtime_error when it has none.
   const Tokenizer& tokenizer() const;
   bool has_tokenizer() const;
   std::string model_type() const;  ///< "bert" or "transformer_encoder"
   int64_t hidden_size() const;
+  int64_t num_hidden_layers() const;
   /// Width of embed()'s vectors with default options: the sentence-transformers pipeline's output (after Dense),
   /// else hidden_size.
   int64_t embedding_dim() const;
   bool is_sentence_transformer() const;  ///< the folder has modules.json
+  /// embed()'s pipeline: "mean" / "cls", or a sentence-transformers description
+  /// ("Transformer(bert, max_seq_length 128) -> Pooling(mean) -> Normalize").
+  std::string pooling() const;
+  /// Tokens per input, special tokens included: max_seq_length of a sentence-transformers folder, else
+  /// min(max_position_embeddings, the tokenizer's model_max_length).
+  int64_t max_input_length() const;
   int64_t vocab_size() const;
   int64_t max_position_embeddings() const;  ///< tokens
   const std::string& dtype() const;  ///< the compute type used: "fp32", "bf16" or "int8" (aliases normalised)

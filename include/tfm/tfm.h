@@ -1,10 +1,11 @@
 /// @file tfm/tfm.h
-/// transformer.cpp's public C++ API (C++17): tokenize, encode / embed, translate, classify, train, BLEU.
+/// transformer.cpp's public C++ API (C++17): tokenize, encode / embed, translate, classify, train, convert, BLEU.
 /// Link with tfm::tfm (find_package(tfm)) or `pkg-config --libs tfm`.
 #pragma once
 #include "tfm/array.h"
 #include "tfm/bleu.h"
 #include "tfm/classifier.h"
+#include "tfm/convert.h"
 #include "tfm/encoder.h"
 #include "tfm/error.h"
 #include "tfm/tokenizer.h"

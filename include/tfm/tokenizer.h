@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "tfm/array.h"
@@ -16,6 +17,8 @@ struct TokenizeOptions {
   /// Truncate every sequence (special tokens included) to at most this many tokens, HF "longest_first" for pairs.
   /// 0: the tokenizer.json "truncation" max_length if the file sets one, else no truncation.
   int64_t max_length = 0;
+  /// encode(): fill TextEncoding::offsets (HF return_offsets_mapping); false leaves them empty (faster).
+  bool return_offsets = true;
 };
 
 /// A padded batch, as HF tokenizer(texts, padding=True) returns it. All arrays are int64 [batch, length]; rows
@@ -25,6 +28,18 @@ struct TokenBatch {
   IdArray attention_mask;  ///< [batch, length] 1 = real token, 0 = padding
   IdArray token_type_ids;  ///< [batch, length] 0 = first segment (through its [SEP]), 1 = second segment
   std::vector<std::vector<std::string>> tokens;  ///< [batch][tokens of the row, no padding], "##" continues a word
+};
+
+/// One text encoded, unpadded: a row of HF tokenizer(text, return_offsets_mapping=True,
+/// return_special_tokens_mask=True).
+struct TextEncoding {
+  std::vector<int64_t> input_ids;       ///< [length] vocabulary ids
+  std::vector<int64_t> token_type_ids;  ///< [length] 0 = first segment
+  std::vector<std::string> tokens;      ///< [length] "##" continues a word
+  std::vector<bool> special;            ///< [length] true for the [CLS] / [SEP] the tokenizer added
+  /// [length] character (code point) offsets [start, end) of each token in the text (HF offset_mapping), or
+  /// (-1, -1) for a token with no place in it (special tokens, prompt tokens).
+  std::vector<std::pair<int64_t, int64_t>> offsets;
 };
 
 /// Thread-safety: a Tokenizer is immutable after construction; every const method may be called from several
@@ -47,6 +62,13 @@ class Tokenizer {
   /// two lists differ in length.
   TokenBatch operator()(const std::vector<std::string>& texts, const std::vector<std::string>& pairs,
                         const TokenizeOptions& options = {}) const;
+
+  /// One text with its offsets, unpadded. Throws std::invalid_argument for invalid UTF-8 ("text is not valid
+  /// UTF-8 (byte offset N)"), a negative max_length or one that cannot hold the special tokens.
+  TextEncoding encode(const std::string& text, const TokenizeOptions& options = {}) const;
+  /// A pair, [CLS] text [SEP] pair [SEP] (truncation "longest_first"), unpadded; offsets are left empty. Same
+  /// errors.
+  TextEncoding encode_pair(const std::string& text, const std::string& pair, const TokenizeOptions& options = {}) const;
 
   /// Word pieces of `text` without special tokens.
   std::vector<std::string> tokenize(const std::string& text) const;

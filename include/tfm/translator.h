@@ -7,13 +7,20 @@
 #include <string>
 #include <vector>
 
+#include "tfm/array.h"
+
 namespace tfm {
 
 struct TranslatorOptions {
-  int threads = 0;  ///< OpenMP / BLAS threads of each call, set on the calling thread (0 = all cores)
+  /// OpenMP threads (kernels and oneDNN GEMMs) of each call, set on the calling thread (0 = the process default:
+  /// OMP_NUM_THREADS, else all cores).
+  int threads = 0;
   /// Compute type of the encoder and decoder Linear layers: "fp32", "bf16" or "int8" (see EncoderOptions::dtype;
   /// the output projection stays fp32). Anything else throws std::invalid_argument.
   std::string dtype = "fp32";
+  /// With dtype bf16 or int8: run the decoder's output projection (to the vocabulary) in that type too (faster; on
+  /// the Multi30k recipe's models test BLEU moved by less than 0.2).
+  bool quantize_output_projection = false;
 };
 
 struct TranslateOptions {
@@ -41,6 +48,30 @@ struct Translation {
   bool finished = true;         ///< ended in <eos> (false: cut off at max_steps)
 };
 
+/// A sentence as the model reads it (Translator::encode_source).
+struct SourceEncoding {
+  /// [n] source ids with <eos>, n <= max_source_tokens(): SentencePiece pieces cut to max_source_tokens() - 1 before
+  /// <eos>, or d2l's truncate_pad to num_steps for word vocabularies (which drops the <eos> of a long sentence).
+  std::vector<int64_t> ids;
+  /// Tokens of the untruncated sentence with its <eos> (pieces + 1, or words + 1); > max_source_tokens() when
+  /// `ids` was truncated.
+  int64_t full_length = 0;
+  std::vector<std::string> unknown_words;  ///< word vocabularies: the words read as <unk>, in order
+};
+
+/// The attention weights behind one translation, for plotting (`tfm translate --attention-png`, the server's
+/// /attention). Ls = source tokens with <eos>; T = decoder steps: one per generated token plus the <eos> step
+/// (none when the hypothesis was cut off at max_steps). Beam search keeps no attention, so the chosen hypothesis
+/// is decoded again with teacher forcing, which gives each step the keys and values the search had.
+struct TranslationAttention {
+  Translation translation;                 ///< the hypothesis plotted (greedy, or the best beam)
+  std::vector<std::string> source_tokens;  ///< [Ls] pieces or words of the source, <eos> included
+  std::vector<std::string> target_tokens;  ///< [T] the token each step produced (<eos> at a finished last step)
+  int64_t num_layers = 0, num_heads = 0;
+  std::vector<FloatArray> encoder_self;    ///< per encoder layer [num_heads, Ls, Ls] (query, key)
+  std::vector<FloatArray> cross;           ///< per decoder layer [num_heads, T, Ls] (step, source key)
+};
+
 /// Thread-safety: translate_batch() may be called from several threads; the calls run one at a time (the decoder
 /// keeps per-call state in the model).
 class Translator {
@@ -61,7 +92,24 @@ class Translator {
   std::vector<Translation> translate_batch(const std::vector<std::string>& sentences,
                                            const TranslateOptions& options = {}) const;
 
+  /// Encodes one sentence as translate_batch() does (trailing spaces and line breaks dropped; d2l models:
+  /// lowercased, punctuation split). Throws std::invalid_argument for invalid UTF-8 (the message gives the byte
+  /// offset) or an empty sentence.
+  SourceEncoding encode_source(const std::string& sentence) const;
+  /// Tokens a source may have, <eos> included: min(max_len, 1024) for SentencePiece models, num_steps for d2l ones.
+  int64_t max_source_tokens() const;
+  /// Translations of already encoded sources (encode_source().ids), one per source, in order. Throws
+  /// std::invalid_argument as translate_batch() does for the options, and for an empty source, an id outside the
+  /// source vocabulary or a source longer than max_source_tokens().
+  std::vector<Translation> translate_ids(const std::vector<std::vector<int64_t>>& sources,
+                                         const TranslateOptions& options = {}) const;
+  /// The translation of `source` (encode_source().ids) with every layer's attention weights (see
+  /// TranslationAttention). Same errors as translate_ids().
+  TranslationAttention attention(const std::vector<int64_t>& source, const TranslateOptions& options = {}) const;
+
   int64_t num_steps() const;  ///< the model's default decoding limit (tokens)
+  int64_t num_layers() const;  ///< encoder (= decoder) layers
+  int64_t num_heads() const;
   bool subword() const;       ///< SentencePiece model (else d2l word vocabularies)
   const std::string& dtype() const;  ///< "fp32", "bf16" or "int8"
 

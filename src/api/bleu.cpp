@@ -5,7 +5,7 @@
 
 #include "eval/bleu.h"
 #include "eval/corpus_bleu.h"
-#include "text/text_file.h"
+#include "io/text_file.h"
 
 namespace tfm::bleu {
 

@@ -1,30 +1,95 @@
-// tfm::Classifier over models/heads (BertForSequenceClassification): the same encoding, batching and scoring as
-// `tfm classify` (tools/tfm/cmd_classify.cpp).
+// tfm::Classifier, TokenClassifier and MaskFiller over models/heads (BertFor{Sequence,Token}Classification,
+// BertForMaskedLM): the encoding, batching and scoring of `tfm classify`, `tfm rerank` and `tfm fill-mask`.
 #include "tfm/classifier.h"
 
 #include <algorithm>
 #include <numeric>
+#include <optional>
 #include <stdexcept>
 
 #include "api/common.h"
 #include "models/heads.h"
-#include "text/text_file.h"
+#include "io/text_file.h"
 
 namespace tfm {
 
-struct Classifier::Impl {
-  std::unique_ptr<TaskModel> model;
-  int threads = 0;
-};
+namespace {
 
-Classifier::Classifier(const std::string& dir, const ClassifierOptions& options) : impl_(std::make_unique<Impl>()) {
-  api::check_threads(options.threads);
+HeadKind internal(TaskHead h) {
+  switch (h) {
+    case TaskHead::SequenceClassification: return HeadKind::SequenceClassification;
+    case TaskHead::TokenClassification: return HeadKind::TokenClassification;
+    case TaskHead::MaskedLM: return HeadKind::MaskedLM;
+  }
+  return HeadKind::SequenceClassification;
+}
+
+void require_model_folder(const std::string& dir) {
   api::require_dir(dir, "model folder");
   api::require_file(dir + "/config.json");
   api::require_file(dir + "/model.safetensors");
-  impl_->threads = options.threads;
-  impl_->model = std::make_unique<TaskModel>(TaskModel::load(dir, HeadKind::SequenceClassification));
 }
+
+// One loaded head with the public tokenizer of its folder.
+struct HeadModel {
+  std::unique_ptr<TaskModel> model;
+  std::optional<Tokenizer> tokenizer;
+  int threads = 0;
+  HeadModel(const std::string& dir, const ClassifierOptions& o, HeadKind kind) {
+    api::check_threads(o.threads);
+    require_model_folder(dir);
+    threads = o.threads;
+    model = std::make_unique<TaskModel>(TaskModel::load(dir, kind));
+    tokenizer.emplace(dir);
+  }
+  // The batch right-padded into [B, L] tensors; checks it first.
+  BatchTensors batch(const std::vector<TextEncoding>& in) const {
+    if (in.empty()) throw std::invalid_argument("the batch is empty");
+    const int64_t limit = model->encoder_config().max_position_embeddings;
+    std::vector<Encoding> enc(in.size());
+    for (size_t i = 0; i < in.size(); ++i) {
+      if (in[i].input_ids.empty()) throw std::invalid_argument("input " + std::to_string(i) + " has no tokens");
+      if ((int64_t)in[i].input_ids.size() > limit)
+        throw std::invalid_argument("input " + std::to_string(i) + " has " + std::to_string(in[i].input_ids.size()) +
+                                    " tokens, more than max_position_embeddings (" + std::to_string(limit) + ")");
+      if (in[i].token_type_ids.size() != in[i].input_ids.size())
+        throw std::invalid_argument("input " + std::to_string(i) + ": token_type_ids and input_ids differ in length");
+      enc[i].input_ids = in[i].input_ids;
+      enc[i].token_type_ids = in[i].token_type_ids;
+      enc[i].attention_mask.assign(in[i].input_ids.size(), 1);
+    }
+    return make_batch(enc, model->tokenizer().pad_id());
+  }
+};
+
+ScoreFunction parse_function(const std::string& f, ScoreFunction default_fn) {
+  if (f.empty()) return default_fn;
+  if (f == "softmax") return ScoreFunction::Softmax;
+  if (f == "sigmoid") return ScoreFunction::Sigmoid;
+  if (f == "none") return ScoreFunction::None;
+  throw std::invalid_argument("function '" + f + "' is not supported (supported: softmax, sigmoid, none)");
+}
+
+}  // namespace
+
+const char* task_head_name(TaskHead head) { return head_kind_name(internal(head)); }
+
+TaskHead detect_task_head(const std::string& dir) {
+  api::require_dir(dir, "model folder");  // config.json is read (and named in errors) before model.safetensors
+  switch (detect_head_kind(dir)) {
+    case HeadKind::SequenceClassification: return TaskHead::SequenceClassification;
+    case HeadKind::TokenClassification: return TaskHead::TokenClassification;
+    case HeadKind::MaskedLM: return TaskHead::MaskedLM;
+  }
+  return TaskHead::SequenceClassification;
+}
+
+struct Classifier::Impl : HeadModel {
+  using HeadModel::HeadModel;
+};
+
+Classifier::Classifier(const std::string& dir, const ClassifierOptions& options)
+    : impl_(std::make_unique<Impl>(dir, options, HeadKind::SequenceClassification)) {}
 Classifier::~Classifier() = default;
 Classifier::Classifier(Classifier&&) noexcept = default;
 Classifier& Classifier::operator=(Classifier&&) noexcept = default;
@@ -63,15 +128,24 @@ FloatArray Classifier::logits(const std::vector<std::string>& texts, const Class
   return api::to_array(std::move(result));
 }
 
+FloatArray Classifier::logits(const std::vector<TextEncoding>& in) const {
+  BatchTensors bt = impl_->batch(in);
+  api::apply_threads(impl_->threads);
+  return api::to_array(impl_->model->sequence_logits(bt.input_ids, bt.token_type_ids, bt.attention_mask));
+}
+
+std::vector<float> Classifier::scores(const float* logits, const std::string& function) const {
+  const TaskModel& m = *impl_->model;
+  return apply_score_function(logits, m.num_labels(), parse_function(function, m.head_config().default_score_function()));
+}
+
+const Tokenizer& Classifier::tokenizer() const { return *impl_->tokenizer; }
+int64_t Classifier::max_position_embeddings() const { return impl_->model->encoder_config().max_position_embeddings; }
+
 std::vector<Classification> Classifier::classify(const std::vector<std::string>& texts,
                                                  const ClassifyOptions& o) const {
   const TaskModel& m = *impl_->model;
-  ScoreFunction fn;
-  if (o.function.empty()) fn = m.head_config().default_score_function();
-  else if (o.function == "softmax") fn = ScoreFunction::Softmax;
-  else if (o.function == "sigmoid") fn = ScoreFunction::Sigmoid;
-  else if (o.function == "none") fn = ScoreFunction::None;
-  else throw std::invalid_argument("function '" + o.function + "' is not supported (supported: softmax, sigmoid, none)");
+  const ScoreFunction fn = parse_function(o.function, m.head_config().default_score_function());
   const FloatArray lg = logits(texts, o);
   const int64_t C = m.num_labels();
   const auto& names = labels();
@@ -82,6 +156,113 @@ std::vector<Classification> Classifier::classify(const std::vector<std::string>&
     std::iota(order.begin(), order.end(), 0);
     std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t c) { return sc[a] > sc[c]; });
     for (int64_t k : order) out[b].labels.push_back(names[k]), out[b].scores.push_back(sc[k]);
+  }
+  return out;
+}
+
+// ------------------------------------------------------------------------------------------ token classification
+
+struct TokenClassifier::Impl : HeadModel {
+  using HeadModel::HeadModel;
+};
+
+TokenClassifier::TokenClassifier(const std::string& dir, const ClassifierOptions& options)
+    : impl_(std::make_unique<Impl>(dir, options, HeadKind::TokenClassification)) {}
+TokenClassifier::~TokenClassifier() = default;
+TokenClassifier::TokenClassifier(TokenClassifier&&) noexcept = default;
+TokenClassifier& TokenClassifier::operator=(TokenClassifier&&) noexcept = default;
+
+const std::vector<std::string>& TokenClassifier::labels() const { return impl_->model->head_config().id2label; }
+const Tokenizer& TokenClassifier::tokenizer() const { return *impl_->tokenizer; }
+int64_t TokenClassifier::max_position_embeddings() const {
+  return impl_->model->encoder_config().max_position_embeddings;
+}
+
+std::vector<std::vector<TokenTag>> TokenClassifier::tag(const std::vector<TextEncoding>& in, const TagOptions& o) const {
+  const TaskModel& m = *impl_->model;
+  const ScoreFunction fn = parse_function(o.function.empty() ? "softmax" : o.function, ScoreFunction::Softmax);
+  for (size_t i = 0; i < in.size(); ++i)
+    if (in[i].offsets.size() != in[i].input_ids.size())
+      throw std::invalid_argument("input " + std::to_string(i) + " has no offsets (tokenize it with encode())");
+  BatchTensors bt = impl_->batch(in);
+  api::apply_threads(impl_->threads);
+  Tensor logits = m.token_logits(bt.input_ids, bt.token_type_ids, bt.attention_mask);
+  const int64_t L = bt.input_ids.size(1), C = m.num_labels();
+  const auto& labels = m.head_config().id2label;
+  const BertTokenizer& tok = m.tokenizer();
+  std::vector<std::vector<TokenTag>> out(in.size());
+  for (size_t b = 0; b < in.size(); ++b) {
+    for (size_t i = 0; i < in[b].input_ids.size(); ++i) {
+      const int64_t id = in[b].input_ids[i];
+      if (id == tok.cls_id() || id == tok.sep_id() || id == tok.pad_id()) continue;
+      std::vector<float> sc = apply_score_function(logits.f32() + ((int64_t)b * L + (int64_t)i) * C, C, fn);
+      const int64_t k = std::max_element(sc.begin(), sc.end()) - sc.begin();
+      if (labels[k] == "O" && !o.all_tokens) continue;
+      // Offsets of tokens without a place in the text are (0, 0), as Hugging Face's offset_mapping gives them.
+      const auto [start, end] = in[b].offsets[i].first < 0 ? std::pair<int64_t, int64_t>{0, 0} : in[b].offsets[i];
+      out[b].push_back({labels[k], sc[k], (int64_t)i, in[b].tokens[i], start, end});
+    }
+  }
+  return out;
+}
+
+// ------------------------------------------------------------------------------------------ fill-mask
+
+struct MaskFiller::Impl : HeadModel {
+  int64_t mask_id = -1;
+  Impl(const std::string& dir, const ClassifierOptions& o) : HeadModel(dir, o, HeadKind::MaskedLM) {
+    mask_id = model->tokenizer().token_to_id("[MASK]");
+    if (mask_id < 0) throw std::runtime_error(dir + ": the vocabulary has no [MASK] token");
+  }
+};
+
+MaskFiller::MaskFiller(const std::string& dir, const ClassifierOptions& options)
+    : impl_(std::make_unique<Impl>(dir, options)) {}
+MaskFiller::~MaskFiller() = default;
+MaskFiller::MaskFiller(MaskFiller&&) noexcept = default;
+MaskFiller& MaskFiller::operator=(MaskFiller&&) noexcept = default;
+
+int64_t MaskFiller::mask_token_id() const { return impl_->mask_id; }
+const Tokenizer& MaskFiller::tokenizer() const { return *impl_->tokenizer; }
+int64_t MaskFiller::max_position_embeddings() const { return impl_->model->encoder_config().max_position_embeddings; }
+
+std::vector<std::vector<std::vector<MaskCandidate>>> MaskFiller::fill(const std::vector<TextEncoding>& in,
+                                                                      int64_t top_k) const {
+  const TaskModel& m = *impl_->model;
+  if (top_k < 1) throw std::invalid_argument("top_k must be >= 1, got " + std::to_string(top_k));
+  BatchTensors bt = impl_->batch(in);
+  std::vector<std::pair<int64_t, int64_t>> pos;
+  for (size_t b = 0; b < in.size(); ++b)
+    for (size_t l = 0; l < in[b].input_ids.size(); ++l)
+      if (in[b].input_ids[l] == impl_->mask_id) pos.push_back({(int64_t)b, (int64_t)l});
+  std::vector<std::vector<std::vector<MaskCandidate>>> out(in.size());
+  if (pos.empty()) return out;
+  api::apply_threads(impl_->threads);
+  Tensor logits = m.mlm_logits(bt.input_ids, bt.token_type_ids, bt.attention_mask, pos);
+  const BertTokenizer& tok = m.tokenizer();
+  const int64_t V = m.encoder_config().vocab_size, K = std::min<int64_t>(top_k, V);
+  // As the fill-mask pipeline: an input with several masks decodes `sequence` with skip_special_tokens=False, so
+  // it keeps the other [MASK] tokens (and [CLS] / [SEP]).
+  std::vector<bool> single_mask(in.size());
+  for (size_t b = 0; b < in.size(); ++b)
+    single_mask[b] = std::count(in[b].input_ids.begin(), in[b].input_ids.end(), impl_->mask_id) == 1;
+  for (size_t p = 0; p < pos.size(); ++p) {
+    const auto [b, l] = pos[p];
+    std::vector<float> prob = apply_score_function(logits.f32() + p * V, V, ScoreFunction::Softmax);
+    std::vector<int64_t> idx(V);
+    std::iota(idx.begin(), idx.end(), 0);
+    std::partial_sort(idx.begin(), idx.begin() + K, idx.end(), [&](int64_t a, int64_t c) {
+      return prob[a] > prob[c] || (prob[a] == prob[c] && a < c);
+    });
+    std::vector<MaskCandidate> cands;
+    for (int64_t k = 0; k < K; ++k) {
+      const int64_t id = idx[k];
+      std::vector<std::string> toks = in[b].tokens;
+      toks[l] = tok.id_to_token(id);
+      cands.push_back({prob[id], id, tok.id_to_token(id),
+                       decode_wordpieces(tok, toks, m.clean_up_tokenization_spaces(), single_mask[b])});
+    }
+    out[b].push_back(std::move(cands));
   }
   return out;
 }

@@ -1,10 +1,9 @@
 #include "api/common.h"
 
-#include <omp.h>
-
 #include <filesystem>
 #include <stdexcept>
 
+#include "core/threading.h"
 #include "tfm/tfm.h"
 
 namespace tfm {
@@ -42,19 +41,7 @@ void check_threads(int threads) {
   if (threads < 0) throw std::invalid_argument("threads must be >= 0 (0 = all cores), got " + std::to_string(threads));
 }
 
-namespace {
-// "All cores" as the process starts: OMP_NUM_THREADS if set, else the core count (read at library load, before
-// any call changed a thread's setting).
-const int kDefaultThreads = omp_get_max_threads();
-}  // namespace
-
-void apply_threads(int threads) {
-  // omp_set_num_threads is per calling thread, so concurrent callers with different counts do not disturb each
-  // other; OpenBLAS (OpenMP build) sizes each GEMM by the caller's omp_get_max_threads(). threads 0 restores the
-  // default, which an earlier object with a count may have changed on this thread.
-  const int n = threads > 0 ? threads : kDefaultThreads;
-  if (omp_get_max_threads() != n) omp_set_num_threads(n);
-}
+void apply_threads(int threads) { set_num_threads(threads); }
 
 }  // namespace api
 }  // namespace tfm

@@ -17,8 +17,8 @@ void require_file(const std::string& path);
 // The tensor's storage, shared (no copy). t must be F32.
 FloatArray to_array(Tensor t);
 // check_threads throws std::invalid_argument unless threads >= 0; apply_threads sets the calling thread's OpenMP
-// regions and BLAS calls (OpenBLAS's OpenMP build follows the caller's omp_get_max_threads()) to `threads`, or
-// to the process default (OMP_NUM_THREADS, else all cores) for 0.
+// regions and oneDNN GEMMs to `threads`, or to the process default (OMP_NUM_THREADS, else all cores) for 0
+// (core/threading's set_num_threads).
 void check_threads(int threads);
 void apply_threads(int threads);
 

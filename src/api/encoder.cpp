@@ -1,17 +1,22 @@
 // tfm::Encoder over models/encoder (BERT, transformer_encoder) and text/bert_tokenizer.
 #include "tfm/encoder.h"
 
-#include <cmath>
+#include <utf8proc.h>
+
+#include <algorithm>
 #include <filesystem>
 #include <optional>
 #include <stdexcept>
 
 #include "api/common.h"
 #include "api/impl.h"
+#include "io/json_util.h"
 #include "models/encoder.h"
+#include "models/weights.h"
+#include "models/pooling.h"
 #include "models/sentence_transformer.h"
 #include "ops/gemm.h"
-#include "text/text_file.h"
+#include "io/text_file.h"
 
 namespace tfm {
 
@@ -21,56 +26,200 @@ struct Encoder::Impl {
   std::optional<SentenceTransformer> st;  // modules.json pipeline with the folder's own settings
   std::string dir;
   std::string dtype;
+  std::string pooling;                    // EncoderOptions::pooling
+  std::string prompt_name, prompt;        // EncoderOptions' sentence-transformers settings
+  bool no_prompt = false, normalize = false;
+  int64_t max_seq_length = 0;
+  bool do_lower_case = false;             // sentence_bert_config.json do_lower_case
   int threads = 0;
+
+  // The plain folder's pooling of embed(): `requested`, else the Encoder's default, else mean.
+  PoolingConfig plain_pooling(const std::string& requested) const {
+    const std::string p = !requested.empty() ? requested : !pooling.empty() ? pooling : "mean";
+    if (p != "mean" && p != "cls")
+      throw std::invalid_argument("pooling '" + p + "' is not supported (supported: mean, cls)");
+    return PoolingConfig::from_names(p);
+  }
+  SentenceTransformerOptions st_options() const {
+    SentenceTransformerOptions so;
+    so.pooling = pooling;
+    so.prompt_name = prompt_name;
+    so.prompt = prompt;
+    so.no_prompt = no_prompt;
+    so.normalize = normalize;
+    so.max_seq_length = max_seq_length;
+    return so;
+  }
+  // The encoder's config: the plain model's, or the pipeline's Transformer module's.
+  const EncoderConfig& config() const { return model ? model->config() : st->encoder_config(); }
+  const EncoderModel& plain() const {
+    if (!model)
+      throw std::runtime_error(dir + ": this Encoder runs the sentence-transformers pipeline only "
+                               "(EncoderOptions::pipeline); use embed() or token_embeddings()");
+    return *model;
+  }
 };
+
+namespace {
+Tensor id_view(const int64_t* p, const Shape& shape) {
+  return p ? Tensor::view_of(const_cast<int64_t*>(p), shape, DType::I64, nullptr) : Tensor();
+}
+// Pooled last_hidden_state of a padded batch, [batch, output_dim(hidden_size)] (models/pooling's pool()).
+Tensor pool_array(const FloatArray& h, const Tensor& attention_mask, const PoolingConfig& pc) {
+  Tensor hv = Tensor::view_of(const_cast<float*>(h.data()), h.shape(), DType::F32, nullptr);
+  return pool(pc, hv, attention_mask);
+}
+// The unpadded rows of a right-padded batch (a row ends at its last attention_mask 1), as the sentence-transformers
+// pipeline takes them.
+std::vector<Encoding> unpadded_rows(const EncoderInputs& in) {
+  std::vector<Encoding> enc(in.batch);
+  for (int64_t b = 0; b < in.batch; ++b) {
+    int64_t n = in.length;
+    if (in.attention_mask)
+      while (n > 0 && in.attention_mask[b * in.length + n - 1] == 0) --n;
+    const int64_t* ids = in.input_ids + b * in.length;
+    enc[b].input_ids.assign(ids, ids + n);
+    if (in.token_type_ids)
+      enc[b].token_type_ids.assign(in.token_type_ids + b * in.length, in.token_type_ids + b * in.length + n);
+    else
+      enc[b].token_type_ids.assign(n, 0);
+    enc[b].attention_mask.assign(n, 1);
+  }
+  return enc;
+}
+std::vector<const Encoding*> pointers(const std::vector<Encoding>& enc) {
+  std::vector<const Encoding*> p;
+  for (const Encoding& e : enc) p.push_back(&e);
+  return p;
+}
+// sentence-transformers' do_lower_case (str.lower, per code point).
+std::string lower_utf8(const std::string& s) {
+  std::string out;
+  const auto* p = (const utf8proc_uint8_t*)s.data();
+  for (utf8proc_ssize_t i = 0, n = (utf8proc_ssize_t)s.size(); i < n;) {
+    utf8proc_int32_t cp;
+    utf8proc_ssize_t k = utf8proc_iterate(p + i, n - i, &cp);
+    if (k <= 0) return s;  // invalid UTF-8: the tokenizer reports it
+    utf8proc_uint8_t buf[4];
+    out.append((const char*)buf, (size_t)utf8proc_encode_char(utf8proc_tolower(cp), buf));
+    i += k;
+  }
+  return out;
+}
+int64_t code_points(const std::string& s) {
+  int64_t n = 0;
+  for (unsigned char c : s) n += (c & 0xC0) != 0x80;
+  return n;
+}
+}  // namespace
 
 Encoder::Encoder(const std::string& model_dir, const EncoderOptions& options) : impl_(std::make_unique<Impl>()) {
   // "" = as the folder stores it; otherwise std::invalid_argument naming the accepted values.
   std::optional<ops::ComputeType> want;
   if (!options.dtype.empty()) want = ops::parse_compute_type(options.dtype);
   api::check_threads(options.threads);
+  const std::string& pipeline = options.pipeline;
+  if (pipeline != "auto" && pipeline != "none" && pipeline != "sentence_transformers")
+    throw std::invalid_argument("pipeline '" + pipeline + "' is not supported (supported: auto, none, "
+                                "sentence_transformers)");
   api::require_dir(model_dir, "model folder");
-  api::require_file(model_dir + "/config.json");
-  api::require_file(model_dir + "/model.safetensors");
   impl_->threads = options.threads;
-  ops::ComputeType ct = ops::ComputeType::F32;
-  impl_->model = load_encoder(model_dir, want, &ct);
-  impl_->dtype = ops::compute_type_name(ct);
+  impl_->pooling = options.pooling;
+  impl_->prompt_name = options.prompt_name;
+  impl_->prompt = options.prompt;
+  impl_->no_prompt = options.no_prompt;
+  impl_->normalize = options.normalize;
+  impl_->max_seq_length = options.max_seq_length;
   impl_->dir = model_dir;
   std::error_code ec;
   namespace fs = std::filesystem;
-  if (fs::exists(model_dir + "/modules.json", ec)) impl_->st.emplace(SentenceTransformer::load(model_dir));
+  auto load_pipeline = [&] {
+    impl_->st.emplace(SentenceTransformer::load(model_dir, impl_->st_options()));
+    const std::string sb = model_dir + "/sentence_bert_config.json";
+    if (fs::exists(sb, ec)) impl_->do_lower_case = json_bool_or(load_json_file(sb), "do_lower_case", false, sb);
+  };
+  if (pipeline == "sentence_transformers") {  // the pipeline alone; its loader names what a folder lacks
+    load_pipeline();
+    impl_->dtype = ops::compute_type_name(want ? *want : ops::ComputeType::F32);
+    return;
+  }
+  const std::string config_path = options.config_path.empty() ? model_dir + "/config.json" : options.config_path;
+  api::require_file(config_path);
+  if (!options.random_weights) api::require_file(model_dir + "/model.safetensors");
+  const EncoderConfig config = EncoderConfig::load(config_path);
+  ops::ComputeType ct = want ? *want : ops::ComputeType::F32;
+  if (options.random_weights) {
+    RandomWeights w(options.seed);
+    impl_->model = make_encoder(config, w, ct);
+  } else {
+    SafeTensorsWeights w(model_dir + "/model.safetensors");
+    if (!want) ct = w.stored_compute_type();  // int8 for a `tfm convert --dtype int8` folder
+    impl_->model = make_encoder(config, w, ct);
+  }
+  impl_->dtype = ops::compute_type_name(ct);
+  if (pipeline == "auto" && fs::exists(model_dir + "/modules.json", ec)) {
+    load_pipeline();
+  } else if (!options.pooling.empty()) {
+    impl_->plain_pooling("");  // throws for an unknown mode
+  }
   if (fs::exists(model_dir + "/tokenizer.json", ec) || fs::exists(model_dir + "/vocab.txt", ec)) {
     impl_->tokenizer.emplace(model_dir);
-    const int64_t tv = impl_->tokenizer->vocab_size(), mv = impl_->model->config().vocab_size;
+    const int64_t tv = impl_->tokenizer->vocab_size(), mv = impl_->config().vocab_size;
     if (tv > mv)
       throw std::runtime_error(model_dir + ": tokenizer vocabulary (" + std::to_string(tv) +
                                " tokens) is larger than config.json vocab_size (" + std::to_string(mv) + ")");
   }
 }
+EncoderConfigInfo Encoder::read_config(const std::string& config_path) {
+  api::require_file(config_path);
+  const EncoderConfig c = EncoderConfig::load(config_path);
+  EncoderConfigInfo i;
+  i.model_type = c.model_type, i.vocab_size = c.vocab_size, i.hidden_size = c.hidden_size;
+  i.num_hidden_layers = c.num_hidden_layers, i.num_attention_heads = c.num_attention_heads;
+  i.max_position_embeddings = c.max_position_embeddings;
+  return i;
+}
+
 Encoder::~Encoder() = default;
 Encoder::Encoder(Encoder&&) noexcept = default;
 Encoder& Encoder::operator=(Encoder&&) noexcept = default;
 
-FloatArray Encoder::forward(const EncoderInputs& in) const {
+namespace {
+void check_inputs(const EncoderInputs& in) {
   if (!in.input_ids) throw std::invalid_argument("input_ids is null");
   if (in.batch < 1 || in.length < 1)
     throw std::invalid_argument("input_ids must be [batch, length] with batch, length >= 1, got [" +
                                 std::to_string(in.batch) + ", " + std::to_string(in.length) + "]");
-  const Shape shape{in.batch, in.length};
   if (in.attention_mask)
     for (int64_t i = 0; i < in.batch * in.length; ++i)
       if (in.attention_mask[i] != 0 && in.attention_mask[i] != 1)
         throw std::invalid_argument("attention_mask[" + std::to_string(i / in.length) + ", " +
                                     std::to_string(i % in.length) + "] = " + std::to_string(in.attention_mask[i]) +
                                     ": expected 0 or 1");
+}
+}  // namespace
+
+FloatArray Encoder::forward(const EncoderInputs& in) const {
+  check_inputs(in);
+  const Shape shape{in.batch, in.length};
   // Views of the caller's memory: nothing is copied, and nothing is written.
-  auto view = [&](const int64_t* p) {
-    return p ? Tensor::view_of(const_cast<int64_t*>(p), shape, DType::I64, nullptr) : Tensor();
-  };
   api::apply_threads(impl_->threads);
-  EncoderOutput out = impl_->model->forward(view(in.input_ids), view(in.token_type_ids), view(in.attention_mask));
+  EncoderOutput out = impl_->plain().forward(id_view(in.input_ids, shape), id_view(in.token_type_ids, shape),
+                                             id_view(in.attention_mask, shape));
   return api::to_array(std::move(out.last_hidden_state));
+}
+
+EncoderOutputs Encoder::forward_all(const EncoderInputs& in, const ForwardOptions& o) const {
+  const Shape shape{in.batch, in.length};
+  check_inputs(in);
+  api::apply_threads(impl_->threads);
+  EncoderOutput out = impl_->plain().forward(id_view(in.input_ids, shape), id_view(in.token_type_ids, shape),
+                                             id_view(in.attention_mask, shape), o.output_hidden_states);
+  EncoderOutputs r;
+  r.last_hidden_state = api::to_array(std::move(out.last_hidden_state));
+  if (out.hidden_states.defined()) r.hidden_states = api::to_array(std::move(out.hidden_states));
+  if (out.pooler_output.defined()) r.pooler_output = api::to_array(std::move(out.pooler_output));
+  return r;
 }
 
 FloatArray Encoder::forward(const TokenBatch& b) const {
@@ -93,8 +242,8 @@ FloatArray Encoder::embed(const std::vector<std::string>& texts, const EmbedOpti
     if (o.normalize == false && folder_normalizes)
       throw std::invalid_argument(impl_->dir + "/modules.json has a Normalize module: normalize=false cannot skip it");
     if (!o.pooling.empty() || o.normalize == true || o.max_length > 0) {
-      SentenceTransformerOptions so;
-      so.pooling = o.pooling;
+      SentenceTransformerOptions so = impl_->st_options();
+      if (!o.pooling.empty()) so.pooling = o.pooling;
       so.normalize = o.normalize.value_or(false);
       so.max_seq_length = o.max_length;
       custom.emplace(SentenceTransformer::load(impl_->dir, so));
@@ -114,14 +263,12 @@ FloatArray Encoder::embed(const std::vector<std::string>& texts, const EmbedOpti
     }
     return api::to_array(std::move(result));
   }
-  const std::string pooling = o.pooling.empty() ? "mean" : o.pooling;
-  if (pooling != "mean" && pooling != "cls")
-    throw std::invalid_argument("pooling '" + pooling + "' is not supported (supported: mean, cls)");
+  const PoolingConfig pc = impl_->plain_pooling(o.pooling);
   const Tokenizer& tok = tokenizer();
   TokenizeOptions to;
   to.max_length = o.max_length;
   std::vector<Encoding> enc = api::encode_texts(tok.impl_->tok, texts, nullptr, to);
-  const EncoderConfig& c = impl_->model->config();
+  const EncoderConfig& c = impl_->config();
   for (size_t i = 0; i < enc.size(); ++i)
     if ((int64_t)enc[i].input_ids.size() > c.max_position_embeddings)
       throw std::invalid_argument("text " + std::to_string(i) + " has " + std::to_string(enc[i].input_ids.size()) +
@@ -132,33 +279,67 @@ FloatArray Encoder::embed(const std::vector<std::string>& texts, const EmbedOpti
   for (int64_t s = 0; s < N; s += o.batch_size) {
     const int64_t n = std::min(o.batch_size, N - s);
     TokenBatch b = api::pad_batch(tok.impl_->tok, std::vector<Encoding>(enc.begin() + s, enc.begin() + s + n));
-    FloatArray h = forward(b);  // [n, L, H]
-    const int64_t L = b.input_ids.size(1);
-    for (int64_t r = 0; r < n; ++r) {
-      float* dst = result.f32() + (s + r) * H;
-      const float* hr = h.data() + r * L * H;
-      if (pooling == "cls") {
-        std::copy(hr, hr + H, dst);
-      } else {
-        // sentence-transformers: sum(h * mask) / clamp(sum(mask), 1e-9), accumulated in double.
-        std::vector<double> acc(H, 0.0);
-        double count = 0;
-        for (int64_t l = 0; l < L; ++l) {
-          if (b.attention_mask[r * L + l] == 0) continue;
-          count += 1;
-          for (int64_t k = 0; k < H; ++k) acc[k] += hr[l * H + k];
-        }
-        for (int64_t k = 0; k < H; ++k) dst[k] = (float)(acc[k] / std::max(count, 1e-9));
-      }
-      if (o.normalize.value_or(false)) {  // torch.nn.functional.normalize: x / max(||x||, 1e-12)
-        double sq = 0;
-        for (int64_t k = 0; k < H; ++k) sq += (double)dst[k] * dst[k];
-        const double norm = std::max(std::sqrt(sq), 1e-12);
-        for (int64_t k = 0; k < H; ++k) dst[k] = (float)(dst[k] / norm);
-      }
-    }
+    const Tensor mask = id_view(b.attention_mask.data(), b.attention_mask.shape());
+    Tensor pooled = pool_array(forward(b), mask, pc);  // [n, H], models/pooling: the one mean / cls pooling
+    if (o.normalize.value_or(false)) l2_normalize_rows(pooled);  // torch.nn.functional.normalize
+    std::copy(pooled.f32(), pooled.f32() + n * H, result.f32() + s * H);
   }
   return api::to_array(std::move(result));
+}
+
+FloatArray Encoder::embed(const EncoderInputs& in) const {
+  if (!impl_->st) {
+    const PoolingConfig pc = impl_->plain_pooling("");
+    FloatArray h = forward(in);  // checks the inputs
+    Tensor ones;
+    if (!in.attention_mask) {
+      ones = Tensor::zeros({in.batch, in.length}, DType::I64);
+      std::fill(ones.i64(), ones.i64() + ones.numel(), int64_t{1});
+    }
+    const Tensor mask = in.attention_mask ? id_view(in.attention_mask, {in.batch, in.length}) : ones;
+    return api::to_array(pool_array(h, mask, pc));
+  }
+  check_inputs(in);
+  api::apply_threads(impl_->threads);
+  std::vector<Encoding> enc = unpadded_rows(in);
+  return api::to_array(impl_->st->embed(pointers(enc)));
+}
+
+FloatArray Encoder::token_embeddings(const EncoderInputs& in) const {
+  if (!impl_->st) return forward(in);
+  check_inputs(in);
+  api::apply_threads(impl_->threads);
+  std::vector<Encoding> enc = unpadded_rows(in);
+  return api::to_array(impl_->st->token_embeddings(pointers(enc)));
+}
+
+TextEncoding Encoder::tokenize(const std::string& text, const TokenizeOptions& o) const {
+  if (!impl_->st) return tokenizer().encode(text, o);
+  const SentenceTransformer& st = *impl_->st;
+  const bool lower = impl_->do_lower_case;
+  const std::string seen = st.prompt() + text;  // what the tokenizer reads (lowercasing keeps the character count)
+  Encoding e;
+  if (!o.add_special_tokens) {  // the pipeline's text, pieces only
+    e = st.tokenizer().encode(lower ? lower_utf8(seen) : seen, nullptr, false, 0);
+  } else {
+    e = st.tokenize(text);  // prompt, do_lower_case, cut to max_seq_length
+    if (o.max_length == 0 && (int64_t)e.input_ids.size() >= st.max_seq_length()) {
+      Encoding full = st.tokenizer().encode(lower ? lower_utf8(seen) : seen, nullptr, true, 0);
+      if (full.input_ids.size() > e.input_ids.size()) e = std::move(full);  // over the limit: its full length
+    }
+  }
+  return api::text_encoding(st.tokenizer(), e, o.add_special_tokens, lower ? lower_utf8(seen) : seen,
+                            code_points(st.prompt()), o.return_offsets);
+}
+
+std::string Encoder::pooling() const {
+  if (impl_->st) return impl_->st->describe();
+  return impl_->pooling.empty() ? "mean" : impl_->pooling;
+}
+int64_t Encoder::max_input_length() const {
+  if (impl_->st) return impl_->st->max_seq_length();
+  const int64_t m = impl_->config().max_position_embeddings;
+  return impl_->tokenizer ? std::min(m, impl_->tokenizer->model_max_length()) : m;
 }
 
 const Tokenizer& Encoder::tokenizer() const {
@@ -166,12 +347,13 @@ const Tokenizer& Encoder::tokenizer() const {
   return *impl_->tokenizer;
 }
 bool Encoder::has_tokenizer() const { return impl_->tokenizer.has_value(); }
-std::string Encoder::model_type() const { return impl_->model->config().model_type; }
-int64_t Encoder::hidden_size() const { return impl_->model->config().hidden_size; }
+std::string Encoder::model_type() const { return impl_->config().model_type; }
+int64_t Encoder::hidden_size() const { return impl_->config().hidden_size; }
+int64_t Encoder::num_hidden_layers() const { return impl_->config().num_hidden_layers; }
 int64_t Encoder::embedding_dim() const { return impl_->st ? impl_->st->dimension() : hidden_size(); }
 bool Encoder::is_sentence_transformer() const { return impl_->st.has_value(); }
-int64_t Encoder::vocab_size() const { return impl_->model->config().vocab_size; }
-int64_t Encoder::max_position_embeddings() const { return impl_->model->config().max_position_embeddings; }
+int64_t Encoder::vocab_size() const { return impl_->config().vocab_size; }
+int64_t Encoder::max_position_embeddings() const { return impl_->config().max_position_embeddings; }
 const std::string& Encoder::dtype() const { return impl_->dtype; }
 int Encoder::threads() const { return impl_->threads; }
 

@@ -16,6 +16,11 @@ namespace api {
 // Validates the texts (non-empty list, UTF-8, pairs of equal count) and encodes each.
 std::vector<Encoding> encode_texts(const BertTokenizer& tok, const std::vector<std::string>& texts,
                                    const std::vector<std::string>* pairs, const TokenizeOptions& options);
+// A TextEncoding of `e` (the encoding of `seen`, which is the request text after a prompt of `skip` code points):
+// special marks a [CLS]/[SEP] the tokenizer added at either end; offsets are in the request text, (-1, -1) for
+// special and prompt tokens.
+TextEncoding text_encoding(const BertTokenizer& tok, const Encoding& e, bool add_special_tokens,
+                           const std::string& seen, int64_t skip, bool offsets = true);
 // Right-pads encodings into [B, L] arrays ([PAD], mask 0, type 0).
 TokenBatch pad_batch(const BertTokenizer& tok, std::vector<Encoding> enc);
 }  // namespace api

@@ -6,7 +6,8 @@
 
 #include "api/common.h"
 #include "api/impl.h"
-#include "text/text_file.h"
+#include "models/heads.h"
+#include "io/text_file.h"
 
 namespace tfm {
 
@@ -75,6 +76,45 @@ TokenBatch Tokenizer::operator()(const std::vector<std::string>& texts, const st
                                  const TokenizeOptions& options) const {
   return api::pad_batch(impl_->tok, api::encode_texts(impl_->tok, texts, &pairs, options));
 }
+TextEncoding api::text_encoding(const BertTokenizer& tok, const Encoding& e, bool add_special_tokens,
+                                const std::string& seen, int64_t skip, bool offsets) {
+  TextEncoding t;
+  t.input_ids = e.input_ids;
+  t.token_type_ids = e.token_type_ids;
+  t.tokens = e.tokens;
+  for (size_t i = 0; i < t.tokens.size(); ++i)
+    t.special.push_back(add_special_tokens && (i == 0 || i + 1 == t.tokens.size()) &&
+                        (t.tokens[i] == "[CLS]" || t.tokens[i] == "[SEP]"));
+  if (!offsets) return t;
+  t.offsets = token_offsets(tok, seen, e);
+  for (size_t i = 0; i < t.offsets.size(); ++i) {
+    auto& [a, b] = t.offsets[i];
+    if (t.special[i] || (a == 0 && b == 0) || a < skip) {
+      a = b = -1;
+    } else {
+      a -= skip;
+      b -= skip;
+    }
+  }
+  return t;
+}
+
+TextEncoding Tokenizer::encode(const std::string& text, const TokenizeOptions& o) const {
+  const Encoding e = impl_->tok.encode(text, nullptr, o.add_special_tokens, o.max_length);
+  return api::text_encoding(impl_->tok, e, o.add_special_tokens, text, 0, o.return_offsets);
+}
+
+TextEncoding Tokenizer::encode_pair(const std::string& text, const std::string& pair, const TokenizeOptions& o) const {
+  const Encoding e = impl_->tok.encode(text, &pair, o.add_special_tokens, o.max_length);
+  TextEncoding t;
+  t.input_ids = e.input_ids;
+  t.token_type_ids = e.token_type_ids;
+  t.tokens = e.tokens;
+  for (size_t i = 0; i < t.tokens.size(); ++i)
+    t.special.push_back(o.add_special_tokens && (t.tokens[i] == "[CLS]" || t.tokens[i] == "[SEP]"));
+  return t;
+}
+
 std::vector<std::string> Tokenizer::tokenize(const std::string& text) const {
   if (auto bad = find_invalid_utf8(text))
     throw std::invalid_argument("text: invalid UTF-8 at byte offset " + std::to_string(*bad));

@@ -1,4 +1,5 @@
-// tfm::train over train/recipe: the `tfm train --config / --resume` path of tools/tfm/cmd_train.cpp.
+// tfm::train over train/recipe (`tfm train --config / --resume`) and tfm::train_d2l over train/trainer
+// (`tfm train --data`).
 #include "tfm/train.h"
 
 #include <algorithm>
@@ -6,10 +7,18 @@
 #include <stdexcept>
 
 #include "api/common.h"
+#include "dist/communicator.h"
 #include "io/json_util.h"
 #include "train/recipe.h"
+#include "train/trainer.h"
 
 namespace tfm {
+
+ProcessGroup process_group() { return ProcessGroup{dist::world().rank(), dist::world().world_size()}; }
+
+std::vector<std::string> recipe_keys() { return RecipeConfig::known_keys(); }
+
+void request_train_stop(int signo) { request_training_stop(signo); }
 
 TrainSummary train(const std::string& config_path, const std::string& out_dir, const TrainRunOptions& o) {
   api::check_threads(o.threads);
@@ -48,24 +57,27 @@ TrainSummary train(const std::string& config_path, const std::string& out_dir, c
   }
   RecipeConfig rc;
   try {
-    rc = RecipeConfig::from_json(j, config_path.empty() ? "overrides" : config_path + " with overrides");
+    rc = RecipeConfig::from_json(j, !o.config_name.empty() ? o.config_name
+                                    : config_path.empty()    ? "overrides"
+                                    : o.overrides.empty()    ? config_path
+                                                             : config_path + " with overrides");
   } catch (const std::runtime_error& e) {
     if (o.overrides.empty()) throw;
     throw std::invalid_argument(e.what());
   }
-  // The run folder's state, in this API's words (the recipe's own messages name tfm train's --resume and --out).
+  // The run folder's state, in words for every interface (the recipe's own messages name tfm train's options).
   {
     namespace fs = std::filesystem;
     std::error_code ec;
     const bool has_ckpt = fs::exists(out_dir + "/checkpoint.safetensors", ec);
     if (o.resume && !has_ckpt)
-      throw std::runtime_error(out_dir + ": no checkpoint.safetensors to resume from (start a run with "
-                                  "resume false)");
+      throw std::runtime_error(out_dir + ": no checkpoint.safetensors to resume from (start a run without "
+                               "resume)");
     if (!o.resume && has_ckpt)
-      throw std::runtime_error(out_dir + " already holds a checkpoint; continue it with resume (Python: "
-                                  "resume=True), or give another out_dir");
+      throw std::runtime_error(out_dir + " already holds a checkpoint; continue it with resume (tfm train "
+                               "--resume DIR; Python resume=True), or train into another folder");
     if (!o.resume && fs::is_directory(out_dir, ec) && !fs::is_empty(out_dir, ec))
-      throw std::runtime_error(out_dir + " already exists and is not an empty folder; give a new out_dir");
+      throw std::runtime_error(out_dir + " already exists and is not an empty folder; choose a new output folder");
   }
   if (o.threads > 0) rc.threads = o.threads;
   if (o.resume && j.contains("epochs")) rc.resume_epochs = rc.epochs;  // extend the run
@@ -88,11 +100,45 @@ TrainSummary train(const std::string& config_path, const std::string& out_dir, c
       q.tokens_per_sec = p.tokens_per_sec, q.valid_loss = p.valid_loss, q.valid_bleu = p.valid_bleu;
       o.progress(q);
     };
-  RecipeResult r = train_recipe(rc, out_dir, o.resume, o.print_progress, cb);
+  RecipeResult r;
+  try {
+    r = train_recipe(rc, out_dir, o.resume, o.print_progress, cb);
+  } catch (const std::exception& e) {
+    // Under mpirun the other ranks would wait in a collective: end them all now, with the message.
+    if (dist::world().world_size() > 1) dist::world().abort(1, e.what());
+    // The recipe checks its data files before writing anything: "training data not found: PATH (where...); how".
+    const std::string msg = e.what(), prefix = "training data not found: ";
+    if (msg.rfind(prefix, 0) == 0 && msg.find(" (") != std::string::npos) {
+      const size_t end = msg.find(" (");
+      throw FileNotFoundError(msg.substr(0, end) + ": no such file" + msg.substr(end));
+    }
+    throw;
+  }
   TrainSummary s;
   s.best_valid_bleu = r.best_valid_bleu, s.best_epoch = r.best_epoch, s.epochs_run = r.epochs_run;
   s.steps = r.steps, s.seconds = r.seconds, s.tokens_per_sec = r.train_tokens_per_sec;
   s.stopped_early = r.stopped_early;
+  s.stopped_by_signal = r.stopped_by_signal;
+  s.stopped_in_epoch = r.stopped_in_epoch;
+  return s;
+}
+
+D2lTrainSummary train_d2l(const D2lTrainOptions& o) {
+  api::check_threads(o.threads);
+  if (dist::world().world_size() > 1)
+    throw std::invalid_argument("the d2l trainer runs as one process; data-parallel training under mpirun is the "
+                                "subword recipe (tfm::train)");
+  TrainOptions t;
+  t.data = o.data, t.out = o.out, t.num_examples = o.num_examples, t.num_steps = o.num_steps;
+  t.num_hiddens = o.num_hiddens, t.num_layers = o.num_layers, t.num_heads = o.num_heads;
+  t.ffn_num_hiddens = o.ffn_num_hiddens, t.dropout = o.dropout, t.batch_size = o.batch_size, t.lr = o.lr;
+  t.epochs = o.epochs, t.seed = o.seed, t.label_smoothing = o.label_smoothing, t.progress = o.progress;
+  t.overwrite = o.overwrite;
+  api::apply_threads(o.threads);
+  const TrainResult r = train_seq2seq(t);
+  D2lTrainSummary s;
+  s.loss = r.loss, s.token_loss = r.token_loss, s.tokens_per_sec = r.tokens_per_sec, s.seconds = r.seconds;
+  s.epochs_run = r.epochs_run;
   return s;
 }
 

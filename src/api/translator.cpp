@@ -15,7 +15,7 @@
 #include "ops/gemm.h"
 #include "text/nmt_data.h"
 #include "text/subword.h"
-#include "text/text_file.h"
+#include "io/text_file.h"
 #include "text/vocab.h"
 
 namespace tfm {
@@ -34,7 +34,130 @@ struct Translator::Impl {
   int64_t pad() const { return subword() ? spm->pad_id() : (*src_vocab)["<pad>"]; }
   // d2l word models pad every source to num_steps, as predict_seq2seq does (the padding is masked).
   int64_t padded_len(int64_t n) const { return subword() ? n : std::max<int64_t>(n, model->config().num_steps); }
+  int64_t max_source_tokens() const {
+    const Seq2SeqConfig& c = model->config();
+    return subword() ? std::min<int64_t>(c.max_len, 1024) : c.num_steps;
+  }
+  std::string source_token(int64_t id) const { return subword() ? spm->id_to_piece(id) : src_vocab->to_token(id); }
+  std::string target_token(int64_t id) const { return subword() ? spm->id_to_piece(id) : tgt_vocab->to_token(id); }
+  std::string detokenize(const std::vector<int64_t>& ids) const {
+    if (subword()) return spm->decode(ids);
+    std::string line;
+    for (size_t k = 0; k < ids.size(); ++k) line += (k ? " " : "") + tgt_vocab->to_token(ids[k]);
+    return line;
+  }
+
+  // `text`: trailing spaces removed, not empty, valid UTF-8.
+  SourceEncoding encode(const std::string& text) const {
+    SourceEncoding e;
+    const int64_t limit = max_source_tokens();
+    if (subword()) {
+      e.ids = spm->encode(text);
+      e.full_length = (int64_t)e.ids.size() + 1;
+      if ((int64_t)e.ids.size() > limit - 1) e.ids.resize(limit - 1);
+      e.ids.push_back(spm->eos_id());
+      return e;
+    }
+    const std::string pre = preprocess_nmt(text);
+    EncodedSource s = encode_source_sentence(pre, *src_vocab, model->config().num_steps);
+    e.ids.assign(s.ids.begin(), s.ids.begin() + s.valid_len);
+    e.full_length = (int64_t)std::count(pre.begin(), pre.end(), ' ') + 2;  // words (split on ' ') + <eos>
+    for (size_t p = 0, q; p <= pre.size(); p = q + 1) {
+      q = pre.find(' ', p);
+      if (q == std::string::npos) q = pre.size();
+      std::string w = pre.substr(p, q - p);
+      if (!w.empty() && !src_vocab->contains(w)) e.unknown_words.push_back(w);
+    }
+    return e;
+  }
+
+  DecodeOptions decode_options(const TranslateOptions& o) const {
+    const Seq2SeqConfig& c = model->config();
+    if (o.beam_size < 1 || o.beam_size > 64)
+      throw std::invalid_argument("beam_size must be from 1 to 64, got " + std::to_string(o.beam_size));
+    if (!std::isfinite(o.length_penalty) || o.length_penalty < 0)
+      throw std::invalid_argument("length_penalty must be a finite number >= 0, got " +
+                                  std::to_string(o.length_penalty));
+    // As `tfm translate --length-penalty` without --beam: greedy decoding ignores it, only scores would show it.
+    if (o.length_penalty != 0 && o.beam_size == 1 && !o.return_scores)
+      throw std::invalid_argument("length_penalty applies to beam search (or the returned scores) only; give "
+                                  "beam_size > 1 or return_scores as well");
+    if (o.max_steps < 0 || o.max_steps > c.max_len)
+      throw std::invalid_argument("max_steps must be from 0 (the model's num_steps) to the model's max_len " +
+                                  std::to_string(c.max_len) + ", got " + std::to_string(o.max_steps));
+    DecodeOptions opt;
+    opt.beam_size = o.beam_size;
+    opt.length_penalty = o.length_penalty;
+    opt.max_steps = o.max_steps > 0 ? o.max_steps : c.num_steps;
+    opt.bos_id = bos();
+    opt.eos_id = eos();
+    if (o.disable_unk) opt.suppress_id = subword() ? spm->unk_id() : (*tgt_vocab)["<unk>"];
+    opt.position_mode = c.decode_positions == "absolute" ? PositionMode::kAbsolute : PositionMode::kD2lStep;
+    return opt;
+  }
+
+  void check_source(const std::vector<int64_t>& src, size_t i) const {
+    if (src.empty()) throw std::invalid_argument("source " + std::to_string(i) + " is empty");
+    if ((int64_t)src.size() > max_source_tokens())
+      throw std::invalid_argument("source " + std::to_string(i) + " has " + std::to_string(src.size()) +
+                                  " tokens, more than the model's " + std::to_string(max_source_tokens()));
+    const int64_t V = model->config().src_vocab_size;
+    for (int64_t id : src)
+      if (id < 0 || id >= V)
+        throw std::invalid_argument("source " + std::to_string(i) + ": id " + std::to_string(id) +
+                                    " is outside the source vocabulary [0, " + std::to_string(V) + ")");
+  }
+
+  // Decodes srcs[k] into *outs[k]: batches of similar length; greedy, or beam search with finished sentences
+  // leaving the batch. Callers hold `mu`.
+  void decode(const std::vector<const std::vector<int64_t>*>& srcs, const std::vector<Translation*>& outs,
+              const TranslateOptions& o, const DecodeOptions& opt) {
+    std::vector<size_t> order(srcs.size());
+    for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+    std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return srcs[a]->size() < srcs[b]->size(); });
+    const size_t batch = o.beam_size > 1 ? 32 : 64;
+    for (size_t s = 0; s < order.size(); s += batch) {
+      const size_t n = std::min(batch, order.size() - s);
+      int64_t Ls = 0;
+      for (size_t k = 0; k < n; ++k) Ls = std::max<int64_t>(Ls, padded_len((int64_t)srcs[order[s + k]]->size()));
+      std::vector<int64_t> ids(n * Ls, pad()), vl(n);
+      for (size_t k = 0; k < n; ++k) {
+        const auto& v = *srcs[order[s + k]];
+        std::copy(v.begin(), v.end(), ids.begin() + k * Ls);
+        vl[k] = (int64_t)v.size();
+      }
+      if (o.beam_size == 1 && !o.return_scores) {
+        auto res = greedy_decode(*model, ids.data(), vl.data(), (int64_t)n, Ls, opt);
+        for (size_t k = 0; k < n; ++k) {
+          Translation& t = *outs[order[s + k]];
+          t.ids = std::move(res[k]);
+          // Decoding stops at <eos> or after max_steps tokens (<eos> counted): a shorter output ended with <eos>.
+          t.finished = (int64_t)t.ids.size() < opt.max_steps;
+        }
+        continue;
+      }
+      // Beam search (beam_size 1 is greedy decoding) returns each hypothesis with its logp and ranking score.
+      auto res = beam_search_hypotheses(*model, ids.data(), vl.data(), (int64_t)n, Ls, opt);
+      for (size_t k = 0; k < n; ++k) {
+        Translation& t = *outs[order[s + k]];
+        Hypothesis& best = res[k].front();
+        t.ids = std::move(best.tokens);
+        t.finished = best.finished;
+        if (o.return_scores) t.logp = best.logp, t.score = best.score;
+      }
+    }
+    for (Translation* t : outs) t->text = detokenize(t->ids);
+  }
 };
+
+namespace {
+// Trailing spaces, tabs and line breaks dropped, as `tfm translate` reads a line.
+std::string trimmed(std::string text) {
+  while (!text.empty() && (text.back() == '\r' || text.back() == ' ' || text.back() == '\t' || text.back() == '\n'))
+    text.pop_back();
+  return text;
+}
+}  // namespace
 
 Translator::Translator(const std::string& dir, const TranslatorOptions& options) : impl_(std::make_unique<Impl>()) {
   namespace fs = std::filesystem;
@@ -70,7 +193,7 @@ Translator::Translator(const std::string& dir, const TranslatorOptions& options)
                                ", tgt_vocab_size " + std::to_string(c.tgt_vocab_size));
   }
   impl_->model->load(dir + "/model.safetensors");
-  impl_->model->prepare_inference(ct);  // as `tfm translate --dtype` does
+  impl_->model->prepare_inference(ct, options.quantize_output_projection);  // as `tfm translate --dtype` does
   impl_->dtype = ops::compute_type_name(ct);
 }
 Translator::~Translator() = default;
@@ -81,98 +204,109 @@ int64_t Translator::num_steps() const { return impl_->model->config().num_steps;
 bool Translator::subword() const { return impl_->subword(); }
 const std::string& Translator::dtype() const { return impl_->dtype; }
 
+SourceEncoding Translator::encode_source(const std::string& sentence) const {
+  if (auto bad = find_invalid_utf8(sentence))
+    throw std::invalid_argument("sentence: invalid UTF-8 at byte offset " + std::to_string(*bad));
+  const std::string text = trimmed(sentence);
+  if (text.empty()) throw std::invalid_argument("sentence is empty");
+  return impl_->encode(text);
+}
+
+int64_t Translator::max_source_tokens() const { return impl_->max_source_tokens(); }
+
 std::vector<Translation> Translator::translate_batch(const std::vector<std::string>& sentences,
                                                      const TranslateOptions& o) const {
   Impl& I = *impl_;
-  const Seq2SeqConfig& c = I.model->config();
-  if (o.beam_size < 1 || o.beam_size > 64)
-    throw std::invalid_argument("beam_size must be from 1 to 64, got " + std::to_string(o.beam_size));
-  if (!std::isfinite(o.length_penalty) || o.length_penalty < 0)
-    throw std::invalid_argument("length_penalty must be a finite number >= 0, got " + std::to_string(o.length_penalty));
-  // As `tfm translate --length-penalty` without --beam: greedy decoding ignores it, only scores would show it.
-  if (o.length_penalty != 0 && o.beam_size == 1 && !o.return_scores)
-    throw std::invalid_argument("length_penalty applies to beam search (or the returned scores) only; give "
-                                "beam_size > 1 or return_scores as well");
-  if (o.max_steps < 0 || o.max_steps > c.max_len)
-    throw std::invalid_argument("max_steps must be from 0 (the model's num_steps) to the model's max_len " +
-                                std::to_string(c.max_len) + ", got " + std::to_string(o.max_steps));
-  DecodeOptions opt;
-  opt.beam_size = o.beam_size;
-  opt.length_penalty = o.length_penalty;
-  opt.max_steps = o.max_steps > 0 ? o.max_steps : c.num_steps;
-  opt.bos_id = I.bos();
-  opt.eos_id = I.eos();
-  if (o.disable_unk) opt.suppress_id = I.subword() ? I.spm->unk_id() : (*I.tgt_vocab)["<unk>"];
-  opt.position_mode = c.decode_positions == "absolute" ? PositionMode::kAbsolute : PositionMode::kD2lStep;
-
+  const DecodeOptions opt = I.decode_options(o);
   // Source ids (with <eos>) of every non-empty sentence, as the CLI builds them.
   std::vector<std::vector<int64_t>> src(sentences.size());
-  std::vector<size_t> todo;
+  std::vector<Translation> out(sentences.size());
+  std::vector<const std::vector<int64_t>*> todo;
+  std::vector<Translation*> outs;
   for (size_t i = 0; i < sentences.size(); ++i) {
-    std::string text = sentences[i];
-    if (auto bad = find_invalid_utf8(text))
+    if (auto bad = find_invalid_utf8(sentences[i]))
       throw std::invalid_argument("sentence " + std::to_string(i + 1) + ": invalid UTF-8 at byte offset " +
                                   std::to_string(*bad));
-    while (!text.empty() && (text.back() == '\r' || text.back() == ' ' || text.back() == '\t' || text.back() == '\n'))
-      text.pop_back();
+    const std::string text = trimmed(sentences[i]);
     if (text.empty()) continue;
-    todo.push_back(i);
-    if (I.subword()) {
-      src[i] = I.spm->encode(text);
-      const int64_t limit = std::min<int64_t>(c.max_len, 1024) - 1;
-      if ((int64_t)src[i].size() > limit) src[i].resize(limit);
-      src[i].push_back(I.spm->eos_id());
-    } else {
-      EncodedSource s = encode_source_sentence(preprocess_nmt(text), *I.src_vocab, c.num_steps);
-      src[i].assign(s.ids.begin(), s.ids.begin() + s.valid_len);
-    }
+    src[i] = I.encode(text).ids;
+    todo.push_back(&src[i]);
+    outs.push_back(&out[i]);
   }
-
-  std::vector<Translation> out(sentences.size());
   std::lock_guard<std::mutex> lock(I.mu);
   api::apply_threads(I.threads);
-  // Batches of similar length; greedy, or beam search with finished sentences leaving the batch.
-  std::vector<size_t> order = todo;
-  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return src[a].size() < src[b].size(); });
-  const size_t batch = o.beam_size > 1 ? 32 : 64;
-  for (size_t s = 0; s < order.size(); s += batch) {
-    const size_t n = std::min(batch, order.size() - s);
-    int64_t Ls = 0;
-    for (size_t k = 0; k < n; ++k) Ls = std::max<int64_t>(Ls, I.padded_len((int64_t)src[order[s + k]].size()));
-    std::vector<int64_t> ids(n * Ls, I.pad()), vl(n);
-    for (size_t k = 0; k < n; ++k) {
-      const auto& v = src[order[s + k]];
-      std::copy(v.begin(), v.end(), ids.begin() + k * Ls);
-      vl[k] = (int64_t)v.size();
-    }
-    if (o.beam_size == 1 && !o.return_scores) {
-      auto res = greedy_decode(*I.model, ids.data(), vl.data(), (int64_t)n, Ls, opt);
-      for (size_t k = 0; k < n; ++k) {
-        Translation& t = out[order[s + k]];
-        t.ids = std::move(res[k]);
-        // Decoding stops at <eos> or after max_steps tokens (<eos> counted): a shorter output ended with <eos>.
-        t.finished = (int64_t)t.ids.size() < opt.max_steps;
-      }
-      continue;
-    }
-    // Beam search (beam_size 1 is greedy decoding) returns each hypothesis with its logp and ranking score.
-    auto res = beam_search_hypotheses(*I.model, ids.data(), vl.data(), (int64_t)n, Ls, opt);
-    for (size_t k = 0; k < n; ++k) {
-      Translation& t = out[order[s + k]];
-      Hypothesis& best = res[k].front();
-      t.ids = std::move(best.tokens);
-      t.finished = best.finished;
-      if (o.return_scores) t.logp = best.logp, t.score = best.score;
-    }
-  }
-  for (Translation& t : out) {
-    if (I.subword()) {
-      t.text = I.spm->decode(t.ids);
-    } else {
-      for (size_t k = 0; k < t.ids.size(); ++k) t.text += (k ? " " : "") + I.tgt_vocab->to_token(t.ids[k]);
-    }
-  }
+  I.decode(todo, outs, o, opt);
   return out;
 }
+
+std::vector<Translation> Translator::translate_ids(const std::vector<std::vector<int64_t>>& sources,
+                                                   const TranslateOptions& o) const {
+  Impl& I = *impl_;
+  const DecodeOptions opt = I.decode_options(o);
+  std::vector<Translation> out(sources.size());
+  std::vector<const std::vector<int64_t>*> srcs;
+  std::vector<Translation*> outs;
+  for (size_t i = 0; i < sources.size(); ++i) {
+    I.check_source(sources[i], i);
+    srcs.push_back(&sources[i]);
+    outs.push_back(&out[i]);
+  }
+  std::lock_guard<std::mutex> lock(I.mu);
+  api::apply_threads(I.threads);
+  I.decode(srcs, outs, o, opt);
+  return out;
+}
+
+TranslationAttention Translator::attention(const std::vector<int64_t>& source, const TranslateOptions& o) const {
+  Impl& I = *impl_;
+  const DecodeOptions opt = I.decode_options(o);
+  I.check_source(source, 0);
+  const Seq2SeqConfig& c = I.model->config();
+  const int64_t vl = (int64_t)source.size(), Ls = I.padded_len(vl), heads = c.num_heads, V = c.tgt_vocab_size;
+  std::vector<int64_t> ids(source);
+  ids.resize(Ls, I.pad());
+  std::lock_guard<std::mutex> lock(I.mu);
+  api::apply_threads(I.threads);
+  TranslationAttention a;
+  Translation& t = a.translation;
+  {
+    std::vector<Translation*> outs{&t};
+    I.decode({&source}, outs, o, opt);
+  }
+  // The decoder run again on <bos> hypothesis (teacher forcing): one step per token, plus the <eos> step unless the
+  // hypothesis was cut off at max_steps (as greedy_decode counts).
+  std::vector<Tensor> enc_attn;
+  Tensor enc = I.model->encode(ids.data(), &vl, 1, Ls, &enc_attn);
+  const int64_t steps = std::min<int64_t>((int64_t)t.ids.size() + 1, opt.max_steps);
+  DecoderCache cache;
+  I.model->start_decoding(cache, enc, &vl, opt.max_steps);
+  std::vector<float> logits(V);
+  std::vector<Tensor> cross;
+  for (int64_t l = 0; l < c.num_layers; ++l) cross.push_back(Tensor::zeros({heads, steps, vl}));
+  for (int64_t s = 0; s < steps; ++s) {
+    const int64_t token = s == 0 ? opt.bos_id : t.ids[s - 1];
+    std::vector<std::vector<float>> w;  // per layer [heads, Ls]
+    I.model->decode_step(cache, &token, logits.data(), opt.position_mode, &w);
+    for (int64_t l = 0; l < c.num_layers; ++l)
+      for (int64_t h = 0; h < heads; ++h)
+        std::copy_n(w[l].data() + h * Ls, vl, cross[l].f32() + (h * steps + s) * vl);
+    a.target_tokens.push_back(I.target_token(s < (int64_t)t.ids.size() ? t.ids[s] : opt.eos_id));
+  }
+  for (const Tensor& e : enc_attn) {  // [1, heads, Ls, Ls] -> [heads, vl, vl]
+    Tensor m = Tensor::empty({heads, vl, vl});
+    for (int64_t h = 0; h < heads; ++h)
+      for (int64_t q = 0; q < vl; ++q)
+        std::copy_n(e.f32() + (h * Ls + q) * Ls, vl, m.f32() + (h * vl + q) * vl);
+    a.encoder_self.push_back(api::to_array(std::move(m)));
+  }
+  for (Tensor& x : cross) a.cross.push_back(api::to_array(std::move(x)));
+  for (int64_t id : source) a.source_tokens.push_back(I.source_token(id));
+  a.num_layers = c.num_layers;
+  a.num_heads = heads;
+  return a;
+}
+
+int64_t Translator::num_layers() const { return impl_->model->config().num_layers; }
+int64_t Translator::num_heads() const { return impl_->model->config().num_heads; }
 
 }  // namespace tfm

@@ -1,7 +1,10 @@
 // Wall-time breakdown of decoding, for profiling: set TFM_DECODE_PROFILE=1 and every beam_search_hypotheses /
 // greedy_decode call adds to the totals; they are printed to stderr at exit. Off (one cached getenv) otherwise.
+// The totals are atomic (relaxed adds): threads decoding at once (tfm serve, Python threads) may all add to them.
 #pragma once
+#include <atomic>
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 
@@ -24,17 +27,23 @@ enum Part {
 };
 
 struct Totals {
-  double seconds[kNumParts] = {};
-  long steps = 0, rows = 0;
+  std::atomic<int64_t> nanoseconds[kNumParts] = {};
+  std::atomic<int64_t> steps{0}, rows{0};
+  void add_step(int64_t batch_rows) {
+    steps.fetch_add(1, std::memory_order_relaxed);
+    rows.fetch_add(batch_rows, std::memory_order_relaxed);
+  }
   ~Totals() {
     if (steps == 0) return;
+    double seconds[kNumParts];
+    for (int i = 0; i < kNumParts; ++i) seconds[i] = 1e-9 * (double)nanoseconds[i].load();
     static const char* names[kNumParts] = {"encoder",     "cross K/V",   "self proj",   "self attn",
                                            "cross proj",  "cross attn",  "ffn",         "embed/LN/res",
                                            "output proj", "lse + top-k", "select",      "reorder"};
     double total = 0;
     for (double s : seconds) total += s;
-    std::fprintf(stderr, "decode profile: %ld steps, %.1f rows/step, %.3f s timed\n", steps,
-                 (double)rows / (double)steps, total);
+    std::fprintf(stderr, "decode profile: %lld steps, %.1f rows/step, %.3f s timed\n", (long long)steps.load(),
+                 (double)rows.load() / (double)steps.load(), total);
     for (int i = 0; i < kNumParts; ++i)
       std::fprintf(stderr, "  %-13s %8.3f s  %5.1f%%\n", names[i], seconds[i], 100.0 * seconds[i] / total);
   }
@@ -61,7 +70,8 @@ class Timer {
   void next(Part p) {
     if (!on_) return;
     auto now = std::chrono::steady_clock::now();
-    totals().seconds[part_] += std::chrono::duration<double>(now - start_).count();
+    totals().nanoseconds[part_].fetch_add(std::chrono::duration_cast<std::chrono::nanoseconds>(now - start_).count(),
+                                          std::memory_order_relaxed);
     start_ = now;
     part_ = p;
   }

@@ -7,7 +7,7 @@
 #include <stdexcept>
 #include <unordered_map>
 
-#include "text/text_file.h"
+#include "io/text_file.h"
 
 namespace tfm {
 namespace {

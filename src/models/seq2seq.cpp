@@ -1051,8 +1051,7 @@ void Seq2SeqModel::decode_step(DecoderCache& cache, const int64_t* tokens, float
   namespace dp = decode_profile;
   dp::Timer tm(dp::kOther);
   if (dp::enabled()) {
-    dp::totals().steps++;
-    dp::totals().rows += B;
+    dp::totals().add_step(B);
   }
   ops::embedding_forward(x, tokens, params_.data(m.dec_emb.weight), B, c.tgt_vocab_size, H);
   const float scale = std::sqrt((float)H);

@@ -38,7 +38,7 @@ TFM_ALWAYS_INLINE void act_impl(float* out, const float* inp, int64_t i0, int64_
       break;
     case Activation::Relu:
 #pragma omp simd
-      for (int64_t i = i0; i < i1; ++i) out[i] = inp[i] > 0.0f ? inp[i] : 0.0f;
+      for (int64_t i = i0; i < i1; ++i) out[i] = inp[i] < 0.0f ? 0.0f : inp[i];  // NaN stays NaN, as torch.relu
       break;
   }
 }
@@ -95,7 +95,7 @@ void activation_forward_ref(float* out, const float* inp, int64_t n, Activation 
       case Activation::GeluTanh:
         out[i] = (float)(0.5 * x * (1.0 + std::tanh(std::sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x))));
         break;
-      case Activation::Relu: out[i] = (float)(x > 0 ? x : 0); break;
+      case Activation::Relu: out[i] = (float)(x < 0 ? 0 : x); break;
     }
   }
 }

@@ -163,11 +163,16 @@ inline uint16_t to_bf16(float f) {
 // ---- symmetric int8 quantisation: q = round_half_even(x / scale) clamped to [-127, 127], scale = max|x| / 127
 // (1 for an all-zero input). Two kernels: AVX-512 (chosen at run time) and the x86-64-v3 baseline (omp simd).
 
+// max |x[i]|, or NaN when x holds a NaN or an infinity (x * 0 is NaN exactly for those; fmax alone would drop a
+// NaN). Every caller turns a NaN scale into NaN outputs, as the fp32 product gives, never a finite answer.
 float absmax_v3(const float* x, int64_t n) {
-  float mx = 0.0f;
-#pragma omp simd reduction(max : mx)
-  for (int64_t i = 0; i < n; ++i) mx = std::fmax(mx, std::fabs(x[i]));
-  return mx;
+  float mx = 0.0f, bad = 0.0f;
+#pragma omp simd reduction(max : mx) reduction(+ : bad)
+  for (int64_t i = 0; i < n; ++i) {
+    mx = std::fmax(mx, std::fabs(x[i]));
+    bad += x[i] * 0.0f;
+  }
+  return bad == 0.0f ? mx : NAN;
 }
 
 void quantize_v3(int8_t* q, const float* x, int64_t n, float inv) {
@@ -182,17 +187,23 @@ void quantize_v3(int8_t* q, const float* x, int64_t n, float inv) {
 }
 
 __attribute__((target("avx512f,avx512bw,avx512vl"))) float absmax_avx512(const float* x, int64_t n) {
-  __m512 m0 = _mm512_setzero_ps(), m1 = _mm512_setzero_ps();
+  const __m512 zero = _mm512_setzero_ps();
+  __m512 m0 = zero, m1 = zero, bad = zero;
   int64_t i = 0;
   for (; i + 32 <= n; i += 32) {
-    m0 = _mm512_max_ps(m0, _mm512_abs_ps(_mm512_loadu_ps(x + i)));
-    m1 = _mm512_max_ps(m1, _mm512_abs_ps(_mm512_loadu_ps(x + i + 16)));
+    const __m512 a = _mm512_loadu_ps(x + i), b = _mm512_loadu_ps(x + i + 16);
+    m0 = _mm512_max_ps(m0, _mm512_abs_ps(a));
+    m1 = _mm512_max_ps(m1, _mm512_abs_ps(b));
+    bad = _mm512_add_ps(bad, _mm512_add_ps(_mm512_mul_ps(a, zero), _mm512_mul_ps(b, zero)));
   }
   for (; i < n; i += 16) {
     const __mmask16 k = n - i >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - i)) - 1);
-    m0 = _mm512_max_ps(m0, _mm512_abs_ps(_mm512_maskz_loadu_ps(k, x + i)));
+    const __m512 a = _mm512_maskz_loadu_ps(k, x + i);
+    m0 = _mm512_max_ps(m0, _mm512_abs_ps(a));
+    bad = _mm512_add_ps(bad, _mm512_mul_ps(a, zero));
   }
-  // max_ps returns its second operand when either is NaN; a NaN input is caught by the callers' finite checks.
+  // max_ps returns its second operand when either is NaN, so it can drop a NaN; `bad` (a sum of x * 0) cannot.
+  if (_mm512_reduce_add_ps(bad) != 0.0f) return NAN;
   return _mm512_reduce_max_ps(_mm512_max_ps(m0, m1));
 }
 
@@ -218,20 +229,34 @@ inline void quantize(int8_t* q, const float* x, int64_t n, float inv) {
 }
 inline float scale_of(float mx) { return mx > 0.0f ? mx / 127.0f : 1.0f; }
 
-// Quantises one row with its own scale; returns the scale.
+// Quantises one row with its own scale; returns the scale, NaN (and q all 0) when the row holds a NaN or an
+// infinity, so that the row's outputs come out NaN.
 inline float quantize_row(int8_t* q, const float* x, int64_t n) {
-  const float scale = scale_of(absmax(x, n));
+  const float mx = absmax(x, n);
+  if (!std::isfinite(mx)) {
+    std::memset(q, 0, (size_t)n);
+    return NAN;
+  }
+  const float scale = scale_of(mx);
   quantize(q, x, n, 1.0f / scale);
   return scale;
 }
 
-// Quantises x[n] with one scale for the whole tensor (one read for max |x|, one to round); returns the scale.
+// Quantises x[n] with one scale for the whole tensor (one read for max |x|, one to round); returns the scale, or
+// NaN without writing q when x holds a NaN or an infinity (the caller then quantises row by row, so that only the
+// rows holding them come out NaN, as in fp32).
 float quantize_tensor(int8_t* q, const float* x, int64_t n) {
   constexpr int64_t kChunk = 16384;
   const int64_t chunks = (n + kChunk - 1) / kChunk;
   float mx = 0.0f;
-#pragma omp parallel for reduction(max : mx) if (chunks > 4)
-  for (int64_t c = 0; c < chunks; ++c) mx = std::max(mx, absmax(x + c * kChunk, std::min(kChunk, n - c * kChunk)));
+  int bad = 0;
+#pragma omp parallel for reduction(max : mx) reduction(| : bad) if (chunks > 4)
+  for (int64_t c = 0; c < chunks; ++c) {
+    const float m = absmax(x + c * kChunk, std::min(kChunk, n - c * kChunk));
+    if (std::isfinite(m)) mx = std::max(mx, m);
+    else bad = 1;
+  }
+  if (bad) return NAN;
   const float scale = scale_of(mx), inv = 1.0f / scale;
 #pragma omp parallel for if (chunks > 4)
   for (int64_t c = 0; c < chunks; ++c) quantize(q + c * kChunk, x + c * kChunk, std::min(kChunk, n - c * kChunk), inv);
@@ -390,7 +415,7 @@ void PackedLinear::forward(float* out, const float* inp, int64_t N, Epilogue ep)
   thread_local std::vector<int8_t> s8_buf;
   thread_local std::vector<float> row_scale, col_scale;
   const void* src = inp;
-  const bool fused = im.ct == ComputeType::I8 && !g_int8_per_token.load(std::memory_order_relaxed);
+  bool fused = im.ct == ComputeType::I8 && !g_int8_per_token.load(std::memory_order_relaxed);
   if (im.ct == ComputeType::BF16) {
     uint16_t* b = scratch(bf16_buf, (size_t)N * K);
 #pragma omp parallel for if (N * K > 65536)
@@ -400,9 +425,14 @@ void PackedLinear::forward(float* out, const float* inp, int64_t N, Epilogue ep)
     int8_t* q = scratch(s8_buf, (size_t)N * K);
     if (fused) {
       const float xs = quantize_tensor(q, inp, N * K);
-      float* cs = scratch(col_scale, (size_t)O);
-      for (int64_t o = 0; o < O; ++o) cs[o] = xs * im.w_scale[o];
-    } else {
+      if (std::isnan(xs)) {
+        fused = false;  // a NaN or infinity in the input: per row below, so that only its rows are NaN
+      } else {
+        float* cs = scratch(col_scale, (size_t)O);
+        for (int64_t o = 0; o < O; ++o) cs[o] = xs * im.w_scale[o];
+      }
+    }
+    if (!fused) {
       float* rs = scratch(row_scale, (size_t)N);
 #pragma omp parallel for if (N * K > 65536)
       for (int64_t n = 0; n < N; ++n) rs[n] = quantize_row(q + n * K, inp + n * K, K);

@@ -62,6 +62,10 @@ Epilogue epilogue_of(Activation act);
 //         (set_int8_activation_scales); int32 accumulation. Per tensor, dequantisation (output scale
 //         x_scale * w_scale[o], as a post-op), bias and activation run inside the oneDNN matmul; per row they are one extra
 //         pass over the output (oneDNN 2.x output scales cannot vary per row).
+//         An input row holding a NaN or an infinity gives NaN in all its outputs (its scale would be NaN or
+//         infinite; never a finite answer); per tensor, such a call falls back to per-row scales, so that the
+//         other rows are unaffected. (fp32 and bf16 propagate NaN as IEEE arithmetic does, except that oneDNN's
+//         fused ReLU is max(x, 0) and maps NaN to 0.)
 // Copyable (shares the packed weights); forward is const and thread-safe.
 class PackedLinear {
  public:

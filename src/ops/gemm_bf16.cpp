@@ -54,9 +54,16 @@ uint32_t bits(float f) {
   return u;
 }
 
+// A primitive and the layout of its scratchpad. The scratchpad is the caller's (scratchpad_mode::user, one
+// buffer per thread, as PackedLinear does): with oneDNN's library-owned one, threads running one cached primitive
+// at once (Python threads, tfm serve) could share its scratch memory.
+struct Prim {
+  dnnl::matmul matmul;
+  memory::desc scratchpad;
+};
 struct Cache {
   std::mutex mu;
-  std::map<Key, dnnl::matmul> prims;
+  std::map<Key, Prim> prims;
 };
 Cache& cache() {
   static Cache c;
@@ -72,7 +79,7 @@ memory::desc b_desc(int64_t K, int64_t N, bool trans_b, int64_t ldb, dt type) {
 }
 
 // A matmul for these shapes and strides, created once (about 0.1 ms) and cached. dst [M, N] f32, row stride ldc.
-dnnl::matmul primitive(int64_t M, int64_t N, int64_t K, bool trans_a, bool trans_b, int64_t lda, int64_t ldb,
+Prim primitive(int64_t M, int64_t N, int64_t K, bool trans_a, bool trans_b, int64_t lda, int64_t ldb,
                        int64_t ldc, float alpha, float beta, dt type) {
   const Key key{M, N, K, trans_a, trans_b, lda, ldb, ldc, bits(alpha), bits(beta), (int)type};
   Cache& c = cache();
@@ -84,15 +91,30 @@ dnnl::matmul primitive(int64_t M, int64_t N, int64_t K, bool trans_a, bool trans
   memory::desc src = a_desc(M, K, trans_a, lda, type), wei = b_desc(K, N, trans_b, ldb, type);
   memory::desc dst({M, N}, dt::f32, memory::dims{ldc, 1});
   dnnl::primitive_attr attr;
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
   if (alpha != 1.0f) attr.set_output_scales(0, {alpha});
   if (beta != 0.0f) {
     dnnl::post_ops po;
     po.append_sum(beta);
     attr.set_post_ops(po);
   }
-  dnnl::matmul prim(dnnl::matmul::primitive_desc(dnnl::matmul::desc(src, wei, dst), attr, engine()));
+  dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(src, wei, dst), attr, engine());
+  Prim prim{dnnl::matmul(pd), pd.scratchpad_desc()};
   c.prims.emplace(key, prim);
   return prim;
+}
+
+// Runs a cached primitive with this thread's scratchpad.
+void execute(const Prim& prim, const memory& src, const memory& wei, const memory& dst) {
+  std::unordered_map<int, memory> args = {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, wei}, {DNNL_ARG_DST, dst}};
+  thread_local std::vector<uint8_t> scratch;
+  const size_t bytes = prim.scratchpad.get_size();
+  if (bytes > 0) {
+    if (scratch.size() < bytes) scratch.resize(bytes);
+    args.emplace(DNNL_ARG_SCRATCHPAD, memory(prim.scratchpad, engine(), scratch.data()));
+  }
+  prim.matmul.execute(stream(), args);
+  stream().wait();
 }
 }  // namespace
 
@@ -132,12 +154,11 @@ void gemm_bf16_converted(bool trans_a, bool trans_b, int64_t M, int64_t N, int64
   require_bf16_gemm();
   // A transposed operand is described by its strides (oneDNN's AMX kernels read transposed sources directly).
   const int64_t a_ld = trans_a ? M : K, b_ld = trans_b ? K : N;
-  dnnl::matmul prim = primitive(M, N, K, trans_a, trans_b, a_ld, b_ld, ldc, alpha, beta, dt::bf16);
+  const Prim prim = primitive(M, N, K, trans_a, trans_b, a_ld, b_ld, ldc, alpha, beta, dt::bf16);
   memory src_m(a_desc(M, K, trans_a, a_ld, dt::bf16), engine(), const_cast<uint16_t*>(A));
   memory wei_m(b_desc(K, N, trans_b, b_ld, dt::bf16), engine(), const_cast<uint16_t*>(B));
   memory dst_m(memory::desc({M, N}, dt::f32, memory::dims{ldc, 1}), engine(), C);
-  prim.execute(stream(), {{DNNL_ARG_SRC, src_m}, {DNNL_ARG_WEIGHTS, wei_m}, {DNNL_ARG_DST, dst_m}});
-  stream().wait();
+  execute(prim, src_m, wei_m, dst_m);
 }
 
 void gemm_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
@@ -160,12 +181,11 @@ void gemm_f32_matmul(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K
     gemm(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
     return;
   }
-  dnnl::matmul prim = primitive(M, N, K, trans_a, trans_b, lda, ldb, ldc, alpha, beta, dt::f32);
+  const Prim prim = primitive(M, N, K, trans_a, trans_b, lda, ldb, ldc, alpha, beta, dt::f32);
   memory src_m(a_desc(M, K, trans_a, lda, dt::f32), engine(), const_cast<float*>(A));
   memory wei_m(b_desc(K, N, trans_b, ldb, dt::f32), engine(), const_cast<float*>(B));
   memory dst_m(memory::desc({M, N}, dt::f32, memory::dims{ldc, 1}), engine(), C);
-  prim.execute(stream(), {{DNNL_ARG_SRC, src_m}, {DNNL_ARG_WEIGHTS, wei_m}, {DNNL_ARG_DST, dst_m}});
-  stream().wait();
+  execute(prim, src_m, wei_m, dst_m);
 }
 
 }  // namespace tfm::ops

@@ -1,4 +1,5 @@
-// What `tfm serve` runs: an embedding model (encoder + pooling) or a translation model (transformer_seq2seq).
+// What `tfm serve` runs, over the public API (include/tfm): an embedding model (encoder + pooling) or a
+// translation model (transformer_seq2seq).
 // EmbeddingModel is the plug-in point for other embedders (a sentence-transformers folder with its own pooling
 // and normalisation implements the same interface).
 #pragma once
@@ -8,12 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "decode/search.h"
-#include "models/encoder.h"
-#include "models/seq2seq.h"
-#include "text/bert_tokenizer.h"
-#include "text/subword.h"
-#include "text/vocab.h"
+#include "tfm/encoder.h"
+#include "tfm/translator.h"
 
 namespace tfm::serve {
 
@@ -45,49 +42,41 @@ class EmbeddingModel {
 };
 
 // A BERT / tutorial encoder folder (config.json, model.safetensors, tokenizer.json or vocab.txt) with mean
-// pooling over attention_mask (sentence-transformers' default) or the [CLS] vector. Throws what load_encoder and
-// BertTokenizer::from_dir throw, and std::invalid_argument for an unknown pooling.
-std::unique_ptr<EmbeddingModel> load_encoder_embedding(const std::string& dir, const std::string& pooling);
+// pooling over attention_mask (sentence-transformers' default) or the [CLS] vector, through tfm::Encoder. Throws
+// what tfm::Encoder's constructor throws, and std::runtime_error for a folder without a tokenizer.
+std::unique_ptr<EmbeddingModel> load_encoder_embedding(const std::string& dir, const std::string& pooling, int threads);
 
 // A sentence-transformers folder (modules.json): SentenceTransformer.encode's embeddings (Pooling, Dense,
 // Normalize as the folder says; its default prompt unless no_prompt or another prompt_name). Inputs longer than
 // max_seq_length are reported by tokenize(.., max_length 0) at their full length, so the server answers 422
-// rather than truncating silently. embed_all throws ApiError 501 (the pipeline's output is one vector a text).
-// Throws what SentenceTransformer::load throws.
+// rather than truncating silently; embed_all gives the Transformer module's token embeddings. Throws what
+// tfm::Encoder's constructor throws.
 std::unique_ptr<EmbeddingModel> load_sentence_transformer_embedding(const std::string& dir, const std::string& pooling,
-                                                                     const std::string& prompt_name, bool no_prompt);
+                                                                     const std::string& prompt_name, bool no_prompt,
+                                                                     int threads);
 
-// mean over rows with mask 1 of h [L, H] (mask [L]); [CLS] = row 0. Exposed for tests.
-std::vector<float> pool_hidden(const float* h, const int64_t* mask, int64_t L, int64_t H, const std::string& pooling);
-
-// A transformer_seq2seq folder as `tfm translate` reads it (word vocabularies or a joint SentencePiece model).
-class Translator {
+// A transformer_seq2seq folder through tfm::Translator, as `tfm translate` reads it (word vocabularies or a joint
+// SentencePiece model).
+class TranslationBackend {
  public:
-  // Throws std::runtime_error naming the file on a missing/inconsistent folder.
-  explicit Translator(const std::string& dir);
+  // threads: per call, on the calling thread (0: OMP_NUM_THREADS, else all cores). Throws what tfm::Translator's
+  // constructor throws.
+  TranslationBackend(const std::string& dir, int threads);
   // Source ids with <eos>. A sentence over max_source_tokens() throws ApiError 422 naming the limit, unless
-  // truncate (then cut to the limit, <eos> kept). Words outside a word vocabulary are read as <unk>.
+  // truncate (then cut to the limit). Words outside a word vocabulary are read as <unk>.
   std::vector<int64_t> encode_source(const std::string& text, bool truncate) const;
-  int64_t max_source_tokens() const;
+  int64_t max_source_tokens() const { return tr_.max_source_tokens(); }
   // Translations of a batch of sources (greedy when beam_size == 1).
-  std::vector<std::string> translate(const std::vector<const std::vector<int64_t>*>& sources, int64_t beam_size);
+  std::vector<std::string> translate(const std::vector<const std::vector<int64_t>*>& sources, int64_t beam_size) const;
   // Greedy translation of one source plus every layer's attention, for the web page:
   // {"translatedText", "source_tokens" [Ls], "target_tokens" [T], "num_layers", "num_heads",
   //  "encoder_self" [layers][heads][Ls][Ls], "cross" [layers][heads][T][Ls]}.
-  nlohmann::json attention(const std::vector<int64_t>& source);
-  const Seq2SeqConfig& config() const { return model_.config(); }
+  nlohmann::json attention(const std::vector<int64_t>& source) const;
+  int64_t num_layers() const { return tr_.num_layers(); }
+  int64_t num_heads() const { return tr_.num_heads(); }
 
  private:
-  std::string source_token(int64_t id) const;
-  std::string target_token(int64_t id) const;
-  std::string detokenize(const std::vector<int64_t>& ids) const;
-  int64_t padded_len(int64_t n) const;
-  Seq2SeqModel model_;
-  bool subword_ = false;
-  std::unique_ptr<SubwordModel> spm_;
-  std::unique_ptr<Vocab> src_vocab_, tgt_vocab_;
-  DecodeOptions opt_;
-  int64_t pad_id_ = 0;
+  Translator tr_;
 };
 
 }  // namespace tfm::serve

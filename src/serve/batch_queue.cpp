@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "serve/requests.h"
+
 namespace tfm::serve {
 
 void RequestState::finish(std::exception_ptr e) {
@@ -32,10 +34,19 @@ void BatchQueue::stop() {
   if (thread_.joinable()) thread_.join();
 }
 
-void BatchQueue::run(std::vector<Task>& tasks) {
+namespace {
+std::exception_ptr client_gone_error() {
+  return std::make_exception_ptr(
+      ApiError(499, "client_closed_request", "the client closed the connection before the request's batch ran"));
+}
+}  // namespace
+
+void BatchQueue::run(std::vector<Task>& tasks, std::function<bool()> client_gone) {
   if (tasks.empty()) return;
+  if (client_gone && client_gone()) std::rethrow_exception(client_gone_error());
   auto state = std::make_shared<RequestState>();
   state->remaining = (int64_t)tasks.size();
+  state->client_gone = std::move(client_gone);
   const auto now = std::chrono::steady_clock::now();
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -54,10 +65,31 @@ void BatchQueue::run(std::vector<Task>& tasks) {
 void BatchQueue::worker() {
   for (;;) {
     std::vector<Task*> batch;
+    std::vector<std::shared_ptr<RequestState>> dropped;  // one entry per dropped task
     {
       std::unique_lock<std::mutex> lock(mu_);
       cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
       if (queue_.empty()) return;  // stopping and nothing left
+      // Requests whose client has gone lose their queued tasks (their inference would be for nobody).
+      for (auto it = queue_.begin(); it != queue_.end();) {
+        RequestState& st = *(*it)->state;
+        if (st.client_gone && !st.abandoned) st.abandoned = st.client_gone();
+        if (st.abandoned) {
+          dropped.push_back((*it)->state);
+          it = queue_.erase(it);
+        } else {
+          ++it;
+        }
+      }
+    }
+    for (auto& st : dropped) st->finish(client_gone_error());
+    dropped.clear();
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      if (queue_.empty()) {
+        if (metrics_) metrics_->set_queue_size(0);
+        continue;
+      }
       // The oldest task always goes; later ones with its key join while inputs x longest <= max_batch_tokens.
       const int64_t key = queue_.front()->key;
       int64_t longest = 0;

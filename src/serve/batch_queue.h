@@ -24,6 +24,10 @@ struct RequestState {
   std::condition_variable cv;
   int64_t remaining = 0;
   std::exception_ptr error;
+  // Whether the client has gone (serve/connection.h); called by the worker only. Once true, the request's tasks
+  // still queued are dropped without running.
+  std::function<bool()> client_gone;
+  bool abandoned = false;
   void finish(std::exception_ptr e);
   void wait();
 };
@@ -48,7 +52,9 @@ class BatchQueue {
   BatchQueue(int64_t max_batch_tokens, Runner runner, Metrics* metrics);
   ~BatchQueue();  // stop()
   // Queues the tasks (all of one request) and blocks until every one has run. Rethrows the first error.
-  void run(std::vector<Task>& tasks);
+  // client_gone (optional): checked before queueing and whenever a batch is formed; when it answers true, the
+  // request's tasks that have not run are dropped and run() throws ApiError 499 "client_closed_request".
+  void run(std::vector<Task>& tasks, std::function<bool()> client_gone = {});
   // Finishes the queued tasks, then stops the worker.
   void stop();
   int64_t max_batch_tokens() const { return max_batch_tokens_; }

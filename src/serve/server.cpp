@@ -21,9 +21,11 @@
 #include <numeric>
 
 #include "io/json_util.h"
-#include "models/heads.h"
+#include "io/safetensors.h"
+#include "tfm/classifier.h"
 #include "serve/backends.h"
 #include "serve/batch_queue.h"
+#include "serve/connection.h"
 #include "serve/metrics.h"
 #include "serve/requests.h"
 #include "serve/web_page.h"
@@ -161,32 +163,36 @@ class Server {
   void load() {
     debug_delay();
     if (translation_) {
-      translator_ = std::make_unique<Translator>(o_.model);
+      translator_ = std::make_unique<TranslationBackend>(o_.model, o_.threads);
     } else if (std::filesystem::exists(o_.model + "/modules.json")) {
-      embedder_ = load_sentence_transformer_embedding(o_.model, o_.pooling, o_.prompt_name, o_.no_prompt);
+      embedder_ = load_sentence_transformer_embedding(o_.model, o_.pooling, o_.prompt_name, o_.no_prompt, o_.threads);
     } else {
       // A sequence-classification checkpoint (classifier or cross-encoder) answers /predict and /rerank.
       bool has_head = false;
       try {
-        has_head = detect_head_kind(o_.model) == HeadKind::SequenceClassification;
+        has_head = detect_task_head(o_.model) == TaskHead::SequenceClassification;
       } catch (const std::exception&) {  // no head (or unreadable): the embedder's load reports a broken folder
       }
-      if (has_head) head_ = std::make_unique<TaskModel>(TaskModel::load(o_.model, HeadKind::SequenceClassification));
+      if (has_head) head_ = std::make_unique<Classifier>(o_.model, ClassifierOptions{o_.threads});
       try {
-        embedder_ = load_encoder_embedding(o_.model, o_.pooling.empty() ? "mean" : o_.pooling);
+        embedder_ = load_encoder_embedding(o_.model, o_.pooling.empty() ? "mean" : o_.pooling, o_.threads);
       } catch (const std::exception& e) {
         if (!head_) throw;
         embed_error_ = e.what();  // the head still serves /predict and /rerank
       }
     }
-    if (head_) head_max_length_ = head_->encoder_config().max_position_embeddings;
+    if (head_) head_max_length_ = head_->max_position_embeddings();
     // The compute type of the Linear layers: an encoder folder from `tfm convert --dtype int8` runs in int8 (as
-    // its file is stored), everything else in fp32.
+    // its file is stored: metadata tfm_dtype), everything else in fp32.
     if (!translation_) {
       std::string st = o_.model + "/model.safetensors";
-      if (!std::filesystem::exists(st)) st = o_.model + "/0_Transformer/model.safetensors";
       std::error_code ec;
-      if (std::filesystem::exists(st, ec)) dtype_ = ops::compute_type_name(SafeTensorsWeights(st).stored_compute_type());
+      if (!std::filesystem::exists(st, ec)) st = o_.model + "/0_Transformer/model.safetensors";
+      if (std::filesystem::exists(st, ec)) {
+        const SafeTensors file = SafeTensors::open(st);
+        const nlohmann::json& meta = file.metadata();
+        if (meta.is_object() && meta.contains("tfm_dtype") && meta["tfm_dtype"] == "int8") dtype_ = "int8";
+      }
     }
     max_input_length_ = translation_ ? translator_->max_source_tokens()
                         : embedder_  ? embedder_->max_input_length()
@@ -214,17 +220,15 @@ class Server {
       auto out = key == kOpEmbed ? embedder_->embed(ptrs) : embedder_->embed_all(ptrs);
       for (size_t i = 0; i < batch.size(); ++i) batch[i]->vector = std::move(out[i]);
     } else if (key == kOpLogits) {
-      std::vector<Encoding> enc(batch.size());
+      std::vector<TextEncoding> enc(batch.size());
       for (size_t i = 0; i < batch.size(); ++i) {
         enc[i].input_ids = batch[i]->ids;
         enc[i].token_type_ids = batch[i]->token_type_ids;
-        enc[i].attention_mask.assign(batch[i]->ids.size(), 1);
       }
-      BatchTensors bt = make_batch(enc, head_->tokenizer().pad_id());
-      Tensor logits = head_->sequence_logits(bt.input_ids, bt.token_type_ids, bt.attention_mask);
+      const FloatArray logits = head_->logits(enc);
       const int64_t C = head_->num_labels();
       for (size_t i = 0; i < batch.size(); ++i) {
-        const float* p = logits.f32() + i * C;
+        const float* p = logits.data() + i * C;
         for (int64_t c = 0; c < C; ++c)
           if (!std::isfinite(p[c])) throw ApiError(500, "backend", "the classifier produced a non-finite value");
         batch[i]->vector.assign(p, p + C);
@@ -237,6 +241,12 @@ class Server {
       auto out = translator_->translate(src, key - kOpTranslate);
       for (size_t i = 0; i < batch.size(); ++i) batch[i]->text = std::move(out[i]);
     }
+  }
+
+  // The request's connection check for the batching queue: a request whose client has disconnected is dropped
+  // before its batch runs (serve/connection.h).
+  static std::function<bool()> client_gone(const httplib::Request& req) {
+    return client_gone_check(req.remote_addr, req.remote_port, req.local_port);
   }
 
   // Wraps a handler: API key, readiness, the concurrency limit, errors as JSON.
@@ -327,7 +337,10 @@ class Server {
     std::vector<Task> tasks(texts.size());
     for (size_t i = 0; i < texts.size(); ++i) {
       const std::string* pair = pairs && !pairs->empty() && !(*pairs)[i].empty() ? &(*pairs)[i] : nullptr;
-      Encoding e = head_->tokenizer().encode(texts[i], pair, true, truncate ? head_max_length_ : 0);
+      TokenizeOptions to;
+      to.max_length = truncate ? head_max_length_ : 0;
+      const TextEncoding e =
+          pair ? head_->tokenizer().encode_pair(texts[i], *pair, to) : head_->tokenizer().encode(texts[i], to);
       if ((int64_t)e.input_ids.size() > head_max_length_)
         throw validation_error(std::string("`") + field + (single ? "" : "[" + std::to_string(i) + "]") + "` has " +
                                std::to_string(e.input_ids.size()) + " tokens, more than the model's limit of " +
@@ -336,8 +349,8 @@ class Server {
                                "--auto-truncate");
       tasks[i].key = kOpLogits;
       tasks[i].tokens = (int64_t)e.input_ids.size();
-      tasks[i].ids = std::move(e.input_ids);
-      tasks[i].token_type_ids = std::move(e.token_type_ids);
+      tasks[i].ids = e.input_ids;
+      tasks[i].token_type_ids = e.token_type_ids;
     }
     metrics_.observe_tokenization(seconds_since(t0));
     return tasks;
@@ -406,7 +419,7 @@ class Server {
       svr_.Post("/embed", guard([this](const httplib::Request& req, httplib::Response& res) {
                   EmbedRequest r = parse_embed_request(req.body, limits_, "inputs");
                   std::vector<Task> tasks = embed_tasks(r, kOpEmbed, "inputs");
-                  queue_->run(tasks);
+                  queue_->run(tasks, client_gone(req));
                   json out = json::array();
                   for (Task& t : tasks) out.push_back(r.normalize ? l2_normalized(t.vector) : t.vector);
                   send_json(res, 200, out);
@@ -414,7 +427,7 @@ class Server {
       svr_.Post("/embed_all", guard([this](const httplib::Request& req, httplib::Response& res) {
                   EmbedRequest r = parse_embed_request(req.body, limits_, "inputs");
                   std::vector<Task> tasks = embed_tasks(r, kOpEmbedAll, "inputs");
-                  queue_->run(tasks);
+                  queue_->run(tasks, client_gone(req));
                   json out = json::array();
                   for (Task& t : tasks) {
                     // Token vectors are the encoder's width, which a sentence-transformers Dense may change.
@@ -429,7 +442,7 @@ class Server {
       svr_.Post("/v1/embeddings", guard([this](const httplib::Request& req, httplib::Response& res) {
                   EmbedRequest r = parse_embed_request(req.body, limits_, "input");
                   std::vector<Task> tasks = embed_tasks(r, kOpEmbed, "input");
-                  queue_->run(tasks);
+                  queue_->run(tasks, client_gone(req));
                   json data = json::array();
                   int64_t tokens = 0;
                   for (size_t i = 0; i < tasks.size(); ++i) {
@@ -470,13 +483,12 @@ class Server {
                   PredictRequest r = parse_predict_request(req.body, limits_);
                   std::vector<Task> tasks = logit_tasks(r.texts, &r.pairs, r.truncate.value_or(o_.auto_truncate),
                                                         r.single, "inputs");
-                  queue_->run(tasks);
-                  const ScoreFunction fn =
-                      r.raw_scores ? ScoreFunction::None : head_->head_config().default_score_function();
-                  const auto& labels = head_->head_config().id2label;
+                  queue_->run(tasks, client_gone(req));
+                  const std::string fn = r.raw_scores ? "none" : "";  // "": the pipeline's default
+                  const auto& labels = head_->labels();
                   json out = json::array();
                   for (Task& t : tasks) {
-                    std::vector<float> sc = apply_score_function(t.vector.data(), (int64_t)t.vector.size(), fn);
+                    std::vector<float> sc = head_->scores(t.vector.data(), fn);
                     std::vector<size_t> order(sc.size());
                     std::iota(order.begin(), order.end(), 0);
                     std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return sc[a] > sc[b]; });
@@ -499,13 +511,11 @@ class Server {
                   std::vector<std::string> queries(r.texts.size(), r.query);
                   std::vector<Task> tasks =
                       logit_tasks(queries, &r.texts, r.truncate.value_or(o_.auto_truncate), false, "texts");
-                  queue_->run(tasks);
-                  const ScoreFunction fn = r.raw_scores ? ScoreFunction::None
-                                           : C == 2     ? ScoreFunction::Softmax
-                                                        : head_->head_config().default_score_function();
+                  queue_->run(tasks, client_gone(req));
+                  const std::string fn = r.raw_scores ? "none" : C == 2 ? "softmax" : "";  // "": the default
                   std::vector<float> scores;
                   for (Task& t : tasks) {
-                    std::vector<float> sc = apply_score_function(t.vector.data(), C, fn);
+                    std::vector<float> sc = head_->scores(t.vector.data(), fn);
                     scores.push_back(C == 2 ? (r.raw_scores ? sc[1] - sc[0] : sc[1]) : sc[0]);
                   }
                   std::vector<size_t> order(scores.size());
@@ -543,7 +553,7 @@ class Server {
                     tasks[i].tokens = (int64_t)tasks[i].ids.size();
                   }
                   metrics_.observe_tokenization(seconds_since(t0));
-                  queue_->run(tasks);
+                  queue_->run(tasks, client_gone(req));
                   if (r.single) return send_json(res, 200, {{"translatedText", tasks[0].text}});
                   json out = json::array();
                   for (Task& t : tasks) out.push_back(t.text);
@@ -555,7 +565,7 @@ class Server {
                   tasks[0].key = kOpAttention;
                   tasks[0].ids = translator_->encode_source(q, o_.auto_truncate);
                   tasks[0].tokens = (int64_t)tasks[0].ids.size();
-                  queue_->run(tasks);
+                  queue_->run(tasks, client_gone(req));
                   res.set_content(tasks[0].json, "application/json");
                 }, true));
       svr_.Get("/languages", guard([this](const httplib::Request&, httplib::Response& res) {
@@ -592,13 +602,13 @@ class Server {
       j["source_lang"] = source_lang_;
       j["target_lang"] = target_lang_;
       j["max_beam_size"] = o_.max_beam_size;
-      if (ready_) j["num_layers"] = translator_->config().num_layers, j["num_heads"] = translator_->config().num_heads;
+      if (ready_) j["num_layers"] = translator_->num_layers(), j["num_heads"] = translator_->num_heads();
     } else {
       j["pooling"] = ready_ && embedder_ ? json(embedder_->pooling()) : json(o_.pooling.empty() ? "mean" : o_.pooling);
       if (ready_ && embedder_) j["hidden_size"] = embedder_->hidden_size();
       if (ready_ && head_) {
-        j["head"] = head_kind_name(HeadKind::SequenceClassification);
-        j["labels"] = head_->head_config().id2label;
+        j["head"] = task_head_name(TaskHead::SequenceClassification);
+        j["labels"] = head_->labels();
       }
     }
     return j;
@@ -620,8 +630,8 @@ class Server {
   std::atomic<int64_t> in_flight_{0};
   int64_t max_input_length_ = 0;
   std::unique_ptr<EmbeddingModel> embedder_;
-  std::unique_ptr<Translator> translator_;
-  std::unique_ptr<TaskModel> head_;  // sequence classification / cross-encoder, when the folder has one
+  std::unique_ptr<TranslationBackend> translator_;
+  std::unique_ptr<Classifier> head_;  // sequence classification / cross-encoder, when the folder has one
   int64_t head_max_length_ = 0;
   std::string embed_error_;          // why a head folder cannot embed
   std::unique_ptr<BatchQueue> queue_;

@@ -27,6 +27,7 @@ struct ServeOptions {
   int64_t max_beam_size = 8;              // translation: largest accepted beam_size
   std::string source_lang, target_lang;   // translation: language codes (default: config.json or "en" / "fr")
   bool access_log = true;                 // one line per request on stderr
+  int threads = 0;                        // OpenMP threads of the model thread (0: OMP_NUM_THREADS, else all cores)
 };
 
 // Listens, loads the model in the background (/health answers 503 until it is ready), serves until SIGTERM or

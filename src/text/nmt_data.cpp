@@ -9,7 +9,7 @@
 #include <sstream>
 #include <stdexcept>
 
-#include "text/text_file.h"
+#include "io/text_file.h"
 
 namespace tfm {
 

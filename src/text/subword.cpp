@@ -12,7 +12,7 @@
 #include <unordered_map>
 
 #include "io/atomic_file.h"
-#include "text/text_file.h"
+#include "io/text_file.h"
 
 namespace tfm {
 

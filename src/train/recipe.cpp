@@ -29,7 +29,7 @@
 #include "io/safetensors.h"
 #include "models/seq2seq.h"
 #include "text/subword.h"
-#include "text/text_file.h"
+#include "io/text_file.h"
 #include "train/optim.h"
 
 namespace tfm {

@@ -3,10 +3,10 @@
 #include <memory>
 #include <stdexcept>
 
+#include "cli_util.h"
 #include "commands.h"
-#include "eval/bleu.h"
-#include "eval/corpus_bleu.h"
-#include "text/text_file.h"
+#include "io/text_file.h"
+#include "tfm/bleu.h"
 
 namespace tfm::cli {
 
@@ -51,7 +51,7 @@ void add_bleu_command(CLI::App& app) {
         if (refs[i].empty())
           throw std::invalid_argument(ref_path + ": line " + std::to_string(i + 1) +
                                       ": empty reference (sacreBLEU rejects empty references)");
-      std::printf("%s\n", corpus_bleu(hyps, refs).format().c_str());
+      std::printf("%s\n", bleu::corpus(refs, hyps).format().c_str());
       return;
     }
     if (pred->count() == 0 || label->count() == 0)
@@ -60,7 +60,7 @@ void add_bleu_command(CLI::App& app) {
       if (auto bad = find_invalid_utf8(*t))
         throw std::invalid_argument(std::string(t == &o->pred ? "PRED" : "LABEL") + " is not valid UTF-8 (byte " +
                                     std::to_string(*bad) + ")");
-    std::printf("%.3f\n", bleu_d2l(o->pred, o->label, o->k));
+    std::printf("%.3f\n", bleu::sentence(o->pred, o->label, o->k));
   });
 }
 

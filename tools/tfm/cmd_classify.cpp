@@ -6,8 +6,10 @@
 #include <nlohmann/json.hpp>
 #include <numeric>
 
+#include "cli_util.h"
 #include "commands.h"
 #include "head_util.h"
+#include "tfm/classifier.h"
 
 namespace tfm::cli {
 
@@ -42,29 +44,24 @@ void add_classify_command(CLI::App& app) {
   cmd->callback([o] {
     std::vector<std::string> texts = gather_texts(o->texts, o->input);
     if (texts.empty()) throw CLI::ValidationError("give texts to classify, or --input FILE");
-    const HeadKind kind = detect_head_kind(o->model);
-    if (kind == HeadKind::MaskedLM)
+    const TaskHead kind = detect_task_head(o->model);
+    if (kind == TaskHead::MaskedLM)
       throw std::runtime_error(o->model + " is a masked-LM checkpoint: it has no classification head (use tfm fill-mask)");
-    if (kind == HeadKind::TokenClassification && o->all_scores)
+    if (kind == TaskHead::TokenClassification && o->all_scores)
       throw CLI::ValidationError("--all-scores is for sequence classification; " + o->model + " tags tokens");
-    if (kind == HeadKind::SequenceClassification && o->all_tokens)
+    if (kind == TaskHead::SequenceClassification && o->all_tokens)
       throw CLI::ValidationError("--all-tokens is for token classification; " + o->model + " classifies sequences");
-    TaskModel m = TaskModel::load(o->model, kind);
-    ScoreFunction fn = o->function == "sigmoid"   ? ScoreFunction::Sigmoid
-                       : o->function == "softmax" ? ScoreFunction::Softmax
-                       : o->function == "none"    ? ScoreFunction::None
-                       : kind == HeadKind::TokenClassification ? ScoreFunction::Softmax
-                                                               : m.head_config().default_score_function();
-    const auto& labels = m.head_config().id2label;
-    const int64_t C = m.num_labels();
-    for (size_t s = 0; s < texts.size(); s += (size_t)o->batch_size) {
-      std::vector<std::string> chunk(texts.begin() + s, texts.begin() + std::min(texts.size(), s + o->batch_size));
-      std::vector<Encoding> enc = encode_all(m, chunk, nullptr, o->max_length);
-      BatchTensors bt = make_batch(enc, m.tokenizer().pad_id());
-      if (kind == HeadKind::SequenceClassification) {
-        Tensor logits = m.sequence_logits(bt.input_ids, bt.token_type_ids, bt.attention_mask);
+    const std::string fn = o->function == "default" ? "" : o->function;
+    if (kind == TaskHead::SequenceClassification) {
+      const Classifier m(o->model, ClassifierOptions{o->threads});
+      const auto& labels = m.labels();
+      const int64_t C = m.num_labels();
+      for (size_t s = 0; s < texts.size(); s += (size_t)o->batch_size) {
+        std::vector<std::string> chunk(texts.begin() + s, texts.begin() + std::min(texts.size(), s + o->batch_size));
+        const FloatArray logits =
+            m.logits(encode_all(m.tokenizer(), m.max_position_embeddings(), chunk, nullptr, o->max_length));
         for (size_t b = 0; b < chunk.size(); ++b) {
-          std::vector<float> sc = apply_score_function(logits.f32() + b * C, C, fn);
+          std::vector<float> sc = m.scores(logits.data() + b * C, fn);
           std::vector<int64_t> order(C);
           std::iota(order.begin(), order.end(), 0);
           std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t c) { return sc[a] > sc[c]; });
@@ -76,21 +73,20 @@ void add_classify_command(CLI::App& app) {
             emit_line(nlohmann::ordered_json({{"label", labels[order[0]]}, {"score", sc[order[0]]}}).dump());
           }
         }
-      } else {
-        Tensor logits = m.token_logits(bt.input_ids, bt.token_type_ids, bt.attention_mask);
-        const int64_t L = bt.input_ids.size(1);
-        for (size_t b = 0; b < chunk.size(); ++b) {
-          auto offsets = token_offsets(m.tokenizer(), chunk[b], enc[b]);
+      }
+    } else {
+      const TokenClassifier m(o->model, ClassifierOptions{o->threads});
+      TagOptions to;
+      to.function = fn.empty() ? "softmax" : fn;
+      to.all_tokens = o->all_tokens;
+      for (size_t s = 0; s < texts.size(); s += (size_t)o->batch_size) {
+        std::vector<std::string> chunk(texts.begin() + s, texts.begin() + std::min(texts.size(), s + o->batch_size));
+        const auto tags = m.tag(encode_all(m.tokenizer(), m.max_position_embeddings(), chunk, nullptr, o->max_length), to);
+        for (const std::vector<TokenTag>& row : tags) {
           nlohmann::ordered_json arr = nlohmann::ordered_json::array();
-          for (size_t i = 0; i < enc[b].input_ids.size(); ++i) {
-            const int64_t id = enc[b].input_ids[i];
-            if (id == m.tokenizer().cls_id() || id == m.tokenizer().sep_id() || id == m.tokenizer().pad_id()) continue;
-            std::vector<float> sc = apply_score_function(logits.f32() + ((int64_t)b * L + (int64_t)i) * C, C, fn);
-            const int64_t k = std::max_element(sc.begin(), sc.end()) - sc.begin();
-            if (labels[k] == "O" && !o->all_tokens) continue;
-            arr.push_back({{"entity", labels[k]}, {"score", sc[k]}, {"index", (int64_t)i}, {"word", enc[b].tokens[i]},
-                           {"start", offsets[i].first}, {"end", offsets[i].second}});
-          }
+          for (const TokenTag& t : row)
+            arr.push_back({{"entity", t.entity}, {"score", t.score}, {"index", t.index}, {"word", t.word},
+                           {"start", t.start}, {"end", t.end}});
           emit_line(arr.dump());
         }
       }

@@ -1,40 +1,15 @@
 // tfm convert: rewrites an encoder model folder with its Linear weights stored in bf16 or int8, as CTranslate2's
-// converters do, so the file is 2x (bf16) or about 4x (int8) smaller and int8 loads without quantising.
-#include <cmath>
-#include <cstring>
+// converters do, so the file is 2x (bf16) or about 4x (int8) smaller and int8 loads without quantising
+// (tfm::convert, src/api/convert.cpp).
 #include <filesystem>
-#include <fstream>
 #include <iostream>
-#include <sstream>
 
+#include "cli_util.h"
 #include "commands.h"
-#include "io/atomic_file.h"
 #include "io/json_util.h"
-#include "io/safetensors.h"
-#include "models/encoder.h"
+#include "tfm/convert.h"
 
 namespace tfm::cli {
-namespace {
-
-bool ends_with(const std::string& s, const std::string& suf) {
-  return s.size() >= suf.size() && s.compare(s.size() - suf.size(), suf.size(), suf) == 0;
-}
-// The encoder's Linear weights: rank 2, "*.weight", not an embedding table (embeddings stay fp32, as at run
-// time) and not the pooler or task heads (small, read unpacked in fp32).
-bool is_linear_weight(const std::string& name, const Shape& shape) {
-  return shape.size() == 2 && ends_with(name, ".weight") && name.find("embeddings") == std::string::npos &&
-         name.find("pooler") == std::string::npos && name.find("cls.") == std::string::npos &&
-         (name.find("layer.") != std::string::npos || name.find("layers.") != std::string::npos);
-}
-
-uint16_t to_bf16(float f) {  // round to nearest even, as torch's .to(torch.bfloat16)
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  u += 0x7fffu + ((u >> 16) & 1u);
-  return (uint16_t)(u >> 16);
-}
-
-}  // namespace
 
 void add_convert_command(CLI::App& app) {
   struct Opts {
@@ -62,90 +37,18 @@ void add_convert_command(CLI::App& app) {
     {
       const std::string cp = o->model + "/config.json";
       const nlohmann::json cj = load_json_file(cp);
-      if (json_string_or(cj, "model_type", "", cp) == "transformer_seq2seq")
+      const std::string type = json_string_or(cj, "model_type", "", cp);
+      if (type == "transformer_seq2seq")
         throw std::invalid_argument(cp + ": this is a transformer_seq2seq folder (a translation model), not an "
                                     "encoder; convert takes encoder folders only");
+      if (o->dtype == "int8" && !type.empty() && type != "bert")
+        throw std::runtime_error("--dtype int8: model_type '" + type + "' is not supported (BERT only); use --dtype bf16");
     }
-    EncoderConfig config = EncoderConfig::load(o->model + "/config.json");
-    if (o->dtype == "int8" && config.model_type != "bert")
-      throw std::runtime_error("--dtype int8: model_type '" + config.model_type +
-                               "' is not supported (BERT only); use --dtype bf16");
-    SafeTensors st = SafeTensors::open(o->model + "/model.safetensors");
-    std::vector<RawTensor> out;
-    size_t converted = 0;
-    for (const std::string& name : st.names()) {
-      RawTensor r{name, st.dtype_of(name), st.shape_of(name), {}};
-      const int64_t n = shape_numel(r.shape);
-      if (is_linear_weight(name, r.shape) && (r.dtype == "F32" || r.dtype == "F16" || r.dtype == "BF16")) {
-        Tensor t = st.get(name);  // F32
-        const float* w = t.f32();
-        for (int64_t i = 0; i < n; ++i)
-          if (!std::isfinite(w[i]))
-            throw std::runtime_error(st.path() + ": tensor '" + name + "' contains NaN or Inf; nothing written");
-        if (o->dtype == "bf16") {
-          r.dtype = "BF16";
-          r.bytes.resize(2 * n);
-          for (int64_t i = 0; i < n; ++i) {
-            uint16_t h = to_bf16(w[i]);
-            std::memcpy(r.bytes.data() + 2 * i, &h, 2);
-          }
-        } else {
-          // Symmetric per output row: scale = max |w| / 127, q = round(w / scale) (what PackedLinear does at load).
-          const int64_t rows = r.shape[0], cols = r.shape[1];
-          r.dtype = "I8";
-          r.bytes.resize(n);
-          RawTensor sc{name + "_scale", "F32", {rows}, std::vector<unsigned char>(4 * rows)};
-          for (int64_t row = 0; row < rows; ++row) {
-            float mx = 0;
-            for (int64_t c = 0; c < cols; ++c) mx = std::fmax(mx, std::fabs(w[row * cols + c]));
-            // Same arithmetic as PackedLinear's quantize_row, so a converted folder loads to identical weights.
-            float scale = mx > 0 ? mx / 127.0f : 1.0f, inv = 1.0f / scale;
-            for (int64_t c = 0; c < cols; ++c) {
-              float q = std::nearbyint(w[row * cols + c] * inv);
-              r.bytes[row * cols + c] = (unsigned char)(int8_t)std::fmax(-127.0f, std::fmin(127.0f, q));
-            }
-            std::memcpy(sc.bytes.data() + 4 * row, &scale, 4);
-          }
-          out.push_back(std::move(sc));
-        }
-        ++converted;
-      } else {
-        const unsigned char* p = st.raw_data(name);
-        size_t bytes = 0;
-        if (n > 0) {
-          static const std::map<std::string, size_t> kSize = {{"F64", 8}, {"F32", 4}, {"F16", 2}, {"BF16", 2},
-                                                              {"I64", 8}, {"I32", 4}, {"I16", 2}, {"I8", 1},
-                                                              {"U8", 1},  {"BOOL", 1}};
-          auto it = kSize.find(r.dtype);
-          if (it == kSize.end()) throw std::runtime_error(st.path() + ": tensor '" + name + "' has dtype " + r.dtype);
-          bytes = (size_t)n * it->second;
-        }
-        r.bytes.assign(p, p + bytes);
-      }
-      out.push_back(std::move(r));
-    }
-    fs::create_directories(o->out);
-    // Everything but the weights is copied byte for byte (config.json, tokenizer files, vocabularies), and so are
-    // subfolders: a sentence-transformers folder needs its modules (1_Pooling/, 2_Dense/, ...) for `tfm embed`.
-    for (const auto& entry : fs::recursive_directory_iterator(o->model)) {
-      const fs::path rel = fs::relative(entry.path(), o->model);
-      if (entry.is_directory()) {
-        fs::create_directories(fs::path(o->out) / rel);
-        continue;
-      }
-      if (!entry.is_regular_file() || rel == "model.safetensors") continue;
-      std::ifstream in(entry.path(), std::ios::binary);
-      std::stringstream ss;
-      ss << in.rdbuf();
-      if (!in.good() && !in.eof()) throw std::runtime_error(entry.path().string() + ": read error");
-      write_file_atomic((fs::path(o->out) / rel).string(), ss.str());
-    }
-    nlohmann::json meta = st.metadata().is_object() ? st.metadata() : nlohmann::json::object();
-    meta["tfm_dtype"] = o->dtype;
-    const std::string dst = o->out + "/model.safetensors";
-    save_safetensors_raw(dst, std::move(out), meta);
-    std::cout << "converted " << converted << " Linear weights to " << o->dtype << ": " << dst << " ("
-              << fs::file_size(dst) << " bytes, from " << fs::file_size(o->model + "/model.safetensors") << ")\n";
+    ConvertOptions co;
+    co.dtype = o->dtype;
+    const ConvertSummary s = convert(o->model, o->out, co);
+    std::cout << "converted " << s.converted << " Linear weights to " << o->dtype << ": " << s.weights_path << " ("
+              << s.bytes << " bytes, from " << s.source_bytes << ")\n";
   });
 }
 

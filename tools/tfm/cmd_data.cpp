@@ -3,8 +3,9 @@
 #include <filesystem>
 #include <memory>
 
+#include "cli_util.h"
 #include "commands.h"
-#include "text/datasets.h"
+#include "io/datasets.h"
 
 namespace tfm::cli {
 

@@ -16,10 +16,11 @@
 #include <numeric>
 #include <stdexcept>
 
+#include "cli_util.h"
 #include "commands.h"
 #include "io/atomic_file.h"
 #include "io/json_util.h"
-#include "models/sentence_transformer.h"
+#include "tfm/encoder.h"
 
 namespace tfm::cli {
 
@@ -246,13 +247,15 @@ void add_embed_command(CLI::App& app) {
     }
     if (!o->prompt.empty() && !o->prompt_name.empty())
       throw CLI::ValidationError("give --prompt or --prompt-name, not both");
-    SentenceTransformerOptions so;
-    so.pooling = o->pooling;
-    so.prompt_name = o->prompt_name;
-    so.prompt = o->prompt;
-    so.no_prompt = o->no_prompt;
-    so.normalize = o->normalize;
-    so.max_seq_length = o->max_length;
+    EncoderOptions eo;  // SentenceTransformer.encode()'s pipeline, also for a plain folder with --pooling
+    eo.pipeline = "sentence_transformers";
+    eo.threads = o->threads;
+    eo.pooling = o->pooling;
+    eo.prompt_name = o->prompt_name;
+    eo.prompt = o->prompt;
+    eo.no_prompt = o->no_prompt;
+    eo.normalize = o->normalize;
+    eo.max_seq_length = o->max_length;
     {  // Name the real problem before the loader's "has no modules.json" / "missing key 'vocab_size'".
       std::error_code ec;
       if (!std::filesystem::is_directory(o->model, ec))
@@ -263,8 +266,11 @@ void add_embed_command(CLI::App& app) {
         throw std::invalid_argument(cp + ": this is a transformer_seq2seq folder (a translation model), not an "
                                     "encoder; use 'tfm translate --model " + o->model + "'");
     }
-    SentenceTransformer model = SentenceTransformer::load(o->model, so);
-    const int64_t D = model.dimension();
+    const Encoder model(o->model, eo);
+    const int64_t D = model.embedding_dim(), max_seq_length = model.max_input_length();
+    TokenizeOptions to;
+    to.max_length = max_seq_length;  // cut to max_seq_length, as SentenceTransformer.encode()
+    to.return_offsets = false;
 
     LineReader in;
     in.open(o->input);
@@ -301,12 +307,12 @@ void add_embed_command(CLI::App& app) {
         }
         const int64_t n = (int64_t)lines.size();
         if (n == 0) break;
-        std::vector<Encoding> enc(n);
+        std::vector<TextEncoding> enc(n);
         std::vector<std::string> errors(n);
 #pragma omp parallel for schedule(dynamic, 64)
         for (int64_t i = 0; i < n; ++i) {
           try {
-            enc[i] = model.tokenize(lines[i]);
+            enc[i] = model.tokenize(lines[i], to);
           } catch (const std::exception& e) {
             errors[i] = e.what();
           }
@@ -316,7 +322,7 @@ void add_embed_command(CLI::App& app) {
             throw std::invalid_argument(in.name + ": line " + std::to_string(line_nos[i]) + ": " + errors[i]);
           // Only the tokenizer's truncation can make a sequence exactly max_seq_length long with text left over;
           // count sequences at the limit as (possibly) truncated, as a hint in the summary.
-          if ((int64_t)enc[i].input_ids.size() >= model.max_seq_length()) ++truncated;
+          if ((int64_t)enc[i].input_ids.size() >= max_seq_length) ++truncated;
         }
         // Length buckets: stable sort by token count, then greedy batches under both limits.
         std::vector<int64_t> order(n);
@@ -324,24 +330,34 @@ void add_embed_command(CLI::App& app) {
         std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) {
           return enc[a].input_ids.size() < enc[b].input_ids.size();
         });
-        Tensor result = Tensor::empty({n, D});
+        std::vector<float> result(n * D);
+        std::vector<int64_t> ids, types, mask;
         for (int64_t s = 0; s < n;) {
           int64_t e = s;
-          std::vector<const Encoding*> batch;
+          std::vector<const TextEncoding*> batch;
           while (e < n && (int64_t)batch.size() < o->batch_size) {
             const int64_t len = (int64_t)enc[order[e]].input_ids.size();  // the longest so far (sorted)
             if (!batch.empty() && (int64_t)(batch.size() + 1) * len > o->batch_tokens) break;
             batch.push_back(&enc[order[e]]);
             ++e;
           }
-          Tensor v = model.embed(batch);
-          for (int64_t r = 0; r < (int64_t)batch.size(); ++r)
-            std::memcpy(result.f32() + order[s + r] * D, v.f32() + r * D, sizeof(float) * D);
+          // Right-padded [B, L] (the pipeline reads each row up to its last attention_mask 1).
+          const int64_t B = (int64_t)batch.size(), L = (int64_t)batch.back()->input_ids.size();
+          ids.assign(B * L, 0), types.assign(B * L, 0), mask.assign(B * L, 0);
+          for (int64_t r = 0; r < B; ++r) {
+            const TextEncoding& t = *batch[r];
+            std::copy(t.input_ids.begin(), t.input_ids.end(), ids.begin() + r * L);
+            std::copy(t.token_type_ids.begin(), t.token_type_ids.end(), types.begin() + r * L);
+            std::fill_n(mask.begin() + r * L, t.input_ids.size(), int64_t{1});
+          }
+          const FloatArray v = model.embed(EncoderInputs{ids.data(), mask.data(), types.data(), B, L});
+          for (int64_t r = 0; r < B; ++r)
+            std::memcpy(result.data() + order[s + r] * D, v.data() + r * D, sizeof(float) * D);
           s = e;
           progress.update(w.rows() + s, chunk_start_bytes + (in.bytes - chunk_start_bytes) * s / n, in.total_bytes);
         }
         for (int64_t i = 0; i < n; ++i) {
-          const float* r = result.f32() + i * D;
+          const float* r = result.data() + i * D;
           for (int64_t k = 0; k < D; ++k)
             if (!std::isfinite(r[k]))
               throw std::runtime_error(in.name + ": line " + std::to_string(line_nos[i]) +
@@ -371,7 +387,7 @@ void add_embed_command(CLI::App& app) {
     if (!o->quiet) {
       double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - progress.start).count();
       std::fprintf(stderr, "embedded %s %s [%s, dim %lld] in %.2f s (%.0f sentences/s)%s%s%s\n",
-                   fmt_count(rows).c_str(), rows == 1 ? "sentence" : "sentences", model.describe().c_str(),
+                   fmt_count(rows).c_str(), rows == 1 ? "sentence" : "sentences", model.pooling().c_str(),
                    (long long)D, secs, secs > 0 ? rows / secs : 0.0,
                    skipped ? (", skipped " + fmt_count(skipped) + (skipped == 1 ? " empty line" : " empty lines")).c_str()
                            : "",

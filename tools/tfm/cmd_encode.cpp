@@ -2,25 +2,18 @@
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
+#include <cmath>
 #include <memory>
+#include <optional>
 
+#include "cli_util.h"
 #include "commands.h"
 #include "io/json_util.h"
 #include "io/npy.h"
-#include "models/encoder.h"
-#include "text/bert_tokenizer.h"
+#include "io/safetensors.h"
+#include "tfm/encoder.h"
 
 namespace tfm::cli {
-
-namespace {
-Tensor stack_field(const std::vector<Encoding>& enc, std::vector<int64_t> Encoding::*field) {
-  const int64_t B = (int64_t)enc.size(), L = (int64_t)enc[0].input_ids.size();
-  Tensor t = Tensor::empty({B, L}, DType::I64);
-  for (int64_t b = 0; b < B; ++b)
-    for (int64_t l = 0; l < L; ++l) t.i64()[b * L + l] = (enc[b].*field)[l];
-  return t;
-}
-}  // namespace
 
 void add_encode_command(CLI::App& app) {
   struct Opts {
@@ -83,19 +76,20 @@ void add_encode_command(CLI::App& app) {
     if (type == "transformer_seq2seq")
       throw std::invalid_argument(config_path + ": this is a transformer_seq2seq folder (a translation model), not an "
                                   "encoder; use 'tfm translate --model " + o->model + "'");
-    EncoderConfig config = EncoderConfig::from_json(config_json, config_path);
-    if (!o->pairs.empty() && config.model_type == "transformer_encoder")
+    const EncoderConfigInfo config = Encoder::read_config(config_path);  // validated before any weights are read
+    const std::string& model_type = config.model_type;
+    const int64_t vocab_size = config.vocab_size, max_positions = config.max_position_embeddings;
+    if (!o->pairs.empty() && model_type == "transformer_encoder")
       throw CLI::ValidationError("--pair: model_type 'transformer_encoder' has no segment embeddings, so the pair's "
                                  "token_type_ids would be ignored");
-    BertTokenizer tok = BertTokenizer::from_dir(o->model);
-    if (tok.vocab_size() > config.vocab_size)
+    const Tokenizer tok(o->model);
+    if (tok.vocab_size() > vocab_size)
       throw std::runtime_error("tokenizer vocabulary (" + std::to_string(tok.vocab_size()) + " tokens) is larger than " +
-                               config_path + " vocab_size (" + std::to_string(config.vocab_size) + ")");
-    if (o->max_length > config.max_position_embeddings)
+                               config_path + " vocab_size (" + std::to_string(vocab_size) + ")");
+    if (o->max_length > max_positions)
       throw CLI::ValidationError("--max-length " + std::to_string(o->max_length) +
-                                 " is more than the model's max_position_embeddings (" +
-                                 std::to_string(config.max_position_embeddings) + "); use at most " +
-                                 std::to_string(config.max_position_embeddings));
+                                 " is more than the model's max_position_embeddings (" + std::to_string(max_positions) +
+                                 "); use at most " + std::to_string(max_positions));
     // Texts are numbered in messages when there are several (which one is empty or too long).
     auto which = [&](size_t i) {
       return o->texts.size() > 1 ? "--text " + std::to_string(i + 1) + " of " + std::to_string(o->texts.size())
@@ -104,34 +98,37 @@ void add_encode_command(CLI::App& app) {
     // Before the weights: an empty text is one error line, not after "initialising ..." and a model load.
     for (size_t i = 0; i < o->texts.size(); ++i)
       if (o->texts[i].empty()) throw std::invalid_argument(which(i) + " is empty; give at least one character");
-    std::unique_ptr<EncoderModel> model;
-    std::string used_dtype = o->dtype.empty() ? "fp32" : o->dtype;
-    try {
-      if (o->init == "random") {
-        std::fprintf(stderr, "initialising %s weights randomly (seed %llu)\n", config.model_type.c_str(),
-                     (unsigned long long)o->seed);
-        if (!o->pooled.empty() && config.model_type != "bert")
-          throw std::invalid_argument("--pooled: this " + config.model_type + " model has no pooler; nothing written");
-        RandomWeights w(o->seed);
-        model = make_encoder(config, w, ops::parse_compute_type(o->dtype.empty() ? "fp32" : o->dtype));
-      } else {
-        const std::string weights = o->model + "/model.safetensors";
-        std::error_code wec;
-        if (!fs::exists(weights, wec))
-          throw std::runtime_error(weights + ": no such file (the folder has no weights; --init random runs the "
-                                   "model with seeded random weights)");
-        SafeTensorsWeights w(weights);
-        // Before the forward pass: --pooled needs the checkpoint's pooler.
-        if (!o->pooled.empty() && !w.has("pooler.dense.weight") && !w.has("bert.pooler.dense.weight"))
-          throw std::invalid_argument("--pooled: this " + config.model_type +
+    EncoderOptions eo;
+    eo.dtype = o->dtype;
+    eo.threads = o->threads;
+    eo.pipeline = "none";  // the encoder's own outputs, whatever modules.json says
+    eo.config_path = config_path;
+    if (o->init != "random") {
+      const std::string weights = o->model + "/model.safetensors";
+      std::error_code wec;
+      if (!fs::exists(weights, wec))
+        throw std::runtime_error(weights + ": no such file (the folder has no weights; --init random runs the "
+                                 "model with seeded random weights)");
+      // Before the forward pass: --pooled needs the checkpoint's pooler.
+      if (!o->pooled.empty()) {
+        const SafeTensors st = SafeTensors::open(weights);
+        if (!st.has("pooler.dense.weight") && !st.has("bert.pooler.dense.weight"))
+          throw std::invalid_argument("--pooled: this " + model_type +
                                       " model has no pooler (no pooler.dense weights in the checkpoint); nothing "
                                       "written");
-        // No --dtype: as the file is stored (int8 for a `tfm convert --dtype int8` folder, else fp32).
-        model = make_encoder(config, w,
-                             o->dtype.empty() ? w.stored_compute_type() : ops::parse_compute_type(o->dtype));
-        used_dtype = ops::compute_type_name(o->dtype.empty() ? w.stored_compute_type()
-                                                             : ops::parse_compute_type(o->dtype));
       }
+    } else if (!o->pooled.empty() && model_type == "transformer_encoder") {
+      throw std::invalid_argument("--pooled: this transformer_encoder model has no pooler; nothing written");
+    }
+    if (o->init == "random") {
+      std::fprintf(stderr, "initialising %s weights randomly (seed %llu)\n", model_type.c_str(),
+                   (unsigned long long)o->seed);
+      eo.random_weights = true;
+      eo.seed = o->seed;
+    }
+    std::optional<Encoder> model;
+    try {
+      model.emplace(o->model, eo);
     } catch (const std::runtime_error& e) {
       // A tutorial encoder folder without model_type is read as BERT, and its tensor names do not match.
       if (type.empty() && std::string(e.what()).find("missing tensor") != std::string::npos)
@@ -139,58 +136,70 @@ void add_encode_command(CLI::App& app) {
                                  "as BERT; a pre-LN tutorial encoder needs \"model_type\": \"transformer_encoder\")");
       throw;
     }
-    std::vector<Encoding> enc;
+    const int64_t limit = model->max_position_embeddings();
+    std::vector<TextEncoding> enc;
     size_t longest = 0;
+    TokenizeOptions to;
+    to.add_special_tokens = !o->no_special;
+    to.max_length = o->max_length;
     for (size_t i = 0; i < o->texts.size(); ++i) {
-      if (o->texts[i].empty()) throw std::invalid_argument(which(i) + " is empty; give at least one character");
-      enc.push_back(tok.encode(o->texts[i], o->pairs.empty() ? nullptr : &o->pairs[i], !o->no_special, o->max_length));
+      enc.push_back(o->pairs.empty() ? tok.encode(o->texts[i], to) : tok.encode_pair(o->texts[i], o->pairs[i], to));
       // A row of padding only would be returned as if it were text; alone this was always an error.
       if (enc.back().input_ids.empty())
         throw std::invalid_argument(which(i) + " produces no tokens (only spaces or characters the tokenizer drops)");
       const int64_t n = (int64_t)enc.back().input_ids.size();
-      if (n > config.max_position_embeddings)
+      if (n > limit)
         throw std::invalid_argument(which(i) + " has " + std::to_string(n) + " tokens, more than " +
-                                    "max_position_embeddings (" + std::to_string(config.max_position_embeddings) +
-                                    "); pass --max-length " + std::to_string(config.max_position_embeddings) +
-                                    " to truncate");
+                                    "max_position_embeddings (" + std::to_string(limit) + "); pass --max-length " +
+                                    std::to_string(limit) + " to truncate");
       longest = std::max(longest, enc.back().input_ids.size());
     }
-    for (Encoding& e : enc) {  // right-padded with [PAD], as encode_batch does
-      e.input_ids.resize(longest, tok.pad_id());
-      e.token_type_ids.resize(longest, 0);
-      e.attention_mask.resize(longest, 0);
-      e.tokens.resize(longest, tok.id_to_token(tok.pad_id()));
+    // Right-padded with [PAD], as encode_batch does.
+    const int64_t B = (int64_t)enc.size(), L = (int64_t)longest;
+    std::vector<int64_t> ids(B * L, tok.pad_id()), types(B * L, 0), mask(B * L, 0);
+    for (int64_t b = 0; b < B; ++b) {
+      const TextEncoding& e = enc[b];
+      std::copy(e.input_ids.begin(), e.input_ids.end(), ids.begin() + b * L);
+      std::copy(e.token_type_ids.begin(), e.token_type_ids.end(), types.begin() + b * L);
+      std::fill(mask.begin() + b * L, mask.begin() + b * L + (int64_t)e.input_ids.size(), int64_t{1});
     }
-    Tensor ids = stack_field(enc, &Encoding::input_ids);
-    Tensor tt = stack_field(enc, &Encoding::token_type_ids);
-    Tensor mask = stack_field(enc, &Encoding::attention_mask);
-    EncoderOutput out = model->forward(ids, tt, mask, o->all_layers);
-    for (size_t b = 0; b < enc.size(); ++b) {
+    ForwardOptions fo;
+    fo.output_hidden_states = o->all_layers;
+    const EncoderOutputs out = model->forward_all(EncoderInputs{ids.data(), mask.data(), types.data(), B, L}, fo);
+    const std::string pad_token = tok.id_to_token(tok.pad_id());
+    for (int64_t b = 0; b < B; ++b) {
       std::string toks;
-      for (size_t i = 0; i < enc[b].tokens.size(); ++i) toks += (i ? " " : "") + enc[b].tokens[i];
+      for (int64_t i = 0; i < L; ++i)
+        toks += (i ? " " : "") + (i < (int64_t)enc[b].tokens.size() ? enc[b].tokens[i] : pad_token);
       std::cout << "tokens: " << toks << "\n";
-      std::cout << "input_ids: " << format_ids(enc[b].input_ids) << "\n";
-      if (!o->pairs.empty()) std::cout << "token_type_ids: " << format_ids(enc[b].token_type_ids) << "\n";
+      std::cout << "input_ids: " << format_ids(std::vector<int64_t>(ids.begin() + b * L, ids.begin() + (b + 1) * L))
+                << "\n";
+      if (!o->pairs.empty())
+        std::cout << "token_type_ids: "
+                  << format_ids(std::vector<int64_t>(types.begin() + b * L, types.begin() + (b + 1) * L)) << "\n";
     }
-    const Tensor& result = o->all_layers ? out.hidden_states : out.last_hidden_state;
+    const FloatArray& result = o->all_layers ? out.hidden_states : out.last_hidden_state;
     std::cout << (o->all_layers ? "hidden_states" : "last_hidden_state") << " shape: " << shape_str(result.shape())
-              << " (computed in " << used_dtype << ")\n";
+              << " (computed in " << model->dtype() << ")\n";
     // Every check before the first write, so an error leaves no half of the requested outputs behind.
-    if (!o->pooled.empty() && !out.pooler_output.defined())
-      throw std::invalid_argument("--pooled: this " + config.model_type +
+    if (!o->pooled.empty() && !out.pooler_output.data())
+      throw std::invalid_argument("--pooled: this " + model_type +
                                   " model has no pooler (no pooler.dense weights in the checkpoint); nothing written");
-    for (const Tensor* t : std::initializer_list<const Tensor*>{&result, &out.pooler_output}) {
-      if (!t->defined()) continue;
-      for (int64_t i = 0; i < t->numel(); ++i)
-        if (!std::isfinite(t->f32()[i]))
+    for (const FloatArray* t : {&result, &out.pooler_output})
+      for (float x : *t)
+        if (!std::isfinite(x))
           throw std::runtime_error("the encoder produced a non-finite value (NaN/Inf in the inputs?); nothing written");
-    }
+    // .npy files from the arrays (views of the model's output, not copied).
+    auto as_tensor = [](const FloatArray& a) {
+      return Tensor::view_of(const_cast<float*>(a.data()), Shape(a.shape().begin(), a.shape().end()), DType::F32,
+                             nullptr);
+    };
     if (!o->output.empty()) {
-      save_npy(o->output, result);
+      save_npy(o->output, as_tensor(result));
       std::cout << "wrote " << o->output << "\n";
     }
     if (!o->pooled.empty()) {
-      save_npy(o->pooled, out.pooler_output);
+      save_npy(o->pooled, as_tensor(out.pooler_output));
       std::cout << "wrote " << o->pooled << "\n";
     }
   });

@@ -4,10 +4,11 @@
 #include <algorithm>
 #include <memory>
 #include <nlohmann/json.hpp>
-#include <numeric>
 
+#include "cli_util.h"
 #include "commands.h"
 #include "head_util.h"
+#include "tfm/classifier.h"
 
 namespace tfm::cli {
 
@@ -33,46 +34,22 @@ void add_fill_mask_command(CLI::App& app) {
   cmd->callback([o] {
     std::vector<std::string> texts = gather_texts(o->texts, o->input);
     if (texts.empty()) throw CLI::ValidationError("give texts with [MASK], or --input FILE");
-    TaskModel m = TaskModel::load(o->model, HeadKind::MaskedLM);
-    const BertTokenizer& tok = m.tokenizer();
-    const int64_t mask_id = tok.token_to_id("[MASK]");
-    if (mask_id < 0) throw std::runtime_error(o->model + ": the vocabulary has no [MASK] token");
-    std::vector<Encoding> enc = encode_all(m, texts, nullptr, o->max_length);
+    const MaskFiller m(o->model, ClassifierOptions{o->threads});
+    const int64_t mask_id = m.mask_token_id();
+    std::vector<TextEncoding> enc = encode_all(m.tokenizer(), m.max_position_embeddings(), texts, nullptr, o->max_length);
     for (size_t b = 0; b < enc.size(); ++b)
       if (std::find(enc[b].input_ids.begin(), enc[b].input_ids.end(), mask_id) == enc[b].input_ids.end())
         throw std::invalid_argument("input " + std::to_string(b + 1) + " has no [MASK] token: '" + texts[b] + "'");
-    const int64_t V = m.encoder_config().vocab_size, K = std::min<int64_t>(o->top_k, V);
     const size_t batch = 32;
     for (size_t s = 0; s < enc.size(); s += batch) {
-      std::vector<Encoding> chunk(enc.begin() + s, enc.begin() + std::min(enc.size(), s + batch));
-      BatchTensors bt = make_batch(chunk, tok.pad_id());
-      std::vector<std::pair<int64_t, int64_t>> pos;
-      for (size_t b = 0; b < chunk.size(); ++b)
-        for (size_t l = 0; l < chunk[b].input_ids.size(); ++l)
-          if (chunk[b].input_ids[l] == mask_id) pos.push_back({(int64_t)b, (int64_t)l});
-      Tensor logits = m.mlm_logits(bt.input_ids, bt.token_type_ids, bt.attention_mask, pos);
-      size_t p = 0;
-      for (size_t b = 0; b < chunk.size(); ++b) {
+      std::vector<TextEncoding> chunk(enc.begin() + s, enc.begin() + std::min(enc.size(), s + batch));
+      for (const auto& per_input : m.fill(chunk, o->top_k)) {
         nlohmann::ordered_json per_mask = nlohmann::ordered_json::array();
-        // As the fill-mask pipeline: with several masks, `sequence` is decoded with skip_special_tokens=False, so
-        // it keeps the other [MASK] tokens (and [CLS] / [SEP]).
-        const bool single_mask = std::count(chunk[b].input_ids.begin(), chunk[b].input_ids.end(), mask_id) == 1;
-        for (; p < pos.size() && pos[p].first == (int64_t)b; ++p) {
-          std::vector<float> prob = apply_score_function(logits.f32() + p * V, V, ScoreFunction::Softmax);
-          std::vector<int64_t> idx(V);
-          std::iota(idx.begin(), idx.end(), 0);
-          std::partial_sort(idx.begin(), idx.begin() + K, idx.end(), [&](int64_t a, int64_t c) {
-            return prob[a] > prob[c] || (prob[a] == prob[c] && a < c);
-          });
-          nlohmann::ordered_json cands = nlohmann::ordered_json::array();
-          for (int64_t k = 0; k < K; ++k) {
-            const int64_t id = idx[k];
-            std::vector<std::string> toks = chunk[b].tokens;
-            toks[pos[p].second] = tok.id_to_token(id);
-            cands.push_back({{"score", prob[id]}, {"token", id}, {"token_str", tok.id_to_token(id)},
-                             {"sequence", decode_wordpieces(tok, toks, m.clean_up_tokenization_spaces(), single_mask)}});
-          }
-          per_mask.push_back(cands);
+        for (const std::vector<MaskCandidate>& cands : per_input) {
+          nlohmann::ordered_json arr = nlohmann::ordered_json::array();
+          for (const MaskCandidate& c : cands)
+            arr.push_back({{"score", c.score}, {"token", c.token}, {"token_str", c.token_str}, {"sequence", c.sequence}});
+          per_mask.push_back(arr);
         }
         emit_line(per_mask.size() == 1 ? per_mask[0].dump() : per_mask.dump());
       }

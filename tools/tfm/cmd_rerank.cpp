@@ -5,8 +5,10 @@
 #include <nlohmann/json.hpp>
 #include <numeric>
 
+#include "cli_util.h"
 #include "commands.h"
 #include "head_util.h"
+#include "tfm/classifier.h"
 
 namespace tfm::cli {
 
@@ -41,21 +43,20 @@ void add_rerank_command(CLI::App& app) {
     std::vector<std::string> passages = gather_texts(o->texts, o->input, "passage");
     if (passages.empty()) throw CLI::ValidationError("give passages to rank, or --input FILE");
     if (o->query.find_first_not_of(" \t\v\f\r") == std::string::npos) throw CLI::ValidationError("--query is empty");
-    TaskModel m = TaskModel::load(o->model, HeadKind::SequenceClassification);
+    const Classifier m(o->model, ClassifierOptions{o->threads});
     const int64_t C = m.num_labels();
     if (C > 2)
       throw std::runtime_error(o->model + " has " + std::to_string(C) +
                                " labels; rerank needs a cross-encoder with one (or two) labels");
-    ScoreFunction fn = o->raw ? ScoreFunction::None : C == 2 ? ScoreFunction::Softmax : m.head_config().default_score_function();
+    const std::string fn = o->raw ? "none" : C == 2 ? "softmax" : "";  // "": the head's default
     std::vector<float> scores;
     for (size_t s = 0; s < passages.size(); s += (size_t)o->batch_size) {
       std::vector<std::string> chunk(passages.begin() + s, passages.begin() + std::min(passages.size(), s + o->batch_size));
       std::vector<std::string> queries(chunk.size(), o->query);
-      std::vector<Encoding> enc = encode_all(m, queries, &chunk, o->max_length);
-      BatchTensors bt = make_batch(enc, m.tokenizer().pad_id());
-      Tensor logits = m.sequence_logits(bt.input_ids, bt.token_type_ids, bt.attention_mask);
+      const FloatArray logits =
+          m.logits(encode_all(m.tokenizer(), m.max_position_embeddings(), queries, &chunk, o->max_length));
       for (size_t b = 0; b < chunk.size(); ++b) {
-        std::vector<float> sc = apply_score_function(logits.f32() + b * C, C, fn);
+        std::vector<float> sc = m.scores(logits.data() + b * C, fn);
         scores.push_back(C == 2 ? (o->raw ? sc[1] - sc[0] : sc[1]) : sc[0]);
       }
     }

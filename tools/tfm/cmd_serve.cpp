@@ -1,6 +1,7 @@
 // tfm serve: HTTP server for an embedding or translation model folder (see src/serve/server.h).
 #include <memory>
 
+#include "cli_util.h"
 #include "commands.h"
 #include "serve/server.h"
 
@@ -57,6 +58,7 @@ void add_serve_command(CLI::App& app) {
     if (o->s.api_key.find_first_of("\r\n ") != std::string::npos)
       throw CLI::ValidationError("--api-key must not contain spaces or line breaks");
     o->s.access_log = !o->quiet;
+    o->s.threads = o->threads;
     serve::run_server(o->s);
   });
 }

@@ -3,8 +3,9 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 
+#include "cli_util.h"
 #include "commands.h"
-#include "text/bert_tokenizer.h"
+#include "tfm/tokenizer.h"
 
 namespace tfm::cli {
 
@@ -33,14 +34,19 @@ void add_tokenize_command(CLI::App& app) {
     if (!o->pairs.empty() && o->pairs.size() != o->texts.size())
       throw CLI::ValidationError("--pair: give one per TEXT (" + std::to_string(o->texts.size()) + " texts, " +
                                  std::to_string(o->pairs.size()) + " --pair)");
-    BertTokenizer tok = BertTokenizer::from_dir(o->model);
+    const Tokenizer tok(o->model);
+    TokenizeOptions to;
+    to.add_special_tokens = !o->no_special;
+    to.max_length = o->max_length;
+    auto row = [](const IdArray& a) { return std::vector<int64_t>(a.begin(), a.end()); };
     for (size_t i = 0; i < o->texts.size(); ++i) {
-      Encoding e = tok.encode(o->texts[i], o->pairs.empty() ? nullptr : &o->pairs[i], !o->no_special, o->max_length);
+      // A batch of one: no padding.
+      const TokenBatch b = o->pairs.empty() ? tok({o->texts[i]}, to) : tok({o->texts[i]}, {o->pairs[i]}, to);
       nlohmann::json j;
-      j["input_ids"] = e.input_ids;
-      j["token_type_ids"] = e.token_type_ids;
-      j["attention_mask"] = e.attention_mask;
-      j["tokens"] = e.tokens;
+      j["input_ids"] = row(b.input_ids);
+      j["token_type_ids"] = row(b.token_type_ids);
+      j["attention_mask"] = row(b.attention_mask);
+      j["tokens"] = b.tokens[0];
       std::cout << j.dump() << "\n";
     }
   });

@@ -5,20 +5,19 @@
 #include <cstdio>
 #include <memory>
 
+#include "cli_util.h"
 #include "commands.h"
-#include "dist/communicator.h"
 #include "io/json_util.h"
-#include "train/recipe.h"
-#include "train/trainer.h"
+#include "tfm/train.h"
 
 namespace tfm::cli {
 
 namespace {
-void on_stop_signal(int signo) { request_training_stop(signo); }
+void on_stop_signal(int signo) { request_train_stop(signo); }
 }  // namespace
 
 void add_train_command(CLI::App& app) {
-  auto o = std::make_shared<TrainOptions>();
+  auto o = std::make_shared<D2lTrainOptions>();
   auto threads = std::make_shared<int>(0);
   CLI::App* cmd = app.add_subcommand(
       "train", "Train a transformer_seq2seq (document 002, d2l.ai) English -> French on a fra.txt-style corpus; "
@@ -36,7 +35,7 @@ void add_train_command(CLI::App& app) {
   std::string set_help = "Override a key of the --config file: --set epochs=3 (repeatable). With --resume: epochs "
                          "(extends the run), stop_after_steps (steps in all, from the run's start), "
                          "time_limit_minutes. Keys:";
-  for (const std::string& k : RecipeConfig::known_keys())
+  for (const std::string& k : recipe_keys())
     if (k != "comment") set_help += " " + k;
   cmd->add_option("--set", *sets, set_help);
   cmd->add_option("--max-tokens", *max_tokens, "Recipe: tokens per batch (overrides the config)")
@@ -94,12 +93,16 @@ void add_train_command(CLI::App& app) {
                                     "options; the recipe takes train_limit, num_steps and max_tokens from its config "
                                     "(override with --set key=value)");
       }
-      nlohmann::json j = recipe->empty() ? nlohmann::json::object() : load_json_file(*recipe);
+      TrainRunOptions ro;
+      ro.resume = !resume->empty();
+      ro.threads = *threads;
+      ro.print_progress = o->progress;
+      if (!recipe->empty()) load_json_file(*recipe);  // a missing or malformed file is named before anything else
+      const std::vector<std::string> known = recipe_keys();
       for (const std::string& kv : *sets) {
         auto eq = kv.find('=');
         if (eq == std::string::npos || eq == 0) throw CLI::ValidationError("--set expects key=value, got '" + kv + "'");
         std::string key = kv.substr(0, eq), val = kv.substr(eq + 1);
-        const auto& known = RecipeConfig::known_keys();
         if (std::find(known.begin(), known.end(), key) == known.end()) {
           std::string names;
           for (const auto& k : known)
@@ -110,55 +113,45 @@ void add_train_command(CLI::App& app) {
           throw CLI::ValidationError("--resume continues with the run's saved train_config.json; --set " + key +
                                       " cannot change it (only epochs, stop_after_steps and time_limit_minutes "
                                       "apply)");
-        try {
-          j[key] = nlohmann::json::parse(val);  // numbers, true/false
-        } catch (const nlohmann::json::exception&) {
-          j[key] = val;  // plain strings
-        }
+        ro.overrides.emplace_back(key, val);  // parsed as JSON (numbers, true/false), else a string
       }
       // Options given explicitly on the command line override the file.
-      if (cmd->count("--epochs")) j["epochs"] = o->epochs;
-      if (cmd->count("--lr")) j["lr"] = o->lr;
-      if (cmd->count("--seed")) j["seed"] = o->seed;
-      if (cmd->count("--dropout")) j["dropout"] = o->dropout;
-      if (cmd->count("--num-hiddens")) j["num_hiddens"] = o->num_hiddens;
-      if (cmd->count("--num-layers")) j["num_layers"] = o->num_layers;
-      if (cmd->count("--num-heads")) j["num_heads"] = o->num_heads;
-      if (cmd->count("--ffn-num-hiddens")) j["ffn_num_hiddens"] = o->ffn_num_hiddens;
-      if (cmd->count("--label-smoothing")) j["label_smoothing"] = o->label_smoothing;
-      if (cmd->count("--max-tokens")) j["max_tokens"] = *max_tokens;
+      auto set = [&](const char* opt, const char* key, const nlohmann::json& v) {
+        if (cmd->count(opt)) ro.overrides.emplace_back(key, v.dump());
+      };
+      set("--epochs", "epochs", o->epochs);
+      set("--lr", "lr", o->lr);
+      set("--seed", "seed", o->seed);
+      set("--dropout", "dropout", o->dropout);
+      set("--num-hiddens", "num_hiddens", o->num_hiddens);
+      set("--num-layers", "num_layers", o->num_layers);
+      set("--num-heads", "num_heads", o->num_heads);
+      set("--ffn-num-hiddens", "ffn_num_hiddens", o->ffn_num_hiddens);
+      set("--label-smoothing", "label_smoothing", o->label_smoothing);
+      set("--max-tokens", "max_tokens", *max_tokens);
       // A bad value may come from the file or from --set: the message names both sources.
-      std::string source = recipe->empty() ? "command line" : *recipe;
-      if (!sets->empty() && !recipe->empty()) source += " with --set";
-      RecipeConfig rc = RecipeConfig::from_json(j, source);
-      if (!resume->empty() && j.contains("epochs")) rc.resume_epochs = rc.epochs;  // extend the run
+      ro.config_name = recipe->empty() ? "command line" : *recipe;
+      if (!sets->empty() && !recipe->empty()) ro.config_name += " with --set";
       std::string out = resume->empty() ? o->out : *resume;
       if (out.empty()) throw CLI::ValidationError("--out is required");
-      RecipeResult r;
-      // Ctrl-C / SIGTERM: the recipe finishes the step in progress, saves a checkpoint and says how to resume;
-      // a second one (the handler is reset after the first) ends tfm at once.
+      // Ctrl-C / SIGTERM: training finishes the step in progress, saves a checkpoint and says how to resume; a
+      // second one (the handler is reset after the first) ends tfm at once.
       struct sigaction sa {}, old_int {}, old_term {};
       sa.sa_handler = on_stop_signal;
       sigemptyset(&sa.sa_mask);
       sa.sa_flags = SA_RESETHAND;
       sigaction(SIGINT, &sa, &old_int);
       sigaction(SIGTERM, &sa, &old_term);
-      try {
-        r = train_recipe(rc, out, !resume->empty(), o->progress);
-      } catch (const std::exception& e) {
-        // Under mpirun the other ranks would wait in a collective: end them all now, with the message.
-        if (dist::world().world_size() > 1) dist::world().abort(1, e.what());
-        throw;
-      }
+      const TrainSummary r = train(*recipe, out, ro);  // under mpirun an error ends every rank
       sigaction(SIGINT, &old_int, nullptr);
       sigaction(SIGTERM, &old_term, nullptr);
       if (r.stopped_by_signal) throw ExitStatus{128 + r.stopped_by_signal};  // 130 (SIGINT), 143 (SIGTERM)
-      if (dist::world().rank() != 0) return;
+      if (process_group().rank != 0) return;
       if (r.best_epoch == 0) {  // config.json + model.safetensors are written at the end of the first epoch
         // Same "in S s, T target tokens/s" as the line below (bench/multi30k.sh --short reads it).
         std::printf("stopped after %lld steps in %.1f s, %.0f target tokens/s, before the end of the first epoch: no "
                     "model written yet (only a checkpoint); continue with 'tfm train --resume %s'\n",
-                    (long long)r.steps, r.seconds, r.train_tokens_per_sec, out.c_str());
+                    (long long)r.steps, r.seconds, r.tokens_per_sec, out.c_str());
         return;
       }
       // "trained 2 epochs" / "trained 1 epoch, stopped in epoch 2": a cut-short epoch is not counted as trained.
@@ -167,7 +160,7 @@ void add_train_command(CLI::App& app) {
       std::printf("trained %lld %s%s (%lld steps) in %.1f s, %.0f target tokens/s; best validation BLEU %.2f "
                   "(epoch %lld); model in %s\n",
                   (long long)r.epochs_run, r.epochs_run == 1 ? "epoch" : "epochs", stopped_in.c_str(),
-                  (long long)r.steps, r.seconds, r.train_tokens_per_sec, r.best_valid_bleu, (long long)r.best_epoch,
+                  (long long)r.steps, r.seconds, r.tokens_per_sec, r.best_valid_bleu, (long long)r.best_epoch,
                   out.c_str());
       return;
     }
@@ -175,10 +168,11 @@ void add_train_command(CLI::App& app) {
       throw CLI::ValidationError("--set and --max-tokens apply to the subword recipe (--config or --resume)");
     if (o->data.empty()) throw CLI::ValidationError("--data is required (or --config for the subword recipe)");
     if (o->out.empty()) throw CLI::ValidationError("--out is required");
-    if (dist::world().world_size() > 1)
+    if (process_group().world_size > 1)
       throw CLI::ValidationError("the d2l trainer (--data) runs as one process; data-parallel training under "
                                  "mpirun is the subword recipe (--config)");
-    TrainResult r = train_seq2seq(*o);
+    o->threads = *threads;
+    const D2lTrainSummary r = train_d2l(*o);
     std::printf("trained %lld %s in %.1f s: loss %.4f (mean per token %.4f), %.0f tokens/s; model in %s\n",
                 (long long)r.epochs_run, r.epochs_run == 1 ? "epoch" : "epochs", r.seconds, r.loss, r.token_loss, r.tokens_per_sec, o->out.c_str());
   });

@@ -9,9 +9,9 @@
 #include <string>
 #include <vector>
 
-#include "commands.h"
-#include "models/heads.h"
-#include "text/text_file.h"
+#include "cli_util.h"
+#include "io/text_file.h"
+#include "tfm/tokenizer.h"
 
 namespace tfm::cli {
 
@@ -31,16 +31,17 @@ inline std::vector<std::string> gather_texts(const std::vector<std::string>& arg
   return texts;
 }
 
-// Encodes every text (pair_of[i] as its second segment when given), refusing texts longer than the model allows
-// unless max_length truncates them.
-inline std::vector<Encoding> encode_all(const TaskModel& m, const std::vector<std::string>& texts,
-                                        const std::vector<std::string>* pairs, int64_t max_length) {
-  const int64_t limit = m.encoder_config().max_position_embeddings;
-  std::vector<Encoding> enc;
+// Encodes every text (pairs[i] as its second segment when given) with the head's tokenizer, refusing texts longer
+// than the model allows (limit: max_position_embeddings) unless max_length truncates them.
+inline std::vector<TextEncoding> encode_all(const Tokenizer& tok, int64_t limit, const std::vector<std::string>& texts,
+                                            const std::vector<std::string>* pairs, int64_t max_length) {
+  TokenizeOptions to;
+  to.max_length = max_length;
+  std::vector<TextEncoding> enc;
   for (size_t i = 0; i < texts.size(); ++i) {
-    Encoding e;
+    TextEncoding e;
     try {
-      e = m.tokenizer().encode(texts[i], pairs ? &(*pairs)[i] : nullptr, true, max_length);
+      e = pairs ? tok.encode_pair(texts[i], (*pairs)[i], to) : tok.encode(texts[i], to);
     } catch (const std::invalid_argument& ex) {
       throw std::invalid_argument("input " + std::to_string(i + 1) + ": " + ex.what());
     }

@@ -1,4 +1,4 @@
-#include "text/text_file.h"
+#include "io/text_file.h"
 
 #include <zlib.h>
 

@@ -1,4 +1,4 @@
-#include "text/datasets.h"
+#include "io/datasets.h"
 
 #include <sys/stat.h>
 

@@ -1,0 +1,135 @@
+// Option helpers shared by the subcommands (declared in cli_util.h): --threads, validators with plain messages,
+// checked writes to stdout.
+#include "cli_util.h"
+
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <functional>
+#include <iomanip>
+#include <iostream>
+#include <optional>
+#include <sstream>
+#include <stdexcept>
+
+#include "core/threading.h"
+#include "io/safetensors.h"
+
+namespace tfm::cli {
+
+void add_threads_option(CLI::App* cmd, int& threads, const char* help) {
+  cmd->add_option("--threads", threads, help ? help : "Worker threads for kernels and GEMM (default: all cores)")
+      ->check(whole_range(1, 1024));
+  cmd->parse_complete_callback([&threads] { set_num_threads(threads); });
+}
+
+void add_fp32_dtype_option(CLI::App* cmd, std::string& dtype, const std::string& model) {
+  cmd->add_option("--dtype", dtype,
+                  "Compute type: fp32 (a folder from 'tfm convert --dtype int8' computes in int8; this option is "
+                  "refused there)")
+      ->check(CLI::IsMember({"fp32"}))
+      ->each([&model](const std::string&) {
+        for (const std::string& f : {model + "/model.safetensors", model + "/0_Transformer/model.safetensors"}) {
+          std::error_code ec;
+          if (!std::filesystem::exists(f, ec)) continue;
+          const SafeTensors file = SafeTensors::open(f);
+          const nlohmann::json& meta = file.metadata();
+          if (meta.is_object() && meta.contains("tfm_dtype") && meta["tfm_dtype"] == "int8")
+            throw std::invalid_argument("--dtype fp32: " + f + " stores int8 weights ('tfm convert --dtype int8'), "
+                                        "which this command computes in int8; use the unconverted folder for fp32");
+          break;
+        }
+      });
+}
+
+namespace {
+// Parses the whole string as a finite number; nullopt for "abc", "1x", "nan", "inf".
+std::optional<double> parse_finite(const std::string& s) {
+  char* end = nullptr;
+  errno = 0;
+  double v = std::strtod(s.c_str(), &end);
+  if (s.empty() || end != s.c_str() + s.size() || errno == ERANGE || !std::isfinite(v)) return std::nullopt;
+  return v;
+}
+std::string fmt(double v) {
+  std::ostringstream o;
+  o << std::setprecision(15) << v;  // "67108864", not "6.71089e+07"
+  return o.str();
+}
+CLI::Validator number_check(const std::string& desc, std::function<bool(double)> ok, const std::string& want) {
+  return CLI::Validator(
+      [ok, want](std::string& s) -> std::string {
+        std::optional<double> v = parse_finite(s);
+        if (!v || !ok(*v)) return "must be " + want + ", got '" + s + "'";
+        return "";
+      },
+      desc);
+}
+}  // namespace
+
+CLI::Validator in_range(double lo, double hi) {
+  return number_check("[" + fmt(lo) + " - " + fmt(hi) + "]", [=](double v) { return v >= lo && v <= hi; },
+                      "a number from " + fmt(lo) + " to " + fmt(hi));
+}
+CLI::Validator whole_range(int64_t lo, int64_t hi) {
+  const std::string want = "a whole number from " + std::to_string(lo) + " to " + std::to_string(hi);
+  return CLI::Validator(
+      [lo, hi, want](std::string& s) -> std::string {
+        // Digits only (optional '-'): "1e9" or "2.5" would pass a double check and then fail CLI11's conversion
+        // with a message that names no range.
+        const size_t start = !s.empty() && s[0] == '-' ? 1 : 0;
+        bool ok = s.size() > start && s.size() - start <= 18 && s.find_first_not_of("0123456789", start) == std::string::npos;
+        if (ok) {
+          const int64_t v = std::stoll(s);
+          ok = v >= lo && v <= hi;
+        }
+        return ok ? "" : "must be " + want + ", got '" + s + "'";
+      },
+      "[" + std::to_string(lo) + " - " + std::to_string(hi) + "]");
+}
+CLI::Validator positive_up_to(double hi) {
+  return number_check("(0 - " + fmt(hi) + "]", [=](double v) { return v > 0 && v <= hi; },
+                      "a number > 0 and <= " + fmt(hi));
+}
+CLI::Validator positive() {
+  return number_check("> 0", [](double v) { return v > 0; }, "a positive number");
+}
+CLI::Validator non_negative() {
+  return number_check(">= 0", [](double v) { return v >= 0; }, "a number >= 0");
+}
+CLI::Validator seed_value() {
+  return CLI::Validator(
+      [](std::string& s) -> std::string {
+        bool digits = !s.empty() && s.size() <= 20 && s.find_first_not_of("0123456789") == std::string::npos;
+        if (!digits || (s.size() == 20 && s > "18446744073709551615"))
+          return "must be a whole number from 0 to 18446744073709551615, got '" + s + "'";
+        return "";
+      },
+      "0 - 2^64-1");
+}
+
+std::string format_ids(const std::vector<int64_t>& ids) {
+  std::string s = "[";
+  for (size_t i = 0; i < ids.size(); ++i) s += (i ? ", " : "") + std::to_string(ids[i]);
+  return s + "]";
+}
+
+void flush_stdout() {
+  errno = 0;
+  std::cout.flush();
+  const bool cpp_failed = !std::cout.good();
+  const int rc = std::fflush(stdout);
+  const int err = errno;
+  if (rc != 0 || std::ferror(stdout) || cpp_failed) {
+    std::cout.clear();
+    std::clearerr(stdout);
+    throw std::runtime_error(std::string("cannot write to standard output") +
+                             (err ? std::string(": ") + std::strerror(err) : std::string()) +
+                             (err == EBADF ? " (is stdout closed?)" : ""));
+  }
+}
+
+}  // namespace tfm::cli

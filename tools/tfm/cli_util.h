@@ -1,0 +1,44 @@
+// Helpers the tfm subcommands share: --threads, option validators, checked writes to stdout (cli_util.cpp).
+#pragma once
+#include <CLI/CLI.hpp>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace tfm::cli {
+
+// Adds --threads to a subcommand (default: all cores) and applies it before the callback runs.
+// `help` replaces the description for commands that run on one thread (bleu, data) and accept it for uniformity.
+void add_threads_option(CLI::App* cmd, int& threads, const char* help = nullptr);
+// --dtype of the commands that compute in fp32 only (classify, embed, fill-mask, rerank). A folder from
+// `tfm convert --dtype int8` computes in int8 there, so an explicit --dtype fp32 on it is refused (never ignored).
+// `model` is the command's --model variable (assigned first: --model is declared before --dtype).
+void add_fp32_dtype_option(CLI::App* cmd, std::string& dtype, const std::string& model);
+// Option validators with plain messages. CLI11's own accept NaN and print the whole double range
+// ("not in range 0.000000 to 1797693...").
+// A number in [lo, hi] (finite): "must be a number from 0 to 5, got nan".
+CLI::Validator in_range(double lo, double hi);
+// A whole number (digits, optional '-') in [lo, hi], for integer options: "must be a whole number from 1 to 100000,
+// got '1e9'".
+CLI::Validator whole_range(int64_t lo, int64_t hi);
+// A finite number in (0, hi] (learning rates).
+CLI::Validator positive_up_to(double hi);
+// A finite number > 0 (learning rates) or, for integers, >= 1: "must be positive, got 0".
+CLI::Validator positive();
+// A finite number >= 0.
+CLI::Validator non_negative();
+// A whole number in [0, 2^64): seeds (CLI11 would turn -1 into 18446744073709551615).
+CLI::Validator seed_value();
+// "[1, 2, 3]"
+std::string format_ids(const std::vector<int64_t>& ids);
+// Flushes stdout (C++ and C streams) and throws std::runtime_error "cannot write to standard output: <reason>" when
+// any write to it failed (a full disk, /dev/full, a closed stdout): output that was lost must not exit 0. main()
+// calls it after every command; long-running commands also call it after each chunk of output to stop early.
+void flush_stdout();
+
+// Thrown by a command to end tfm with this exit status after it has said why (e.g. 130 after a Ctrl-C).
+struct ExitStatus {
+  int code;
+};
+
+}  // namespace tfm::cli
