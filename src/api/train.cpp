@@ -66,7 +66,8 @@ TrainSummary train(const std::string& config_path, const std::string& out_dir, c
     throw std::invalid_argument(e.what());
   }
   // The run folder's state, in words for every interface (the recipe's own messages name tfm train's options).
-  {
+  // One process only: under mpirun rank 0's recipe checks it and ends every rank with the message.
+  if (dist::world().world_size() == 1) {
     namespace fs = std::filesystem;
     std::error_code ec;
     const bool has_ckpt = fs::exists(out_dir + "/checkpoint.safetensors", ec);
@@ -81,15 +82,6 @@ TrainSummary train(const std::string& config_path, const std::string& out_dir, c
   }
   if (o.threads > 0) rc.threads = o.threads;
   if (o.resume && j.contains("epochs")) rc.resume_epochs = rc.epochs;  // extend the run
-  if (!o.resume) {  // data files named by the config, checked before anything is written
-    std::string data_dir = rc.data_dir;
-    if (data_dir.empty()) {
-      const char* d = std::getenv("TFM_DATA_DIR");
-      data_dir = d && *d ? d : "../shared/data";
-    }
-    for (const std::string& f : {rc.train_src, rc.train_tgt, rc.valid_src, rc.valid_tgt})
-      api::require_file(std::filesystem::path(f).is_absolute() ? f : data_dir + "/" + f);
-  }
   api::apply_threads(rc.threads);
   std::function<void(const RecipeProgress&)> cb;
   if (o.progress)
