@@ -42,6 +42,8 @@ struct TextEncoding {
   std::vector<std::pair<int64_t, int64_t>> offsets;
 };
 
+struct TokenizerAccess;
+
 /// Thread-safety: a Tokenizer is immutable after construction; every const method may be called from several
 /// threads at once.
 class Tokenizer {
@@ -82,6 +84,8 @@ class Tokenizer {
 
  private:
   friend class Encoder;
+  friend struct TokenizerAccess;  // src/api: a Tokenizer around a tokenizer a model folder already loaded
+  Tokenizer() = default;
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };

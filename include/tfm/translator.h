@@ -72,8 +72,8 @@ struct TranslationAttention {
   std::vector<FloatArray> cross;           ///< per decoder layer [num_heads, T, Ls] (step, source key)
 };
 
-/// Thread-safety: translate_batch() may be called from several threads; the calls run one at a time (the decoder
-/// keeps per-call state in the model).
+/// Thread-safety: every const method may be called from several threads; the decoding calls (translate_batch,
+/// translate_ids, attention) run one at a time (the decoder keeps per-call state in the model).
 class Translator {
  public:
   /// Loads `model_dir`/config.json, model.safetensors and the vocabularies. Throws tfm::FileNotFoundError for a

@@ -53,6 +53,26 @@ py::dict batch_to_dict(const tfm::TokenBatch& b, bool return_tokens) {
   return d;
 }
 
+py::dict encoding_to_dict(const tfm::TextEncoding& e) {
+  py::dict d;
+  d["input_ids"] = e.input_ids;
+  d["token_type_ids"] = e.token_type_ids;
+  d["tokens"] = e.tokens;
+  d["special_tokens_mask"] = std::vector<int>(e.special.begin(), e.special.end());
+  if (!e.offsets.empty()) d["offsets"] = e.offsets;
+  return d;
+}
+
+// texts[i] encoded for a head (special tokens, offsets), max_length truncating.
+std::vector<tfm::TextEncoding> encode_texts(const tfm::Tokenizer& tok, const std::vector<std::string>& texts,
+                                            int64_t max_length) {
+  tfm::TokenizeOptions o;
+  o.max_length = max_length;
+  std::vector<tfm::TextEncoding> enc;
+  for (const std::string& t : texts) enc.push_back(tok.encode(t, o));
+  return enc;
+}
+
 // A path argument: str or os.PathLike.
 std::string path_arg(const py::object& obj) {
   return py::module_::import("os").attr("fspath")(obj).cast<std::string>();
@@ -101,6 +121,24 @@ PYBIND11_MODULE(_tfm, m) {
   py::class_<tfm::Tokenizer>(m, "Tokenizer",
                              "BERT WordPiece tokenizer of a model folder (tokenizer.json or vocab.txt), equal to "
                              "Hugging Face BertTokenizerFast. Thread-safe.")
+      .def(
+          "encode",
+          [](const tfm::Tokenizer& t, const std::string& text, const std::optional<std::string>& pair,
+             bool add_special_tokens, int64_t max_length) {
+            tfm::TokenizeOptions o;
+            o.add_special_tokens = add_special_tokens;
+            o.max_length = max_length;
+            tfm::TextEncoding e;
+            {
+              py::gil_scoped_release nogil;
+              e = pair ? t.encode_pair(text, *pair, o) : t.encode(text, o);
+            }
+            return encoding_to_dict(e);
+          },
+          py::arg("text"), py::arg("pair") = py::none(), py::arg("add_special_tokens") = true,
+          py::arg("max_length") = 0,
+          "One text (or pair), unpadded: {input_ids, token_type_ids, tokens, special_tokens_mask, offsets}; offsets "
+          "(single texts only) are character [start, end) pairs in the text, (-1, -1) for special tokens")
       .def(py::init([](const py::object& path) {
              const std::string dir = path_arg(path);
              py::gil_scoped_release nogil;
@@ -332,8 +370,45 @@ PYBIND11_MODULE(_tfm, m) {
           py::arg("max_steps") = 0, py::arg("return_scores") = false, py::arg("disable_unk") = false,
           "Translate a list of sentences: a list of str, or with return_scores a list of (text, score), score = "
           "log p(text + <eos>) / ((5 + length) / 6) ** length_penalty (natural log; length in tokens with <eos>). "
-          "length_penalty needs beam_size > 1 or return_scores (ValueError otherwise); disable_unk=True never generates <unk> "
-          "(CTranslate2's disable_unk)")
+          "length_penalty needs beam_size > 1 or return_scores (ValueError otherwise); disable_unk=True never "
+          "generates <unk> (CTranslate2's disable_unk)")
+      .def(
+          "encode_source",
+          [](const tfm::Translator& t, const std::string& sentence) {
+            tfm::SourceEncoding e = t.encode_source(sentence);
+            py::dict d;
+            d["ids"] = e.ids;
+            d["full_length"] = e.full_length;
+            d["unknown_words"] = e.unknown_words;
+            return d;
+          },
+          py::arg("sentence"),
+          "The sentence as the model reads it: {ids (with <eos>, truncated), full_length, unknown_words}")
+      .def(
+          "attention",
+          [](const tfm::Translator& t, const std::vector<int64_t>& source, int64_t beam_size) {
+            tfm::TranslateOptions o;
+            o.beam_size = beam_size;
+            tfm::TranslationAttention a;
+            {
+              py::gil_scoped_release nogil;
+              a = t.attention(source, o);
+            }
+            py::dict d;
+            d["text"] = a.translation.text;
+            d["source_tokens"] = a.source_tokens;
+            d["target_tokens"] = a.target_tokens;
+            py::list enc, cross;
+            for (const auto& x : a.encoder_self) enc.append(to_numpy(x));
+            for (const auto& x : a.cross) cross.append(to_numpy(x));
+            d["encoder_self"] = enc;
+            d["cross"] = cross;
+            return d;
+          },
+          py::arg("source"), py::arg("beam_size") = 1,
+          "Translation of encode_source()['ids'] with every layer's attention: encoder_self [layers] of float32 "
+          "[heads, Ls, Ls], cross [layers] of [heads, T, Ls]")
+      .def_property_readonly("max_source_tokens", &tfm::Translator::max_source_tokens)
       .def_property_readonly("num_steps", &tfm::Translator::num_steps)
       .def_property_readonly("subword", &tfm::Translator::subword)
       .def_property_readonly("dtype", &tfm::Translator::dtype);
@@ -428,4 +503,118 @@ PYBIND11_MODULE(_tfm, m) {
       "Train a transformer_seq2seq with the subword recipe (tfm train --config): config_path is its JSON (None "
       "with resume=True), out_dir a new or empty folder; progress(TrainProgress) is called after every step and "
       "epoch; overrides = {key: value} as --set; returns a TrainSummary");
+
+  // ------------------------------------------------------------------ token classification, fill-mask
+  py::class_<tfm::TokenClassifier>(m, "TokenClassifier",
+                                   "BertForTokenClassification folder: the token-classification pipeline "
+                                   "(aggregation 'none'). Calls from several threads are safe.")
+      .def(py::init([](const py::object& path, int threads) {
+             const std::string dir = path_arg(path);
+             py::gil_scoped_release nogil;
+             return tfm::TokenClassifier(dir, tfm::ClassifierOptions{threads});
+           }),
+           py::arg("model_dir"), py::arg("threads") = 0)
+      .def(
+          "tag",
+          [](const tfm::TokenClassifier& c, const py::object& texts, const std::string& function, bool all_tokens,
+             int64_t max_length) {
+            std::vector<std::string> t = string_list(texts, "texts");
+            tfm::TagOptions o;
+            o.function = function;
+            o.all_tokens = all_tokens;
+            std::vector<std::vector<tfm::TokenTag>> r;
+            {
+              py::gil_scoped_release nogil;
+              r = c.tag(encode_texts(c.tokenizer(), t, max_length), o);
+            }
+            py::list out;
+            for (const auto& row : r) {
+              py::list l;
+              for (const auto& x : row) {
+                py::dict d;
+                d["entity"] = x.entity, d["score"] = x.score, d["index"] = x.index, d["word"] = x.word;
+                d["start"] = x.start, d["end"] = x.end;
+                l.append(d);
+              }
+              out.append(l);
+            }
+            return out;
+          },
+          py::arg("texts"), py::arg("function") = "softmax", py::arg("all_tokens") = false, py::arg("max_length") = 0,
+          "Per text a list of {entity, score, index, word, start, end} (label O left out unless all_tokens)")
+      .def_property_readonly("labels", &tfm::TokenClassifier::labels);
+  py::class_<tfm::MaskFiller>(m, "MaskFiller",
+                              "BertForMaskedLM folder: the fill-mask pipeline. Calls from several threads are safe.")
+      .def(py::init([](const py::object& path, int threads) {
+             const std::string dir = path_arg(path);
+             py::gil_scoped_release nogil;
+             return tfm::MaskFiller(dir, tfm::ClassifierOptions{threads});
+           }),
+           py::arg("model_dir"), py::arg("threads") = 0)
+      .def(
+          "fill",
+          [](const tfm::MaskFiller& f, const py::object& texts, int64_t top_k, int64_t max_length) {
+            std::vector<std::string> t = string_list(texts, "texts");
+            std::vector<std::vector<std::vector<tfm::MaskCandidate>>> r;
+            {
+              py::gil_scoped_release nogil;
+              r = f.fill(encode_texts(f.tokenizer(), t, max_length), top_k);
+            }
+            py::list out;
+            for (const auto& per_text : r) {
+              py::list masks;
+              for (const auto& cands : per_text) {
+                py::list l;
+                for (const auto& c : cands) {
+                  py::dict d;
+                  d["score"] = c.score, d["token"] = c.token, d["token_str"] = c.token_str, d["sequence"] = c.sequence;
+                  l.append(d);
+                }
+                masks.append(l);
+              }
+              out.append(masks);
+            }
+            return out;
+          },
+          py::arg("texts"), py::arg("top_k") = 5, py::arg("max_length") = 0,
+          "Per text, per [MASK], the top_k {score, token, token_str, sequence} best first");
+
+  // ------------------------------------------------------------------ convert, d2l training
+  py::class_<tfm::ConvertSummary>(m, "ConvertSummary")
+      .def_readonly("converted", &tfm::ConvertSummary::converted)
+      .def_readonly("weights_path", &tfm::ConvertSummary::weights_path)
+      .def_readonly("bytes", &tfm::ConvertSummary::bytes)
+      .def_readonly("source_bytes", &tfm::ConvertSummary::source_bytes);
+  m.def(
+      "convert",
+      [](const py::object& model_dir, const py::object& out_dir, const std::string& dtype) {
+        const std::string in = path_arg(model_dir), out = path_arg(out_dir);
+        tfm::ConvertOptions o;
+        o.dtype = dtype;
+        py::gil_scoped_release nogil;
+        return tfm::convert(in, out, o);
+      },
+      py::arg("model_dir"), py::arg("out_dir"), py::arg("dtype"),
+      "Copy an encoder folder with its Linear weights in 'bf16' or 'int8' (tfm convert); returns a ConvertSummary");
+  py::class_<tfm::D2lTrainSummary>(m, "D2lTrainSummary")
+      .def_readonly("loss", &tfm::D2lTrainSummary::loss)
+      .def_readonly("token_loss", &tfm::D2lTrainSummary::token_loss)
+      .def_readonly("tokens_per_sec", &tfm::D2lTrainSummary::tokens_per_sec)
+      .def_readonly("seconds", &tfm::D2lTrainSummary::seconds)
+      .def_readonly("epochs_run", &tfm::D2lTrainSummary::epochs_run);
+  m.def(
+      "train_d2l",
+      [](const py::object& data, const py::object& out_dir, int64_t num_examples, int64_t epochs, uint64_t seed,
+         bool overwrite, bool progress, int threads) {
+        tfm::D2lTrainOptions o;
+        o.data = path_arg(data);
+        o.out = path_arg(out_dir);
+        o.num_examples = num_examples, o.epochs = epochs, o.seed = seed, o.overwrite = overwrite;
+        o.progress = progress, o.threads = threads;
+        py::gil_scoped_release nogil;
+        return tfm::train_d2l(o);
+      },
+      py::arg("data"), py::arg("out_dir"), py::arg("num_examples") = 600, py::arg("epochs") = 200,
+      py::arg("seed") = 0, py::arg("overwrite") = false, py::arg("progress") = false, py::arg("threads") = 0,
+      "d2l.ai's trainer on a 'source<TAB>target' corpus (tfm train --data); returns a D2lTrainSummary");
 }

@@ -19,17 +19,24 @@ import sys as _sys
 
 from ._tfm import (  # noqa: F401
     Classifier,
+    ConvertSummary,
+    D2lTrainSummary,
     Encoder,
+    MaskFiller,
+    TokenClassifier,
     Tokenizer,
     TrainProgress,
     TrainSummary,
     Translator,
     __version__,
     bleu,
+    convert,
     train,
+    train_d2l,
 )
 
 # `import tfm.bleu` / `from tfm.bleu import corpus` find the extension's submodule.
 _sys.modules[__name__ + ".bleu"] = bleu
 
-__all__ = ["Encoder", "Tokenizer", "Translator", "TrainProgress", "TrainSummary", "bleu", "train", "__version__"]
+__all__ = ["Classifier", "ConvertSummary", "D2lTrainSummary", "Encoder", "MaskFiller", "TokenClassifier", "Tokenizer",
+           "Translator", "TrainProgress", "TrainSummary", "bleu", "convert", "train", "train_d2l", "__version__"]

@@ -8,6 +8,7 @@
 #include <stdexcept>
 
 #include "api/common.h"
+#include "api/impl.h"
 #include "models/heads.h"
 #include "io/text_file.h"
 
@@ -40,7 +41,7 @@ struct HeadModel {
     require_model_folder(dir);
     threads = o.threads;
     model = std::make_unique<TaskModel>(TaskModel::load(dir, kind));
-    tokenizer.emplace(dir);
+    tokenizer.emplace(TokenizerAccess::wrap(model->tokenizer()));  // the head's own, not read a second time
   }
   // The batch right-padded into [B, L] tensors; checks it first.
   BatchTensors batch(const std::vector<TextEncoding>& in) const {

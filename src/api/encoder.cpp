@@ -146,15 +146,16 @@ Encoder::Encoder(const std::string& model_dir, const EncoderOptions& options) : 
   const std::string config_path = options.config_path.empty() ? model_dir + "/config.json" : options.config_path;
   api::require_file(config_path);
   if (!options.random_weights) api::require_file(model_dir + "/model.safetensors");
-  const EncoderConfig config = EncoderConfig::load(config_path);
   ops::ComputeType ct = want ? *want : ops::ComputeType::F32;
   if (options.random_weights) {
     RandomWeights w(options.seed);
-    impl_->model = make_encoder(config, w, ct);
-  } else {
+    impl_->model = make_encoder(EncoderConfig::load(config_path), w, ct);
+  } else if (!options.config_path.empty()) {
     SafeTensorsWeights w(model_dir + "/model.safetensors");
     if (!want) ct = w.stored_compute_type();  // int8 for a `tfm convert --dtype int8` folder
-    impl_->model = make_encoder(config, w, ct);
+    impl_->model = make_encoder(EncoderConfig::load(config_path), w, ct);
+  } else {
+    impl_->model = load_encoder(model_dir, want, &ct);  // no dtype: as the file is stored
   }
   impl_->dtype = ops::compute_type_name(ct);
   if (pipeline == "auto" && fs::exists(model_dir + "/modules.json", ec)) {

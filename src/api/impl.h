@@ -1,5 +1,6 @@
 // Private parts of the API classes that other src/api files share.
 #pragma once
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -10,6 +11,15 @@ namespace tfm {
 
 struct Tokenizer::Impl {
   BertTokenizer tok;
+};
+
+// Builds a tfm::Tokenizer around an already loaded BertTokenizer (a task head's), so a folder is read once.
+struct TokenizerAccess {
+  static Tokenizer wrap(BertTokenizer tok) {
+    Tokenizer t;
+    t.impl_ = std::make_unique<Tokenizer::Impl>(Tokenizer::Impl{std::move(tok)});
+    return t;
+  }
 };
 
 namespace api {

@@ -2,9 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
-#include <filesystem>
 
-#include "io/json_util.h"
 #include "serve/requests.h"
 
 namespace tfm::serve {

@@ -1,8 +1,8 @@
 // tfm encode: text in, contextual vectors out (.npy), with a BERT or tutorial encoder.
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
-#include <cmath>
 #include <memory>
 #include <optional>
 

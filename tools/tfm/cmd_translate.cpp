@@ -1,10 +1,10 @@
 // tfm translate: greedy or beam-search translation with a trained transformer_seq2seq folder.
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstdio>
-#include <filesystem>
 #include <iostream>
 #include <memory>
-#include <unistd.h>
 
 #include "cli_util.h"
 #include "commands.h"
@@ -76,7 +76,6 @@ void add_translate_command(CLI::App& app) {
                                  "give --dtype bf16 or int8 as well (with fp32 it changes nothing)");
     if (cmd->count("--length-penalty") && o->beam == 1)
       throw CLI::ValidationError("--length-penalty applies to beam search only; give --beam N (N > 1) as well");
-    namespace fs = std::filesystem;
     const std::string config_path = o->model + "/config.json";
     const nlohmann::json config_json = load_json_file(config_path);
     if (const std::string t = json_string_or(config_json, "model_type", "", config_path);
