@@ -1,9 +1,12 @@
 // tfm train: train the d2l encoder-decoder Transformer on a 'source<TAB>target' corpus.
+#include <pthread.h>
 #include <signal.h>
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <memory>
+#include <thread>
 
 #include "cli_util.h"
 #include "commands.h"
@@ -13,7 +16,17 @@
 namespace tfm::cli {
 
 namespace {
-void on_stop_signal(int signo) { request_train_stop(signo); }
+// Ctrl-C / SIGTERM while training: the signals are blocked in every training thread and taken by this thread with
+// sigwait (no handler interrupts the computing threads: a handler run on a kernel's stack corrupted its heap). The
+// first asks training to stop after the step in progress; a second ends tfm at once (exit 128 + signal).
+void watch_stop_signals(sigset_t set) {
+  int sig = 0;
+  if (sigwait(&set, &sig) != 0) return;
+  request_train_stop(sig);
+  if (sigwait(&set, &sig) != 0) return;
+  std::fprintf(stderr, "\n%s again: stopping at once\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
+  std::_Exit(128 + sig);
+}
 }  // namespace
 
 void add_train_command(CLI::App& app) {
@@ -135,16 +148,15 @@ void add_train_command(CLI::App& app) {
       std::string out = resume->empty() ? o->out : *resume;
       if (out.empty()) throw CLI::ValidationError("--out is required");
       // Ctrl-C / SIGTERM: training finishes the step in progress, saves a checkpoint and says how to resume; a
-      // second one (the handler is reset after the first) ends tfm at once.
-      struct sigaction sa {}, old_int {}, old_term {};
-      sa.sa_handler = on_stop_signal;
-      sigemptyset(&sa.sa_mask);
-      sa.sa_flags = SA_RESETHAND;
-      sigaction(SIGINT, &sa, &old_int);
-      sigaction(SIGTERM, &sa, &old_term);
+      // second one ends tfm at once (watch_stop_signals). Blocked here, before any training thread starts, so
+      // every thread inherits the mask and only the watcher receives them.
+      sigset_t stop_set;
+      sigemptyset(&stop_set);
+      sigaddset(&stop_set, SIGINT);
+      sigaddset(&stop_set, SIGTERM);
+      pthread_sigmask(SIG_BLOCK, &stop_set, nullptr);
+      std::thread(watch_stop_signals, stop_set).detach();
       const TrainSummary r = train(*recipe, out, ro);  // under mpirun an error ends every rank
-      sigaction(SIGINT, &old_int, nullptr);
-      sigaction(SIGTERM, &old_term, nullptr);
       if (r.stopped_by_signal) throw ExitStatus{128 + r.stopped_by_signal};  // 130 (SIGINT), 143 (SIGTERM)
       if (process_group().rank != 0) return;
       if (r.best_epoch == 0) {  // config.json + model.safetensors are written at the end of the first epoch
