@@ -20,7 +20,7 @@
 // for fp32, bf16 and int8; the fp32 figure is the ceiling the encoder's GEMMs can reach with these threads.
 // --breakdown prints {"kind":"breakdown",...}: per-op time of the real forward (packed weights, --dtype): QKV
 // GEMM, attention, output GEMM, add + LayerNorm, FFN GEMMs (bias + activation fused), embeddings, pooler, and
-// "other", from the model's OpTimer sections (ops/profile.h), per shape; then {"kind":"breakdown_total",...}.
+// "other", from the model's OpTimer sections (core/profile.h), per shape; then {"kind":"breakdown_total",...}.
 // The kernel ISA of our own kernels (ops/isa.h) is printed with it: TFM_ISA=avx2 selects the baseline copies.
 #include <algorithm>
 #include <chrono>
@@ -39,12 +39,12 @@
 #include "core/threading.h"
 #include "models/encoder.h"
 #include "ops/gemm.h"
-#include "models/weights.h"
+#include "nn/weights.h"
 #include "nn/layers.h"
 #include "ops/activation.h"
 #include "ops/attention.h"
 #include "ops/isa.h"
-#include "ops/profile.h"
+#include "core/profile.h"
 
 namespace {
 
@@ -193,7 +193,7 @@ void run_sgemm(const Options& o) {
 }
 
 // Per-op time of the real inference forward (packed weights, the model's --dtype): the OpTimer sections of
-// src/models/bert.cpp (ops/profile.h), summed over `reps` forwards after warm-up and divided by reps. A section
+// src/models/bert.cpp (core/profile.h), summed over `reps` forwards after warm-up and divided by reps. A section
 // covers all layers; GEMM sections report GFLOP/s. "other" is the forward's wall time outside every section.
 void run_breakdown(const Options& o, tfm::EncoderModel& model, int64_t B, int64_t L) {
   using namespace tfm;
@@ -201,12 +201,12 @@ void run_breakdown(const Options& o, tfm::EncoderModel& model, int64_t B, int64_
   Tensor ids = random_ids(B, L, c.vocab_size, (uint64_t)(B * 1000 + L));
   for (int i = 0; i < std::max(1, o.warmup); ++i) model.forward(ids, Tensor(), Tensor());
   const int reps = std::max(o.reps, 5);
-  ops::reset_op_profile();
-  ops::set_op_profiling(true);
+  reset_op_profile();
+  set_op_profiling(true);
   auto t0 = Clock::now();
   for (int i = 0; i < reps; ++i) model.forward(ids, Tensor(), Tensor());
   double total = seconds_since(t0) / reps;
-  ops::set_op_profiling(false);
+  set_op_profiling(false);
   const double H = (double)c.hidden_size, I = (double)c.intermediate_size, N = (double)(B * L);
   const double NL = (double)c.num_hidden_layers;
   const std::map<std::string, double> gflop = {
@@ -223,7 +223,7 @@ void run_breakdown(const Options& o, tfm::EncoderModel& model, int64_t B, int64_
         o.dtype.c_str(), ops::kernel_isa_name(ops::kernel_isa()), (long long)B, (long long)L, name.c_str(),
         (double)calls / reps, sec * 1e3 / NL, sec * 1e3, total > 0 ? sec / total : 0.0, gf);
   };
-  for (const ops::OpStat& st : ops::op_profile()) {
+  for (const OpStat& st : op_profile()) {
     double sec = st.seconds / reps;
     covered += sec;
     print(st.name, sec, st.calls);

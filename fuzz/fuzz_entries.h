@@ -34,11 +34,12 @@
 #include "models/encoder.h"
 #include "models/seq2seq.h"
 #include "text/bert_tokenizer.h"
+#include "text/tokenizer/tokenizer.h"
 #include "text/nmt_data.h"
 #include "io/text_file.h"
 #include "text/vocab.h"
 #include "train/optim.h"
-#include "train/params.h"
+#include "nn/params.h"
 #include "train/recipe.h"
 
 namespace tfm::fuzz {
@@ -289,6 +290,82 @@ inline void tokenizer_entry(const uint8_t* data, size_t size) {
   }
 }
 
+// ---------------------------------------------------------------- 3b. tokenizer engine, every model kind
+
+// The trained fixture tokenizers (tests/fixtures/tokenizer/<kind>, from $TFM_SOURCE_DIR or the working
+// directory): byte-level BPE, Unigram (Precompiled + Metaspace), WordPiece, WordLevel.
+inline const std::vector<HfTokenizer>& engine_tokenizers() {
+  static const std::vector<HfTokenizer> toks = [] {
+    std::vector<HfTokenizer> v;
+    const char* src = std::getenv("TFM_SOURCE_DIR");
+#ifdef TFM_SOURCE_DIR
+    if (!src || !*src) src = TFM_SOURCE_DIR;
+#endif
+    const std::string root = std::string(src && *src ? src : ".") + "/tests/fixtures/tokenizer/";
+    for (const char* kind : {"bpe_bytelevel", "unigram", "wordpiece", "wordlevel"}) {
+      const std::string path = root + kind + "/tokenizer.json";
+      if (std::filesystem::exists(path)) v.push_back(HfTokenizer::from_file(path));
+      else std::fprintf(stderr, "fuzz: %s not found (set TFM_SOURCE_DIR)\n", path.c_str());
+    }
+    return v;
+  }();
+  return toks;
+}
+
+inline void check_engine_encoding(const HfTokenizer& tok, const Encoding& e, size_t text_chars, size_t pair_chars,
+                                  int64_t max_length, const char* what) {
+  const size_t L = e.input_ids.size();
+  if (e.tokens.size() != L || e.offsets.size() != L || e.token_type_ids.size() != L || e.attention_mask.size() != L ||
+      e.special_tokens_mask.size() != L || e.sequence_ids.size() != L)
+    violated(std::string(what) + ": Encoding vectors differ in length");
+  if (max_length > 0 && (int64_t)L > max_length) violated(std::string(what) + ": longer than max_length");
+  for (size_t i = 0; i < L; ++i) {
+    if (e.input_ids[i] < 0 || e.input_ids[i] >= tok.vocab_size()) violated(std::string(what) + ": id out of range");
+    const auto& [a, b] = e.offsets[i];
+    const size_t limit = e.sequence_ids[i] == 1 ? pair_chars : text_chars;
+    if (a < 0 || b < a || (size_t)b > limit) violated(std::string(what) + ": offsets outside the text");
+  }
+}
+
+// Arbitrary bytes as text (a 0 byte splits off the pair) through every fixture tokenizer: encode with and
+// without special tokens and truncation, decode of the ids, normalize.
+inline void hf_tokenizer_entry(const uint8_t* data, size_t size) {
+  std::string_view all(reinterpret_cast<const char*>(data), size);
+  size_t zero = all.find('\0');
+  std::string_view text = all.substr(0, zero);
+  std::optional<std::string_view> pair;
+  if (zero != std::string_view::npos) pair = all.substr(zero + 1);
+  const int64_t max_length = size ? data[size - 1] % 24 : 0;
+  auto chars = [](std::string_view s) {
+    size_t n = 0;
+    for (unsigned char c : s) n += (c & 0xC0) != 0x80;
+    return n;
+  };
+  for (const HfTokenizer& tok : engine_tokenizers()) {
+    for (int special = 0; special < 2; ++special) {
+      EncodeCall call;
+      call.add_special_tokens = special;
+      try {
+        Encoding e = tok.encode(text, pair ? &*pair : nullptr, call);
+        check_engine_encoding(tok, e, chars(text), pair ? chars(*pair) : 0, 0, "engine encode");
+        (void)tok.decode(e.input_ids, true);
+        (void)tok.decode(e.input_ids, false);
+        (void)tok.normalize(text);
+      } catch (const std::exception& ex) {
+        check_message(ex);
+      }
+      call.max_length = max_length;
+      call.direction = max_length % 2 ? Side::Left : Side::Right;
+      try {
+        Encoding e = tok.encode(text, pair ? &*pair : nullptr, call);
+        check_engine_encoding(tok, e, chars(text), pair ? chars(*pair) : 0, max_length, "engine encode max_length");
+      } catch (const std::exception& ex) {
+        check_message(ex);
+      }
+    }
+  }
+}
+
 // ---------------------------------------------------------------- 4. vocab.txt / tokenizer.json
 
 // strict_ids: every id decodes to a token that encodes back to it (tokenizer.json). A vocab.txt may repeat a
@@ -411,7 +488,7 @@ inline void write_checkpoint_seeds(const std::string& dir) {
   Rng rng(7);
   model.init(rng);
   model.save(dir + "/model.safetensors");
-  ParamTable& P = model.params();
+  nn::ParamStore& P = model.params();
   std::vector<float> m(P.total(), 0.01f), v(P.total(), 0.001f);
   std::vector<std::pair<std::string, Tensor>> tensors;
   for (auto& [name, t] : P.named_tensors()) tensors.emplace_back("model." + name, t);
@@ -439,6 +516,7 @@ struct Target {
 inline constexpr Target kTargets[] = {
     {"fuzz_safetensors", safetensors_entry}, {"fuzz_config", config_entry},       {"fuzz_tokenizer", tokenizer_entry},
     {"fuzz_vocab_load", vocab_load_entry},   {"fuzz_lines", lines_entry},         {"fuzz_checkpoint", checkpoint_entry},
+    {"fuzz_hf_tokenizer", hf_tokenizer_entry},
 };
 
 }  // namespace tfm::fuzz

@@ -21,14 +21,14 @@ NICE=${FUZZ_NICE:-19}
 DATA=${TFM_DATA_DIR:-../shared/data}
 export TFM_DATA_DIR=$DATA
 
-ALL_TARGETS=(fuzz_safetensors fuzz_config fuzz_tokenizer fuzz_vocab_load fuzz_lines fuzz_checkpoint fuzz_serve_request)
+ALL_TARGETS=(fuzz_safetensors fuzz_config fuzz_tokenizer fuzz_hf_tokenizer fuzz_vocab_load fuzz_lines fuzz_checkpoint fuzz_serve_request)
 # Longest input libFuzzer may generate, per target (bytes).
-declare -A MAX_LEN=([fuzz_safetensors]=8192 [fuzz_config]=4096 [fuzz_tokenizer]=2048 [fuzz_vocab_load]=16384
+declare -A MAX_LEN=([fuzz_safetensors]=8192 [fuzz_config]=4096 [fuzz_tokenizer]=2048 [fuzz_hf_tokenizer]=2048 [fuzz_vocab_load]=16384
                     [fuzz_lines]=8192 [fuzz_checkpoint]=32768 [fuzz_serve_request]=4096)
 
 CXXFLAGS=(-std=c++20 -g -O1 -march=x86-64-v3 -fno-trapping-math -fno-omit-frame-pointer -fopenmp
           -fsanitize=address,undefined -fno-sanitize-recover=undefined -Wno-pass-failed -Isrc -Iinclude $(pkg-config --cflags cairo))
-LIBS=($(pkg-config --libs libutf8proc sentencepiece) -ldnnl -lsentencepiece_train -lz -lcurl -lcrypto -fopenmp
+LIBS=($(pkg-config --libs libutf8proc oniguruma sentencepiece) -ldnnl -lsentencepiece_train -lz -lcurl -lcrypto -fopenmp
       $(pkg-config --libs cairo cpp-httplib) -pthread)
 
 build() {
@@ -65,7 +65,7 @@ build() {
 # are left out (or cut to whole lines, for text).
 seed() {
   local S="$OUT/seeds"
-  rm -rf "$S" && mkdir -p "$S"/{fuzz_safetensors,fuzz_config,fuzz_tokenizer,fuzz_vocab_load,fuzz_lines,fuzz_checkpoint,fuzz_serve_request}
+  rm -rf "$S" && mkdir -p "$S"/{fuzz_safetensors,fuzz_config,fuzz_tokenizer,fuzz_hf_tokenizer,fuzz_vocab_load,fuzz_lines,fuzz_checkpoint,fuzz_serve_request}
   local f i=0
   while IFS= read -r f; do
     if (( $(stat -c %s "$f") <= MAX_LEN[fuzz_safetensors] )); then cp "$f" "$S/fuzz_safetensors/st_$((i++)).safetensors"; fi
@@ -82,6 +82,7 @@ seed() {
     while IFS=$'\t' read -r en fr _; do
       printf '%s' "$en" > "$S/fuzz_tokenizer/s_$i"
       printf '%s\0%s' "$en" "$fr" > "$S/fuzz_tokenizer/p_$i"
+      printf '%s\0%s' "$en" "$fr" > "$S/fuzz_hf_tokenizer/p_$i"
       i=$((i + 1))
     done < <(sed -n '1p;1000p;20000p;100000p;150000p' "$fra")
   fi

@@ -7,6 +7,7 @@ PKGS=(
   libdnnl-dev                     # GEMM (oneDNN)
   nlohmann-json3-dev libcli11-dev libutf8proc-dev zlib1g-dev libsentencepiece-dev
   libcurl4-openssl-dev libssl-dev
+  libonig-dev                     # tokenizer.json regexes (Split, ByteLevel, Whitespace)
   libgtest-dev libgmock-dev libbenchmark-dev
   libcairo2-dev fonts-dejavu-core # plots
   libcpp-httplib-dev              # tfm serve

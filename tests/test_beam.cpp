@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "decode/decoder_cache.h"
 #include "decode/search.h"
 #include "models/seq2seq.h"
 #include "test_util.h"
@@ -181,14 +182,14 @@ double decoder_logp(Seq2SeqModel& model, const int64_t* src, int64_t vl, int64_t
   const int64_t V = model.config().tgt_vocab_size;
   Tensor enc = model.encode(src, &vl, 1, Ls);
   DecoderCache cache;
-  model.start_decoding(cache, enc, &vl, (int64_t)tokens.size() + 1);
+  start_decoding(model, cache, enc, &vl, (int64_t)tokens.size() + 1);
   std::vector<int64_t> seq = tokens;
   if (finished) seq.push_back(kEos);
   std::vector<float> logits(V);
   int64_t prev = kBos;
   double logp = 0;
   for (int64_t tok : seq) {
-    model.decode_step(cache, &prev, logits.data(), mode);
+    decode_step(model, cache, &prev, logits.data(), mode);
     logp += log_prob(logits.data(), V, tok);
     prev = tok;
   }

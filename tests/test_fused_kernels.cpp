@@ -1,5 +1,5 @@
 // Fused inference kernels (issue 9 part 3) against the plain references, on both kernel ISAs where the CPU has
-// AVX-512 (ops/isa.h): add + LayerNorm, blocked online-softmax attention, softmax, GELU.
+// AVX-512 (ops/isa.h): add + LayerNorm, blocked online-softmax attention, GELU.
 #include <gtest/gtest.h>
 
 #include <map>
@@ -12,8 +12,7 @@
 #include "ops/attention.h"
 #include "ops/isa.h"
 #include "ops/layer_norm.h"
-#include "ops/profile.h"
-#include "ops/softmax.h"
+#include "core/profile.h"
 #include "test_util.h"
 
 using namespace tfm;
@@ -91,158 +90,7 @@ TEST(FusedKernels, AddLayerNormMatchesReferenceOnOddSizes) {
   }
 }
 
-// ---------------------------------------------------------------- blocked attention (probs == nullptr)
-
-namespace {
-
-enum class MaskForm { None, KeyMask, QueryKey, General3d, ValidLens1d, ValidLens2d, Causal, CausalOffsetPadding };
-const char* form_name(MaskForm f) {
-  static const char* names[] = {"none", "key_mask", "query_key", "general_3d", "valid_lens_1d", "valid_lens_2d",
-                                "causal", "causal_offset_padding"};
-  return names[(int)f];
-}
-
-struct MaskBufs {
-  std::vector<float> f;
-  std::vector<int64_t> l;
-};
-
-// Each form masks something in every batch row, and batch 0 has rows with no visible key where the form allows.
-AttentionMask make_mask(MaskForm form, MaskBufs& mb, int64_t B, int64_t Lq, int64_t Lk) {
-  AttentionMask m;
-  Rng rng(7 + Lq * 31 + Lk);
-  switch (form) {
-    case MaskForm::None: break;
-    case MaskForm::KeyMask:
-      mb.f.assign(B * Lk, 1.0f);
-      if (B > 1)
-        for (int64_t j = 0; j < Lk; ++j) mb.f[j] = 0.0f;  // batch 0: all keys padded -> zero rows
-      for (int64_t j = Lk / 2; j < Lk; ++j) mb.f[(B - 1) * Lk + j] = (j % 3 == 0) ? 1.0f : 0.0f;  // holes
-      m.key_mask = mb.f.data();
-      break;
-    case MaskForm::QueryKey:
-      mb.f.assign(B * Lq + B * Lk, 1.0f);
-      mb.f[Lq - 1] = 0.0f;                        // batch 0: last query padded
-      mb.f[B * Lq + (B - 1) * Lk + (Lk - 1)] = 0.0f;  // last batch: last key padded
-      m.query_mask = mb.f.data();
-      m.key_mask = mb.f.data() + B * Lq;
-      break;
-    case MaskForm::General3d:
-      mb.f.resize(B * Lq * Lk);
-      for (auto& x : mb.f) x = rng.uniform() < 0.4f ? 0.0f : 1.0f;
-      for (int64_t j = 0; j < Lk; ++j) mb.f[j] = 0.0f;  // (b 0, i 0) fully masked
-      m.mask = mb.f.data();
-      break;
-    case MaskForm::ValidLens1d:
-      mb.l = {0, Lk > 3 ? Lk - 3 : 1};
-      mb.l.resize(B, Lk);
-      m.valid_lens = mb.l.data();
-      break;
-    case MaskForm::ValidLens2d:
-      mb.l.resize(B * Lq);
-      for (int64_t i = 0; i < B * Lq; ++i) mb.l[i] = (i * 37) % (Lk + 1);  // includes 0 (zero row) and Lk
-      m.valid_lens = mb.l.data();
-      m.valid_lens_per_query = true;
-      break;
-    case MaskForm::Causal: m.causal = true; break;
-    case MaskForm::CausalOffsetPadding:  // decoder self-attention over a cache: query i sits at key i + offset
-      mb.f.assign(B * Lk, 1.0f);
-      mb.f[(B - 1) * Lk + 0] = 0.0f;
-      m.key_mask = mb.f.data();
-      m.causal = true;
-      m.causal_offset = Lk > Lq ? Lk - Lq : 0;
-      break;
-  }
-  return m;
-}
-
-// One case: strided q/k/v (rows of a wider fused buffer, a KV cache with spare rows), the blocked path on every
-// ISA against attention_forward_ref, and the probs path (oneDNN GEMMs) as a second opinion.
-void check_attention(MaskForm form, int64_t B, int64_t H, int64_t Dh, int64_t Lq, int64_t Lk) {
-  const int64_t D = H * Dh, ld = 3 * D + 5, cap = Lk + 3, out_ld = D + 3;
-  auto q = random_vec(B * Lq * ld, 100 + Dh, -2.0f, 2.0f);
-  auto kv = random_vec(B * cap * ld, 200 + Lk, -2.0f, 2.0f);
-  MaskBufs mb;
-  AttentionMask m = make_mask(form, mb, B, Lq, Lk);
-  AttentionDims d{B, Lq, Lk, H, Dh};
-  d.q_ld = d.k_ld = d.v_ld = ld;
-  d.k_bs = d.v_bs = cap * ld;
-  d.out_ld = out_ld;
-  const float* k = kv.data() + D;
-  const float* v = kv.data() + 2 * D;
-  std::vector<float> ref(B * Lq * out_ld, 0.0f), probs(B * H * Lq * Lk);
-  attention_forward_ref(ref.data(), nullptr, q.data(), k, v, d, m);
-  std::string what = std::string(form_name(form)) + " B=" + std::to_string(B) + " H=" + std::to_string(H) +
-                     " Dh=" + std::to_string(Dh) + " Lq=" + std::to_string(Lq) + " Lk=" + std::to_string(Lk);
-  for (KernelIsa isa : isas()) {
-    IsaScope scope(isa);
-    std::vector<float> out(B * Lq * out_ld, 0.0f);
-    attention_forward(out.data(), nullptr, q.data(), k, v, d, m);
-    ASSERT_TRUE(all_close(out, ref, 2e-5f, 2e-5f)) << what << " " << kernel_isa_name(isa);
-    // Rows with no visible key are exactly zero.
-    for (int64_t b = 0; b < B; ++b)
-      for (int64_t i = 0; i < Lq; ++i) {
-        bool any = false;
-        for (int64_t j = 0; j < Lk && !any; ++j) any = m.visible(b, i, j, Lq, Lk);
-        if (!any) {
-          for (int64_t c = 0; c < D; ++c) ASSERT_EQ(out[(b * Lq + i) * out_ld + c], 0.0f) << what;
-        }
-      }
-  }
-  std::vector<float> out_p(B * Lq * out_ld, 0.0f);
-  attention_forward(out_p.data(), probs.data(), q.data(), k, v, d, m);
-  EXPECT_TRUE(all_close(out_p, ref, 2e-5f, 2e-5f)) << what << " (probs path)";
-}
-
-}  // namespace
-
-class BlockedAttention : public ::testing::TestWithParam<int> {};
-
-TEST_P(BlockedAttention, MatchesReferenceAcrossKeyBlocksHeadDimsAndStrides) {
-  const MaskForm form = (MaskForm)GetParam();
-  for (int64_t Dh : {8, 24, 64, 80})
-    for (int64_t Lk : {1, 5, 32, 33, 63, 64, 65, 130, 600}) {  // <= 32 keys: the GEMM path
-      for (int64_t Lq : {1, 7}) check_attention(form, 2, 2, Dh, Lq, Lk);
-      if (Lk == 65 || Lk == 600) check_attention(form, 2, 2, Dh, 37, Lk);  // several query tiles and key blocks
-      if (HasFatalFailure()) return;
-    }
-}
-
-TEST_P(BlockedAttention, SquareEncoderShapes) {
-  const MaskForm form = (MaskForm)GetParam();
-  check_attention(form, 3, 4, 64, 128, 128);  // BERT-like, B * heads tasks
-  check_attention(form, 1, 2, 32, 200, 200);  // few heads: query rows split into chunks
-}
-
-INSTANTIATE_TEST_SUITE_P(AllForms, BlockedAttention, ::testing::Range(0, 8),
-                         [](const ::testing::TestParamInfo<int>& i) { return std::string(form_name((MaskForm)i.param)); });
-
-TEST(BlockedAttention, EmptyKeysGiveZeros) {
-  const int64_t B = 2, H = 2, Dh = 8, Lq = 3, D = H * Dh;
-  auto q = random_vec(B * Lq * D, 5);
-  std::vector<float> out(B * Lq * D, 1.0f);
-  AttentionDims d{B, Lq, 0, H, Dh};
-  attention_forward(out.data(), nullptr, q.data(), q.data(), q.data(), d, AttentionMask{});
-  for (float x : out) EXPECT_EQ(x, 0.0f);
-}
-
-// ---------------------------------------------------------------- softmax, GELU (per-ISA copies)
-
-TEST(FusedKernels, SoftmaxMatchesReferenceOnBothIsas) {
-  for (KernelIsa isa : isas()) {
-    IsaScope scope(isa);
-    for (int64_t rows : {1, 7, 300})
-      for (int64_t cols : {1, 3, 17, 64, 1000}) {
-        auto x = random_vec(rows * cols, 40 + cols, -30.0f, 30.0f);
-        std::vector<float> out(rows * cols), ref(rows * cols);
-        softmax_forward(out.data(), x.data(), rows, cols);
-        softmax_forward_ref(ref.data(), x.data(), rows, cols);
-        EXPECT_TRUE(all_close(out, ref, 1e-6f, 1e-5f)) << kernel_isa_name(isa) << " " << rows << "x" << cols;
-        softmax_forward(x.data(), x.data(), rows, cols);  // in place
-        EXPECT_TRUE(all_close(x, ref, 1e-6f, 1e-5f)) << kernel_isa_name(isa) << " in place";
-      }
-  }
-}
+// ---------------------------------------------------------------- GELU (per-ISA copies)
 
 TEST(FusedKernels, ActivationsMatchReferenceOnBothIsas) {
   for (KernelIsa isa : isas()) {

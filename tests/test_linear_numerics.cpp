@@ -91,7 +91,7 @@ TEST(Bf16Linear, RoundsActivationsToNearestEvenBitExact) {
   EXPECT_NE(f32, want);
 }
 
-// The bf16 product of training (TFM_TRAIN_GEMM, precision "bf16") rounds both operands the same way.
+// The bf16 product of training (precision "bf16") rounds both operands the same way.
 TEST(Bf16Linear, TrainingProductRoundsToNearestEvenBitExact) {
   if (!has_bf16_gemm()) GTEST_SKIP() << "no bf16 GEMM on this CPU (" << cpu_isa_name() << ")";
   const int64_t M = 9, N = 20, K = 48;

@@ -9,7 +9,6 @@
 #include "ops/embedding.h"
 #include "ops/layer_norm.h"
 #include "ops/matmul.h"
-#include "ops/softmax.h"
 #include "test_util.h"
 
 using namespace tfm;
@@ -27,24 +26,6 @@ TEST(Ops, LinearMatchesReference) {
   linear_forward(y.data(), x.data(), w.data(), nullptr, N, I, O);
   linear_forward_ref(yr.data(), x.data(), w.data(), nullptr, N, I, O);
   EXPECT_TRUE(all_close(y, yr, 1e-5f, 1e-5f));
-}
-
-TEST(Ops, SoftmaxMatchesReference) {
-  for (int64_t cols : {1, 7, 64, 1000}) {
-    auto x = random_vec(5 * cols, cols, -30.0f, 30.0f);
-    std::vector<float> y(x.size()), yr(x.size());
-    softmax_forward(y.data(), x.data(), 5, cols);
-    softmax_forward_ref(yr.data(), x.data(), 5, cols);
-    EXPECT_TRUE(all_close(y, yr, 1e-7f, 1e-5f)) << "cols " << cols;
-  }
-}
-
-TEST(Ops, SoftmaxExtremeLogitsStayFinite) {
-  std::vector<float> x = {1e4f, -1e4f, 0.0f, 1e4f}, y(4);
-  softmax_forward(y.data(), x.data(), 1, 4);
-  EXPECT_NEAR(y[0], 0.5f, 1e-6f);
-  EXPECT_EQ(y[1], 0.0f);
-  EXPECT_NEAR(y[3], 0.5f, 1e-6f);
 }
 
 TEST(Ops, LayerNormMatchesReference) {
@@ -83,143 +64,6 @@ TEST(Ops, EmbeddingRejectsOutOfRangeIds) {
   }
 }
 
-// ---------------------------------------------------------------- attention masks
-
-namespace {
-struct AttnCase {
-  std::string name;
-  std::function<void(AttentionMask&, std::vector<float>&, std::vector<int64_t>&, int64_t B, int64_t Lq, int64_t Lk)> setup;
-};
-
-std::vector<AttnCase> attention_cases() {
-  return {
-      {"none", [](AttentionMask&, auto&, auto&, int64_t, int64_t, int64_t) {}},
-      {"key_padding",
-       [](AttentionMask& m, std::vector<float>& f, auto&, int64_t B, int64_t Lq, int64_t Lk) {
-         f.assign(B * Lk, 1.0f);
-         for (int64_t j = Lk - 2; j < Lk; ++j) f[1 * Lk + j] = 0.0f;  // batch 1: last two keys padded
-         for (int64_t j = 0; j < Lk; ++j) f[0 * Lk + j] = 0.0f;       // batch 0: every key padded -> zeros
-         m.key_mask = f.data();
-       }},
-      {"query_key_outer",
-       [](AttentionMask& m, std::vector<float>& f, auto&, int64_t B, int64_t Lq, int64_t Lk) {
-         f.assign(B * Lq + B * Lk, 1.0f);
-         f[1 * Lq + Lq - 1] = 0.0f;            // batch 1: last query padded -> zero row
-         f[B * Lq + 0 * Lk + 1] = 0.0f;        // batch 0: key 1 padded
-         m.query_mask = f.data();
-         m.key_mask = f.data() + B * Lq;
-       }},
-      {"general_3d",
-       [](AttentionMask& m, std::vector<float>& f, auto&, int64_t B, int64_t Lq, int64_t Lk) {
-         Rng rng(11);
-         f.resize(B * Lq * Lk);
-         for (auto& x : f) x = rng.uniform() < 0.3f ? 0.0f : 1.0f;
-         for (int64_t j = 0; j < Lk; ++j) f[(0 * Lq + 1) * Lk + j] = 0.0f;  // one fully masked row
-         m.mask = f.data();
-       }},
-      {"valid_lens_1d",
-       [](AttentionMask& m, auto&, std::vector<int64_t>& l, int64_t B, int64_t, int64_t Lk) {
-         l = {0, 3};  // valid_len 0 -> zeros
-         m.valid_lens = l.data();
-       }},
-      {"valid_lens_2d",
-       [](AttentionMask& m, auto&, std::vector<int64_t>& l, int64_t B, int64_t Lq, int64_t Lk) {
-         l.resize(B * Lq);
-         for (int64_t i = 0; i < B * Lq; ++i) l[i] = (i * 3) % (Lk + 1);
-         m.valid_lens = l.data();
-         m.valid_lens_per_query = true;
-       }},
-      {"causal", [](AttentionMask& m, auto&, auto&, int64_t, int64_t, int64_t) { m.causal = true; }},
-      {"causal_and_padding",
-       [](AttentionMask& m, std::vector<float>& f, auto&, int64_t B, int64_t Lq, int64_t Lk) {
-         f.assign(B * Lk, 1.0f);
-         f[1 * Lk + 0] = 0.0f;
-         m.key_mask = f.data();
-         m.causal = true;
-       }},
-  };
-}
-}  // namespace
-
-class AttentionMasks : public ::testing::TestWithParam<int> {};
-
-TEST_P(AttentionMasks, FastMatchesReferenceAndMaskedRowsAreZero) {
-  AttnCase c = attention_cases()[GetParam()];
-  const int64_t B = 2, H = 3, Dh = 4, Lq = 5, Lk = 5, D = H * Dh;
-  auto q = random_vec(B * Lq * D, 21), k = random_vec(B * Lk * D, 22), v = random_vec(B * Lk * D, 23);
-  AttentionMask m;
-  std::vector<float> fbuf;
-  std::vector<int64_t> lbuf;
-  c.setup(m, fbuf, lbuf, B, Lq, Lk);
-  AttentionDims d{B, Lq, Lk, H, Dh};
-  std::vector<float> out(B * Lq * D), out_ref(B * Lq * D), p(B * H * Lq * Lk), p_ref(B * H * Lq * Lk);
-  attention_forward(out.data(), p.data(), q.data(), k.data(), v.data(), d, m);
-  attention_forward_ref(out_ref.data(), p_ref.data(), q.data(), k.data(), v.data(), d, m);
-  EXPECT_TRUE(all_close(out, out_ref, 1e-5f, 1e-5f)) << c.name;
-  EXPECT_TRUE(all_close(p, p_ref, 1e-6f, 1e-5f)) << c.name;
-  // Masked entries carry exactly zero weight; rows with no visible key are zero, never NaN.
-  for (int64_t b = 0; b < B; ++b)
-    for (int64_t h = 0; h < H; ++h)
-      for (int64_t i = 0; i < Lq; ++i) {
-        bool any = false;
-        for (int64_t j = 0; j < Lk; ++j) {
-          float w = p[((b * H + h) * Lq + i) * Lk + j];
-          if (!m.visible(b, i, j, Lq, Lk)) {
-            EXPECT_EQ(w, 0.0f) << c.name;
-          }
-          any |= m.visible(b, i, j, Lq, Lk);
-        }
-        if (!any) {
-          for (int64_t x = 0; x < Dh; ++x) EXPECT_EQ(out[(b * Lq + i) * D + h * Dh + x], 0.0f) << c.name;
-        }
-      }
-}
-
-// Finite differences of L = sum(out * R) against attention_backward, for every mask form.
-TEST_P(AttentionMasks, GradientMatchesFiniteDifferences) {
-  AttnCase c = attention_cases()[GetParam()];
-  const int64_t B = 2, H = 2, Dh = 3, Lq = 4, Lk = 5, D = H * Dh;
-  auto q = random_vec(B * Lq * D, 31), k = random_vec(B * Lk * D, 32), v = random_vec(B * Lk * D, 33);
-  auto R = random_vec(B * Lq * D, 34);
-  AttentionMask m;
-  std::vector<float> fbuf;
-  std::vector<int64_t> lbuf;
-  c.setup(m, fbuf, lbuf, B, Lq, Lk);
-  AttentionDims d{B, Lq, Lk, H, Dh};
-  // Dropout multipliers exercise the dropped-weights path of the backward too.
-  std::vector<float> dm(B * H * Lq * Lk);
-  Rng rng(5);
-  dropout_mask(dm.data(), (int64_t)dm.size(), 0.2f, rng);
-  auto loss = [&]() {
-    std::vector<float> o(B * Lq * D), pr(B * H * Lq * Lk);
-    attention_forward(o.data(), pr.data(), q.data(), k.data(), v.data(), d, m, dm.data());
-    double s = 0;
-    for (size_t i = 0; i < o.size(); ++i) s += (double)o[i] * R[i];
-    return s;
-  };
-  std::vector<float> o(B * Lq * D), pr(B * H * Lq * Lk), dq(q.size()), dk(k.size()), dv(v.size());
-  attention_forward(o.data(), pr.data(), q.data(), k.data(), v.data(), d, m, dm.data());
-  attention_backward(dq.data(), dk.data(), dv.data(), R.data(), pr.data(), q.data(), k.data(), v.data(), d, dm.data());
-  auto check = [&](std::vector<float>& x, const std::vector<float>& g, const char* what) {
-    for (size_t i = 0; i < x.size(); ++i) {
-      float keep = x[i];
-      const float h = 1e-2f;
-      x[i] = keep + h;
-      double up = loss();
-      x[i] = keep - h;
-      double dn = loss();
-      x[i] = keep;
-      double num = (up - dn) / (2 * h);
-      EXPECT_NEAR(g[i], num, 2e-3 + 2e-2 * std::fabs(num)) << c.name << " " << what << "[" << i << "]";
-    }
-  };
-  check(q, dq, "dq");
-  check(k, dk, "dk");
-  check(v, dv, "dv");
-}
-
-INSTANTIATE_TEST_SUITE_P(AllForms, AttentionMasks, ::testing::Range(0, 8));
-
 // ---------------------------------------------------------------- other backward passes
 
 namespace {
@@ -257,20 +101,6 @@ TEST(OpsGrad, Linear) {
   expect_grad(f, x, dx, "dx");
   expect_grad(f, w, dw, "dw");
   expect_grad(f, b, db, "db");
-}
-
-TEST(OpsGrad, Softmax) {
-  const int64_t N = 3, C = 6;
-  auto x = random_vec(N * C, 51, -2, 2), R = random_vec(N * C, 52);
-  auto f = [&] {
-    std::vector<float> y(N * C);
-    softmax_forward(y.data(), x.data(), N, C);
-    return dotR(y, R);
-  };
-  std::vector<float> y(N * C), dx(N * C);
-  softmax_forward(y.data(), x.data(), N, C);
-  softmax_backward(dx.data(), R.data(), y.data(), N, C);
-  expect_grad(f, x, dx, "dx");
 }
 
 TEST(OpsGrad, LayerNorm) {

@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "decode/decoder_cache.h"
 #include "io/safetensors.h"
 #include "models/encoder.h"
 #include "models/seq2seq.h"
@@ -22,7 +23,7 @@
 #include "ops/isa.h"
 #include "test_util.h"
 #include "text/nmt_data.h"
-#include "train/cross_entropy.h"
+#include "ops/cross_entropy.h"
 #include "train/optim.h"
 #include "train/trainer.h"
 
@@ -75,11 +76,11 @@ void greedy_nostop(Seq2SeqModel& m, const Tensor& enc_X, const Tensor& enc_vl, i
   for (int64_t b = 0; b < B; ++b) {
     Tensor enc = m.encode(enc_X.i64() + b * Ls, enc_vl.i64() + b, 1, Ls);
     DecoderCache cache;
-    m.start_decoding(cache, enc, enc_vl.i64() + b, steps);
+    start_decoding(m, cache, enc, enc_vl.i64() + b, steps);
     int64_t tok = 2;  // <bos>
     for (int64_t t = 0; t < steps; ++t) {
       float* lg = logits.data() + (b * steps + t) * V;
-      m.decode_step(cache, &tok, lg, PositionMode::kD2lStep);
+      decode_step(m, cache, &tok, lg, PositionMode::kD2lStep);
       tok = std::max_element(lg, lg + V) - lg;
       ids[b * steps + t] = tok;
     }
@@ -165,7 +166,7 @@ TEST(Seq2SeqReference, PerSequenceLossAndSecondStepLossAndNormMatchPyTorch) {
   }
   auto adam_fx = SafeTensors::open(fixture("seq2seq/adam.safetensors"));
   Seq2SeqBatch batch = batch_of(enc_X, enc_vl, dec_X, &Y, &Y_vl);
-  ParamTable& P = m.params();
+  nn::ParamStore& P = m.params();
   Adam opt(P.total(), AdamOptions{0.005f});
   P.zero_grad();
   m.forward_backward(batch, nullptr);
@@ -327,7 +328,7 @@ TEST(LabelSmoothingReference, RowsMatchTorchCrossEntropyWithIgnoredRows) {
     labels[n] = ignored ? 0 : lab.i64()[n];
     weight[n] = ignored ? 0.0f : 1.0f;
   }
-  cross_entropy_forward_backward(loss.data(), dlogits.data(), x.f32(), labels.data(), weight.data(), N, V, eps);
+  ops::cross_entropy_forward_backward(loss.data(), dlogits.data(), x.f32(), labels.data(), weight.data(), N, V, eps);
   Tensor want_loss = fx.get("rows_loss");
   for (int64_t n = 0; n < N; ++n) {
     if (weight[n] == 0.0f) continue;
@@ -365,7 +366,7 @@ TEST(LabelSmoothingReference, Seq2SeqLossAndGradientsMatchTorchForBothTrainers) 
 TEST(OptimReference, AdamWAndAdamWithWeightDecayMatchTorchOptim) {
   auto fx = SafeTensors::open(fixture("reference/adam.safetensors"));
   for (std::string name : {"adamw", "adam_l2"}) {
-    ParamTable P;
+    nn::ParamStore P;
     P.add("a", fx.get("p0.0").shape());
     P.add("b", fx.get("p0.1").shape());
     P.finalize();
@@ -424,7 +425,7 @@ TEST(TrainReference, TwoStepsOnAFixedBatchMatchTheD2lLoop) {
   }
   // Weights after the two steps, to 1e-4 of each tensor's scale; the few elements whose clipped gradient is
   // near Adam's eps (listed by the fixture, ~0.5%) move by up to lr per step on rounding alone: 2 lr there.
-  ParamTable& P = m.params();
+  nn::ParamStore& P = m.params();
   int64_t loose = 0;
   for (size_t i = 0; i < P.entries().size(); ++i) {
     const auto& e = P.entries()[i];

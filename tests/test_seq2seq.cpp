@@ -61,7 +61,7 @@ TEST(Seq2SeqGolden, LossGradientsClippingAndAdamMatchPyTorch) {
   LossResult r = model.forward_backward(f.batch(), nullptr);
   EXPECT_NEAR(r.loss_sum, f.io.get("loss_sum").f32()[0], 1e-4 * std::fabs(f.io.get("loss_sum").f32()[0]));
   SafeTensors grads = SafeTensors::open(fixture("seq2seq/grads.safetensors"));
-  ParamTable& P = model.params();
+  nn::ParamStore& P = model.params();
   for (size_t i = 0; i < P.entries().size(); ++i) {
     const auto& e = P.entries()[i];
     Tensor g = grads.get("grad." + e.name);

@@ -286,6 +286,15 @@ TEST(Serve, EmbeddingRoutes) {
   EXPECT_EQ(toks[0][0]["text"], "[CLS]");
   EXPECT_EQ(toks[0][0]["special"], true);
   EXPECT_EQ(toks[0][1]["special"], false);
+  // /decode: text-embeddings-inference's inverse of /tokenize (WordPiece decoder; special tokens skipped unless asked).
+  Reply dec = http("POST", s.url("/decode"), R"({"ids": [2, 5, 17, 19, 20, 5, 21, 3]})");
+  ASSERT_EQ(dec.status, 200) << dec.body;
+  EXPECT_EQ(dec.j(), json::array({"the cat sat on the mat"}));
+  dec = http("POST", s.url("/decode"), R"({"ids": [[2, 7, 3], [8]], "skip_special_tokens": false})");
+  ASSERT_EQ(dec.status, 200) << dec.body;
+  EXPECT_EQ(dec.j(), json::array({"[CLS] an [SEP]", "time"}));
+  EXPECT_EQ(http("POST", s.url("/decode"), R"({"ids": ["x"]})").status, 422);
+  EXPECT_EQ(http("POST", s.url("/decode"), R"({"tokens": [1]})").status, 422);
   // start / stop: character offsets in the text as Hugging Face's offset_mapping (accents stripped, punctuation
   // split, [UNK] for what the 60-word vocab lacks); null for special tokens. By hand: "The  C\u00e4t, sat!" has
   // T0 h1 e2 _3 _4 C5 \u00e46 t7 ,8 _9 s10 a11 t12 !13.

@@ -1,6 +1,8 @@
 /// @file tfm/tokenizer.h
-/// BERT WordPiece tokenization, token-for-token equal to Hugging Face `tokenizers` (BertTokenizerFast) for the
-/// tokenizer.json or vocab.txt of a model folder.
+/// Tokenization token-for-token equal to Hugging Face `tokenizers` for the tokenizer.json of a model folder
+/// (WordPiece, byte-level BPE, Unigram with the SentencePiece Precompiled normalizer, WordLevel; their normalizers,
+/// pre-tokenizers, post-processors, decoders, added tokens, truncation and padding), a BERT vocab.txt, or a
+/// SentencePiece sentencepiece.bpe.model / spiece.model converted as transformers converts it.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -13,9 +15,12 @@
 namespace tfm {
 
 struct TokenizeOptions {
-  bool add_special_tokens = true;  ///< [CLS] text [SEP] (pair [SEP]), as HF add_special_tokens=True
-  /// Truncate every sequence (special tokens included) to at most this many tokens, HF "longest_first" for pairs.
-  /// 0: the tokenizer.json "truncation" max_length if the file sets one, else no truncation.
+  /// The post-processor's special tokens (BERT: [CLS] text [SEP] pair [SEP]; RoBERTa: <s> text </s></s> pair
+  /// </s>), as HF add_special_tokens=True.
+  bool add_special_tokens = true;
+  /// Truncate every sequence (special tokens included) to at most this many tokens: the file's truncation strategy
+  /// and side if it sets one, else HF "longest_first" from the right. 0: the tokenizer.json "truncation" if the
+  /// file sets one, else no truncation.
   int64_t max_length = 0;
   /// encode(): fill TextEncoding::offsets (HF return_offsets_mapping); false leaves them empty (faster).
   bool return_offsets = true;
@@ -34,11 +39,13 @@ struct TokenBatch {
 /// return_special_tokens_mask=True).
 struct TextEncoding {
   std::vector<int64_t> input_ids;       ///< [length] vocabulary ids
-  std::vector<int64_t> token_type_ids;  ///< [length] 0 = first segment
-  std::vector<std::string> tokens;      ///< [length] "##" continues a word
-  std::vector<bool> special;            ///< [length] true for the [CLS] / [SEP] the tokenizer added
-  /// [length] character (code point) offsets [start, end) of each token in the text (HF offset_mapping), or
-  /// (-1, -1) for a token with no place in it (special tokens, prompt tokens).
+  std::vector<int64_t> token_type_ids;  ///< [length] segment ids as the post-processor sets them (0 = first)
+  std::vector<int64_t> attention_mask;  ///< [length] 1 (0 only where the tokenizer.json pads to a fixed length)
+  std::vector<std::string> tokens;      ///< [length] vocabulary strings
+  std::vector<bool> special;            ///< [length] true for the special tokens the post-processor added
+  /// [length] character (code point) offsets [start, end) of each token in its own text (HF offset_mapping; a
+  /// pair's second text counts from its own start), or (-1, -1) for a token with no place in it (special tokens,
+  /// prompt tokens).
   std::vector<std::pair<int64_t, int64_t>> offsets;
 };
 
@@ -48,7 +55,8 @@ struct TokenizerAccess;
 /// threads at once.
 class Tokenizer {
  public:
-  /// Loads `model_dir`/tokenizer.json, or else `model_dir`/vocab.txt with tokenizer_config.json.
+  /// Loads `model_dir`/tokenizer.json, or else `model_dir`/vocab.txt with tokenizer_config.json, or else a
+  /// SentencePiece sentencepiece.bpe.model (XLM-R) / spiece.model (T5).
   /// Throws tfm::FileNotFoundError when the folder or both files are missing; std::runtime_error for a malformed
   /// or unsupported file (the message names it).
   explicit Tokenizer(const std::string& model_dir);
@@ -68,11 +76,19 @@ class Tokenizer {
   /// One text with its offsets, unpadded. Throws std::invalid_argument for invalid UTF-8 ("text is not valid
   /// UTF-8 (byte offset N)"), a negative max_length or one that cannot hold the special tokens.
   TextEncoding encode(const std::string& text, const TokenizeOptions& options = {}) const;
-  /// A pair, [CLS] text [SEP] pair [SEP] (truncation "longest_first"), unpadded; offsets are left empty. Same
-  /// errors.
+  /// A pair with the post-processor's template (BERT: [CLS] text [SEP] pair [SEP]), unpadded, with offsets (each
+  /// text counts from its own start). Same errors.
   TextEncoding encode_pair(const std::string& text, const std::string& pair, const TokenizeOptions& options = {}) const;
+  /// Ids to text, as HF tokenizer.decode(ids, skip_special_tokens, clean_up_tokenization_spaces=False) with the
+  /// file's decoder. Ids outside the vocabulary are skipped.
+  std::string decode(const std::vector<int64_t>& ids, bool skip_special_tokens = true) const;
+  /// Whether the model family takes token_type_ids (tokenizer_config.json model_input_names, else the tokenizer
+  /// class: BERT yes; RoBERTa, XLM-R, DistilBERT, MPNet, ModernBERT, GPT-2, T5 no).
+  bool has_token_type_ids() const;
+  /// "WordPiece", "BPE", "Unigram" or "WordLevel".
+  std::string model_type() const;
 
-  /// Word pieces of `text` without special tokens.
+  /// Tokens of `text` without special tokens.
   std::vector<std::string> tokenize(const std::string& text) const;
   /// Id of `token`, or -1 when it is not in the vocabulary.
   int64_t token_to_id(const std::string& token) const;

@@ -119,8 +119,9 @@ PYBIND11_MODULE(_tfm, m) {
 
   // ------------------------------------------------------------------ Tokenizer
   py::class_<tfm::Tokenizer>(m, "Tokenizer",
-                             "BERT WordPiece tokenizer of a model folder (tokenizer.json or vocab.txt), equal to "
-                             "Hugging Face BertTokenizerFast. Thread-safe.")
+                             "Tokenizer of a model folder (tokenizer.json: WordPiece, byte-level BPE, Unigram, "
+                             "WordLevel; or a BERT vocab.txt; or a SentencePiece model), equal to Hugging Face "
+                             "tokenizers. Thread-safe.")
       .def(
           "encode",
           [](const tfm::Tokenizer& t, const std::string& text, const std::optional<std::string>& pair,
@@ -138,7 +139,8 @@ PYBIND11_MODULE(_tfm, m) {
           py::arg("text"), py::arg("pair") = py::none(), py::arg("add_special_tokens") = true,
           py::arg("max_length") = 0,
           "One text (or pair), unpadded: {input_ids, token_type_ids, tokens, special_tokens_mask, offsets}; offsets "
-          "(single texts only) are character [start, end) pairs in the text, (-1, -1) for special tokens")
+          "are character [start, end) pairs in each token's own text (a pair's second text counts from its own "
+          "start), (-1, -1) for special tokens")
       .def(py::init([](const py::object& path) {
              const std::string dir = path_arg(path);
              py::gil_scoped_release nogil;
@@ -166,7 +168,17 @@ PYBIND11_MODULE(_tfm, m) {
           "Encode a list of texts (and optional pairs) into one right-padded batch: a dict of int64 numpy arrays "
           "[batch, length] 'input_ids', 'attention_mask' (1 = token, 0 = padding), 'token_type_ids' (+ 'tokens', "
           "a list of lists of str, with return_tokens). max_length > 0 truncates (special tokens included).")
-      .def("tokenize", &tfm::Tokenizer::tokenize, py::arg("text"), "Word pieces of text, no special tokens")
+      .def(
+          "decode",
+          [](const tfm::Tokenizer& t, const std::vector<int64_t>& ids, bool skip_special_tokens) {
+            py::gil_scoped_release nogil;
+            return t.decode(ids, skip_special_tokens);
+          },
+          py::arg("ids"), py::arg("skip_special_tokens") = true,
+          "Text of ids, as Hugging Face decode(ids, skip_special_tokens, clean_up_tokenization_spaces=False).")
+      .def_property_readonly("has_token_type_ids", &tfm::Tokenizer::has_token_type_ids)
+      .def_property_readonly("model_type", &tfm::Tokenizer::model_type)
+      .def("tokenize", &tfm::Tokenizer::tokenize, py::arg("text"), "Tokens of text, no special tokens")
       .def("token_to_id", &tfm::Tokenizer::token_to_id, py::arg("token"), "Id of token, or -1")
       .def("id_to_token", &tfm::Tokenizer::id_to_token, py::arg("id"))
       .def_property_readonly("vocab_size", &tfm::Tokenizer::vocab_size)

@@ -35,7 +35,9 @@ def test_encode_pair_and_errors():
     e = tok.encode("a b", pair="c")
     assert e["tokens"][0] == "[CLS]" and e["tokens"].count("[SEP]") == 2
     assert e["token_type_ids"][-1] == 1 and e["token_type_ids"][0] == 0
-    assert "offsets" not in e
+    # Pairs have offsets too (HF offset_mapping), the second text counting from its own start: by hand, "a b" has
+    # a [0, 1) and b [2, 3), "c" has c [0, 1).
+    assert [tuple(o) for o in e["offsets"]] == [(-1, -1), (0, 1), (2, 3), (-1, -1), (0, 1), (-1, -1)]
     with pytest.raises(ValueError, match="max_length"):
         tok.encode("a b", max_length=1)
 

@@ -73,3 +73,31 @@ def test_errors(tok, tmp_path):
     (tmp_path / "tokenizer.json").write_text("{not json")
     with pytest.raises(RuntimeError, match="tokenizer.json"):
         tfm.Tokenizer(str(tmp_path))
+
+
+ENGINE = json.load(open(os.path.join(FIXTURES, "tokenizer", "engine_cases.json")))
+
+
+@pytest.mark.parametrize("kind", ["bpe_bytelevel", "unigram", "wordpiece", "wordlevel"])
+def test_engine_kinds_match_hugging_face(kind):
+    """encode() / decode() of each trained tokenizer kind give HF's ids, tokens, offsets and text."""
+    t = tfm.Tokenizer(os.path.join(FIXTURES, "tokenizer", kind))
+    v = next(x for x in ENGINE["tokenizers"] if x["name"] == kind)
+    checked = 0
+    for c in v["cases"]:
+        if "error" in c or "max_length" in c and c["strategy"] != "LongestFirst" or c.get("direction") == "Left":
+            continue
+        kw = dict(add_special_tokens=c["add_special_tokens"], max_length=c.get("max_length", 0))
+        e = t.encode(c["text"], c.get("pair"), **kw)
+        assert e["input_ids"] == c["input_ids"], c["text"]
+        assert e["tokens"] == c["tokens"], c["text"]
+        # HF's offset_mapping gives (0, 0) to special tokens, tfm (-1, -1): no place in the text.
+        assert [[0, 0] if o[0] < 0 else list(o) for o in e.get("offsets", [])] == c["offsets"], c["text"]
+        assert e["special_tokens_mask"] == c["special_tokens_mask"]
+        assert e["token_type_ids"] == c["token_type_ids"]
+        assert t.decode(c["input_ids"]) == c["decoded"]
+        assert t.decode(c["input_ids"], skip_special_tokens=False) == c["decoded_with_special"]
+        checked += 1
+    assert checked >= 60
+    if kind != "wordlevel":  # no post-processor and no tokenizer_config.json: a pair's type ids decide
+        assert t.has_token_type_ids == (kind == "wordpiece")

@@ -12,7 +12,7 @@
 #include "api/impl.h"
 #include "io/json_util.h"
 #include "models/encoder.h"
-#include "models/weights.h"
+#include "nn/weights.h"
 #include "models/pooling.h"
 #include "models/sentence_transformer.h"
 #include "ops/gemm.h"

@@ -1,4 +1,4 @@
-// tfm::Tokenizer over text/bert_tokenizer.
+// tfm::Tokenizer over the tokenizer engine (text/bert_tokenizer, text/tokenizer).
 #include "tfm/tokenizer.h"
 
 #include <filesystem>
@@ -14,8 +14,10 @@ namespace tfm {
 Tokenizer::Tokenizer(const std::string& model_dir) {
   api::require_dir(model_dir, "model folder");
   std::error_code ec;
-  if (!std::filesystem::exists(model_dir + "/tokenizer.json", ec) && !std::filesystem::exists(model_dir + "/vocab.txt", ec))
-    throw FileNotFoundError(model_dir + ": no tokenizer.json or vocab.txt in the model folder");
+  bool any = false;
+  for (const char* f : {"/tokenizer.json", "/vocab.txt", "/sentencepiece.bpe.model", "/spiece.model"})
+    any = any || std::filesystem::exists(model_dir + f, ec);
+  if (!any) throw FileNotFoundError(model_dir + ": no tokenizer.json or vocab.txt in the model folder");
   impl_ = std::make_unique<Impl>(Impl{BertTokenizer::from_dir(model_dir)});
 }
 Tokenizer::~Tokenizer() = default;
@@ -81,15 +83,22 @@ TextEncoding api::text_encoding(const BertTokenizer& tok, const Encoding& e, boo
   TextEncoding t;
   t.input_ids = e.input_ids;
   t.token_type_ids = e.token_type_ids;
+  t.attention_mask = e.attention_mask;
   t.tokens = e.tokens;
+  // The engine marks the post-processor's tokens; an encoding cut by hand (a sentence-transformers max_seq_length)
+  // may have lost the mask, then a [CLS]/[SEP] at either end counts.
+  const bool mask = e.special_tokens_mask.size() == t.tokens.size();
   for (size_t i = 0; i < t.tokens.size(); ++i)
-    t.special.push_back(add_special_tokens && (i == 0 || i + 1 == t.tokens.size()) &&
-                        (t.tokens[i] == "[CLS]" || t.tokens[i] == "[SEP]"));
+    t.special.push_back(add_special_tokens &&
+                        (mask ? e.special_tokens_mask[i] == 1
+                              : (i == 0 || i + 1 == t.tokens.size()) &&
+                                    (t.tokens[i] == "[CLS]" || t.tokens[i] == "[SEP]")));
   if (!offsets) return t;
-  t.offsets = token_offsets(tok, seen, e);
+  // The tokenizer's own offsets (HF offset_mapping) when the encoding still has them.
+  t.offsets = e.offsets.size() == e.input_ids.size() ? e.offsets : token_offsets(tok, seen, e);
   for (size_t i = 0; i < t.offsets.size(); ++i) {
     auto& [a, b] = t.offsets[i];
-    if (t.special[i] || (a == 0 && b == 0) || a < skip) {
+    if (t.special[i] || (a == 0 && b == 0 && !mask) || a < skip) {
       a = b = -1;
     } else {
       a -= skip;
@@ -103,17 +112,16 @@ TextEncoding Tokenizer::encode(const std::string& text, const TokenizeOptions& o
   const Encoding e = impl_->tok.encode(text, nullptr, o.add_special_tokens, o.max_length);
   return api::text_encoding(impl_->tok, e, o.add_special_tokens, text, 0, o.return_offsets);
 }
-
 TextEncoding Tokenizer::encode_pair(const std::string& text, const std::string& pair, const TokenizeOptions& o) const {
   const Encoding e = impl_->tok.encode(text, &pair, o.add_special_tokens, o.max_length);
-  TextEncoding t;
-  t.input_ids = e.input_ids;
-  t.token_type_ids = e.token_type_ids;
-  t.tokens = e.tokens;
-  for (size_t i = 0; i < t.tokens.size(); ++i)
-    t.special.push_back(o.add_special_tokens && (t.tokens[i] == "[CLS]" || t.tokens[i] == "[SEP]"));
-  return t;
+  // Offsets come from the engine, each text counting from its own start.
+  return api::text_encoding(impl_->tok, e, o.add_special_tokens, text, 0, o.return_offsets);
 }
+std::string Tokenizer::decode(const std::vector<int64_t>& ids, bool skip_special_tokens) const {
+  return impl_->tok.decode(ids, skip_special_tokens);
+}
+bool Tokenizer::has_token_type_ids() const { return impl_->tok.has_token_type_ids(); }
+std::string Tokenizer::model_type() const { return impl_->tok.engine().model_type(); }
 
 std::vector<std::string> Tokenizer::tokenize(const std::string& text) const {
   if (auto bad = find_invalid_utf8(text))

@@ -9,6 +9,7 @@
 #include <stdexcept>
 
 #include "api/common.h"
+#include "decode/decoder_cache.h"
 #include "decode/search.h"
 #include "io/json_util.h"
 #include "models/seq2seq.h"
@@ -279,14 +280,14 @@ TranslationAttention Translator::attention(const std::vector<int64_t>& source, c
   Tensor enc = I.model->encode(ids.data(), &vl, 1, Ls, &enc_attn);
   const int64_t steps = std::min<int64_t>((int64_t)t.ids.size() + 1, opt.max_steps);
   DecoderCache cache;
-  I.model->start_decoding(cache, enc, &vl, opt.max_steps);
+  start_decoding(*I.model, cache, enc, &vl, opt.max_steps);
   std::vector<float> logits(V);
   std::vector<Tensor> cross;
   for (int64_t l = 0; l < c.num_layers; ++l) cross.push_back(Tensor::zeros({heads, steps, vl}));
   for (int64_t s = 0; s < steps; ++s) {
     const int64_t token = s == 0 ? opt.bos_id : t.ids[s - 1];
     std::vector<std::vector<float>> w;  // per layer [heads, Ls]
-    I.model->decode_step(cache, &token, logits.data(), opt.position_mode, &w);
+    decode_step(*I.model, cache, &token, logits.data(), opt.position_mode, &w);
     for (int64_t l = 0; l < c.num_layers; ++l)
       for (int64_t h = 0; h < heads; ++h)
         std::copy_n(w[l].data() + h * Ls, vl, cross[l].f32() + (h * steps + s) * vl);

@@ -1,6 +1,7 @@
 #include "decode/search.h"
 
-#include "decode/profile.h"
+#include "decode/decoder_cache.h"
+#include "core/profile.h"
 #include "ops/vec_math.h"
 
 #include <algorithm>
@@ -98,7 +99,7 @@ std::vector<std::vector<int64_t>> greedy_decode(Seq2SeqModel& model, const int64
   std::vector<Tensor> enc_attn;
   Tensor enc = model.encode(src, src_valid_len, B, Ls, attention ? &enc_attn : nullptr);
   DecoderCache cache;
-  model.start_decoding(cache, enc, src_valid_len, opt.max_steps);
+  start_decoding(model, cache, enc, src_valid_len, opt.max_steps);
   std::vector<int64_t> tokens(B, opt.bos_id);
   std::vector<float> logits(B * V);
   std::vector<std::vector<int64_t>> out(B);
@@ -107,7 +108,7 @@ std::vector<std::vector<int64_t>> greedy_decode(Seq2SeqModel& model, const int64
   const int64_t heads = model.config().num_heads;
   for (int64_t t = 0; t < opt.max_steps; ++t) {
     std::vector<std::vector<float>> cross;
-    model.decode_step(cache, tokens.data(), logits.data(), opt.position_mode, attention ? &cross : nullptr);
+    decode_step(model, cache, tokens.data(), logits.data(), opt.position_mode, attention ? &cross : nullptr);
     suppress_token(logits.data(), B, V, opt.suppress_id);
     if (attention && !done[0]) {
       std::vector<float> row(heads * Ls);
@@ -165,7 +166,7 @@ std::vector<std::vector<Hypothesis>> beam_search_hypotheses(Seq2SeqModel& model,
   if (!(opt.length_penalty >= 0.0f) || !std::isfinite(opt.length_penalty))
     throw std::invalid_argument("length_penalty must be finite and >= 0, got " + std::to_string(opt.length_penalty));
   if (opt.max_steps < 0) throw std::invalid_argument("max_steps must be >= 0, got " + std::to_string(opt.max_steps));
-  const int64_t V = model.config().tgt_vocab_size, H = model.config().num_hiddens;
+  const int64_t V = model.config().tgt_vocab_size;
   const int64_t K = opt.beam_size;
   const double alpha = opt.length_penalty;
   struct Beam {
@@ -194,7 +195,7 @@ std::vector<std::vector<Hypothesis>> beam_search_hypotheses(Seq2SeqModel& model,
   if (opt.max_steps > 0) {
     Tensor enc = model.encode(src, src_valid_len, N, Ls);
     DecoderCache cache;
-    model.start_decoding(cache, enc, src_valid_len, opt.max_steps);
+    start_decoding(model, cache, enc, src_valid_len, opt.max_steps);
     std::vector<int64_t> row_sentence(N);  // cache row -> sentence; a sentence's rows are contiguous, beam order
     for (int64_t i = 0; i < N; ++i) row_sentence[i] = i;
     std::vector<int64_t> last(N, opt.bos_id);
@@ -213,7 +214,7 @@ std::vector<std::vector<Hypothesis>> beam_search_hypotheses(Seq2SeqModel& model,
     for (int64_t t = 0; t < opt.max_steps && !row_sentence.empty(); ++t) {
       const int64_t R = (int64_t)row_sentence.size();
       logits.resize(R * V);
-      model.decode_step(cache, last.data(), logits.data(), opt.position_mode);
+      decode_step(model, cache, last.data(), logits.data(), opt.position_mode);
       suppress_token(logits.data(), R, V, opt.suppress_id);
       decode_profile::Timer tm(decode_profile::kLogSoftmaxTopK);
       lse.resize(R);
@@ -289,7 +290,7 @@ std::vector<std::vector<Hypothesis>> beam_search_hypotheses(Seq2SeqModel& model,
       }
       tm.next(decode_profile::kReorder);
       if (keep_rows.empty()) break;
-      Seq2SeqModel::reorder_cache(cache, keep_rows, H);
+      reorder_cache(cache, keep_rows);
       row_sentence.swap(next_sentence);
       last.swap(next_last);
     }

@@ -475,9 +475,4 @@ void write_heatmaps(const std::string& path, const HeatmapFigure& fig) {
                                        [&](cairo_t* cr) { draw_heatmaps_on(cr, fig, g, nullptr); }));
 }
 
-std::string heatmaps_png_bytes(const HeatmapFigure& fig) {
-  HeatmapGeometry g = measure_heatmaps(fig);
-  return render_bytes(Format::kPng, g.width, g.height, [&](cairo_t* cr) { draw_heatmaps_on(cr, fig, g, nullptr); });
-}
-
 }  // namespace tfm

@@ -73,7 +73,5 @@ RgbImage render_heatmaps(const HeatmapFigure& fig, PlotLayout* layout = nullptr)
 // Throws std::runtime_error naming the path when it cannot be written.
 void write_line_plot(const std::string& path, const LinePlot& plot);
 void write_heatmaps(const std::string& path, const HeatmapFigure& fig);
-// The PNG file bytes, for the HTTP server.
-std::string heatmaps_png_bytes(const HeatmapFigure& fig);
 
 }  // namespace tfm

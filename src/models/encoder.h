@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "core/tensor.h"
-#include "models/weights.h"
+#include "nn/weights.h"
 #include "ops/activation.h"
 #include "ops/gemm.h"
 

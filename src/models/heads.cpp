@@ -8,7 +8,7 @@
 #include <stdexcept>
 
 #include "io/json_util.h"
-#include "models/weights.h"
+#include "nn/weights.h"
 #include "ops/layer_norm.h"
 
 namespace tfm {
@@ -104,20 +104,23 @@ TaskModel TaskModel::load(const std::string& dir, HeadKind want) {
 
   if (kind == HeadKind::MaskedLM) {
     m.act_ = ops::parse_activation(cfg.hidden_act);
-    m.transform_ = nn::Linear::load(w, "cls.predictions.transform.dense", H, H);
+    m.transform_ = nn::Linear::load(nn::Vars(w).prefix("cls.predictions.transform.dense"), H, H);
     const std::string p = "cls.predictions.transform.LayerNorm.";
-    m.transform_ln_.weight = w.get(p + "weight", {H}, {p + "gamma"});
-    m.transform_ln_.bias = w.get(p + "bias", {H}, {p + "beta"});
+    m.transform_ln_.weight = nn::Param(w.get(p + "weight", {H}, {p + "gamma"}));
+    m.transform_ln_.bias = nn::Param(w.get(p + "bias", {H}, {p + "beta"}));
+    m.transform_ln_.C = H;
     m.transform_ln_.eps = (float)cfg.layer_norm_eps;
     // Decoder: stored, or tied to the word embeddings (safetensors files from save_pretrained drop tied copies).
     if (w.has("cls.predictions.decoder.weight")) {
-      m.decoder_.weight = w.get("cls.predictions.decoder.weight", {cfg.vocab_size, H});
+      m.decoder_.weight = nn::Param(w.get("cls.predictions.decoder.weight", {cfg.vocab_size, H}));
     } else {
-      m.decoder_.weight = w.get("bert.embeddings.word_embeddings.weight", {cfg.vocab_size, H},
-                                {"embeddings.word_embeddings.weight"});
+      m.decoder_.weight = nn::Param(w.get("bert.embeddings.word_embeddings.weight", {cfg.vocab_size, H},
+                                          {"embeddings.word_embeddings.weight"}));
       m.tied_ = true;
     }
-    m.decoder_.bias = w.get("cls.predictions.bias", {cfg.vocab_size}, {"cls.predictions.decoder.bias"});
+    m.decoder_.bias = nn::Param(w.get("cls.predictions.bias", {cfg.vocab_size}, {"cls.predictions.decoder.bias"}));
+    m.decoder_.in_features = H;
+    m.decoder_.out_features = cfg.vocab_size;
     return m;
   }
 
@@ -147,7 +150,7 @@ TaskModel TaskModel::load(const std::string& dir, HeadKind want) {
   } else {
     for (int64_t i = 0; i < num_labels; ++i) m.head_.id2label.push_back("LABEL_" + std::to_string(i));
   }
-  m.classifier_ = nn::Linear::load(w, "classifier", H, num_labels);
+  m.classifier_ = nn::Linear::load(nn::Vars(w).prefix("classifier"), H, num_labels);
   if (kind == HeadKind::SequenceClassification && !(w.has("pooler.dense.weight") || w.has("bert.pooler.dense.weight")))
     throw std::runtime_error(dir + "/model.safetensors: missing tensor 'bert.pooler.dense.weight': sequence "
                              "classification reads the pooler output");
@@ -158,7 +161,7 @@ Tensor TaskModel::sequence_logits(const Tensor& ids, const Tensor& tt, const Ten
   EncoderOutput out = encoder_->forward(ids, tt, mask);
   const int64_t B = ids.size(0);
   Tensor logits = Tensor::empty({B, num_labels()});
-  classifier_.forward(logits.f32(), out.pooler_output.f32(), B);
+  classifier_.forward_inference(logits.f32(), out.pooler_output.f32(), B);
   return logits;
 }
 
@@ -166,14 +169,14 @@ Tensor TaskModel::token_logits(const Tensor& ids, const Tensor& tt, const Tensor
   EncoderOutput out = encoder_->forward(ids, tt, mask);
   const int64_t B = ids.size(0), L = ids.size(1);
   Tensor logits = Tensor::empty({B, L, num_labels()});
-  classifier_.forward(logits.f32(), out.last_hidden_state.f32(), B * L);
+  classifier_.forward_inference(logits.f32(), out.last_hidden_state.f32(), B * L);
   return logits;
 }
 
 Tensor TaskModel::mlm_logits(const Tensor& ids, const Tensor& tt, const Tensor& mask,
                              const std::vector<std::pair<int64_t, int64_t>>& positions) const {
   EncoderOutput out = encoder_->forward(ids, tt, mask);
-  const int64_t L = ids.size(1), H = encoder_->config().hidden_size, V = decoder_.out_features();
+  const int64_t L = ids.size(1), H = encoder_->config().hidden_size, V = decoder_.out_features;
   const int64_t P = (int64_t)positions.size();
   std::vector<float> h(P * H), t(P * H);
   for (int64_t p = 0; p < P; ++p) {
@@ -181,11 +184,11 @@ Tensor TaskModel::mlm_logits(const Tensor& ids, const Tensor& tt, const Tensor& 
     if (b < 0 || b >= ids.size(0) || l < 0 || l >= L) throw std::invalid_argument("mlm_logits: position out of range");
     std::copy_n(out.last_hidden_state.f32() + (b * L + l) * H, H, h.data() + p * H);
   }
-  transform_.forward(t.data(), h.data(), P);
+  transform_.forward_inference(t.data(), h.data(), P);
   ops::activation_forward(t.data(), t.data(), P * H, act_);
-  transform_ln_.forward(t.data(), t.data(), P);
+  transform_ln_.forward_inference(t.data(), t.data(), P);
   Tensor logits = Tensor::empty({P, V});
-  decoder_.forward(logits.f32(), t.data(), P);
+  decoder_.forward_inference(logits.f32(), t.data(), P);
   return logits;
 }
 

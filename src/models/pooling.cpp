@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "io/json_util.h"
-#include "models/weights.h"
+#include "nn/weights.h"
 #include "ops/activation.h"
 
 namespace tfm {
@@ -182,17 +182,17 @@ DenseModule DenseModule::load(const std::string& dir) {
     throw std::runtime_error(dir + ": only pytorch_model.bin found; convert it to model.safetensors "
                              "(safetensors.torch.save_file(torch.load(f), 'model.safetensors'))");
   SafeTensorsWeights w(st);
-  d.linear = nn::Linear::load(w, "linear", in, out, bias);
+  d.linear = nn::Linear::load(nn::Vars(w).prefix("linear"), in, out, bias);
   return d;
 }
 
 Tensor DenseModule::forward(const Tensor& x) const {
-  if (x.ndim() != 2 || x.size(1) != linear.in_features())
+  if (x.ndim() != 2 || x.size(1) != linear.in_features)
     throw std::invalid_argument("Dense: input " + shape_str(x.shape()) + " does not have in_features " +
-                                std::to_string(linear.in_features()));
-  const int64_t B = x.size(0), O = linear.out_features();
+                                std::to_string(linear.in_features));
+  const int64_t B = x.size(0), O = linear.out_features;
   Tensor y = Tensor::empty({B, O});
-  linear.forward(y.f32(), x.f32(), B);
+  linear.forward_inference(y.f32(), x.f32(), B);
   float* p = y.f32();
   const int64_t n = B * O;
   switch (activation) {

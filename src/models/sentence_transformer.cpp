@@ -5,7 +5,7 @@
 #include <utf8proc.h>
 
 #include "io/json_util.h"
-#include "models/weights.h"
+#include "nn/weights.h"
 
 namespace tfm {
 
@@ -162,10 +162,10 @@ SentenceTransformer SentenceTransformer::load(const std::string& dir, const Sent
                              std::to_string(H));
   m.dim_ = m.pooling_.output_dim(H);
   for (const DenseModule& d : m.dense_) {
-    if (d.linear.in_features() != m.dim_)
-      throw std::runtime_error(dir + ": a Dense module has in_features " + std::to_string(d.linear.in_features()) +
+    if (d.linear.in_features != m.dim_)
+      throw std::runtime_error(dir + ": a Dense module has in_features " + std::to_string(d.linear.in_features) +
                                " but its input has " + std::to_string(m.dim_) + " values");
-    m.dim_ = d.linear.out_features();
+    m.dim_ = d.linear.out_features;
   }
   return m;
 }
@@ -213,7 +213,7 @@ std::string SentenceTransformer::describe() const {
                   std::to_string(max_seq_length_) + (do_lower_case_ ? ", do_lower_case" : "") + ") -> Pooling(" +
                   pooling_.describe() + (pooling_.include_prompt ? "" : ", prompt excluded") + ")";
   for (const DenseModule& d : dense_)
-    s += " -> Dense(" + std::to_string(d.linear.in_features()) + " -> " + std::to_string(d.linear.out_features()) + ")";
+    s += " -> Dense(" + std::to_string(d.linear.in_features) + " -> " + std::to_string(d.linear.out_features) + ")";
   if (normalize_) s += " -> Normalize";
   return s;
 }

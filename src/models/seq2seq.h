@@ -16,7 +16,8 @@
 #include "core/rng.h"
 #include "core/tensor.h"
 #include "ops/gemm.h"
-#include "train/params.h"
+#include "nn/params.h"
+#include "nn/transformer_block.h"
 
 namespace tfm {
 
@@ -66,35 +67,31 @@ struct LossResult {
   int64_t num_tokens = 0;     // valid target tokens
 };
 
-// Decoder state for incremental decoding: per layer the projected self-attention keys/values of every step so
-// far and the projected encoder keys/values (computed once per source sentence).
-//
-// Beam search reorders rows at every step; nothing is copied for that. Self-attention keys/values are appended,
-// step after step, to one growing buffer per layer (`kv_rows_used` rows of H floats); row r of the batch reads
-// its key/value of step s at buffer row kv_index[r * capacity + s]. Encoder keys/values stay one block per source
-// sentence; row r reads block cross_row[r]. reorder_cache only permutes these small index arrays.
-struct DecoderCache {
-  int64_t batch = 0, src_len = 0, steps = 0, capacity = 0;
-  std::vector<int64_t> src_valid_len;                 // [batch] (of cross_row's sentence)
-  std::vector<std::vector<float>> self_k, self_v;     // per layer [kv_rows_used (growing), H]
-  std::vector<std::vector<float>> cross_k, cross_v;   // per layer [sentences, Ls, H]
-  std::vector<int64_t> kv_index;                      // [batch, capacity] buffer row of each step's key/value
-  std::vector<int64_t> cross_row;                     // [batch] encoder block of each row
-  int64_t kv_rows_used = 0;
-  std::vector<std::vector<float>> scratch;            // decode_step work buffers (reused, not reallocated)
-};
-
 // How incremental decoding numbers positions. kAbsolute: step t adds P[t] (what training sees).
 // kD2lStep: every step adds P[0], as d2l's predict_seq2seq does (it feeds one token at a time and its
 // PositionalEncoding adds P[:, :1]); needed to reproduce that reference's translations exactly.
 enum class PositionMode { kAbsolute, kD2lStep };
 
+// The modules of the model, named as the reference's state_dict (module construction order).
+struct Seq2SeqModules {
+  nn::Embedding src_embedding, tgt_embedding;  // "encoder.embedding", "decoder.embedding" [vocab, H], scaled by
+                                               // sqrt(H) (one weight when shared_embeddings)
+  std::vector<nn::EncoderBlock> encoder;   // "encoder.blks.blockN"
+  std::vector<nn::DecoderBlock> decoder;   // "decoder.blks.blockN"
+  nn::LayerNorm encoder_norm, decoder_norm;  // pre-LN only: "encoder.ln", "decoder.ln"
+  nn::Linear dense;                        // "decoder.dense" [tgt_vocab, H] (tied: weight = the embedding)
+  std::vector<float> P;                    // [max_len, H] sinusoidal positional encoding
+};
+
 class Seq2SeqModel {
  public:
   explicit Seq2SeqModel(const Seq2SeqConfig& config);
   ~Seq2SeqModel();
+  Seq2SeqModel(const Seq2SeqModel&) = delete;
+  Seq2SeqModel& operator=(const Seq2SeqModel&) = delete;
   const Seq2SeqConfig& config() const { return config_; }
-  ParamTable& params() { return params_; }
+  nn::ParamStore& params() { return params_; }
+  const Seq2SeqModules& modules() const { return m_; }
 
   // d2l's initialisation: Xavier-uniform Linear weights; Linear biases U(+-1/sqrt(fan_in)); embeddings N(0, 1);
   // LayerNorm weight 1, bias 0 (the last three are PyTorch's defaults).
@@ -105,17 +102,19 @@ class Seq2SeqModel {
   void save(const std::string& safetensors_path);
 
   // Packs every Linear weight for inference in `dtype` (ops/gemm.h PackedLinear: oneDNN matmul on weights
-  // reordered once; bf16 / int8 dynamic quantisation) so encode, start_decoding and decode_step run on them.
+  // reordered once; bf16 / int8 dynamic quantisation) so encode and incremental decoding
+  // (decode/decoder_cache.h) run on them; the decoder's self-attention W_q, W_k, W_v also as one product.
   // Embeddings, LayerNorm, softmax and the output projection (decoder.dense) stay fp32, the latter unless
   // quantize_output_projection (then it runs in `dtype` too: a third of a beam step's products). Call after load();
   // forward_backward / forward_logits keep using the parameters, and changing them needs another call.
   // Throws std::runtime_error when this CPU has no oneDNN kernel for `dtype`.
   void prepare_inference(ops::ComputeType dtype, bool quantize_output_projection = false);
-  // Precision of forward_backward's Linear products: F32 (default) or BF16 (inputs and weights rounded to bf16,
-  // fp32 accumulation and outputs; parameters, gradients and optimizer state stay fp32). Throws
-  // std::invalid_argument for I8 and std::runtime_error (one line) for BF16 on a CPU without bf16 instructions.
+  // Precision of forward_backward's Linear products (each Linear's `precision`): F32 (default) or BF16 (inputs
+  // and weights rounded to bf16, fp32 accumulation and outputs; parameters, gradients and optimizer state stay
+  // fp32). Throws std::invalid_argument for I8 and std::runtime_error (one line) for BF16 on a CPU without bf16
+  // instructions.
   void set_precision(ops::ComputeType precision);
-  ops::ComputeType precision() const;
+  ops::ComputeType precision() const { return precision_; }
   // Teacher-forced forward, masked softmax cross-entropy, backward. Parameter gradients are accumulated (+=).
   // dropout_rng: null disables dropout (eval), otherwise masks are drawn from it. label_smoothing in [0, 1).
   // token_mean: loss = mean over valid target tokens (instead of d2l's per-sequence mean summed over the batch);
@@ -124,29 +123,30 @@ class Seq2SeqModel {
   // gradients are the global batch's).
   LossResult forward_backward(const Seq2SeqBatch& batch, Rng* dropout_rng, float label_smoothing = 0.0f,
                               bool token_mean = false, int64_t token_denominator = 0);
-  // Teacher-forced forward without dropout or gradients. Returns logits [B, Lt, tgt_vocab_size].
+  // Teacher-forced forward without dropout or gradients (fp32 products). Returns logits [B, Lt, tgt_vocab_size].
   Tensor forward_logits(const Seq2SeqBatch& batch);
 
   // Encoder outputs [B, Ls, num_hiddens] (no dropout). attention_weights, when non-null, receives each layer's
   // weights [num_layers][B, heads, Ls, Ls].
   Tensor encode(const int64_t* src, const int64_t* src_valid_len, int64_t B, int64_t Ls,
                 std::vector<Tensor>* attention_weights = nullptr);
-  // Prepares `cache` for up to max_steps decoder steps over enc_out [B, Ls, H].
-  void start_decoding(DecoderCache& cache, const Tensor& enc_out, const int64_t* src_valid_len, int64_t max_steps);
-  // One decoder step for tokens [B]: appends to the cache and writes logits [B, tgt_vocab_size].
-  // cross_attention, when non-null, receives each layer's cross-attention weights [B, heads, 1, Ls].
-  void decode_step(DecoderCache& cache, const int64_t* tokens, float* logits, PositionMode mode,
-                   std::vector<std::vector<float>>* cross_attention = nullptr);
-  // Keeps cache rows `rows` (new row r = old row rows[r]); for beam search.
-  static void reorder_cache(DecoderCache& cache, const std::vector<int64_t>& rows, int64_t hidden);
+  // Decoder input of one step: x [B, H] = embedding(tokens) * sqrt(H) + P[pos]. Throws std::out_of_range for
+  // an id outside the target vocabulary and std::invalid_argument for pos >= max_len.
+  void embed_target_step(float* x, const int64_t* tokens, int64_t B, int64_t pos) const;
+  // logits [B, tgt_vocab_size] of decoder outputs x [B, H] (the final LayerNorm first when pre-LN; x is then
+  // overwritten).
+  void project_output(float* logits, float* x, int64_t B) const;
 
  private:
-  struct Impl;
-  void forward_train(const Seq2SeqBatch& batch, Rng* rng);
-  const float* encoder_forward(const int64_t* src, const int64_t* src_valid_len, int64_t B, int64_t Ls, Rng* rng);
+  struct Train;  // activations saved by the teacher-forced forward
+  void forward_train(const Seq2SeqBatch& batch, const nn::Context& ctx);
+  const float* encoder_forward(const int64_t* src, const int64_t* src_valid_len, int64_t B, int64_t Ls,
+                               const nn::Context& ctx);
   Seq2SeqConfig config_;
-  ParamTable params_;
-  std::unique_ptr<Impl> impl_;
+  nn::ParamStore params_;
+  Seq2SeqModules m_;
+  ops::ComputeType precision_ = ops::ComputeType::F32;
+  std::unique_ptr<Train> t_;
 };
 
 }  // namespace tfm

@@ -1,46 +1,132 @@
-// Parameter holders for the basic layers, with their inference forward. Training modules (with gradients and
-// saved activations) live beside the models that use them.
+// The basic modules: Linear, LayerNorm, the position-wise feed-forward network. Each is a struct of parameters
+// (nn/params.h) with its forward and backward side by side (llm.c style).
+//
+// Accumulation rule (all of nn/): parameter gradients add (+=); activation gradients are written (=) unless a
+// function says it adds.
+//
+// Two kinds of forward:
+//  - forward(ctx, ...) keeps what backward needs in the module (training; also inference that wants attention
+//    maps). Not thread-safe: one call at a time per module.
+//  - forward_inference(...) const saves nothing and writes only the caller's buffers; thread-safe.
 #pragma once
-#include <string>
+#include <cstdint>
+#include <vector>
 
-#include "core/tensor.h"
-#include "models/weights.h"
-#include "ops/layer_norm.h"
-#include "ops/matmul.h"
+#include "core/rng.h"
+#include "nn/params.h"
+#include "ops/activation.h"
+#include "ops/gemm.h"
 
 namespace tfm::nn {
 
-// torch.nn.Linear: y = x W^T + b.
-struct Linear {
-  Tensor weight;  // [out_features, in_features]
-  Tensor bias;    // [out_features], or undefined for bias=False
-  int64_t in_features() const { return weight.size(1); }
-  int64_t out_features() const { return weight.size(0); }
-  // out: [N, out_features], inp: [N, in_features]
-  void forward(float* out, const float* inp, int64_t N) const {
-    ops::linear_forward(out, inp, weight.f32(), bias.defined() ? bias.f32() : nullptr, N, in_features(),
-                        out_features());
-  }
-  // Reads "<prefix>.weight" (and "<prefix>.bias" when has_bias) from w.
-  static Linear load(WeightSource& w, const std::string& prefix, int64_t in, int64_t out, bool has_bias = true) {
-    Linear l;
-    l.weight = w.get(prefix + ".weight", {out, in});
-    if (has_bias) l.bias = w.get(prefix + ".bias", {out});
-    return l;
-  }
+using Buf = std::vector<float>;
+
+// How a saving forward runs.
+struct Context {
+  Rng* rng = nullptr;     // dropout masks are drawn from it; null: no dropout (evaluation)
+  float dropout = 0.0f;   // p of every dropout of the model
+  bool grad = false;      // a forward for backward (training): parameter products in each Linear's `precision`
+  bool packed = false;    // Linear products on the packed inference weights where a Linear has them (Linear::pack)
+  bool dropping() const { return rng && dropout > 0.0f; }
 };
 
-// torch.nn.LayerNorm over the last dimension.
+// torch.nn.Linear: y = x W^T + b. weight [out_features, in_features], bias [out_features] or none.
+// The compute type lives here: training products run in `precision` (fp32, or bf16 inputs and weights with fp32
+// accumulation, ops/gemm_bf16.h) on the fp32 parameters; inference products run on `packed` (weights reordered
+// once for oneDNN in fp32, bf16 or int8, ops/gemm.h PackedLinear) when pack() made it.
+struct Linear {
+  Param weight, bias;
+  int64_t in_features = 0, out_features = 0;
+  ops::ComputeType precision = ops::ComputeType::F32;  // of the parameter products (F32 or BF16)
+  ops::PackedLinear packed;                            // inference weights; undefined until pack()
+
+  // "<vb>.weight" [out, in] and, when has_bias, "<vb>.bias" [out].
+  static Linear load(const Vars& vb, int64_t in, int64_t out, bool has_bias = true);
+  // An inference-only Linear: the Linears under `parts` (same in_features, `out` rows each) stacked along
+  // out_features and packed in `ct`; their file pages are released. Parts stored prequantised by
+  // `tfm convert --dtype int8` (I8 + "<name>_scale") are used as stored, in int8, whatever `ct` says.
+  static Linear load_packed(const std::vector<Vars>& parts, int64_t in, int64_t out, ops::ComputeType ct);
+  // An inference-only Linear packed from weight [out, in] and bias [out] (or null), both copied.
+  static Linear from_weights(const float* weight, const float* bias, int64_t in, int64_t out, ops::ComputeType ct);
+  // Packs the parameters for inference in `ct` (they stay, for training). Throws std::runtime_error when this CPU
+  // has no oneDNN kernel for `ct`.
+  void pack(ops::ComputeType ct);
+
+  // out: [N, out_features] = act(inp [N, in_features] W^T + b), written. Packed weights when ctx.packed (and
+  // defined), the activation then fused into the product; otherwise the parameters, in `precision` when
+  // ctx.grad and in fp32 otherwise.
+  void forward(const Context& ctx, float* out, const float* inp, int64_t N,
+               ops::Epilogue act = ops::Epilogue::None) const;
+  // Inference: the packed product when pack() made one, else the fp32 parameters (nothing saved; thread-safe).
+  void forward_inference(float* out, const float* inp, int64_t N, ops::Epilogue act = ops::Epilogue::None) const {
+    Context ctx;
+    ctx.packed = true;
+    forward(ctx, out, inp, N, act);
+  }
+  // dinp [N, in] = dout W (added when accumulate, written otherwise; skipped when null);
+  // dweight += dout^T inp; dbias += column sums of dout. inp: the forward's input [N, in].
+  void backward(float* dinp, const float* dout, const float* inp, int64_t N, bool accumulate = true) const;
+};
+
+// torch.nn.LayerNorm over the last dimension: weight, bias [C].
 struct LayerNorm {
-  Tensor weight, bias;  // [normalized_shape]
+  Param weight, bias;
+  int64_t C = 0;
   float eps = 1e-5f;
-  // out, inp: [N, normalized_shape]; in-place allowed.
-  void forward(float* out, const float* inp, int64_t N) const {
-    ops::layer_norm_forward(out, nullptr, nullptr, inp, weight.f32(), bias.f32(), N, weight.size(0), eps);
-  }
-  static LayerNorm load(WeightSource& w, const std::string& prefix, int64_t C, float eps) {
-    return {w.get(prefix + ".weight", {C}), w.get(prefix + ".bias", {C}), eps};
-  }
+  // Saved by forward for backward.
+  const float* x = nullptr;
+  Buf mean, rstd;
+  int64_t N = 0;
+
+  static LayerNorm load(const Vars& vb, int64_t C, float eps);
+  // out, inp: [N, C]; in place allowed.
+  void forward_inference(float* out, const float* inp, int64_t N) const;
+  // out = LayerNorm(y + residual) in one pass; sum_out, when non-null, receives y + residual (the pre-LN
+  // residual stream). out and sum_out may each alias y or residual.
+  void add_forward_inference(float* out, float* sum_out, const float* y, const float* residual, int64_t N) const;
+  // Saving forward: inp [N, C] must stay alive until backward.
+  void forward(float* out, const float* inp, int64_t N);
+  // dinp [N, C] written (added when accumulate, through `scratch`); dweight, dbias accumulated.
+  void backward(float* dinp, const float* dout, bool accumulate = false);
+  Buf scratch;
+};
+
+// Position-wise feed-forward network: linear2(act(linear1(x))), dropout off (the reference modules' placement).
+struct FeedForward {
+  Linear linear1, linear2;  // [I, H] and [H, I]
+  ops::Activation act = ops::Activation::Relu;
+  // Saved for backward.
+  const float* x = nullptr;
+  Buf h, a, da;
+  int64_t N = 0;
+
+  // out: [N, H], x: [N, H] (alive until backward).
+  void forward(const Context& ctx, float* out, const float* x, int64_t N);
+  // dx [N, H] added to (+=).
+  void backward(const float* dout, float* dx);
+  // Inference on packed weights, the bias and activation fused into the first product; hidden: [N, I] scratch.
+  void forward_inference(float* out, const float* x, float* hidden, int64_t N) const;
+};
+
+// torch.nn.Embedding, scaled and with a position table added (d2l's TransformerEncoder: embedding(x) *
+// sqrt(num_hiddens) + P), then dropout. weight: [vocab_size, dim].
+struct Embedding {
+  Param weight;
+  int64_t vocab_size = 0, dim = 0;
+  float scale = 1.0f;
+  // Saved by forward.
+  std::vector<int64_t> ids;
+  Buf drop;
+  int64_t N = 0;
+
+  static Embedding load(const Vars& vb, int64_t vocab_size, int64_t dim, float scale = 1.0f);
+  // out [B, L, dim] = weight[ids] * scale + positions[l] (positions: [>= L, dim]), then dropout (ctx).
+  // ids: [B, L] in [0, vocab_size) (ops::embedding_forward throws otherwise).
+  void forward(const Context& ctx, float* out, const int64_t* ids, int64_t B, int64_t L, const float* positions);
+  // dout [B, L, dim] is overwritten (scaled in place); dweight += the scatter.
+  void backward(float* dout);
+  // One row per id, every row at the same position: out [N, dim] = weight[ids] * scale + position [dim].
+  void forward_inference(float* out, const int64_t* ids, int64_t N, const float* position) const;
 };
 
 }  // namespace tfm::nn

@@ -59,3 +59,31 @@ void attention_forward_ref(float* out, float* probs, const float* q, const float
                            const AttentionDims& dims, const AttentionMask& mask);
 
 }  // namespace tfm::ops
+
+namespace tfm::ops {
+
+// The keys and values one incremental decoder step attends over (a KV cache), gathered by row index so that
+// beam search reorders rows without copying: key j of batch row r is buffer row
+//   rows[r * rows_stride + j]   when rows is given (self-attention: one buffer row per step and hypothesis), or
+//   blocks[r] * kv_len + j      otherwise (cross-attention: one block of kv_len rows per source sentence).
+struct StepKeys {
+  const float* k = nullptr;  // [buffer rows, heads * head_dim]
+  const float* v = nullptr;  // [buffer rows, heads * head_dim]
+  int64_t kv_len = 0;        // Lk: keys per batch row
+  const int64_t* rows = nullptr;
+  int64_t rows_stride = 0;
+  const int64_t* blocks = nullptr;      // [R]
+  const int64_t* valid_lens = nullptr;  // [R] leading keys visible to each row (d2l valid_lens); null: all kv_len
+};
+
+// Attention of one query per batch row (a decoder step): q [R, heads * head_dim], out [R, heads * head_dim]
+// written; probs [R, heads, kv_len] written when non-null (masked keys 0). The arithmetic is attention_forward's
+// for q_len 1 (a simd dot product per key, masked softmax with fast_exp, then out += p_j v_j key by key), so a
+// cached step equals the teacher-forced forward. A row with no visible key gets zeros.
+void attention_step(float* out, float* probs, const float* q, int64_t R, int64_t num_heads, int64_t head_dim,
+                    const StepKeys& kv);
+// Plain reference in double precision, same semantics.
+void attention_step_ref(float* out, float* probs, const float* q, int64_t R, int64_t num_heads, int64_t head_dim,
+                        const StepKeys& kv);
+
+}  // namespace tfm::ops

@@ -1,5 +1,6 @@
 #include "ops/gemm.h"
 #include "ops/dnnl_context.h"
+#include "ops/gemm_bf16.h"
 
 #include <oneapi/dnnl/dnnl.h>
 
@@ -152,14 +153,6 @@ dt weight_type(ComputeType ct) { return ct == ComputeType::F32 ? dt::f32 : ct ==
 dt src_type(ComputeType ct) { return weight_type(ct); }  // s8 activations: symmetric per-token quantisation
 
 // Round-to-nearest-even fp32 -> bf16, as torch's .to(torch.bfloat16) (NaN kept quiet).
-inline uint16_t to_bf16(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40);
-  u += 0x7fffu + ((u >> 16) & 1u);
-  return (uint16_t)(u >> 16);
-}
-
 // ---- symmetric int8 quantisation: q = round_half_even(x / scale) clamped to [-127, 127], scale = max|x| / 127
 // (1 for an all-zero input). Two kernels: AVX-512 (chosen at run time) and the x86-64-v3 baseline (omp simd).
 
@@ -297,9 +290,8 @@ struct PackedLinear::Impl {
   std::vector<float> bias;     // [out] or empty
   std::vector<float> w_scale;  // [out], int8 only
   bool fuse_bias = false;      // bias as a matmul argument (fp32/bf16); int8 adds it in the dequant pass
-  mutable std::mutex mu;
-  // key: rows * 8 + epilogue -> the primitive and its scratchpad layout
-  mutable std::unordered_map<int64_t, std::pair<dnnl::matmul, memory::desc>> cache;
+  // key: (rows * 8 + epilogue) * 2 + fused -> the primitive and its scratchpad layout
+  mutable MatmulCache<int64_t> cache;
 
   memory::desc src_md(int64_t M) const { return memory::desc({M, in}, src_type(ct), tag::ab); }
   memory::desc dst_md(int64_t M) const { return memory::desc({M, out}, dt::f32, tag::ab); }
@@ -315,12 +307,11 @@ struct PackedLinear::Impl {
   // running one primitive at once (Python threads sharing an Encoder, tfm serve) corrupted some outputs.
   dnnl::matmul primitive(int64_t M, Epilogue ep, bool fused, memory::desc& scratchpad) const {
     const int64_t key = (M * 8 + (int64_t)ep) * 2 + fused;
-    std::lock_guard<std::mutex> lock(mu);
-    auto it = cache.find(key);
-    if (it != cache.end()) {
-      scratchpad = it->second.second;
-      return it->second.first;
-    }
+    CachedMatmul m = cache.get(key, [&] { return make_primitive(M, ep, fused); });
+    scratchpad = m.scratchpad;
+    return m.matmul;
+  }
+  CachedMatmul make_primitive(int64_t M, Epilogue ep, bool fused) const {
     dnnl::primitive_attr attr;
     attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
     if (fused) {
@@ -341,10 +332,7 @@ struct PackedLinear::Impl {
     auto d = fuse_bias ? dnnl::matmul::desc(src_md(M), weights_md, memory::desc({1, out}, dt::f32, tag::ab), dst_md(M))
                        : dnnl::matmul::desc(src_md(M), weights_md, dst_md(M));
     dnnl::matmul::primitive_desc pd(d, attr, cpu_engine());
-    dnnl::matmul prim(pd);
-    scratchpad = pd.scratchpad_desc();
-    cache.emplace(key, std::make_pair(prim, scratchpad));
-    return prim;
+    return CachedMatmul{dnnl::matmul(pd), pd.scratchpad_desc()};
   }
 
   // Picks the layout and reorders `src` (plain [out, in] of type `src_dt`) into it.
@@ -404,8 +392,6 @@ PackedLinear PackedLinear::from_int8(const int8_t* weight, const float* weight_s
 
 int64_t PackedLinear::in_features() const { return impl_ ? impl_->in : 0; }
 int64_t PackedLinear::out_features() const { return impl_ ? impl_->out : 0; }
-ComputeType PackedLinear::compute_type() const { return impl_ ? impl_->ct : ComputeType::F32; }
-size_t PackedLinear::packed_bytes() const { return impl_ ? impl_->weights_md.get_size() : 0; }
 
 void PackedLinear::forward(float* out, const float* inp, int64_t N, Epilogue ep) const {
   if (N <= 0) return;

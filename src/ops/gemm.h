@@ -83,8 +83,6 @@ class PackedLinear {
   bool defined() const { return impl_ != nullptr; }
   int64_t in_features() const;
   int64_t out_features() const;
-  ComputeType compute_type() const;
-  size_t packed_bytes() const;  // bytes of the packed weights (for memory reports)
   struct Impl;
 
  private:

@@ -27,13 +27,6 @@ using dt = memory::data_type;
 dnnl::engine& engine() { return dnnl_cpu_engine(); }
 dnnl::stream& stream() { return dnnl_cpu_stream(); }
 
-inline uint16_t to_bf16(float f) {
-  const uint32_t u = std::bit_cast<uint32_t>(f);
-  // Branch-free so that conversion loops vectorise; a NaN stays a quiet NaN.
-  const uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
-  return (uint16_t)((u & 0x7fffffffu) > 0x7f800000u ? (u >> 16) | 0x40u : rounded);
-}
-
 // dst[r, c] (compact, rows x cols) = bf16(src[r * ld + c]).
 void convert(uint16_t* dst, const float* src, int64_t rows, int64_t cols, int64_t ld) {
 #pragma omp parallel for schedule(static) if (rows * cols > 262144)
@@ -54,19 +47,12 @@ uint32_t bits(float f) {
   return u;
 }
 
-// A primitive and the layout of its scratchpad. The scratchpad is the caller's (scratchpad_mode::user, one
-// buffer per thread, as PackedLinear does): with oneDNN's library-owned one, threads running one cached primitive
-// at once (Python threads, tfm serve) could share its scratch memory.
-struct Prim {
-  dnnl::matmul matmul;
-  memory::desc scratchpad;
-};
-struct Cache {
-  std::mutex mu;
-  std::map<Key, Prim> prims;
-};
-Cache& cache() {
-  static Cache c;
+// The primitives of these products, one per shape (ops/dnnl_context.h). Their scratchpad is the caller's
+// (scratchpad_mode::user, one buffer per thread, as PackedLinear does): with oneDNN's library-owned one, threads
+// running one cached primitive at once (Python threads, tfm serve) could share its scratch memory.
+using Prim = CachedMatmul;
+MatmulCache<Key>& cache() {
+  static MatmulCache<Key> c;
   return c;
 }
 
@@ -82,26 +68,20 @@ memory::desc b_desc(int64_t K, int64_t N, bool trans_b, int64_t ldb, dt type) {
 Prim primitive(int64_t M, int64_t N, int64_t K, bool trans_a, bool trans_b, int64_t lda, int64_t ldb,
                        int64_t ldc, float alpha, float beta, dt type) {
   const Key key{M, N, K, trans_a, trans_b, lda, ldb, ldc, bits(alpha), bits(beta), (int)type};
-  Cache& c = cache();
-  std::lock_guard<std::mutex> lock(c.mu);
-  auto it = c.prims.find(key);
-  if (it != c.prims.end()) return it->second;
-  // Batch shapes vary from step to step (length bucketing); bound the cache so a long run cannot grow it forever.
-  if (c.prims.size() > 4096) c.prims.clear();
-  memory::desc src = a_desc(M, K, trans_a, lda, type), wei = b_desc(K, N, trans_b, ldb, type);
-  memory::desc dst({M, N}, dt::f32, memory::dims{ldc, 1});
-  dnnl::primitive_attr attr;
-  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
-  if (alpha != 1.0f) attr.set_output_scales(0, {alpha});
-  if (beta != 0.0f) {
-    dnnl::post_ops po;
-    po.append_sum(beta);
-    attr.set_post_ops(po);
-  }
-  dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(src, wei, dst), attr, engine());
-  Prim prim{dnnl::matmul(pd), pd.scratchpad_desc()};
-  c.prims.emplace(key, prim);
-  return prim;
+  return cache().get(key, [&] {
+    memory::desc src = a_desc(M, K, trans_a, lda, type), wei = b_desc(K, N, trans_b, ldb, type);
+    memory::desc dst({M, N}, dt::f32, memory::dims{ldc, 1});
+    dnnl::primitive_attr attr;
+    attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+    if (alpha != 1.0f) attr.set_output_scales(0, {alpha});
+    if (beta != 0.0f) {
+      dnnl::post_ops po;
+      po.append_sum(beta);
+      attr.set_post_ops(po);
+    }
+    dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(src, wei, dst), attr, engine());
+    return Prim{dnnl::matmul(pd), pd.scratchpad_desc()};
+  });
 }
 
 // Runs a cached primitive with this thread's scratchpad.
@@ -172,20 +152,6 @@ void gemm_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, floa
   convert(a_buf.data(), A, trans_a ? K : M, trans_a ? M : K, lda);
   convert(b_buf.data(), B, trans_b ? N : K, trans_b ? K : N, ldb);
   gemm_bf16_converted(trans_a, trans_b, M, N, K, alpha, a_buf.data(), b_buf.data(), beta, C, ldc);
-}
-
-void gemm_f32_matmul(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
-                     int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
-  if (M <= 0 || N <= 0) return;
-  if (K <= 0) {
-    gemm(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
-    return;
-  }
-  const Prim prim = primitive(M, N, K, trans_a, trans_b, lda, ldb, ldc, alpha, beta, dt::f32);
-  memory src_m(a_desc(M, K, trans_a, lda, dt::f32), engine(), const_cast<float*>(A));
-  memory wei_m(b_desc(K, N, trans_b, ldb, dt::f32), engine(), const_cast<float*>(B));
-  memory dst_m(memory::desc({M, N}, dt::f32, memory::dims{ldc, 1}), engine(), C);
-  execute(prim, src_m, wei_m, dst_m);
 }
 
 }  // namespace tfm::ops

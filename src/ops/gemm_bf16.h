@@ -2,6 +2,7 @@
 // the product is accumulated in fp32 and written in fp32, through a oneDNN matmul (AMX or AVX512_BF16 kernels).
 // Weights stay fp32 (master copy) in the caller; only this product sees them in bf16.
 #pragma once
+#include <bit>
 #include <cstdint>
 
 namespace tfm::ops {
@@ -21,17 +22,19 @@ void convert_to_bf16(uint16_t* dst, const float* src, int64_t rows, int64_t cols
 void gemm_bf16_converted(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const uint16_t* A,
                          const uint16_t* B, float beta, float* C, int64_t ldc);
 
-// The same fp32 product as ops::gemm through a cached oneDNN matmul primitive instead of dnnl_sgemm (an
-// alternative for training's Linear products; which is faster depends on the shapes, see BENCHMARKS.md).
-void gemm_f32_matmul(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
-                     int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc);
-
 // True when oneDNN reports native bf16 arithmetic on this CPU (AVX512_BF16 or AMX): without it oneDNN would
 // emulate bf16, slower than fp32, so mixed precision is refused there.
 bool has_bf16_gemm();
 // Throws std::runtime_error with a one-line message naming the CPU's ISA when !has_bf16_gemm().
 void require_bf16_gemm();
 
+// fp32 -> bf16 bits, round to nearest even as torch's .to(torch.bfloat16); a NaN stays a quiet NaN. Branch-free
+// so that conversion loops vectorise. The one conversion of the project (PackedLinear, gemm_bf16).
+inline uint16_t to_bf16(float f) {
+  const uint32_t u = std::bit_cast<uint32_t>(f);
+  const uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+  return (uint16_t)((u & 0x7fffffffu) > 0x7f800000u ? (u >> 16) | 0x40u : rounded);
+}
 // Round-to-nearest-even fp32 -> bf16 -> fp32 (tests build bf16 references with it).
 float round_to_bf16(float x);
 

@@ -56,6 +56,9 @@ class EncoderEmbedding : public EmbeddingModel {
     t.offsets = std::move(e.offsets);
     return t;
   }
+  std::string decode(const std::vector<int64_t>& ids, bool skip_special) const override {
+    return enc_.tokenizer().decode(ids, skip_special);
+  }
   std::vector<std::vector<float>> embed(const std::vector<const TokenizedInput*>& batch) const override {
     PaddedBatch p(batch, enc_.tokenizer().pad_id());
     FloatArray v = enc_.embed(p.inputs());

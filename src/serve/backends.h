@@ -32,6 +32,8 @@ class EmbeddingModel {
   virtual int64_t max_input_length() const = 0;    // tokens per input, special tokens included
   // Tokenizes `text`; max_length > 0 truncates to that many tokens, 0 keeps all (the caller checks the limit).
   virtual TokenizedInput tokenize(const std::string& text, bool add_special_tokens, int64_t max_length) const = 0;
+  // Text of ids as Hugging Face decode (clean_up_tokenization_spaces false); skip_special drops special tokens.
+  virtual std::string decode(const std::vector<int64_t>& ids, bool skip_special) const = 0;
   // Pooled embeddings: batch of B inputs -> [B][hidden_size]; not normalised unless the model's own pipeline
   // ends in Normalize (a sentence-transformers folder).
   virtual std::vector<std::vector<float>> embed(const std::vector<const TokenizedInput*>& batch) const = 0;

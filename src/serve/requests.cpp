@@ -90,6 +90,37 @@ TokenizeRequest parse_tokenize_request(std::string_view body, const RequestLimit
   return r;
 }
 
+DecodeRequest parse_decode_request(std::string_view body, const RequestLimits& limits) {
+  json j = parse_object(body);
+  DecodeRequest r;
+  auto it = j.find("ids");
+  if (it == j.end() || !it->is_array()) throw validation_error("missing field `ids` (a list of token ids, or a list of lists)");
+  auto ids_of = [](const json& a) {
+    std::vector<int64_t> v;
+    for (const json& x : a) {
+      if (!x.is_number_integer() || x.get<int64_t>() < 0)
+        throw validation_error("`ids` must hold whole numbers >= 0, found " + x.dump());
+      v.push_back(x.get<int64_t>());
+    }
+    return v;
+  };
+  if (it->empty() || !it->at(0).is_array()) {
+    r.single = true;
+    r.ids.push_back(ids_of(*it));
+  } else {
+    for (const json& a : *it) {
+      if (!a.is_array()) throw validation_error("`ids` must be a list of ids or a list of lists of ids");
+      r.ids.push_back(ids_of(a));
+    }
+  }
+  if ((int64_t)r.ids.size() > limits.max_client_batch_size)
+    throw ApiError(413, "payload_too_large",
+                   "batch size " + std::to_string(r.ids.size()) + " > maximum allowed batch size " +
+                       std::to_string(limits.max_client_batch_size) + " (--max-client-batch-size)");
+  r.skip_special_tokens = bool_or(j, "skip_special_tokens", true);
+  return r;
+}
+
 TranslateRequest parse_translate_request(std::string_view body, const RequestLimits& limits, int64_t max_beam_size) {
   json j = parse_object(body);
   TranslateRequest r;

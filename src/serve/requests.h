@@ -48,6 +48,14 @@ struct TokenizeRequest {
 };
 TokenizeRequest parse_tokenize_request(std::string_view body, const RequestLimits& limits);
 
+// text-embeddings-inference /decode: "ids" (a list of ids, or a list of lists), "skip_special_tokens" (true).
+struct DecodeRequest {
+  std::vector<std::vector<int64_t>> ids;
+  bool single = false;
+  bool skip_special_tokens = true;
+};
+DecodeRequest parse_decode_request(std::string_view body, const RequestLimits& limits);
+
 // LibreTranslate /translate: "q" string or list, "source", "target", optional "beam_size" (1..max_beam_size),
 // "format" ("text" only). JSON bodies only (Content-Type application/json or none).
 struct TranslateRequest {

@@ -384,7 +384,7 @@ class Server {
     svr_.set_logger([this](const httplib::Request& req, const httplib::Response& res) {
       const double ms = seconds_since(request_start()) * 1e3;
       static const std::vector<std::string> known = {
-          "/", "/info", "/health", "/metrics", "/embed", "/embed_all", "/tokenize", "/v1/embeddings",
+          "/", "/info", "/health", "/metrics", "/embed", "/embed_all", "/tokenize", "/decode", "/v1/embeddings",
           "/predict", "/rerank", "/translate", "/languages", "/attention"};
       const bool is_known = std::find(known.begin(), known.end(), req.path) != known.end();
       metrics_.count_request(is_known ? req.path : "other", res.status);
@@ -475,6 +475,14 @@ class Server {
                     out.push_back(toks);
                   }
                   metrics_.observe_tokenization(seconds_since(t0));
+                  send_json(res, 200, out);
+                }, true));
+      // text-embeddings-inference /decode: the text of each list of ids.
+      svr_.Post("/decode", guard([this](const httplib::Request& req, httplib::Response& res) {
+                  DecodeRequest r = parse_decode_request(req.body, limits_);
+                  need_embedder();
+                  json out = json::array();
+                  for (const auto& ids : r.ids) out.push_back(embedder_->decode(ids, r.skip_special_tokens));
                   send_json(res, 200, out);
                 }, true));
       // text-embeddings-inference /predict: per input every label with its score, best first.
@@ -572,7 +580,7 @@ class Server {
                  send_json(res, 200, json::array({{{"code", source_lang_}, {"name", source_lang_},
                                                    {"targets", {target_lang_}}}}));
                }, false));
-      for (const char* path : {"/embed", "/embed_all", "/v1/embeddings", "/tokenize", "/predict", "/rerank"})
+      for (const char* path : {"/embed", "/embed_all", "/v1/embeddings", "/tokenize", "/decode", "/predict", "/rerank"})
         not_for_this_model(path, "an encoder model (bert, transformer_encoder)");
     }
   }

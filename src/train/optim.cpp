@@ -4,7 +4,7 @@
 
 namespace tfm {
 
-void Adam::step(ParamTable& params, float lr, float grad_scale) {
+void Adam::step(nn::ParamStore& params, float lr, float grad_scale) {
   ++t_;
   const float b1 = opt_.beta1, b2 = opt_.beta2;
   const float bc1 = 1.0f - std::pow(b1, (float)t_);
@@ -33,7 +33,7 @@ void Adam::step(ParamTable& params, float lr, float grad_scale) {
   }
 }
 
-double grad_norm(const ParamTable& params) {
+double grad_norm(const nn::ParamStore& params) {
   const float* g = params.all_grad().data();
   const int64_t n = params.total();
   double sq = 0.0;
@@ -43,7 +43,7 @@ double grad_norm(const ParamTable& params) {
   return std::sqrt(sq);
 }
 
-double clip_grad_norm(ParamTable& params, double theta) {
+double clip_grad_norm(nn::ParamStore& params, double theta) {
   std::vector<float>& g = params.all_grad();
   double norm = grad_norm(params);
   if (norm > theta) {

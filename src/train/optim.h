@@ -1,9 +1,9 @@
-// Optimizers and gradient clipping over a ParamTable's flat buffers.
+// Optimizers and gradient clipping over an nn::ParamStore's flat buffers.
 #pragma once
 #include <cstdint>
 #include <vector>
 
-#include "train/params.h"
+#include "nn/params.h"
 
 namespace tfm {
 
@@ -22,8 +22,8 @@ class Adam {
   // One update of params.data with params.grad at learning rate lr (the schedule's current value).
   // grad_scale multiplies every gradient as it is read (global-norm clipping fused into the update: the result
   // equals scaling the gradients first, bit for bit).
-  void step(ParamTable& params, float lr, float grad_scale = 1.0f);
-  void step(ParamTable& params) { step(params, opt_.lr); }
+  void step(nn::ParamStore& params, float lr, float grad_scale = 1.0f);
+  void step(nn::ParamStore& params) { step(params, opt_.lr); }
   int64_t steps() const { return t_; }
   AdamOptions& options() { return opt_; }
   // State for checkpoints: first and second moments and the step count.
@@ -39,10 +39,10 @@ class Adam {
 
 // d2l grad_clipping: norm = sqrt(sum g^2) over all parameters; if norm > theta, g *= theta / norm.
 // Returns the norm before clipping (NaN/Inf when a gradient is not finite).
-double clip_grad_norm(ParamTable& params, double theta);
+double clip_grad_norm(nn::ParamStore& params, double theta);
 // The global norm sqrt(sum g^2) alone, and the factor clipping to theta applies (1 when norm <= theta), for
 // Adam::step's grad_scale.
-double grad_norm(const ParamTable& params);
+double grad_norm(const nn::ParamStore& params);
 inline float clip_scale(double norm, double theta) { return norm > theta ? (float)(theta / norm) : 1.0f; }
 
 }  // namespace tfm

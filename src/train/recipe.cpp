@@ -316,7 +316,7 @@ Validation validate(Seq2SeqModel& model, const SubwordModel& spm, const Encoded&
 
 // ---------------------------------------------------------------- checkpoints
 
-TrainState read_checkpoint(const std::string& path, ParamTable& params, Adam& adam, int64_t num_batches) {
+TrainState read_checkpoint(const std::string& path, nn::ParamStore& params, Adam& adam, int64_t num_batches) {
   SafeTensors ck = SafeTensors::open(path);
   if (!ck.metadata().contains("state"))
     throw std::runtime_error(path + ": not a training checkpoint (no 'state' metadata)");
@@ -541,7 +541,7 @@ RecipeResult run_recipe(const RecipeConfig& cfg_in, const std::string& out, bool
   Seq2SeqConfig mcfg = model_config(cfg, spm.vocab_size());
   Seq2SeqModel model(mcfg);
   model.set_precision(ops::parse_compute_type(cfg.precision));
-  ParamTable& P = model.params();
+  nn::ParamStore& P = model.params();
   AdamOptions ao;
   ao.lr = (float)cfg.lr;
   ao.beta1 = (float)cfg.beta1;

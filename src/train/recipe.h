@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "train/optim.h"
-#include "train/params.h"
+#include "nn/params.h"
 
 namespace tfm {
 
@@ -129,7 +129,7 @@ struct TrainState {
 // Reads checkpoint.safetensors ("model.<name>" tensors, "optim.exp_avg", "optim.exp_avg_sq", metadata "state")
 // into params and adam and returns the state, validated against an epoch of num_batches batches. Throws
 // std::runtime_error "<path>: corrupt checkpoint: ..." on any missing, mistyped, mis-sized or out-of-range item.
-TrainState read_checkpoint(const std::string& path, ParamTable& params, Adam& adam, int64_t num_batches);
+TrainState read_checkpoint(const std::string& path, nn::ParamStore& params, Adam& adam, int64_t num_batches);
 
 // learning rate at optimizer step `step` (1-based): lr * min(step / warmup, sqrt(warmup / step)).
 double inverse_sqrt_lr(double peak, int64_t warmup, int64_t step);

@@ -62,7 +62,7 @@ LossResult train_step(Seq2SeqModel& model, Adam& adam, const NmtArrays& arrays, 
   }
   Seq2SeqBatch batch{buf.src.data(), buf.src_vl.data(), buf.dec.data(), buf.lab.data(), buf.tgt_vl.data(), B, Ls, Lt};
   batch.loss_len = L;
-  ParamTable& P = model.params();
+  nn::ParamStore& P = model.params();
   P.zero_grad();
   LossResult lr = model.forward_backward(batch, dropout_rng, o.label_smoothing);
   if (!std::isfinite(lr.loss_sum)) return lr;
@@ -115,7 +115,7 @@ TrainResult train_seq2seq(const TrainOptions& o) {
   Rng dropout_rng(o.seed ^ 0x9E3779B97F4A7C15ull);
   BatchSampler sampler(N, o.batch_size, o.seed);
   Adam adam(model.params().total(), AdamOptions{(float)o.lr});
-  ParamTable& P = model.params();
+  nn::ParamStore& P = model.params();
   std::vector<float> last_good = P.all_data();
 
   const int64_t bos = tgt_vocab["<bos>"];

@@ -1,4 +1,7 @@
-// tfm tokenize: BERT WordPiece tokenization as one JSON object.
+// tfm tokenize: Hugging Face tokenizers' encode / decode of a model folder's tokenizer, as JSON lines.
+#include <omp.h>
+
+#include <fstream>
 #include <iostream>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -9,46 +12,113 @@
 
 namespace tfm::cli {
 
+namespace {
+
+nlohmann::json encoding_json(const TextEncoding& e, bool with_types) {
+  nlohmann::json j;
+  j["input_ids"] = e.input_ids;
+  if (with_types) j["token_type_ids"] = e.token_type_ids;
+  j["attention_mask"] = e.attention_mask;
+  j["tokens"] = e.tokens;
+  nlohmann::json off = nlohmann::json::array();
+  for (const auto& [a, b] : e.offsets) off.push_back(a < 0 ? nlohmann::json{0, 0} : nlohmann::json{a, b});  // HF: [0, 0] for specials
+  j["offsets"] = off;
+  return j;
+}
+
+}  // namespace
+
 void add_tokenize_command(CLI::App& app) {
   struct Opts {
-    std::string model;
+    std::string model, input;
     std::vector<std::string> texts, pairs;
-    bool no_special = false;
+    std::vector<int64_t> decode;
+    bool no_special = false, keep_special = false;
     int64_t max_length = 0;
     int threads = 0;
   };
   auto o = std::make_shared<Opts>();
   CLI::App* cmd = app.add_subcommand(
-      "tokenize", "Tokenize each TEXT with the WordPiece tokenizer of a model folder; prints one JSON object a line "
-                  "with input_ids, token_type_ids, attention_mask and tokens (equal to Hugging Face tokenizers)");
+      "tokenize",
+      "Tokenize each TEXT with the tokenizer of a model folder (tokenizer.json: WordPiece, byte-level BPE, Unigram, "
+      "WordLevel; or vocab.txt); prints one JSON object a line with input_ids, token_type_ids (when the model "
+      "family has them), attention_mask, tokens and offsets (code points), equal to Hugging Face tokenizers");
   cmd->add_option("--model", o->model, "Folder with tokenizer.json, or vocab.txt (+ tokenizer_config.json)")
       ->required();
-  cmd->add_option("text", o->texts, "Texts to tokenize (UTF-8), one output line each")->required();
-  cmd->add_option("--pair", o->pairs, "Second sentence of a pair (token_type_ids 1); one per TEXT, in order")
+  cmd->add_option("text", o->texts, "Texts to tokenize (UTF-8), one output line each");
+  cmd->add_option("--pair", o->pairs, "Second text of a pair; one per TEXT, in order")
       ->allow_extra_args(false);  // --pair A B: B is a TEXT, not a second pair
-  cmd->add_flag("--no-special-tokens", o->no_special, "Do not add [CLS] / [SEP]");
-  cmd->add_option("--max-length", o->max_length, "Truncate to this many tokens (0: no truncation)")
+  cmd->add_option("--input", o->input, "Tokenize one text a line of FILE ('-': standard input), streaming JSON lines");
+  cmd->add_flag("--no-special-tokens", o->no_special, "Do not add the special tokens ([CLS]/[SEP], <s>/</s>...)");
+  cmd->add_option("--max-length", o->max_length, "Truncate to this many tokens, special tokens included (0: none)")
       ->check(whole_range(0, 1 << 20));
+  cmd->add_option("--decode", o->decode, "Print the text of these ids instead (special tokens skipped)");
+  cmd->add_flag("--keep-special", o->keep_special, "With --decode: keep special tokens");
   add_threads_option(cmd, o->threads);
   cmd->callback([o] {
+    const int given = (!o->texts.empty()) + (!o->input.empty()) + (!o->decode.empty());
+    if (given != 1)
+      throw CLI::ValidationError("give TEXT..., --input FILE or --decode ID... (exactly one of them)");
     if (!o->pairs.empty() && o->pairs.size() != o->texts.size())
       throw CLI::ValidationError("--pair: give one per TEXT (" + std::to_string(o->texts.size()) + " texts, " +
                                  std::to_string(o->pairs.size()) + " --pair)");
-    const Tokenizer tok(o->model);
-    TokenizeOptions to;
-    to.add_special_tokens = !o->no_special;
-    to.max_length = o->max_length;
-    auto row = [](const IdArray& a) { return std::vector<int64_t>(a.begin(), a.end()); };
-    for (size_t i = 0; i < o->texts.size(); ++i) {
-      // A batch of one: no padding.
-      const TokenBatch b = o->pairs.empty() ? tok({o->texts[i]}, to) : tok({o->texts[i]}, {o->pairs[i]}, to);
-      nlohmann::json j;
-      j["input_ids"] = row(b.input_ids);
-      j["token_type_ids"] = row(b.token_type_ids);
-      j["attention_mask"] = row(b.attention_mask);
-      j["tokens"] = b.tokens[0];
-      std::cout << j.dump() << "\n";
+    if (o->keep_special && o->decode.empty()) throw CLI::ValidationError("--keep-special goes with --decode");
+    Tokenizer tok(o->model);
+    if (!o->decode.empty()) {
+      std::cout << tok.decode(o->decode, !o->keep_special) << "\n";
+      return;
     }
+    TokenizeOptions opt;
+    opt.add_special_tokens = !o->no_special;
+    opt.max_length = o->max_length;
+    const bool types = tok.has_token_type_ids();
+    if (!o->texts.empty()) {
+      for (size_t i = 0; i < o->texts.size(); ++i) {
+        TextEncoding e = o->pairs.empty() ? tok.encode(o->texts[i], opt) : tok.encode_pair(o->texts[i], o->pairs[i], opt);
+        std::cout << encoding_json(e, types).dump() << "\n";
+      }
+      return;
+    }
+    std::ifstream file;
+    if (o->input != "-") {
+      file.open(o->input, std::ios::binary);
+      if (!file) throw std::runtime_error(o->input + ": cannot open");
+    }
+    std::istream& in = o->input == "-" ? std::cin : file;
+    // Chunks of lines encoded in parallel, printed in order and flushed; standard input in small chunks so that
+    // a pipe's lines come back while more are still being written.
+    const size_t chunk = o->input == "-" ? 64 : 4096;
+    std::vector<std::string> lines;
+    std::vector<std::string> out;
+    size_t line_no = 0;
+    std::string line;
+    bool more = true;
+    while (more) {
+      lines.clear();
+      while (lines.size() < chunk && (more = (bool)std::getline(in, line))) {
+        if (!line.empty() && line.back() == '\r') line.pop_back();
+        lines.push_back(line);
+      }
+      out.assign(lines.size(), std::string());
+      std::vector<std::string> errors(lines.size());
+#pragma omp parallel for schedule(dynamic, 64)
+      for (long i = 0; i < (long)lines.size(); ++i) {
+        try {
+          out[(size_t)i] = encoding_json(tok.encode(lines[(size_t)i], opt), types).dump();
+        } catch (const std::exception& e) {
+          errors[(size_t)i] = e.what();
+        }
+      }
+      for (size_t i = 0; i < lines.size(); ++i) {
+        if (!errors[i].empty())
+          throw std::runtime_error(o->input + ": line " + std::to_string(line_no + i + 1) + ": " + errors[i]);
+        std::cout << out[i] << "\n";
+      }
+      std::cout.flush();
+      line_no += lines.size();
+    }
+    if (in.bad()) throw std::runtime_error(o->input + ": read error");
+    std::cout.flush();
   });
 }
 

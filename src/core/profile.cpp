@@ -1,11 +1,11 @@
-#include "ops/profile.h"
+#include "core/profile.h"
 
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
 
-namespace tfm::ops {
+namespace tfm {
 namespace {
 
 std::atomic<bool>& enabled() {
@@ -50,4 +50,4 @@ void reset_op_profile() {
   table().clear();
 }
 
-}  // namespace tfm::ops
+}  // namespace tfm

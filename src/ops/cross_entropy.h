@@ -2,7 +2,7 @@
 #pragma once
 #include <cstdint>
 
-namespace tfm {
+namespace tfm::ops {
 
 // logits: [N, V]; labels: [N] in [0, V); weight: [N] scale of each row's gradient (0 = row ignored).
 // loss[N] (written) = (1 - eps) * (logsumexp(x) - x[label]) + eps * (logsumexp(x) - mean(x))
@@ -12,4 +12,4 @@ namespace tfm {
 void cross_entropy_forward_backward(float* loss, float* dlogits, const float* logits, const int64_t* labels,
                                     const float* weight, int64_t N, int64_t V, float label_smoothing);
 
-}  // namespace tfm
+}  // namespace tfm::ops

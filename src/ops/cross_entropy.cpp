@@ -1,10 +1,10 @@
-#include "train/cross_entropy.h"
+#include "ops/cross_entropy.h"
 
 #include <cmath>
 
 #include "ops/vec_math.h"
 
-namespace tfm {
+namespace tfm::ops {
 
 // Three vectorised passes over each row (max and sum; exp and its sum; the scaled gradient), sums in fp32 with
 // the simd lanes as partial sums (relative error ~1e-6 at V = 8000, far below the loss's own noise).
@@ -43,4 +43,4 @@ void cross_entropy_forward_backward(float* loss, float* dlogits, const float* lo
   }
 }
 
-}  // namespace tfm
+}  // namespace tfm::ops

@@ -1,0 +1,117 @@
+#include "nn/attention.h"
+
+#include <cstring>
+
+#include "core/profile.h"
+#include "ops/attention_train.h"
+#include "ops/dropout.h"
+
+namespace tfm::nn {
+
+void MultiHeadAttention::forward(const Context& c, float* out, const float* xq_, const float* xkv_, int64_t B_,
+                                 int64_t Lq_, int64_t Lk_, const ops::AttentionMask& mask) {
+  xq = xq_;
+  xkv = xkv_;
+  B = B_;
+  Lq = Lq_;
+  Lk = Lk_;
+  const int64_t H = hidden_size;
+  Q.resize(B * Lq * H);
+  K.resize(B * Lk * H);
+  V.resize(B * Lk * H);
+  ctx.resize(B * Lq * H);
+  probs.resize(B * num_heads * Lq * Lk);
+  query.forward(c, Q.data(), xq, B * Lq);
+  key.forward(c, K.data(), xkv, B * Lk);
+  value.forward(c, V.data(), xkv, B * Lk);
+  const float* dm = nullptr;
+  if (c.dropping()) {
+    drop.resize(probs.size());
+    const ops::AttentionDropoutDims dims{num_heads, Lq, Lk};  // keyed masks ignore padding of Lq, Lk
+    ops::dropout_mask(drop.data(), (int64_t)drop.size(), c.dropout, *c.rng, &dims);
+    dm = drop.data();
+  } else {
+    drop.clear();
+  }
+  ops::AttentionDims d{B, Lq, Lk, num_heads, head_dim()};
+  if (!ops::attention_forward_train(ctx.data(), probs.data(), Q.data(), K.data(), V.data(), d, mask, dm))
+    ops::attention_forward(ctx.data(), probs.data(), Q.data(), K.data(), V.data(), d, mask, dm);
+  output.forward(c, out, ctx.data(), B * Lq);
+}
+
+void MultiHeadAttention::backward(const float* dout, float* dxq, float* dxkv) {
+  const int64_t H = hidden_size;
+  dctx.resize(B * Lq * H);
+  output.backward(dctx.data(), dout, ctx.data(), B * Lq, /*accumulate=*/false);
+  dQ.resize(B * Lq * H);
+  dK.resize(B * Lk * H);
+  dV.resize(B * Lk * H);
+  ops::AttentionDims d{B, Lq, Lk, num_heads, head_dim()};
+  ops::attention_backward(dQ.data(), dK.data(), dV.data(), dctx.data(), probs.data(), Q.data(), K.data(), V.data(), d,
+                          drop.empty() ? nullptr : drop.data());
+  query.backward(dxq, dQ.data(), xq, B * Lq);
+  key.backward(dxkv, dK.data(), xkv, B * Lk);
+  value.backward(dxkv, dV.data(), xkv, B * Lk);
+}
+
+void MultiHeadAttention::forward_inference(float* out, const float* x, int64_t B_, int64_t L,
+                                           const ops::AttentionMask& mask, float* qkv_buf, float* ctx_buf) const {
+  const int64_t H = hidden_size, N = B_ * L;
+  {
+    OpTimer t("qkv_gemm");
+    qkv.forward_inference(qkv_buf, x, N);
+  }
+  {
+    OpTimer t("attention");
+    ops::AttentionDims dims{B_, L, L, num_heads, head_dim()};
+    dims.q_ld = dims.k_ld = dims.v_ld = 3 * H;  // heads read in place from the fused QKV rows
+    dims.out_ld = H;
+    ops::attention_forward(ctx_buf, nullptr, qkv_buf, qkv_buf + H, qkv_buf + 2 * H, dims, mask);
+  }
+  OpTimer t("attn_out_gemm");
+  output.forward_inference(out, ctx_buf, N);
+}
+
+namespace dp = decode_profile;
+
+void MultiHeadAttention::step_self(const Context& c, float* out, const float* x, int64_t R, float* new_k,
+                                   float* new_v, const ops::StepKeys& kv, float* step_probs, float* q_buf,
+                                   float* qkv_buf, float* ctx_buf) const {
+  const int64_t H = hidden_size;
+  dp::Timer tm(dp::kSelfProj);
+  if (c.packed && qkv.packed.defined()) {  // one product, then the K and V rows into the cache
+    qkv.forward_inference(qkv_buf, x, R);
+    for (int64_t r = 0; r < R; ++r) {
+      std::memcpy(q_buf + r * H, qkv_buf + r * 3 * H, sizeof(float) * H);
+      std::memcpy(new_k + r * H, qkv_buf + r * 3 * H + H, sizeof(float) * H);
+      std::memcpy(new_v + r * H, qkv_buf + r * 3 * H + 2 * H, sizeof(float) * H);
+    }
+  } else {
+    query.forward(c, q_buf, x, R);
+    key.forward(c, new_k, x, R);
+    value.forward(c, new_v, x, R);
+  }
+  tm.next(dp::kSelfAttn);
+  ops::attention_step(ctx_buf, step_probs, q_buf, R, num_heads, head_dim(), kv);
+  tm.next(dp::kSelfProj);
+  output.forward(c, out, ctx_buf, R);
+  tm.next(dp::kOther);
+}
+
+void MultiHeadAttention::step_cross(const Context& c, float* out, const float* x, int64_t R, const ops::StepKeys& kv,
+                                    float* step_probs, float* q_buf, float* ctx_buf) const {
+  dp::Timer tm(dp::kCrossProj);
+  query.forward(c, q_buf, x, R);
+  tm.next(dp::kCrossAttn);
+  ops::attention_step(ctx_buf, step_probs, q_buf, R, num_heads, head_dim(), kv);
+  tm.next(dp::kCrossProj);
+  output.forward(c, out, ctx_buf, R);
+  tm.next(dp::kOther);
+}
+
+void MultiHeadAttention::project_kv(const Context& c, float* k, float* v, const float* x, int64_t N) const {
+  key.forward(c, k, x, N);
+  value.forward(c, v, x, N);
+}
+
+}  // namespace tfm::nn

@@ -1,0 +1,50 @@
+// Multi-head attention as a module: the projections around the ops/ kernels (ops/attention.h), for
+// self-attention, cross-attention and the incremental decoder step over a KV cache.
+//
+//   out = W_o concat_h(softmax(W_q x_q (W_k x_kv)^T / sqrt(head_dim) + mask) W_v x_kv)   (Vaswani et al. eq. 4)
+//
+// Heads are column slices of the projections: head h is columns [h * head_dim, (h + 1) * head_dim).
+#pragma once
+#include <cstdint>
+
+#include "nn/layers.h"
+#include "ops/attention.h"
+
+namespace tfm::nn {
+
+struct MultiHeadAttention {
+  Linear query, key, value, output;  // [H, H] each (training and unfused inference)
+  Linear qkv;                        // optional fused self-attention projection [3H, H]: q | k | v columns
+  int64_t num_heads = 1, hidden_size = 0;
+  int64_t head_dim() const { return hidden_size / num_heads; }
+
+  // Saving forward. xq: [B, Lq, H], xkv: [B, Lk, H] (both alive until backward); out: [B, Lq, H] written.
+  // Attention weights [B, heads, Lq, Lk] stay in `probs`; dropout (ctx) drops them, as d2l's DotProductAttention.
+  void forward(const Context& ctx, float* out, const float* xq, const float* xkv, int64_t B, int64_t Lq, int64_t Lk,
+               const ops::AttentionMask& mask);
+  // dxq [B, Lq, H] and dxkv [B, Lk, H] added to (they may alias: self-attention).
+  void backward(const float* dout, float* dxq, float* dxkv);
+
+  // Self-attention on the fused packed qkv, nothing saved. x, out: [B, L, H]; qkv_buf: [B * L, 3H] and
+  // ctx_buf: [B * L, H] scratch. Thread-safe.
+  void forward_inference(float* out, const float* x, int64_t B, int64_t L, const ops::AttentionMask& mask,
+                         float* qkv_buf, float* ctx_buf) const;
+
+  // One decoder step of self-attention. x: [R, H] this step's inputs; their keys and values are written to
+  // rows `new_k`, `new_v` ([R, H] inside the cache buffers kv.k, kv.v), then each row attends over kv.
+  // q_buf, ctx_buf: [R, H], qkv_buf: [R, 3H] scratch; probs: [R, heads, kv.kv_len] or null. out: [R, H].
+  void step_self(const Context& ctx, float* out, const float* x, int64_t R, float* new_k, float* new_v,
+                 const ops::StepKeys& kv, float* probs, float* q_buf, float* qkv_buf, float* ctx_buf) const;
+  // One decoder step of cross-attention over keys/values computed once by project_kv.
+  void step_cross(const Context& ctx, float* out, const float* x, int64_t R, const ops::StepKeys& kv, float* probs,
+                  float* q_buf, float* ctx_buf) const;
+  // k, v: [N, H] = W_k x, W_v x for x [N, H] (the encoder outputs of cross-attention).
+  void project_kv(const Context& ctx, float* k, float* v, const float* x, int64_t N) const;
+
+  // Saved by forward.
+  const float *xq = nullptr, *xkv = nullptr;
+  Buf Q, K, V, probs, drop, ctx, dctx, dQ, dK, dV;
+  int64_t B = 0, Lq = 0, Lk = 0;
+};
+
+}  // namespace tfm::nn

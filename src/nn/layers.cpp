@@ -1,0 +1,271 @@
+#include "nn/layers.h"
+
+#include <cstring>
+#include <stdexcept>
+
+#include "core/profile.h"
+#include "ops/dropout.h"
+#include "ops/embedding.h"
+#include "ops/gemm_bf16.h"
+#include "ops/layer_norm.h"
+#include "ops/matmul.h"
+
+namespace tfm::nn {
+
+// ---------------------------------------------------------------- Linear
+
+Linear Linear::load(const Vars& vb, int64_t in, int64_t out, bool has_bias) {
+  Linear l;
+  l.weight = vb.get("weight", {out, in});
+  if (has_bias) l.bias = vb.get("bias", {out});
+  l.in_features = in;
+  l.out_features = out;
+  return l;
+}
+
+Linear Linear::from_weights(const float* weight, const float* bias, int64_t in, int64_t out, ops::ComputeType ct) {
+  Linear l;
+  l.in_features = in;
+  l.out_features = out;
+  l.packed = ops::PackedLinear(weight, bias, in, out, ct);
+  return l;
+}
+
+Linear Linear::load_packed(const std::vector<Vars>& parts, int64_t in, int64_t out, ops::ComputeType ct) {
+  const int64_t n = (int64_t)parts.size();
+  std::vector<const int8_t*> q(n);
+  std::vector<const float*> sc(n);
+  int64_t quantised = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    q[i] = parts[i].get_int8("weight", {out, in}, &sc[i]);
+    quantised += q[i] != nullptr;
+  }
+  Linear l;
+  l.in_features = in;
+  l.out_features = n * out;
+  if (quantised == n && ct != ops::ComputeType::I8) {
+    // A `tfm convert --dtype int8` folder asked for another compute type: dequantised (w = q * scale of its row)
+    // and packed for it, so the model computes in the type it reports.
+    std::vector<float> weight(n * out * in), bias(n * out);
+    for (int64_t i = 0; i < n; ++i) {
+      for (int64_t r = 0; r < out; ++r)
+        for (int64_t c = 0; c < in; ++c) weight[(i * out + r) * in + c] = (float)q[i][r * in + c] * sc[i][r];
+      parts[i].release_bytes(q[i], (size_t)(out * in));
+      Param b = parts[i].get("bias", {out});
+      std::memcpy(bias.data() + i * out, b.data(), sizeof(float) * out);
+    }
+    l.packed = ops::PackedLinear(weight.data(), bias.data(), in, n * out, ct);
+    return l;
+  }
+  if (quantised == n) {
+    std::vector<int8_t> qw(n * out * in);
+    std::vector<float> scale(n * out), bias(n * out);
+    for (int64_t i = 0; i < n; ++i) {
+      std::memcpy(qw.data() + i * out * in, q[i], (size_t)(out * in));
+      parts[i].release_bytes(q[i], (size_t)(out * in));
+      std::memcpy(scale.data() + i * out, sc[i], sizeof(float) * out);
+      Param b = parts[i].get("bias", {out});
+      std::memcpy(bias.data() + i * out, b.data(), sizeof(float) * out);
+    }
+    l.packed = ops::PackedLinear::from_int8(qw.data(), scale.data(), bias.data(), in, n * out);
+    return l;
+  }
+  if (n == 1) {
+    Linear p = load(parts[0], in, out);
+    l.packed = ops::PackedLinear(p.weight.data(), p.bias.data(), in, out, ct);
+    parts[0].release(p.weight);
+    return l;
+  }
+  std::vector<float> weight(n * out * in), bias(n * out);
+  for (int64_t i = 0; i < n; ++i) {
+    Linear p = load(parts[i], in, out);
+    std::memcpy(weight.data() + i * out * in, p.weight.data(), sizeof(float) * out * in);
+    std::memcpy(bias.data() + i * out, p.bias.data(), sizeof(float) * out);
+    parts[i].release(p.weight);
+  }
+  l.packed = ops::PackedLinear(weight.data(), bias.data(), in, n * out, ct);
+  return l;
+}
+
+void Linear::pack(ops::ComputeType ct) {
+  packed = ops::PackedLinear(weight.data(), bias.defined() ? bias.data() : nullptr, in_features, out_features, ct);
+}
+
+void Linear::forward(const Context& ctx, float* out, const float* inp, int64_t N, ops::Epilogue act) const {
+  if (ctx.packed && packed.defined()) {
+    packed.forward(out, inp, N, act);
+    return;
+  }
+  if (ctx.grad && precision == ops::ComputeType::BF16 && N > 0) {
+    float beta = 0.0f;
+    if (bias.defined()) {
+      const float* b = bias.data();
+      for (int64_t n = 0; n < N; ++n) std::memcpy(out + n * out_features, b, sizeof(float) * out_features);
+      beta = 1.0f;
+    }
+    ops::gemm_bf16(false, true, N, out_features, in_features, 1.0f, inp, in_features, weight.data(), in_features,
+                   beta, out, out_features);
+  } else {
+    ops::linear_forward(out, inp, weight.data(), bias.defined() ? bias.data() : nullptr, N, in_features,
+                        out_features);
+  }
+  if (act != ops::Epilogue::None)
+    ops::activation_forward(out, out, N * out_features,
+                            act == ops::Epilogue::Relu       ? ops::Activation::Relu
+                            : act == ops::Epilogue::GeluTanh ? ops::Activation::GeluTanh
+                                                             : ops::Activation::Gelu);
+}
+
+void Linear::backward(float* dinp, const float* dout, const float* inp, int64_t N, bool accumulate) const {
+  if (precision != ops::ComputeType::BF16 || N == 0) {
+    ops::linear_backward(dinp, weight.grad(), bias.defined() ? bias.grad() : nullptr, dout, inp, weight.data(), N,
+                         in_features, out_features, accumulate);
+    return;
+  }
+  // dout feeds both products: converted to bf16 once.
+  const int64_t in = in_features, out = out_features;
+  thread_local std::vector<uint16_t> dout16, w16, inp16;
+  if (dout16.size() < (size_t)(N * out)) dout16.resize(N * out);
+  if (inp16.size() < (size_t)(N * in)) inp16.resize(N * in);
+  ops::convert_to_bf16(dout16.data(), dout, N, out, out);
+  ops::convert_to_bf16(inp16.data(), inp, N, in, in);
+  if (dinp) {
+    if (w16.size() < (size_t)(out * in)) w16.resize(out * in);
+    ops::convert_to_bf16(w16.data(), weight.data(), out, in, in);
+    ops::gemm_bf16_converted(false, false, N, in, out, 1.0f, dout16.data(), w16.data(), accumulate ? 1.0f : 0.0f,
+                             dinp, in);
+  }
+  ops::gemm_bf16_converted(true, false, out, in, N, 1.0f, dout16.data(), inp16.data(), 1.0f, weight.grad(), in);
+  if (bias.defined()) {
+    float* db = bias.grad();
+    for (int64_t n = 0; n < N; ++n) {
+      const float* d = dout + n * out;
+#pragma omp simd
+      for (int64_t o = 0; o < out; ++o) db[o] += d[o];
+    }
+  }
+}
+
+// ---------------------------------------------------------------- LayerNorm
+
+LayerNorm LayerNorm::load(const Vars& vb, int64_t C, float eps) {
+  LayerNorm ln;
+  ln.weight = vb.get("weight", {C});
+  ln.bias = vb.get("bias", {C});
+  ln.C = C;
+  ln.eps = eps;
+  return ln;
+}
+
+void LayerNorm::forward_inference(float* out, const float* inp, int64_t N) const {
+  ops::layer_norm_forward(out, nullptr, nullptr, inp, weight.data(), bias.data(), N, C, eps);
+}
+
+void LayerNorm::add_forward_inference(float* out, float* sum_out, const float* y, const float* residual,
+                                      int64_t N) const {
+  ops::add_layer_norm_forward(out, sum_out, y, residual, weight.data(), bias.data(), N, C, eps);
+}
+
+void LayerNorm::forward(float* out, const float* inp, int64_t N_) {
+  x = inp;
+  N = N_;
+  mean.resize(N);
+  rstd.resize(N);
+  ops::layer_norm_forward(out, mean.data(), rstd.data(), inp, weight.data(), bias.data(), N, C, eps);
+}
+
+void LayerNorm::backward(float* dinp, const float* dout, bool accumulate) {
+  if (!accumulate) {
+    ops::layer_norm_backward(dinp, weight.grad(), bias.grad(), dout, x, weight.data(), mean.data(), rstd.data(), N,
+                             C);
+    return;
+  }
+  scratch.resize(N * C);
+  ops::layer_norm_backward(scratch.data(), weight.grad(), bias.grad(), dout, x, weight.data(), mean.data(),
+                           rstd.data(), N, C);
+  const float* s = scratch.data();
+#pragma omp simd
+  for (int64_t i = 0; i < N * C; ++i) dinp[i] += s[i];
+}
+
+// ---------------------------------------------------------------- FeedForward
+
+void FeedForward::forward(const Context& ctx, float* out, const float* x_, int64_t N_) {
+  x = x_;
+  N = N_;
+  const int64_t I = linear1.out_features;
+  a.resize(N * I);
+  if (act == ops::Activation::Relu) {
+    // ReLU in place: its backward needs only the sign, and relu(h) > 0 exactly where h > 0.
+    linear1.forward(ctx, a.data(), x, N);
+    ops::activation_forward(a.data(), a.data(), N * I, act);
+  } else {
+    h.resize(N * I);
+    linear1.forward(ctx, h.data(), x, N);
+    ops::activation_forward(a.data(), h.data(), N * I, act);
+  }
+  linear2.forward(ctx, out, a.data(), N);
+}
+
+void FeedForward::backward(const float* dout, float* dx) {
+  const int64_t I = linear1.out_features;
+  da.resize(N * I);
+  linear2.backward(da.data(), dout, a.data(), N, /*accumulate=*/false);
+  // In place: da becomes the gradient of linear1's output.
+  ops::activation_backward(da.data(), da.data(), act == ops::Activation::Relu ? a.data() : h.data(), N * I, act);
+  linear1.backward(dx, da.data(), x, N);
+}
+
+void FeedForward::forward_inference(float* out, const float* x_, float* hidden, int64_t N_) const {
+  {
+    OpTimer t("ffn_in_gemm_act");
+    linear1.forward_inference(hidden, x_, N_, ops::epilogue_of(act));  // bias + activation fused
+  }
+  OpTimer t("ffn_out_gemm");
+  linear2.forward_inference(out, hidden, N_);
+}
+
+// ---------------------------------------------------------------- Embedding
+
+Embedding Embedding::load(const Vars& vb, int64_t vocab, int64_t dim_, float scale_) {
+  Embedding e;
+  e.weight = vb.get("weight", {vocab, dim_});
+  e.vocab_size = vocab;
+  e.dim = dim_;
+  e.scale = scale_;
+  return e;
+}
+
+void Embedding::forward(const Context& ctx, float* out, const int64_t* ids_, int64_t B, int64_t L,
+                        const float* positions) {
+  const int64_t H = dim;
+  N = B * L;
+  ids.assign(ids_, ids_ + N);
+  ops::embedding_forward(out, ids_, weight.data(), N, vocab_size, H);
+  for (int64_t n = 0; n < N; ++n) {
+    const float* pr = positions + (n % L) * H;
+    for (int64_t h = 0; h < H; ++h) out[n * H + h] = out[n * H + h] * scale + pr[h];
+  }
+  if (ctx.dropping()) {
+    drop.resize(N * H);
+    ops::dropout_mask(drop.data(), N * H, ctx.dropout, *ctx.rng);
+    ops::dropout_apply(out, out, drop.data(), N * H);
+  } else {
+    drop.clear();
+  }
+}
+
+void Embedding::backward(float* dout) {
+  if (!drop.empty()) ops::dropout_apply(dout, dout, drop.data(), N * dim);
+  for (int64_t i = 0; i < N * dim; ++i) dout[i] *= scale;
+  ops::embedding_backward(weight.grad(), dout, ids.data(), N, dim);
+}
+
+void Embedding::forward_inference(float* out, const int64_t* ids_, int64_t n, const float* position) const {
+  const int64_t H = dim;
+  ops::embedding_forward(out, ids_, weight.data(), n, vocab_size, H);
+  for (int64_t b = 0; b < n; ++b)
+    for (int64_t i = 0; i < H; ++i) out[b * H + i] = out[b * H + i] * scale + position[i];
+}
+
+}  // namespace tfm::nn

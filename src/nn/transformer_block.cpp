@@ -1,0 +1,299 @@
+#include "nn/transformer_block.h"
+
+#include <cstring>
+
+#include "core/profile.h"
+#include "ops/dropout.h"
+
+namespace tfm::nn {
+namespace {
+
+void add_into(float* y, const float* x, int64_t n) {
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) y[i] += x[i];
+}
+
+// ---- post-LN sublayer: out = LN(dropout(y) + x)
+
+void post_forward(const Context& ctx, Residual& r, LayerNorm& ln, float* out, const float* x, const float* y,
+                  int64_t N) {
+  const int64_t n = N * ln.C;
+  r.n = n;
+  r.sum.resize(n);
+  float* sm = r.sum.data();
+  if (ctx.dropping()) {
+    r.drop.resize(n);
+    ops::dropout_mask(r.drop.data(), n, ctx.dropout, *ctx.rng);
+    const float* dm = r.drop.data();
+#pragma omp simd
+    for (int64_t i = 0; i < n; ++i) sm[i] = y[i] * dm[i] + x[i];
+  } else {
+    r.drop.clear();
+#pragma omp simd
+    for (int64_t i = 0; i < n; ++i) sm[i] = y[i] + x[i];
+  }
+  ln.forward(out, sm, N);
+}
+
+// dy is written; dx is added to, or written when dx_fresh (its first writer: no zero-fill needed).
+void post_backward(Residual& r, LayerNorm& ln, const float* dout, float* dx, float* dy, bool dx_fresh) {
+  const int64_t n = r.n;
+  const float* dm = r.drop.empty() ? nullptr : r.drop.data();
+  if (dx_fresh) {  // LayerNorm's input gradient straight into dx
+    ln.backward(dx, dout);
+    if (!dm) {
+      std::memcpy(dy, dx, sizeof(float) * n);
+    } else {
+#pragma omp simd
+      for (int64_t i = 0; i < n; ++i) dy[i] = dx[i] * dm[i];
+    }
+    return;
+  }
+  r.dh.resize(n);
+  ln.backward(r.dh.data(), dout);
+  const float* ds = r.dh.data();
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) {
+    dx[i] += ds[i];
+    dy[i] = dm ? ds[i] * dm[i] : ds[i];
+  }
+}
+
+// ---- pre-LN sublayer: out = x + dropout(f(LN(x)))
+
+const float* pre_norm(Residual& r, LayerNorm& ln, const float* x, int64_t N) {
+  r.x = x;
+  r.n = N * ln.C;
+  r.h.resize(r.n);
+  ln.forward(r.h.data(), x, N);
+  return r.h.data();
+}
+
+void pre_residual(const Context& ctx, Residual& r, float* out, const float* f) {
+  const int64_t n = r.n;
+  const float* x = r.x;
+  if (ctx.dropping()) {
+    r.drop.resize(n);
+    ops::dropout_mask(r.drop.data(), n, ctx.dropout, *ctx.rng);
+    const float* dm = r.drop.data();
+#pragma omp simd
+    for (int64_t i = 0; i < n; ++i) out[i] = x[i] + f[i] * dm[i];
+  } else {
+    r.drop.clear();
+#pragma omp simd
+    for (int64_t i = 0; i < n; ++i) out[i] = x[i] + f[i];
+  }
+}
+
+// dx += dout (dx = dout when dx_fresh); df = dout * dropout mask (written).
+void pre_backward_residual(Residual& r, const float* dout, float* dx, float* df, bool dx_fresh) {
+  const int64_t n = r.n;
+  if (dx_fresh)
+    std::memcpy(dx, dout, sizeof(float) * n);
+  else
+    add_into(dx, dout, n);
+  const float* dm = r.drop.empty() ? nullptr : r.drop.data();
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) df[i] = dm ? dout[i] * dm[i] : dout[i];
+}
+
+// The gradient of f's input, zeroed for f's backward to add into.
+float* zeroed_dh(Residual& r) {
+  r.dh.assign(r.n, 0.0f);
+  return r.dh.data();
+}
+
+float* grow(Buf& b, int64_t n) {
+  if ((int64_t)b.size() < n) b.resize(n);
+  return b.data();
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------- encoder block
+
+void EncoderBlock::forward(const Context& ctx, const float* x, int64_t B, int64_t L, const ops::AttentionMask& mask) {
+  H = attention.hidden_size;
+  N = B * L;
+  for (Buf* b : {&attn_out, &Y, &ffn_out, &out}) b->resize(N * H);
+  if (!norm_first) {
+    attention.forward(ctx, attn_out.data(), x, x, B, L, L, mask);
+    post_forward(ctx, r1, norm1, Y.data(), x, attn_out.data(), N);
+    ffn.forward(ctx, ffn_out.data(), Y.data(), N);
+    post_forward(ctx, r2, norm2, out.data(), Y.data(), ffn_out.data(), N);
+  } else {
+    const float* h = pre_norm(r1, norm1, x, N);
+    attention.forward(ctx, attn_out.data(), h, h, B, L, L, mask);
+    pre_residual(ctx, r1, Y.data(), attn_out.data());
+    const float* h2 = pre_norm(r2, norm2, Y.data(), N);
+    ffn.forward(ctx, ffn_out.data(), h2, N);
+    pre_residual(ctx, r2, out.data(), ffn_out.data());
+  }
+}
+
+void EncoderBlock::backward(const float* dout, float* dx) {
+  // dY, d_ffn, d_attn are written by their first user (no zero-fill).
+  for (Buf* b : {&dY, &d_ffn, &d_attn}) b->resize(N * H);
+  if (!norm_first) {
+    post_backward(r2, norm2, dout, dY.data(), d_ffn.data(), /*dx_fresh=*/true);
+    ffn.backward(d_ffn.data(), dY.data());
+    post_backward(r1, norm1, dY.data(), dx, d_attn.data(), /*dx_fresh=*/false);
+    attention.backward(d_attn.data(), dx, dx);
+  } else {
+    pre_backward_residual(r2, dout, dY.data(), d_ffn.data(), /*dx_fresh=*/true);
+    float* dh2 = zeroed_dh(r2);
+    ffn.backward(d_ffn.data(), dh2);
+    norm2.backward(dY.data(), dh2, /*accumulate=*/true);
+    pre_backward_residual(r1, dY.data(), dx, d_attn.data(), /*dx_fresh=*/false);
+    float* dh1 = zeroed_dh(r1);
+    attention.backward(d_attn.data(), dh1, dh1);
+    norm1.backward(dx, dh1, /*accumulate=*/true);
+  }
+}
+
+void EncoderBlock::forward_inference(float* X, int64_t B, int64_t L, const ops::AttentionMask& mask, BlockScratch& s,
+                                     const LayerNorm* next_norm) const {
+  const int64_t Hd = attention.hidden_size, n = B * L, I = ffn.linear1.out_features;
+  s.qkv.resize(n * 3 * Hd);
+  s.ctx.resize(n * Hd);
+  s.inter.resize(n * I);
+  if (!norm_first) {
+    // a = LN1(W_o attention(x) + x); x = LN2(FFN(a) + a)
+    s.a.resize(n * Hd);
+    float* a = s.a.data();
+    attention.forward_inference(a, X, B, L, mask, s.qkv.data(), s.ctx.data());
+    {
+      OpTimer t("add_layernorm");
+      norm1.add_forward_inference(a, nullptr, a, X, n);
+    }
+    ffn.forward_inference(X, a, s.inter.data(), n);
+    OpTimer t("add_layernorm");
+    norm2.add_forward_inference(X, nullptr, X, a, n);
+    return;
+  }
+  // x = x + attention(LN1(x)); x = x + FFN(LN2(x)). Each residual add is fused into the LayerNorm that follows
+  // it: x += f and h = LN(x) in one pass (the sum written back into x).
+  float* h = s.h.data();
+  attention.forward_inference(h, h, B, L, mask, s.qkv.data(), s.ctx.data());
+  norm2.add_forward_inference(h, X, X, h, n);  // x += attention; h = LN2(x)
+  ffn.forward_inference(h, h, s.inter.data(), n);
+  if (next_norm) {
+    next_norm->add_forward_inference(h, X, X, h, n);  // x += FFN; h = LN1'(x)
+  } else {
+    for (int64_t i = 0; i < n * Hd; ++i) X[i] += h[i];
+  }
+}
+
+// ---------------------------------------------------------------- decoder block
+
+void DecoderBlock::forward(const Context& ctx, const float* x, const float* enc, int64_t B, int64_t Lt, int64_t Ls,
+                           const ops::AttentionMask& self_mask, const ops::AttentionMask& enc_mask) {
+  H = attention1.hidden_size;
+  N = B * Lt;
+  for (Buf* b : {&a1, &Z1, &a2, &Z2, &f, &out}) b->resize(N * H);
+  if (!norm_first) {
+    attention1.forward(ctx, a1.data(), x, x, B, Lt, Lt, self_mask);
+    post_forward(ctx, r1, norm1, Z1.data(), x, a1.data(), N);
+    attention2.forward(ctx, a2.data(), Z1.data(), enc, B, Lt, Ls, enc_mask);
+    post_forward(ctx, r2, norm2, Z2.data(), Z1.data(), a2.data(), N);
+    ffn.forward(ctx, f.data(), Z2.data(), N);
+    post_forward(ctx, r3, norm3, out.data(), Z2.data(), f.data(), N);
+  } else {
+    const float* h1 = pre_norm(r1, norm1, x, N);
+    attention1.forward(ctx, a1.data(), h1, h1, B, Lt, Lt, self_mask);
+    pre_residual(ctx, r1, Z1.data(), a1.data());
+    const float* h2 = pre_norm(r2, norm2, Z1.data(), N);
+    attention2.forward(ctx, a2.data(), h2, enc, B, Lt, Ls, enc_mask);
+    pre_residual(ctx, r2, Z2.data(), a2.data());
+    const float* h3 = pre_norm(r3, norm3, Z2.data(), N);
+    ffn.forward(ctx, f.data(), h3, N);
+    pre_residual(ctx, r3, out.data(), f.data());
+  }
+}
+
+void DecoderBlock::backward(const float* dout, float* dx, float* denc) {
+  // Written by their first user (no zero-fill).
+  for (Buf* b : {&dZ1, &dZ2, &d_a1, &d_a2, &d_f}) b->resize(N * H);
+  if (!norm_first) {
+    post_backward(r3, norm3, dout, dZ2.data(), d_f.data(), /*dx_fresh=*/true);
+    ffn.backward(d_f.data(), dZ2.data());
+    post_backward(r2, norm2, dZ2.data(), dZ1.data(), d_a2.data(), /*dx_fresh=*/true);
+    attention2.backward(d_a2.data(), dZ1.data(), denc);
+    post_backward(r1, norm1, dZ1.data(), dx, d_a1.data(), /*dx_fresh=*/false);
+    attention1.backward(d_a1.data(), dx, dx);
+  } else {
+    pre_backward_residual(r3, dout, dZ2.data(), d_f.data(), /*dx_fresh=*/true);
+    float* dh3 = zeroed_dh(r3);
+    ffn.backward(d_f.data(), dh3);
+    norm3.backward(dZ2.data(), dh3, /*accumulate=*/true);
+    pre_backward_residual(r2, dZ2.data(), dZ1.data(), d_a2.data(), /*dx_fresh=*/true);
+    float* dh2 = zeroed_dh(r2);
+    attention2.backward(d_a2.data(), dh2, denc);
+    norm2.backward(dZ1.data(), dh2, /*accumulate=*/true);
+    pre_backward_residual(r1, dZ1.data(), dx, d_a1.data(), /*dx_fresh=*/false);
+    float* dh1 = zeroed_dh(r1);
+    attention1.backward(d_a1.data(), dh1, dh1);
+    norm1.backward(dx, dh1, /*accumulate=*/true);
+  }
+}
+
+void DecoderBlock::start(const Context& ctx, LayerKV& kv, const float* enc, int64_t n) const {
+  const int64_t Hd = attention2.hidden_size;
+  kv.cross_k.assign(n * Hd, 0.0f);
+  kv.cross_v.assign(n * Hd, 0.0f);
+  attention2.project_kv(ctx, kv.cross_k.data(), kv.cross_v.data(), enc, n);
+}
+
+void DecoderBlock::step(const Context& ctx, float* x, LayerKV& kv, StepArgs& st) const {
+  namespace dp = decode_profile;
+  const int64_t R = st.rows, Hd = attention1.hidden_size, n = R * Hd;
+  Buf* sc = st.scratch;
+  float* h = grow(sc[kStepH], n);
+  float* q = grow(sc[kStepQ], n);
+  float* c = grow(sc[kStepCtx], n);
+  float* a = grow(sc[kStepA], n);
+  // One sublayer: pre-LN x += f(LN(x)); post-LN x = LN(x + f(x)). f reads its input from `in`, writes `a`.
+  auto sublayer = [&](const LayerNorm& ln, auto&& fn) {
+    if (norm_first) {
+      {
+        dp::Timer t(dp::kOther);
+        ln.forward_inference(h, x, R);
+      }
+      fn(h);
+      dp::Timer t(dp::kOther);
+      for (int64_t i = 0; i < n; ++i) x[i] += a[i];
+    } else {
+      fn(x);
+      dp::Timer t(dp::kOther);
+      ln.add_forward_inference(x, nullptr, x, a, R);  // x = LN(x + a), one pass
+    }
+  };
+  // Self-attention over every step so far.
+  sublayer(norm1, [&](const float* in) {
+    kv.self_k.resize((st.base + R) * Hd);
+    kv.self_v.resize((st.base + R) * Hd);
+    ops::StepKeys keys = st.self;
+    keys.k = kv.self_k.data();
+    keys.v = kv.self_v.data();
+    attention1.step_self(ctx, a, in, R, kv.self_k.data() + st.base * Hd, kv.self_v.data() + st.base * Hd, keys,
+                         st.probs_self, q, grow(sc[kStepQKV], 3 * n), c);
+  });
+  // Cross-attention over the cached encoder keys/values of each row's sentence.
+  sublayer(norm2, [&](const float* in) {
+    ops::StepKeys keys = st.cross;
+    keys.k = kv.cross_k.data();
+    keys.v = kv.cross_v.data();
+    attention2.step_cross(ctx, a, in, R, keys, st.probs_cross, q, c);
+  });
+  sublayer(norm3, [&](const float* in) {
+    dp::Timer t(dp::kFfn);
+    // ReLU as the first product's post-op when packed (exact: max(x, 0) either way), no extra pass.
+    float* hidden = grow(sc[kStepFfn], R * ffn.linear1.out_features);
+    const bool relu = ffn.act == ops::Activation::Relu;
+    ffn.linear1.forward(ctx, hidden, in, R, relu ? ops::Epilogue::Relu : ops::Epilogue::None);
+    if (!relu) ops::activation_forward(hidden, hidden, R * ffn.linear1.out_features, ffn.act);
+    ffn.linear2.forward(ctx, a, hidden, R);
+  });
+}
+
+}  // namespace tfm::nn

@@ -1,0 +1,100 @@
+// The Transformer layer, once for every model: encoder block (self-attention, feed-forward) and decoder block
+// (masked self-attention, cross-attention, feed-forward), each with its two norm placements:
+//   post-LN (norm_first = false; BERT, d2l): x = LN(x + dropout(f(x)))        (Vaswani et al.)
+//   pre-LN  (norm_first = true; docs/000, Multi30k recipe): x = x + dropout(f(LN(x)))   (Xiong et al. 2020)
+// f is the attention or the feed-forward; dropout p is the Context's (off at inference).
+//
+// forward(ctx, ...) / backward(...) sit side by side and serve training (and inference that wants attention
+// weights); forward_inference / step are the inference paths (nothing saved, fused kernels). Modules and their
+// names come from the composition file (models/), which loads each from its checkpoint prefix.
+#pragma once
+#include <cstdint>
+
+#include "nn/attention.h"
+#include "nn/layers.h"
+
+namespace tfm::nn {
+
+// The saved state of one residual sublayer (what its backward needs besides the LayerNorm's own).
+struct Residual {
+  Buf sum;   // post-LN: x + dropout(f), the LayerNorm input
+  Buf h;     // pre-LN: LN(x), f's input
+  Buf drop;  // dropout mask of f's output (empty: none)
+  Buf dh;
+  const float* x = nullptr;
+  int64_t n = 0;
+};
+
+// Scratch of the inference paths, reused across layers and calls.
+struct BlockScratch {
+  Buf h, qkv, ctx, a, inter;
+};
+
+struct EncoderBlock {
+  MultiHeadAttention attention;
+  LayerNorm norm1, norm2;  // post-LN: after attention and after the FFN; pre-LN: before them
+  FeedForward ffn;
+  bool norm_first = false;
+
+  // Saving forward: x [B, L, H] (alive until backward); the result is `out`.
+  void forward(const Context& ctx, const float* x, int64_t B, int64_t L, const ops::AttentionMask& mask);
+  Buf out;
+  // dx [B, L, H] += d out / d x (dout).
+  void backward(const float* dout, float* dx);
+
+  // Inference in place on X [B, L, H] (fused QKV, fused residual + LayerNorm, activation fused into the first
+  // FFN product). Pre-LN chains the LayerNorms across layers: on entry s.h holds norm1(X); on exit it holds
+  // next_norm(X) when next_norm is given (the next layer's norm1), else X has had only the residual added.
+  // Thread-safe (writes only X and s).
+  void forward_inference(float* X, int64_t B, int64_t L, const ops::AttentionMask& mask, BlockScratch& s,
+                         const LayerNorm* next_norm = nullptr) const;
+
+  // Saved state.
+  Residual r1, r2;
+  Buf attn_out, Y, ffn_out, dY, d_attn, d_ffn;
+  int64_t N = 0, H = 0;
+};
+
+// One decoder layer's cached keys and values for incremental decoding (decode/decoder_cache.h holds one per layer
+// and the row indices).
+struct LayerKV {
+  Buf self_k, self_v;    // [rows used, H]: one row per (step, hypothesis), appended step after step
+  Buf cross_k, cross_v;  // [sentences, Ls, H]: the encoder outputs' keys and values
+};
+
+// What one decoder step of a layer reads and writes besides its LayerKV.
+struct StepArgs {
+  int64_t rows = 0;                 // R: batch rows (hypotheses) this step
+  int64_t base = 0;                 // buffer row of this step's first new key/value (rows base .. base + R - 1)
+  ops::StepKeys self, cross;        // index arrays and lengths; the k/v pointers are the layer's, set by step()
+  float* probs_self = nullptr;      // [R, heads, self.kv_len] or null
+  float* probs_cross = nullptr;     // [R, heads, cross.kv_len] or null
+  Buf* scratch = nullptr;           // kNumStepScratch buffers, reused
+};
+enum StepScratch { kStepH, kStepQ, kStepQKV, kStepCtx, kStepA, kStepFfn, kNumStepScratch };
+
+struct DecoderBlock {
+  MultiHeadAttention attention1, attention2;  // masked self-attention; attention over the encoder outputs
+  LayerNorm norm1, norm2, norm3;
+  FeedForward ffn;
+  bool norm_first = false;
+
+  // Saving forward: x [B, Lt, H], enc [B, Ls, H] (alive until backward); the result is `out`.
+  void forward(const Context& ctx, const float* x, const float* enc, int64_t B, int64_t Lt, int64_t Ls,
+               const ops::AttentionMask& self_mask, const ops::AttentionMask& enc_mask);
+  Buf out;
+  // dx [B, Lt, H] += d out / d x; denc [B, Ls, H] += d out / d enc.
+  void backward(const float* dout, float* dx, float* denc);
+
+  // Incremental decoding: kv.cross_k / cross_v = the cross-attention keys/values of enc [N, H].
+  void start(const Context& ctx, LayerKV& kv, const float* enc, int64_t N) const;
+  // One step in place on x [R, H]: appends this step's self-attention keys/values (kv.self_k/v grow to
+  // base + R rows), attends over the cache, and applies the three sublayers as forward does at inference.
+  void step(const Context& ctx, float* x, LayerKV& kv, StepArgs& a) const;
+
+  Residual r1, r2, r3;
+  Buf a1, Z1, a2, Z2, f, dZ1, dZ2, d_a1, d_a2, d_f;
+  int64_t N = 0, H = 0;
+};
+
+}  // namespace tfm::nn

@@ -1,0 +1,385 @@
+// The module library (src/nn/): each module's backward against central finite differences of its forward, the
+// inference paths (fused QKV, fused residual + LayerNorm, the decoder's incremental step) against the saving
+// forward, and the parameter store's prefixes. The models built from these modules are checked against PyTorch
+// in test_reference_outputs.cpp (seq2seq), test_encoders.cpp and test_reference_preln.cpp.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <vector>
+
+#include "io/safetensors.h"
+#include "nn/params.h"
+#include "nn/transformer_block.h"
+#include "nn/weights.h"
+#include "test_util.h"
+
+namespace tfm {
+namespace {
+
+using test::all_close;
+using test::random_vec;
+
+constexpr int64_t H = 16, kHeads = 2, F = 24;
+
+nn::MultiHeadAttention make_attention(const nn::Vars& vb, bool bias) {
+  nn::MultiHeadAttention a;
+  a.query = nn::Linear::load(vb.prefix("query"), H, H, bias);
+  a.key = nn::Linear::load(vb.prefix("key"), H, H, bias);
+  a.value = nn::Linear::load(vb.prefix("value"), H, H, bias);
+  a.output = nn::Linear::load(vb.prefix("output"), H, H, bias);
+  a.num_heads = kHeads;
+  a.hidden_size = H;
+  return a;
+}
+nn::FeedForward make_ffn(const nn::Vars& vb, ops::Activation act) {
+  nn::FeedForward f;
+  f.linear1 = nn::Linear::load(vb.prefix("linear1"), H, F);
+  f.linear2 = nn::Linear::load(vb.prefix("linear2"), F, H);
+  f.act = act;
+  return f;
+}
+nn::EncoderBlock make_encoder_block(nn::ParamStore& store, bool norm_first, ops::Activation act) {
+  const nn::Vars vb(store);
+  nn::EncoderBlock b;
+  b.attention = make_attention(vb.prefix("attention"), true);
+  b.norm1 = nn::LayerNorm::load(vb.prefix("norm1"), H, 1e-5f);
+  b.ffn = make_ffn(vb.prefix("ffn"), act);
+  b.norm2 = nn::LayerNorm::load(vb.prefix("norm2"), H, 1e-5f);
+  b.norm_first = norm_first;
+  return b;
+}
+nn::DecoderBlock make_decoder_block(nn::ParamStore& store, bool norm_first, ops::Activation act) {
+  const nn::Vars vb(store);
+  nn::DecoderBlock b;
+  b.attention1 = make_attention(vb.prefix("attention1"), false);
+  b.norm1 = nn::LayerNorm::load(vb.prefix("norm1"), H, 1e-5f);
+  b.attention2 = make_attention(vb.prefix("attention2"), false);
+  b.norm2 = nn::LayerNorm::load(vb.prefix("norm2"), H, 1e-5f);
+  b.ffn = make_ffn(vb.prefix("ffn"), act);
+  b.norm3 = nn::LayerNorm::load(vb.prefix("norm3"), H, 1e-5f);
+  b.norm_first = norm_first;
+  return b;
+}
+// Random values; LayerNorm weights near 1 so the blocks stay well conditioned.
+void randomise(nn::ParamStore& store, uint64_t seed) {
+  store.finalize();
+  Rng rng(seed);
+  for (const auto& e : store.entries()) {
+    const bool ln_weight = e.name.find("norm") != std::string::npos && e.name.find("weight") != std::string::npos;
+    float* p = store.all_data().data() + e.offset;
+    for (int64_t i = 0; i < e.numel; ++i) p[i] = ln_weight ? 1.0f + rng.uniform(-0.2f, 0.2f) : rng.uniform(-0.5f, 0.5f);
+  }
+}
+
+double dot(const float* y, const std::vector<float>& R) {
+  double s = 0;
+  for (size_t i = 0; i < R.size(); ++i) s += (double)y[i] * R[i];
+  return s;
+}
+
+// Central differences of f with respect to every element of x, against the analytic gradient g.
+void expect_grad(const std::function<double()>& f, float* x, const float* g, size_t n, const std::string& what) {
+  const float h = 2e-3f;
+  int bad = 0;
+  for (size_t i = 0; i < n && bad < 5; ++i) {
+    const float keep = x[i];
+    x[i] = keep + h;
+    const double up = f();
+    x[i] = keep - h;
+    const double dn = f();
+    x[i] = keep;
+    const double num = (up - dn) / (2 * h);
+    const double tol = 5e-3 + 3e-2 * std::fabs(num);
+    if (!(std::fabs(g[i] - num) <= tol)) {
+      ++bad;
+      ADD_FAILURE() << what << "[" << i << "]: analytic " << g[i] << ", numeric " << num;
+    }
+  }
+}
+
+struct BlockCase {
+  bool norm_first;
+  ops::Activation act;
+};
+class NnBlockGrad : public ::testing::TestWithParam<BlockCase> {};
+
+TEST_P(NnBlockGrad, EncoderBlockMatchesFiniteDifferences) {
+  const BlockCase bc = GetParam();
+  nn::ParamStore store;
+  nn::EncoderBlock blk = make_encoder_block(store, bc.norm_first, bc.act);
+  randomise(store, 3);
+  const int64_t B = 2, L = 3;
+  std::vector<int64_t> valid = {3, 2};
+  ops::AttentionMask mask;
+  mask.valid_lens = valid.data();
+  auto x = random_vec(B * L * H, 4), R = random_vec(B * L * H, 5);
+  nn::Context ctx;
+  ctx.grad = true;
+  auto f = [&] {
+    blk.forward(ctx, x.data(), B, L, mask);
+    return dot(blk.out.data(), R);
+  };
+  f();
+  store.zero_grad();
+  std::vector<float> dx(x.size(), 0.0f);
+  blk.backward(R.data(), dx.data());
+  const std::vector<float> g = store.all_grad();
+  expect_grad(f, x.data(), dx.data(), x.size(), "dx");
+  for (const auto& e : store.entries())
+    expect_grad(f, store.all_data().data() + e.offset, g.data() + e.offset, e.numel, e.name);
+}
+
+TEST_P(NnBlockGrad, DecoderBlockMatchesFiniteDifferences) {
+  const BlockCase bc = GetParam();
+  nn::ParamStore store;
+  nn::DecoderBlock blk = make_decoder_block(store, bc.norm_first, bc.act);
+  randomise(store, 6);
+  const int64_t B = 2, Lt = 3, Ls = 4;
+  std::vector<int64_t> src_valid = {4, 2};
+  ops::AttentionMask causal, enc_mask;
+  causal.causal = true;
+  enc_mask.valid_lens = src_valid.data();
+  auto x = random_vec(B * Lt * H, 7), enc = random_vec(B * Ls * H, 8), R = random_vec(B * Lt * H, 9);
+  nn::Context ctx;
+  ctx.grad = true;
+  auto f = [&] {
+    blk.forward(ctx, x.data(), enc.data(), B, Lt, Ls, causal, enc_mask);
+    return dot(blk.out.data(), R);
+  };
+  f();
+  store.zero_grad();
+  std::vector<float> dx(x.size(), 0.0f), denc(enc.size(), 0.0f);
+  blk.backward(R.data(), dx.data(), denc.data());
+  const std::vector<float> g = store.all_grad();
+  expect_grad(f, x.data(), dx.data(), x.size(), "dx");
+  expect_grad(f, enc.data(), denc.data(), enc.size(), "denc");
+  for (const auto& e : store.entries())
+    expect_grad(f, store.all_data().data() + e.offset, g.data() + e.offset, e.numel, e.name);
+}
+
+INSTANTIATE_TEST_SUITE_P(PostAndPreLN, NnBlockGrad,
+                         // smooth activations: a ReLU kink between x - h and x + h breaks central differences
+                         // (ReLU's backward is checked in test_seq2seq.cpp and against PyTorch)
+                         ::testing::Values(BlockCase{false, ops::Activation::Gelu},
+                                           BlockCase{true, ops::Activation::Gelu},
+                                           BlockCase{false, ops::Activation::GeluTanh},
+                                           BlockCase{true, ops::Activation::GeluTanh}));
+
+// The inference path (fused QKV product, residual + LayerNorm in one pass, activation fused into the first FFN
+// product; pre-LN chaining the next layer's norm) gives the saving forward's result.
+TEST(NnBlock, EncoderInferenceMatchesSavingForward) {
+  for (bool norm_first : {false, true}) {
+    nn::ParamStore store;
+    nn::EncoderBlock blk = make_encoder_block(store, norm_first, ops::Activation::Gelu);
+    randomise(store, 10);
+    const int64_t B = 2, L = 40;  // > 32 keys: the blocked online-softmax kernel
+    std::vector<float> key_mask(B * L, 1.0f);
+    for (int64_t j = 30; j < L; ++j) key_mask[L + j] = 0.0f;
+    ops::AttentionMask mask;
+    mask.key_mask = key_mask.data();
+    auto x = random_vec(B * L * H, 11);
+    blk.forward(nn::Context{}, x.data(), B, L, mask);
+    const std::vector<float> expected = blk.out;
+
+    nn::MultiHeadAttention& a = blk.attention;
+    std::vector<float> w(3 * H * H), bias(3 * H);
+    int64_t i = 0;
+    for (const nn::Linear* l : {&a.query, &a.key, &a.value}) {
+      std::memcpy(w.data() + i * H * H, l->weight.data(), sizeof(float) * H * H);
+      std::memcpy(bias.data() + i * H, l->bias.data(), sizeof(float) * H);
+      ++i;
+    }
+    a.qkv = nn::Linear::from_weights(w.data(), bias.data(), H, 3 * H, ops::ComputeType::F32);
+    for (nn::Linear* l : {&a.output, &blk.ffn.linear1, &blk.ffn.linear2}) l->pack(ops::ComputeType::F32);
+    std::vector<float> X = x;
+    nn::BlockScratch s;
+    if (norm_first) {  // on entry s.h holds norm1(x); without a next norm only the residual is added
+      s.h.resize(B * L * H);
+      blk.norm1.forward_inference(s.h.data(), X.data(), B * L);
+    }
+    blk.forward_inference(X.data(), B, L, mask, s);
+    EXPECT_TRUE(all_close(X, expected, 2e-5f, 2e-5f)) << "norm_first " << norm_first;
+  }
+}
+
+// The decoder's incremental step over the KV cache gives, position by position, the teacher-forced forward.
+TEST(NnBlock, DecoderStepMatchesTeacherForcedForward) {
+  for (bool norm_first : {false, true})
+    for (bool packed : {false, true}) {
+      nn::ParamStore store;
+      nn::DecoderBlock blk = make_decoder_block(store, norm_first, ops::Activation::Relu);
+      randomise(store, 12);
+      const int64_t B = 2, Lt = 4, Ls = 5;
+      std::vector<int64_t> src_valid = {5, 3};
+      ops::AttentionMask causal, enc_mask;
+      causal.causal = true;
+      enc_mask.valid_lens = src_valid.data();
+      auto x = random_vec(B * Lt * H, 13), enc = random_vec(B * Ls * H, 14);
+      blk.forward(nn::Context{}, x.data(), enc.data(), B, Lt, Ls, causal, enc_mask);
+      const std::vector<float> expected = blk.out;
+      if (packed) {
+        for (nn::MultiHeadAttention* a : {&blk.attention1, &blk.attention2})
+          for (nn::Linear* l : {&a->query, &a->key, &a->value, &a->output}) l->pack(ops::ComputeType::F32);
+        for (nn::Linear* l : {&blk.ffn.linear1, &blk.ffn.linear2}) l->pack(ops::ComputeType::F32);
+      }
+      nn::Context ctx;
+      ctx.packed = true;
+      nn::LayerKV kv;
+      blk.start(ctx, kv, enc.data(), B * Ls);
+      std::vector<int64_t> rows(B * Lt), blocks = {0, 1};
+      std::vector<nn::Buf> scratch(nn::kNumStepScratch);
+      for (int64_t t = 0; t < Lt; ++t) {
+        std::vector<float> xt(B * H);
+        for (int64_t b = 0; b < B; ++b) {
+          std::memcpy(xt.data() + b * H, x.data() + (b * Lt + t) * H, sizeof(float) * H);
+          rows[b * Lt + t] = t * B + b;
+        }
+        nn::StepArgs a;
+        a.rows = B;
+        a.base = t * B;
+        a.self.kv_len = t + 1;
+        a.self.rows = rows.data();
+        a.self.rows_stride = Lt;
+        a.cross.kv_len = Ls;
+        a.cross.blocks = blocks.data();
+        a.cross.valid_lens = src_valid.data();
+        a.scratch = scratch.data();
+        blk.step(ctx, xt.data(), kv, a);
+        for (int64_t b = 0; b < B; ++b)
+          EXPECT_TRUE(all_close(xt.data() + b * H, expected.data() + (b * Lt + t) * H, H, 2e-5f, 2e-5f))
+              << "norm_first " << norm_first << " packed " << packed << " step " << t << " row " << b;
+      }
+    }
+}
+
+// One post-LN block loaded from a BertModel checkpoint under its Hugging Face names gives, layer by layer, the
+// hidden states PyTorch computed (tests/fixtures/bert, scripts/make_fixtures.py): the inference path (packed,
+// fused QKV) and the saving forward of training (separate query / key / value on the fp32 parameters).
+TEST(NnBlock, BertLayerForwardMatchesPyTorchHiddenStates) {
+  SafeTensorsWeights w(test::fixture("bert/model.safetensors"));
+  auto io = SafeTensors::open(test::fixture("bert/io.safetensors"));
+  const Tensor hs = io.get("hidden_states"), am = io.get("attention_mask");  // [layers + 1, B, L, 32], [B, L]
+  const int64_t B = hs.size(1), L = hs.size(2), Hd = hs.size(3), I = 64, n = B * L;
+  std::vector<float> key_mask(n);
+  for (int64_t i = 0; i < n; ++i) key_mask[i] = am.i64()[i] ? 1.0f : 0.0f;
+  ops::AttentionMask mask;
+  mask.key_mask = key_mask.data();
+  for (int64_t l = 0; l + 1 < hs.size(0); ++l) {
+    const nn::Vars vb = nn::Vars(w).prefix("encoder.layer").prefix(l), self = vb.prefix("attention.self");
+    nn::EncoderBlock b;
+    b.attention.num_heads = 4;
+    b.attention.hidden_size = Hd;
+    b.attention.qkv = nn::Linear::load_packed({self.prefix("query"), self.prefix("key"), self.prefix("value")}, Hd,
+                                              Hd, ops::ComputeType::F32);
+    b.attention.query = nn::Linear::load(self.prefix("query"), Hd, Hd);
+    b.attention.key = nn::Linear::load(self.prefix("key"), Hd, Hd);
+    b.attention.value = nn::Linear::load(self.prefix("value"), Hd, Hd);
+    b.attention.output = nn::Linear::load(vb.prefix("attention.output.dense"), Hd, Hd);
+    b.norm1 = nn::LayerNorm::load(vb.prefix("attention.output.LayerNorm"), Hd, 1e-12f);
+    b.ffn.linear1 = nn::Linear::load(vb.prefix("intermediate.dense"), Hd, I);
+    b.ffn.linear2 = nn::Linear::load(vb.prefix("output.dense"), I, Hd);
+    b.ffn.act = ops::Activation::Gelu;
+    b.norm2 = nn::LayerNorm::load(vb.prefix("output.LayerNorm"), Hd, 1e-12f);
+    const float* in = hs.f32() + l * n * Hd;
+    const float* want = hs.f32() + (l + 1) * n * Hd;
+    b.forward(nn::Context{}, in, B, L, mask);
+    EXPECT_TRUE(all_close(b.out.data(), want, n * Hd, 1e-4f, 1e-4f)) << "saving forward, layer " << l;
+    for (nn::Linear* lin : {&b.attention.output, &b.ffn.linear1, &b.ffn.linear2}) lin->pack(ops::ComputeType::F32);
+    std::vector<float> X(in, in + n * Hd);
+    nn::BlockScratch s;
+    b.forward_inference(X.data(), B, L, mask, s);
+    EXPECT_TRUE(all_close(X.data(), want, n * Hd, 1e-4f, 1e-4f)) << "inference, layer " << l;
+  }
+}
+
+// ---------------------------------------------------------------- Linear, LayerNorm, Embedding
+
+TEST(NnLayers, LinearAndLayerNormMatchFiniteDifferences) {
+  nn::ParamStore store;
+  const nn::Vars vb(store);
+  nn::Linear lin = nn::Linear::load(vb.prefix("lin"), 5, 8);
+  nn::LayerNorm ln = nn::LayerNorm::load(vb.prefix("ln"), 8, 1e-5f);
+  randomise(store, 20);
+  const int64_t N = 4;
+  auto x = random_vec(N * 5, 21), R = random_vec(N * 8, 22);
+  std::vector<float> y(N * 8), z(N * 8);
+  nn::Context ctx;
+  ctx.grad = true;
+  auto f = [&] {
+    lin.forward(ctx, y.data(), x.data(), N);
+    ln.forward(z.data(), y.data(), N);
+    return dot(z.data(), R);
+  };
+  f();
+  store.zero_grad();
+  std::vector<float> dy(N * 8), dx(N * 5);
+  ln.backward(dy.data(), R.data());
+  lin.backward(dx.data(), dy.data(), x.data(), N, /*accumulate=*/false);
+  const std::vector<float> g = store.all_grad();
+  expect_grad(f, x.data(), dx.data(), x.size(), "dx");
+  for (const auto& e : store.entries())
+    expect_grad(f, store.all_data().data() + e.offset, g.data() + e.offset, e.numel, e.name);
+}
+
+TEST(NnLayers, EmbeddingScalesAddsPositionsAndScattersGradients) {
+  nn::ParamStore store;
+  nn::Embedding emb = nn::Embedding::load(nn::Vars(store).prefix("embedding"), 6, 4, 2.0f);
+  randomise(store, 30);
+  const std::vector<int64_t> ids = {1, 5, 1, 0, 2, 5};  // [B=2, L=3]
+  auto P = random_vec(3 * 4, 31), R = random_vec(6 * 4, 32);
+  std::vector<float> out(6 * 4);
+  emb.forward(nn::Context{}, out.data(), ids.data(), 2, 3, P.data());
+  const float* W = emb.weight.data();
+  for (int64_t n = 0; n < 6; ++n)
+    for (int64_t c = 0; c < 4; ++c) EXPECT_FLOAT_EQ(out[n * 4 + c], W[ids[n] * 4 + c] * 2.0f + P[(n % 3) * 4 + c]);
+  store.zero_grad();
+  std::vector<float> d = R;
+  emb.backward(d.data());
+  std::vector<double> expect(6 * 4, 0.0);
+  for (int64_t n = 0; n < 6; ++n)
+    for (int64_t c = 0; c < 4; ++c) expect[ids[n] * 4 + c] += 2.0 * R[n * 4 + c];
+  for (int64_t i = 0; i < 24; ++i) EXPECT_NEAR(emb.weight.grad()[i], expect[i], 1e-5) << i;
+}
+
+// ---------------------------------------------------------------- parameters
+
+TEST(NnParams, PrefixesNameTensorsAsTheCheckpoint) {
+  nn::ParamStore store;
+  const nn::Vars vb(store);
+  nn::Linear l = nn::Linear::load(vb.prefix("encoder.layer").prefix(3).prefix("attention.self.query"), 4, 2);
+  ASSERT_EQ(store.entries().size(), 2u);
+  EXPECT_EQ(store.entries()[0].name, "encoder.layer.3.attention.self.query.weight");
+  EXPECT_EQ(store.entries()[0].shape, (Shape{2, 4}));
+  EXPECT_EQ(store.entries()[1].name, "encoder.layer.3.attention.self.query.bias");
+  EXPECT_TRUE(vb.prefix("encoder.layer.3.attention.self.query").has("bias"));
+  EXPECT_FALSE(vb.has("missing"));
+  store.finalize();
+  EXPECT_THROW(store.add("late", {1}), std::logic_error);  // registration ends with finalize
+  EXPECT_EQ(store.total(), 10);  // [2, 4] + [2]
+  EXPECT_EQ(l.weight.data(), store.all_data().data());
+  EXPECT_EQ(l.bias.grad(), store.all_grad().data() + 8);
+}
+
+TEST(NnParams, FileSourceReportsTheMissingNameWithItsAliases) {
+  RandomWeights w(1);
+  const nn::Vars vb(w);
+  nn::Linear l = nn::Linear::load(vb.prefix("pooler.dense"), 3, 3);
+  EXPECT_TRUE(l.weight.defined());
+  EXPECT_EQ(l.weight.grad(), nullptr);  // read-only: no gradient
+  SafeTensorsWeights file(test::fixture("bert/model.safetensors"));
+  auto aliases = [](const std::string& n) { return std::vector<std::string>{"bert." + n}; };
+  const nn::Vars fv(file, aliases);
+  try {
+    fv.prefix("no.such").get("weight", {2, 2});
+    FAIL() << "expected a missing-tensor error";
+  } catch (const std::runtime_error& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("missing tensor 'no.such.weight'"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("'bert.no.such.weight'"), std::string::npos) << msg;
+  }
+}
+
+}  // namespace
+}  // namespace tfm
