@@ -107,6 +107,12 @@ Tensor CheckpointWeights::get(const std::string& name, const Shape& shape, const
   return t;
 }
 
+ops::ComputeType CheckpointWeights::stored_compute_type() const {
+  for (const auto& s : shards_)
+    if (s.st && s.st->stored_compute_type() != ops::ComputeType::F32) return s.st->stored_compute_type();
+  return ops::ComputeType::F32;
+}
+
 void CheckpointWeights::release(const Tensor& t) {
   for (auto& s : shards_)
     if (s.st) s.st->release(t);

@@ -34,6 +34,9 @@ class CheckpointWeights : public WeightSource {
   const int8_t* get_int8(const std::string& name, const Shape& shape, const std::vector<std::string>& aliases,
                          const float** scale) override;
   const std::string& path() const { return path_; }
+  // As SafeTensorsWeights::stored_compute_type: I8 when a safetensors shard was written by `tfm convert --dtype
+  // int8`, else F32 (always F32 for pytorch_model.bin).
+  ops::ComputeType stored_compute_type() const;
   // Stored shape of `name` (PyTorch order); throws naming the checkpoint if it is missing.
   const Shape& shape_of(const std::string& name) const;
   // Tensor names in sorted order, over all shards.
