@@ -11,6 +11,7 @@
 #include "io/json_util.h"
 #include "io/npy.h"
 #include "io/safetensors.h"
+#include "io/torch_pickle.h"
 #include "tfm/encoder.h"
 
 namespace tfm::cli {
@@ -104,15 +105,27 @@ void add_encode_command(CLI::App& app) {
     eo.pipeline = "none";  // the encoder's own outputs, whatever modules.json says
     eo.config_path = config_path;
     if (o->init != "random") {
-      const std::string weights = o->model + "/model.safetensors";
+      // model.safetensors, pytorch_model.bin or the .index.json of shards of either (models/checkpoint_weights.h
+      // reads them; the names are checked here to fail before the model loads).
+      std::string weights;
       std::error_code wec;
-      if (!fs::exists(weights, wec))
-        throw std::runtime_error(weights + ": no such file (the folder has no weights; --init random runs the "
-                                 "model with seeded random weights)");
+      for (const char* f : {"model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
+                            "pytorch_model.bin.index.json"})
+        if (weights.empty() && fs::is_regular_file(o->model + "/" + f, wec)) weights = o->model + "/" + f;
+      if (weights.empty())
+        throw std::runtime_error(o->model + "/model.safetensors: no such file (nor pytorch_model.bin: the folder has "
+                                 "no weights; --init random runs the model with seeded random weights)");
       // Before the forward pass: --pooled needs the checkpoint's pooler.
       if (!o->pooled.empty()) {
-        const SafeTensors st = SafeTensors::open(weights);
-        if (!st.has("pooler.dense.weight") && !st.has("bert.pooler.dense.weight"))
+        auto has = [&](const std::string& name) {
+          if (weights.ends_with(".index.json")) {
+            const nlohmann::json j = load_json_file(weights);
+            return j.contains("weight_map") && j["weight_map"].is_object() && j["weight_map"].contains(name);
+          }
+          if (weights.ends_with(".bin")) return TorchCheckpoint::open(weights).has(name);
+          return SafeTensors::open(weights).has(name);
+        };
+        if (!has("pooler.dense.weight") && !has("bert.pooler.dense.weight"))
           throw std::invalid_argument("--pooled: this " + model_type +
                                       " model has no pooler (no pooler.dense weights in the checkpoint); nothing "
                                       "written");
