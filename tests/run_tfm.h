@@ -10,6 +10,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -69,6 +70,8 @@ struct RunOptions {
   Stdout stdout_to = Stdout::file;
   std::vector<std::string> env;  // extra "K=V" variables, replacing those of the test's environment
   std::string binary;            // the program to run; empty = TFM_BINARY
+  // Called once the child runs, before waiting for it (e.g. to send it a signal): its pid and stderr file.
+  std::function<void(pid_t pid, const std::string& stderr_path)> while_running;
 };
 
 // Runs the tfm binary with `args` (no shell: any bytes can be passed), `stdin_text` on stdin, OMP_NUM_THREADS=1,
@@ -111,6 +114,7 @@ inline TfmRun run_tfm_with(const std::string& dir, const std::vector<std::string
     ADD_FAILURE() << "posix_spawn " << argv[0] << ": " << std::strerror(rc);
     return r;
   }
+  if (opt.while_running) opt.while_running(pid, err_path);
   int status = 0;
   while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }

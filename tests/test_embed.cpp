@@ -272,7 +272,7 @@ TEST(EmbedCli, EmptyLineIsAnErrorNamingItUnlessSkipped) {
   r = test::run_tfm_in(t.path, {"embed", "--model", fixture("st_mean"), "-i", t.path + "/in.txt", "-o",
                                 t.path + "/o.npy", "--skip-empty"});
   ASSERT_EQ(r.exit_code, 0) << r.describe();
-  EXPECT_NE(r.err.find("skipped 1 empty lines"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("skipped 1 empty line;"), std::string::npos) << r.err;
   EXPECT_LE(max_abs_diff(load_npy(t.path + "/o.npy"), select_rows(e.get("embeddings"), {0, 1, 2})), 1e-5);
   test::spit(t.path + "/bad.txt", s[0] + "\n\xff\xfe\n");
   test::expect_one_line_error(test::run_tfm_in(t.path, {"embed", "--model", fixture("st_mean"), "-i", t.path + "/bad.txt"}),

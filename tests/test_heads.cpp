@@ -226,7 +226,7 @@ TEST(HeadsCli, RerankSortsPassagesByScore) {
   expect_json_near(lines[0], j["ranking"], 1e-4);
   // raw scores are the logits
   auto e = SafeTensors::open(fixture("heads_cross/expected.safetensors"));
-  r = test::run_tfm_in(t.path, {"rerank", "--model", fixture("heads_cross"), "-q", j["query"].get<std::string>(),
+  r = test::run_tfm_in(t.path, {"rerank", "--model", fixture("heads_cross"), "--query", j["query"].get<std::string>(),
                                 "--raw-scores", "--top-k", "1", "-i", t.path + "/p.txt"});
   ASSERT_EQ(r.exit_code, 0) << r.describe();
   auto raw = json_lines(r.out)[0];
@@ -235,7 +235,7 @@ TEST(HeadsCli, RerankSortsPassagesByScore) {
   EXPECT_EQ(raw[0]["index"].get<int64_t>(), best);
   EXPECT_NEAR(raw[0]["score"].get<double>(), e.get("logits").f32()[best], 1e-4);
   test::expect_one_line_error(
-      test::run_tfm_in(t.path, {"rerank", "--model", fixture("heads_tokcls"), "-q", "x", "y"}),
+      test::run_tfm_in(t.path, {"rerank", "--model", fixture("heads_tokcls"), "--query", "x", "y"}),
       "has no sequence classification head");
 }
 

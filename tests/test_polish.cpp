@@ -56,7 +56,7 @@ TEST(Polish, NumericOptionsNameTheirRange) {
       {{"translate", "--model", "m", "--beam", "-2", "go ."}, "--beam: must be a whole number from 1 to 64"},
       {{"embed", "--model", "m", "-i", "-", "--batch-size", "1e3"}, "--batch-size: must be a whole number from 1 to"},
       {{"classify", "--model", "m", "--batch-size", "-1", "x"}, "--batch-size: must be a whole number from 1 to 65536"},
-      {{"rerank", "--model", "m", "-q", "q", "--top-k", "99999999999", "x"}, "--top-k: must be a whole number"},
+      {{"rerank", "--model", "m", "--query", "q", "--top-k", "99999999999", "x"}, "--top-k: must be a whole number"},
       {{"fill-mask", "--model", "m", "--top-k", "0", "x"}, "--top-k: must be a whole number from 1 to 1048576"},
       {{"encode", "--model", "m", "--text", "x", "--max-length", "-1"}, "--max-length: must be a whole number from 0"},
       {{"tokenize", "--model", "m", "x", "--max-length", "1e40"}, "--max-length: must be a whole number from 0"},
@@ -78,7 +78,7 @@ TEST(Polish, HeadCommandsNameTheStdoutWriteError) {
       {"classify", "--model", fixture("heads_seqcls"), "the cat sat"},
       {"classify", "--model", fixture("heads_tokcls"), "the cat sat"},
       {"fill-mask", "--model", fixture("heads_mlm"), "the [MASK] sat"},
-      {"rerank", "--model", fixture("heads_cross"), "-q", "a cat", "the cat sat", "a dog ran"},
+      {"rerank", "--model", fixture("heads_cross"), "--query", "a cat", "the cat sat", "a dog ran"},
   };
   for (const auto& args : cmds) {
     TfmRun ok = run_tfm_in(tmp.path, args);

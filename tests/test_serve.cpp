@@ -867,5 +867,58 @@ TEST(ServeRoberta, EmbedAllMatchesPyTorch) {
   EXPECT_LE(d, 2e-5);
 }
 
+// /info says what the model computes in: an encoder folder from `tfm convert --dtype int8` runs in int8 as stored.
+TEST(ServeInfo, ReportsTheComputeType) {
+  TempDir tmp;
+  const std::string q8 = tmp.path + "/st8";
+  const std::string cmd = std::string(TFM_BINARY) + " convert --model " + test::fixture("st_mean") +
+                          " --dtype int8 --out " + q8 + " > /dev/null";
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  for (const auto& [dir, want] : {std::pair<std::string, std::string>{test::fixture("st_mean"), "fp32"}, {q8, "int8"},
+                                  {test::fixture("d2l_trained"), "fp32"}}) {
+    ServeProcess s({"--model", dir, "--quiet"});
+    ASSERT_TRUE(s.wait_ready()) << s.log();
+    json info = http("GET", s.url("/info")).j();
+    EXPECT_EQ(info["dtype"], want) << dir << ": " << info;
+    EXPECT_EQ(s.terminate(), 0);
+  }
+}
+
+// The translation page has a beam-size control (?beam= sets it): "help !" is "aide-moi !" with beam 2 and
+// "à <unk> !" greedily (tests/fixtures/d2l_trained/beam_predictions.json). The similarity page shows a
+// sentence-transformers folder's pipeline as it is ("... -> Pooling(mean) -> Normalize", not "... -> Normalize
+// pooling") and a plain folder's pooling mode ("mean pooling").
+TEST(ServeBrowser, PageTranslatesWithTheChosenBeamSizeAndNamesThePooling) {
+  if (chromium().empty()) GTEST_SKIP() << "chromium is not installed (scripts/install-deps.sh installs it)";
+  TempDir tmp;
+  {
+    ServeProcess s({"--model", test::fixture("d2l_trained"), "--quiet"});
+    ASSERT_TRUE(s.wait_ready()) << s.log();
+    std::string dom = dump_dom(s.url("/?q=help%20!&beam=2"), tmp.path);
+    EXPECT_NE(dom.find("id=\"beam\""), std::string::npos) << dom;
+    EXPECT_NE(dom.find("data-beam=\"2\""), std::string::npos) << dom;
+    EXPECT_NE(dom.find(">aide-moi !<"), std::string::npos) << dom;
+    dom = dump_dom(s.url("/?q=help%20!"), tmp.path);
+    EXPECT_NE(dom.find("&lt;unk&gt; !<"), std::string::npos) << dom;
+    EXPECT_EQ(s.terminate(), 0);
+  }
+  {
+    ServeProcess s({"--model", test::fixture("st_mean"), "--quiet"});
+    ASSERT_TRUE(s.wait_ready()) << s.log();
+    std::string dom = dump_dom(s.url("/?q=the%20cat|a%20dog"), tmp.path);
+    EXPECT_NE(dom.find("-&gt; Pooling(mean) -&gt; Normalize;"), std::string::npos) << dom;
+    EXPECT_EQ(dom.find("Normalize pooling"), std::string::npos) << dom;
+    EXPECT_EQ(s.terminate(), 0);
+  }
+  {
+    const std::string m = make_bert_dir(tmp.path);
+    ServeProcess s({"--model", m, "--quiet"});
+    ASSERT_TRUE(s.wait_ready()) << s.log();
+    std::string dom = dump_dom(s.url("/?q=the%20cat|a%20dog"), tmp.path);
+    EXPECT_NE(dom.find(", mean pooling;"), std::string::npos) << dom;
+    EXPECT_EQ(s.terminate(), 0);
+  }
+}
+
 }  // namespace
 }  // namespace tfm

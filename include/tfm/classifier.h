@@ -131,7 +131,8 @@ struct MaskCandidate {
   int64_t token = 0;      ///< vocabulary id
   std::string token_str;  ///< the token
   /// The input with this token in place of the [MASK], decoded as tokenizer.decode(skip_special_tokens=True)
-  /// (clean_up_tokenization_spaces as tokenizer_config.json says, default true).
+  /// (clean_up_tokenization_spaces as tokenizer_config.json says, default true); for an input with several
+  /// masks with skip_special_tokens=False, as the pipeline does, so the other [MASK] tokens stay.
   std::string sequence;
 };
 

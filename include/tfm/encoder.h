@@ -18,9 +18,11 @@ struct EncoderOptions {
   /// input rows rounded to bf16, fp32 accumulation); "int8" (dynamic quantisation: s8 weights, one scale per
   /// output row, each GEMM input row quantised at run time with its own scale (per tensor with the
   /// environment variable TFM_INT8_ACT=tensor); int32 accumulation). Embeddings, LayerNorm and softmax stay
-  /// fp32. Any other value throws std::invalid_argument naming the accepted ones; a CPU without a oneDNN kernel
-  /// for it throws std::runtime_error.
-  std::string dtype = "fp32";
+  /// fp32. "" (default): as the folder stores it, int8 for a folder from `tfm convert --dtype int8` (weights
+  /// used as stored), else fp32; such a folder asked for "fp32" or "bf16" is dequantised (w = q * scale) and
+  /// computes in that type. dtype() reports the type used. Any other value throws std::invalid_argument naming
+  /// the accepted ones; a CPU without a oneDNN kernel for it throws std::runtime_error.
+  std::string dtype;
   /// OpenMP threads (kernels and oneDNN GEMMs) of each call, set on the calling thread (0 = the process default:
   /// OMP_NUM_THREADS, else all cores).
   int threads = 0;
@@ -164,7 +166,7 @@ class Encoder {
   int64_t max_input_length() const;
   int64_t vocab_size() const;
   int64_t max_position_embeddings() const;  ///< tokens
-  const std::string& dtype() const;  ///< "fp32", "bf16" or "int8" (aliases normalised)
+  const std::string& dtype() const;  ///< the compute type used: "fp32", "bf16" or "int8" (aliases normalised)
   int threads() const;
 
  private:

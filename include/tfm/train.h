@@ -28,7 +28,8 @@ struct TrainRunOptions {
   bool resume = false;  ///< continue the run in out_dir from its checkpoint (config_path may then be empty)
   int threads = 0;      ///< OpenMP threads (0 = OMP_NUM_THREADS, else all cores); results are bit-exact for equal threads
   /// Config keys to override, as `tfm train --set key=value`: each value is parsed as JSON (numbers,
-  /// true/false), else taken as a string. With resume only stop_after_steps and time_limit_minutes apply.
+  /// true/false), else taken as a string. With resume only epochs (extends the run), stop_after_steps (steps in
+  /// all, from the run's start) and time_limit_minutes apply; train_config.json is rewritten with them.
   std::vector<std::pair<std::string, std::string>> overrides;
   bool print_progress = false;  ///< the CLI's progress lines on stderr
   /// How error messages name the configuration ("" = config_path, or "overrides" without one), e.g. "command line"
@@ -54,8 +55,15 @@ struct TrainSummary {
   double best_valid_bleu = 0;  ///< percent
   int64_t best_epoch = 0, epochs_run = 0, steps = 0;
   double seconds = 0, tokens_per_sec = 0;
-  bool stopped_early = false;  ///< early stopping, time or step limit
+  bool stopped_early = false;  ///< early stopping, time or step limit, or a stop request
+  int stopped_by_signal = 0;   ///< the signal number given to request_train_stop when it ended the run, else 0
+  int64_t stopped_in_epoch = 0;  ///< the epoch a step / time limit or a stop request cut short (0: none was)
 };
+
+/// Asks a running train() to stop after the optimizer step in progress: it saves a checkpoint, prints how to
+/// resume (stderr, rank 0) and returns with stopped_by_signal = signo. Async-signal-safe (one atomic store), so a
+/// SIGINT / SIGTERM handler may call it; under mpirun every rank stops at the same step. The request stays set.
+void request_train_stop(int signo);
 
 /// Trains into `out_dir` (new or empty; resume: the run's folder) from the JSON recipe at `config_path`
 /// (configs/multi30k-en-fr.json; keys of RecipeConfig; data paths relative to data_dir, default $TFM_DATA_DIR or

@@ -26,10 +26,15 @@ struct TranslatorOptions {
 struct TranslateOptions {
   int64_t beam_size = 1;        ///< 1 = greedy decoding; at most 64
   /// GNMT length penalty alpha >= 0 (Wu et al. 2016, eq. 14): hypotheses are ranked by
-  /// logp / ((5 + length) / 6)^alpha, length = generated tokens including the final <eos>.
+  /// logp / ((5 + length) / 6)^alpha, length = generated tokens including the final <eos>. Greedy decoding ignores
+  /// it, so a non-zero value with beam_size 1 and without return_scores throws std::invalid_argument (as
+  /// `tfm translate --length-penalty` without --beam is refused).
   float length_penalty = 0.0f;
   int64_t max_steps = 0;        ///< at most this many generated tokens, <eos> included (0 = config num_steps)
   bool return_scores = false;   ///< fill Translation::score and Translation::logp
+  /// Never generate the target <unk> (CTranslate2's disable_unk): its logit is set to the lowest float before the
+  /// log-softmax at every step, greedy or beam, so the best translation without <unk> is searched for.
+  bool disable_unk = false;
 };
 
 struct Translation {

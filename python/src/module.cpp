@@ -8,6 +8,7 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <cstdio>
 #include <optional>
 
 #include "tfm/tfm.h"
@@ -83,6 +84,21 @@ std::vector<std::string> string_list(const py::handle& obj, const char* name) {
   try {
     return obj.cast<std::vector<std::string>>();
   } catch (const py::cast_error&) {
+    // A str that cannot be encoded as UTF-8 (a lone surrogate such as "\ud800") is a bad element, not a bad list.
+    if (py::isinstance<py::sequence>(obj)) {
+      const py::sequence seq = py::reinterpret_borrow<py::sequence>(obj);
+      for (size_t i = 0; i < seq.size(); ++i) {
+        const py::object item = seq[i];
+        if (!py::isinstance<py::str>(item) && !py::isinstance<py::bytes>(item))
+          throw py::value_error(std::string(name) + " must be a list of strings; item " + std::to_string(i) +
+                                " is a " + py::str(py::type::of(item).attr("__name__")).cast<std::string>());
+        if (py::isinstance<py::str>(item) && !PyUnicode_AsUTF8AndSize(item.ptr(), nullptr)) {
+          PyErr_Clear();
+          throw py::value_error(std::string(name) + "[" + std::to_string(i) +
+                                "] cannot be encoded as UTF-8 (a lone surrogate such as '\\ud800')");
+        }
+      }
+    }
     throw py::value_error(std::string(name) + " must be a list of strings");
   }
 }
@@ -174,16 +190,22 @@ PYBIND11_MODULE(_tfm, m) {
                            "BERT or tutorial encoder of a model folder (config.json, model.safetensors, tokenizer). "
                            "Thread-safe: forward/embed may run in several Python threads at once (the GIL is "
                            "released while they compute).")
-      .def(py::init([](const py::object& path, const std::string& dtype, int threads) {
+      .def(py::init([](const py::object& path, const py::object& dtype, int threads) {
              const std::string dir = path_arg(path);
              tfm::EncoderOptions o;
-             o.dtype = dtype;
+             if (!dtype.is_none()) {
+               o.dtype = dtype.cast<std::string>();
+               if (o.dtype.empty())  // "" is the C++ default's spelling; here it is None
+                 throw py::value_error("unknown dtype '' (expected fp32, bf16 or int8)");
+             }
              o.threads = threads;
              py::gil_scoped_release nogil;
              return tfm::Encoder(dir, o);
            }),
-           py::arg("model_dir"), py::arg("dtype") = "fp32", py::arg("threads") = 0,
-           "dtype: compute type of the Linear layers, 'fp32', 'bf16' or 'int8' (ValueError otherwise); threads: "
+           py::arg("model_dir"), py::arg("dtype") = py::none(), py::arg("threads") = 0,
+           "dtype: compute type of the Linear layers, 'fp32', 'bf16' or 'int8' (ValueError otherwise); None "
+           "(default): as the folder stores it (int8 for a `tfm convert --dtype int8` folder, else fp32); "
+           "Encoder.dtype is the type used; threads: "
            "threads per call (0 = all cores)")
       .def(
           "forward",
@@ -334,12 +356,13 @@ PYBIND11_MODULE(_tfm, m) {
       .def(
           "translate_batch",
           [](const tfm::Translator& t, const py::object& sentences, int64_t beam_size, float length_penalty,
-             int64_t max_steps, bool return_scores) -> py::list {
+             int64_t max_steps, bool return_scores, bool disable_unk) -> py::list {
             tfm::TranslateOptions o;
             o.beam_size = beam_size;
             o.length_penalty = length_penalty;
             o.max_steps = max_steps;
             o.return_scores = return_scores;
+            o.disable_unk = disable_unk;
             std::vector<std::string> s = string_list(sentences, "sentences");
             std::vector<tfm::Translation> r;
             {
@@ -356,9 +379,11 @@ PYBIND11_MODULE(_tfm, m) {
             return out;
           },
           py::arg("sentences"), py::arg("beam_size") = 1, py::arg("length_penalty") = 0.0f,
-          py::arg("max_steps") = 0, py::arg("return_scores") = false,
+          py::arg("max_steps") = 0, py::arg("return_scores") = false, py::arg("disable_unk") = false,
           "Translate a list of sentences: a list of str, or with return_scores a list of (text, score), score = "
-          "log p(text + <eos>) / ((5 + length) / 6) ** length_penalty (natural log; length in tokens with <eos>)")
+          "log p(text + <eos>) / ((5 + length) / 6) ** length_penalty (natural log; length in tokens with <eos>). "
+          "length_penalty needs beam_size > 1 or return_scores (ValueError otherwise); disable_unk=True never "
+          "generates <unk> (CTranslate2's disable_unk)")
       .def(
           "encode_source",
           [](const tfm::Translator& t, const std::string& sentence) {
@@ -447,7 +472,16 @@ PYBIND11_MODULE(_tfm, m) {
       .def_readonly("steps", &tfm::TrainSummary::steps)
       .def_readonly("seconds", &tfm::TrainSummary::seconds)
       .def_readonly("tokens_per_sec", &tfm::TrainSummary::tokens_per_sec)
-      .def_readonly("stopped_early", &tfm::TrainSummary::stopped_early);
+      .def_readonly("stopped_early", &tfm::TrainSummary::stopped_early)
+      .def("__repr__", [](const tfm::TrainSummary& s) {
+        char buf[320];
+        std::snprintf(buf, sizeof buf,
+                      "TrainSummary(best_valid_bleu=%.2f, best_epoch=%lld, epochs_run=%lld, steps=%lld, seconds=%.1f, "
+                      "tokens_per_sec=%.0f, stopped_early=%s)",
+                      s.best_valid_bleu, (long long)s.best_epoch, (long long)s.epochs_run, (long long)s.steps,
+                      s.seconds, s.tokens_per_sec, s.stopped_early ? "True" : "False");
+        return std::string(buf);
+      });
   m.def(
       "train",
       [](const py::object& config_path, const py::object& out_path, const py::object& progress, bool resume,

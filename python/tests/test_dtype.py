@@ -34,6 +34,7 @@ def test_encoder_dtype_close_to_pytorch_fp32(dtype, min_cos):
 def test_dtype_aliases_and_errors():
     assert tfm.Encoder(BERT, dtype="bfloat16").dtype == "bf16"
     assert tfm.Encoder(BERT, dtype="float32").dtype == "fp32"
+    assert tfm.Encoder(BERT).dtype == "fp32"  # None: as the folder stores it
     for bad in ("fp16", "", "INT8"):
         with pytest.raises(ValueError, match=f"unknown dtype '{bad}' \\(expected fp32, bf16 or int8\\)"):
             tfm.Encoder(BERT, dtype=bad)

@@ -100,8 +100,8 @@ def test_errors(config, tmp_path):
     (tmp_path / "full" / "x").write_text("x")
     with pytest.raises(RuntimeError, match="not an empty folder"):
         tfm.train(config, str(tmp_path / "full"))
-    with pytest.raises(ValueError, match="override 'epochs' cannot change it"):
-        tfm.train(None, str(tmp_path / "full"), resume=True, overrides={"epochs": 3})
+    with pytest.raises(ValueError, match="override 'lr' cannot change it"):
+        tfm.train(None, str(tmp_path / "full"), resume=True, overrides={"lr": 0.5})
     with pytest.raises(RuntimeError, match="no checkpoint.safetensors to resume from"):
         tfm.train(None, str(tmp_path / "full"), resume=True)
     with pytest.raises(TypeError):

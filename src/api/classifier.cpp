@@ -242,6 +242,11 @@ std::vector<std::vector<std::vector<MaskCandidate>>> MaskFiller::fill(const std:
   Tensor logits = m.mlm_logits(bt.input_ids, bt.token_type_ids, bt.attention_mask, pos);
   const BertTokenizer& tok = m.tokenizer();
   const int64_t V = m.encoder_config().vocab_size, K = std::min<int64_t>(top_k, V);
+  // As the fill-mask pipeline: an input with several masks decodes `sequence` with skip_special_tokens=False, so
+  // it keeps the other [MASK] tokens (and [CLS] / [SEP]).
+  std::vector<bool> single_mask(in.size());
+  for (size_t b = 0; b < in.size(); ++b)
+    single_mask[b] = std::count(in[b].input_ids.begin(), in[b].input_ids.end(), impl_->mask_id) == 1;
   for (size_t p = 0; p < pos.size(); ++p) {
     const auto [b, l] = pos[p];
     std::vector<float> prob = apply_score_function(logits.f32() + p * V, V, ScoreFunction::Softmax);
@@ -255,7 +260,8 @@ std::vector<std::vector<std::vector<MaskCandidate>>> MaskFiller::fill(const std:
       const int64_t id = idx[k];
       std::vector<std::string> toks = in[b].tokens;
       toks[l] = tok.id_to_token(id);
-      cands.push_back({prob[id], id, tok.id_to_token(id), decode_wordpieces(tok, toks, m.clean_up_tokenization_spaces())});
+      cands.push_back({prob[id], id, tok.id_to_token(id),
+                       decode_wordpieces(tok, toks, m.clean_up_tokenization_spaces(), single_mask[b])});
     }
     out[b].push_back(std::move(cands));
   }

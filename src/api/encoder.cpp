@@ -114,14 +114,15 @@ int64_t code_points(const std::string& s) {
 }  // namespace
 
 Encoder::Encoder(const std::string& model_dir, const EncoderOptions& options) : impl_(std::make_unique<Impl>()) {
-  const ops::ComputeType ct = ops::parse_compute_type(options.dtype);  // std::invalid_argument naming the accepted
+  // "" = as the folder stores it; otherwise std::invalid_argument naming the accepted values.
+  std::optional<ops::ComputeType> want;
+  if (!options.dtype.empty()) want = ops::parse_compute_type(options.dtype);
   api::check_threads(options.threads);
   const std::string& pipeline = options.pipeline;
   if (pipeline != "auto" && pipeline != "none" && pipeline != "sentence_transformers")
     throw std::invalid_argument("pipeline '" + pipeline + "' is not supported (supported: auto, none, "
                                 "sentence_transformers)");
   api::require_dir(model_dir, "model folder");
-  impl_->dtype = ops::compute_type_name(ct);
   impl_->threads = options.threads;
   impl_->pooling = options.pooling;
   impl_->prompt_name = options.prompt_name;
@@ -139,20 +140,24 @@ Encoder::Encoder(const std::string& model_dir, const EncoderOptions& options) : 
   };
   if (pipeline == "sentence_transformers") {  // the pipeline alone; its loader names what a folder lacks
     load_pipeline();
+    impl_->dtype = ops::compute_type_name(want ? *want : ops::ComputeType::F32);
     return;
   }
   const std::string config_path = options.config_path.empty() ? model_dir + "/config.json" : options.config_path;
   api::require_file(config_path);
   if (!options.random_weights) api::require_file(model_dir + "/model.safetensors");
+  ops::ComputeType ct = want ? *want : ops::ComputeType::F32;
   if (options.random_weights) {
     RandomWeights w(options.seed);
     impl_->model = make_encoder(EncoderConfig::load(config_path), w, ct);
   } else if (!options.config_path.empty()) {
     SafeTensorsWeights w(model_dir + "/model.safetensors");
+    if (!want) ct = w.stored_compute_type();  // int8 for a `tfm convert --dtype int8` folder
     impl_->model = make_encoder(EncoderConfig::load(config_path), w, ct);
   } else {
-    impl_->model = load_encoder(model_dir, ct);
+    impl_->model = load_encoder(model_dir, want, &ct);  // no dtype: as the file is stored
   }
+  impl_->dtype = ops::compute_type_name(ct);
   if (pipeline == "auto" && fs::exists(model_dir + "/modules.json", ec)) {
     load_pipeline();
   } else if (!options.pooling.empty()) {

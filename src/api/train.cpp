@@ -2,6 +2,8 @@
 // (`tfm train --data`).
 #include "tfm/train.h"
 
+#include <algorithm>
+#include <filesystem>
 #include <stdexcept>
 
 #include "api/common.h"
@@ -15,6 +17,8 @@ namespace tfm {
 ProcessGroup process_group() { return ProcessGroup{dist::world().rank(), dist::world().world_size()}; }
 
 std::vector<std::string> recipe_keys() { return RecipeConfig::known_keys(); }
+
+void request_train_stop(int signo) { request_training_stop(signo); }
 
 TrainSummary train(const std::string& config_path, const std::string& out_dir, const TrainRunOptions& o) {
   api::check_threads(o.threads);
@@ -30,21 +34,54 @@ TrainSummary train(const std::string& config_path, const std::string& out_dir, c
   } else {
     api::require_dir(out_dir, "run folder");
   }
+  // The file alone first: a bad value there is the file's (std::runtime_error); one that appears only with the
+  // overrides is the caller's (std::invalid_argument).
+  if (!config_path.empty()) (void)RecipeConfig::from_json(j, config_path);
+  const std::vector<std::string>& known = RecipeConfig::known_keys();
   for (const auto& [key, val] : o.overrides) {
     if (key.empty()) throw std::invalid_argument("override with an empty key");
-    if (o.resume && key != "stop_after_steps" && key != "time_limit_minutes")
+    if (std::find(known.begin(), known.end(), key) == known.end()) {
+      std::string names;
+      for (const auto& k : known)
+        if (k != "comment") names += (names.empty() ? "" : ", ") + k;
+      throw std::invalid_argument("override '" + key + "': unknown recipe key (keys: " + names + ")");
+    }
+    if (o.resume && key != "stop_after_steps" && key != "time_limit_minutes" && key != "epochs")
       throw std::invalid_argument("resume continues with the run's saved train_config.json; override '" + key +
-                                  "' cannot change it (only stop_after_steps and time_limit_minutes apply)");
+                                  "' cannot change it (only epochs, stop_after_steps and time_limit_minutes apply)");
     try {
       j[key] = nlohmann::json::parse(val);  // numbers, true/false
     } catch (const nlohmann::json::exception&) {
       j[key] = val;  // plain strings
     }
   }
-  RecipeConfig rc = RecipeConfig::from_json(j, !o.config_name.empty() ? o.config_name
-                                               : config_path.empty()    ? "overrides"
-                                                                        : config_path);
+  RecipeConfig rc;
+  try {
+    rc = RecipeConfig::from_json(j, !o.config_name.empty() ? o.config_name
+                                    : config_path.empty()    ? "overrides"
+                                    : o.overrides.empty()    ? config_path
+                                                             : config_path + " with overrides");
+  } catch (const std::runtime_error& e) {
+    if (o.overrides.empty()) throw;
+    throw std::invalid_argument(e.what());
+  }
+  // The run folder's state, in words for every interface (the recipe's own messages name tfm train's options).
+  // One process only: under mpirun rank 0's recipe checks it and ends every rank with the message.
+  if (dist::world().world_size() == 1) {
+    namespace fs = std::filesystem;
+    std::error_code ec;
+    const bool has_ckpt = fs::exists(out_dir + "/checkpoint.safetensors", ec);
+    if (o.resume && !has_ckpt)
+      throw std::runtime_error(out_dir + ": no checkpoint.safetensors to resume from (start a run without "
+                               "resume)");
+    if (!o.resume && has_ckpt)
+      throw std::runtime_error(out_dir + " already holds a checkpoint; continue it with resume (tfm train "
+                               "--resume DIR; Python resume=True), or train into another folder");
+    if (!o.resume && fs::is_directory(out_dir, ec) && !fs::is_empty(out_dir, ec))
+      throw std::runtime_error(out_dir + " already exists and is not an empty folder; choose a new output folder");
+  }
   if (o.threads > 0) rc.threads = o.threads;
+  if (o.resume && j.contains("epochs")) rc.resume_epochs = rc.epochs;  // extend the run
   api::apply_threads(rc.threads);
   std::function<void(const RecipeProgress&)> cb;
   if (o.progress)
@@ -73,6 +110,8 @@ TrainSummary train(const std::string& config_path, const std::string& out_dir, c
   s.best_valid_bleu = r.best_valid_bleu, s.best_epoch = r.best_epoch, s.epochs_run = r.epochs_run;
   s.steps = r.steps, s.seconds = r.seconds, s.tokens_per_sec = r.train_tokens_per_sec;
   s.stopped_early = r.stopped_early;
+  s.stopped_by_signal = r.stopped_by_signal;
+  s.stopped_in_epoch = r.stopped_in_epoch;
   return s;
 }
 

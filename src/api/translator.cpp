@@ -79,6 +79,10 @@ struct Translator::Impl {
     if (!std::isfinite(o.length_penalty) || o.length_penalty < 0)
       throw std::invalid_argument("length_penalty must be a finite number >= 0, got " +
                                   std::to_string(o.length_penalty));
+    // As `tfm translate --length-penalty` without --beam: greedy decoding ignores it, only scores would show it.
+    if (o.length_penalty != 0 && o.beam_size == 1 && !o.return_scores)
+      throw std::invalid_argument("length_penalty applies to beam search (or the returned scores) only; give "
+                                  "beam_size > 1 or return_scores as well");
     if (o.max_steps < 0 || o.max_steps > c.max_len)
       throw std::invalid_argument("max_steps must be from 0 (the model's num_steps) to the model's max_len " +
                                   std::to_string(c.max_len) + ", got " + std::to_string(o.max_steps));
@@ -88,6 +92,7 @@ struct Translator::Impl {
     opt.max_steps = o.max_steps > 0 ? o.max_steps : c.num_steps;
     opt.bos_id = bos();
     opt.eos_id = eos();
+    if (o.disable_unk) opt.suppress_id = subword() ? spm->unk_id() : (*tgt_vocab)["<unk>"];
     opt.position_mode = c.decode_positions == "absolute" ? PositionMode::kAbsolute : PositionMode::kD2lStep;
     return opt;
   }

@@ -5,6 +5,7 @@
 #include "ops/vec_math.h"
 
 #include <algorithm>
+#include <limits>
 #include <cmath>
 #include <cstring>
 #include <functional>
@@ -16,6 +17,12 @@
 namespace tfm {
 
 namespace {
+// logits [rows, V]: the suppressed token's logit becomes the lowest float (DecodeOptions::suppress_id).
+void suppress_token(float* logits, int64_t rows, int64_t V, int64_t id) {
+  if (id < 0 || id >= V) return;
+  for (int64_t r = 0; r < rows; ++r) logits[r * V + id] = std::numeric_limits<float>::lowest();
+}
+
 int64_t argmax(const float* x, int64_t n) {
   int64_t best = 0;
   for (int64_t i = 1; i < n; ++i)
@@ -102,6 +109,7 @@ std::vector<std::vector<int64_t>> greedy_decode(Seq2SeqModel& model, const int64
   for (int64_t t = 0; t < opt.max_steps; ++t) {
     std::vector<std::vector<float>> cross;
     decode_step(model, cache, tokens.data(), logits.data(), opt.position_mode, attention ? &cross : nullptr);
+    suppress_token(logits.data(), B, V, opt.suppress_id);
     if (attention && !done[0]) {
       std::vector<float> row(heads * Ls);
       std::memcpy(row.data(), cross.back().data(), sizeof(float) * heads * Ls);  // row 0 of [B, heads, 1, Ls]
@@ -207,6 +215,7 @@ std::vector<std::vector<Hypothesis>> beam_search_hypotheses(Seq2SeqModel& model,
       const int64_t R = (int64_t)row_sentence.size();
       logits.resize(R * V);
       decode_step(model, cache, last.data(), logits.data(), opt.position_mode);
+      suppress_token(logits.data(), R, V, opt.suppress_id);
       decode_profile::Timer tm(decode_profile::kLogSoftmaxTopK);
       lse.resize(R);
       row_cand.resize(R);

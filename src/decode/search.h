@@ -14,6 +14,10 @@ struct DecodeOptions {
   int64_t max_steps = 10;       // at most this many generated tokens (num_steps), <eos> included
   int64_t bos_id = 2, eos_id = 3;
   PositionMode position_mode = PositionMode::kAbsolute;
+  // A token never generated, -1 for none: the target <unk> for CTranslate2's disable_unk. Its logit is set to
+  // the lowest float before the log-softmax, as CTranslate2's DisableTokens does, so the other tokens' probabilities
+  // are renormalised without it.
+  int64_t suppress_id = -1;
 };
 
 // Scoring used by beam search (Wu et al. 2016, "Google's Neural Machine Translation System", eq. 14, without the

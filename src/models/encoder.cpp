@@ -75,10 +75,13 @@ std::unique_ptr<EncoderModel> make_encoder(const EncoderConfig& config, WeightSo
   return make_bert(config, weights, dtype);
 }
 
-std::unique_ptr<EncoderModel> load_encoder(const std::string& dir, ops::ComputeType dtype) {
+std::unique_ptr<EncoderModel> load_encoder(const std::string& dir, std::optional<ops::ComputeType> dtype,
+                                           ops::ComputeType* resolved) {
   EncoderConfig c = EncoderConfig::load(dir + "/config.json");
   SafeTensorsWeights w(dir + "/model.safetensors");
-  return make_encoder(c, w, dtype);
+  const ops::ComputeType ct = dtype ? *dtype : w.stored_compute_type();
+  if (resolved) *resolved = ct;
+  return make_encoder(c, w, ct);
 }
 
 namespace detail {

@@ -1,6 +1,7 @@
 // Encoder-only models: Hugging Face BERT (post-LN) and the pre-LN tutorial encoder of document 000.
 #pragma once
 #include <memory>
+#include <optional>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -64,8 +65,10 @@ class EncoderModel {
 std::unique_ptr<EncoderModel> make_encoder(const EncoderConfig& config, WeightSource& weights,
                                            ops::ComputeType dtype = ops::ComputeType::F32);
 // Loads DIR/config.json and DIR/model.safetensors (Linear weights packed, their mmapped pages then released;
-// embeddings and LayerNorm used in place from the mmap).
-std::unique_ptr<EncoderModel> load_encoder(const std::string& dir, ops::ComputeType dtype = ops::ComputeType::F32);
+// embeddings and LayerNorm used in place from the mmap). No dtype: the type the file is stored for (int8 for a
+// `tfm convert --dtype int8` folder, else fp32); *resolved receives the type used.
+std::unique_ptr<EncoderModel> load_encoder(const std::string& dir, std::optional<ops::ComputeType> dtype = std::nullopt,
+                                           ops::ComputeType* resolved = nullptr);
 
 }  // namespace tfm
 

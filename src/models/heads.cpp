@@ -93,7 +93,7 @@ TaskModel TaskModel::load(const std::string& dir, HeadKind want) {
     throw std::runtime_error(dir + " is a " + a + ": it has no " + head_kind_name(want) + " head");
   }
   m.kind_ = kind;
-  m.encoder_ = make_encoder(cfg, w);
+  m.encoder_ = make_encoder(cfg, w, w.stored_compute_type());  // an int8 folder computes in int8
   m.tokenizer_ = std::make_shared<BertTokenizer>(BertTokenizer::from_dir(dir));
   if (m.tokenizer_->vocab_size() > cfg.vocab_size)
     throw std::runtime_error(dir + ": tokenizer vocabulary (" + std::to_string(m.tokenizer_->vocab_size()) +
@@ -221,12 +221,15 @@ std::vector<float> apply_score_function(const float* x, int64_t n, ScoreFunction
   return s;
 }
 
-std::string decode_wordpieces(const BertTokenizer& tok, const std::vector<std::string>& tokens, bool cleanup) {
+std::string decode_wordpieces(const BertTokenizer& tok, const std::vector<std::string>& tokens, bool cleanup,
+                              bool skip_special_tokens) {
   std::string s;
   bool first = true;
   for (const auto& t : tokens) {
     const int64_t id = tok.token_to_id(t);
-    if (t == "[CLS]" || t == "[SEP]" || t == "[PAD]" || t == "[MASK]" || t == "[UNK]" ||
+    if (!skip_special_tokens) {
+      if (t == "[PAD]" || id == tok.pad_id()) continue;
+    } else if (t == "[CLS]" || t == "[SEP]" || t == "[PAD]" || t == "[MASK]" || t == "[UNK]" ||
         id == tok.cls_id() || id == tok.sep_id() || id == tok.pad_id() || id == tok.unk_id())
       continue;
     if (!first && t.rfind("##", 0) == 0) {

@@ -91,9 +91,11 @@ BatchTensors make_batch(const std::vector<Encoding>& enc, int64_t pad_id);
 // Softmax / sigmoid / identity of logits[n] into scores[n] (softmax over the n values).
 std::vector<float> apply_score_function(const float* logits, int64_t n, ScoreFunction f);
 
-// tokenizer.decode(tokens, skip_special_tokens=True) of a BERT tokenizer: special tokens dropped, "##" pieces
-// joined, other pieces separated by a space; with cleanup, " ." -> "." etc. (clean_up_tokenization).
-std::string decode_wordpieces(const BertTokenizer& tok, const std::vector<std::string>& tokens, bool cleanup);
+// tokenizer.decode(tokens, skip_special_tokens) of a BERT tokenizer: special tokens dropped (only [PAD] when
+// skip_special_tokens is false, as the fill-mask pipeline filters padding), "##" pieces joined, other pieces
+// separated by a space; with cleanup, " ." -> "." etc. (clean_up_tokenization).
+std::string decode_wordpieces(const BertTokenizer& tok, const std::vector<std::string>& tokens, bool cleanup,
+                              bool skip_special_tokens = true);
 
 // Character (code point) offsets [start, end) of each token of `enc` (the encoding of `text` alone) in `text`,
 // as Hugging Face's offset_mapping gives them; (0, 0) for special tokens.

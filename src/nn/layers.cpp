@@ -43,6 +43,20 @@ Linear Linear::load_packed(const std::vector<Vars>& parts, int64_t in, int64_t o
   Linear l;
   l.in_features = in;
   l.out_features = n * out;
+  if (quantised == n && ct != ops::ComputeType::I8) {
+    // A `tfm convert --dtype int8` folder asked for another compute type: dequantised (w = q * scale of its row)
+    // and packed for it, so the model computes in the type it reports.
+    std::vector<float> weight(n * out * in), bias(n * out);
+    for (int64_t i = 0; i < n; ++i) {
+      for (int64_t r = 0; r < out; ++r)
+        for (int64_t c = 0; c < in; ++c) weight[(i * out + r) * in + c] = (float)q[i][r * in + c] * sc[i][r];
+      parts[i].release_bytes(q[i], (size_t)(out * in));
+      Param b = parts[i].get("bias", {out});
+      std::memcpy(bias.data() + i * out, b.data(), sizeof(float) * out);
+    }
+    l.packed = ops::PackedLinear(weight.data(), bias.data(), in, n * out, ct);
+    return l;
+  }
   if (quantised == n) {
     std::vector<int8_t> qw(n * out * in);
     std::vector<float> scale(n * out), bias(n * out);

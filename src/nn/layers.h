@@ -44,7 +44,8 @@ struct Linear {
   static Linear load(const Vars& vb, int64_t in, int64_t out, bool has_bias = true);
   // An inference-only Linear: the Linears under `parts` (same in_features, `out` rows each) stacked along
   // out_features and packed in `ct`; their file pages are released. Parts stored prequantised by
-  // `tfm convert --dtype int8` (I8 + "<name>_scale") are used as stored, in int8, whatever `ct` says.
+  // `tfm convert --dtype int8` (I8 + "<name>_scale") are used as stored for ct int8, and dequantised
+  // (w = q * scale of the row) and packed in `ct` otherwise.
   static Linear load_packed(const std::vector<Vars>& parts, int64_t in, int64_t out, ops::ComputeType ct);
   // An inference-only Linear packed from weight [out, in] and bias [out] (or null), both copied.
   static Linear from_weights(const float* weight, const float* bias, int64_t in, int64_t out, ops::ComputeType ct);

@@ -84,6 +84,12 @@ const int8_t* SafeTensorsWeights::get_int8(const std::string& name, const Shape&
   return nullptr;
 }
 
+ops::ComputeType SafeTensorsWeights::stored_compute_type() const {
+  const nlohmann::json& m = st_.metadata();
+  const bool int8 = m.is_object() && m.contains("tfm_dtype") && m["tfm_dtype"].is_string() && m["tfm_dtype"] == "int8";
+  return int8 ? ops::ComputeType::I8 : ops::ComputeType::F32;
+}
+
 namespace {
 bool ends_with(const std::string& s, const std::string& suf) {
   return s.size() >= suf.size() && s.compare(s.size() - suf.size(), suf.size(), suf) == 0;

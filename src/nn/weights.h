@@ -8,6 +8,7 @@
 #include "core/rng.h"
 #include "core/tensor.h"
 #include "io/safetensors.h"
+#include "ops/gemm.h"
 
 namespace tfm {
 
@@ -49,6 +50,9 @@ class SafeTensorsWeights : public WeightSource {
                          const float** scale) override;
   void release_bytes(const void* data, size_t bytes) override { st_.release_pages(data, bytes); }
   const SafeTensors& file() const { return st_; }
+  // The compute type the file's Linear weights are stored for: I8 for a folder written by
+  // `tfm convert --dtype int8` (metadata tfm_dtype "int8"), else F32. What a load that names no dtype uses.
+  ops::ComputeType stored_compute_type() const;
 
  private:
   SafeTensors st_;

@@ -21,6 +21,7 @@
 #include <numeric>
 
 #include "io/json_util.h"
+#include "io/safetensors.h"
 #include "tfm/classifier.h"
 #include "serve/backends.h"
 #include "serve/batch_queue.h"
@@ -183,6 +184,18 @@ class Server {
       }
     }
     if (head_) head_max_length_ = head_->max_position_embeddings();
+    // The compute type of the Linear layers: an encoder folder from `tfm convert --dtype int8` runs in int8 (as
+    // its file is stored: metadata tfm_dtype), everything else in fp32.
+    if (!translation_) {
+      std::string st = o_.model + "/model.safetensors";
+      std::error_code ec;
+      if (!std::filesystem::exists(st, ec)) st = o_.model + "/0_Transformer/model.safetensors";
+      if (std::filesystem::exists(st, ec)) {
+        const SafeTensors file = SafeTensors::open(st);
+        const nlohmann::json& meta = file.metadata();
+        if (meta.is_object() && meta.contains("tfm_dtype") && meta["tfm_dtype"] == "int8") dtype_ = "int8";
+      }
+    }
     max_input_length_ = translation_ ? translator_->max_source_tokens()
                         : embedder_  ? embedder_->max_input_length()
                                      : head_max_length_;
@@ -256,7 +269,8 @@ class Server {
           --in_flight_;
           return send_error(res, 429, "overloaded",
                             "more than " + std::to_string(o_.max_concurrent_requests) +
-                                " requests in flight (--max-concurrent-requests); retry later");
+                                (o_.max_concurrent_requests == 1 ? " request" : " requests") +
+                                " in flight (--max-concurrent-requests); retry later");
         }
         slot.n = &in_flight_;
       }
@@ -592,7 +606,8 @@ class Server {
               {"max_client_batch_size", o_.max_client_batch_size},
               {"payload_limit", o_.payload_limit},
               {"auto_truncate", o_.auto_truncate},
-              {"max_input_length", ready_ ? json(max_input_length_) : json(nullptr)}};
+              {"max_input_length", ready_ ? json(max_input_length_) : json(nullptr)},
+              {"dtype", ready_ ? json(dtype_) : json(nullptr)}};  // written by load() before ready_
     if (translation_) {
       j["source_lang"] = source_lang_;
       j["target_lang"] = target_lang_;
@@ -616,6 +631,7 @@ class Server {
 
   ServeOptions o_;
   std::string model_type_, model_id_, source_lang_, target_lang_;
+  std::string dtype_ = "fp32";  // compute type of the Linear layers (/info)
   bool translation_ = false;
   RequestLimits limits_;
   httplib::Server svr_;

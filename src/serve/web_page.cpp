@@ -22,6 +22,7 @@ small{color:#666}
 <span id="attnctl" hidden>layer <select id="layer"></select>
 <select id="kind"><option value="cross">decoder cross-attention</option>
 <option value="encoder_self">encoder self-attention</option></select></span>
+<label id="beamctl" hidden><small>beam size</small> <input id="beam" type="number" min="1" value="1" size="3"></label>
 <label><small>API key</small> <input id="key" type="password" size="12"></label>
 <div id="out"></div>
 <div id="panels"></div>
@@ -92,8 +93,16 @@ async function run() {
   $("out").className = ""; $("out").textContent = "...";
   try {
     if (info.model_kind === "translation") {
-      last = await call("/attention", {q: $("text").value.trim()});
-      $("out").textContent = last.translatedText; $("out").dataset.done = "1";
+      const q = $("text").value.trim(), beam = Math.max(1, Math.round(+$("beam").value || 1));
+      if (beam > 1) {  // /attention decodes greedily; a beam search goes through /translate
+        last = null; $("panels").innerHTML = "";
+        const t = await call("/translate", {q: q, source: "auto", target: info.target_lang, beam_size: beam});
+        $("out").textContent = t.translatedText; $("out").dataset.done = "1"; $("out").dataset.beam = beam;
+        $("panels").innerHTML = "<small>attention is drawn for beam size 1 (greedy decoding)</small>";
+        return;
+      }
+      last = await call("/attention", {q: q});
+      $("out").textContent = last.translatedText; $("out").dataset.done = "1"; $("out").dataset.beam = 1;
       drawAttention();
     } else {
       const s = $("text").value.split("\n").map(x => x.trim()).filter(x => x);
@@ -117,16 +126,21 @@ async function start() {
   $("title").textContent = tr ? "Translate " + info.source_lang + " \u2192 " + info.target_lang
                               : "Sentence similarity";
   $("modelinfo").innerHTML = "<small>" + info.model_id + " (" + info.model_type + ")" +
-      (tr ? "" : ", " + info.pooling + " pooling; one sentence a line") + "</small>";
+      // a sentence-transformers folder's pooling is its pipeline ("Transformer(...) -> Pooling(mean) -> Normalize")
+      (tr ? "" : ", " + info.pooling + (info.pooling.includes("->") ? "" : " pooling") + "; one sentence a line") +
+      "</small>";
   $("text").value = tr ? "i lost ." : "the cat sat on the mat\na dog sat on the mat\nthe sun and the moon";
   if (tr) {
     $("attnctl").hidden = false;
     for (let l = 0; l < (info.num_layers || 1); ++l) $("layer").add(new Option("" + (l + 1), l));
     $("layer").value = (info.num_layers || 1) - 1;
     $("layer").onchange = drawAttention; $("kind").onchange = drawAttention;
+    $("beamctl").hidden = false;
+    if (info.max_beam_size) $("beam").max = info.max_beam_size;
   }
   $("go").onclick = run;
-  const q = new URLSearchParams(location.search).get("q");
+  const params = new URLSearchParams(location.search), q = params.get("q");
+  if (tr && params.get("beam")) $("beam").value = params.get("beam");
   if (q !== null) { $("text").value = q.replace(/\|/g, "\n"); await run(); }
 }
 start();

@@ -6,7 +6,10 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
+#include <charconv>
 #include <chrono>
+#include <csignal>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -132,6 +135,13 @@ RecipeConfig RecipeConfig::from_json(const nlohmann::json& j, const std::string&
   return c;
 }
 
+// The shortest decimal that reads back as this float: label_smoothing 0.1f is written 0.1, not 0.10000000149011612.
+static double shortest_decimal(float f) {
+  char buf[32];
+  const auto res = std::to_chars(buf, buf + sizeof buf, f);
+  return std::strtod(std::string(buf, res.ptr).c_str(), nullptr);
+}
+
 nlohmann::json RecipeConfig::to_json() const {
   return {{"data_dir", data_dir},       {"train_src", train_src},
           {"train_tgt", train_tgt},     {"valid_src", valid_src},
@@ -147,7 +157,7 @@ nlohmann::json RecipeConfig::to_json() const {
           {"lr", lr},                   {"warmup_steps", warmup_steps},
           {"beta1", beta1},             {"beta2", beta2},
           {"adam_eps", adam_eps},       {"weight_decay", weight_decay},
-          {"adamw", adamw},             {"label_smoothing", label_smoothing},
+          {"adamw", adamw},             {"label_smoothing", shortest_decimal(label_smoothing)},
           {"clip_norm", clip_norm},     {"seed", seed},
           {"patience", patience},       {"time_limit_minutes", time_limit_minutes},
           {"checkpoint_every", checkpoint_every}, {"stop_after_steps", stop_after_steps},
@@ -395,11 +405,18 @@ void check_data_files(const RecipeConfig& cfg, const std::string& data_dir_sourc
   }
 }
 
+// Set by request_training_stop (a signal handler); read after every optimizer step.
+std::atomic<int> g_stop_signal{0};
+static_assert(std::atomic<int>::is_always_lock_free, "request_training_stop must be async-signal-safe");
+
 // The recipe; *wrote is set once it starts writing into a fresh out_dir.
 RecipeResult run_recipe(const RecipeConfig& cfg_in, const std::string& out, bool resume, bool progress,
                          const std::function<void(const RecipeProgress&)>& on_progress, bool* wrote);
 
 }  // namespace
+
+void request_training_stop(int signo) { g_stop_signal.store(signo); }
+int training_stop_requested() { return g_stop_signal.load(); }
 
 RecipeResult train_recipe(const RecipeConfig& cfg_in, const std::string& out, bool resume, bool progress) {
   return train_recipe(cfg_in, out, resume, progress, {});
@@ -462,8 +479,11 @@ RecipeResult run_recipe(const RecipeConfig& cfg_in, const std::string& out, bool
     // The recipe is the saved one; only the run controls of this invocation apply.
     saved.stop_after_steps = cfg_in.stop_after_steps;
     if (cfg_in.time_limit_minutes > 0) saved.time_limit_minutes = cfg_in.time_limit_minutes;
+    if (cfg_in.resume_epochs > 0) saved.epochs = cfg_in.resume_epochs;
     cfg = saved;
     check_data_files(cfg, "from " + out + "/train_config.json");
+    // The run controls of this invocation are the run's now: train_config.json says what it runs with.
+    write_file_atomic(out + "/train_config.json", cfg.to_json().dump(2) + "\n");
   } else {
     if (fs::exists(ckpt_path))
       throw std::runtime_error(out + " already holds a checkpoint; pass --resume to continue it, or use another --out");
@@ -549,6 +569,9 @@ RecipeResult run_recipe(const RecipeConfig& cfg_in, const std::string& out, bool
   };
   if (resume && lead) {
     TrainState st = read_checkpoint(ckpt_path, P, adam, nb);
+    if (cfg_in.resume_epochs > 0 && st.epoch > cfg_in.resume_epochs + 1)
+      throw std::invalid_argument("epochs=" + std::to_string(cfg_in.resume_epochs) + ": the run has already trained " +
+                                  std::to_string(st.epoch - 1) + " epochs; give more to extend it");
     // A finished run's checkpoint points at epoch epochs + 1; anything later is not this run's.
     if (st.epoch > cfg.epochs + 1)
       throw std::runtime_error(ckpt_path + ": corrupt checkpoint: epoch " + std::to_string(st.epoch) +
@@ -670,14 +693,17 @@ RecipeResult run_recipe(const RecipeConfig& cfg_in, const std::string& out, bool
         drop_keys.calls = 0;
         r = model.forward_backward(a.view, &dropout_rng, cfg.label_smoothing, /*token_mean=*/true, global_tgt);
       }
-      // Any rank over the time limit stops every rank (after this step), so all agree.
+      // Any rank over the time limit, or asked to stop by a signal, stops every rank (after this step).
       bool time_up = cfg.time_limit_minutes > 0 && now_s() > cfg.time_limit_minutes * 60;
+      int stop_signal = g_stop_signal.load();
       if (world_size > 1) {
         comm.all_reduce_sum(P.all_grad());
-        std::vector<double> sums = {r.loss_sum, r.token_loss_sum, (double)r.num_tokens, time_up ? 1.0 : 0.0};
+        std::vector<double> sums = {r.loss_sum, r.token_loss_sum, (double)r.num_tokens, time_up ? 1.0 : 0.0,
+                                    (double)stop_signal};
         comm.all_reduce_sum(sums);
         r.loss_sum = sums[0], r.token_loss_sum = sums[1], r.num_tokens = (int64_t)sums[2];
         time_up = sums[3] > 0;
+        if (!stop_signal && sums[4] > 0) stop_signal = SIGTERM;  // another rank's (mpirun forwards it to all)
       }
       double norm = grad_norm(P);  // clipping is applied inside adam.step (grad_scale)
       if (!std::isfinite(r.loss_sum) || !std::isfinite(norm))
@@ -715,14 +741,29 @@ RecipeResult run_recipe(const RecipeConfig& cfg_in, const std::string& out, bool
         on_progress({false, epoch, cfg.epochs, batch_pos + 1, nb, step, ep_loss / std::max<int64_t>(ep_tok, 1),
                      inverse_sqrt_lr(cfg.lr, cfg.warmup_steps, step), ep_tok / std::max(ep_s, 1e-9), 0, 0});
       bool steps_up = cfg.stop_after_steps > 0 && step >= cfg.stop_after_steps;
-      if (step % cfg.checkpoint_every == 0 || time_up || steps_up) {
+      if (step % cfg.checkpoint_every == 0 || time_up || steps_up || stop_signal) {
         batch_pos++;  // position of the next batch
         save_checkpoint(now_s());
         batch_pos--;
       }
+      if (stop_signal) {
+        stop = true;
+        res.stopped_early = true;
+        res.stopped_by_signal = stop_signal;
+        res.stopped_in_epoch = epoch;
+        if (lead)  // also without progress: the user pressed Ctrl-C and must learn what was kept
+          std::fprintf(stderr, "\n%s: stopped after step %lld (epoch %lld, batch %lld/%lld); checkpoint saved in %s; "
+                       "continue with 'tfm train --resume %s'\n",
+                       stop_signal == SIGINT ? "interrupted (SIGINT)" : stop_signal == SIGTERM ? "terminated (SIGTERM)"
+                                                                                              : "stopped by a signal",
+                       (long long)step, (long long)epoch, (long long)batch_pos + 1, (long long)nb, ckpt_path.c_str(),
+                       out.c_str());
+        break;
+      }
       if (time_up || steps_up) {
         stop = true;
         res.stopped_early = true;
+        res.stopped_in_epoch = epoch;
         if (progress) std::fprintf(stderr, "\n%s; checkpoint saved\n", time_up ? "time limit reached" : "step limit reached");
         break;
       }
@@ -774,7 +815,8 @@ RecipeResult run_recipe(const RecipeConfig& cfg_in, const std::string& out, bool
       on_progress({true, epoch, cfg.epochs, nb, nb, step, ep_loss / std::max<int64_t>(ep_tok, 1),
                    inverse_sqrt_lr(cfg.lr, cfg.warmup_steps, step), ep_tok / std::max(ep_s, 1e-9), v.loss, v.bleu});
     if (bad_epochs >= cfg.patience) {
-      if (progress) std::fprintf(stderr, "no better validation BLEU for %lld epochs: stopping early\n", (long long)bad_epochs);
+      if (progress) std::fprintf(stderr, "no better validation BLEU for %lld %s: stopping early\n", (long long)bad_epochs,
+                                 bad_epochs == 1 ? "epoch" : "epochs");
       res.stopped_early = true;
       ++epoch;
       break;

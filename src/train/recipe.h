@@ -46,12 +46,16 @@ struct RecipeConfig {
   int64_t patience = 3;          // stop after this many epochs without a better validation BLEU
   double time_limit_minutes = 0; // stop (after a checkpoint) when exceeded; 0 = none
   int64_t checkpoint_every = 200;  // optimizer steps between checkpoints (and at each epoch end)
-  int64_t stop_after_steps = 0;    // stop after this many optimizer steps in total (0 = no limit; for tests)
+  int64_t stop_after_steps = 0;    // stop once the run has made this many optimizer steps in all, counted from its
+                                   // start also after a resume (0 = no limit)
   int threads = 0;
   // "fp32", or "bf16": the Linear products of training take bf16 inputs and weights (fp32 accumulation and
   // outputs; fp32 master weights, gradients, optimizer state and reductions). bf16 needs a CPU with bf16
   // instructions (AVX512_BF16 or AMX); elsewhere the run is refused before it starts.
   std::string precision = "fp32";
+  // Resume only, not a train_config.json key: continue the run to this many epochs instead of its saved `epochs`
+  // (0 = keep), so a finished run can be extended. train_config.json is rewritten with the new value.
+  int64_t resume_epochs = 0;
 
   // Throws std::runtime_error "<file>: unknown key 'k'" / "<file>: key 'k' must be ...".
   static RecipeConfig from_json(const nlohmann::json& j, const std::string& file);
@@ -65,7 +69,16 @@ struct RecipeResult {
   int64_t best_epoch = 0, epochs_run = 0, steps = 0;
   double seconds = 0, train_tokens_per_sec = 0;
   bool stopped_early = false;
+  int stopped_by_signal = 0;
+  int64_t stopped_in_epoch = 0;  // the epoch a step / time limit or a signal cut short (0: none was)  // SIGINT / SIGTERM when request_training_stop() ended the run (checkpoint saved)
 };
+
+// Asks a running train_recipe to stop after the optimizer step in progress: it saves a checkpoint, says how to
+// resume and returns with stopped_by_signal = signo. Async-signal-safe (one atomic store): `tfm train` calls it
+// from its SIGINT / SIGTERM handler. Under mpirun every rank stops at the same step once any rank got the request.
+void request_training_stop(int signo);
+// The pending request's signal number (0: none); it stays set, so a later run in the process stops too.
+int training_stop_requested();
 
 // Data parallel under mpirun (dist::world()): rank 0 trains the subword model and initialises (or restores) the
 // weights and broadcasts both; each step every rank computes the gradients of its token-balanced shard of the

@@ -62,5 +62,17 @@ for ex in embed translate; do
       -Wl,-rpath,"$prefix/lib"
 done
 check "pkg-config" "$tmp/pc-embed" "$tmp/pc-translate"
+# pkg-config --static with libtfm.a (a static consumer): every library it names must exist. libcurl is linked as
+# -lcurl (its shared library carries its own dependencies); Requires.private libcurl made pkg-config --static name
+# -lldap, -llber, -lzstd... whose development files Debian does not install with libcurl.
+for ex in embed translate; do
+  # shellcheck disable=SC2046
+  g++ -std=c++17 $flags "$src/examples/$ex.cpp" -o "$tmp/pcs-$ex" $(pkg-config --cflags tfm) \
+      -Wl,-Bstatic -ltfm -Wl,-Bdynamic $(pkg-config --static --libs-only-L --libs-only-other tfm) \
+      $(pkg-config --static --libs-only-l tfm | sed 's/-ltfm //') \
+      || { echo "pkg-config --static: link failed"; exit 1; }
+done
+if ldd "$tmp/pcs-embed" | grep -q libtfm.so; then echo "pkg-config --static: linked libtfm.so"; exit 1; fi
+check "pkg-config --static" "$tmp/pcs-embed" "$tmp/pcs-translate"
 cmp "$tmp/find_package shared.embed" "$tmp/find_package static.embed"
 cmp "$tmp/find_package shared.embed" "$tmp/pkg-config.embed"

@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <functional>
 #include <iomanip>
 #include <iostream>
@@ -15,13 +16,33 @@
 #include <stdexcept>
 
 #include "core/threading.h"
+#include "io/safetensors.h"
 
 namespace tfm::cli {
 
-void add_threads_option(CLI::App* cmd, int& threads) {
-  cmd->add_option("--threads", threads, "Worker threads for kernels and GEMM (default: all cores)")
+void add_threads_option(CLI::App* cmd, int& threads, const char* help) {
+  cmd->add_option("--threads", threads, help ? help : "Worker threads for kernels and GEMM (default: all cores)")
       ->check(whole_range(1, 1024));
   cmd->parse_complete_callback([&threads] { set_num_threads(threads); });
+}
+
+void add_fp32_dtype_option(CLI::App* cmd, std::string& dtype, const std::string& model) {
+  cmd->add_option("--dtype", dtype,
+                  "Compute type: fp32 (a folder from 'tfm convert --dtype int8' computes in int8; this option is "
+                  "refused there)")
+      ->check(CLI::IsMember({"fp32"}))
+      ->each([&model](const std::string&) {
+        for (const std::string& f : {model + "/model.safetensors", model + "/0_Transformer/model.safetensors"}) {
+          std::error_code ec;
+          if (!std::filesystem::exists(f, ec)) continue;
+          const SafeTensors file = SafeTensors::open(f);
+          const nlohmann::json& meta = file.metadata();
+          if (meta.is_object() && meta.contains("tfm_dtype") && meta["tfm_dtype"] == "int8")
+            throw std::invalid_argument("--dtype fp32: " + f + " stores int8 weights ('tfm convert --dtype int8'), "
+                                        "which this command computes in int8; use the unconverted folder for fp32");
+          break;
+        }
+      });
 }
 
 namespace {

@@ -8,7 +8,12 @@
 namespace tfm::cli {
 
 // Adds --threads to a subcommand (default: all cores) and applies it before the callback runs.
-void add_threads_option(CLI::App* cmd, int& threads);
+// `help` replaces the description for commands that run on one thread (bleu, data) and accept it for uniformity.
+void add_threads_option(CLI::App* cmd, int& threads, const char* help = nullptr);
+// --dtype of the commands that compute in fp32 only (classify, embed, fill-mask, rerank). A folder from
+// `tfm convert --dtype int8` computes in int8 there, so an explicit --dtype fp32 on it is refused (never ignored).
+// `model` is the command's --model variable (assigned first: --model is declared before --dtype).
+void add_fp32_dtype_option(CLI::App* cmd, std::string& dtype, const std::string& model);
 // Option validators with plain messages. CLI11's own accept NaN and print the whole double range
 // ("not in range 0.000000 to 1797693...").
 // A number in [lo, hi] (finite): "must be a number from 0 to 5, got nan".
@@ -30,5 +35,10 @@ std::string format_ids(const std::vector<int64_t>& ids);
 // any write to it failed (a full disk, /dev/full, a closed stdout): output that was lost must not exit 0. main()
 // calls it after every command; long-running commands also call it after each chunk of output to stop early.
 void flush_stdout();
+
+// Thrown by a command to end tfm with this exit status after it has said why (e.g. 130 after a Ctrl-C).
+struct ExitStatus {
+  int code;
+};
 
 }  // namespace tfm::cli

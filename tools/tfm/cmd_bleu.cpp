@@ -36,7 +36,7 @@ void add_bleu_command(CLI::App& app) {
       ->excludes(pred)
       ->excludes(label)
       ->excludes(k);
-  add_threads_option(cmd, o->threads);
+  add_threads_option(cmd, o->threads, "Accepted as by every command; BLEU runs on one thread");
   cmd->callback([o, pred, label] {
     if (!o->corpus.empty()) {
       const std::string& ref_path = o->corpus[0];

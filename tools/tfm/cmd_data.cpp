@@ -31,7 +31,7 @@ void add_data_command(CLI::App& app) {
   data->require_subcommand(1);
 
   CLI::App* list = data->add_subcommand("list", "List the datasets 'tfm data download' knows, with their files");
-  add_threads_option(list, *threads);
+  add_threads_option(list, *threads, "Accepted as by every command; data runs on one thread");
   list->callback([threads] {  // the callbacks own `threads`: --threads writes it after this function returns
     for (const Dataset& d : known_datasets()) {
       std::printf("%s: %s\n", d.name.c_str(), d.description.c_str());
@@ -53,7 +53,7 @@ void add_data_command(CLI::App& app) {
                  "Mirror: fetch BASE_URL/<file name> instead of each file's upstream URL; an http(s):// URL, a "
                  "file:// URL or a local folder")
       ->envname("TFM_DOWNLOAD_BASE_URL");
-  add_threads_option(dl, *threads);
+  add_threads_option(dl, *threads, "Accepted as by every command; downloads run on one thread");
   dl->callback([o, threads] {
     DownloadOptions opts;
     opts.base_url = o->base_url;

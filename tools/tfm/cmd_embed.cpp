@@ -103,11 +103,12 @@ class Writer {
   Writer(std::FILE* f, bool npy, int64_t dim, std::string name) : f_(f), npy_(npy), dim_(dim), name_(std::move(name)) {
     if (npy_) write_header(0);
   }
-  void row(const float* v) {
+  // line_no > 0: JSON lines name the input line the row comes from ({"line": N, "embedding": [...]}).
+  void row(const float* v, int64_t line_no = 0) {
     if (npy_) {
       if (std::fwrite(v, sizeof(float), (size_t)dim_, f_) != (size_t)dim_) fail();
     } else {
-      std::string s = "{\"embedding\": [";
+      std::string s = line_no > 0 ? "{\"line\": " + std::to_string(line_no) + ", \"embedding\": [" : "{\"embedding\": [";
       char num[32];
       for (int64_t k = 0; k < dim_; ++k) {
         std::snprintf(num, sizeof num, "%s%.9g", k ? ", " : "", (double)v[k]);
@@ -225,9 +226,12 @@ void add_embed_command(CLI::App& app) {
   cmd->add_option("--chunk-lines", o->chunk_lines,
                   "Lines read, sorted by length and embedded together (default 20000; bounds memory)")
       ->check(whole_range(1, 1 << 24));
-  cmd->add_flag("--skip-empty", o->skip_empty, "Leave empty (or all-space) lines out instead of failing");
+  cmd->add_flag("--skip-empty", o->skip_empty,
+                "Leave empty (or all-space) lines out instead of failing; so that rows can be matched to input lines, "
+                "each JSON line then has \"line\": N (1-based input line), and a .npy output gets OUT.lines.txt with "
+                "the input line of each row");
   cmd->add_flag("--quiet,-q", o->quiet, "No progress bar and no summary line");
-  cmd->add_option("--dtype", o->dtype, "Compute type (fp32)")->check(CLI::IsMember({"fp32"}));
+  add_fp32_dtype_option(cmd, o->dtype, o->model);
   add_threads_option(cmd, o->threads);
   cmd->callback([o] {
     std::string fmt = "jsonl";
@@ -273,6 +277,7 @@ void add_embed_command(CLI::App& app) {
     Progress progress;
     progress.on = !o->quiet && isatty(2);
     int64_t skipped = 0, truncated = 0;
+    std::vector<int64_t> kept_lines;  // --skip-empty: the input line of each row
 
     auto run = [&](std::FILE* f) {
       Writer w(f, fmt == "npy", D, out.empty() || out == "-" ? std::string("stdout") : out);
@@ -357,7 +362,8 @@ void add_embed_command(CLI::App& app) {
             if (!std::isfinite(r[k]))
               throw std::runtime_error(in.name + ": line " + std::to_string(line_nos[i]) +
                                        ": the model produced a non-finite value");
-          w.row(r);
+          w.row(r, o->skip_empty ? line_nos[i] : 0);
+          if (o->skip_empty) kept_lines.push_back(line_nos[i]);
         }
       }
       w.finish();
@@ -371,13 +377,24 @@ void add_embed_command(CLI::App& app) {
     } else {
       write_file_atomic(out, [&](std::FILE* f) { rows = run(f); });
     }
+    std::string lines_file;
+    if (o->skip_empty && fmt == "npy") {
+      lines_file = out.substr(0, out.size() - 4) + ".lines.txt";
+      std::string text;
+      for (int64_t n : kept_lines) text += std::to_string(n) + "\n";
+      write_file_atomic(lines_file, text);
+    }
     if (!o->quiet) {
       double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - progress.start).count();
-      std::fprintf(stderr, "embedded %s sentences [%s, dim %lld] in %.2f s (%.0f sentences/s)%s%s%s\n",
-                   fmt_count(rows).c_str(), model.pooling().c_str(), (long long)D, secs, secs > 0 ? rows / secs : 0.0,
-                   skipped ? (", skipped " + fmt_count(skipped) + " empty lines").c_str() : "",
+      std::fprintf(stderr, "embedded %s %s [%s, dim %lld] in %.2f s (%.0f sentences/s)%s%s%s\n",
+                   fmt_count(rows).c_str(), rows == 1 ? "sentence" : "sentences", model.pooling().c_str(),
+                   (long long)D, secs, secs > 0 ? rows / secs : 0.0,
+                   skipped ? (", skipped " + fmt_count(skipped) + (skipped == 1 ? " empty line" : " empty lines")).c_str()
+                           : "",
                    truncated ? (", " + fmt_count(truncated) + " at max_seq_length (truncated)").c_str() : "",
-                   out.empty() || out == "-" ? "" : ("; wrote " + out).c_str());
+                   out.empty() || out == "-" ? "" : ("; wrote " + out +
+                                                     (lines_file.empty() ? "" : " and " + lines_file + " (input line of each row)"))
+                                                        .c_str());
     }
   });
 }

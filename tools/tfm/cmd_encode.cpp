@@ -10,6 +10,7 @@
 #include "commands.h"
 #include "io/json_util.h"
 #include "io/npy.h"
+#include "io/safetensors.h"
 #include "tfm/encoder.h"
 
 namespace tfm::cli {
@@ -22,7 +23,7 @@ void add_encode_command(CLI::App& app) {
     uint64_t seed = 0;
     int64_t max_length = 0;
     int threads = 0;
-    std::string dtype = "fp32";
+    std::string dtype;  // "": as the folder stores it
   };
   auto o = std::make_shared<Opts>();
   CLI::App* cmd = app.add_subcommand(
@@ -31,7 +32,8 @@ void add_encode_command(CLI::App& app) {
   cmd->add_option("--model", o->model,
                   "Model folder: config.json, model.safetensors and the tokenizer files (tokenizer.json or vocab.txt)")
       ->required();
-  cmd->add_option("--text,text", o->texts, "Text to encode; repeat for a batch")->required();
+  // Not ->required(): CLI11 would mark both spellings REQUIRED in the help; the callback asks for one.
+  cmd->add_option("--text,text", o->texts, "Text to encode (TEXT or --text TEXT, at least one); repeat for a batch");
   cmd->add_option("--pair", o->pairs,
                   "Second sentence of a pair (token_type_ids 1), one per --text, in the same order")
       ->allow_extra_args(false);  // --pair A B: B is a TEXT, not a second pair
@@ -50,10 +52,13 @@ void add_encode_command(CLI::App& app) {
   add_threads_option(cmd, o->threads);
   cmd->add_option("--dtype", o->dtype,
                   "Compute type of the Linear layers: fp32, bf16 (weights and GEMM inputs bf16, fp32 accumulation) "
-                  "or int8 (dynamic quantisation); LayerNorm, softmax and residuals stay fp32")
+                  "or int8 (dynamic quantisation); LayerNorm, softmax and residuals stay fp32. Default: as the folder "
+                  "stores them (int8 for a 'tfm convert --dtype int8' folder, which fp32 / bf16 dequantise; else "
+                  "fp32)")
       ->check(CLI::IsMember({"fp32", "bf16", "int8"}));
   cmd->callback([o, cmd] {
     namespace fs = std::filesystem;
+    if (o->texts.empty()) throw CLI::ValidationError("give TEXT or --text TEXT (at least one text to encode)");
     if ((cmd->count("--output") && o->output.empty()) || (cmd->count("--pooled") && o->pooled.empty()))
       throw CLI::ValidationError("--output and --pooled need a file name");
     std::error_code ec;
@@ -98,6 +103,23 @@ void add_encode_command(CLI::App& app) {
     eo.threads = o->threads;
     eo.pipeline = "none";  // the encoder's own outputs, whatever modules.json says
     eo.config_path = config_path;
+    if (o->init != "random") {
+      const std::string weights = o->model + "/model.safetensors";
+      std::error_code wec;
+      if (!fs::exists(weights, wec))
+        throw std::runtime_error(weights + ": no such file (the folder has no weights; --init random runs the "
+                                 "model with seeded random weights)");
+      // Before the forward pass: --pooled needs the checkpoint's pooler.
+      if (!o->pooled.empty()) {
+        const SafeTensors st = SafeTensors::open(weights);
+        if (!st.has("pooler.dense.weight") && !st.has("bert.pooler.dense.weight"))
+          throw std::invalid_argument("--pooled: this " + model_type +
+                                      " model has no pooler (no pooler.dense weights in the checkpoint); nothing "
+                                      "written");
+      }
+    } else if (!o->pooled.empty() && model_type == "transformer_encoder") {
+      throw std::invalid_argument("--pooled: this transformer_encoder model has no pooler; nothing written");
+    }
     if (o->init == "random") {
       std::fprintf(stderr, "initialising %s weights randomly (seed %llu)\n", model_type.c_str(),
                    (unsigned long long)o->seed);
@@ -158,7 +180,7 @@ void add_encode_command(CLI::App& app) {
     }
     const FloatArray& result = o->all_layers ? out.hidden_states : out.last_hidden_state;
     std::cout << (o->all_layers ? "hidden_states" : "last_hidden_state") << " shape: " << shape_str(result.shape())
-              << "\n";
+              << " (computed in " << model->dtype() << ")\n";
     // Every check before the first write, so an error leaves no half of the requested outputs behind.
     if (!o->pooled.empty() && !out.pooler_output.data())
       throw std::invalid_argument("--pooled: this " + model_type +

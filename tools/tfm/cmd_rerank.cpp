@@ -27,7 +27,8 @@ void add_rerank_command(CLI::App& app) {
                 "label 1 for two labels)");
   cmd->add_option("--model", o->model, "Cross-encoder folder: config.json, model.safetensors, tokenizer files")
       ->required();
-  cmd->add_option("--query,-q", o->query, "The query")->required();
+  // No -q: that is --quiet in every other command.
+  cmd->add_option("--query", o->query, "The query")->required();
   cmd->add_option("text", o->texts, "Passages to rank");
   cmd->add_option("--input,-i", o->input, "File with one passage a line (- for stdin)");
   cmd->add_option("--top-k", o->top_k, "Print only the best K")->check(whole_range(1, 1 << 30));
@@ -36,7 +37,7 @@ void add_rerank_command(CLI::App& app) {
   cmd->add_option("--batch-size", o->batch_size, "Pairs per forward pass (default 32)")->check(whole_range(1, 1 << 16));
   cmd->add_option("--max-length", o->max_length, "Truncate pairs to this many tokens (longest first)")
       ->check(whole_range(3, 1 << 20));
-  cmd->add_option("--dtype", o->dtype, "Compute type (fp32)")->check(CLI::IsMember({"fp32"}));
+  add_fp32_dtype_option(cmd, o->dtype, o->model);
   add_threads_option(cmd, o->threads);
   cmd->callback([o] {
     std::vector<std::string> passages = gather_texts(o->texts, o->input, "passage");

@@ -1,7 +1,12 @@
 // tfm train: train the d2l encoder-decoder Transformer on a 'source<TAB>target' corpus.
+#include <pthread.h>
+#include <signal.h>
+
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <memory>
+#include <thread>
 
 #include "cli_util.h"
 #include "commands.h"
@@ -9,6 +14,20 @@
 #include "tfm/train.h"
 
 namespace tfm::cli {
+
+namespace {
+// Ctrl-C / SIGTERM while training: the signals are blocked in every training thread and taken by this thread with
+// sigwait (no handler interrupts the computing threads: a handler run on a kernel's stack corrupted its heap). The
+// first asks training to stop after the step in progress; a second ends tfm at once (exit 128 + signal).
+void watch_stop_signals(sigset_t set) {
+  int sig = 0;
+  if (sigwait(&set, &sig) != 0) return;
+  request_train_stop(sig);
+  if (sigwait(&set, &sig) != 0) return;
+  std::fprintf(stderr, "\n%s again: stopping at once\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
+  std::_Exit(128 + sig);
+}
+}  // namespace
 
 void add_train_command(CLI::App& app) {
   auto o = std::make_shared<D2lTrainOptions>();
@@ -26,7 +45,12 @@ void add_train_command(CLI::App& app) {
                   "Run the subword recipe described by this JSON file (e.g. configs/multi30k-en-fr.json): "
                   "SentencePiece, token batches, label smoothing, warmup, validation BLEU, checkpoints");
   cmd->add_option("--resume", *resume, "Continue the recipe run in this output folder from its checkpoint");
-  cmd->add_option("--set", *sets, "Override a key of the --config file: --set epochs=3 (repeatable)");
+  std::string set_help = "Override a key of the --config file: --set epochs=3 (repeatable). With --resume: epochs "
+                         "(extends the run), stop_after_steps (steps in all, from the run's start), "
+                         "time_limit_minutes. Keys:";
+  for (const std::string& k : recipe_keys())
+    if (k != "comment") set_help += " " + k;
+  cmd->add_option("--set", *sets, set_help);
   cmd->add_option("--max-tokens", *max_tokens, "Recipe: tokens per batch (overrides the config)")
       ->check(whole_range(1, 1 << 24));
   cmd->add_option("--num-examples", o->num_examples, "Read lines 0..N of the corpus as d2l does (0 = all)")
@@ -52,10 +76,12 @@ void add_train_command(CLI::App& app) {
       ->check(seed_value());
   cmd->add_option("--label-smoothing", o->label_smoothing, "Label smoothing of the cross-entropy (0 = d2l)")
       ->capture_default_str()->check(in_range(0.0, 0.99));
-  cmd->add_flag("!--no-progress", o->progress, "Do not print the progress bar");
+  auto no_progress = std::make_shared<bool>(false);
+  cmd->add_flag("--no-progress", *no_progress, "Do not print the progress bar");
   cmd->add_flag("--overwrite", o->overwrite, "Train into an --out folder that already holds files, replacing them");
   add_threads_option(cmd, *threads);
-  cmd->callback([o, cmd, recipe, resume, sets, max_tokens, threads] {
+  cmd->callback([o, cmd, recipe, resume, sets, max_tokens, threads, no_progress] {
+    o->progress = !*no_progress;
     if (!recipe->empty() || !resume->empty()) {
       if (!recipe->empty() && !resume->empty())
         throw CLI::ValidationError("--config starts a run and --resume continues one; give only one");
@@ -71,8 +97,9 @@ void add_train_command(CLI::App& app) {
                                 "--num-examples", "--num-steps", "--batch-size", "--overwrite"})
           if (cmd->count(opt))
             throw CLI::ValidationError(std::string("--resume continues with the run's saved train_config.json, so ") +
-                                        opt + " cannot change it; only --set stop_after_steps=N, --set "
-                                        "time_limit_minutes=M, --threads and --no-progress apply");
+                                        opt + " cannot change it; only --set epochs=N (to extend the run), --set "
+                                        "stop_after_steps=N, --set time_limit_minutes=M, --threads and "
+                                        "--no-progress apply");
       } else if (cmd->count("--num-examples") || cmd->count("--num-steps") || cmd->count("--batch-size") ||
                  cmd->count("--overwrite")) {
         throw CLI::ValidationError("--num-examples, --num-steps, --batch-size and --overwrite are d2l trainer "
@@ -95,9 +122,10 @@ void add_train_command(CLI::App& app) {
             if (k != "comment") names += (names.empty() ? "" : ", ") + k;
           throw CLI::ValidationError("--set " + key + ": unknown recipe key (keys: " + names + ")");
         }
-        if (!resume->empty() && key != "stop_after_steps" && key != "time_limit_minutes")
+        if (!resume->empty() && key != "stop_after_steps" && key != "time_limit_minutes" && key != "epochs")
           throw CLI::ValidationError("--resume continues with the run's saved train_config.json; --set " + key +
-                                      " cannot change it (only stop_after_steps and time_limit_minutes apply)");
+                                      " cannot change it (only epochs, stop_after_steps and time_limit_minutes "
+                                      "apply)");
         ro.overrides.emplace_back(key, val);  // parsed as JSON (numbers, true/false), else a string
       }
       // Options given explicitly on the command line override the file.
@@ -119,7 +147,17 @@ void add_train_command(CLI::App& app) {
       if (!sets->empty() && !recipe->empty()) ro.config_name += " with --set";
       std::string out = resume->empty() ? o->out : *resume;
       if (out.empty()) throw CLI::ValidationError("--out is required");
+      // Ctrl-C / SIGTERM: training finishes the step in progress, saves a checkpoint and says how to resume; a
+      // second one ends tfm at once (watch_stop_signals). Blocked here, before any training thread starts, so
+      // every thread inherits the mask and only the watcher receives them.
+      sigset_t stop_set;
+      sigemptyset(&stop_set);
+      sigaddset(&stop_set, SIGINT);
+      sigaddset(&stop_set, SIGTERM);
+      pthread_sigmask(SIG_BLOCK, &stop_set, nullptr);
+      std::thread(watch_stop_signals, stop_set).detach();
       const TrainSummary r = train(*recipe, out, ro);  // under mpirun an error ends every rank
+      if (r.stopped_by_signal) throw ExitStatus{128 + r.stopped_by_signal};  // 130 (SIGINT), 143 (SIGTERM)
       if (process_group().rank != 0) return;
       if (r.best_epoch == 0) {  // config.json + model.safetensors are written at the end of the first epoch
         // Same "in S s, T target tokens/s" as the line below (bench/multi30k.sh --short reads it).
@@ -128,10 +166,14 @@ void add_train_command(CLI::App& app) {
                     (long long)r.steps, r.seconds, r.tokens_per_sec, out.c_str());
         return;
       }
-      std::printf("trained %lld epochs (%lld steps) in %.1f s, %.0f target tokens/s; best validation BLEU %.2f "
+      // "trained 2 epochs" / "trained 1 epoch, stopped in epoch 2": a cut-short epoch is not counted as trained.
+      const std::string stopped_in =
+          r.stopped_in_epoch ? ", stopped in epoch " + std::to_string(r.stopped_in_epoch) : std::string();
+      std::printf("trained %lld %s%s (%lld steps) in %.1f s, %.0f target tokens/s; best validation BLEU %.2f "
                   "(epoch %lld); model in %s\n",
-                  (long long)r.epochs_run, (long long)r.steps, r.seconds, r.tokens_per_sec, r.best_valid_bleu,
-                  (long long)r.best_epoch, out.c_str());
+                  (long long)r.epochs_run, r.epochs_run == 1 ? "epoch" : "epochs", stopped_in.c_str(),
+                  (long long)r.steps, r.seconds, r.tokens_per_sec, r.best_valid_bleu, (long long)r.best_epoch,
+                  out.c_str());
       return;
     }
     if (!sets->empty() || cmd->count("--max-tokens"))
@@ -143,8 +185,8 @@ void add_train_command(CLI::App& app) {
                                  "mpirun is the subword recipe (--config)");
     o->threads = *threads;
     const D2lTrainSummary r = train_d2l(*o);
-    std::printf("trained %lld epochs in %.1f s: loss %.4f (mean per token %.4f), %.0f tokens/s; model in %s\n",
-                (long long)r.epochs_run, r.seconds, r.loss, r.token_loss, r.tokens_per_sec, o->out.c_str());
+    std::printf("trained %lld %s in %.1f s: loss %.4f (mean per token %.4f), %.0f tokens/s; model in %s\n",
+                (long long)r.epochs_run, r.epochs_run == 1 ? "epoch" : "epochs", r.seconds, r.loss, r.token_loss, r.tokens_per_sec, o->out.c_str());
   });
 }
 

@@ -37,6 +37,7 @@ void add_translate_command(CLI::App& app) {
     std::string model, attention_png;
     std::vector<std::string> sentences;
     int64_t beam = 1;
+    bool suppress_unk = false;
     float length_penalty = 0.0f;
     bool quiet = false;
     int threads = 0;
@@ -53,6 +54,8 @@ void add_translate_command(CLI::App& app) {
   cmd->add_option("--beam", o->beam, "Beam size (1 = greedy)")->capture_default_str()->check(whole_range(1, 64));
   cmd->add_option("--length-penalty", o->length_penalty, "GNMT length penalty alpha for beam search")
       ->capture_default_str()->check(in_range(0.0, 5.0));
+  cmd->add_flag("--suppress-unk", o->suppress_unk,
+                "Never generate <unk> (CTranslate2's disable_unk): greedy and beam search pick the best other token");
   cmd->add_option("--attention-png", o->attention_png,
                   "Save the first sentence's attention weights as a PNG (or .svg), tokens on both axes: top row "
                   "encoder self-attention (last layer), bottom row decoder cross-attention (last layer) of the "
@@ -68,6 +71,9 @@ void add_translate_command(CLI::App& app) {
                 "With --dtype bf16 or int8: run the decoder's output projection (to the vocabulary) in that type too "
                 "(faster; on the Multi30k recipe's models it moved test BLEU by less than 0.2)");
   cmd->callback([o, cmd] {
+    if (o->quantize_output && o->dtype == "fp32")
+      throw CLI::ValidationError("--quantize-output-projection runs the output projection in the --dtype type; "
+                                 "give --dtype bf16 or int8 as well (with fp32 it changes nothing)");
     if (cmd->count("--length-penalty") && o->beam == 1)
       throw CLI::ValidationError("--length-penalty applies to beam search only; give --beam N (N > 1) as well");
     const std::string config_path = o->model + "/config.json";
@@ -84,6 +90,7 @@ void add_translate_command(CLI::App& app) {
     TranslateOptions opt;
     opt.beam_size = o->beam;
     opt.length_penalty = o->length_penalty;
+    opt.disable_unk = o->suppress_unk;
     const bool subword = translator.subword();
     const int64_t limit = translator.max_source_tokens();  // <eos> included
     bool attention_written = false;

@@ -2,13 +2,17 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
+#include <string>
+#include <vector>
 
 #include "cli_util.h"
 #include "commands.h"
+#include "tfm/tfm.h"
 
 // A closed fd 0/1/2 would be reused by the next open() (a model file, an output .npy), and printing would then
 // write into that file. Each closed one is reopened read-only on /dev/null: reads see end of input, writes still
@@ -38,6 +42,37 @@ static void default_omp_spin_count(char** argv) {
   execv("/proc/self/exe", argv);
 }
 
+// CLI11 reads an argument of the form "[a, b]" as a list of values (its vector syntax), also after "--": "[MASK]"
+// reached fill-mask as "MASK" and "[1, 2, 3]" as three texts. Every free-text argument must reach its command byte
+// for byte, so such an argument (or the VALUE of --name=VALUE) is marked with a leading \x1f before parsing, which
+// CLI11 leaves whole, and every option strips the mark from its values before they are converted. Arguments that
+// already start with the mark are marked too, so the mapping is one to one.
+static constexpr char kVerbatim = '\x1f';
+static bool needs_verbatim_mark(const std::string& s) {
+  return s.size() >= 2 && (s[0] == '[' || s[0] == kVerbatim) && s.back() == ']';
+}
+static std::string mark_verbatim(const std::string& arg) {
+  if (needs_verbatim_mark(arg)) return kVerbatim + arg;
+  const size_t eq = arg.find('=');
+  if (arg.rfind("--", 0) == 0 && eq != std::string::npos && needs_verbatim_mark(arg.substr(eq + 1)))
+    return arg.substr(0, eq + 1) + kVerbatim + arg.substr(eq + 1);
+  return arg;
+}
+static void strip_verbatim_marks(CLI::App* app) {
+  const CLI::Validator strip(
+      [](std::string& s) {
+        if (!s.empty() && s[0] == kVerbatim && needs_verbatim_mark(s.substr(1))) s.erase(0, 1);
+        return std::string();
+      },
+      "");
+  for (CLI::Option* opt : app->get_options()) opt->transform(strip);
+  for (CLI::App* sub : app->get_subcommands({})) strip_verbatim_marks(sub);
+}
+static std::string without_verbatim_marks(std::string s) {
+  s.erase(std::remove(s.begin(), s.end(), kVerbatim), s.end());
+  return s;
+}
+
 // Help text goes to stdout too: a failed write is an error there as well.
 static int exit_with_help(const CLI::App& app, const CLI::Error& e) {
   int rc = app.exit(e);
@@ -57,6 +92,7 @@ int main(int argc, char** argv) {
                "Run 'tfm <command> --help' for the options of a command."};
   app.require_subcommand(1);
   app.set_help_all_flag("--help-all", "Show the help of every command");
+  app.set_version_flag("--version", std::string("tfm ") + tfm::version(), "Print the version and exit");
   tfm::cli::add_tokenize_command(app);
   tfm::cli::add_encode_command(app);
   tfm::cli::add_train_command(app);
@@ -69,27 +105,39 @@ int main(int argc, char** argv) {
   tfm::cli::add_rerank_command(app);
   tfm::cli::add_convert_command(app);
   tfm::cli::add_serve_command(app);
+  // An unknown command is an error, also with --help (CLI11 would print the top-level help and exit 0).
+  if (argc > 1 && argv[1][0] != '-') {
+    bool known = false;
+    for (const CLI::App* sub : app.get_subcommands({})) known |= sub->get_name() == argv[1];
+    if (!known) {
+      std::string names;
+      for (const CLI::App* sub : app.get_subcommands({})) names += (names.empty() ? "" : ", ") + sub->get_name();
+      std::fprintf(stderr, "tfm: error: unknown command '%s' (commands: %s) (see --help)\n", argv[1], names.c_str());
+      return 2;
+    }
+  }
+  strip_verbatim_marks(&app);
+  std::vector<std::string> marked(argv, argv + argc);
+  for (size_t i = 1; i < marked.size(); ++i) marked[i] = mark_verbatim(marked[i]);
+  std::vector<char*> marked_argv;
+  for (std::string& a : marked) marked_argv.push_back(a.data());
   try {
-    app.parse(argc, argv);
+    app.parse(argc, marked_argv.data());
     tfm::cli::flush_stdout();
   } catch (const CLI::CallForHelp& e) {
     return exit_with_help(app, e);
   } catch (const CLI::CallForAllHelp& e) {
     return exit_with_help(app, e);
+  } catch (const CLI::CallForVersion& e) {
+    return exit_with_help(app, e);
   } catch (const CLI::ParseError& e) {
     // One line with the usual prefix; CLI11's own text otherwise blames a missing command for an unknown one.
-    std::string what = e.what();
-    if (argc > 1 && argv[1][0] != '-') {
-      bool known = false;
-      for (const CLI::App* sub : app.get_subcommands({})) known |= sub->get_name() == argv[1];
-      if (!known) {
-        std::string names;
-        for (const CLI::App* sub : app.get_subcommands({})) names += (names.empty() ? "" : ", ") + sub->get_name();
-        what = std::string("unknown command '") + argv[1] + "' (commands: " + names + ")";
-      }
-    }
+    std::string what = without_verbatim_marks(e.what());
     std::fprintf(stderr, "tfm: error: %s (see --help)\n", what.c_str());
     return 2;
+  } catch (const tfm::cli::ExitStatus& e) {
+    std::fflush(stdout);
+    return e.code;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "tfm: error: %s\n", e.what());
     return 1;

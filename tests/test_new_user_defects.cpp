@@ -1,0 +1,406 @@
+// What a new user hit trying the product (issue 26, "Found by a new user"): each test runs the `tfm` binary or the
+// library as such a user does and checks the behaviour that was wrong. Expected values come from a path that does
+// not share the fault (a text read from stdin instead of the command line), from the Hugging Face behaviour being
+// matched, or from the messages the commands are meant to give, never from the output under test.
+#include <signal.h>
+
+#include <chrono>
+#include <filesystem>
+#include <sstream>
+#include <thread>
+
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "io/safetensors.h"
+#include "run_tfm.h"
+#include "tfm/tfm.h"
+#include "text/bert_tokenizer.h"
+#include "test_util.h"
+
+using tfm::test::fixture;
+using tfm::test::run_tfm_in;
+using tfm::test::TfmRun;
+
+namespace {
+
+std::vector<nlohmann::json> json_lines(const std::string& out) {
+  std::vector<nlohmann::json> v;
+  std::istringstream in(out);
+  std::string line;
+  while (std::getline(in, line))
+    if (!line.empty()) v.push_back(nlohmann::json::parse(line));
+  return v;
+}
+
+// CLI11 reads "[a, b]" as a list of values (its vector syntax), also after "--": "[MASK]" reached fill-mask as
+// "MASK", "[1, 2, 3]" became three texts and "[CLS]" became "CLS". A text typed on the command line must give what
+// the same text read from a file or stdin gives.
+TEST(CliTextArguments, BracketedTextReachesTheCommandByteForByte) {
+  tfm::test::TempFolder t;
+  const std::string mlm = fixture("heads_mlm");
+  for (const std::string text : {"[1, 2, 3]", "[CLS]", "[MASK]", "[]", "[a,b]", "\x1f[x]"}) {
+    TfmRun arg = run_tfm_in(t.path, {"tokenize", "--model", mlm, text});
+    TfmRun after_dashes = run_tfm_in(t.path, {"tokenize", "--model", mlm, "--", text});
+    ASSERT_EQ(arg.exit_code, 0) << arg.describe();
+    ASSERT_EQ(after_dashes.exit_code, 0) << after_dashes.describe();
+    // One line per text, with the tokens the tokenizer gives the text itself.
+    const std::vector<std::string> want = tfm::BertTokenizer::from_dir(mlm).encode(text).tokens;
+    ASSERT_EQ(json_lines(arg.out).size(), 1u) << text << "\n" << arg.out;
+    EXPECT_EQ(json_lines(arg.out)[0]["tokens"].get<std::vector<std::string>>(), want) << text;
+    EXPECT_EQ(arg.out, after_dashes.out) << text;
+  }
+  // fill-mask on a bare "[MASK]": one list of candidates, not "input 1 has no [MASK] token: 'MASK'".
+  TfmRun fm = run_tfm_in(t.path, {"fill-mask", "--model", mlm, "[MASK]"});
+  ASSERT_EQ(fm.exit_code, 0) << fm.describe();
+  ASSERT_EQ(json_lines(fm.out).size(), 1u);
+  EXPECT_TRUE(json_lines(fm.out)[0].is_array());
+  // translate: the sentence on the command line and the same sentence on stdin translate alike.
+  const std::string d2l = fixture("d2l_trained");
+  TfmRun on_line = run_tfm_in(t.path, {"translate", "--quiet", "--model", d2l, "[go] ."});
+  TfmRun on_stdin = run_tfm_in(t.path, {"translate", "--quiet", "--model", d2l}, "[go] .\n");
+  ASSERT_EQ(on_line.exit_code, 0) << on_line.describe();
+  ASSERT_EQ(on_stdin.exit_code, 0) << on_stdin.describe();
+  EXPECT_EQ(on_line.out, on_stdin.out);
+  TfmRun plain = run_tfm_in(t.path, {"translate", "--quiet", "--model", d2l, "go ."});
+  EXPECT_NE(on_line.out, plain.out) << "the brackets were dropped";
+  // An option's value in the --name=VALUE form is left whole too.
+  TfmRun eq = run_tfm_in(t.path, {"tokenize", "--model", mlm, "--pair=[SEP]", "a"});
+  ASSERT_EQ(eq.exit_code, 0) << eq.describe();
+  TfmRun sep = run_tfm_in(t.path, {"tokenize", "--model", mlm, "--pair", "[SEP]", "a"});
+  EXPECT_EQ(eq.out, sep.out);
+}
+
+// The fill-mask pipeline returns one list per [MASK]; with several masks it decodes `sequence` with
+// skip_special_tokens=False, so each sequence keeps the other masks (and [CLS] / [SEP]). tfm dropped them:
+// "edmonton is the of france."
+TEST(FillMask, SeveralMasksGiveOneListPerMaskKeepingTheOtherMasks) {
+  tfm::test::TempFolder t;
+  TfmRun r = run_tfm_in(t.path, {"fill-mask", "--model", fixture("heads_mlm"), "--top-k", "3",
+                                 "paris is the [MASK] of [MASK].", "the cat sat on the [MASK]."});
+  ASSERT_EQ(r.exit_code, 0) << r.describe();
+  std::vector<nlohmann::json> lines = json_lines(r.out);
+  ASSERT_EQ(lines.size(), 2u);
+  ASSERT_TRUE(lines[0].is_array() && lines[0].size() == 2) << lines[0].dump();
+  for (size_t m = 0; m < 2; ++m) {
+    ASSERT_EQ(lines[0][m].size(), 3u);
+    for (const auto& c : lines[0][m]) {
+      const std::string tok = c["token_str"].get<std::string>();
+      if (tok.find_first_of(".,?!'") != std::string::npos) continue;  // clean_up_tokenization would move it
+      // WordPiece decoding: a "##" piece joins the word before it.
+      const std::string word = tok.rfind("##", 0) == 0 ? tok.substr(2) : " " + tok;
+      const std::string want = m == 0 ? "[CLS] paris is the" + word + " of [MASK]. [SEP]"
+                                      : "[CLS] paris is the [MASK] of" + word + ". [SEP]";
+      EXPECT_EQ(c["sequence"].get<std::string>(), want);
+    }
+  }
+  // One mask: a flat list, special tokens skipped.
+  ASSERT_TRUE(lines[1].is_array() && lines[1].size() == 3 && lines[1][0].is_object()) << lines[1].dump();
+  for (const auto& c : lines[1]) {
+    const std::string tok = c["token_str"].get<std::string>();
+    if (tok != "[MASK]" && tok != "[UNK]" && tok != "[CLS]" && tok != "[SEP]" && tok != "[PAD]")
+      EXPECT_EQ(c["sequence"].get<std::string>(), "the cat sat on the " + tok + ".");
+  }
+}
+
+// Ctrl-C or SIGTERM during recipe training killed it at once, losing up to a checkpoint interval. Now the step in
+// progress finishes, a checkpoint is saved, stderr says how to resume, and tfm exits 128 + the signal number.
+TEST(TrainSignals, CtrlCAndSigtermSaveACheckpointAndSayHowToResume) {
+  tfm::test::TempFolder t;
+  const std::string cfg = t.path + "/tiny.json";
+  tfm::test::spit(cfg, std::string(R"({"train_limit": 300, "valid_limit": 8, "vocab_size": 500, "num_hiddens": 16,
+    "num_layers": 1, "num_heads": 2, "ffn_num_hiddens": 32, "max_len": 40, "num_steps": 10, "max_tokens": 600,
+    "epochs": 1000, "patience": 1000, "warmup_steps": 5, "checkpoint_every": 100000, "data_dir": ")") +
+                           tfm::test::data_dir() + "\"}");
+  for (const int sig : {SIGINT, SIGTERM}) {
+    const std::string out = t.path + "/run" + std::to_string(sig);
+    tfm::test::RunOptions opt;
+    // Signal once training steps are running (a progress line is printed), not while SentencePiece trains.
+    opt.while_running = [sig](pid_t pid, const std::string& err) {
+      for (int i = 0; i < 6000 && tfm::test::slurp(err).find(" batch ") == std::string::npos; ++i)
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      kill(pid, sig);
+    };
+    TfmRun r = tfm::test::run_tfm_with(t.path, {"train", "--config", cfg, "--out", out, "--threads", "1"}, "", opt);
+    EXPECT_EQ(r.signal, 0) << r.describe();
+    EXPECT_EQ(r.exit_code, 128 + sig) << r.describe();
+    EXPECT_NE(r.err.find(sig == SIGINT ? "interrupted (SIGINT)" : "terminated (SIGTERM)"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("checkpoint saved"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("tfm train --resume " + out), std::string::npos) << r.err;
+    // The checkpoint holds the last finished step (checkpoint_every is far away) and the run resumes from it.
+    ASSERT_TRUE(std::filesystem::exists(out + "/checkpoint.safetensors")) << r.describe();
+    auto state = [&] {
+      tfm::SafeTensors ck = tfm::SafeTensors::open(out + "/checkpoint.safetensors");
+      return nlohmann::json::parse(ck.metadata()["state"].get<std::string>());
+    };
+    const int64_t step = state()["step"].get<int64_t>();
+    EXPECT_GE(step, 1);
+    TfmRun more = run_tfm_in(t.path, {"train", "--resume", out, "--threads", "1", "--no-progress", "--set",
+                                      "stop_after_steps=" + std::to_string(step + 1)});
+    ASSERT_EQ(more.exit_code, 0) << more.describe();
+    EXPECT_EQ(state()["step"].get<int64_t>(), step + 1);
+  }
+}
+
+// `tfm <unknown-command> --help` printed the top-level help and exited 0; an unknown command is an error either way.
+TEST(CliCommands, UnknownCommandIsAnErrorAlsoWithHelp) {
+  tfm::test::TempFolder t;
+  for (const std::vector<std::string>& args :
+       {std::vector<std::string>{"nosuch"}, {"nosuch", "--help"}, {"nosuch", "-h"}, {"nosuch", "--help-all"}}) {
+    TfmRun r = run_tfm_in(t.path, args);
+    EXPECT_EQ(r.exit_code, 2) << r.describe();
+    EXPECT_NE(r.err.find("unknown command 'nosuch'"), std::string::npos) << r.err;
+    EXPECT_EQ(r.out, "") << "no help text on stdout";
+  }
+  TfmRun ok = run_tfm_in(t.path, {"bleu", "--help"});
+  EXPECT_EQ(ok.exit_code, 0) << ok.describe();
+}
+
+// `tfm --version` prints the library version (include/tfm/tfm.h) and exits 0.
+TEST(CliCommands, VersionFlagPrintsTheVersion) {
+  tfm::test::TempFolder t;
+  TfmRun r = run_tfm_in(t.path, {"--version"});
+  ASSERT_EQ(r.exit_code, 0) << r.describe();
+  const std::string want = "tfm " + std::to_string(TFM_VERSION_MAJOR) + "." + std::to_string(TFM_VERSION_MINOR) +
+                           "." + std::to_string(TFM_VERSION_PATCH) + "\n";
+  EXPECT_EQ(r.out, want);
+}
+
+// Help and wording: one REQUIRED mark per required input, no "{false}" after a flag, -q means --quiet everywhere
+// (rerank's query is --query only), and the one-thread commands say what --threads does there.
+TEST(CliHelp, HelpTextsSayWhatTheOptionsDo) {
+  tfm::test::TempFolder t;
+  TfmRun enc = run_tfm_in(t.path, {"encode", "--help"});
+  ASSERT_EQ(enc.exit_code, 0) << enc.describe();
+  size_t required = 0;
+  for (size_t p = 0; (p = enc.out.find("REQUIRED", p)) != std::string::npos; ++p) ++required;
+  EXPECT_EQ(required, 1u) << "only --model is required; TEXT or --text is checked by the command\n" << enc.out;
+  TfmRun none = run_tfm_in(t.path, {"encode", "--model", fixture("bert")});
+  EXPECT_NE(none.exit_code, 0);
+  EXPECT_NE(none.err.find("give TEXT or --text"), std::string::npos) << none.err;
+  TfmRun train = run_tfm_in(t.path, {"train", "--help"});
+  EXPECT_EQ(train.out.find("{false}"), std::string::npos) << train.out;
+  EXPECT_NE(train.out.find("--no-progress"), std::string::npos);
+  TfmRun rr = run_tfm_in(t.path, {"rerank", "--model", fixture("heads_cross"), "-q", "a cat", "the cat sat"});
+  EXPECT_NE(rr.exit_code, 0) << "-q is --quiet elsewhere, never --query";
+  for (const std::vector<std::string>& help : {std::vector<std::string>{"bleu", "--help"}, {"data", "list", "--help"}}) {
+    TfmRun h = run_tfm_in(t.path, help);
+    EXPECT_EQ(h.out.find("Worker threads for kernels and GEMM"), std::string::npos) << h.out;
+    EXPECT_NE(h.out.find("runs on one thread"), std::string::npos) << h.out;
+  }
+}
+
+// "1 epochs": singular counts read as such; train_config.json keeps label_smoothing as written (0.1, not the
+// float's 0.10000000149011612).
+TEST(CliWording, CountsOfOneAreSingularAndConfigValuesKeepTheirDecimals) {
+  tfm::test::TempFolder t;
+  const std::string data = t.path + "/pairs.txt";
+  tfm::test::spit(data, "go .\tva !\nhi .\tsalut !\n");
+  TfmRun r = run_tfm_in(t.path, {"train", "--data", data, "--out", t.path + "/m", "--epochs", "1", "--num-hiddens",
+                                 "8", "--ffn-num-hiddens", "8", "--num-heads", "2", "--num-layers", "1", "--no-progress"});
+  ASSERT_EQ(r.exit_code, 0) << r.describe();
+  EXPECT_NE(r.out.find("trained 1 epoch in"), std::string::npos) << r.out;
+  const std::string lines = t.path + "/lines.txt";
+  tfm::test::spit(lines, "the cat sat\n\nthe dog ran\n");
+  TfmRun e = run_tfm_in(t.path, {"embed", "--model", fixture("st_mean"), "--input", lines, "--skip-empty", "-o",
+                                 t.path + "/v.jsonl"});
+  ASSERT_EQ(e.exit_code, 0) << e.describe();
+  EXPECT_NE(e.err.find("skipped 1 empty line;"), std::string::npos) << e.err;
+  EXPECT_EQ(e.err.find("1 empty lines"), std::string::npos) << e.err;
+
+  const std::string cfg = t.path + "/tiny.json";
+  tfm::test::spit(cfg, std::string(R"({"train_limit": 100, "valid_limit": 8, "vocab_size": 300, "num_hiddens": 16,
+    "num_layers": 1, "num_heads": 2, "ffn_num_hiddens": 32, "max_len": 40, "num_steps": 10, "max_tokens": 600,
+    "epochs": 1, "warmup_steps": 5, "label_smoothing": 0.1, "stop_after_steps": 2, "data_dir": ")") +
+                           tfm::test::data_dir() + "\"}");
+  TfmRun tr = run_tfm_in(t.path, {"train", "--config", cfg, "--out", t.path + "/run", "--no-progress", "--threads", "1"});
+  ASSERT_EQ(tr.exit_code, 0) << tr.describe();
+  const std::string saved = tfm::test::slurp(t.path + "/run/train_config.json");
+  EXPECT_NE(saved.find("\"label_smoothing\": 0.1,"), std::string::npos) << saved;
+}
+
+// --skip-empty left no record of which lines were dropped: JSON lines now carry "line", and a .npy output gets
+// OUT.lines.txt with the input line of each row, so rows line up with the input.
+TEST(EmbedSkipEmpty, RowsNameTheirInputLines) {
+  tfm::test::TempFolder t;
+  const std::string lines = t.path + "/lines.txt";
+  tfm::test::spit(lines, "\nthe cat sat\n   \nthe dog ran\n\n");
+  TfmRun j = run_tfm_in(t.path, {"embed", "-q", "--model", fixture("st_mean"), "--input", lines, "--skip-empty"});
+  ASSERT_EQ(j.exit_code, 0) << j.describe();
+  std::vector<nlohmann::json> rows = json_lines(j.out);
+  ASSERT_EQ(rows.size(), 2u);
+  EXPECT_EQ(rows[0]["line"], 2);
+  EXPECT_EQ(rows[1]["line"], 4);
+  TfmRun n = run_tfm_in(t.path, {"embed", "-q", "--model", fixture("st_mean"), "--input", lines, "--skip-empty", "-o",
+                                 t.path + "/v.npy"});
+  ASSERT_EQ(n.exit_code, 0) << n.describe();
+  EXPECT_EQ(tfm::test::slurp(t.path + "/v.lines.txt"), "2\n4\n");
+}
+
+// --quantize-output-projection without --dtype bf16 / int8 changed nothing and was accepted silently.
+TEST(CliOptionChecks, QuantizedOutputProjectionNeedsAReducedDtype) {
+  tfm::test::TempFolder t;
+  tfm::test::expect_one_line_error(
+      run_tfm_in(t.path, {"translate", "--model", fixture("d2l_trained"), "--quantize-output-projection", "go ."}),
+      "--quantize-output-projection");
+  TfmRun ok = run_tfm_in(t.path, {"translate", "--quiet", "--model", fixture("d2l_trained"), "--dtype", "bf16",
+                                  "--quantize-output-projection", "go ."});
+  EXPECT_EQ(ok.exit_code, 0) << ok.describe();
+}
+
+// Beam search (and greedy decoding) emitted <unk> with no way to suppress it (CTranslate2's disable_unk).
+// Greedy: removing <unk> from each step's choice leaves every translation that had no <unk> unchanged (its argmax
+// was never <unk>), and changes every one that had.
+TEST(TranslateSuppressUnk, NoUnkIsGeneratedAndOtherwiseGreedyIsUnchanged) {
+  tfm::test::TempFolder t;
+  const std::string d2l = fixture("d2l_trained");
+  const std::vector<std::string> sentences = {"go .", "i lost .", "who are you ?", "help !", "jump .", "i'm 19 ."};
+  std::vector<std::string> args = {"translate", "--quiet", "--model", d2l};
+  args.insert(args.end(), sentences.begin(), sentences.end());
+  TfmRun plain = run_tfm_in(t.path, args);
+  args.push_back("--suppress-unk");
+  TfmRun sup = run_tfm_in(t.path, args);
+  ASSERT_EQ(plain.exit_code, 0) << plain.describe();
+  ASSERT_EQ(sup.exit_code, 0) << sup.describe();
+  std::istringstream a(plain.out), b(sup.out);
+  std::string x, y;
+  int with_unk = 0;
+  for (size_t i = 0; i < sentences.size(); ++i) {
+    ASSERT_TRUE(std::getline(a, x) && std::getline(b, y));
+    EXPECT_EQ(y.find("<unk>"), std::string::npos) << sentences[i] << " -> " << y;
+    if (x.find("<unk>") == std::string::npos) {
+      EXPECT_EQ(x, y) << sentences[i];
+    } else {
+      ++with_unk;
+      EXPECT_NE(x, y) << sentences[i];
+    }
+  }
+  EXPECT_GE(with_unk, 2) << "the fixture sentences include some translated with <unk>";
+  args.insert(args.end() - 1, {"--beam", "4"});
+  TfmRun beam = run_tfm_in(t.path, args);
+  ASSERT_EQ(beam.exit_code, 0) << beam.describe();
+  EXPECT_EQ(beam.out.find("<unk>"), std::string::npos) << beam.out;
+}
+
+// A folder from `tfm convert --dtype int8` computed in int8 whatever dtype was asked for, and Encoder::dtype()
+// said fp32. Now fp32 / bf16 dequantise it (w = q * scale of the row): fp32 on the int8 folder equals, bit for bit,
+// fp32 on a folder the test dequantises itself; the default is the stored type, and dtype() reports it.
+TEST(Int8Folder, OtherDtypesDequantiseAndDtypeReportsTheTypeUsed) {
+  namespace fs = std::filesystem;
+  tfm::test::TempFolder t;
+  const std::string q8 = t.path + "/int8", deq = t.path + "/dequantised";
+  TfmRun c = run_tfm_in(t.path, {"convert", "--model", fixture("bert"), "--dtype", "int8", "--out", q8});
+  ASSERT_EQ(c.exit_code, 0) << c.describe();
+  {
+    tfm::SafeTensors q = tfm::SafeTensors::open(q8 + "/model.safetensors");
+    std::vector<std::pair<std::string, tfm::Tensor>> tensors;
+    int64_t dequantised = 0;
+    for (const std::string& name : q.names()) {
+      if (name.size() > 6 && name.compare(name.size() - 6, 6, "_scale") == 0) continue;
+      if (q.dtype_of(name) != "I8") {
+        tensors.emplace_back(name, q.get(name));
+        continue;
+      }
+      const tfm::Shape shape = q.shape_of(name);
+      const int8_t* w = reinterpret_cast<const int8_t*>(q.raw_data(name));
+      const tfm::Tensor scale = q.get(name + "_scale");
+      tfm::Tensor f = tfm::Tensor::empty(shape);
+      for (int64_t r = 0; r < shape[0]; ++r)
+        for (int64_t k = 0; k < shape[1]; ++k) f.f32()[r * shape[1] + k] = (float)w[r * shape[1] + k] * scale.f32()[r];
+      tensors.emplace_back(name, f);
+      ++dequantised;
+    }
+    ASSERT_GT(dequantised, 0);
+    fs::create_directories(deq);
+    tfm::save_safetensors(deq + "/model.safetensors", tensors);
+    fs::copy_file(q8 + "/config.json", deq + "/config.json");
+  }
+  tfm::SafeTensors io = tfm::SafeTensors::open(fixture("bert/io.safetensors"));
+  auto ids_of = [](const tfm::Tensor& x) { return std::vector<int64_t>(x.i64(), x.i64() + x.numel()); };
+  const std::vector<int64_t> ids = ids_of(io.get("input_ids")), mask = ids_of(io.get("attention_mask")),
+                             types = ids_of(io.get("token_type_ids"));
+  const tfm::EncoderInputs in{ids.data(), mask.data(), types.data(), 3, 6};
+  auto run = [&](const std::string& dir, const std::string& dtype, const std::string& want_dtype) {
+    tfm::EncoderOptions o;
+    o.dtype = dtype;
+    tfm::Encoder e(dir, o);
+    EXPECT_EQ(e.dtype(), want_dtype) << dir << " dtype '" << dtype << "'";
+    tfm::FloatArray out = e.forward(in);
+    return std::vector<float>(out.data(), out.data() + out.numel());
+  };
+  const std::vector<float> as_stored = run(q8, "", "int8"), in_int8 = run(q8, "int8", "int8");
+  const std::vector<float> fp32 = run(q8, "fp32", "fp32"), dequantised_fp32 = run(deq, "fp32", "fp32");
+  EXPECT_EQ(as_stored, in_int8);
+  EXPECT_EQ(fp32, dequantised_fp32) << "fp32 on the int8 folder must compute in fp32 on the dequantised weights";
+  EXPECT_NE(fp32, in_int8);
+  EXPECT_EQ(run(q8, "bf16", "bf16"), run(deq, "bf16", "bf16"));
+  EXPECT_EQ(run(fixture("bert"), "", "fp32").size(), fp32.size());  // an fp32 folder stays fp32 by default
+  // The fp32-only commands refuse --dtype fp32 on an int8 folder instead of ignoring it.
+  const std::string cls = t.path + "/cls8";
+  ASSERT_EQ(run_tfm_in(t.path, {"convert", "--model", fixture("heads_seqcls"), "--dtype", "int8", "--out", cls}).exit_code, 0);
+  tfm::test::expect_one_line_error(run_tfm_in(t.path, {"classify", "--model", cls, "--dtype", "fp32", "a cat"}),
+                                   "stores int8 weights");
+  EXPECT_EQ(run_tfm_in(t.path, {"classify", "--model", cls, "a cat"}).exit_code, 0);
+}
+
+// encode on a folder without model.safetensors names --init random; encode --pooled on a checkpoint without a
+// pooler fails before running the model (nothing printed on stdout).
+TEST(EncodeMessages, MissingWeightsAndMissingPoolerAreNamedBeforeRunning) {
+  tfm::test::TempFolder t;
+  const std::string dir = t.path + "/noweights";
+  std::filesystem::create_directories(dir);
+  std::filesystem::copy_file(fixture("heads_mlm/config.json"), dir + "/config.json");
+  std::filesystem::copy_file(fixture("heads_mlm/vocab.txt"), dir + "/vocab.txt");
+  TfmRun r = run_tfm_in(t.path, {"encode", "--model", dir, "the cat"});
+  tfm::test::expect_one_line_error(r, "--init random");
+  // heads_mlm has no pooler (BertForMaskedLM).
+  TfmRun p = run_tfm_in(t.path, {"encode", "--model", fixture("heads_mlm"), "--pooled", t.path + "/p.npy", "the cat"});
+  tfm::test::expect_one_line_error(p, "has no pooler");
+  EXPECT_EQ(p.out, "") << "failed before the forward pass";
+}
+
+// --resume could not extend a run (--set epochs=N refused) and train_config.json kept the old run controls.
+// Now a finished 1-epoch run resumed with --set epochs=2 trains a second epoch, train_config.json records
+// epochs 2 and the step limit of the invocation, and fewer epochs than trained is refused. --help lists the keys.
+TEST(TrainResume, SetEpochsExtendsAFinishedRunAndTheConfigRecordsIt) {
+  tfm::test::TempFolder t;
+  const std::string cfg = t.path + "/tiny.json", out = t.path + "/run";
+  tfm::test::spit(cfg, std::string(R"({"train_limit": 100, "valid_limit": 8, "vocab_size": 300, "num_hiddens": 16,
+    "num_layers": 1, "num_heads": 2, "ffn_num_hiddens": 32, "max_len": 40, "num_steps": 10, "max_tokens": 600,
+    "epochs": 1, "patience": 5, "warmup_steps": 5, "data_dir": ")") + tfm::test::data_dir() + "\"}");
+  TfmRun first = run_tfm_in(t.path, {"train", "--config", cfg, "--out", out, "--no-progress", "--threads", "1"});
+  ASSERT_EQ(first.exit_code, 0) << first.describe();
+  auto log_rows = [&] {
+    std::istringstream in(tfm::test::slurp(out + "/train_log.csv"));
+    std::string line;
+    int n = -1;  // header
+    while (std::getline(in, line)) n += !line.empty();
+    return n;
+  };
+  ASSERT_EQ(log_rows(), 1);
+  TfmRun more = run_tfm_in(t.path, {"train", "--resume", out, "--set", "epochs=2", "--no-progress", "--threads", "1"});
+  ASSERT_EQ(more.exit_code, 0) << more.describe();
+  EXPECT_EQ(log_rows(), 2);
+  EXPECT_NE(more.out.find("trained 2 epochs"), std::string::npos) << more.out;
+  nlohmann::json saved = nlohmann::json::parse(tfm::test::slurp(out + "/train_config.json"));
+  EXPECT_EQ(saved["epochs"], 2);
+  // A step limit given on resume counts the run's steps from its start and is recorded too.
+  const int64_t steps = tfm::SafeTensors::open(out + "/checkpoint.safetensors").metadata().contains("state")
+                            ? nlohmann::json::parse(tfm::SafeTensors::open(out + "/checkpoint.safetensors")
+                                                        .metadata()["state"].get<std::string>())["step"].get<int64_t>()
+                            : 0;
+  TfmRun limited = run_tfm_in(t.path, {"train", "--resume", out, "--set", "epochs=3", "--set",
+                                       "stop_after_steps=" + std::to_string(steps + 1), "--no-progress"});
+  ASSERT_EQ(limited.exit_code, 0) << limited.describe();
+  saved = nlohmann::json::parse(tfm::test::slurp(out + "/train_config.json"));
+  EXPECT_EQ(saved["stop_after_steps"], steps + 1);
+  EXPECT_EQ(saved["epochs"], 3);
+  tfm::test::expect_one_line_error(run_tfm_in(t.path, {"train", "--resume", out, "--set", "epochs=1"}),
+                                   "has already trained 2 epochs");
+  TfmRun help = run_tfm_in(t.path, {"train", "--help"});
+  for (const char* key : {"label_smoothing", "stop_after_steps", "max_tokens", "warmup_steps"})
+    EXPECT_NE(help.out.find(key), std::string::npos) << key << "\n" << help.out;
+}
+
+}  // namespace
