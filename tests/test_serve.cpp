@@ -841,6 +841,32 @@ TEST(ServeBrowser, PageDrawsAttentionAndSimilarity) {
   }
 }
 
+// A RoBERTa folder (tokenizer.json byte-level BPE) serves /embed_all: PyTorch's last_hidden_state for each text.
+TEST(ServeRoberta, EmbedAllMatchesPyTorch) {
+  auto e = SafeTensors::open(test::fixture("roberta/expected.safetensors"));
+  ServeProcess s({"--model", test::fixture("roberta"), "--quiet"});
+  ASSERT_GT(s.port(), 0) << s.log();
+  ASSERT_TRUE(s.wait_ready()) << s.log();
+  const json texts = {"A man in a blue shirt is standing on a ladder.",
+                      "Two young, White males are outside near many bushes."};
+  Reply r = http("POST", s.url("/embed_all"), json({{"inputs", texts}}).dump());
+  ASSERT_EQ(r.status, 200) << r.body;
+  const Tensor hidden = e.get("last_hidden_state"), mask = e.get("attention_mask");
+  const int64_t B = hidden.size(0), L = hidden.size(1), H = hidden.size(2);
+  json got = r.j();
+  ASSERT_EQ((int64_t)got.size(), B);
+  double d = 0;
+  for (int64_t b = 0; b < B; ++b) {
+    int64_t n = 0;
+    for (int64_t l = 0; l < L; ++l) n += mask.i64()[b * L + l];
+    ASSERT_EQ((int64_t)got[b].size(), n) << "sentence " << b;
+    for (int64_t l = 0; l < n; ++l)
+      for (int64_t j = 0; j < H; ++j)
+        d = std::max(d, std::fabs(got[b][l][j].get<double>() - hidden.f32()[(b * L + l) * H + j]));
+  }
+  EXPECT_LE(d, 2e-5);
+}
+
 // /info says what the model computes in: an encoder folder from `tfm convert --dtype int8` runs in int8 as stored.
 TEST(ServeInfo, ReportsTheComputeType) {
   TempDir tmp;

@@ -28,9 +28,9 @@ std::vector<std::string> bert_aliases(const std::string& name) {
   return aliases;
 }
 
-// BertLayer: attention.self.{query,key,value} (one packed product), attention.output.{dense,LayerNorm},
-// intermediate.dense, output.{dense,LayerNorm}; post-LN.
-nn::EncoderBlock bert_layer(const nn::Vars& vb, const EncoderConfig& c, ops::ComputeType ct) {
+}  // namespace
+
+nn::EncoderBlock detail::bert_layer(const nn::Vars& vb, const EncoderConfig& c, ops::ComputeType ct) {
   const int64_t H = c.hidden_size, I = c.intermediate_size;
   const float eps = (float)c.layer_norm_eps;
   const nn::Vars self = vb.prefix("attention.self");
@@ -47,6 +47,9 @@ nn::EncoderBlock bert_layer(const nn::Vars& vb, const EncoderConfig& c, ops::Com
   b.norm_first = false;
   return b;
 }
+
+namespace {
+using detail::bert_layer;
 
 class Bert : public EncoderModel {
  public:

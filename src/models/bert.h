@@ -3,6 +3,7 @@
 #include <memory>
 
 #include "models/encoder.h"
+#include "nn/transformer_block.h"
 
 namespace tfm {
 // Weight names as BertModel.state_dict() writes them ("embeddings.word_embeddings.weight",
@@ -16,4 +17,11 @@ namespace tfm {
 // int8` (I8 + "<name>_scale") are used as stored, in int8, whatever `dtype` says.
 std::unique_ptr<EncoderModel> make_bert(const EncoderConfig& config, WeightSource& weights,
                                         ops::ComputeType dtype = ops::ComputeType::F32);
+
+namespace detail {
+// One BertLayer under `vb` ("encoder.layer.N"): attention.self.{query,key,value} (packed into one GEMM),
+// attention.output.{dense,LayerNorm}, intermediate.dense, output.{dense,LayerNorm}; post-LN. Shared by the
+// families that keep BERT's layer (RoBERTa, XLM-RoBERTa, CamemBERT). Throws what nn::Vars::get throws.
+nn::EncoderBlock bert_layer(const nn::Vars& vb, const EncoderConfig& c, ops::ComputeType ct);
+}  // namespace detail
 }  // namespace tfm

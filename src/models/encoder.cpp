@@ -5,9 +5,16 @@
 #include "io/json_util.h"
 #include "models/bert.h"
 #include "models/checkpoint_weights.h"
+#include "models/roberta.h"
 #include "models/transformer_encoder.h"
 
 namespace tfm {
+
+bool is_roberta_family(const std::string& model_type) {
+  return model_type == "roberta" || model_type == "xlm-roberta" || model_type == "camembert";
+}
+
+std::string supported_encoder_types() { return "bert, roberta, xlm-roberta, camembert, transformer_encoder"; }
 
 EncoderConfig EncoderConfig::from_json(const nlohmann::json& j, const std::string& file) {
   EncoderConfig c;
@@ -21,7 +28,8 @@ EncoderConfig EncoderConfig::from_json(const nlohmann::json& j, const std::strin
   c.type_vocab_size = json_int_or(j, "type_vocab_size", 2, file);
   c.layer_norm_eps = json_number_or(j, "layer_norm_eps", 1e-12, file);
   c.hidden_act = json_string_or(j, "hidden_act", "gelu", file);
-  c.pad_token_id = json_int_or(j, "pad_token_id", 0, file);
+  // RobertaConfig's default pad_token_id is 1 (<pad> in fairseq's dictionary); BertConfig's is 0.
+  c.pad_token_id = json_int_or(j, "pad_token_id", is_roberta_family(c.model_type) ? 1 : 0, file);
   auto positive = [&](const char* key, int64_t v) {
     if (v <= 0) throw std::runtime_error(file + ": key '" + key + "' must be positive, found " + std::to_string(v));
   };
@@ -54,9 +62,9 @@ EncoderConfig EncoderConfig::from_json(const nlohmann::json& j, const std::strin
   const std::string pos = json_string_or(j, "position_embedding_type", "absolute", file);
   if (pos != "absolute")
     throw std::runtime_error(file + ": position_embedding_type '" + pos + "' is not supported (only 'absolute')");
-  if (c.model_type != "bert" && c.model_type != "transformer_encoder")
+  if (c.model_type != "bert" && c.model_type != "transformer_encoder" && !is_roberta_family(c.model_type))
     throw std::runtime_error(file + ": model_type '" + c.model_type +
-                             "' is not an encoder this tool runs (expected 'bert' or 'transformer_encoder')");
+                             "' is not an encoder this tool runs (supported: " + supported_encoder_types() + ")");
   return c;
 }
 
@@ -64,6 +72,7 @@ EncoderConfig EncoderConfig::load(const std::string& path) { return from_json(lo
 
 std::unique_ptr<EncoderModel> make_encoder(const EncoderConfig& config, WeightSource& weights, ops::ComputeType dtype) {
   if (config.model_type == "transformer_encoder") return make_transformer_encoder(config, weights, dtype);
+  if (is_roberta_family(config.model_type)) return make_roberta(config, weights, dtype);
   return make_bert(config, weights, dtype);
 }
 

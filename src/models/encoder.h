@@ -14,8 +14,13 @@
 namespace tfm {
 
 // The keys of a Hugging Face BERT config.json; both encoder architectures read them.
+// Whether config.json's model_type is RoBERTa's architecture ("roberta", "xlm-roberta", "camembert").
+bool is_roberta_family(const std::string& model_type);
+// The model_type values EncoderConfig accepts, comma-separated, for error messages.
+std::string supported_encoder_types();
+
 struct EncoderConfig {
-  std::string model_type;  // "bert" or "transformer_encoder"
+  std::string model_type;  // "bert", "roberta", "xlm-roberta", "camembert" or "transformer_encoder"
   int64_t vocab_size = 30522;
   int64_t hidden_size = 768;
   int64_t num_hidden_layers = 12;

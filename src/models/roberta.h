@@ -1,0 +1,22 @@
+// Hugging Face RobertaModel, and XLMRobertaModel / CamembertModel (the same code under other names):
+// BERT's post-LN layers with RoBERTa's position ids.
+#pragma once
+#include <memory>
+
+#include "models/encoder.h"
+
+namespace tfm {
+// Weight names as RobertaModel.state_dict() writes them ("embeddings.word_embeddings.weight",
+// "encoder.layer.N.attention.self.query.weight", ..., "pooler.dense.bias"), also with the "roberta." prefix of
+// RobertaFor* / XLMRobertaFor* / CamembertFor* checkpoints. Other tensors ("lm_head.*", "classifier.*", the int64
+// "embeddings.position_ids" buffer older versions saved) are ignored; the pooler is optional, as for BERT.
+// Position ids follow modeling_roberta.py create_position_ids_from_input_ids: a token whose id is not
+// config.pad_token_id gets pad_token_id + (number of non-pad tokens up to and including it); a pad token gets
+// pad_token_id. token_type_ids default to 0 (type_vocab_size is 1 in these checkpoints).
+// Throws std::runtime_error on a missing tensor, a shape mismatch, or a pad_token_id outside
+// [0, max_position_embeddings); forward throws std::invalid_argument when pad_token_id + seq_len reaches
+// max_position_embeddings (roberta-base: at most 512 tokens of its 514 positions).
+// dtype and prequantised int8 weights behave as for make_bert.
+std::unique_ptr<EncoderModel> make_roberta(const EncoderConfig& config, WeightSource& weights,
+                                           ops::ComputeType dtype = ops::ComputeType::F32);
+}  // namespace tfm
