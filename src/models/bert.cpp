@@ -2,6 +2,7 @@
 
 #include <cstring>
 #include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "core/profile.h"
@@ -28,9 +29,9 @@ std::vector<std::string> bert_aliases(const std::string& name) {
   return aliases;
 }
 
-}  // namespace
-
-nn::EncoderBlock detail::bert_layer(const nn::Vars& vb, const EncoderConfig& c, ops::ComputeType ct) {
+// One BertLayer under `vb` ("encoder.layer.N"): attention.self.{query,key,value} (packed into one GEMM),
+// attention.output.{dense,LayerNorm}, intermediate.dense, output.{dense,LayerNorm}; post-LN.
+nn::EncoderBlock bert_layer(const nn::Vars& vb, const EncoderConfig& c, ops::ComputeType ct) {
   const int64_t H = c.hidden_size, I = c.intermediate_size;
   const float eps = (float)c.layer_norm_eps;
   const nn::Vars self = vb.prefix("attention.self");
@@ -48,15 +49,17 @@ nn::EncoderBlock detail::bert_layer(const nn::Vars& vb, const EncoderConfig& c, 
   return b;
 }
 
-namespace {
-using detail::bert_layer;
-
 class Bert : public EncoderModel {
  public:
-  Bert(const EncoderConfig& c, WeightSource& w, ops::ComputeType ct) {
+  Bert(const EncoderConfig& c, WeightSource& w, ops::ComputeType ct, const detail::BertVariant& variant)
+      : positions_from_padding_(variant.positions_from_padding) {
     config_ = c;
+    if (positions_from_padding_ && (c.pad_token_id < 0 || c.pad_token_id >= c.max_position_embeddings))
+      throw std::runtime_error("config: pad_token_id " + std::to_string(c.pad_token_id) +
+                               " is outside [0, max_position_embeddings = " + std::to_string(c.max_position_embeddings) +
+                               "); RoBERTa position ids start at pad_token_id + 1");
     const int64_t H = c.hidden_size;
-    const nn::Vars vb(w, bert_aliases);
+    const nn::Vars vb(w, variant.aliases ? variant.aliases : bert_aliases);
     const nn::Vars emb = vb.prefix("embeddings");
     word_ = emb.prefix("word_embeddings").get("weight", {c.vocab_size, H});
     pos_ = emb.prefix("position_embeddings").get("weight", {c.max_position_embeddings, H});
@@ -76,6 +79,9 @@ class Bert : public EncoderModel {
     std::vector<float> key_mask = detail::check_encoder_inputs(c, input_ids, token_type_ids, attention_mask);
     const int64_t B = input_ids.size(0), L = input_ids.size(1), H = c.hidden_size;
     const int64_t N = B * L, NL = c.num_hidden_layers;
+    const int64_t* ids = input_ids.i64();
+    std::vector<int64_t> position_ids;  // empty: 0..L-1 in every row (BERT)
+    if (positions_from_padding_) position_ids = positions_from_padding(ids, B, L);
     EncoderOutput out;
     Tensor hs;
     if (all_layers) hs = Tensor::empty({NL + 1, B, L, H});
@@ -83,13 +89,12 @@ class Bert : public EncoderModel {
     OpTimer t_emb("embeddings");  // sections for bench_encoder --breakdown (core/profile.h; off: no cost)
     float* X = x.f32();
     // Embeddings: word + position + token_type, then LayerNorm.
-    const int64_t* ids = input_ids.i64();
     const int64_t* tt = token_type_ids.defined() ? token_type_ids.i64() : nullptr;
     const float *we = word_.data(), *pe = pos_.data(), *te = type_.data();
 #pragma omp parallel for if (N * H > 65536)
     for (int64_t n = 0; n < N; ++n) {
       const float* w = we + ids[n] * H;
-      const float* p = pe + (n % L) * H;
+      const float* p = pe + (position_ids.empty() ? n % L : position_ids[n]) * H;
       const float* t = te + (tt ? tt[n] : 0) * H;
       for (int64_t h = 0; h < H; ++h) X[n * H + h] = w[h] + p[h] + t[h];
     }
@@ -122,6 +127,28 @@ class Bert : public EncoderModel {
   }
 
  private:
+  // modeling_roberta.py create_position_ids_from_input_ids: cumsum(ids != pad) * (ids != pad) + pad, [B * L].
+  // Throws std::invalid_argument when a row of L tokens would need a position past max_position_embeddings.
+  std::vector<int64_t> positions_from_padding(const int64_t* ids, int64_t B, int64_t L) const {
+    const int64_t pad = config_.pad_token_id, P = config_.max_position_embeddings;
+    if (pad + L >= P)
+      throw std::invalid_argument("sequence of " + std::to_string(L) + " tokens needs position " +
+                                  std::to_string(pad + L) + ", past max_position_embeddings (" + std::to_string(P) +
+                                  ") with pad_token_id " + std::to_string(pad) + "; truncate the input to " +
+                                  std::to_string(P - pad - 1) + " tokens");
+    std::vector<int64_t> position_ids(B * L);
+    for (int64_t b = 0; b < B; ++b) {
+      int64_t count = 0;
+      for (int64_t l = 0; l < L; ++l) {
+        const bool real = ids[b * L + l] != pad;
+        count += real;
+        position_ids[b * L + l] = real ? pad + count : pad;
+      }
+    }
+    return position_ids;
+  }
+
+  bool positions_from_padding_ = false;
   nn::Param word_, pos_, type_;
   nn::LayerNorm emb_ln_;
   std::vector<nn::EncoderBlock> layers_;
@@ -131,7 +158,12 @@ class Bert : public EncoderModel {
 }  // namespace
 
 std::unique_ptr<EncoderModel> make_bert(const EncoderConfig& config, WeightSource& weights, ops::ComputeType dtype) {
-  return std::make_unique<Bert>(config, weights, dtype);
+  return std::make_unique<Bert>(config, weights, dtype, detail::BertVariant{});
+}
+
+std::unique_ptr<EncoderModel> detail::make_bert_variant(const EncoderConfig& config, WeightSource& weights,
+                                                        ops::ComputeType dtype, const BertVariant& variant) {
+  return std::make_unique<Bert>(config, weights, dtype, variant);
 }
 
 }  // namespace tfm

@@ -1,9 +1,10 @@
 // Hugging Face BertModel (post-LN, as the BERT TensorFlow reference code of document 003).
 #pragma once
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "models/encoder.h"
-#include "nn/transformer_block.h"
 
 namespace tfm {
 // Weight names as BertModel.state_dict() writes them ("embeddings.word_embeddings.weight",
@@ -19,9 +20,18 @@ std::unique_ptr<EncoderModel> make_bert(const EncoderConfig& config, WeightSourc
                                         ops::ComputeType dtype = ops::ComputeType::F32);
 
 namespace detail {
-// One BertLayer under `vb` ("encoder.layer.N"): attention.self.{query,key,value} (packed into one GEMM),
-// attention.output.{dense,LayerNorm}, intermediate.dense, output.{dense,LayerNorm}; post-LN. Shared by the
-// families that keep BERT's layer (RoBERTa, XLM-RoBERTa, CamemBERT). Throws what nn::Vars::get throws.
-nn::EncoderBlock bert_layer(const nn::Vars& vb, const EncoderConfig& c, ops::ComputeType ct);
+// What a family built from BERT's embeddings and post-LN layers changes (RoBERTa, XLM-RoBERTa, CamemBERT).
+struct BertVariant {
+  // The names to try, in order, after a tensor's own name (the "bert." prefix and LayerNorm.gamma/beta when null).
+  std::vector<std::string> (*aliases)(const std::string& name) = nullptr;
+  // false: position ids 0..L-1 (BERT). true: modeling_roberta.py create_position_ids_from_input_ids (a non-pad
+  // token gets pad_token_id + its count of non-pad tokens so far, a pad token pad_token_id); the constructor
+  // throws std::runtime_error for a pad_token_id outside [0, max_position_embeddings), forward throws
+  // std::invalid_argument when pad_token_id + seq_len reaches max_position_embeddings.
+  bool positions_from_padding = false;
+};
+// make_bert with `variant`'s names and position ids.
+std::unique_ptr<EncoderModel> make_bert_variant(const EncoderConfig& config, WeightSource& weights,
+                                                ops::ComputeType dtype, const BertVariant& variant);
 }  // namespace detail
 }  // namespace tfm
