@@ -13,6 +13,7 @@
 #include <tuple>
 
 #include "io/atomic_file.h"
+#include "io/float16.h"
 
 namespace tfm {
 
@@ -35,32 +36,7 @@ size_t st_dtype_size(const std::string& dt) {
   return it == sizes.end() ? 0 : it->second;
 }
 
-// IEEE binary16 -> binary32, exact for every input (subnormals, inf, NaN payloads).
-float f16_to_f32(uint16_t h) {
-  uint32_t sign = uint32_t(h & 0x8000u) << 16;
-  uint32_t exp = (h >> 10) & 0x1fu;
-  uint32_t mant = h & 0x3ffu;
-  uint32_t bits;
-  if (exp == 0x1f) {
-    bits = sign | 0x7f800000u | (mant << 13);
-  } else if (exp != 0) {
-    bits = sign | ((exp + 127 - 15) << 23) | (mant << 13);
-  } else if (mant == 0) {
-    bits = sign;
-  } else {
-    // Subnormal mant * 2^-24: shift the leading 1 up to the implicit-bit position.
-    int shift = 0;
-    while (!(mant & 0x400u)) {
-      mant <<= 1;
-      ++shift;
-    }
-    bits = sign | (uint32_t(127 - 15 + 1 - shift) << 23) | ((mant & 0x3ffu) << 13);
-  }
-  return std::bit_cast<float>(bits);
-}
 
-// bfloat16 is the upper half of a binary32.
-float bf16_to_f32(uint16_t h) { return std::bit_cast<float>(uint32_t(h) << 16); }
 
 // Non-negative JSON integer -> uint64; false for anything else (negative, float, string, ...).
 bool json_u64(const json& v, uint64_t& out) {
@@ -254,7 +230,7 @@ Tensor SafeTensors::get(const std::string& name) const {
     for (int64_t i = 0; i < n; ++i) {
       uint16_t h;
       std::memcpy(&h, src + 2 * i, 2);
-      dst[i] = half ? f16_to_f32(h) : bf16_to_f32(h);
+      dst[i] = half ? io::f16_to_f32(h) : io::bf16_to_f32(h);
     }
     return t;
   }

@@ -12,6 +12,8 @@
 #include <stdexcept>
 #include <unordered_map>
 
+#include "io/float16.h"
+
 namespace tfm {
 
 namespace {
@@ -25,28 +27,6 @@ uint64_t le(const unsigned char* p, int n) {
   uint64_t v = 0;
   for (int i = n - 1; i >= 0; --i) v = (v << 8) | p[i];
   return v;
-}
-
-float f16_to_f32(uint16_t h) {
-  uint32_t sign = uint32_t(h & 0x8000u) << 16;
-  uint32_t exp = (h >> 10) & 0x1fu;
-  uint32_t mant = h & 0x3ffu;
-  uint32_t bits;
-  if (exp == 0x1f) {
-    bits = sign | 0x7f800000u | (mant << 13);
-  } else if (exp != 0) {
-    bits = sign | ((exp + 127 - 15) << 23) | (mant << 13);
-  } else if (mant == 0) {
-    bits = sign;
-  } else {
-    int shift = 0;
-    while (!(mant & 0x400u)) {
-      mant <<= 1;
-      ++shift;
-    }
-    bits = sign | (uint32_t(127 - 15 + 1 - shift) << 23) | ((mant & 0x3ffu) << 13);
-  }
-  return std::bit_cast<float>(bits);
 }
 
 // ---- zip ----------------------------------------------------------------------------------------------------
@@ -675,8 +655,8 @@ Tensor TorchCheckpoint::get(const std::string& name) const {
   for (int64_t i = 0; i < numel; ++i) {
     const unsigned char* q = base + (size_t)src * s.elem;
     if (s.dtype == "F32") std::memcpy(&t.f32()[i], q, 4);
-    else if (s.dtype == "F16") t.f32()[i] = f16_to_f32((uint16_t)le(q, 2));
-    else if (s.dtype == "BF16") t.f32()[i] = std::bit_cast<float>(uint32_t(le(q, 2)) << 16);
+    else if (s.dtype == "F16") t.f32()[i] = io::f16_to_f32((uint16_t)le(q, 2));
+    else if (s.dtype == "BF16") t.f32()[i] = io::bf16_to_f32((uint16_t)le(q, 2));
     else if (s.dtype == "F64") t.f32()[i] = (float)std::bit_cast<double>(le(q, 8));
     else if (s.dtype == "I64") t.i64()[i] = (int64_t)le(q, 8);
     else t.i64()[i] = (int32_t)(uint32_t)le(q, 4);
