@@ -4,6 +4,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -100,5 +101,29 @@ std::unique_ptr<Decoder> make_wordpiece_decoder(std::string prefix, bool cleanup
 void trim_byte_level_offsets(Encoding& e, bool add_prefix_space);
 // Rust String::from_utf8_lossy.
 std::string utf8_lossy(std::string_view bytes);
+
+// tokenizer.json's pattern object: {"String": s} (a literal) or {"Regex": r} (Oniguruma); throws
+// std::runtime_error for anything else.
+std::unique_ptr<Pattern> make_pattern(const nlohmann::json& p);
+
+// Runs `build` (the constructor of one tokenizer.json component of `kind`, "normalizer", "decoder", ..., whose
+// "type" is `type`) and turns its errors into one std::runtime_error "SOURCE: KIND TYPE: what"; an error that
+// already names SOURCE (a nested component's) passes through unchanged. Returns what build returns.
+template <class F>
+auto build_component(const std::string& source, const std::string& kind, const std::string& type, F&& build)
+    -> decltype(build()) {
+  const std::string where = source + ": " + kind + " " + type + ": ";
+  try {
+    return build();
+  } catch (const nlohmann::json::exception& e) {
+    throw std::runtime_error(where + e.what());
+  } catch (const std::invalid_argument& e) {
+    throw std::runtime_error(where + e.what());
+  } catch (const std::runtime_error& e) {
+    const std::string m = e.what();
+    if (m.rfind(source + ":", 0) == 0) throw;
+    throw std::runtime_error(where + m);
+  }
+}
 
 }  // namespace tfm::tok

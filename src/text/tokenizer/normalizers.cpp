@@ -32,14 +32,6 @@ std::string get_str(const json& j, const char* key, const std::string& fallback)
   return j[key].get<std::string>();
 }
 
-// {"String": s} or {"Regex": r}.
-std::unique_ptr<Pattern> make_pattern(const json& p) {
-  if (p.is_object() && p.contains("String") && p["String"].is_string())
-    return literal_pattern(decode_utf8(p["String"].get<std::string>()));
-  if (p.is_object() && p.contains("Regex") && p["Regex"].is_string()) return regex_pattern(p["Regex"].get<std::string>());
-  throw std::runtime_error("pattern must be {\"String\": ...} or {\"Regex\": ...}, found " + p.dump());
-}
-
 // ---------------------------------------------------------------------------------------------------------
 // Normalizers.
 
@@ -506,6 +498,13 @@ char32_t single_char(const std::string& s, const char* what) {
 
 }  // namespace
 
+std::unique_ptr<Pattern> make_pattern(const json& p) {
+  if (p.is_object() && p.contains("String") && p["String"].is_string())
+    return literal_pattern(decode_utf8(p["String"].get<std::string>()));
+  if (p.is_object() && p.contains("Regex") && p["Regex"].is_string()) return regex_pattern(p["Regex"].get<std::string>());
+  throw std::runtime_error("pattern must be {\"String\": ...} or {\"Regex\": ...}, found " + p.dump());
+}
+
 std::unique_ptr<Normalizer> make_bert_normalizer(bool clean_text, bool handle_chinese_chars,
                                                  std::optional<bool> strip_accents, bool lowercase) {
   return std::make_unique<BertNormalizer>(clean_text, handle_chinese_chars, strip_accents, lowercase);
@@ -515,7 +514,7 @@ std::unique_ptr<PreTokenizer> make_bert_pre_tokenizer() { return std::make_uniqu
 std::unique_ptr<Normalizer> make_normalizer(const json& j, const std::string& source) {
   if (j.is_null()) return nullptr;
   std::string t = type_of(j);
-  try {
+  auto built = build_component(source, "normalizer", t, [&]() -> std::unique_ptr<Normalizer> {
     if (t == "BertNormalizer") {
       std::optional<bool> strip;
       if (j.contains("strip_accents") && !j["strip_accents"].is_null()) strip = get_bool(j, "strip_accents", false);
@@ -551,22 +550,16 @@ std::unique_ptr<Normalizer> make_normalizer(const json& j, const std::string& so
         if (auto n = make_normalizer(x, source)) v.push_back(std::move(n));
       return std::make_unique<SequenceNormalizer>(std::move(v));
     }
-  } catch (const json::exception& e) {
-    throw bad(source, "normalizer " + t + ": " + e.what());
-  } catch (const std::invalid_argument& e) {
-    throw bad(source, "normalizer " + t + ": " + e.what());
-  } catch (const std::runtime_error& e) {
-    std::string m = e.what();
-    if (m.rfind(source + ":", 0) == 0) throw;
-    throw bad(source, "normalizer " + t + ": " + m);
-  }
+    return nullptr;  // not a type this function knows
+  });
+  if (built) return built;
   throw bad(source, "unsupported normalizer " + (t.empty() ? j.dump().substr(0, 80) : "type '" + t + "'"));
 }
 
 std::unique_ptr<PreTokenizer> make_pre_tokenizer(const json& j, const std::string& source) {
   if (j.is_null()) return nullptr;
   std::string t = type_of(j);
-  try {
+  auto built = build_component(source, "pre_tokenizer", t, [&]() -> std::unique_ptr<PreTokenizer> {
     if (t == "BertPreTokenizer") return make_bert_pre_tokenizer();
     if (t == "WhitespaceSplit") return std::make_unique<WhitespaceSplitPreTokenizer>();
     if (t == "Whitespace") return std::make_unique<WhitespacePreTokenizer>();
@@ -607,15 +600,9 @@ std::unique_ptr<PreTokenizer> make_pre_tokenizer(const json& j, const std::strin
         if (auto p = make_pre_tokenizer(x, source)) v.push_back(std::move(p));
       return std::make_unique<SequencePreTokenizer>(std::move(v));
     }
-  } catch (const json::exception& e) {
-    throw bad(source, "pre_tokenizer " + t + ": " + e.what());
-  } catch (const std::invalid_argument& e) {
-    throw bad(source, "pre_tokenizer " + t + ": " + e.what());
-  } catch (const std::runtime_error& e) {
-    std::string m = e.what();
-    if (m.rfind(source + ":", 0) == 0) throw;
-    throw bad(source, "pre_tokenizer " + t + ": " + m);
-  }
+    return nullptr;  // not a type this function knows
+  });
+  if (built) return built;
   throw bad(source, "unsupported pre_tokenizer " + (t.empty() ? j.dump().substr(0, 80) : "type '" + t + "'"));
 }
 

@@ -535,13 +535,6 @@ class SequenceDecoder : public Decoder {
   std::vector<std::unique_ptr<Decoder>> v_;
 };
 
-std::unique_ptr<Pattern> make_pattern(const json& p) {
-  if (p.is_object() && p.contains("String") && p["String"].is_string())
-    return literal_pattern(decode_utf8(p["String"].get<std::string>()));
-  if (p.is_object() && p.contains("Regex") && p["Regex"].is_string()) return regex_pattern(p["Regex"].get<std::string>());
-  throw std::runtime_error("pattern must be {\"String\": ...} or {\"Regex\": ...}, found " + p.dump());
-}
-
 char32_t one_char(const std::string& s, const char* what) {
   std::u32string u = decode_utf8(s);
   if (u.size() != 1) throw std::runtime_error(std::string(what) + " must be one character, found '" + s + "'");
@@ -560,7 +553,7 @@ std::unique_ptr<Decoder> make_wordpiece_decoder(std::string prefix, bool cleanup
 std::unique_ptr<PostProcessor> make_post_processor(const json& j, const std::string& source) {
   if (j.is_null()) return nullptr;
   std::string t = j.is_object() && j.contains("type") && j["type"].is_string() ? j["type"].get<std::string>() : "";
-  try {
+  auto built = build_component(source, "post_processor", t, [&]() -> std::unique_ptr<PostProcessor> {
     if (t == "BertProcessing") {
       auto cls = token_pair(j.at("cls"), "cls");
       auto sep = token_pair(j.at("sep"), "sep");
@@ -600,13 +593,9 @@ std::unique_ptr<PostProcessor> make_post_processor(const json& j, const std::str
         if (auto p = make_post_processor(x, source)) v.push_back(std::move(p));
       return std::make_unique<SequenceProcessing>(std::move(v));
     }
-  } catch (const json::exception& e) {
-    throw std::runtime_error(source + ": post_processor " + t + ": " + e.what());
-  } catch (const std::runtime_error& e) {
-    std::string m = e.what();
-    if (m.rfind(source + ":", 0) == 0) throw;
-    throw std::runtime_error(source + ": post_processor " + t + ": " + m);
-  }
+    return nullptr;  // not a type this function knows
+  });
+  if (built) return built;
   throw std::runtime_error(source + ": unsupported post_processor " +
                            (t.empty() ? j.dump().substr(0, 80) : "type '" + t + "'"));
 }
@@ -614,7 +603,7 @@ std::unique_ptr<PostProcessor> make_post_processor(const json& j, const std::str
 std::unique_ptr<Decoder> make_decoder(const json& j, const std::string& source) {
   if (j.is_null()) return nullptr;
   std::string t = j.is_object() && j.contains("type") && j["type"].is_string() ? j["type"].get<std::string>() : "";
-  try {
+  auto built = build_component(source, "decoder", t, [&]() -> std::unique_ptr<Decoder> {
     if (t == "ByteLevel") return std::make_unique<ByteLevelDecoder>();
     if (t == "WordPiece") return make_wordpiece_decoder(j.value("prefix", std::string("##")), j.value("cleanup", true));
     if (t == "Metaspace") {
@@ -639,15 +628,9 @@ std::unique_ptr<Decoder> make_decoder(const json& j, const std::string& source) 
         if (auto d = make_decoder(x, source)) v.push_back(std::move(d));
       return std::make_unique<SequenceDecoder>(std::move(v));
     }
-  } catch (const json::exception& e) {
-    throw std::runtime_error(source + ": decoder " + t + ": " + e.what());
-  } catch (const std::invalid_argument& e) {
-    throw std::runtime_error(source + ": decoder " + t + ": " + e.what());
-  } catch (const std::runtime_error& e) {
-    std::string m = e.what();
-    if (m.rfind(source + ":", 0) == 0) throw;
-    throw std::runtime_error(source + ": decoder " + t + ": " + m);
-  }
+    return nullptr;  // not a type this function knows
+  });
+  if (built) return built;
   throw std::runtime_error(source + ": unsupported decoder " + (t.empty() ? j.dump().substr(0, 80) : "type '" + t + "'"));
 }
 
