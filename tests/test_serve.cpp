@@ -508,6 +508,43 @@ TEST(Serve, BadStart) {
   EXPECT_NE(ss.str().find("config.json"), std::string::npos) << ss.str();
 }
 
+// Issue 26 item 10: serve --pooling takes embed's modes (one check, tfm::Encoder::check_pooling), not only mean /
+// cls. max and cls+max over tfm encode's last hidden state (tested against PyTorch elsewhere); an unknown mode is
+// refused at start with the list of modes.
+TEST(Serve, PoolingTakesEmbedsModes) {
+  TempDir tmp;
+  const std::string m = make_bert_dir(tmp.path);
+  Tensor h = encode_cli(m, "the cat sat on the mat", tmp.path);
+  ASSERT_EQ(h.size(1), 8);
+  std::vector<float> mx(32, -INFINITY), cls(h.f32(), h.f32() + 32);
+  for (int64_t l = 0; l < 8; ++l)
+    for (int j = 0; j < 32; ++j) mx[j] = std::max(mx[j], h.f32()[l * 32 + j]);
+  {
+    ServeProcess s({"--model", m, "--quiet", "--pooling", "max"});
+    ASSERT_TRUE(s.wait_ready()) << s.log();
+    EXPECT_EQ(http("GET", s.url("/info")).j()["pooling"], "max");
+    Reply r = http("POST", s.url("/embed"), R"({"inputs": ["the cat sat on the mat", "red car"], "normalize": false})");
+    ASSERT_EQ(r.status, 200) << r.body;
+    EXPECT_TRUE(test::all_close(r.j()[0].get<std::vector<float>>(), mx, 1e-5f)) << r.body;
+  }
+  {
+    ServeProcess s({"--model", m, "--quiet", "--pooling", "cls+max"});
+    ASSERT_TRUE(s.wait_ready()) << s.log();
+    EXPECT_EQ(http("GET", s.url("/info")).j()["hidden_size"], 64);
+    Reply r = http("POST", s.url("/embed"), R"({"inputs": "the cat sat on the mat", "normalize": false})");
+    ASSERT_EQ(r.status, 200) << r.body;
+    std::vector<float> want = cls;
+    want.insert(want.end(), mx.begin(), mx.end());  // sentence-transformers' order: cls, max
+    EXPECT_TRUE(test::all_close(r.j()[0].get<std::vector<float>>(), want, 1e-5f)) << r.body;
+  }
+  std::string cmd = std::string(TFM_BINARY) + " serve --port 0 --pooling median --model " + m + " 2>" + tmp.path +
+                    "/err";
+  EXPECT_NE(std::system(cmd.c_str()), 0);
+  const std::string err = test::slurp(tmp.path + "/err");
+  EXPECT_NE(err.find("unknown pooling mode 'median'"), std::string::npos) << err;
+  EXPECT_NE(err.find("weightedmean"), std::string::npos) << err;
+}
+
 // The page in headless Chromium: ?q= fills the box and runs; the DOM after the scripts shows the translation and
 // one canvas per head (translation) or the similarity matrix (encoder).
 std::string chromium() {

@@ -26,9 +26,9 @@ struct EncoderOptions {
   /// OpenMP threads (kernels and oneDNN GEMMs) of each call, set on the calling thread (0 = the process default:
   /// OMP_NUM_THREADS, else all cores).
   int threads = 0;
-  /// Default pooling of embed(): "" = a sentence-transformers folder's own Pooling module, else "mean"; "mean" or
-  /// "cls" for a plain folder (another value throws std::invalid_argument); for a sentence-transformers folder any
-  /// of EmbedOptions::pooling's modes, replacing its Pooling module's.
+  /// Default pooling of embed(): "" = a sentence-transformers folder's own Pooling module, else "mean"; any of
+  /// EmbedOptions::pooling's modes (for a sentence-transformers folder replacing its Pooling module's; another
+  /// value throws std::invalid_argument, see check_pooling()).
   std::string pooling;
   /// sentence-transformers folders: the prompt of config_sentence_transformers.json that tokenize() and embed()
   /// prepend ("" = its default_prompt_name; an unknown name throws std::invalid_argument), or none with no_prompt.
@@ -81,8 +81,9 @@ struct EmbedOptions {
   /// "" (default): a sentence-transformers folder's own Pooling module (modules.json), else "mean".
   /// "mean": average of last_hidden_state over the tokens with attention_mask 1 (special tokens included, as
   /// sentence-transformers' Pooling(pooling_mode_mean_tokens) computes it); "cls": the [CLS] (first) token's vector.
-  /// A sentence-transformers folder also takes its other modes ("max", "mean_sqrt_len", "weightedmean",
-  /// "lasttoken", several joined by "+"), replacing its Pooling module's.
+  /// Also sentence-transformers' other modes ("max", "mean_sqrt_len", "weightedmean", "lasttoken"), or several
+  /// joined by "+" (their vectors concatenated in the order cls, max, mean, mean_sqrt_len, weightedmean,
+  /// lasttoken), on a plain folder as on a sentence-transformers one (replacing its Pooling module's).
   std::string pooling;
   /// Divide each embedding by its L2 norm (sentence-transformers Normalize). Unset: as the folder's modules.json
   /// says (Normalize module or not), false for a plain folder. false on a folder with a Normalize module throws
@@ -155,10 +156,13 @@ class Encoder {
   int64_t hidden_size() const;
   int64_t num_hidden_layers() const;
   /// Width of embed()'s vectors with default options: the sentence-transformers pipeline's output (after Dense),
-  /// else hidden_size.
+  /// else hidden_size times the number of pooling modes.
   int64_t embedding_dim() const;
+  /// Checks a pooling as EmbedOptions::pooling takes it ("cls", "mean", "max", "mean_sqrt_len", "weightedmean",
+  /// "lasttoken", or several joined by "+"); throws std::invalid_argument naming an unknown mode.
+  static void check_pooling(const std::string& pooling);
   bool is_sentence_transformer() const;  ///< the folder has modules.json
-  /// embed()'s pipeline: "mean" / "cls", or a sentence-transformers description
+  /// embed()'s pipeline: a plain folder's pooling ("mean", "max", "cls+mean", ...), or a sentence-transformers description
   /// ("Transformer(bert, max_seq_length 128) -> Pooling(mean) -> Normalize").
   std::string pooling() const;
   /// Tokens per input, special tokens included: max_seq_length of a sentence-transformers folder, else

@@ -260,7 +260,8 @@ PYBIND11_MODULE(_tfm, m) {
           "One vector per text, [len(texts), embedding_dim] float32. A sentence-transformers folder (modules.json) "
           "runs its pipeline as SentenceTransformer.encode(): pooling '' = its own Pooling module (or 'mean', "
           "'cls', 'max', ... joined by '+'), normalize None = as its modules.json says. A plain folder: pooling "
-          "'mean' (default, over tokens with attention mask 1) or 'cls'; normalize=True divides by the L2 norm")
+          "'mean' (default, over tokens with attention mask 1), 'cls', or the same other modes ('max', "
+          "'cls+mean', ...: [len(texts), k * hidden_size] for k modes); normalize=True divides by the L2 norm")
       .def_property_readonly("tokenizer", &tfm::Encoder::tokenizer, py::return_value_policy::reference_internal)
       .def_property_readonly("has_tokenizer", &tfm::Encoder::has_tokenizer)
       .def_property_readonly("model_type", &tfm::Encoder::model_type)

@@ -90,6 +90,11 @@ def test_embed_equals_mean_pooled_cli_output(bert_dir, tmp_path):
     np.testing.assert_allclose(unit, expected / np.linalg.norm(expected, axis=1, keepdims=True), atol=1e-5)
     np.testing.assert_allclose(np.linalg.norm(unit, axis=1), 1, atol=1e-5)
     np.testing.assert_allclose(enc.embed(texts, pooling="cls"), hidden[:, 0], atol=1e-6)
+    # A plain folder takes sentence-transformers' other modes too (max over real tokens; modes concatenated).
+    m = batch["attention_mask"][:, :, None].astype(bool)
+    mx = np.where(m, hidden, -np.inf).max(axis=1)
+    np.testing.assert_allclose(enc.embed(texts, pooling="max"), mx, atol=1e-6)
+    np.testing.assert_allclose(enc.embed(texts, pooling="cls+max"), np.concatenate([hidden[:, 0], mx], 1), atol=1e-6)
     # Batching does not change a text's vector (padding is masked).
     np.testing.assert_allclose(enc.embed(texts, batch_size=1), emb, atol=1e-5)
 
@@ -192,8 +197,8 @@ def test_errors(bert_dir, tmp_path):
     with pytest.raises(RuntimeError, match="no tokenizer"):
         enc.embed(["hello"])
     good = tfm.Encoder(bert_dir)
-    with pytest.raises(ValueError, match="pooling 'max' is not supported"):
-        good.embed(["hello"], pooling="max")
+    with pytest.raises(ValueError, match="unknown pooling mode 'median'"):
+        good.embed(["hello"], pooling="median")
     with pytest.raises(ValueError, match="more than max_position_embeddings"):
         good.embed(["the cat " * 20])
     assert good.embed(["the cat " * 20], max_length=20).shape == (1, 32)

@@ -37,9 +37,7 @@ struct Encoder::Impl {
   // The plain folder's pooling of embed(): `requested`, else the Encoder's default, else mean.
   PoolingConfig plain_pooling(const std::string& requested) const {
     const std::string p = !requested.empty() ? requested : !pooling.empty() ? pooling : "mean";
-    if (p != "mean" && p != "cls")
-      throw std::invalid_argument("pooling '" + p + "' is not supported (supported: mean, cls)");
-    return PoolingConfig::from_names(p);
+    return PoolingConfig::from_names(p);  // sentence-transformers' modes; throws naming an unknown one
   }
   SentenceTransformerOptions st_options() const {
     SentenceTransformerOptions so;
@@ -276,15 +274,15 @@ FloatArray Encoder::embed(const std::vector<std::string>& texts, const EmbedOpti
       throw std::invalid_argument("text " + std::to_string(i) + " has " + std::to_string(enc[i].input_ids.size()) +
                                   " tokens, more than max_position_embeddings (" +
                                   std::to_string(c.max_position_embeddings) + "); pass max_length to truncate");
-  const int64_t N = (int64_t)texts.size(), H = c.hidden_size;
-  Tensor result = Tensor::empty({N, H});
+  const int64_t N = (int64_t)texts.size(), H = c.hidden_size, D = pc.output_dim(H);
+  Tensor result = Tensor::empty({N, D});
   for (int64_t s = 0; s < N; s += o.batch_size) {
     const int64_t n = std::min(o.batch_size, N - s);
     TokenBatch b = api::pad_batch(tok.impl_->tok, std::vector<Encoding>(enc.begin() + s, enc.begin() + s + n));
     const Tensor mask = id_view(b.attention_mask.data(), b.attention_mask.shape());
-    Tensor pooled = pool_array(forward(b), mask, pc);  // [n, H], models/pooling: the one mean / cls pooling
+    Tensor pooled = pool_array(forward(b), mask, pc);  // [n, D], models/pooling: the one pooling
     if (o.normalize.value_or(false)) l2_normalize_rows(pooled);  // torch.nn.functional.normalize
-    std::copy(pooled.f32(), pooled.f32() + n * H, result.f32() + s * H);
+    std::copy(pooled.f32(), pooled.f32() + n * D, result.f32() + s * D);
   }
   return api::to_array(std::move(result));
 }
@@ -352,7 +350,10 @@ bool Encoder::has_tokenizer() const { return impl_->tokenizer.has_value(); }
 std::string Encoder::model_type() const { return impl_->config().model_type; }
 int64_t Encoder::hidden_size() const { return impl_->config().hidden_size; }
 int64_t Encoder::num_hidden_layers() const { return impl_->config().num_hidden_layers; }
-int64_t Encoder::embedding_dim() const { return impl_->st ? impl_->st->dimension() : hidden_size(); }
+int64_t Encoder::embedding_dim() const {
+  return impl_->st ? impl_->st->dimension() : impl_->plain_pooling("").output_dim(hidden_size());
+}
+void Encoder::check_pooling(const std::string& pooling) { (void)PoolingConfig::from_names(pooling); }
 bool Encoder::is_sentence_transformer() const { return impl_->st.has_value(); }
 int64_t Encoder::vocab_size() const { return impl_->config().vocab_size; }
 int64_t Encoder::max_position_embeddings() const { return impl_->config().max_position_embeddings; }

@@ -33,7 +33,7 @@ void check_finite(const FloatArray& a) {
     if (!std::isfinite(x)) throw ApiError(500, "backend", "the model produced a non-finite value");
 }
 
-// An encoder folder through the public API: a plain BERT / tutorial encoder (mean or [CLS] pooling) or a
+// An encoder folder through the public API: a plain BERT / tutorial encoder (EmbedOptions::pooling) or a
 // sentence-transformers folder (its own pipeline).
 class EncoderEmbedding : public EmbeddingModel {
  public:

@@ -27,7 +27,7 @@ struct TokenizedInput {
 class EmbeddingModel {
  public:
   virtual ~EmbeddingModel() = default;
-  virtual std::string pooling() const = 0;         // "mean", "cls", or a sentence-transformers pipeline
+  virtual std::string pooling() const = 0;         // "mean", "max", "cls+mean", ..., or a sentence-transformers pipeline
   virtual int64_t hidden_size() const = 0;         // length of each embedding
   virtual int64_t max_input_length() const = 0;    // tokens per input, special tokens included
   // Tokenizes `text`; max_length > 0 truncates to that many tokens, 0 keeps all (the caller checks the limit).
@@ -43,8 +43,9 @@ class EmbeddingModel {
   virtual std::vector<std::vector<float>> embed_all(const std::vector<const TokenizedInput*>& batch) const = 0;
 };
 
-// A BERT / tutorial encoder folder (config.json, model.safetensors, tokenizer.json or vocab.txt) with mean
-// pooling over attention_mask (sentence-transformers' default) or the [CLS] vector, through tfm::Encoder. Throws
+// A BERT / tutorial encoder folder (config.json, model.safetensors, tokenizer.json or vocab.txt) with a pooling of
+// tfm::EmbedOptions::pooling (mean over attention_mask, sentence-transformers' default, [CLS], max, ...), through
+// tfm::Encoder. Throws
 // what tfm::Encoder's constructor throws, and std::runtime_error for a folder without a tokenizer.
 std::unique_ptr<EmbeddingModel> load_encoder_embedding(const std::string& dir, const std::string& pooling, int threads);
 

@@ -20,8 +20,8 @@ struct ServeOptions {
   int64_t payload_limit = 2000000;        // request body bytes; more -> 413
   bool auto_truncate = false;             // cut over-long inputs instead of answering 422
   std::string api_key;                    // non-empty: every route but / and /health needs Authorization: Bearer KEY
-  std::string pooling;                    // encoders: "mean" or "cls" ("": mean, or a sentence-transformers
-                                          // folder's own Pooling module)
+  std::string pooling;                    // encoders: tfm::EmbedOptions::pooling's modes ("": mean, or a
+                                          // sentence-transformers folder's own Pooling module)
   std::string prompt_name;                // sentence-transformers folders: prompt (default: the folder's default)
   bool no_prompt = false;                 // sentence-transformers folders: ignore default_prompt_name
   int64_t max_beam_size = 8;              // translation: largest accepted beam_size

@@ -17,6 +17,7 @@
 
 #include "core/threading.h"
 #include "io/safetensors.h"
+#include "tfm/encoder.h"
 
 namespace tfm::cli {
 
@@ -89,6 +90,18 @@ CLI::Validator whole_range(int64_t lo, int64_t hi) {
         return ok ? "" : "must be " + want + ", got '" + s + "'";
       },
       "[" + std::to_string(lo) + " - " + std::to_string(hi) + "]");
+}
+CLI::Validator pooling_mode() {
+  return CLI::Validator(
+      [](std::string& s) -> std::string {
+        try {
+          Encoder::check_pooling(s);
+        } catch (const std::invalid_argument& e) {
+          return e.what();
+        }
+        return "";
+      },
+      "MODE[+MODE...]");
 }
 CLI::Validator positive_up_to(double hi) {
   return number_check("(0 - " + fmt(hi) + "]", [=](double v) { return v > 0 && v <= hi; },

@@ -21,6 +21,9 @@ CLI::Validator in_range(double lo, double hi);
 // A whole number (digits, optional '-') in [lo, hi], for integer options: "must be a whole number from 1 to 100000,
 // got '1e9'".
 CLI::Validator whole_range(int64_t lo, int64_t hi);
+// A pooling as tfm::Encoder takes it (cls, mean, max, mean_sqrt_len, weightedmean, lasttoken, or several joined by
+// '+'), checked by tfm::Encoder::check_pooling: embed and serve accept the same modes.
+CLI::Validator pooling_mode();
 // A finite number in (0, hi] (learning rates).
 CLI::Validator positive_up_to(double hi);
 // A finite number > 0 (learning rates) or, for integers, >= 1: "must be positive, got 0".

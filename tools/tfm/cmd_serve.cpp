@@ -39,8 +39,9 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("--api-key", o->s.api_key,
                   "Require 'Authorization: Bearer KEY' on every route but / (the page asks for it) and /health");
   cmd->add_option("--pooling", o->s.pooling,
-                  "Encoders: mean or cls (default: mean; a sentence-transformers folder's own Pooling module)")
-      ->check(CLI::IsMember({"mean", "cls"}));
+                  "Encoders: cls, mean, max, mean_sqrt_len, weightedmean, lasttoken, or several joined by '+' "
+                  "(as tfm embed; default: mean; a sentence-transformers folder's own Pooling module)")
+      ->check(pooling_mode());
   cmd->add_option("--prompt-name", o->s.prompt_name,
                   "sentence-transformers folders: prompt from config_sentence_transformers.json (default: its "
                   "default_prompt_name)");
