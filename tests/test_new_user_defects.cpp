@@ -238,49 +238,6 @@ TEST(EmbedSkipEmpty, RowsNameTheirInputLines) {
   EXPECT_EQ(tfm::test::slurp(t.path + "/v.lines.txt"), "2\n4\n");
 }
 
-// Issue 26 item 6: a folder given as the input file, and an empty file, gave "X: is a folder" / no rows and exit 0
-// in embed but "X: read error: Is a directory" / "X: empty file" in classify, rerank and fill-mask. Now one wording
-// (io/text_file's check_not_folder and empty_file_error) in all four.
-TEST(CliInputFiles, AFolderAndAnEmptyFileGiveTheSameMessageInEveryCommand) {
-  tfm::test::TempFolder t;
-  const std::string dir = t.path + "/texts", empty = t.path + "/empty.txt";
-  std::filesystem::create_directory(dir);
-  tfm::test::spit(empty, "");
-  const std::vector<std::vector<std::string>> commands = {
-      {"embed", "-q", "--model", fixture("st_mean"), "-o", t.path + "/v.npy"},
-      {"classify", "--model", fixture("heads_seqcls")},
-      {"rerank", "--model", fixture("heads_cross"), "--query", "a cat"},
-      {"fill-mask", "--model", fixture("heads_mlm")}};
-  for (const auto& base : commands) {
-    std::vector<std::string> args = base;
-    args.insert(args.end(), {"--input", dir});
-    tfm::test::expect_one_line_error(run_tfm_in(t.path, args), dir + ": is a folder, expected a file");
-    args = base;
-    args.insert(args.end(), {"--input", empty});
-    tfm::test::expect_one_line_error(run_tfm_in(t.path, args), empty + ": empty file");
-  }
-  EXPECT_FALSE(std::filesystem::exists(t.path + "/v.npy"));
-}
-
-// Issue 26 item 6: bad UTF-8 was a 1-based column in files read whole (classify --input, the NMT corpus) and a
-// 0-based byte offset elsewhere (arguments, embed --input, the library). One unit now: the 0-based byte offset in
-// the line or text.
-TEST(CliInputFiles, InvalidUtf8IsAByteOffsetInEveryCommand) {
-  tfm::test::TempFolder t;
-  const std::string bad = t.path + "/bad.txt";
-  tfm::test::spit(bad, "the cat\nab\xff" "c\n");
-  const std::vector<std::vector<std::string>> runs = {
-      {"classify", "--model", fixture("heads_seqcls"), "--input", bad},
-      {"classify", "--model", fixture("heads_seqcls"), "ab\xff" "c"},
-      {"fill-mask", "--model", fixture("heads_mlm"), "--input", bad},
-      {"embed", "-q", "--model", fixture("st_mean"), "--input", bad}};
-  for (const auto& args : runs) {
-    TfmRun r = run_tfm_in(t.path, args);
-    tfm::test::expect_one_line_error(r, "byte offset 2");
-    EXPECT_EQ(r.err.find("column"), std::string::npos) << r.err;
-  }
-}
-
 // --quantize-output-projection without --dtype bf16 / int8 changed nothing and was accepted silently.
 TEST(CliOptionChecks, QuantizedOutputProjectionNeedsAReducedDtype) {
   tfm::test::TempFolder t;

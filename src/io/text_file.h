@@ -3,7 +3,6 @@
 
 #include <cstddef>
 #include <optional>
-#include <stdexcept>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -20,22 +19,14 @@ std::optional<size_t> find_invalid_utf8(std::string_view text);
 // '\r' per line is removed (CRLF files); empty lines are kept so that element i is line i + 1 of the file.
 // Throws std::runtime_error whose message starts with the path:
 //   "<path>: cannot open: No such file or directory"
-//   "<path>: is a folder, expected a file"              (check_not_folder)
 //   "<path>: read error: <zlib message>"               (e.g. a truncated .gz)
-//   "<path>: empty file"                                (0 bytes after decompression; empty_file_error)
-//   "<path>: line 12: invalid UTF-8 at byte offset 4 (byte 0xff)"   (0-based byte offset in the line, the unit
-//                                                                    of every "invalid UTF-8" message)
+//   "<path>: empty file"                                (0 bytes after decompression)
+//   "<path>: line 12: invalid UTF-8 (byte 0xff at column 5)"   (column counts bytes, 1-based)
 std::vector<std::string> read_lines(const std::string& path);
 
 // The whole file as bytes, gzip-decompressed when it starts with the gzip magic (zlib passes other files
-// through). Throws std::runtime_error "<path>: cannot open: ...", "<path>: is a folder, expected a file",
-// "<path>: read error: ..." or "<path>: larger than 1 GiB (decompressed)...".
+// through). Throws std::runtime_error "<path>: cannot open: ...", "<path>: read error: ..." or "<path>: larger
+// than 1 GiB (decompressed)...".
 std::string read_file_maybe_gzip(const std::string& path);
-
-// The one wording of the two input-file errors every command that reads text gives (read_lines, and `tfm embed`'s
-// streaming reader): throws std::runtime_error "<path>: is a folder, expected a file" when the open file `fd`
-// (or, with fd < 0, `path`) is a folder; and the std::runtime_error "<path>: empty file" for a file of 0 bytes.
-void check_not_folder(const std::string& path, int fd = -1);
-std::runtime_error empty_file_error(const std::string& path);
 
 }  // namespace tfm
