@@ -21,21 +21,8 @@ using namespace tfm::ops;
 using tfm::test::all_close;
 using tfm::test::random_vec;
 
-namespace {
-
-// The kernel ISAs this CPU can run; each test runs once per entry and restores the process default.
-std::vector<KernelIsa> isas() {
-  std::vector<KernelIsa> v = {KernelIsa::Avx2};
-  if (cpu_has_avx512()) v.push_back(KernelIsa::Avx512);
-  return v;
-}
-struct IsaScope {
-  KernelIsa saved = kernel_isa();
-  explicit IsaScope(KernelIsa isa) { set_kernel_isa(isa); }
-  ~IsaScope() { set_kernel_isa(saved); }
-};
-
-}  // namespace
+using tfm::test::isas;
+using tfm::test::IsaScope;
 
 // ---------------------------------------------------------------- attention masks
 

@@ -8,8 +8,22 @@
 #include <vector>
 
 #include "core/rng.h"
+#include "ops/isa.h"
 
 namespace tfm::test {
+
+// The kernel ISAs this CPU can run (ops/isa.h); a test runs once per entry under an IsaScope, which restores the
+// process default.
+inline std::vector<ops::KernelIsa> isas() {
+  std::vector<ops::KernelIsa> v = {ops::KernelIsa::Avx2};
+  if (ops::cpu_has_avx512()) v.push_back(ops::KernelIsa::Avx512);
+  return v;
+}
+struct IsaScope {
+  ops::KernelIsa saved = ops::kernel_isa();
+  explicit IsaScope(ops::KernelIsa isa) { ops::set_kernel_isa(isa); }
+  ~IsaScope() { ops::set_kernel_isa(saved); }
+};
 
 inline std::string source_dir() { return TFM_SOURCE_DIR; }
 inline std::string fixture(const std::string& rel) { return source_dir() + "/tests/fixtures/" + rel; }
