@@ -274,17 +274,32 @@ PYBIND11_MODULE(_tfm, m) {
       .def_property_readonly("threads", &tfm::Encoder::threads);
 
   // ------------------------------------------------------------------ Classifier
+  // ClassifierOptions of the head classes' constructors: dtype None = as the folder stores it.
+  auto head_options = [](const py::object& dtype, int threads) {
+    tfm::ClassifierOptions o;
+    o.threads = threads;
+    if (!dtype.is_none()) {
+      o.dtype = dtype.cast<std::string>();
+      if (o.dtype.empty()) throw py::value_error("unknown dtype '' (expected fp32, bf16 or int8)");
+    }
+    return o;
+  };
+  static const char* kHeadInitDoc =
+      "dtype: compute type of the encoder body, 'fp32', 'bf16' or 'int8' (ValueError otherwise); None (default): as "
+      "the folder stores it (int8 for a `tfm convert --dtype int8` folder, else fp32); the head computes in fp32; "
+      "threads: threads per call";
   py::class_<tfm::Classifier>(m, "Classifier",
-                              "BertForSequenceClassification folder (config.json id2label, model.safetensors, "
-                              "tokenizer). Thread-safe; the GIL is released while it computes.")
-      .def(py::init([](const py::object& path, int threads) {
+                              "*ForSequenceClassification folder of any encoder family (BERT, RoBERTa, XLM-RoBERTa, "
+                              "CamemBERT, DistilBERT, ...: config.json id2label, weights, tokenizer). Thread-safe; "
+                              "the GIL is released while it computes.")
+      .def(py::init([head_options](const py::object& path, const py::object& dtype, int threads) {
              const std::string dir = path_arg(path);
-             tfm::ClassifierOptions o;
-             o.threads = threads;
+             tfm::ClassifierOptions o = head_options(dtype, threads);
              py::gil_scoped_release nogil;
              return tfm::Classifier(dir, o);
            }),
-           py::arg("model_dir"), py::arg("threads") = 0)
+           py::arg("model_dir"), py::arg("dtype") = py::none(), py::arg("threads") = 0, kHeadInitDoc)
+      .def_property_readonly("dtype", &tfm::Classifier::dtype)
       .def(
           "classify",
           [](const tfm::Classifier& c, const py::object& texts, bool all_scores, const std::string& function,
@@ -519,14 +534,16 @@ PYBIND11_MODULE(_tfm, m) {
 
   // ------------------------------------------------------------------ token classification, fill-mask
   py::class_<tfm::TokenClassifier>(m, "TokenClassifier",
-                                   "BertForTokenClassification folder: the token-classification pipeline "
-                                   "(aggregation 'none'). Calls from several threads are safe.")
-      .def(py::init([](const py::object& path, int threads) {
+                                   "*ForTokenClassification folder of any encoder family: the token-classification "
+                                   "pipeline (aggregation 'none'). Calls from several threads are safe.")
+      .def(py::init([head_options](const py::object& path, const py::object& dtype, int threads) {
              const std::string dir = path_arg(path);
+             tfm::ClassifierOptions o = head_options(dtype, threads);
              py::gil_scoped_release nogil;
-             return tfm::TokenClassifier(dir, tfm::ClassifierOptions{threads});
+             return tfm::TokenClassifier(dir, o);
            }),
-           py::arg("model_dir"), py::arg("threads") = 0)
+           py::arg("model_dir"), py::arg("dtype") = py::none(), py::arg("threads") = 0, kHeadInitDoc)
+      .def_property_readonly("dtype", &tfm::TokenClassifier::dtype)
       .def(
           "tag",
           [](const tfm::TokenClassifier& c, const py::object& texts, const std::string& function, bool all_tokens,
@@ -557,13 +574,17 @@ PYBIND11_MODULE(_tfm, m) {
           "Per text a list of {entity, score, index, word, start, end} (label O left out unless all_tokens)")
       .def_property_readonly("labels", &tfm::TokenClassifier::labels);
   py::class_<tfm::MaskFiller>(m, "MaskFiller",
-                              "BertForMaskedLM folder: the fill-mask pipeline. Calls from several threads are safe.")
-      .def(py::init([](const py::object& path, int threads) {
+                              "*ForMaskedLM folder of any encoder family: the fill-mask pipeline. Calls from several "
+                              "threads are safe.")
+      .def(py::init([head_options](const py::object& path, const py::object& dtype, int threads) {
              const std::string dir = path_arg(path);
+             tfm::ClassifierOptions o = head_options(dtype, threads);
              py::gil_scoped_release nogil;
-             return tfm::MaskFiller(dir, tfm::ClassifierOptions{threads});
+             return tfm::MaskFiller(dir, o);
            }),
-           py::arg("model_dir"), py::arg("threads") = 0)
+           py::arg("model_dir"), py::arg("dtype") = py::none(), py::arg("threads") = 0, kHeadInitDoc)
+      .def_property_readonly("dtype", &tfm::MaskFiller::dtype)
+      .def_property_readonly("mask_token", &tfm::MaskFiller::mask_token)
       .def(
           "fill",
           [](const tfm::MaskFiller& f, const py::object& texts, int64_t top_k, int64_t max_length) {

@@ -358,6 +358,10 @@ int64_t Encoder::embedding_dim() const {
   return impl_->st ? impl_->st->dimension() : impl_->plain_pooling("").output_dim(hidden_size());
 }
 void Encoder::check_pooling(const std::string& pooling) { (void)PoolingConfig::from_names(pooling); }
+void Encoder::check_config(const std::string& config_path) {
+  api::require_file(config_path);
+  (void)EncoderConfig::load(config_path);
+}
 bool Encoder::is_sentence_transformer() const { return impl_->st.has_value(); }
 int64_t Encoder::vocab_size() const { return impl_->config().vocab_size; }
 int64_t Encoder::max_position_embeddings() const { return impl_->config().max_position_embeddings; }

@@ -79,11 +79,8 @@ class Server {
     const json cj = load_json_file(config_path);
     model_type_ = json_string_or(cj, "model_type", "bert", config_path);
     translation_ = model_type_ == "transformer_seq2seq";
-    if (!translation_ && model_type_ != "bert" && model_type_ != "transformer_encoder" && model_type_ != "roberta" &&
-        model_type_ != "xlm-roberta" && model_type_ != "camembert")
-      throw std::runtime_error(config_path + ": model_type '" + model_type_ +
-                               "' cannot be served (bert, roberta, xlm-roberta, camembert, transformer_encoder or "
-                               "transformer_seq2seq)");
+    // Any family the library loads is served; its check names the supported model types.
+    if (!translation_) Encoder::check_config(config_path);
     source_lang_ = !o.source_lang.empty() ? o.source_lang : json_string_or(cj, "source_lang", "en", config_path);
     target_lang_ = !o.target_lang.empty() ? o.target_lang : json_string_or(cj, "target_lang", "fr", config_path);
     limits_.max_client_batch_size = o.max_client_batch_size;
