@@ -957,5 +957,37 @@ TEST(ServeBrowser, PageTranslatesWithTheChosenBeamSizeAndNamesThePooling) {
   }
 }
 
+// The server takes any family the library loads (no allowlist of its own): an XLM-RoBERTa cross-encoder answers
+// /rerank and a DistilBERT classifier /predict as the PyTorch references of tests/fixtures/family_heads.
+TEST(ServeFamilyHeads, XlmRobertaRerankAndDistilBertPredictMatchPyTorch) {
+  {
+    json j = json::parse(test::slurp(test::fixture("family_heads/xlmr_cross/expected.json")));
+    ServeProcess s({"--model", test::fixture("family_heads/xlmr_cross"), "--quiet"});
+    ASSERT_TRUE(s.wait_ready()) << s.log();
+    Reply r = http("POST", s.url("/rerank"), json({{"query", j["query"]}, {"texts", j["passages"]}}).dump());
+    ASSERT_EQ(r.status, 200) << r.body;
+    ASSERT_EQ(r.j().size(), j["ranking"].size()) << r.body;
+    for (size_t k = 0; k < j["ranking"].size(); ++k) {
+      EXPECT_EQ(r.j()[k]["index"], j["ranking"][k]["index"]) << r.body;
+      EXPECT_NEAR(r.j()[k]["score"].get<double>(), j["ranking"][k]["score"].get<double>(), 1e-4) << k;
+    }
+    EXPECT_EQ(s.terminate(), 0) << s.log();
+  }
+  json j = json::parse(test::slurp(test::fixture("family_heads/distilbert_seqcls/expected.json")));
+  ServeProcess s({"--model", test::fixture("family_heads/distilbert_seqcls"), "--quiet"});
+  ASSERT_TRUE(s.wait_ready()) << s.log();
+  json batch = json::array();
+  for (const auto& t : j["texts"]) batch.push_back(json::array({t}));
+  Reply r = http("POST", s.url("/predict"), json({{"inputs", batch}}).dump());
+  ASSERT_EQ(r.status, 200) << r.body;
+  ASSERT_EQ(r.j().size(), j["results"].size()) << r.body;
+  for (size_t b = 0; b < j["results"].size(); ++b) {
+    EXPECT_EQ(r.j()[b][0]["label"], j["results"][b]["label"]) << r.body;
+    EXPECT_NEAR(r.j()[b][0]["score"].get<double>(), j["results"][b]["score"].get<double>(), 1e-4) << b;
+  }
+  EXPECT_EQ(http("GET", s.url("/info")).j()["model_type"], "distilbert");
+  EXPECT_EQ(s.terminate(), 0) << s.log();
+}
+
 }  // namespace
 }  // namespace tfm
