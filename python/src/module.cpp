@@ -9,6 +9,7 @@
 #include <pybind11/stl.h>
 
 #include <cstdio>
+#include <algorithm>
 #include <optional>
 
 #include "tfm/tfm.h"
@@ -210,7 +211,7 @@ PYBIND11_MODULE(_tfm, m) {
       .def(
           "forward",
           [](const tfm::Encoder& e, const py::object& input_ids, const py::object& attention_mask,
-             const py::object& token_type_ids) {
+             const py::object& token_type_ids, bool output_hidden_states, bool return_dict) -> py::object {
             auto ids = id_array(input_ids, "input_ids");
             std::optional<py::array_t<int64_t, py::array::c_style>> mask, types;
             for (auto [obj, arr, name] : {std::tuple{&attention_mask, &mask, "attention_mask"},
@@ -228,22 +229,58 @@ PYBIND11_MODULE(_tfm, m) {
             in.token_type_ids = types ? types->data() : nullptr;
             in.batch = ids.shape(0);
             in.length = ids.shape(1);
-            tfm::FloatArray out;
+            if (!output_hidden_states && !return_dict) {
+              tfm::FloatArray out;
+              {
+                py::gil_scoped_release nogil;
+                out = e.forward(in);
+              }
+              return to_numpy(out);
+            }
+            tfm::EncoderOutputs out;
             {
               py::gil_scoped_release nogil;
-              out = e.forward(in);
+              out = e.forward_all(in, tfm::ForwardOptions{output_hidden_states});
             }
-            return to_numpy(out);
+            py::dict d;
+            d["last_hidden_state"] = to_numpy(out.last_hidden_state);
+            d["pooler_output"] = out.pooler_output.data() ? to_numpy(out.pooler_output) : py::object(py::none());
+            if (output_hidden_states) {
+              // HF's tuple of num_hidden_layers + 1 arrays [batch, length, hidden_size], the embedding output first.
+              py::array all = to_numpy(out.hidden_states);
+              py::tuple layers(out.hidden_states.size(0));
+              for (int64_t l = 0; l < out.hidden_states.size(0); ++l)
+                layers[l] = all[py::int_(l)].attr("copy")();
+              d["hidden_states"] = layers;
+            } else {
+              d["hidden_states"] = py::none();
+            }
+            return d;
           },
           py::arg("input_ids"), py::arg("attention_mask") = py::none(), py::arg("token_type_ids") = py::none(),
+          py::arg("output_hidden_states") = false, py::arg("return_dict") = false,
           "last_hidden_state [batch, length, hidden_size] float32 of int arrays [batch, length]: input_ids, "
-          "attention_mask (1 = attend, 0 = padding; None = all ones), token_type_ids (None = zeros)")
+          "attention_mask (1 = attend, 0 = padding; None = all ones), token_type_ids (None = zeros). With "
+          "output_hidden_states=True or return_dict=True, a dict as Hugging Face's BaseModelOutputWithPooling: "
+          "last_hidden_state, pooler_output ([batch, hidden_size], tanh(dense(h[:, 0])) for BERT with pooler "
+          "weights, else None) and hidden_states (output_hidden_states: a tuple of num_hidden_layers + 1 arrays "
+          "[batch, length, hidden_size], the embedding output first; else None)")
       .def(
           "embed",
           [](const tfm::Encoder& e, const py::object& texts, std::optional<bool> normalize,
-             const std::string& pooling, int64_t max_length, int64_t batch_size) {
+             const std::string& pooling, int64_t max_length, int64_t batch_size,
+             const std::optional<std::string>& prompt_name, const std::optional<int64_t>& dimensions) {
             tfm::EmbedOptions o;
             o.normalize = normalize;
+            if (prompt_name) {
+              if (prompt_name->empty()) throw py::value_error("prompt_name '' is not a prompt name (None = the default)");
+              o.prompt_name = *prompt_name;
+            }
+            if (dimensions) {
+              if (*dimensions < 1)
+                throw py::value_error("dimensions must be >= 1 (None = all), got " + std::to_string(*dimensions));
+              o.dimensions = *dimensions;
+            }
             o.pooling = pooling;
             o.max_length = max_length;
             o.batch_size = batch_size;
@@ -256,12 +293,17 @@ PYBIND11_MODULE(_tfm, m) {
             return to_numpy(out);
           },
           py::arg("texts"), py::arg("normalize") = py::none(), py::arg("pooling") = "", py::arg("max_length") = 0,
-          py::arg("batch_size") = 32,
+          py::arg("batch_size") = 32, py::arg("prompt_name") = py::none(), py::arg("dimensions") = py::none(),
           "One vector per text, [len(texts), embedding_dim] float32. A sentence-transformers folder (modules.json) "
           "runs its pipeline as SentenceTransformer.encode(): pooling '' = its own Pooling module (or 'mean', "
           "'cls', 'max', ... joined by '+'), normalize None = as its modules.json says. A plain folder: pooling "
           "'mean' (default, over tokens with attention mask 1), 'cls', or the same other modes ('max', "
-          "'cls+mean', ...: [len(texts), k * hidden_size] for k modes); normalize=True divides by the L2 norm")
+          "'cls+mean', ...: [len(texts), k * hidden_size] for k modes); normalize=True divides by the L2 norm, "
+          "normalize=False also skips a folder's Normalize module (as text-embeddings-inference). prompt_name: a "
+          "prompt of config_sentence_transformers.json (SentenceTransformer.encode(prompt_name=); None = the "
+          "folder's default; ValueError for an unknown name or a plain folder). dimensions: Matryoshka truncation "
+          "(sentence-transformers truncate_dim): the first dimensions values, then normalised when normalizing; "
+          "ValueError when < 1 or > embedding_dim")
       .def_property_readonly("tokenizer", &tfm::Encoder::tokenizer, py::return_value_policy::reference_internal)
       .def_property_readonly("has_tokenizer", &tfm::Encoder::has_tokenizer)
       .def_property_readonly("model_type", &tfm::Encoder::model_type)
@@ -352,6 +394,42 @@ PYBIND11_MODULE(_tfm, m) {
           },
           py::arg("texts"), py::arg("max_length") = 0, py::arg("batch_size") = 32,
           "The head's logits [len(texts), num_labels] float32")
+      .def(
+          "rerank",
+          [](const tfm::Classifier& c, const std::string& query, const py::object& passages,
+             const std::optional<int64_t>& top_k, bool return_documents, bool raw_scores, int64_t max_length,
+             int64_t batch_size) -> py::list {
+            tfm::RerankOptions o;
+            if (top_k) {
+              if (*top_k < 1) throw py::value_error("top_k must be >= 1 (None = all), got " + std::to_string(*top_k));
+              o.top_k = *top_k;
+            }
+            o.raw_scores = raw_scores;
+            o.max_length = max_length;
+            o.batch_size = batch_size;
+            std::vector<std::string> p = string_list(passages, "passages");
+            std::vector<tfm::RankedPassage> r;
+            {
+              py::gil_scoped_release nogil;
+              r = c.rerank(query, p, o);
+            }
+            py::list out;
+            for (const auto& x : r) {
+              py::dict d;
+              d["corpus_id"] = x.index;
+              d["score"] = (double)x.score;
+              if (return_documents) d["text"] = p[x.index];
+              out.append(d);
+            }
+            return out;
+          },
+          py::arg("query"), py::arg("passages"), py::arg("top_k") = py::none(), py::arg("return_documents") = false,
+          py::arg("raw_scores") = false, py::arg("max_length") = 0, py::arg("batch_size") = 32,
+          "Passages ranked for query by a cross-encoder, as sentence-transformers' CrossEncoder.rank: "
+          "[{'corpus_id': int, 'score': float(, 'text': str)}] best first (one label: its activation; two labels: "
+          "softmax probability of label 1; raw_scores: the logit). ValueError for an empty query or passage, "
+          "top_k < 1, a pair over max_position_embeddings without max_length; RuntimeError for a head with more "
+          "than two labels")
       .def_property_readonly("labels", &tfm::Classifier::labels)
       .def_property_readonly("num_labels", &tfm::Classifier::num_labels);
 
@@ -611,7 +689,44 @@ PYBIND11_MODULE(_tfm, m) {
             return out;
           },
           py::arg("texts"), py::arg("top_k") = 5, py::arg("max_length") = 0,
-          "Per text, per [MASK], the top_k {score, token, token_str, sequence} best first");
+          "Per text, per [MASK], the top_k {score, token, token_str, sequence} best first")
+      .def(
+          "fill_mask",
+          [](const tfm::MaskFiller& f, const py::object& inputs, int64_t top_k, int64_t max_length) -> py::object {
+            const bool one = py::isinstance<py::str>(inputs);
+            std::vector<std::string> t = one ? std::vector<std::string>{inputs.cast<std::string>()}
+                                             : string_list(inputs, "inputs");
+            if (t.empty()) throw py::value_error("inputs is empty");
+            std::vector<tfm::TextEncoding> enc = encode_texts(f.tokenizer(), t, max_length);
+            for (size_t i = 0; i < enc.size(); ++i)
+              if (std::count(enc[i].input_ids.begin(), enc[i].input_ids.end(), f.mask_token_id()) == 0)
+                throw py::value_error("input " + std::to_string(i) + " has no [MASK] token");
+            std::vector<std::vector<std::vector<tfm::MaskCandidate>>> r;
+            {
+              py::gil_scoped_release nogil;
+              r = f.fill(enc, top_k);
+            }
+            py::list out;
+            for (const auto& per_text : r) {
+              py::list masks;
+              for (const auto& cands : per_text) {
+                py::list l;
+                for (const auto& c : cands) {
+                  py::dict d;
+                  d["score"] = c.score, d["token"] = c.token, d["token_str"] = c.token_str, d["sequence"] = c.sequence;
+                  l.append(d);
+                }
+                masks.append(l);
+              }
+              // The pipeline: one [MASK] gives its list of candidates, several a list per mask.
+              out.append(masks.size() == 1 ? py::object(masks[0]) : py::object(masks));
+            }
+            return one ? py::object(out[0]) : py::object(out);
+          },
+          py::arg("inputs"), py::arg("top_k") = 5, py::arg("max_length") = 0,
+          "transformers' fill-mask pipeline: a str gives its [{score, token, token_str, sequence}] best first (a "
+          "list per [MASK] when it has several), a list of str a list of those. ValueError for an input without "
+          "[MASK], top_k < 1, an input over max_position_embeddings without max_length");
 
   // ------------------------------------------------------------------ convert, d2l training
   py::class_<tfm::ConvertSummary>(m, "ConvertSummary")

@@ -52,10 +52,15 @@ void add_serve_command(CLI::App& app) {
                   "Translation: source language code (default: config.json source_lang, else en)");
   cmd->add_option("--target-lang", o->s.target_lang,
                   "Translation: target language code (default: config.json target_lang, else fr)");
+  cmd->add_option("--cors-allow-origin", o->s.cors_allow_origin,
+                  "Let browser pages from this origin call the API ('*' = any; default: none): "
+                  "Access-Control-Allow-Origin on every answer, CORS preflight (OPTIONS) answered");
   cmd->add_flag("--quiet", o->quiet, "No access log (one line per request on stderr)");
   add_threads_option(cmd, o->threads);
   cmd->callback([o] {
     if (o->s.host.empty()) throw CLI::ValidationError("--host is empty");
+    if (o->s.cors_allow_origin.find_first_of("\r\n ,") != std::string::npos)
+      throw CLI::ValidationError("--cors-allow-origin takes one origin (scheme://host[:port]) or '*'");
     if (o->s.api_key.find_first_of("\r\n ") != std::string::npos)
       throw CLI::ValidationError("--api-key must not contain spaces or line breaks");
     o->s.access_log = !o->quiet;
