@@ -23,6 +23,7 @@
 #include <numeric>
 #include <nlohmann/json.hpp>
 #include <regex>
+#include <cctype>
 #include <sstream>
 #include <thread>
 
@@ -988,6 +989,80 @@ TEST(ServeBrowser, PageTranslatesWithTheChosenBeamSizeAndNamesThePooling) {
   }
 }
 
+// Several --model folders: /translate routes by source and target (LibreTranslate), /languages lists the pairs.
+// The second folder is d2l_trained with every ordinary target token upper-cased ("en-de" by its name), so its
+// translations are the reference predictions upper-cased: a request routed to the wrong model shows.
+TEST(Serve, SeveralLanguagePairsAreRouted) {
+  TempDir dir;
+  const std::string de = dir.path + "/en-de";
+  fs::create_directories(de);
+  for (const char* f : {"config.json", "model.safetensors", "src_vocab.txt"})
+    fs::copy_file(test::fixture(std::string("d2l_trained/") + f), de + "/" + f);
+  auto upper = [](std::string t) {
+    if (t.empty() || t[0] == '<') return t;
+    for (char& c : t) c = (char)std::toupper((unsigned char)c);
+    return t;
+  };
+  {
+    std::ifstream in(test::fixture("d2l_trained/tgt_vocab.txt"));
+    std::ofstream out(de + "/tgt_vocab.txt");
+    for (std::string line; std::getline(in, line);) out << upper(line) << "\n";
+  }
+  ServeProcess s({"--model", test::fixture("d2l_trained"), "--model", de});
+  ASSERT_GT(s.port(), 0) << s.log();
+  ASSERT_TRUE(s.wait_ready()) << s.log();
+  const json langs = http("GET", s.url("/languages")).j();
+  ASSERT_EQ(langs.size(), 1u) << langs.dump();
+  EXPECT_EQ(langs[0]["code"], "en");
+  EXPECT_EQ(langs[0]["targets"], json::array({"fr", "de"}));
+  EXPECT_EQ(http("GET", s.url("/info")).j()["pairs"].size(), 2u);
+
+  json pred = json::parse(std::ifstream(test::fixture("d2l_trained/predictions.json")));
+  std::vector<std::string> src, fr, de_want;
+  for (const auto& p : pred["predictions"]) {
+    src.push_back(p["src"]);
+    fr.push_back(p["pred"]);
+    std::string u;
+    std::stringstream ss(p["pred"].get<std::string>());
+    for (std::string w; ss >> w;) u += (u.empty() ? "" : " ") + upper(w);
+    de_want.push_back(u);
+  }
+  Reply a = http("POST", s.url("/translate"), json{{"q", src}, {"source", "en"}, {"target", "de"}}.dump());
+  ASSERT_EQ(a.status, 200) << a.body;
+  EXPECT_EQ(a.j()["translatedText"].get<std::vector<std::string>>(), de_want);
+  Reply b = http("POST", s.url("/translate"), json{{"q", src}, {"source", "auto"}, {"target", "fr"}}.dump());
+  ASSERT_EQ(b.status, 200) << b.body;
+  EXPECT_EQ(b.j()["translatedText"].get<std::vector<std::string>>(), fr);
+  expect_error(http("POST", s.url("/translate"), R"({"q": "go .", "target": "es"})"), 422, "validation",
+               "this server translates en -> fr, en -> de");
+  expect_error(http("POST", s.url("/translate"), R"({"q": "go .", "source": "fr", "target": "de"})"), 422,
+               "validation", "`source` 'fr' is not supported");
+
+  // Per-request generation fields: the reference's greedy output with processors, a target prefix.
+  const json gen = json::parse(std::ifstream(test::fixture("generation/decoding.json")));
+  for (const auto& c : gen["greedy"]) {
+    if (c["options"].contains("bad_words_ids")) continue;
+    json req = {{"source", "en"}, {"target", "fr"}, {"q", json::array()}};
+    for (auto& [k, v] : c["options"].items()) req[k] = v;
+    std::vector<std::string> want;
+    for (const auto& x : c["sentences"]) req["q"].push_back(x["src"]), want.push_back(x["pred"]);
+    Reply r = http("POST", s.url("/translate"), req.dump());
+    ASSERT_EQ(r.status, 200) << r.body;
+    EXPECT_EQ(r.j()["translatedText"].get<std::vector<std::string>>(), want) << c["options"].dump();
+  }
+  const auto& pc = gen["prefix"][0];
+  std::string prefix;
+  for (const auto& w : pc["prefix"]) prefix += (prefix.empty() ? "" : " ") + w.get<std::string>();
+  Reply r = http("POST", s.url("/translate"),
+                 json{{"q", pc["src"]}, {"target", "fr"}, {"target_prefix", prefix}}.dump());
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(r.j()["translatedText"].get<std::string>().rfind(prefix, 0), 0u) << r.body;
+  expect_error(http("POST", s.url("/translate"), R"({"q": "go .", "target": "fr", "sampling_topk": 3, "beam_size": 2})"),
+               422, "validation", "needs `beam_size` 1");
+  expect_error(http("POST", s.url("/translate"), R"({"q": "go .", "target": "fr", "repetition_penalty": 0})"), 422,
+               "validation", "`repetition_penalty` must be a number in (0, 100]");
+  EXPECT_EQ(s.terminate(), 0) << s.log();
+}
 
 // ------------------------------------------------------------------ text-embeddings-inference / OpenAI request fields
 // Expected values: tests/fixtures/serve/expected.safetensors (scripts/make_serve_fixtures.py, PyTorch).

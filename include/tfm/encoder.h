@@ -181,6 +181,11 @@ class Encoder {
   /// Checks a pooling as EmbedOptions::pooling takes it ("cls", "mean", "max", "mean_sqrt_len", "weightedmean",
   /// "lasttoken", or several joined by "+"); throws std::invalid_argument naming an unknown mode.
   static void check_pooling(const std::string& pooling);
+  /// Checks that the config.json at `config_path` describes an encoder this library runs (model_type one of the
+  /// supported families: bert, roberta, xlm-roberta, camembert, distilbert, ..., transformer_encoder; sizes
+  /// valid), as the constructor would. Throws tfm::FileNotFoundError for a missing file, std::runtime_error naming
+  /// the file, the bad key and, for an unknown model_type, the supported ones.
+  static void check_config(const std::string& config_path);
   bool is_sentence_transformer() const;  ///< the folder has modules.json
   /// embed()'s pipeline: a plain folder's pooling ("mean", "max", "cls+mean", ...), or a sentence-transformers description
   /// ("Transformer(bert, max_seq_length 128) -> Pooling(mean) -> Normalize").

@@ -316,17 +316,32 @@ PYBIND11_MODULE(_tfm, m) {
       .def_property_readonly("threads", &tfm::Encoder::threads);
 
   // ------------------------------------------------------------------ Classifier
+  // ClassifierOptions of the head classes' constructors: dtype None = as the folder stores it.
+  auto head_options = [](const py::object& dtype, int threads) {
+    tfm::ClassifierOptions o;
+    o.threads = threads;
+    if (!dtype.is_none()) {
+      o.dtype = dtype.cast<std::string>();
+      if (o.dtype.empty()) throw py::value_error("unknown dtype '' (expected fp32, bf16 or int8)");
+    }
+    return o;
+  };
+  static const char* kHeadInitDoc =
+      "dtype: compute type of the encoder body, 'fp32', 'bf16' or 'int8' (ValueError otherwise); None (default): as "
+      "the folder stores it (int8 for a `tfm convert --dtype int8` folder, else fp32); the head computes in fp32; "
+      "threads: threads per call";
   py::class_<tfm::Classifier>(m, "Classifier",
-                              "BertForSequenceClassification folder (config.json id2label, model.safetensors, "
-                              "tokenizer). Thread-safe; the GIL is released while it computes.")
-      .def(py::init([](const py::object& path, int threads) {
+                              "*ForSequenceClassification folder of any encoder family (BERT, RoBERTa, XLM-RoBERTa, "
+                              "CamemBERT, DistilBERT, ...: config.json id2label, weights, tokenizer). Thread-safe; "
+                              "the GIL is released while it computes.")
+      .def(py::init([head_options](const py::object& path, const py::object& dtype, int threads) {
              const std::string dir = path_arg(path);
-             tfm::ClassifierOptions o;
-             o.threads = threads;
+             tfm::ClassifierOptions o = head_options(dtype, threads);
              py::gil_scoped_release nogil;
              return tfm::Classifier(dir, o);
            }),
-           py::arg("model_dir"), py::arg("threads") = 0)
+           py::arg("model_dir"), py::arg("dtype") = py::none(), py::arg("threads") = 0, kHeadInitDoc)
+      .def_property_readonly("dtype", &tfm::Classifier::dtype)
       .def(
           "classify",
           [](const tfm::Classifier& c, const py::object& texts, bool all_scores, const std::string& function,
@@ -435,8 +450,23 @@ PYBIND11_MODULE(_tfm, m) {
       .def(
           "translate_batch",
           [](const tfm::Translator& t, const py::object& sentences, int64_t beam_size, float length_penalty,
-             int64_t max_steps, bool return_scores, bool disable_unk) -> py::list {
+             int64_t max_steps, bool return_scores, bool disable_unk, int64_t sampling_topk, float sampling_topp,
+             float sampling_temperature, uint64_t seed, float repetition_penalty, int64_t no_repeat_ngram_size,
+             int64_t min_length, const std::vector<std::vector<int64_t>>& bad_words_ids,
+             const py::object& target_prefix) -> py::list {
             tfm::TranslateOptions o;
+            o.sampling_topk = sampling_topk;
+            o.sampling_topp = sampling_topp;
+            o.sampling_temperature = sampling_temperature;
+            o.seed = seed;
+            o.repetition_penalty = repetition_penalty;
+            o.no_repeat_ngram_size = no_repeat_ngram_size;
+            o.min_length = min_length;
+            o.bad_words_ids = bad_words_ids;
+            if (!target_prefix.is_none()) {
+              for (const py::handle& p : target_prefix)
+                o.target_prefix.push_back(p.is_none() ? std::string() : py::cast<std::string>(p));
+            }
             o.beam_size = beam_size;
             o.length_penalty = length_penalty;
             o.max_steps = max_steps;
@@ -459,10 +489,42 @@ PYBIND11_MODULE(_tfm, m) {
           },
           py::arg("sentences"), py::arg("beam_size") = 1, py::arg("length_penalty") = 0.0f,
           py::arg("max_steps") = 0, py::arg("return_scores") = false, py::arg("disable_unk") = false,
+          py::arg("sampling_topk") = 1, py::arg("sampling_topp") = 1.0f, py::arg("sampling_temperature") = 1.0f,
+          py::arg("seed") = 0, py::arg("repetition_penalty") = 1.0f, py::arg("no_repeat_ngram_size") = 0,
+          py::arg("min_length") = 0, py::arg("bad_words_ids") = std::vector<std::vector<int64_t>>{},
+          py::arg("target_prefix") = py::none(),
           "Translate a list of sentences: a list of str, or with return_scores a list of (text, score), score = "
           "log p(text + <eos>) / ((5 + length) / 6) ** length_penalty (natural log; length in tokens with <eos>). "
           "length_penalty needs beam_size > 1 or return_scores (ValueError otherwise); disable_unk=True never "
-          "generates <unk> (CTranslate2's disable_unk)")
+          "generates <unk> (CTranslate2's disable_unk). CTranslate2's sampling: sampling_topk (1 = greedy, 0 = all "
+          "tokens; beam_size 1), sampling_topp, sampling_temperature, seed (per-sentence streams: reproducible). "
+          "Hugging Face processors: repetition_penalty, no_repeat_ngram_size, min_length (start token counted), "
+          "bad_words_ids (lists of target ids). target_prefix: None or one str per sentence ('' or None = none) that "
+          "the translation starts with (autocompletion)")
+      .def(
+          "score_batch",
+          [](const tfm::Translator& t, const py::object& sources, const py::object& targets) -> py::list {
+            std::vector<std::string> s = string_list(sources, "sources"), g = string_list(targets, "targets");
+            std::vector<tfm::ScoringResult> r;
+            {
+              py::gil_scoped_release nogil;
+              r = t.score_batch(s, g);
+            }
+            py::list out;
+            for (const auto& x : r) {
+              py::dict d;
+              d["tokens"] = x.tokens;
+              d["log_probs"] = x.log_probs;
+              d["cumulated_score"] = x.cumulated_score;
+              d["normalized_score"] = x.normalized_score;
+              out.append(d);
+            }
+            return out;
+          },
+          py::arg("sources"), py::arg("targets"),
+          "Score given translations (CTranslate2's score_batch): per pair a dict {tokens (target tokens + '<eos>'), "
+          "log_probs (natural log, one per token, teacher forcing), cumulated_score (their sum), normalized_score "
+          "(sum / len(tokens))}")
       .def(
           "encode_source",
           [](const tfm::Translator& t, const std::string& sentence) {
@@ -597,14 +659,16 @@ PYBIND11_MODULE(_tfm, m) {
 
   // ------------------------------------------------------------------ token classification, fill-mask
   py::class_<tfm::TokenClassifier>(m, "TokenClassifier",
-                                   "BertForTokenClassification folder: the token-classification pipeline "
-                                   "(aggregation 'none'). Calls from several threads are safe.")
-      .def(py::init([](const py::object& path, int threads) {
+                                   "*ForTokenClassification folder of any encoder family: the token-classification "
+                                   "pipeline (aggregation 'none'). Calls from several threads are safe.")
+      .def(py::init([head_options](const py::object& path, const py::object& dtype, int threads) {
              const std::string dir = path_arg(path);
+             tfm::ClassifierOptions o = head_options(dtype, threads);
              py::gil_scoped_release nogil;
-             return tfm::TokenClassifier(dir, tfm::ClassifierOptions{threads});
+             return tfm::TokenClassifier(dir, o);
            }),
-           py::arg("model_dir"), py::arg("threads") = 0)
+           py::arg("model_dir"), py::arg("dtype") = py::none(), py::arg("threads") = 0, kHeadInitDoc)
+      .def_property_readonly("dtype", &tfm::TokenClassifier::dtype)
       .def(
           "tag",
           [](const tfm::TokenClassifier& c, const py::object& texts, const std::string& function, bool all_tokens,
@@ -635,13 +699,17 @@ PYBIND11_MODULE(_tfm, m) {
           "Per text a list of {entity, score, index, word, start, end} (label O left out unless all_tokens)")
       .def_property_readonly("labels", &tfm::TokenClassifier::labels);
   py::class_<tfm::MaskFiller>(m, "MaskFiller",
-                              "BertForMaskedLM folder: the fill-mask pipeline. Calls from several threads are safe.")
-      .def(py::init([](const py::object& path, int threads) {
+                              "*ForMaskedLM folder of any encoder family: the fill-mask pipeline. Calls from several "
+                              "threads are safe.")
+      .def(py::init([head_options](const py::object& path, const py::object& dtype, int threads) {
              const std::string dir = path_arg(path);
+             tfm::ClassifierOptions o = head_options(dtype, threads);
              py::gil_scoped_release nogil;
-             return tfm::MaskFiller(dir, tfm::ClassifierOptions{threads});
+             return tfm::MaskFiller(dir, o);
            }),
-           py::arg("model_dir"), py::arg("threads") = 0)
+           py::arg("model_dir"), py::arg("dtype") = py::none(), py::arg("threads") = 0, kHeadInitDoc)
+      .def_property_readonly("dtype", &tfm::MaskFiller::dtype)
+      .def_property_readonly("mask_token", &tfm::MaskFiller::mask_token)
       .def(
           "fill",
           [](const tfm::MaskFiller& f, const py::object& texts, int64_t top_k, int64_t max_length) {

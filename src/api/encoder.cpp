@@ -253,6 +253,18 @@ EncoderOutputs Encoder::forward_all(const EncoderInputs& in, const ForwardOption
   return r;
 }
 
+namespace {
+// last_hidden_state for pooling: the layers run on the real tokens only (EncoderModel::forward_unpadded; padded
+// positions 0, which every pooling mode masks out).
+FloatArray unpadded_hidden(const EncoderModel& m, const EncoderInputs& in) {
+  check_inputs(in);
+  const Shape shape{in.batch, in.length};
+  EncoderOutput out = m.forward_unpadded(id_view(in.input_ids, shape), id_view(in.token_type_ids, shape),
+                                         id_view(in.attention_mask, shape));
+  return api::to_array(std::move(out.last_hidden_state));
+}
+}  // namespace
+
 FloatArray Encoder::forward(const TokenBatch& b) const {
   if (b.input_ids.ndim() != 2) throw std::invalid_argument("TokenBatch.input_ids must be [batch, length]");
   for (const IdArray* a : {&b.attention_mask, &b.token_type_ids})
@@ -315,13 +327,17 @@ FloatArray Encoder::embed(const std::vector<std::string>& texts, const EmbedOpti
       throw std::invalid_argument("text " + std::to_string(i) + " has " + std::to_string(enc[i].input_ids.size()) +
                                   " tokens, more than max_position_embeddings (" +
                                   std::to_string(c.max_position_embeddings) + "); pass max_length to truncate");
+  api::apply_threads(impl_->threads);
   const int64_t N = (int64_t)texts.size(), H = c.hidden_size, D = pc.output_dim(H);
   Tensor result = Tensor::empty({N, D});
   for (int64_t s = 0; s < N; s += o.batch_size) {
     const int64_t n = std::min(o.batch_size, N - s);
     TokenBatch b = api::pad_batch(tok.impl_->tok, std::vector<Encoding>(enc.begin() + s, enc.begin() + s + n));
     const Tensor mask = id_view(b.attention_mask.data(), b.attention_mask.shape());
-    Tensor pooled = pool_array(forward(b), mask, pc);  // [n, D], models/pooling: the one pooling
+    const FloatArray h = unpadded_hidden(impl_->plain(), EncoderInputs{b.input_ids.data(), b.attention_mask.data(),
+                                                                     b.token_type_ids.data(), b.input_ids.size(0),
+                                                                     b.input_ids.size(1)});
+    Tensor pooled = pool_array(h, mask, pc);  // [n, D], models/pooling: the one pooling
     if (o.normalize.value_or(false)) l2_normalize_rows(pooled);  // torch.nn.functional.normalize
     std::copy(pooled.f32(), pooled.f32() + n * D, result.f32() + s * D);
   }
@@ -331,7 +347,8 @@ FloatArray Encoder::embed(const std::vector<std::string>& texts, const EmbedOpti
 FloatArray Encoder::embed(const EncoderInputs& in) const {
   if (!impl_->st) {
     const PoolingConfig pc = impl_->plain_pooling("");
-    FloatArray h = forward(in);  // checks the inputs
+    api::apply_threads(impl_->threads);
+    FloatArray h = unpadded_hidden(impl_->plain(), in);  // checks the inputs
     Tensor ones;
     if (!in.attention_mask) {
       ones = Tensor::zeros({in.batch, in.length}, DType::I64);
@@ -435,6 +452,10 @@ int64_t Encoder::embedding_dim() const {
   return impl_->st ? impl_->st->dimension() : impl_->plain_pooling("").output_dim(hidden_size());
 }
 void Encoder::check_pooling(const std::string& pooling) { (void)PoolingConfig::from_names(pooling); }
+void Encoder::check_config(const std::string& config_path) {
+  api::require_file(config_path);
+  (void)EncoderConfig::load(config_path);
+}
 bool Encoder::is_sentence_transformer() const { return impl_->st.has_value(); }
 int64_t Encoder::vocab_size() const { return impl_->config().vocab_size; }
 int64_t Encoder::max_position_embeddings() const { return impl_->config().max_position_embeddings; }

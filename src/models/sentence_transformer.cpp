@@ -170,7 +170,7 @@ Tensor SentenceTransformer::embed(const std::vector<const Encoding*>& batch) con
   Tensor ids = stack(batch, &Encoding::input_ids, L);
   Tensor tt = stack(batch, &Encoding::token_type_ids, L);
   Tensor mask = stack(batch, &Encoding::attention_mask, L);
-  EncoderOutput out = encoder_->forward(ids, tt, mask);
+  EncoderOutput out = encoder_->forward_unpadded(ids, tt, mask);  // pooling reads the real tokens only
   Tensor x = pool(pooling_, out.last_hidden_state, mask, prompt_length_);
   for (const DenseModule& d : dense_) x = d.forward(x);
   if (normalize_) l2_normalize_rows(x);

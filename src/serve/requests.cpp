@@ -1,5 +1,8 @@
 #include "serve/requests.h"
 
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
 #include <nlohmann/json.hpp>
 
 namespace tfm::serve {
@@ -287,6 +290,47 @@ TranslateRequest parse_translate_request(std::string_view body, const RequestLim
   }
   r.api_key = string_or(j, "api_key", "");
   if (j.contains("truncate") && !j["truncate"].is_null()) r.truncate = bool_or(j, "truncate", false);
+  // Generation fields: checked for type and range here, the rest (sampling with beam_size > 1) by tfm::Translator.
+  auto whole = [&](const char* name, int64_t lo, int64_t hi, int64_t& out) {
+    auto it = j.find(name);
+    if (it == j.end() || it->is_null()) return;
+    if (!it->is_number_integer() || it->get<int64_t>() < lo || it->get<int64_t>() > hi)
+      throw validation_error(std::string("`") + name + "` must be a whole number from " + std::to_string(lo) + " to " +
+                             std::to_string(hi));
+    out = it->get<int64_t>();
+    r.generation = true;
+  };
+  auto number = [&](const char* name, double lo, double hi, double& out) {  // in (lo, hi]
+    auto it = j.find(name);
+    if (it == j.end() || it->is_null()) return;
+    const double v = it->is_number() ? it->get<double>() : NAN;
+    if (!(v > lo && v <= hi))
+      throw validation_error(std::string("`") + name + "` must be a number in (" + std::to_string((int64_t)lo) + ", " +
+                             std::to_string((int64_t)hi) + "]");
+    out = v;
+    r.generation = true;
+  };
+  whole("sampling_topk", 0, 1 << 20, r.sampling_topk);
+  whole("no_repeat_ngram_size", 0, 1000, r.no_repeat_ngram_size);
+  whole("min_length", 0, 100000, r.min_length);
+  int64_t seed = 0;
+  whole("seed", 0, INT64_MAX, seed);
+  r.seed = (uint64_t)seed;
+  number("sampling_topp", 0, 1, r.sampling_topp);
+  number("sampling_temperature", 0, 1000, r.sampling_temperature);
+  number("repetition_penalty", 0, 100, r.repetition_penalty);
+  if (auto it = j.find("target_prefix"); it != j.end() && !it->is_null()) {
+    if (it->is_string()) {
+      r.target_prefix.assign(r.q.size(), it->get<std::string>());
+    } else if (it->is_array() && it->size() == r.q.size() &&
+               std::all_of(it->begin(), it->end(), [](const json& e) { return e.is_string(); })) {
+      for (const json& e : *it) r.target_prefix.push_back(e.get<std::string>());
+    } else {
+      throw validation_error("`target_prefix` must be a string or a list of " + std::to_string(r.q.size()) +
+                             " strings (one per `q`)");
+    }
+    r.generation = true;
+  }
   return r;
 }
 

@@ -100,6 +100,14 @@ struct TranslateRequest {
   int64_t alternatives = 0;
   std::string api_key;
   std::optional<bool> truncate;  // unset: the server's --auto-truncate
+  // Generation fields (CTranslate2 / Hugging Face names, as tfm::TranslateOptions): "sampling_topk",
+  // "sampling_topp", "sampling_temperature", "seed", "repetition_penalty", "no_repeat_ngram_size", "min_length",
+  // and "target_prefix" (a string for every q, or a list aligned with q). `generation` is true when any is given.
+  bool generation = false;
+  int64_t sampling_topk = 1, no_repeat_ngram_size = 0, min_length = 0;
+  double sampling_topp = 1, sampling_temperature = 1, repetition_penalty = 1;
+  uint64_t seed = 0;
+  std::vector<std::string> target_prefix;  // empty or [q.size()]
 };
 // A form's fields as a JSON object: numbers ("beam_size", "alternatives") as numbers, "truncate" as a boolean,
 // everything else as strings; a field given twice is a list of its values ("q").

@@ -5,6 +5,7 @@
 #include <sys/socket.h>
 #include <signal.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cmath>
@@ -41,10 +42,33 @@ namespace {
 
 volatile std::sig_atomic_t g_signal = 0;
 
-// Batch keys: the operation (kOpTranslate + beam_size for translation) plus kPromptSlot times the request's prompt
-// slot (embedding with another prompt than the server's batches apart: a Pooling may exclude the prompt).
-constexpr int64_t kOpEmbed = 1, kOpEmbedAll = 2, kOpAttention = 3, kOpLogits = 4, kOpSparse = 5, kOpTranslate = 100;
+// Batch keys: the operation plus kPromptSlot times the request's prompt slot (embedding with another prompt than the
+// server's batches apart: a Pooling may exclude the prompt); kOpTranslate + pair * kPairStride + beam_size: one
+// batch per language pair and beam size; kOpGeneration + n: the tasks of one /translate request with generation
+// fields (their options in Server::custom_). An embedding server never makes translation keys and vice versa.
+constexpr int64_t kOpEmbed = 1, kOpEmbedAll = 2, kOpAttention = 3, kOpLogits = 4, kOpSparse = 5, kOpTranslate = 100,
+                  kPairStride = 1000, kOpGeneration = int64_t(1) << 40;
 constexpr int64_t kPromptSlot = 1000;
+
+// A translation folder's languages: config.json source_lang / target_lang, else a folder name ending in
+// "-SRC-TGT" with 2- or 3-letter codes (opus-mt-en-fr, en-fr), else none ("").
+std::pair<std::string, std::string> folder_languages(const std::string& dir, const json& cj, const std::string& path) {
+  std::string s = json_string_or(cj, "source_lang", "", path), t = json_string_or(cj, "target_lang", "", path);
+  if (!s.empty() && !t.empty()) return {s, t};
+  std::string name = dir;
+  while (name.size() > 1 && name.back() == '/') name.pop_back();
+  if (auto p = name.rfind('/'); p != std::string::npos) name = name.substr(p + 1);
+  auto code = [](const std::string& c) {
+    return (c.size() == 2 || c.size() == 3) &&
+           std::all_of(c.begin(), c.end(), [](char ch) { return ch >= 'a' && ch <= 'z'; });
+  };
+  const size_t b = name.rfind('-');
+  if (b == std::string::npos || b == 0) return {s, t};
+  const size_t a = name.rfind('-', b - 1), start = a == std::string::npos ? 0 : a + 1;
+  const std::string src = name.substr(start, b - start), tgt = name.substr(b + 1);
+  if (code(src) && code(tgt)) return {s.empty() ? src : s, t.empty() ? tgt : t};
+  return {s, t};
+}
 
 // TFM_SERVE_DEBUG_DELAY_MS: tests only. Sleeps this long before loading the model and before each batch, so a
 // test can see /health 503, a full server (429) and SIGTERM with a request in flight without racing.
@@ -163,13 +187,32 @@ class Server {
     const json cj = load_json_file(config_path);
     model_type_ = json_string_or(cj, "model_type", "bert", config_path);
     translation_ = model_type_ == "transformer_seq2seq";
-    if (!translation_ && model_type_ != "bert" && model_type_ != "transformer_encoder" && model_type_ != "roberta" &&
-        model_type_ != "xlm-roberta" && model_type_ != "camembert")
-      throw std::runtime_error(config_path + ": model_type '" + model_type_ +
-                               "' cannot be served (bert, roberta, xlm-roberta, camembert, transformer_encoder or "
-                               "transformer_seq2seq)");
-    source_lang_ = !o.source_lang.empty() ? o.source_lang : json_string_or(cj, "source_lang", "en", config_path);
-    target_lang_ = !o.target_lang.empty() ? o.target_lang : json_string_or(cj, "target_lang", "fr", config_path);
+    // Any family the library loads is served; its check names the supported model types.
+    if (!translation_) Encoder::check_config(config_path);
+    if (!o.extra_models.empty() && !translation_)
+      throw std::runtime_error("several --model folders are served only for translation; " + o.model + " is a " +
+                               model_type_ + " folder");
+    if (translation_) {
+      auto [s, t] = folder_languages(o.model, cj, config_path);
+      source_lang_ = !o.source_lang.empty() ? o.source_lang : !s.empty() ? s : "en";
+      target_lang_ = !o.target_lang.empty() ? o.target_lang : !t.empty() ? t : "fr";
+      pairs_.push_back({o.model, source_lang_, target_lang_, nullptr});
+    }
+    for (const std::string& dir : o.extra_models) {
+      const std::string path = dir + "/config.json";
+      const json c = load_json_file(path);
+      if (const std::string mt = json_string_or(c, "model_type", "bert", path); mt != model_type_)
+        throw std::runtime_error(path + ": model_type '" + mt + "'; every --model of a translation server must be a " +
+                                 model_type_ + " folder");
+      auto [s, t] = folder_languages(dir, c, path);
+      if (s.empty() || t.empty())
+        throw std::runtime_error(dir + ": no language pair: give source_lang and target_lang in its config.json or "
+                                 "name the folder SRC-TGT (en-fr)");
+      for (const Pair& p : pairs_)
+        if (p.source == s && p.target == t)
+          throw std::runtime_error("--model " + p.model + " and --model " + dir + " both translate " + s + " -> " + t);
+      pairs_.push_back({dir, s, t, nullptr});
+    }
     limits_.max_client_batch_size = o.max_client_batch_size;
     limits_.max_input_chars = o.payload_limit;
     model_id_ = o.model;
@@ -249,7 +292,8 @@ class Server {
   void load() {
     debug_delay();
     if (translation_) {
-      translator_ = std::make_unique<TranslationBackend>(o_.model, o_.threads);
+      for (Pair& p : pairs_) p.backend = std::make_unique<TranslationBackend>(p.model, o_.threads);
+      translator_ = pairs_.front().backend.get();
     } else if (std::filesystem::exists(o_.model + "/modules.json")) {
       embedder_ = load_sentence_transformer_embedding(o_.model, o_.pooling, o_.prompt_name, o_.no_prompt, o_.threads);
     } else {
@@ -284,7 +328,9 @@ class Server {
         if (meta.is_object() && meta.contains("tfm_dtype") && meta["tfm_dtype"] == "int8") dtype_ = "int8";
       }
     }
-    max_input_length_ = translation_ ? translator_->max_source_tokens()
+    int64_t max_source = 0;
+    for (const Pair& p : pairs_) max_source = std::max(max_source, p.backend->max_source_tokens());
+    max_input_length_ = translation_ ? max_source
                         : embedder_  ? embedder_->max_input_length()
                                      : head_max_length_;
     max_input_length_ = std::max(max_input_length_, head_max_length_);
@@ -335,10 +381,30 @@ class Server {
       }
     } else if (key == kOpAttention) {
       for (Task* t : batch) t->json = translator_->attention(t->ids).dump();
+    } else if (key >= kOpGeneration) {
+      std::pair<size_t, TranslateOptions> c;
+      {
+        std::lock_guard<std::mutex> lock(custom_mu_);
+        c = custom_.at(key);
+      }
+      std::vector<const std::vector<int64_t>*> src;
+      for (Task* t : batch) src.push_back(&t->ids);
+      bool prefix = false;
+      for (Task* t : batch) prefix |= !t->target_prefix.empty();
+      if (prefix)
+        for (Task* t : batch) c.second.target_prefix.push_back(t->target_prefix);
+      std::vector<std::string> out;
+      try {
+        out = pairs_[c.first].backend->translate(src, c.second);
+      } catch (const std::invalid_argument& e) {  // an option the Translator refuses (sampling with a beam, ...)
+        throw validation_error(e.what());
+      }
+      for (size_t i = 0; i < batch.size(); ++i) batch[i]->text = std::move(out[i]);
     } else {
       std::vector<const std::vector<int64_t>*> src;
       for (Task* t : batch) src.push_back(&t->ids);
-      auto out = translator_->translate(src, key - kOpTranslate);
+      const int64_t k = key - kOpTranslate;
+      auto out = pairs_[k / kPairStride].backend->translate(src, k % kPairStride);
       for (size_t i = 0; i < batch.size(); ++i) batch[i]->text = std::move(out[i]);
     }
   }
@@ -889,20 +955,51 @@ class Server {
                     throw validation_error("`alternatives` " + std::to_string(r.alternatives) +
                                            " is not supported: this server gives one translation per text "
                                            "(send 0 or leave it out)");
-                  check_languages(r.source, r.target);
+                  const size_t pair = route(r.source, r.target);
+                  TranslationBackend& backend = *pairs_[pair].backend;
                   const auto t0 = std::chrono::steady_clock::now();
                   std::vector<Task> tasks(r.q.size());
                   for (size_t i = 0; i < r.q.size(); ++i) {
                     try {
-                      tasks[i].ids = translator_->encode_source(r.q[i], r.truncate.value_or(o_.auto_truncate));
+                      tasks[i].ids = backend.encode_source(r.q[i], r.truncate.value_or(o_.auto_truncate));
                     } catch (const ApiError& e) {
                       throw validation_error(std::string("`q") + (r.single ? "" : "[" + std::to_string(i) + "]") +
                                              "`: " + e.what());
                     }
-                    tasks[i].key = kOpTranslate + r.beam_size;
+                    tasks[i].key = kOpTranslate + (int64_t)pair * kPairStride + r.beam_size;
                     tasks[i].tokens = (int64_t)tasks[i].ids.size();
+                    if (!r.target_prefix.empty()) tasks[i].target_prefix = r.target_prefix[i];
                   }
                   metrics_.observe_tokenization(seconds_since(t0));
+                  // Generation fields: this request's tasks batch on their own, with its options.
+                  int64_t key = 0;
+                  if (r.generation) {
+                    TranslateOptions o;
+                    o.beam_size = r.beam_size;
+                    o.sampling_topk = r.sampling_topk;
+                    o.sampling_topp = (float)r.sampling_topp;
+                    o.sampling_temperature = (float)r.sampling_temperature;
+                    o.seed = r.seed;
+                    o.repetition_penalty = (float)r.repetition_penalty;
+                    o.no_repeat_ngram_size = r.no_repeat_ngram_size;
+                    o.min_length = r.min_length;
+                    if (o.sampling_topk != 1 && o.beam_size > 1)
+                      throw validation_error("`sampling_topk` " + std::to_string(o.sampling_topk) +
+                                             " samples one token a step; it needs `beam_size` 1");
+                    std::lock_guard<std::mutex> lock(custom_mu_);
+                    key = kOpGeneration + next_custom_++;
+                    custom_[key] = {pair, o};
+                    for (Task& t : tasks) t.key = key;
+                  }
+                  struct Forget {  // the options go when the request ends, however it ends
+                    Server* s;
+                    int64_t key;
+                    ~Forget() {
+                      if (!key) return;
+                      std::lock_guard<std::mutex> lock(s->custom_mu_);
+                      s->custom_.erase(key);
+                    }
+                  } forget{this, key};
                   queue_->run(tasks, client_gone(req));
                   json alt = json::array();
                   if (r.single) {
@@ -928,11 +1025,15 @@ class Server {
                 }, true));
       add("GET", "/languages", "LibreTranslate /languages",
           guard([this](const httplib::Request&, httplib::Response& res) {
-                 json out = json::array({{{"code", source_lang_}, {"name", language_name(source_lang_)},
-                                          {"targets", {target_lang_}}}});
-                 if (target_lang_ != source_lang_)
-                   out.push_back({{"code", target_lang_}, {"name", language_name(target_lang_)},
-                                  {"targets", json::array()}});
+                 json out = json::array();  // LibreTranslate: one entry per source language with its targets
+                 for (const Pair& p : pairs_) {
+                   auto it = std::find_if(out.begin(), out.end(), [&](const json& e) { return e["code"] == p.source; });
+                   if (it == out.end())
+                     out.push_back({{"code", p.source}, {"name", language_name(p.source)},
+                                    {"targets", json::array({p.target})}});
+                   else
+                     (*it)["targets"].push_back(p.target);
+                 }
                  send_json(res, 200, out);
                }, false));
       for (const char* path : {"/embed", "/embed_all", "/v1/embeddings", "/tokenize", "/decode", "/predict", "/rerank",
@@ -957,13 +1058,19 @@ class Server {
     return j.is_object() && j.contains(field);
   }
 
-  void check_languages(const std::string& source, const std::string& target) const {
-    if (source != "auto" && source != source_lang_)
-      throw validation_error("`source` '" + source + "' is not supported: this model translates " + source_lang_ +
-                             " -> " + target_lang_ + " (GET /languages)");
-    if (target != target_lang_)
-      throw validation_error("`target` '" + target + "' is not supported: this model translates " + source_lang_ +
-                             " -> " + target_lang_ + " (GET /languages)");
+  // The pair serving source -> target ("auto": the first pair into target), or 422 naming the pairs served.
+  size_t route(const std::string& source, const std::string& target) const {
+    std::string served;
+    for (const Pair& p : pairs_) served += (served.empty() ? "" : ", ") + p.source + " -> " + p.target;
+    const char* what = pairs_.size() == 1 ? "this model translates " : "this server translates ";
+    bool source_known = source == "auto";
+    for (size_t i = 0; i < pairs_.size(); ++i) {
+      source_known |= pairs_[i].source == source;
+      if ((source == "auto" || pairs_[i].source == source) && pairs_[i].target == target) return i;
+    }
+    if (!source_known)
+      throw validation_error("`source` '" + source + "' is not supported: " + what + served + " (GET /languages)");
+    throw validation_error("`target` '" + target + "' is not supported: " + what + served + " (GET /languages)");
   }
 
   json info() const {
@@ -981,6 +1088,8 @@ class Server {
     if (translation_) {
       j["source_lang"] = source_lang_;
       j["target_lang"] = target_lang_;
+      j["pairs"] = json::array();
+      for (const Pair& p : pairs_) j["pairs"].push_back({{"source", p.source}, {"target", p.target}, {"model", p.model}});
       j["max_beam_size"] = o_.max_beam_size;
       if (ready_) j["num_layers"] = translator_->num_layers(), j["num_heads"] = translator_->num_heads();
     } else {
@@ -1010,7 +1119,15 @@ class Server {
   std::atomic<int64_t> in_flight_{0};
   int64_t max_input_length_ = 0;
   std::unique_ptr<EmbeddingModel> embedder_;
-  std::unique_ptr<TranslationBackend> translator_;
+  struct Pair {
+    std::string model, source, target;
+    std::unique_ptr<TranslationBackend> backend;
+  };
+  std::vector<Pair> pairs_;
+  std::mutex custom_mu_;
+  std::map<int64_t, std::pair<size_t, TranslateOptions>> custom_;  // kOpGeneration keys in flight
+  int64_t next_custom_ = 0;          // translation: one per --model, the first is translator_ (/attention)
+  TranslationBackend* translator_ = nullptr;
   std::unique_ptr<Classifier> head_;  // sequence classification / cross-encoder, when the folder has one
   std::unique_ptr<MaskFiller> sparse_;  // masked-LM head: /embed_sparse
   std::mutex prompt_mu_;

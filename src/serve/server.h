@@ -10,11 +10,16 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace tfm::serve {
 
 struct ServeOptions {
   std::string model;                 // model folder
+  // Translation: more model folders (tfm serve --model en-fr/ --model fr-en/): /translate routes by source and
+  // target as LibreTranslate does; each folder's languages come from its config.json (source_lang, target_lang),
+  // else from a folder name ending in "-SRC-TGT" (opus-mt-en-fr, en-fr).
+  std::vector<std::string> extra_models;
   std::string host = "127.0.0.1";    // loopback unless told otherwise
   int port = 8080;                   // 0: any free port (printed at start)
   int64_t max_batch_tokens = 16384;  // padded tokens per model batch (inputs x longest input)
