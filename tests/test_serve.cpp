@@ -1096,9 +1096,6 @@ TEST(Serve, SeveralLanguagePairsAreRouted) {
   EXPECT_EQ(s.terminate(), 0) << s.log();
 }
 
-}  // namespace
-}  // namespace tfm
-
 // ------------------------------------------------------------------ text-embeddings-inference / OpenAI request fields
 // Expected values: tests/fixtures/serve/expected.safetensors (scripts/make_serve_fixtures.py, PyTorch).
 
@@ -1218,8 +1215,8 @@ TEST(ServeFields, EmbedFieldsMatchPyTorch) {
   r = http("POST", s.url("/v1/embeddings"), json({{"input", texts}, {"encoding_format", "base64"}}).dump());
   ASSERT_EQ(r.status, 200) << r.body;
   {
-    json rows = json::array();
-    for (const auto& d : r.j()["data"]) {
+    json rows = json::array(), reply = r.j();
+    for (const auto& d : reply["data"]) {
       ASSERT_TRUE(d["embedding"].is_string()) << r.body;
       rows.push_back(fields::unbase64_f32(d["embedding"]));
     }
@@ -1417,3 +1414,6 @@ TEST(ServeFields, TranslateTakesFormBodies) {
                422, "validation", "unknown field");
   EXPECT_EQ(s.terminate(), 0) << s.log();
 }
+
+}  // namespace
+}  // namespace tfm

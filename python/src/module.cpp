@@ -747,7 +747,7 @@ PYBIND11_MODULE(_tfm, m) {
             std::vector<tfm::TextEncoding> enc = encode_texts(f.tokenizer(), t, max_length);
             for (size_t i = 0; i < enc.size(); ++i)
               if (std::count(enc[i].input_ids.begin(), enc[i].input_ids.end(), f.mask_token_id()) == 0)
-                throw py::value_error("input " + std::to_string(i) + " has no [MASK] token");
+                throw py::value_error("input " + std::to_string(i) + " has no " + f.mask_token() + " token");
             std::vector<std::vector<std::vector<tfm::MaskCandidate>>> r;
             {
               py::gil_scoped_release nogil;

@@ -123,6 +123,7 @@ EmbedRequest parse_embed_request(std::string_view body, const RequestLimits& lim
   json j = parse_object(body);
   const bool openai = route == EmbedRoute::OpenAI;
   const char* field = openai ? "input" : "inputs";
+  if (!j.contains(field)) throw validation_error(std::string("missing field `") + field + "`");
   switch (route) {
     case EmbedRoute::Embed:
       only_fields(j, {"inputs", "normalize", "truncate", "truncation_direction", "prompt_name", "dimensions"});
