@@ -351,7 +351,7 @@ TEST(TranslateInput, OutputIsWrittenAtomically) {
   spit(dir.path + "/in.txt", text);
   spit(dir.path + "/out.txt", "old\n");
   auto r = run_tfm_in(dir.path, {"translate", "--model", fixture("d2l_trained"), "--input", dir.path + "/in.txt",
-                                 "--output", dir.path + "/out.txt"});
+                                 "--output", dir.path + "/out.txt", "-q"});
   tfm::test::expect_one_line_error(r, "sentence 1000: invalid UTF-8");
   EXPECT_EQ(slurp(dir.path + "/out.txt"), "old\n");
   r = run_tfm_in(dir.path, {"translate", "--model", fixture("d2l_trained"), "--input", dir.path + "/none.txt"});
