@@ -327,7 +327,7 @@ TEST(TranslateInput, StreamsAFileInInputOrder) {
   const auto [text, want] = mixed_input();
   spit(dir.path + "/in.txt", text);
   auto r = run_tfm_in(dir.path, {"translate", "--model", fixture("d2l_trained"), "--input", dir.path + "/in.txt",
-                                 "--output", dir.path + "/out.txt", "--max-batch-tokens", "23", "--progress"});
+                                 "--output", dir.path + "/out.txt", "--max-batch-tokens", "23", "--progress", "-q"});
   ASSERT_EQ(r.exit_code, 0) << r.describe();
   EXPECT_EQ(r.out, "");
   EXPECT_EQ(lines_of(slurp(dir.path + "/out.txt")), want);
@@ -335,7 +335,7 @@ TEST(TranslateInput, StreamsAFileInInputOrder) {
   EXPECT_NE(r.err.find("sentences/s"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("100%, ETA 00:00"), std::string::npos) << r.err;
   // stdin to stdout streams the same way (no progress without --progress when stderr is not a terminal).
-  r = run_tfm_in(dir.path, {"translate", "--model", fixture("d2l_trained"), "--max-batch-tokens", "4096"}, text);
+  r = run_tfm_in(dir.path, {"translate", "--model", fixture("d2l_trained"), "--max-batch-tokens", "4096", "-q"}, text);
   ASSERT_EQ(r.exit_code, 0) << r.describe();
   EXPECT_EQ(lines_of(r.out), want);
   EXPECT_EQ(r.err, "");
@@ -351,7 +351,7 @@ TEST(TranslateInput, OutputIsWrittenAtomically) {
   spit(dir.path + "/in.txt", text);
   spit(dir.path + "/out.txt", "old\n");
   auto r = run_tfm_in(dir.path, {"translate", "--model", fixture("d2l_trained"), "--input", dir.path + "/in.txt",
-                                 "--output", dir.path + "/out.txt"});
+                                 "--output", dir.path + "/out.txt", "-q"});
   tfm::test::expect_one_line_error(r, "sentence 1000: invalid UTF-8");
   EXPECT_EQ(slurp(dir.path + "/out.txt"), "old\n");
   r = run_tfm_in(dir.path, {"translate", "--model", fixture("d2l_trained"), "--input", dir.path + "/none.txt"});

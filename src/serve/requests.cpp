@@ -270,7 +270,9 @@ DecodeRequest parse_decode_request(std::string_view body, const RequestLimits& l
 
 TranslateRequest parse_translate_request(std::string_view body, const RequestLimits& limits, int64_t max_beam_size) {
   json j = parse_object(body);
-  only_fields(j, {"q", "source", "target", "format", "beam_size", "alternatives", "api_key", "truncate"});
+  only_fields(j, {"q", "source", "target", "format", "beam_size", "alternatives", "api_key", "truncate",
+                  "sampling_topk", "sampling_topp", "sampling_temperature", "seed", "repetition_penalty",
+                  "no_repeat_ngram_size", "min_length", "target_prefix"});
   TranslateRequest r;
   r.q = string_or_list(j, "q", limits, r.single);
   r.source = string_or(j, "source", "auto");

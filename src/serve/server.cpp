@@ -344,7 +344,8 @@ class Server {
   // Runs on the queue's worker thread: the only thread that touches the model.
   void run_batch(std::vector<Task*>& batch) {
     debug_delay();
-    const int64_t key = batch[0]->key % kPromptSlot;
+    // Embedding keys carry a prompt slot; translation keys carry the pair and the beam size (or a generation id).
+    const int64_t key = translation_ ? batch[0]->key : batch[0]->key % kPromptSlot;
     if (key == kOpEmbed || key == kOpEmbedAll) {
       const std::string prompt = prompt_of_slot(batch[0]->key / kPromptSlot);
       std::vector<TokenizedInput> inputs(batch.size());
