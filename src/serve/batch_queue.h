@@ -41,6 +41,7 @@ struct Task {
   int64_t key = 0;                  // tasks batch together only with the same key
   int64_t tokens = 0;               // sequence length, padding excluded
   std::vector<int64_t> ids, token_type_ids;
+  std::string target_prefix;        // translation: the text the translation starts with ("" = none)
   // Results, written by the runner.
   std::vector<float> vector;        // pooled embedding [D] or token embeddings [tokens, H]
   std::string text;                 // translation
