@@ -1064,9 +1064,6 @@ TEST(Serve, SeveralLanguagePairsAreRouted) {
   EXPECT_EQ(s.terminate(), 0) << s.log();
 }
 
-}  // namespace
-}  // namespace tfm
-
 // ------------------------------------------------------------------ text-embeddings-inference / OpenAI request fields
 // Expected values: tests/fixtures/serve/expected.safetensors (scripts/make_serve_fixtures.py, PyTorch).
 
@@ -1108,6 +1105,8 @@ json openai_rows(const Reply& r) {
 }
 
 }  // namespace fields
+using namespace fields;
+
 
 TEST(ServeFields, EmbedFieldsMatchPyTorch) {
   auto e = SafeTensors::open(test::fixture("st_mean/expected.safetensors"));
@@ -1385,3 +1384,6 @@ TEST(ServeFields, TranslateTakesFormBodies) {
                422, "validation", "unknown field");
   EXPECT_EQ(s.terminate(), 0) << s.log();
 }
+
+}  // namespace
+}  // namespace tfm
