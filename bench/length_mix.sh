@@ -8,7 +8,7 @@
 #   - ONNX Runtime fp32 (npm onnxruntime-node) fed the padded batch with its attention_mask (the model exported
 #     by Debian's torch with both inputs: bench/peers_pytorch.py export --with-mask).
 # The texts: Multi30k train.en and fra-eng English sentences (../shared/data), shuffled with a fixed seed; a
-# text joins 1 to 8 consecutive sentences (uniform count) so that lengths spread over 5-128 tokens; tokenized by
+# text joins 1 to 10 consecutive sentences (uniform count) so that lengths spread over 5-128 tokens; tokenized by
 # `tfm tokenize` with bert-base-uncased's tokenizer (special tokens included, --max-length 128), texts under 5
 # tokens dropped. Every engine runs the same batches in the same order; one rep is one pass over all batches.
 # Prints the lengths' summary, one line per engine (ms per pass, ms per batch, ratio to ONNX Runtime) and the
@@ -61,7 +61,7 @@ rng = random.Random(24)
 rng.shuffle(sents)
 texts, at = [], 0
 for _ in range(n):
-    k = rng.randint(1, 8)
+    k = rng.randint(1, 10)
     texts.append(" ".join(sents[at:at + k]))
     at += k
 open(out, "w", encoding="utf-8").write("\n".join(texts) + "\n")

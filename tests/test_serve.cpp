@@ -1137,6 +1137,8 @@ json openai_rows(const Reply& r) {
 }
 
 }  // namespace fields
+using namespace fields;
+
 
 TEST(ServeFields, EmbedFieldsMatchPyTorch) {
   auto e = SafeTensors::open(test::fixture("st_mean/expected.safetensors"));
