@@ -5,6 +5,7 @@
 #include "io/json_util.h"
 #include "models/bert.h"
 #include "models/checkpoint_weights.h"
+#include "models/mpnet.h"
 #include "models/roberta.h"
 #include "models/transformer_encoder.h"
 
@@ -14,7 +15,7 @@ bool is_roberta_family(const std::string& model_type) {
   return model_type == "roberta" || model_type == "xlm-roberta" || model_type == "camembert";
 }
 
-std::string supported_encoder_types() { return "bert, roberta, xlm-roberta, camembert, transformer_encoder"; }
+std::string supported_encoder_types() { return "bert, roberta, xlm-roberta, camembert, mpnet, transformer_encoder"; }
 
 EncoderConfig EncoderConfig::from_json(const nlohmann::json& j, const std::string& file) {
   EncoderConfig c;
@@ -29,7 +30,10 @@ EncoderConfig EncoderConfig::from_json(const nlohmann::json& j, const std::strin
   c.layer_norm_eps = json_number_or(j, "layer_norm_eps", 1e-12, file);
   c.hidden_act = json_string_or(j, "hidden_act", "gelu", file);
   // RobertaConfig's default pad_token_id is 1 (<pad> in fairseq's dictionary); BertConfig's is 0.
-  c.pad_token_id = json_int_or(j, "pad_token_id", is_roberta_family(c.model_type) ? 1 : 0, file);
+  const bool pad_one = is_roberta_family(c.model_type) || c.model_type == "mpnet";  // MPNetConfig's default too
+  c.pad_token_id = json_int_or(j, "pad_token_id", pad_one ? 1 : 0, file);
+  c.relative_attention_num_buckets = json_int_or(j, "relative_attention_num_buckets", 32, file);
+  check_at_most(file, "relative_attention_num_buckets", c.relative_attention_num_buckets, 1 << 16);
   auto positive = [&](const char* key, int64_t v) {
     if (v <= 0) throw std::runtime_error(file + ": key '" + key + "' must be positive, found " + std::to_string(v));
   };
@@ -62,7 +66,8 @@ EncoderConfig EncoderConfig::from_json(const nlohmann::json& j, const std::strin
   const std::string pos = json_string_or(j, "position_embedding_type", "absolute", file);
   if (pos != "absolute")
     throw std::runtime_error(file + ": position_embedding_type '" + pos + "' is not supported (only 'absolute')");
-  if (c.model_type != "bert" && c.model_type != "transformer_encoder" && !is_roberta_family(c.model_type))
+  if (c.model_type != "bert" && c.model_type != "transformer_encoder" && c.model_type != "mpnet" &&
+      !is_roberta_family(c.model_type))
     throw std::runtime_error(file + ": model_type '" + c.model_type +
                              "' is not an encoder this tool runs (supported: " + supported_encoder_types() + ")");
   return c;
@@ -73,6 +78,7 @@ EncoderConfig EncoderConfig::load(const std::string& path) { return from_json(lo
 std::unique_ptr<EncoderModel> make_encoder(const EncoderConfig& config, WeightSource& weights, ops::ComputeType dtype) {
   if (config.model_type == "transformer_encoder") return make_transformer_encoder(config, weights, dtype);
   if (is_roberta_family(config.model_type)) return make_roberta(config, weights, dtype);
+  if (config.model_type == "mpnet") return make_mpnet(config, weights, dtype);
   return make_bert(config, weights, dtype);
 }
 

@@ -206,6 +206,11 @@ TFM_ALWAYS_INLINE void flash_task(const FlashArgs& a, int64_t bh, int64_t i_begi
         const int64_t nvis = lim[r] - j0 < nk ? (lim[r] - j0 < 0 ? 0 : lim[r] - j0) : nk;
         const float* km = mk.key_mask ? mk.key_mask + b * Lk + j0 : nullptr;
         const float* gm = mk.mask ? mk.mask + (b * Lq + i) * Lk + j0 : nullptr;
+        if (mk.bias) {  // S += bias[b, h, i, j0 .. j0 + nvis)
+          const float* br = mk.bias + b * mk.bias_batch_stride + (h * Lq + i) * Lk + j0;
+#pragma omp simd
+          for (int64_t j = 0; j < nvis; ++j) s[j] += br[j];
+        }
         if (km || gm) {
           for (int64_t j = 0; j < nvis; ++j)
             if ((km && km[j] == 0.0f) || (gm && gm[j] == 0.0f)) s[j] = -INFINITY;
@@ -344,6 +349,11 @@ void attention_forward(float* out, float* probs, const float* q, const float* k,
       // S = scale * Q K^T  [Lq, Lk]
       gemm(false, true, Lq, Lk, Dh, d.scale, qb, d.q_ld, kb,
                   d.k_ld, 0.0f, P, Lk);
+      if (mask.bias) {  // S += bias[b, h]
+        const float* bias = mask.bias + b * mask.bias_batch_stride + h * Lq * Lk;
+#pragma omp simd
+        for (int64_t x = 0; x < Lq * Lk; ++x) P[x] += bias[x];
+      }
       for (int64_t i = 0; i < Lq; ++i) masked_softmax_row(P + i * Lk, b, i, Lq, Lk, mask);
       const float* A = P;
       if (dropout_mask) {
@@ -425,7 +435,8 @@ void attention_forward_ref(float* out, float* probs, const float* q, const float
           double acc = 0;
           for (int64_t c = 0; c < Dh; ++c)
             acc += (double)q[(b * Lq + i) * d.q_ld + h * Dh + c] * k[b * d.k_bs + j * d.k_ld + h * Dh + c];
-          s[j] = mask.visible(b, i, j, Lq, Lk) ? acc * d.scale : -INFINITY;
+          const double bias = mask.bias ? mask.bias[b * mask.bias_batch_stride + (h * Lq + i) * Lk + j] : 0.0;
+          s[j] = mask.visible(b, i, j, Lq, Lk) ? acc * d.scale + bias : -INFINITY;
           mx = std::fmax(mx, s[j]);
         }
         double sum = 0;

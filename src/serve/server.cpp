@@ -80,9 +80,9 @@ class Server {
     model_type_ = json_string_or(cj, "model_type", "bert", config_path);
     translation_ = model_type_ == "transformer_seq2seq";
     if (!translation_ && model_type_ != "bert" && model_type_ != "transformer_encoder" && model_type_ != "roberta" &&
-        model_type_ != "xlm-roberta" && model_type_ != "camembert")
+        model_type_ != "xlm-roberta" && model_type_ != "camembert" && model_type_ != "mpnet")
       throw std::runtime_error(config_path + ": model_type '" + model_type_ +
-                               "' cannot be served (bert, roberta, xlm-roberta, camembert, transformer_encoder or "
+                               "' cannot be served (bert, roberta, xlm-roberta, camembert, mpnet, transformer_encoder or "
                                "transformer_seq2seq)");
     source_lang_ = !o.source_lang.empty() ? o.source_lang : json_string_or(cj, "source_lang", "en", config_path);
     target_lang_ = !o.target_lang.empty() ? o.target_lang : json_string_or(cj, "target_lang", "fr", config_path);
