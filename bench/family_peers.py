@@ -1,12 +1,13 @@
 """Model side of `bench/encoder_peers.sh --family` (Debian's /usr/bin/python3 with torch).
 
   family_peers.py make-weights FAMILY DIR [--size base|tiny]
-      a random checkpoint of FAMILY (bert, roberta, mpnet; distilbert once scripts/ holds its reference) with the
+      a random checkpoint of FAMILY (bert, roberta, distilbert, mpnet) with the
       real Hugging Face tensor names and config keys: config.json + model.safetensors. base = the family's base
       size (12 layers, hidden 768, its own vocabulary and position table); tiny = 2 layers, hidden 32 (for checking
       that the benchmark runs, not for numbers).
   family_peers.py export FAMILY DIR OUT.onnx
-      the PyTorch reference of FAMILY (the fixture scripts' references: BertModelRef, RobertaRef, MPNetRef) on
+      the PyTorch reference of FAMILY (the fixture scripts' references: BertModelRef, RobertaRef, distil_forward,
+      MPNetRef) on
       those weights, exported with torch.onnx.export (opset 14, dynamic batch and sequence axes), input input_ids,
       output last_hidden_state.
   family_peers.py table TMPDIR FAMILY[,FAMILY...]
@@ -68,16 +69,24 @@ def family_ref(family):
         return mp.random_weights, lambda c, sd: (lambda ids: mp.MPNetRef(c, sd).forward(ids)[0])
     if family == "distilbert":
         try:
-            import make_distilbert_fixtures as db  # noqa: F401  (another branch's reference, when present)
+            import make_family_head_fixtures as fh  # DistilBERT's reference (distil_weights, distil_forward)
         except ImportError:
             return None
-        if not (hasattr(db, "random_weights") and hasattr(db, "DistilBertRef")):
+        if not (hasattr(fh, "distil_weights") and hasattr(fh, "distil_forward")):
             return None
-        return db.random_weights, lambda c, sd: (lambda ids: db.DistilBertRef(c, sd).forward(ids)[0])
+        return (lambda c: fh.distil_weights(vars(c), 0),
+                lambda c, sd: (lambda ids: fh.distil_forward(vars(c), sd, ids)))
     raise SystemExit(f"family_peers.py: unknown family '{family}' (bert, roberta, distilbert, mpnet)")
 
 
 def config_of(family, size):
+    if family == "distilbert":  # DistilBertConfig's own keys; distilbert-base-uncased: 6 layers of BERT-base's size
+        z = SIZES[size]
+        return dict(model_type="distilbert", architectures=["DistilBertModel"],
+                    vocab_size=30522 if size == "base" else 1000, dim=z["hidden_size"],
+                    n_layers=6 if size == "base" else z["num_hidden_layers"], n_heads=z["num_attention_heads"],
+                    hidden_dim=z["intermediate_size"], activation="gelu", max_position_embeddings=512,
+                    sinusoidal_pos_embds=False, pad_token_id=0, dropout=0.1, attention_dropout=0.1)
     if family not in FAMILY:
         raise SystemExit(f"family_peers.py: no base config for '{family}'")
     cfg = dict(COMMON, **FAMILY[family], **SIZES[size])

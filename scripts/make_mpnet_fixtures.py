@@ -30,6 +30,8 @@ MPNetForMaskedLM, modules.json, 1_Pooling mean, 2_Normalize): models.Pooling mea
 Inputs: token ids that the Hugging Face tokenizers library (npm) produced for tests/fixtures/mpnet/tokenizer.json
 (scripts/make_mpnet_tokenizer.js: tokenizer_cases.json).
 
+Heads (make_heads below): tests/fixtures/mpnet_seqcls, mpnet_tokcls, mpnet_mlm (MPNetFor* layouts).
+
 Writes tests/fixtures/mpnet/:
   config.json, sentence_bert_config.json, modules.json, 1_Pooling/config.json, 2_Normalize/, sentences.txt
   model.safetensors       MPNetModel layout (unprefixed, pooler) + the int64 embeddings.position_ids buffer
@@ -228,6 +230,88 @@ def write_json(path, obj):
         f.write("\n")
 
 
+def head_folder(name, config, sd, head):
+    """An MPNetFor* folder: "mpnet."-prefixed body without pooler (add_pooling_layer=False) + the head tensors."""
+    d = os.path.join(FIX, name)
+    os.makedirs(d, exist_ok=True)
+    write_json(os.path.join(d, "config.json"), config)
+    shutil.copyfile(os.path.join(OUT, "tokenizer.json"), os.path.join(d, "tokenizer.json"))
+    write_json(os.path.join(d, "tokenizer_config.json"), {
+        "tokenizer_class": "MPNetTokenizer", "do_lower_case": True, "model_max_length": 62,
+        "mask_token": {"content": "<mask>", "lstrip": True, "normalized": False, "rstrip": False,
+                       "single_word": False, "special": True}})
+    tensors = {"mpnet." + k: npy(v) for k, v in sd.items() if not k.startswith("pooler.")}
+    tensors.update({k: npy(v) for k, v in head.items()})
+    st.save(tensors, os.path.join(d, "model.safetensors"))
+    return d
+
+
+def make_heads(c, seqs, input_ids, attention_mask):
+    """modeling_mpnet.py heads on the padded batch of the fixture sentences (dropouts off):
+    MPNetClassificationHead: x = features[:, 0] -> dense -> tanh -> out_proj;
+    MPNetForTokenClassification: classifier(sequence_output);
+    MPNetLMHead: dense -> gelu -> layer_norm (layer_norm_eps) -> decoder (tied to mpnet.embeddings.word_embeddings,
+    not stored) + bias ("lm_head.bias"). Writes tests/fixtures/mpnet_{seqcls,tokcls,mlm}/expected.safetensors:
+    input_ids [4, L], attention_mask [4, L], logits ([4, 3] / [4, L, 5]); the masked LM: input_ids with token 3
+    of each row replaced by <mask>, logits [4, V] at those positions."""
+    H, V = c.hidden_size, c.vocab_size
+    mask_id = V - 1  # <mask>, last in scripts/make_mpnet_tokenizer.js's vocabulary
+    lin = lambda x, w, b: F.linear(x, w, b)  # noqa: E731
+
+    labels = ["negative", "neutral", "positive"]
+    cfg = dict(CONFIG, architectures=["MPNetForSequenceClassification"],
+               id2label={str(i): l for i, l in enumerate(labels)}, label2id={l: i for i, l in enumerate(labels)})
+    torch.manual_seed(2141)
+    sd = random_weights(c)
+    g = torch.Generator().manual_seed(2142)
+    head = {"classifier.dense.weight": torch.randn(H, H, generator=g) * 0.4,
+            "classifier.dense.bias": torch.randn(H, generator=g) * 0.1,
+            "classifier.out_proj.weight": torch.randn(3, H, generator=g) * 0.8,
+            "classifier.out_proj.bias": torch.randn(3, generator=g) * 0.1}
+    with torch.no_grad():
+        h, _ = MPNetRef(c, sd).forward(input_ids, attention_mask)
+        x = torch.tanh(lin(h[:, 0], head["classifier.dense.weight"], head["classifier.dense.bias"]))
+        logits = lin(x, head["classifier.out_proj.weight"], head["classifier.out_proj.bias"])
+    d = head_folder("mpnet_seqcls", cfg, sd, head)
+    st.save({"input_ids": npy(input_ids), "attention_mask": npy(attention_mask), "logits": npy(logits)},
+            os.path.join(d, "expected.safetensors"))
+
+    tl = ["O", "B-LOC", "I-LOC", "B-PER", "I-PER"]
+    cfg = dict(CONFIG, architectures=["MPNetForTokenClassification"],
+               id2label={str(i): l for i, l in enumerate(tl)}, label2id={l: i for i, l in enumerate(tl)})
+    torch.manual_seed(2151)
+    sd = random_weights(c)
+    g = torch.Generator().manual_seed(2152)
+    head = {"classifier.weight": torch.randn(5, H, generator=g) * 1.2, "classifier.bias": torch.randn(5, generator=g)}
+    with torch.no_grad():
+        h, _ = MPNetRef(c, sd).forward(input_ids, attention_mask)
+        logits = lin(h, head["classifier.weight"], head["classifier.bias"])
+    d = head_folder("mpnet_tokcls", cfg, sd, head)
+    st.save({"input_ids": npy(input_ids), "attention_mask": npy(attention_mask), "logits": npy(logits)},
+            os.path.join(d, "expected.safetensors"))
+
+    cfg = dict(CONFIG, architectures=["MPNetForMaskedLM"])
+    torch.manual_seed(2161)
+    sd = random_weights(c)
+    g = torch.Generator().manual_seed(2162)
+    head = {"lm_head.dense.weight": torch.randn(H, H, generator=g) * 0.3,
+            "lm_head.dense.bias": torch.randn(H, generator=g) * 0.3,
+            "lm_head.layer_norm.weight": 1 + 0.1 * torch.randn(H, generator=g),
+            "lm_head.layer_norm.bias": 0.1 * torch.randn(H, generator=g),
+            "lm_head.bias": torch.randn(V, generator=g) * 0.5}
+    masked = input_ids.clone()
+    masked[:, 3] = mask_id
+    with torch.no_grad():
+        h, _ = MPNetRef(c, sd).forward(masked, attention_mask)
+        x = F.gelu(lin(h[:, 3], head["lm_head.dense.weight"], head["lm_head.dense.bias"]))
+        x = F.layer_norm(x, (H,), head["lm_head.layer_norm.weight"], head["lm_head.layer_norm.bias"],
+                         c.layer_norm_eps)
+        logits = x @ sd["embeddings.word_embeddings.weight"].T + head["lm_head.bias"]
+    d = head_folder("mpnet_mlm", cfg, sd, head)
+    st.save({"input_ids": npy(masked), "attention_mask": npy(attention_mask), "logits": npy(logits)},
+            os.path.join(d, "expected.safetensors"))
+
+
 def main():
     torch.manual_seed(2111)
     c = Cfg(CONFIG)
@@ -303,6 +387,7 @@ def main():
              "input_ids_long": npy(ids_long), "last_hidden_state_long": npy(h_long),
              "relative_position": npy(rel), "bucket": npy(buckets), "embeddings": npy(emb)},
             os.path.join(OUT, "expected.safetensors"))
+    make_heads(c, seqs, input_ids, attention_mask)
     print(f"wrote {os.path.relpath(OUT, ROOT)}; zero-bias MPNetRef vs RobertaRef max |diff| {max(e1, e2):.2e}; "
           f"the bias moves the output by {moved:.2f}")
 

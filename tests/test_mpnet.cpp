@@ -3,6 +3,7 @@
 // tokenizer.json of MPNet's kind made by npm tokenizers in scripts/make_mpnet_tokenizer.js).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -14,6 +15,7 @@
 #include "io/npy.h"
 #include "io/safetensors.h"
 #include "models/encoder.h"
+#include "models/heads.h"
 #include "models/mpnet.h"
 #include "models/sentence_transformer.h"
 #include "run_tfm.h"
@@ -242,4 +244,99 @@ TEST(MpnetCli, EmbedMatchesSentenceTransformers) {
   r = run_tfm_in(tmp.path, {"embed", "--model", fixture("mpnet"), "--input", in, "--quiet"});
   ASSERT_EQ(r.exit_code, 0) << r.describe();
   EXPECT_LE(max_abs_diff(rows_of_jsonl(r.out), e.get("embeddings")), 1e-5);
+}
+
+// ------------------------------------------------------------------------------------------------ heads
+
+// MPNetForSequenceClassification (MPNetClassificationHead on <s>), MPNetForTokenClassification and
+// MPNetForMaskedLM (tied decoder) against modeling_mpnet.py's heads on the padded batch, fp32, and bf16 / int8
+// bodies by cosine of the logits rows.
+namespace {
+double min_row_cosine(const Tensor& a, const Tensor& b, int64_t row) {
+  const int64_t N = a.numel() / row;
+  double worst = 1.0;
+  for (int64_t n = 0; n < N; ++n) {
+    double ab = 0, aa = 0, bb = 0;
+    for (int64_t k = 0; k < row; ++k) {
+      double x = a.f32()[n * row + k], y = b.f32()[n * row + k];
+      ab += x * y, aa += x * x, bb += y * y;
+    }
+    const double cs = ab / std::sqrt(aa * bb);
+    if (!(cs >= worst)) worst = std::isnan(cs) ? -2.0 : cs;
+  }
+  return worst;
+}
+}  // namespace
+
+TEST(MpnetHeads, SequenceClassificationMatchesPyTorch) {
+  EXPECT_EQ(detect_head_kind(fixture("mpnet_seqcls")), HeadKind::SequenceClassification);
+  auto e = SafeTensors::open(fixture("mpnet_seqcls/expected.safetensors"));
+  for (ops::ComputeType ct : {ops::ComputeType::F32, ops::ComputeType::BF16, ops::ComputeType::I8}) {
+    TaskModel m = TaskModel::load(fixture("mpnet_seqcls"), HeadKind::SequenceClassification, ct);
+    ASSERT_EQ(m.num_labels(), 3);
+    EXPECT_EQ(m.head_config().id2label[2], "positive");
+    Tensor got = m.sequence_logits(e.get("input_ids"), Tensor(), e.get("attention_mask"));
+    if (ct == ops::ComputeType::F32)
+      EXPECT_LE(max_abs_diff(got, e.get("logits")), 1e-4);
+    else
+      EXPECT_GE(min_row_cosine(got, e.get("logits"), 3), ct == ops::ComputeType::BF16 ? 0.9999 : 0.999)
+          << ops::compute_type_name(ct);
+  }
+}
+
+TEST(MpnetHeads, TokenClassificationMatchesPyTorch) {
+  TaskModel m = TaskModel::load(fixture("mpnet_tokcls"), HeadKind::TokenClassification);
+  auto e = SafeTensors::open(fixture("mpnet_tokcls/expected.safetensors"));
+  Tensor mask = e.get("attention_mask");
+  Tensor got = m.token_logits(e.get("input_ids"), Tensor(), mask);
+  Tensor want = e.get("logits");
+  ASSERT_EQ(got.shape(), want.shape());
+  const int64_t C = want.size(2);
+  double d = 0;
+  for (int64_t n = 0; n < mask.numel(); ++n)  // real tokens (pad rows are not a pipeline output)
+    if (mask.i64()[n])
+      for (int64_t k = 0; k < C; ++k) d = std::max(d, (double)std::fabs(got.f32()[n * C + k] - want.f32()[n * C + k]));
+  EXPECT_LE(d, 1e-4);
+}
+
+TEST(MpnetHeads, MaskedLmTiedDecoderMatchesPyTorch) {
+  TaskModel m = TaskModel::load(fixture("mpnet_mlm"), HeadKind::MaskedLM);
+  EXPECT_TRUE(m.tied_decoder());
+  EXPECT_EQ(m.mask_token(), "<mask>");
+  EXPECT_EQ(m.mask_token_id(), 2509);
+  EXPECT_EQ(m.max_input_tokens(), 62);  // max_position_embeddings 64 less padding_idx 1 + 1
+  auto e = SafeTensors::open(fixture("mpnet_mlm/expected.safetensors"));
+  Tensor ids = e.get("input_ids");
+  std::vector<std::pair<int64_t, int64_t>> pos;
+  for (int64_t b = 0; b < ids.size(0); ++b) pos.push_back({b, 3});
+  Tensor got = m.mlm_logits(ids, Tensor(), e.get("attention_mask"), pos);
+  EXPECT_LE(max_abs_diff(got, e.get("logits")), 1e-4);
+}
+
+// tfm classify on the MPNet classifier: the pipeline's best label and softmax score from PyTorch's logits.
+TEST(MpnetHeads, ClassifyCliMatchesPyTorch) {
+  TempFolder tmp;
+  auto e = SafeTensors::open(fixture("mpnet_seqcls/expected.safetensors"));
+  Tensor logits = e.get("logits");
+  std::vector<std::string> sentences;
+  std::stringstream ss(test::slurp(fixture("mpnet/sentences.txt")));
+  for (std::string line; std::getline(ss, line);) sentences.push_back(line);
+  TfmRun r = run_tfm_in(tmp.path, {"classify", "--model", fixture("mpnet_seqcls"), "--input",
+                                   fixture("mpnet/sentences.txt"), "--threads", "1"});
+  ASSERT_EQ(r.exit_code, 0) << r.describe();
+  std::stringstream out(r.out);
+  const char* names[] = {"negative", "neutral", "positive"};
+  for (int64_t b = 0; b < (int64_t)sentences.size(); ++b) {
+    std::string line;
+    ASSERT_TRUE((bool)std::getline(out, line)) << r.out;
+    auto j = nlohmann::json::parse(line);
+    if (j.is_array()) j = j[0];
+    const float* l = logits.f32() + b * 3;
+    int best = 0;
+    for (int k = 1; k < 3; ++k) best = l[k] > l[best] ? k : best;
+    double z = 0;
+    for (int k = 0; k < 3; ++k) z += std::exp((double)l[k] - l[best]);
+    EXPECT_EQ(j.at("label"), names[best]) << line;
+    EXPECT_NEAR(j.at("score").get<double>(), 1.0 / z, 1e-4) << line;
+  }
 }

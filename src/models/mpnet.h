@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "models/encoder.h"
+#include "models/head_layout.h"
 
 namespace tfm {
 // Weight names as MPNetModel.state_dict() writes them, also with the "mpnet." prefix of MPNetFor* checkpoints:
@@ -28,6 +29,13 @@ namespace tfm {
 // dtype and prequantised int8 weights behave as for make_bert.
 std::unique_ptr<EncoderModel> make_mpnet(const EncoderConfig& config, WeightSource& weights,
                                          ops::ComputeType dtype = ops::ComputeType::F32);
+
+// modeling_mpnet.py heads, RoBERTa's layouts under MPNet's names (bodies "mpnet."-prefixed, no pooler):
+// MPNetForSequenceClassification's MPNetClassificationHead on <s> (h[:, 0] -> classifier.dense -> tanh ->
+// classifier.out_proj), MPNetForTokenClassification (classifier per token), MPNetForMaskedLM's MPNetLMHead
+// (lm_head.dense -> gelu -> lm_head.layer_norm (layer_norm_eps) -> decoder tied to the word embeddings unless
+// "lm_head.decoder.weight" is stored, + lm_head.bias).
+FamilyHeads mpnet_heads();
 
 namespace detail {
 // modeling_mpnet.py MPNetEncoder.relative_position_bucket for relative_position = key - query: bidirectional
