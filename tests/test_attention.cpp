@@ -7,12 +7,14 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <stdexcept>
 #include <vector>
 
 #include "core/rng.h"
 #include "ops/attention.h"
 #include "ops/attention_train.h"
 #include "ops/dropout.h"
+#include "ops/gemm_bf16.h"
 #include "ops/isa.h"
 #include "test_util.h"
 
@@ -307,6 +309,51 @@ TEST(AttentionBias, BlockedAndGemmPathsMatchReferenceOnEveryIsa) {
       check_attention(form, 1, 2, 32, 200, 200, bias);  // query rows split into chunks
       if (HasFatalFailure()) return;
     }
+}
+
+// A bf16 model's blocked kernel (AttentionDims::bf16, AVX512-BF16 dot products where the CPU has them) adds the
+// bias too: it matches the reference on bf16-rounded q, k, v with the bias, within the rounding of the weights,
+// and is far from the reference without it. An unpadded batch refuses a bias (its layout is a padded batch's).
+TEST(AttentionBias, Bf16KernelAddsTheBiasAndUnpaddedBatchesRefuseIt) {
+  const bool saved_dot = kernel_bf16_dot();
+  const int64_t B = 2, L = 70, heads = 4, Dh = 64, H = heads * Dh, ld = 3 * H;
+  std::vector<float> x = random_vec(B * L * ld, 41, -2.0f, 2.0f), xr(x.size());
+  for (size_t i = 0; i < x.size(); ++i) xr[i] = round_to_bf16(x[i]);
+  std::vector<float> bias = random_vec(heads * L * L, 42, -3.0f, 3.0f), km(B * L, 1.0f);
+  for (int64_t j = 50; j < L; ++j) km[1 * L + j] = 0.0f;
+  AttentionDims d{B, L, L, heads, Dh};
+  d.q_ld = d.k_ld = d.v_ld = ld;
+  d.out_ld = H;
+  d.scale = 0.125f;  // a power of two: bf16(q * scale) = bf16(q) * scale
+  AttentionMask m;
+  m.key_mask = km.data();
+  m.bias = bias.data();
+  std::vector<float> want(B * L * H), unbiased(B * L * H);
+  attention_forward_ref(want.data(), nullptr, xr.data(), xr.data() + H, xr.data() + 2 * H, d, m);
+  AttentionMask no_bias = m;
+  no_bias.bias = nullptr;
+  attention_forward_ref(unbiased.data(), nullptr, xr.data(), xr.data() + H, xr.data() + 2 * H, d, no_bias);
+  for (KernelIsa isa : isas())
+    for (bool dot : {false, true}) {
+      if (dot && (!cpu_has_avx512_bf16() || isa != KernelIsa::Avx512)) continue;
+      IsaScope scope(isa);
+      set_kernel_bf16_dot(dot);
+      AttentionDims db = d;
+      db.bf16 = true;
+      std::vector<float> got(B * L * H, NAN);
+      attention_forward(got.data(), nullptr, xr.data(), xr.data() + H, xr.data() + 2 * H, db, m);
+      EXPECT_TRUE(all_close(got, want, dot ? 4e-3f : 2e-5f, dot ? 1e-2f : 1e-4f)) << kernel_isa_name(isa) << dot;
+      EXPECT_FALSE(all_close(got, unbiased, 5e-2f, 5e-2f)) << "the bias was not added";
+    }
+  if (cpu_has_avx512_bf16()) set_kernel_bf16_dot(saved_dot);
+  std::vector<int64_t> off = {0, L, 2 * L};
+  AttentionDims dv = d;
+  dv.seq_offsets = off.data();
+  AttentionMask only_bias;
+  only_bias.bias = bias.data();
+  std::vector<float> out(B * L * H);
+  EXPECT_THROW(attention_forward(out.data(), nullptr, x.data(), x.data() + H, x.data() + 2 * H, dv, only_bias),
+               std::invalid_argument);
 }
 
 // The reference's meaning of the bias, independently of the kernels: a bias of -1e4 on key j is key j masked out,
