@@ -11,6 +11,12 @@
 # ceiling, peak RSS) and the issue-9 targets as met / NOT met.
 #
 # Usage: bench/encoder_peers.sh          (from the repository root; about 5-10 minutes on 2 idle cores)
+#        bench/encoder_peers.sh --family bert,roberta,mpnet   (or --family all)
+#   Per family, a random checkpoint with its real tensor names (bench/family_peers.py make-weights; SIZE=base,
+#   or SIZE=tiny to check that the run works) through our forward (bench_encoder fp32 / bf16 / int8) and ONNX
+#   Runtime fp32 on the family's PyTorch reference exported with torch.onnx (bench/family_peers.py export), THREADS
+#   threads, in one run; a family without a reference in scripts/ yet (distilbert) is reported as skipped.
+#   Prints bench/family_peers.py's table (median ms, ratio to ONNX Runtime). SHAPES defaults to 1x128,8x128.
 # Environment: THREADS (2), REPS (10), WARMUP (2), SHAPES (1x128,8x128,1x512,32x32), BUILD_DIR (build),
 #              WEIGHTS_DIR (reuse config.json + model.safetensors from `bert_pytorch.py make-weights DIR`),
 #              NODE_DIR (a folder with node_modules/onnxruntime-node; default: installed into /tmp/tfm-ort),
@@ -21,10 +27,23 @@
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
+families=""
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    --family)
+      [[ $# -ge 2 ]] || { echo "encoder_peers.sh: --family needs a name (bert, roberta, distilbert, mpnet, all)" >&2; exit 2; }
+      families=$2; shift 2 ;;
+    --family=*) families=${1#--family=}; shift ;;
+    *) echo "encoder_peers.sh: unknown argument '$1' (usage: encoder_peers.sh [--family NAME[,NAME...] | all])" >&2
+       exit 2 ;;
+  esac
+done
+[[ "$families" == all ]] && families=bert,roberta,distilbert,mpnet
 bash bench/ensure_openblas.sh  # the PyTorch peer on OpenBLAS, one BLAS thread under its threads (bench/torch_blas.py)
 THREADS=${THREADS:-2}
 REPS=${REPS:-10}
 WARMUP=${WARMUP:-2}
+user_shapes=${SHAPES:-}
 SHAPES=${SHAPES:-1x128,8x128,1x512,32x32}
 BUILD_DIR=${BUILD_DIR:-build}
 DATA=${TFM_DATA_DIR:-../shared/data}
@@ -45,6 +64,38 @@ tmp=$(mktemp -d /tmp/tfm-peers.XXXXXX)
 if [[ "${KEEP:-0}" == 1 ]]; then echo "keeping $tmp" >&2; else trap 'rm -rf "$tmp"' EXIT; fi
 start=$(date +%s)
 load_before=$(cut -d' ' -f1-3 /proc/loadavg)
+
+if [[ -n "$families" ]]; then
+  SIZE=${SIZE:-base}
+  SHAPES=${user_shapes:-1x128,8x128}
+  export OMP_NUM_THREADS=$THREADS GOMP_SPINCOUNT=${GOMP_SPINCOUNT:-1000}
+  done_families=()
+  for fam in ${families//,/ }; do
+    echo "== $fam ($SIZE): random weights -> $tmp/$fam" >&2
+    rc=0
+    $PY bench/family_peers.py make-weights "$fam" "$tmp/$fam" --size "$SIZE" || rc=$?
+    if [[ $rc == 3 ]]; then done_families+=("$fam"); continue; fi  # no reference yet: the table says skipped
+    [[ $rc == 0 ]] || exit $rc
+    for dt in fp32 bf16 int8; do
+      echo "== $fam: transformer.cpp $dt" >&2
+      "$BUILD_DIR/bench_encoder" "$tmp/$fam" --threads "$THREADS" --warmup "$WARMUP" --reps "$REPS" --shapes "$SHAPES" \
+        --dtype "$dt" | tee "$tmp/ours_${fam}_$dt.jsonl" >&2
+    done
+    echo "== $fam: ONNX Runtime fp32" >&2
+    $PY bench/family_peers.py export "$fam" "$tmp/$fam" "$tmp/$fam.onnx" >&2
+    vocab=$($PY -c 'import json,sys; print(json.load(open(sys.argv[1]))["vocab_size"])' "$tmp/$fam/config.json")
+    NODE_PATH="$NODE_DIR/node_modules" node bench/ort_bench.js "$tmp/$fam.onnx" "$THREADS" "$WARMUP" "$REPS" "$SHAPES" \
+      "$vocab" | tee "$tmp/ort_$fam.jsonl" >&2
+    rm -f "$tmp/$fam.onnx" "$tmp/$fam/model.safetensors"  # the next family's files fit in /tmp
+    done_families+=("$fam")
+  done
+  echo >&2
+  $PY bench/family_peers.py table "$tmp" "$(IFS=,; echo "${done_families[*]}")"
+  echo
+  echo "machine: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) CPUs; $THREADS threads, size $SIZE;" \
+    "total $(( $(date +%s) - start )) s; load average before: $load_before, after: $(cut -d' ' -f1-3 /proc/loadavg)"
+  exit 0
+fi
 
 echo "== random BERT-base weights -> $tmp/bert" >&2
 if [[ -n "${WEIGHTS_DIR:-}" ]]; then mkdir -p "$tmp/bert" && cp "$WEIGHTS_DIR"/config.json "$WEIGHTS_DIR"/model.safetensors "$tmp/bert/"

@@ -7,12 +7,14 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <stdexcept>
 #include <vector>
 
 #include "core/rng.h"
 #include "ops/attention.h"
 #include "ops/attention_train.h"
 #include "ops/dropout.h"
+#include "ops/gemm_bf16.h"
 #include "ops/isa.h"
 #include "test_util.h"
 
@@ -229,12 +231,21 @@ AttentionMask make_mask(MaskForm form, MaskBufs& mb, int64_t B, int64_t Lq, int6
 
 // One case: strided q/k/v (rows of a wider fused buffer, a KV cache with spare rows), the blocked path on every
 // ISA against attention_forward_ref, and the probs path (oneDNN GEMMs) as a second opinion.
-void check_attention(MaskForm form, int64_t B, int64_t H, int64_t Dh, int64_t Lq, int64_t Lk) {
+// bias: none, one [H, Lq, Lk] table for every batch row (bias_batch_stride 0, MPNet), or one per row.
+enum class BiasForm { None, Shared, PerBatch };
+void check_attention(MaskForm form, int64_t B, int64_t H, int64_t Dh, int64_t Lq, int64_t Lk,
+                     BiasForm bias = BiasForm::None) {
   const int64_t D = H * Dh, ld = 3 * D + 5, cap = Lk + 3, out_ld = D + 3;
   auto q = random_vec(B * Lq * ld, 100 + Dh, -2.0f, 2.0f);
   auto kv = random_vec(B * cap * ld, 200 + Lk, -2.0f, 2.0f);
   MaskBufs mb;
   AttentionMask m = make_mask(form, mb, B, Lq, Lk);
+  std::vector<float> bias_buf;
+  if (bias != BiasForm::None) {
+    bias_buf = random_vec((bias == BiasForm::PerBatch ? B : 1) * H * Lq * Lk, 300 + Lk, -3.0f, 3.0f);
+    m.bias = bias_buf.data();
+    m.bias_batch_stride = bias == BiasForm::PerBatch ? H * Lq * Lk : 0;
+  }
   AttentionDims d{B, Lq, Lk, H, Dh};
   d.q_ld = d.k_ld = d.v_ld = ld;
   d.k_bs = d.v_bs = cap * ld;
@@ -243,7 +254,7 @@ void check_attention(MaskForm form, int64_t B, int64_t H, int64_t Dh, int64_t Lq
   const float* v = kv.data() + 2 * D;
   std::vector<float> ref(B * Lq * out_ld, 0.0f), probs(B * H * Lq * Lk);
   attention_forward_ref(ref.data(), nullptr, q.data(), k, v, d, m);
-  std::string what = std::string(form_name(form)) + " B=" + std::to_string(B) + " H=" + std::to_string(H) +
+  std::string what = std::string(form_name(form)) + " bias=" + std::to_string((int)bias) + " B=" + std::to_string(B) + " H=" + std::to_string(H) +
                      " Dh=" + std::to_string(Dh) + " Lq=" + std::to_string(Lq) + " Lk=" + std::to_string(Lk);
   for (KernelIsa isa : isas()) {
     IsaScope scope(isa);
@@ -287,6 +298,96 @@ TEST_P(BlockedAttention, SquareEncoderShapes) {
 
 INSTANTIATE_TEST_SUITE_P(AllForms, BlockedAttention, ::testing::Range(0, 8),
                          [](const ::testing::TestParamInfo<int>& i) { return std::string(form_name((MaskForm)i.param)); });
+
+// The additive score bias (MPNet's relative position bias) on the blocked kernel of every ISA and the GEMM path,
+// with and without masks, shared across the batch and per batch row.
+TEST(AttentionBias, BlockedAndGemmPathsMatchReferenceOnEveryIsa) {
+  for (BiasForm bias : {BiasForm::Shared, BiasForm::PerBatch})
+    for (MaskForm form : {MaskForm::None, MaskForm::KeyMask, MaskForm::Causal, MaskForm::General3d}) {
+      for (int64_t Lk : {5, 32, 33, 65, 130}) check_attention(form, 2, 3, 16, Lk, Lk, bias);
+      check_attention(form, 2, 2, 64, 7, 600, bias);
+      check_attention(form, 1, 2, 32, 200, 200, bias);  // query rows split into chunks
+      if (HasFatalFailure()) return;
+    }
+}
+
+// A bf16 model's blocked kernel (AttentionDims::bf16, AVX512-BF16 dot products where the CPU has them) adds the
+// bias too: it matches the reference on bf16-rounded q, k, v with the bias, within the rounding of the weights,
+// and is far from the reference without it. An unpadded batch refuses a bias (its layout is a padded batch's).
+TEST(AttentionBias, Bf16KernelAddsTheBiasAndUnpaddedBatchesRefuseIt) {
+  const bool saved_dot = kernel_bf16_dot();
+  const int64_t B = 2, L = 70, heads = 4, Dh = 64, H = heads * Dh, ld = 3 * H;
+  std::vector<float> x = random_vec(B * L * ld, 41, -2.0f, 2.0f), xr(x.size());
+  for (size_t i = 0; i < x.size(); ++i) xr[i] = round_to_bf16(x[i]);
+  std::vector<float> bias = random_vec(heads * L * L, 42, -3.0f, 3.0f), km(B * L, 1.0f);
+  for (int64_t j = 50; j < L; ++j) km[1 * L + j] = 0.0f;
+  AttentionDims d{B, L, L, heads, Dh};
+  d.q_ld = d.k_ld = d.v_ld = ld;
+  d.out_ld = H;
+  d.scale = 0.125f;  // a power of two: bf16(q * scale) = bf16(q) * scale
+  AttentionMask m;
+  m.key_mask = km.data();
+  m.bias = bias.data();
+  std::vector<float> want(B * L * H), unbiased(B * L * H);
+  attention_forward_ref(want.data(), nullptr, xr.data(), xr.data() + H, xr.data() + 2 * H, d, m);
+  AttentionMask no_bias = m;
+  no_bias.bias = nullptr;
+  attention_forward_ref(unbiased.data(), nullptr, xr.data(), xr.data() + H, xr.data() + 2 * H, d, no_bias);
+  for (KernelIsa isa : isas())
+    for (bool dot : {false, true}) {
+      if (dot && (!cpu_has_avx512_bf16() || isa != KernelIsa::Avx512)) continue;
+      IsaScope scope(isa);
+      set_kernel_bf16_dot(dot);
+      AttentionDims db = d;
+      db.bf16 = true;
+      std::vector<float> got(B * L * H, NAN);
+      attention_forward(got.data(), nullptr, xr.data(), xr.data() + H, xr.data() + 2 * H, db, m);
+      EXPECT_TRUE(all_close(got, want, dot ? 4e-3f : 2e-5f, dot ? 1e-2f : 1e-4f)) << kernel_isa_name(isa) << dot;
+      EXPECT_FALSE(all_close(got, unbiased, 5e-2f, 5e-2f)) << "the bias was not added";
+    }
+  if (cpu_has_avx512_bf16()) set_kernel_bf16_dot(saved_dot);
+  std::vector<int64_t> off = {0, L, 2 * L};
+  AttentionDims dv = d;
+  dv.seq_offsets = off.data();
+  AttentionMask only_bias;
+  only_bias.bias = bias.data();
+  std::vector<float> out(B * L * H);
+  EXPECT_THROW(attention_forward(out.data(), nullptr, x.data(), x.data() + H, x.data() + 2 * H, dv, only_bias),
+               std::invalid_argument);
+}
+
+// The reference's meaning of the bias, independently of the kernels: a bias of -1e4 on key j is key j masked out,
+// and a bias constant along each row changes nothing (softmax shift invariance); a varying bias does change it.
+TEST(AttentionBias, ReferenceBiasEqualsMaskingAndIsShiftInvariant) {
+  const int64_t B = 2, H = 2, Dh = 8, L = 6, D = H * Dh;
+  auto q = random_vec(B * L * D, 1), k = random_vec(B * L * D, 2), v = random_vec(B * L * D, 3);
+  AttentionDims d{B, L, L, H, Dh};
+  std::vector<float> key_mask(B * L, 1.0f), bias(H * L * L, 0.0f);
+  key_mask[0 * L + 2] = key_mask[1 * L + 5] = 0.0f;
+  std::vector<float> masked(B * L * D), biased(B * L * D), plain(B * L * D), shifted(B * L * D), varied(B * L * D);
+  AttentionMask mk;
+  mk.key_mask = key_mask.data();
+  attention_forward_ref(masked.data(), nullptr, q.data(), k.data(), v.data(), d, mk);
+  std::vector<float> per_batch(B * H * L * L, 0.0f);
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t x = 0; x < H * L; ++x)
+      for (int64_t j = 0; j < L; ++j) per_batch[(b * H * L + x) * L + j] = key_mask[b * L + j] == 0.0f ? -1e4f : 0.0f;
+  AttentionMask mb;
+  mb.bias = per_batch.data();
+  mb.bias_batch_stride = H * L * L;
+  attention_forward_ref(biased.data(), nullptr, q.data(), k.data(), v.data(), d, mb);
+  EXPECT_TRUE(all_close(biased, masked, 1e-6f));
+  attention_forward_ref(plain.data(), nullptr, q.data(), k.data(), v.data(), d, AttentionMask{});
+  for (int64_t x = 0; x < H * L; ++x)
+    for (int64_t j = 0; j < L; ++j) bias[x * L + j] = 0.25f * (float)x;
+  AttentionMask ms;
+  ms.bias = bias.data();
+  attention_forward_ref(shifted.data(), nullptr, q.data(), k.data(), v.data(), d, ms);
+  EXPECT_TRUE(all_close(shifted, plain, 1e-6f));
+  bias[3] = 2.0f;  // head 0, query 0, key 3
+  attention_forward_ref(varied.data(), nullptr, q.data(), k.data(), v.data(), d, ms);
+  EXPECT_FALSE(all_close(varied, plain, 1e-3f));
+}
 
 TEST(BlockedAttention, EmptyKeysGiveZeros) {
   const int64_t B = 2, H = 2, Dh = 8, Lq = 3, D = H * Dh;

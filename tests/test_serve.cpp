@@ -936,6 +936,30 @@ TEST(ServeRoberta, EmbedAllMatchesPyTorch) {
   EXPECT_LE(d, 2e-5);
 }
 
+// An MPNet sentence-transformers folder (all-mpnet-base-v2's layout) serves /embed: sentence-transformers' mean +
+// Normalize embeddings of the PyTorch reference (scripts/make_mpnet_fixtures.py).
+TEST(ServeMpnet, EmbedMatchesSentenceTransformers) {
+  auto e = SafeTensors::open(test::fixture("mpnet/expected.safetensors"));
+  ServeProcess s({"--model", test::fixture("mpnet"), "--quiet"});
+  ASSERT_GT(s.port(), 0) << s.log();
+  ASSERT_TRUE(s.wait_ready()) << s.log();
+  json texts = json::array();
+  std::stringstream ss(test::slurp(test::fixture("mpnet/sentences.txt")));
+  for (std::string line; std::getline(ss, line);) texts.push_back(line);
+  Reply r = http("POST", s.url("/embed"), json({{"inputs", texts}}).dump());
+  ASSERT_EQ(r.status, 200) << r.body;
+  const Tensor want = e.get("embeddings");
+  json got = r.j();
+  ASSERT_EQ((int64_t)got.size(), want.size(0));
+  double d = 0;
+  for (int64_t b = 0; b < want.size(0); ++b) {
+    ASSERT_EQ((int64_t)got[b].size(), want.size(1));
+    for (int64_t j = 0; j < want.size(1); ++j)
+      d = std::max(d, std::fabs(got[b][j].get<double>() - want.f32()[b * want.size(1) + j]));
+  }
+  EXPECT_LE(d, 1e-5);
+}
+
 // /info says what the model computes in: an encoder folder from `tfm convert --dtype int8` runs in int8 as stored.
 TEST(ServeInfo, ReportsTheComputeType) {
   TempDir tmp;

@@ -46,3 +46,12 @@ def test_classifier_errors(tmp_path):
         c.classify([])
     with pytest.raises(ValueError, match="text 1 is empty"):
         c.classify(["a", " "])
+
+
+def test_mpnet_classifier_matches_pytorch():
+    # MPNetForSequenceClassification (scripts/make_mpnet_fixtures.py): classifier.dense + tanh + out_proj on <s>.
+    folder = os.path.join(FIXTURES, "mpnet_seqcls")
+    e = load_safetensors(os.path.join(folder, "expected.safetensors"))
+    texts = open(os.path.join(FIXTURES, "mpnet", "sentences.txt"), encoding="utf-8").read().split("\n")[:-1]
+    c = tfm.Classifier(folder, threads=1)
+    np.testing.assert_allclose(c.logits(texts, batch_size=3), e["logits"], atol=1e-4)

@@ -206,3 +206,17 @@ def test_errors(bert_dir, tmp_path):
         good.embed([b"a\xff"])
     with pytest.raises(ValueError):
         good.embed(["\udcff"])  # a lone surrogate cannot become UTF-8
+
+
+def test_mpnet_folder_loads_and_matches_pytorch():
+    # all-mpnet-base-v2's layout (scripts/make_mpnet_fixtures.py): config MPNetForMaskedLM, base-model weights,
+    # sentence-transformers modules; forward = modeling_mpnet.py's last_hidden_state, embed = mean + Normalize.
+    folder = os.path.join(FIXTURES, "mpnet")
+    io = load_safetensors(os.path.join(folder, "expected.safetensors"))
+    enc = tfm.Encoder(folder, threads=1)
+    assert (enc.model_type, enc.hidden_size) == ("mpnet", 32)
+    out = enc.forward(io["input_ids"], attention_mask=io["attention_mask"])
+    np.testing.assert_allclose(out, io["last_hidden_state"], atol=ATOL, rtol=RTOL)
+    sentences = open(os.path.join(folder, "sentences.txt"), encoding="utf-8").read().split("\n")[:-1]
+    assert enc.is_sentence_transformer
+    np.testing.assert_allclose(enc.embed(sentences), io["embeddings"], atol=1e-5)

@@ -6,6 +6,7 @@
 #include "models/bert.h"
 #include "models/checkpoint_weights.h"
 #include "models/distilbert.h"
+#include "models/mpnet.h"
 #include "models/roberta.h"
 #include "models/transformer_encoder.h"
 
@@ -16,7 +17,7 @@ bool is_roberta_family(const std::string& model_type) {
 }
 
 std::string supported_encoder_types() {
-  return "bert, roberta, xlm-roberta, camembert, distilbert, transformer_encoder";
+  return "bert, roberta, xlm-roberta, camembert, distilbert, mpnet, transformer_encoder";
 }
 
 EncoderConfig EncoderConfig::from_json(const nlohmann::json& config, const std::string& file) {
@@ -34,7 +35,10 @@ EncoderConfig EncoderConfig::from_json(const nlohmann::json& config, const std::
   c.layer_norm_eps = json_number_or(j, "layer_norm_eps", 1e-12, file);
   c.hidden_act = json_string_or(j, "hidden_act", "gelu", file);
   // RobertaConfig's default pad_token_id is 1 (<pad> in fairseq's dictionary); BertConfig's is 0.
-  c.pad_token_id = json_int_or(j, "pad_token_id", is_roberta_family(c.model_type) ? 1 : 0, file);
+  const bool pad_one = is_roberta_family(c.model_type) || c.model_type == "mpnet";  // MPNetConfig's default too
+  c.pad_token_id = json_int_or(j, "pad_token_id", pad_one ? 1 : 0, file);
+  c.relative_attention_num_buckets = json_int_or(j, "relative_attention_num_buckets", 32, file);
+  check_at_most(file, "relative_attention_num_buckets", c.relative_attention_num_buckets, 1 << 16);
   auto positive = [&](const char* key, int64_t v) {
     if (v <= 0) throw std::runtime_error(file + ": key '" + key + "' must be positive, found " + std::to_string(v));
   };
@@ -68,7 +72,7 @@ EncoderConfig EncoderConfig::from_json(const nlohmann::json& config, const std::
   if (pos != "absolute")
     throw std::runtime_error(file + ": position_embedding_type '" + pos + "' is not supported (only 'absolute')");
   if (c.model_type != "bert" && c.model_type != "transformer_encoder" && !is_roberta_family(c.model_type) &&
-      c.model_type != "distilbert")
+      c.model_type != "distilbert" && c.model_type != "mpnet")
     throw std::runtime_error(file + ": model_type '" + c.model_type +
                              "' is not an encoder this tool runs (supported: " + supported_encoder_types() + ")");
   return c;
@@ -80,6 +84,7 @@ std::unique_ptr<EncoderModel> make_encoder(const EncoderConfig& config, WeightSo
   if (config.model_type == "transformer_encoder") return make_transformer_encoder(config, weights, dtype);
   if (is_roberta_family(config.model_type)) return make_roberta(config, weights, dtype);
   if (config.model_type == "distilbert") return make_distilbert(config, weights, dtype);
+  if (config.model_type == "mpnet") return make_mpnet(config, weights, dtype);
   return make_bert(config, weights, dtype);
 }
 

@@ -11,6 +11,7 @@
 #include "models/bert.h"
 #include "models/checkpoint_weights.h"
 #include "models/distilbert.h"
+#include "models/mpnet.h"
 #include "models/roberta.h"
 #include "nn/weights.h"
 #include "ops/layer_norm.h"
@@ -100,6 +101,7 @@ const FamilyHeads& family_heads(const std::string& model_type, const std::string
       {"xlm-roberta", roberta_heads()},
       {"camembert", roberta_heads()},
       {"distilbert", distilbert_heads()},
+      {"mpnet", mpnet_heads()},
   };
   std::string names;
   for (const auto& [name, heads] : table) {
@@ -244,6 +246,7 @@ TaskModel TaskModel::load(const std::string& dir, HeadKind want, std::optional<o
 
 int64_t TaskModel::max_input_tokens() const {
   const EncoderConfig& c = encoder_->config();
+  if (c.model_type == "mpnet") return c.max_position_embeddings - 2;  // positions from MPNet's padding_idx 1
   return is_roberta_family(c.model_type) ? c.max_position_embeddings - c.pad_token_id - 1 : c.max_position_embeddings;
 }
 

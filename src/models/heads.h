@@ -76,8 +76,8 @@ class TaskModel {
   // tokenizer.decode([id]), the fill-mask pipeline's token_str (WordPiece: the token, "##" kept).
   std::string decode_token(int64_t id) const;
 
-  // The longest input the body takes: max_position_embeddings, less pad_token_id + 1 for the RoBERTa family
-  // (whose positions start after the padding index).
+  // The longest input the body takes: max_position_embeddings, less pad_token_id + 1 for the RoBERTa family and
+  // less 2 for MPNet (whose positions start after the padding index, MPNet's fixed at 1).
   int64_t max_input_tokens() const;
   HeadKind kind() const { return kind_; }
   const HeadConfig& head_config() const { return head_; }

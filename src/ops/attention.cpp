@@ -211,6 +211,11 @@ TFM_ALWAYS_INLINE void flash_task(const FlashArgs& a, int64_t bh, int64_t i_begi
         const int64_t nvis = lim[r] - j0 < nk ? (lim[r] - j0 < 0 ? 0 : lim[r] - j0) : nk;
         const float* km = mk.key_mask ? mk.key_mask + b * Lk + j0 : nullptr;
         const float* gm = mk.mask ? mk.mask + (b * Lq + i) * Lk + j0 : nullptr;
+        if (mk.bias) {  // S += bias[b, h, i, j0 .. j0 + nvis)
+          const float* br = mk.bias + b * mk.bias_batch_stride + (h * Lq + i) * Lk + j0;
+#pragma omp simd
+          for (int64_t j = 0; j < nvis; ++j) s[j] += br[j];
+        }
         if (km || gm) {
           for (int64_t j = 0; j < nvis; ++j)
             if ((km && km[j] == 0.0f) || (gm && gm[j] == 0.0f)) s[j] = -INFINITY;
@@ -389,6 +394,10 @@ TFM_TARGET_AVX512_BF16 void flash_task_bf16(const FlashArgs& a, int64_t bh, int6
         const int64_t nvis = lim[r] - j0 < nk ? (lim[r] - j0 < 0 ? 0 : lim[r] - j0) : nk;
         const float* km = mk.key_mask ? mk.key_mask + b * Lk + j0 : nullptr;
         const float* gm = mk.mask ? mk.mask + (b * Lq + i) * Lk + j0 : nullptr;
+        if (mk.bias) {  // S += bias[b, h, i, j0 .. j0 + nvis), in fp32 as the fp32 copy
+          const float* br = mk.bias + b * mk.bias_batch_stride + (h * Lq + i) * Lk + j0;
+          for (int64_t j = 0; j < nvis; ++j) s[j] += br[j];
+        }
         if (km || gm) {
           for (int64_t j = 0; j < nvis; ++j)
             if ((km && km[j] == 0.0f) || (gm && gm[j] == 0.0f)) s[j] = -INFINITY;
@@ -473,7 +482,7 @@ void attention_blocked(float* out, const float* q, const float* k, const float* 
 
 // One (batch b, head h) of the GEMM path: S = scale Q K^T into P [Lq, Lk], masked softmax, dropout, O = A V.
 void head_via_gemm(float* ob, float* P, float* dropped, const float* qb, const float* kb, const float* vb,
-                   const AttentionDims& d, const AttentionMask& mask, int64_t b, const float* M) {
+                   const AttentionDims& d, const AttentionMask& mask, int64_t b, const float* M, int64_t h = 0) {
   const int64_t Lq = d.q_len, Lk = d.kv_len, Dh = d.head_dim;
   if (Lk == 0) {
     for (int64_t i = 0; i < Lq; ++i)
@@ -481,6 +490,11 @@ void head_via_gemm(float* ob, float* P, float* dropped, const float* qb, const f
     return;
   }
   gemm(false, true, Lq, Lk, Dh, d.scale, qb, d.q_ld, kb, d.k_ld, 0.0f, P, Lk);  // S = scale * Q K^T  [Lq, Lk]
+  if (mask.bias) {  // S += bias[b, h]
+    const float* bias = mask.bias + b * mask.bias_batch_stride + h * Lq * Lk;
+#pragma omp simd
+    for (int64_t x = 0; x < Lq * Lk; ++x) P[x] += bias[x];
+  }
   for (int64_t i = 0; i < Lq; ++i) masked_softmax_row(P + i * Lk, b, i, Lq, Lk, mask);
   const float* A = P;
   if (M) {
@@ -554,6 +568,8 @@ void attention_forward(float* out, float* probs, const float* q, const float* k,
       throw std::invalid_argument("attention_forward: an unpadded batch (seq_offsets) takes no probs or dropout");
     if (mask.query_mask || mask.key_mask || mask.mask || mask.valid_lens)
       throw std::invalid_argument("attention_forward: an unpadded batch (seq_offsets) takes only a causal mask");
+    if (mask.bias)  // its [heads, Lq, Lk] layout is a padded batch's
+      throw std::invalid_argument("attention_forward: an unpadded batch (seq_offsets) takes no score bias");
     attention_varlen(out, q, k, v, d, mask);
     return;
   }
@@ -572,7 +588,7 @@ void attention_forward(float* out, float* probs, const float* q, const float* k,
       int64_t b = bh / H, h = bh % H;
       head_via_gemm(out + b * Lq * d.out_ld + h * Dh, probs ? probs + bh * Lq * Lk : scratch.data(), dropped.data(),
                     q + b * Lq * d.q_ld + h * Dh, k + b * d.k_bs + h * Dh, v + b * d.v_bs + h * Dh, d, mask, b,
-                    dropout_mask ? dropout_mask + bh * Lq * Lk : nullptr);
+                    dropout_mask ? dropout_mask + bh * Lq * Lk : nullptr, h);
     }
   }
 }
@@ -644,7 +660,8 @@ void attention_forward_ref(float* out, float* probs, const float* q, const float
           double acc = 0;
           for (int64_t c = 0; c < Dh; ++c)
             acc += (double)q[(b * Lq + i) * d.q_ld + h * Dh + c] * k[b * d.k_bs + j * d.k_ld + h * Dh + c];
-          s[j] = mask.visible(b, i, j, Lq, Lk) ? acc * d.scale : -INFINITY;
+          const double bias = mask.bias ? mask.bias[b * mask.bias_batch_stride + (h * Lq + i) * Lk + j] : 0.0;
+          s[j] = mask.visible(b, i, j, Lq, Lk) ? acc * d.scale + bias : -INFINITY;
           mx = std::fmax(mx, s[j]);
         }
         double sum = 0;

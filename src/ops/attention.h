@@ -21,6 +21,12 @@ struct AttentionMask {
   bool valid_lens_per_query = false;
   bool causal = false;                  // key j masked when j > i + causal_offset (decoder self-attention)
   int64_t causal_offset = 0;
+  // Additive score bias, not a mask: added to scale * q_i . k_j before the softmax (MPNet's relative position
+  // bias, modeling_mpnet.py `attention_scores += position_bias`). Element (b, h, i, j) is
+  // bias[b * bias_batch_stride + (h * Lq + i) * Lk + j], in score units (nats); bias_batch_stride 0 = one
+  // [heads, Lq, Lk] table shared by every batch row (PyTorch's expand over the batch). Null: no bias.
+  const float* bias = nullptr;
+  int64_t bias_batch_stride = 0;
 
   bool any() const { return query_mask || key_mask || mask || valid_lens || causal; }
   // Number of leading keys that can be visible for row (b, i) before per-element masks apply.

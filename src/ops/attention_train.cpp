@@ -143,7 +143,7 @@ void backward_heads(float* dq, float* dk, float* dv, const float* dout, const fl
 
 bool attention_forward_train(float* out, float* probs, const float* q, const float* k, const float* v,
                              const AttentionDims& dims, const AttentionMask& mask, const float* dropout_mask) {
-  if (!probs || mask.key_mask || mask.mask) return false;
+  if (!probs || mask.key_mask || mask.mask || mask.bias) return false;  // the generic kernel adds a bias
   const Resolved d = resolve(dims);
   if (d.B * d.H * d.Lq == 0) return false;
   switch (d.Dh) {

@@ -1,0 +1,223 @@
+#include "models/mpnet.h"
+
+#include <cmath>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "core/profile.h"
+#include "models/checkpoint_weights.h"
+#include "nn/params.h"
+#include "nn/transformer_block.h"
+#include "ops/activation.h"
+
+namespace tfm {
+
+int64_t detail::mpnet_relative_position_bucket(int64_t relative_position, int64_t num_buckets, int64_t max_distance) {
+  int64_t ret = 0;
+  int64_t n = -relative_position;
+  num_buckets /= 2;
+  if (n < 0) ret += num_buckets;
+  n = n < 0 ? -n : n;
+  const int64_t max_exact = num_buckets / 2;
+  if (n < max_exact) return ret + n;
+  // torch.log(n.float() / max_exact) / math.log(max_distance / max_exact) * (num_buckets - max_exact), in float32
+  // (the Python scalars enter a float32 tensor op as float32), truncated by .to(torch.long).
+  const float ratio = std::log((float)n / (float)max_exact);
+  const float scale = (float)std::log((double)max_distance / (double)max_exact);
+  int64_t large = max_exact + (int64_t)(ratio / scale * (float)(num_buckets - max_exact));
+  if (large > num_buckets - 1) large = num_buckets - 1;
+  return ret + large;
+}
+
+namespace {
+
+constexpr int64_t kPaddingIdx = 1;  // MPNetEmbeddings.padding_idx
+constexpr int64_t kNumBuckets = 32, kMaxDistance = 128;  // MPNetEncoder.compute_position_bias defaults
+
+// Base-model names, then the "mpnet."-prefixed names of the MPNetFor* heads' checkpoints.
+std::vector<std::string> mpnet_aliases(const std::string& name) { return {"mpnet." + name}; }
+
+// One MPNetLayer under `vb` ("encoder.layer.N"): attention.attn.{q,k,v} (packed into one GEMM), attention.attn.o,
+// attention.LayerNorm, intermediate.dense, output.{dense,LayerNorm}; post-LN, as BertLayer.
+nn::EncoderBlock mpnet_layer(const nn::Vars& vb, const EncoderConfig& c, ops::ComputeType ct) {
+  const int64_t H = c.hidden_size, I = c.intermediate_size;
+  const float eps = (float)c.layer_norm_eps;
+  const nn::Vars attn = vb.prefix("attention.attn");
+  nn::EncoderBlock b;
+  b.attention.num_heads = c.num_attention_heads;
+  b.attention.hidden_size = H;
+  b.attention.qkv = nn::Linear::load_packed({attn.prefix("q"), attn.prefix("k"), attn.prefix("v")}, H, H, ct);
+  b.attention.output = nn::Linear::load_packed({attn.prefix("o")}, H, H, ct);
+  b.norm1 = nn::LayerNorm::load(vb.prefix("attention.LayerNorm"), H, eps);
+  b.ffn.linear1 = nn::Linear::load_packed({vb.prefix("intermediate.dense")}, H, I, ct);
+  b.ffn.linear2 = nn::Linear::load_packed({vb.prefix("output.dense")}, I, H, ct);
+  b.ffn.act = ops::parse_activation(c.hidden_act);
+  b.norm2 = nn::LayerNorm::load(vb.prefix("output.LayerNorm"), H, eps);
+  b.norm_first = false;
+  return b;
+}
+
+std::optional<HeadKind> detect_mpnet_head(const CheckpointWeights& w) {
+  if (w.has("classifier.out_proj.weight")) return HeadKind::SequenceClassification;
+  if (w.has("classifier.weight")) return HeadKind::TokenClassification;
+  if (w.has("lm_head.bias") || w.has("lm_head.dense.weight")) return HeadKind::MaskedLM;
+  return std::nullopt;
+}
+
+HeadLayout load_mpnet_head(HeadKind kind, const EncoderConfig& c, CheckpointWeights& w) {
+  const int64_t H = c.hidden_size;
+  HeadLayout head;
+  head.input = HeadInput::FirstToken;  // features[:, 0, :], the <s> token
+  if (kind == HeadKind::SequenceClassification) {
+    HeadStage dense, out_proj;
+    dense.linear = nn::Linear::load(nn::Vars(w).prefix("classifier.dense"), H, H);
+    dense.tanh = true;
+    out_proj.linear = detail::load_head_linear(w, {"classifier.out_proj"}, H);
+    head.stages = {std::move(dense), std::move(out_proj)};
+  } else if (kind == HeadKind::TokenClassification) {
+    HeadStage classifier;
+    classifier.linear = detail::load_head_linear(w, {"classifier"}, H);
+    head.stages = {std::move(classifier)};
+  } else {
+    HeadStage dense, decoder;
+    dense.linear = nn::Linear::load(nn::Vars(w).prefix("lm_head.dense"), H, H);
+    dense.act = ops::Activation::Gelu;  // MPNetLMHead calls gelu whatever hidden_act says
+    dense.norm = detail::load_head_layer_norm(w, "lm_head.layer_norm", H, (float)c.layer_norm_eps);
+    decoder.linear = detail::load_vocab_decoder(
+        w, {"lm_head.decoder.weight"}, {"mpnet.embeddings.word_embeddings.weight", "embeddings.word_embeddings.weight"},
+        {"lm_head.bias", "lm_head.decoder.bias"}, c.vocab_size, H, &head.tied_decoder);
+    head.stages = {std::move(dense), std::move(decoder)};
+  }
+  return head;
+}
+
+class MPNet : public EncoderModel {
+ public:
+  MPNet(const EncoderConfig& c, WeightSource& w, ops::ComputeType ct) {
+    config_ = c;
+    if (c.relative_attention_num_buckets < kNumBuckets)
+      throw std::runtime_error("config: relative_attention_num_buckets " +
+                               std::to_string(c.relative_attention_num_buckets) +
+                               " is below 32, the buckets MPNet's relative_position_bucket produces");
+    if (c.max_position_embeddings <= kPaddingIdx + 1)
+      throw std::runtime_error("config: max_position_embeddings " + std::to_string(c.max_position_embeddings) +
+                               " leaves no position for MPNet (positions start at padding_idx 1 + 1)");
+    const int64_t H = c.hidden_size;
+    const nn::Vars vb(w, mpnet_aliases);
+    const nn::Vars emb = vb.prefix("embeddings");
+    word_ = emb.prefix("word_embeddings").get("weight", {c.vocab_size, H});
+    pos_ = emb.prefix("position_embeddings").get("weight", {c.max_position_embeddings, H});
+    emb_ln_ = nn::LayerNorm::load(emb.prefix("LayerNorm"), H, (float)c.layer_norm_eps);
+    for (const nn::Param* t : {&word_, &pos_}) vb.release(*t);  // forward reads only the rows it needs
+    rel_bias_ = vb.prefix("encoder.relative_attention_bias")
+                    .get("weight", {c.relative_attention_num_buckets, c.num_attention_heads});
+    for (int64_t l = 0; l < c.num_hidden_layers; ++l)
+      layers_.push_back(mpnet_layer(vb.prefix("encoder.layer").prefix(l), c, ct));
+    if (vb.has("pooler.dense.weight")) pooler_ = nn::Linear::load(vb.prefix("pooler.dense"), H, H);
+  }
+
+  EncoderOutput forward(const Tensor& input_ids, const Tensor& /*token_type_ids: MPNet has none*/,
+                        const Tensor& attention_mask, bool all_layers) const override {
+    const EncoderConfig& c = config_;
+    std::vector<float> key_mask = detail::check_encoder_inputs(c, input_ids, Tensor(), attention_mask);
+    const int64_t B = input_ids.size(0), L = input_ids.size(1), H = c.hidden_size;
+    const int64_t N = B * L, NL = c.num_hidden_layers, NH = c.num_attention_heads;
+    const int64_t* ids = input_ids.i64();
+    const std::vector<int64_t> position_ids = positions_from_padding(ids, B, L);
+    EncoderOutput out;
+    Tensor hs;
+    if (all_layers) hs = Tensor::empty({NL + 1, B, L, H});
+    Tensor x = Tensor::empty({B, L, H});
+    OpTimer t_emb("embeddings");
+    float* X = x.f32();
+    // MPNetEmbeddings: word + position, then LayerNorm.
+    const float *we = word_.data(), *pe = pos_.data();
+#pragma omp parallel for if (N * H > 65536)
+    for (int64_t n = 0; n < N; ++n) {
+      const float* wr = we + ids[n] * H;
+      const float* pr = pe + position_ids[n] * H;
+      for (int64_t h = 0; h < H; ++h) X[n * H + h] = wr[h] + pr[h];
+    }
+    emb_ln_.forward_inference(X, X, N);
+    if (all_layers) std::memcpy(hs.f32(), X, sizeof(float) * N * H);
+    t_emb.stop();
+
+    // MPNetEncoder.compute_position_bias: [heads, L, L], the same for every batch row and every layer.
+    OpTimer t_bias("position_bias");
+    std::vector<float> bias(NH * L * L);
+    {
+      std::vector<int64_t> bucket(2 * L - 1);  // by relative position j - i + L - 1
+      for (int64_t r = 0; r < 2 * L - 1; ++r)
+        bucket[r] = detail::mpnet_relative_position_bucket(r - (L - 1), kNumBuckets, kMaxDistance);
+      const float* table = rel_bias_.data();  // [buckets, heads]
+      for (int64_t h = 0; h < NH; ++h)
+        for (int64_t i = 0; i < L; ++i) {
+          float* row = bias.data() + (h * L + i) * L;
+          for (int64_t j = 0; j < L; ++j) row[j] = table[bucket[j - i + L - 1] * NH + h];
+        }
+    }
+    t_bias.stop();
+    ops::AttentionMask mask;
+    bool padded = false;
+    for (float m : key_mask) padded |= m == 0.0f;
+    if (padded) mask.key_mask = key_mask.data();
+    mask.bias = bias.data();
+    mask.bias_batch_stride = 0;
+    nn::BlockScratch scratch;
+    for (int64_t l = 0; l < NL; ++l) {
+      layers_[l].forward_inference(X, B, L, mask, scratch);
+      if (all_layers) std::memcpy(hs.f32() + (l + 1) * N * H, X, sizeof(float) * N * H);
+    }
+    // MPNetPooler: tanh(dense(x[:, 0])), when the checkpoint has one.
+    if (pooler_.weight.defined()) {
+      OpTimer t("pooler");
+      Tensor pooled = Tensor::empty({B, H});
+      std::vector<float> cls(B * H);
+      for (int64_t b = 0; b < B; ++b) std::memcpy(cls.data() + b * H, X + b * L * H, sizeof(float) * H);
+      pooler_.forward(nn::Context{}, pooled.f32(), cls.data(), B);
+      ops::tanh_forward(pooled.f32(), pooled.f32(), B * H);
+      out.pooler_output = pooled;
+    }
+    out.last_hidden_state = x;
+    out.hidden_states = hs;
+    return out;
+  }
+
+ private:
+  // create_position_ids_from_input_ids(input_ids, padding_idx 1), [B * L]; refuses rows past the position table.
+  std::vector<int64_t> positions_from_padding(const int64_t* ids, int64_t B, int64_t L) const {
+    const int64_t P = config_.max_position_embeddings;
+    if (kPaddingIdx + L >= P)
+      throw std::invalid_argument("sequence of " + std::to_string(L) + " tokens needs position " +
+                                  std::to_string(kPaddingIdx + L) + ", past max_position_embeddings (" +
+                                  std::to_string(P) + ") with MPNet's padding_idx 1; truncate the input to " +
+                                  std::to_string(P - kPaddingIdx - 1) + " tokens");
+    std::vector<int64_t> position_ids(B * L);
+    for (int64_t b = 0; b < B; ++b) {
+      int64_t count = 0;
+      for (int64_t l = 0; l < L; ++l) {
+        const bool real = ids[b * L + l] != kPaddingIdx;
+        count += real;
+        position_ids[b * L + l] = real ? kPaddingIdx + count : kPaddingIdx;
+      }
+    }
+    return position_ids;
+  }
+
+  nn::Param word_, pos_, rel_bias_;
+  nn::LayerNorm emb_ln_;
+  std::vector<nn::EncoderBlock> layers_;
+  nn::Linear pooler_;
+};
+
+}  // namespace
+
+FamilyHeads mpnet_heads() { return {detect_mpnet_head, load_mpnet_head}; }
+
+std::unique_ptr<EncoderModel> make_mpnet(const EncoderConfig& config, WeightSource& weights, ops::ComputeType dtype) {
+  return std::make_unique<MPNet>(config, weights, dtype);
+}
+
+}  // namespace tfm
