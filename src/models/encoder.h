@@ -20,7 +20,7 @@ bool is_roberta_family(const std::string& model_type);
 std::string supported_encoder_types();
 
 struct EncoderConfig {
-  std::string model_type;  // "bert", "roberta", "xlm-roberta", "camembert" or "transformer_encoder"
+  std::string model_type;  // "bert", "roberta", "xlm-roberta", "camembert", "modernbert" or "transformer_encoder"
   int64_t vocab_size = 30522;
   int64_t hidden_size = 768;
   int64_t num_hidden_layers = 12;
@@ -31,6 +31,8 @@ struct EncoderConfig {
   double layer_norm_eps = 1e-12;
   std::string hidden_act = "gelu";
   int64_t pad_token_id = 0;
+  nlohmann::json json;  // config.json as read, for a family's own keys (ModernBertConfig::from)
+  std::string source;   // the file it came from, for errors
 
   int64_t head_dim() const { return hidden_size / num_attention_heads; }
   // Parses and validates (positive sizes, hidden_size divisible by num_attention_heads, known activation).
