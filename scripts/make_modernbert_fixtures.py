@@ -40,11 +40,12 @@ Writes tests/fixtures/modernbert/:
   tokenizer.json         copy of the bpe_bytelevel fixture
   model.safetensors      ModernBertForMaskedLM layout: model.* + head.dense.weight, head.norm.weight, decoder.bias
   model_base.safetensors ModernBertModel layout: unprefixed names
-  model_seqcls.safetensors ModernBertForSequenceClassification layout (3 labels): model.* + head.* + classifier.*
   expected.safetensors   input_ids_single [1, 14], last_hidden_state_single [1, 14, 64];
                          input_ids [2, 17] (row 0 padded with 3257), attention_mask [2, 17],
                          last_hidden_state [2, 17, 64]; mlm_logits_single [1, 14, vocab];
                          seqcls_logits_cls [2, 3], seqcls_logits_mean [2, 3] (the padded batch)
+and tests/fixtures/modernbert_seqcls/: config.json (ModernBertForSequenceClassification, 3 labels, pooling cls),
+  tokenizer.json, model.safetensors (model.* + head.* + classifier.*)
 """
 import json
 import math
@@ -282,7 +283,16 @@ def main():
     st.save(mlm_sd, os.path.join(OUT, "model.safetensors"))
     cls_sd = dict(body, **{k: npy(v) for k, v in hsd.items()})
     cls_sd["classifier.weight"], cls_sd["classifier.bias"] = npy(cls_w), npy(cls_b)
-    st.save(cls_sd, os.path.join(OUT, "model_seqcls.safetensors"))
+    seq_dir = os.path.join(FIX, "modernbert_seqcls")
+    os.makedirs(seq_dir, exist_ok=True)
+    with open(os.path.join(seq_dir, "config.json"), "w", encoding="utf-8") as f:
+        json.dump(dict(CONFIG, architectures=["ModernBertForSequenceClassification"],
+                       id2label={"0": "negative", "1": "neutral", "2": "positive"},
+                       label2id={"negative": 0, "neutral": 1, "positive": 2}), f, indent=2)
+        f.write("\n")
+    shutil.copyfile(os.path.join(FIX, "tokenizer", "bpe_bytelevel", "tokenizer.json"),
+                    os.path.join(seq_dir, "tokenizer.json"))
+    st.save(cls_sd, os.path.join(seq_dir, "model.safetensors"))
     st.save({"input_ids_single": npy(ids_single), "last_hidden_state_single": npy(h_single),
              "input_ids": npy(input_ids), "attention_mask": npy(attention_mask),
              "last_hidden_state": npy(h_batch), "mlm_logits_single": npy(mlm),

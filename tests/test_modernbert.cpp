@@ -3,7 +3,9 @@
 // ops/local_attention.h) against plain references on every ISA copy.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <functional>
 #include <nlohmann/json.hpp>
 #include <stdexcept>
@@ -14,6 +16,7 @@
 #include "io/npy.h"
 #include "io/safetensors.h"
 #include "models/encoder.h"
+#include "models/heads.h"
 #include "models/modernbert.h"
 #include "ops/attention.h"
 #include "ops/local_attention.h"
@@ -329,35 +332,91 @@ TEST(ModernBertCli, EmbedMeanPoolingMatchesPyTorch) {
   EXPECT_LE(max_abs_diff(load_npy(tmp.path + "/v.npy"), want), kTol);
 }
 
-// ---------------------------------------------------------------- heads
+// ---------------------------------------------------------------- heads (models/heads.h TaskModel)
 
 // ModernBertForMaskedLM: decoder(head(h)) with the decoder tied to the word embeddings (not stored) + decoder.bias.
 TEST(ModernBertHeads, MaskedLmLogitsMatchPyTorch) {
-  EncoderConfig c = EncoderConfig::load(fixture("modernbert/config.json"));
-  SafeTensorsWeights w(fixture("modernbert/model.safetensors"));
-  auto model = make_encoder(c, w);
-  ModernBertHead head = ModernBertHead::load(c, w, ModernBertHead::Kind::MaskedLM, 0);
+  TaskModel m = TaskModel::load(fixture("modernbert"), HeadKind::MaskedLM);
+  EXPECT_TRUE(m.tied_decoder());
   auto io = SafeTensors::open(fixture("modernbert/expected.safetensors"));
-  Tensor h = model->forward(io.get("input_ids_single"), Tensor(), Tensor()).last_hidden_state;
+  Tensor ids = io.get("input_ids_single"), want = io.get("mlm_logits_single");
+  const int64_t L = ids.size(1), V = want.size(2);
+  std::vector<std::pair<int64_t, int64_t>> positions;
+  for (int64_t l = 0; l < L; ++l) positions.push_back({0, l});
+  Tensor got = m.mlm_logits(ids, Tensor(), Tensor(), positions);
+  ASSERT_EQ(got.shape(), (Shape{L, V}));
   // The logits reach |34|: 3e-4 is 1e-5 of that.
-  EXPECT_LE(max_abs_diff(head.token_logits(h), io.get("mlm_logits_single")), 3e-4);
-  EXPECT_THROW(head.sequence_logits(h, Tensor()), std::invalid_argument);
+  double worst = 0;
+  for (int64_t i = 0; i < L * V; ++i) worst = std::max(worst, (double)std::fabs(got.f32()[i] - want.f32()[i]));
+  EXPECT_LE(worst, 3e-4);
 }
 
-// ModernBertForSequenceClassification on the padded batch, with classifier_pooling "cls" and "mean".
+// ModernBertForSequenceClassification on the padded batch, with classifier_pooling "cls" (the folder) and "mean".
 TEST(ModernBertHeads, SequenceClassificationLogitsMatchPyTorchForClsAndMeanPooling) {
   auto io = SafeTensors::open(fixture("modernbert/expected.safetensors"));
+  Tensor ids = io.get("input_ids"), mask = io.get("attention_mask");
+  TaskModel cls = TaskModel::load(fixture("modernbert_seqcls"), HeadKind::SequenceClassification);
+  EXPECT_EQ(cls.head_config().id2label, (std::vector<std::string>{"negative", "neutral", "positive"}));
+  EXPECT_LE(max_abs_diff(cls.sequence_logits(ids, Tensor(), mask), io.get("seqcls_logits_cls")), 1e-4);
+  TempFolder tmp;
+  nlohmann::json j = load_json_file(fixture("modernbert_seqcls/config.json"));
+  j["classifier_pooling"] = "mean";
+  spit(tmp.path + "/config.json", j.dump());
+  for (const char* f : {"model.safetensors", "tokenizer.json"})
+    std::filesystem::copy_file(fixture(std::string("modernbert_seqcls/") + f), tmp.path + "/" + f);
+  TaskModel mean = TaskModel::load(tmp.path, HeadKind::SequenceClassification);
+  EXPECT_LE(max_abs_diff(mean.sequence_logits(ids, Tensor(), mask), io.get("seqcls_logits_mean")), 1e-4);
+  // A masked-LM folder has no classification head, and the other way round.
+  EXPECT_THROW(TaskModel::load(fixture("modernbert"), HeadKind::SequenceClassification), std::runtime_error);
+  EXPECT_THROW(TaskModel::load(fixture("modernbert_seqcls"), HeadKind::MaskedLM), std::runtime_error);
+}
+
+// tfm classify: the pipeline's top label and softmax score of the reference logits, in every dtype.
+TEST(ModernBertCli, ClassifyMatchesPyTorchInEveryDtype) {
+  TempFolder tmp;
+  spit(tmp.path + "/in.txt",
+       "A man in a blue shirt is standing on a ladder.\nTwo young, White males are outside near many bushes.\n");
+  auto io = SafeTensors::open(fixture("modernbert/expected.safetensors"));
+  Tensor logits = io.get("seqcls_logits_cls");
+  const std::vector<std::string> labels = {"negative", "neutral", "positive"};
+  for (const char* dtype : {"fp32", "bf16", "int8"}) {
+    TfmRun r = run_tfm_in(tmp.path, {"classify", "--model", fixture("modernbert_seqcls"), "--dtype", dtype,
+                                     "--input", tmp.path + "/in.txt"});
+    ASSERT_EQ(r.exit_code, 0) << r.describe();
+    std::vector<nlohmann::json> lines;
+    size_t at = 0;
+    while (at < r.out.size()) {
+      size_t nl = r.out.find('\n', at);
+      if (nl == std::string::npos) nl = r.out.size();
+      if (nl > at) lines.push_back(nlohmann::json::parse(r.out.substr(at, nl - at)));
+      at = nl + 1;
+    }
+    ASSERT_EQ(lines.size(), 2u) << r.out;
+    for (int64_t b = 0; b < 2; ++b) {
+      const float* row = logits.f32() + b * 3;
+      double mx = *std::max_element(row, row + 3), z = 0;
+      for (int k = 0; k < 3; ++k) z += std::exp(row[k] - mx);
+      const int64_t k = std::max_element(row, row + 3) - row;
+      EXPECT_EQ(lines[b]["label"], labels[k]) << dtype;
+      EXPECT_NEAR(lines[b]["score"].get<double>(), 1.0 / z, std::string(dtype) == "fp32" ? 1e-4 : 2e-2) << dtype;
+    }
+  }
+}
+
+// tfm convert --dtype int8 / bf16: the Wqkv / Wo / Wi weights stored quantised load as stored (int8) or widened
+// (bf16), and stay within the dtype cosines of the fp32 reference.
+TEST(ModernBertCli, ConvertedFoldersLoadAndStayCloseToPyTorch) {
+  TempFolder tmp;
+  auto io = SafeTensors::open(fixture("modernbert/expected.safetensors"));
   Tensor mask = io.get("attention_mask");
-  for (const char* pooling : {"cls", "mean"}) {
-    nlohmann::json j = load_json_file(fixture("modernbert/config.json"));
-    j["architectures"] = {"ModernBertForSequenceClassification"};
-    j["classifier_pooling"] = pooling;
-    EncoderConfig c = EncoderConfig::from_json(j, "config.json");
-    SafeTensorsWeights w(fixture("modernbert/model_seqcls.safetensors"));
-    auto model = make_encoder(c, w);
-    ModernBertHead head = ModernBertHead::load(c, w, ModernBertHead::Kind::SequenceClassification, 3);
-    Tensor h = model->forward(io.get("input_ids"), Tensor(), mask).last_hidden_state;
-    EXPECT_LE(max_abs_diff(head.sequence_logits(h, mask), io.get(std::string("seqcls_logits_") + pooling)), 1e-4)
-        << pooling;
+  for (const char* dtype : {"bf16", "int8"}) {
+    const std::string out = tmp.path + "/" + dtype;
+    TfmRun r = run_tfm_in(tmp.path, {"convert", "--model", fixture("modernbert"), "--dtype", dtype, "--out", out});
+    ASSERT_EQ(r.exit_code, 0) << r.describe();
+    ops::ComputeType ct;
+    auto model = load_encoder(out, std::nullopt, &ct);
+    EncoderOutput o = model->forward(io.get("input_ids"), Tensor(), mask);
+    const double cs = min_token_cosine(o.last_hidden_state, io.get("last_hidden_state"), mask);
+    EXPECT_GE(cs, std::string(dtype) == "bf16" ? 0.9999 : 0.999) << dtype << " computed in " << ops::compute_type_name(ct);
   }
 }

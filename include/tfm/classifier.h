@@ -1,5 +1,6 @@
 /// @file tfm/classifier.h
-/// Hugging Face BERT task heads read from a checkpoint folder (config.json with architectures and id2label,
+/// Hugging Face task heads of every encoder family (BERT, RoBERTa, XLM-RoBERTa, CamemBERT, DistilBERT, ...) read
+/// from a checkpoint folder (config.json with architectures and id2label,
 /// model.safetensors, tokenizer files), as the transformers pipelines compute them: sequence classification and
 /// cross-encoders (Classifier: `tfm classify`, `tfm rerank`, the server's /predict and /rerank), token
 /// classification (TokenClassifier: `tfm classify` on a BertForTokenClassification folder) and masked-LM filling
@@ -16,7 +17,8 @@
 
 namespace tfm {
 
-/// The task head of a BERT checkpoint (transformers/models/bert/modeling_bert.py).
+/// The task head of a checkpoint (each family's modeling_*.py layout: BERT's pooler + classifier, RoBERTa's
+/// classifier.dense + out_proj on <s>, DistilBERT's pre_classifier, ...).
 enum class TaskHead {
   SequenceClassification,  ///< BertForSequenceClassification: classifier(pooler_output), also cross-encoders
   TokenClassification,     ///< BertForTokenClassification: classifier(last_hidden_state) per token
@@ -33,6 +35,10 @@ struct ClassifierOptions {
   /// OpenMP threads (kernels and oneDNN GEMMs) of each call, set on the calling thread (0 = the process default:
   /// OMP_NUM_THREADS, else all cores).
   int threads = 0;
+  /// Compute type of the encoder body, as EncoderOptions::dtype: "fp32", "bf16", "int8", or "" (default: as the
+  /// folder stores it, int8 for a `tfm convert --dtype int8` folder, else fp32). The head itself (classifier,
+  /// masked-LM transform and decoder) computes in fp32. Any other value throws std::invalid_argument.
+  std::string dtype;
 };
 
 struct ClassifyOptions {
@@ -77,7 +83,8 @@ class Classifier {
   std::vector<float> scores(const float* logits, const std::string& function = "") const;
   /// The folder's tokenizer (pairs: encode_pair; truncation at max_position_embeddings() is the caller's).
   const Tokenizer& tokenizer() const;
-  int64_t max_position_embeddings() const;  ///< tokens
+  int64_t max_position_embeddings() const;  ///< tokens an input may have (RoBERTa: max_position_embeddings - pad_token_id - 1)
+  const std::string& dtype() const;          ///< the body's compute type: "fp32", "bf16" or "int8"
 
   const std::vector<std::string>& labels() const;  ///< id2label, [num_labels]
   int64_t num_labels() const;
@@ -118,7 +125,8 @@ class TokenClassifier {
 
   const std::vector<std::string>& labels() const;  ///< id2label, [num_labels]
   const Tokenizer& tokenizer() const;
-  int64_t max_position_embeddings() const;
+  int64_t max_position_embeddings() const;  ///< as Classifier::max_position_embeddings
+  const std::string& dtype() const;          ///< the body's compute type
 
  private:
   struct Impl;
@@ -129,7 +137,7 @@ class TokenClassifier {
 struct MaskCandidate {
   float score = 0;        ///< softmax probability over the vocabulary
   int64_t token = 0;      ///< vocabulary id
-  std::string token_str;  ///< the token
+  std::string token_str;  ///< tokenizer.decode([token]) (WordPiece: the token itself, "##" kept; byte-level BPE: " Paris")
   /// The input with this token in place of the [MASK], decoded as tokenizer.decode(skip_special_tokens=True)
   /// (clean_up_tokenization_spaces as tokenizer_config.json says, default true); for an input with several
   /// masks with skip_special_tokens=False, as the pipeline does, so the other [MASK] tokens stay.
@@ -139,8 +147,8 @@ struct MaskCandidate {
 /// Thread-safety: immutable after construction; fill() may be called from several threads.
 class MaskFiller {
  public:
-  /// Throws as Classifier's constructor, std::runtime_error when the folder has no masked-LM head or its vocabulary
-  /// no [MASK] token. The decoder is tied to the word embeddings when the file does not store it.
+  /// Throws as Classifier's constructor, std::runtime_error when the folder has no masked-LM head or its tokenizer
+  /// no mask token (tokenizer_config.json / special_tokens_map.json "mask_token", else [MASK] or <mask>). The decoder is tied to the word embeddings when the file does not store it.
   explicit MaskFiller(const std::string& model_dir, const ClassifierOptions& options = {});
   ~MaskFiller();
   MaskFiller(MaskFiller&&) noexcept;
@@ -153,8 +161,10 @@ class MaskFiller {
                                                             int64_t top_k = 5) const;
 
   int64_t mask_token_id() const;
+  const std::string& mask_token() const;  ///< "[MASK]" (BERT, DistilBERT), "<mask>" (RoBERTa family), ...
   const Tokenizer& tokenizer() const;
-  int64_t max_position_embeddings() const;
+  int64_t max_position_embeddings() const;  ///< as Classifier::max_position_embeddings
+  const std::string& dtype() const;          ///< the body's compute type
 
  private:
   struct Impl;

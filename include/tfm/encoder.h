@@ -129,8 +129,8 @@ class Encoder {
   EncoderOutputs forward_all(const EncoderInputs& inputs, const ForwardOptions& options = {}) const;
   /// One vector per text, [texts.size(), embedding_dim()] float32: tokenize (special tokens added), forward, pool.
   /// A folder with modules.json runs its sentence-transformers pipeline as SentenceTransformer.encode() does
-  /// (default prompt, lowercasing, max_seq_length truncation, Pooling, Dense, Normalize; computed in fp32 whatever
-  /// the dtype). Throws std::invalid_argument for an empty list, an unknown pooling, text over the model's length
+  /// (default prompt, lowercasing, max_seq_length truncation, Pooling, Dense, Normalize; the Transformer module in
+  /// dtype(), Pooling / Dense / Normalize in fp32). Throws std::invalid_argument for an empty list, an unknown pooling, text over the model's length
   /// (unless max_length), invalid UTF-8; std::runtime_error when the folder has no tokenizer.
   FloatArray embed(const std::vector<std::string>& texts, const EmbedOptions& options = {}) const;
 

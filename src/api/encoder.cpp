@@ -33,6 +33,7 @@ struct Encoder::Impl {
   int64_t max_seq_length = 0;
   bool do_lower_case = false;             // sentence_bert_config.json do_lower_case
   int threads = 0;
+  std::optional<ops::ComputeType> st_dtype;  // the pipeline's Transformer module's (none: as stored)
 
   // The plain folder's pooling of embed(): `requested`, else the Encoder's default, else mean.
   PoolingConfig plain_pooling(const std::string& requested) const {
@@ -47,6 +48,7 @@ struct Encoder::Impl {
     so.no_prompt = no_prompt;
     so.normalize = normalize;
     so.max_seq_length = max_seq_length;
+    so.dtype = st_dtype;
     return so;
   }
   // The encoder's config: the plain model's, or the pipeline's Transformer module's.
@@ -138,8 +140,9 @@ Encoder::Encoder(const std::string& model_dir, const EncoderOptions& options) : 
     if (fs::exists(sb, ec)) impl_->do_lower_case = json_bool_or(load_json_file(sb), "do_lower_case", false, sb);
   };
   if (pipeline == "sentence_transformers") {  // the pipeline alone; its loader names what a folder lacks
+    impl_->st_dtype = want;
     load_pipeline();
-    impl_->dtype = ops::compute_type_name(want ? *want : ops::ComputeType::F32);
+    impl_->dtype = ops::compute_type_name(impl_->st->compute_type());
     return;
   }
   const std::string config_path = options.config_path.empty() ? model_dir + "/config.json" : options.config_path;
@@ -157,6 +160,7 @@ Encoder::Encoder(const std::string& model_dir, const EncoderOptions& options) : 
     impl_->model = load_encoder(model_dir, want, &ct);  // no dtype: as the file is stored
   }
   impl_->dtype = ops::compute_type_name(ct);
+  impl_->st_dtype = ct;  // the pipeline computes in the plain model's type
   if (pipeline == "auto" && fs::exists(model_dir + "/modules.json", ec)) {
     load_pipeline();
   } else if (!options.pooling.empty()) {

@@ -20,7 +20,8 @@ bool is_roberta_family(const std::string& model_type);
 std::string supported_encoder_types();
 
 struct EncoderConfig {
-  std::string model_type;  // "bert", "roberta", "xlm-roberta", "camembert", "modernbert" or "transformer_encoder"
+  std::string model_type;  // "bert", "roberta", "xlm-roberta", "camembert", "distilbert", "modernbert" or
+                           // "transformer_encoder"
   int64_t vocab_size = 30522;
   int64_t hidden_size = 768;
   int64_t num_hidden_layers = 12;

@@ -7,6 +7,7 @@
 
 #include "core/profile.h"
 #include "io/json_util.h"
+#include "models/checkpoint_weights.h"
 #include "nn/layers.h"
 #include "nn/params.h"
 #include "ops/attention.h"
@@ -274,84 +275,45 @@ class ModernBert : public EncoderModel {
 
 }  // namespace
 
-ModernBertHead ModernBertHead::load(const EncoderConfig& c, WeightSource& w, Kind kind, int64_t num_labels,
-                                    ops::ComputeType ct) {
+namespace {
+
+std::optional<HeadKind> detect_modernbert_head(const CheckpointWeights& w) {
+  if (w.has("classifier.weight")) return HeadKind::SequenceClassification;
+  if (w.has("decoder.bias") || w.has("decoder.weight") || w.has("head.dense.weight")) return HeadKind::MaskedLM;
+  return std::nullopt;
+}
+
+HeadLayout load_modernbert_head(HeadKind kind, const EncoderConfig& c, CheckpointWeights& w) {
   const ModernBertConfig m = ModernBertConfig::from(c);
   const int64_t H = c.hidden_size, V = c.vocab_size;
   const nn::Vars vb(w);
-  ModernBertHead h;
-  h.kind_ = kind;
-  h.hidden_size_ = H;
-  h.pooling_ = m.classifier_pooling;
-  h.act_ = m.classifier_activation;
-  h.dense_ = load_linear(vb.prefix("head.dense"), H, H, m.classifier_bias, ct);
-  h.norm_ = load_norm(vb.prefix("head.norm"), H, m.norm_eps, m.norm_bias);
-  if (kind == Kind::MaskedLM) {
-    h.out_features_ = V;
-    const nn::Vars dec = vb.prefix("decoder");
-    const nn::Vars weight_at =
-        vb.has("decoder.weight") ? dec : nn::Vars(w, modernbert_aliases).prefix("embeddings.tok_embeddings");
+  HeadLayout head;
+  head.input = m.classifier_pooling == "mean" ? HeadInput::MeanTokens : HeadInput::FirstToken;
+  HeadStage prediction, out;
+  prediction.linear = nn::Linear::load(vb.prefix("head.dense"), H, H, m.classifier_bias);
+  prediction.act = m.classifier_activation;
+  prediction.norm = load_norm(vb.prefix("head.norm"), H, m.norm_eps, m.norm_bias);
+  if (kind == HeadKind::MaskedLM) {
+    const std::vector<std::string> tied = {"model.embeddings.tok_embeddings.weight", "embeddings.tok_embeddings.weight"};
     if (m.decoder_bias) {
-      const nn::Param wt = weight_at.get("weight", {V, H}), b = dec.get("bias", {V});
-      h.out_ = nn::Linear::from_weights(wt.data(), b.data(), H, V, ct);
+      out.linear = detail::load_vocab_decoder(w, {"decoder.weight"}, tied, {"decoder.bias"}, V, H, &head.tied_decoder);
     } else {
-      h.out_ = load_linear(weight_at, H, V, false, ct);
+      head.tied_decoder = !w.has("decoder.weight");
+      const std::vector<std::string> names = head.tied_decoder ? tied : std::vector<std::string>{"decoder.weight"};
+      out.linear.weight = nn::Param(w.get(names[0], {V, H}, std::vector<std::string>(names.begin() + 1, names.end())));
+      out.linear.in_features = H;
+      out.linear.out_features = V;
     }
   } else {
-    if (num_labels <= 0) throw std::runtime_error("ModernBERT classifier: num_labels must be positive");
-    h.out_features_ = num_labels;
-    h.out_ = nn::Linear::load_packed({vb.prefix("classifier")}, H, num_labels, ct);
+    out.linear = detail::load_head_linear(w, {"classifier"}, H);
   }
-  return h;
+  head.stages = {std::move(prediction), std::move(out)};
+  return head;
 }
 
-Tensor ModernBertHead::apply(const float* x, int64_t N, const Shape& out_shape) const {
-  const int64_t H = hidden_size_;
-  std::vector<float> y(N * H);
-  dense_.forward_inference(y.data(), x, N);
-  ops::activation_forward(y.data(), y.data(), N * H, act_);
-  norm_.forward_inference(y.data(), y.data(), N);
-  Tensor out = Tensor::empty(out_shape);
-  out_.forward_inference(out.f32(), y.data(), N);
-  return out;
-}
+}  // namespace
 
-Tensor ModernBertHead::token_logits(const Tensor& h) const {
-  if (kind_ == Kind::SequenceClassification)
-    throw std::invalid_argument("ModernBertHead::token_logits: a sequence classification head");
-  if (h.ndim() != 3 || h.size(2) != hidden_size_)
-    throw std::invalid_argument("last_hidden_state must be [batch, seq_len, hidden_size], got " + shape_str(h.shape()));
-  return apply(h.f32(), h.size(0) * h.size(1), {h.size(0), h.size(1), out_features_});
-}
-
-Tensor ModernBertHead::sequence_logits(const Tensor& h, const Tensor& attention_mask) const {
-  if (kind_ != Kind::SequenceClassification)
-    throw std::invalid_argument("ModernBertHead::sequence_logits: not a sequence classification head");
-  if (h.ndim() != 3 || h.size(2) != hidden_size_)
-    throw std::invalid_argument("last_hidden_state must be [batch, seq_len, hidden_size], got " + shape_str(h.shape()));
-  const int64_t B = h.size(0), L = h.size(1), H = hidden_size_;
-  if (attention_mask.defined() && (attention_mask.shape() != Shape{B, L} || attention_mask.dtype() != DType::I64))
-    throw std::invalid_argument("attention_mask must be int64 [batch, seq_len]");
-  std::vector<float> pooled(B * H, 0.0f);
-  for (int64_t b = 0; b < B; ++b) {
-    const float* hb = h.f32() + b * L * H;
-    float* p = pooled.data() + b * H;
-    if (pooling_ == "cls") {
-      std::memcpy(p, hb, sizeof(float) * H);
-      continue;
-    }
-    std::vector<double> sum(H, 0.0);
-    double n = 0;
-    for (int64_t l = 0; l < L; ++l) {
-      const double m = attention_mask.defined() ? (double)attention_mask.i64()[b * L + l] : 1.0;
-      if (m == 0) continue;
-      n += m;
-      for (int64_t c = 0; c < H; ++c) sum[c] += m * hb[l * H + c];
-    }
-    for (int64_t c = 0; c < H; ++c) p[c] = n > 0 ? (float)(sum[c] / n) : 0.0f;
-  }
-  return apply(pooled.data(), B, {B, out_features_});
-}
+FamilyHeads modernbert_heads() { return {detect_modernbert_head, load_modernbert_head}; }
 
 std::unique_ptr<EncoderModel> make_modernbert(const EncoderConfig& config, WeightSource& weights,
                                               ops::ComputeType dtype) {

@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "models/encoder.h"
-#include "nn/layers.h"
+#include "models/head_layout.h"
 #include "ops/activation.h"
 
 namespace tfm {
@@ -56,39 +56,16 @@ struct ModernBertConfig {
 std::unique_ptr<EncoderModel> make_modernbert(const EncoderConfig& config, WeightSource& weights,
                                               ops::ComputeType dtype = ops::ComputeType::F32);
 
-// The task heads of ModernBertForMaskedLM, ModernBertForSequenceClassification and
-// ModernBertForTokenClassification on a ModernBertModel's last_hidden_state:
-//   head(x) = head.norm(act(head.dense(x)))                     (ModernBertPredictionHead; act = classifier_activation)
-//   MaskedLM:               logits = decoder(head(h))           [B, L, vocab_size]
-//   TokenClassification:    logits = classifier(head(h))        [B, L, num_labels]
-//   SequenceClassification: logits = classifier(head(pool(h)))  [B, num_labels]; pool per classifier_pooling:
-//                           "cls" h[:, 0], "mean" the attention_mask-weighted mean over tokens.
-class ModernBertHead {
- public:
-  enum class Kind { MaskedLM, SequenceClassification, TokenClassification };
-  // Tensors (top-level names, as the For* checkpoints save them): "head.dense.weight" [H, H] (+ ".bias" when
-  // classifier_bias), "head.norm.weight" [H] (+ ".bias" when norm_bias); MaskedLM: "decoder.weight" [vocab, H],
-  // or, when absent (tie_word_embeddings: the saved file omits it), the word embeddings
-  // "[model.]embeddings.tok_embeddings.weight", and "decoder.bias" [vocab] when decoder_bias; classification:
-  // "classifier.weight" [num_labels, H] and "classifier.bias" [num_labels]. Linear weights packed for `dtype`.
-  // Throws std::runtime_error on a missing tensor or a shape mismatch.
-  static ModernBertHead load(const EncoderConfig& config, WeightSource& weights, Kind kind, int64_t num_labels,
-                             ops::ComputeType dtype = ops::ComputeType::F32);
-  // MaskedLM or TokenClassification: last_hidden_state [B, L, H] -> [B, L, vocab_size or num_labels].
-  Tensor token_logits(const Tensor& last_hidden_state) const;
-  // SequenceClassification: last_hidden_state [B, L, H], attention_mask [B, L] int64 or undefined (all ones)
-  // -> [B, num_labels].
-  Tensor sequence_logits(const Tensor& last_hidden_state, const Tensor& attention_mask) const;
-  Kind kind() const { return kind_; }
-
- private:
-  Tensor apply(const float* x, int64_t N, const Shape& out_shape) const;
-  Kind kind_ = Kind::MaskedLM;
-  int64_t hidden_size_ = 0, out_features_ = 0;
-  std::string pooling_ = "cls";
-  ops::Activation act_ = ops::Activation::Gelu;
-  nn::Linear dense_, out_;
-  nn::LayerNorm norm_;
-};
+// modeling_modernbert.py heads, through models/head_layout.h: ModernBertPredictionHead
+// head(x) = head.norm(act(head.dense(x))) (act = classifier_activation; dense bias only when classifier_bias, norm
+// bias only when norm_bias), then
+//   ModernBertForMaskedLM:               decoder(head(h)) per token; decoder tied to the word embeddings unless
+//                                        "decoder.weight" is stored, + "decoder.bias" (when decoder_bias);
+//   ModernBertForSequenceClassification: classifier(head(pool(h))), pool per classifier_pooling: "cls" h[:, 0],
+//                                        "mean" the mean over attention_mask == 1;
+//   ModernBertForTokenClassification:    classifier(head(h)) per token.
+// Without "architectures", tensors decide: "classifier.weight" -> sequence classification, "decoder.bias" or
+// "head.dense.weight" alone -> masked LM.
+FamilyHeads modernbert_heads();
 
 }  // namespace tfm

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -28,6 +29,9 @@ struct SentenceTransformerOptions {
   // Truncation length in tokens incl. [CLS]/[SEP]; 0 = sentence_bert_config.json max_seq_length, else
   // min(tokenizer model_max_length, max_position_embeddings).
   int64_t max_seq_length = 0;
+  // Compute type of the Transformer module's Linear layers; none: as its folder stores them (int8 for a
+  // `tfm convert --dtype int8` folder, else fp32). Pooling, Dense and Normalize stay fp32.
+  std::optional<ops::ComputeType> dtype;
 };
 
 class SentenceTransformer {
@@ -57,6 +61,7 @@ class SentenceTransformer {
   int64_t max_seq_length() const { return max_seq_length_; }
   const BertTokenizer& tokenizer() const { return *tokenizer_; }
   const EncoderConfig& encoder_config() const { return encoder_->config(); }
+  ops::ComputeType compute_type() const { return compute_type_; }  // the Transformer module's
   // "Transformer(bert, max_seq_length 128) -> Pooling(mean) -> Normalize"
   std::string describe() const;
   // The prompt in use ("" if none) and its length in tokens as sentence-transformers counts it ([CLS] + prompt).
@@ -75,6 +80,7 @@ class SentenceTransformer {
   std::string prompt_;
   int64_t prompt_length_ = 0;
   int64_t dim_ = 0;
+  ops::ComputeType compute_type_ = ops::ComputeType::F32;
 };
 
 }  // namespace tfm

@@ -41,8 +41,9 @@ void add_convert_command(CLI::App& app) {
       if (type == "transformer_seq2seq")
         throw std::invalid_argument(cp + ": this is a transformer_seq2seq folder (a translation model), not an "
                                     "encoder; convert takes encoder folders only");
-      if (o->dtype == "int8" && !type.empty() && type != "bert")
-        throw std::runtime_error("--dtype int8: model_type '" + type + "' is not supported (BERT only); use --dtype bf16");
+      if (o->dtype == "int8" && !type.empty() && type != "bert" && type != "modernbert")
+        throw std::runtime_error("--dtype int8: model_type '" + type +
+                                 "' is not supported (BERT and ModernBERT only); use --dtype bf16");
     }
     ConvertOptions co;
     co.dtype = o->dtype;

@@ -14,7 +14,7 @@ namespace tfm::cli {
 
 void add_fill_mask_command(CLI::App& app) {
   struct Opts {
-    std::string model, input, dtype = "fp32";
+    std::string model, input, dtype;  // "": as the folder stores it
     std::vector<std::string> texts;
     int64_t top_k = 5, max_length = 0;
     int threads = 0;
@@ -29,12 +29,12 @@ void add_fill_mask_command(CLI::App& app) {
   cmd->add_option("--top-k", o->top_k, "Candidates per mask (default 5)")->check(whole_range(1, 1 << 20));
   cmd->add_option("--max-length", o->max_length, "Truncate texts to this many tokens (default: refuse longer ones)")
       ->check(whole_range(2, 1 << 20));
-  add_fp32_dtype_option(cmd, o->dtype, o->model);
+  add_dtype_option(cmd, o->dtype);
   add_threads_option(cmd, o->threads);
   cmd->callback([o] {
     std::vector<std::string> texts = gather_texts(o->texts, o->input);
-    if (texts.empty()) throw CLI::ValidationError("give texts with [MASK], or --input FILE");
-    const MaskFiller m(o->model, ClassifierOptions{o->threads});
+    if (texts.empty() && o->input.empty()) throw CLI::ValidationError("give texts with [MASK], or --input FILE");
+    const MaskFiller m(o->model, ClassifierOptions{o->threads, o->dtype});
     const int64_t mask_id = m.mask_token_id();
     std::vector<TextEncoding> enc = encode_all(m.tokenizer(), m.max_position_embeddings(), texts, nullptr, o->max_length);
     for (size_t b = 0; b < enc.size(); ++b)
