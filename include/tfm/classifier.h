@@ -57,6 +57,20 @@ struct Classification {
   float score() const { return scores.front(); }                ///< its score
 };
 
+struct RerankOptions {
+  bool raw_scores = false;  ///< the logit (two labels: logit 1 - logit 0), no activation
+  int64_t top_k = 0;        ///< keep the best top_k (0 = all); < 0 throws std::invalid_argument
+  int64_t max_length = 0;   ///< truncate each (query, passage) pair to this many tokens, longest first (0 = error
+                            ///< when a pair is over max_position_embeddings)
+  int64_t batch_size = 32;  ///< pairs per forward pass
+};
+
+/// One passage of Classifier::rerank: its position in the input and its score.
+struct RankedPassage {
+  int64_t index = 0;
+  float score = 0;
+};
+
 /// Thread-safety: immutable after construction; classify() and logits() may be called from several threads.
 class Classifier {
  public:
@@ -81,6 +95,14 @@ class Classifier {
   /// default, "softmax", "sigmoid" or "none"), [num_labels] in label order. Throws std::invalid_argument for an
   /// unknown function.
   std::vector<float> scores(const float* logits, const std::string& function = "") const;
+  /// Ranks passages for a query with a cross-encoder, as sentence-transformers' CrossEncoder.rank and `tfm rerank`
+  /// do: each (query, passage) pair scored (one label: its activation, sigmoid unless config.json names another;
+  /// two labels: the softmax probability of label 1), best first (ties keep the input order). Throws
+  /// std::invalid_argument for an empty query or passage list, an empty passage, invalid UTF-8, a pair over
+  /// max_position_embeddings without max_length, top_k < 0, max_length in 1..2 or < 0, batch_size < 1;
+  /// std::runtime_error when the head has more than two labels (not a cross-encoder).
+  std::vector<RankedPassage> rerank(const std::string& query, const std::vector<std::string>& passages,
+                                    const RerankOptions& options = {}) const;
   /// The folder's tokenizer (pairs: encode_pair; truncation at max_position_embeddings() is the caller's).
   const Tokenizer& tokenizer() const;
   int64_t max_position_embeddings() const;  ///< tokens an input may have (RoBERTa: max_position_embeddings - pad_token_id - 1)
@@ -160,6 +182,12 @@ class MaskFiller {
   std::vector<std::vector<std::vector<MaskCandidate>>> fill(const std::vector<TextEncoding>& batch,
                                                             int64_t top_k = 5) const;
 
+  /// SPLADE pooling of the masked-LM logits (text-embeddings-inference's /embed_sparse, sentence-transformers'
+  /// SpladePooling with "max"): per input (tokenizer().encode()) and vocabulary id, the max over the input's tokens
+  /// of log(1 + relu(logit)); [batch.size(), vocab_size()] float32, mostly zeros. One forward pass. Throws
+  /// std::invalid_argument as fill() does.
+  FloatArray sparse_embed(const std::vector<TextEncoding>& batch) const;
+  int64_t vocab_size() const;
   int64_t mask_token_id() const;
   const std::string& mask_token() const;  ///< "[MASK]" (BERT, DistilBERT), "<mask>" (RoBERTa family), ...
   const Tokenizer& tokenizer() const;

@@ -3,6 +3,7 @@
 #include "tfm/classifier.h"
 
 #include <algorithm>
+#include <cmath>
 #include <numeric>
 #include <optional>
 #include <stdexcept>
@@ -100,6 +101,48 @@ Classifier::Classifier(const std::string& dir, const ClassifierOptions& options)
 Classifier::~Classifier() = default;
 Classifier::Classifier(Classifier&&) noexcept = default;
 Classifier& Classifier::operator=(Classifier&&) noexcept = default;
+
+std::vector<RankedPassage> Classifier::rerank(const std::string& query, const std::vector<std::string>& passages,
+                                              const RerankOptions& o) const {
+  const int64_t C = num_labels();
+  if (C > 2)
+    throw std::runtime_error("this model has " + std::to_string(C) +
+                             " labels; rerank needs a cross-encoder with one (or two) labels");
+  if (query.find_first_not_of(" \t\v\f\r\n") == std::string::npos) throw std::invalid_argument("query is empty");
+  if (passages.empty()) throw std::invalid_argument("passages is empty");
+  if (o.top_k < 0) throw std::invalid_argument("top_k must be >= 0, got " + std::to_string(o.top_k));
+  if (o.batch_size < 1) throw std::invalid_argument("batch_size must be >= 1, got " + std::to_string(o.batch_size));
+  if (o.max_length < 0 || o.max_length == 1 || o.max_length == 2)
+    throw std::invalid_argument("max_length must be 0 or >= 3 ([CLS] and two [SEP]), got " +
+                                std::to_string(o.max_length));
+  const int64_t limit = max_position_embeddings();
+  TokenizeOptions to;
+  to.max_length = o.max_length;
+  std::vector<TextEncoding> enc;
+  for (size_t i = 0; i < passages.size(); ++i) {
+    if (passages[i].find_first_not_of(" \t\v\f\r\n") == std::string::npos)
+      throw std::invalid_argument("passage " + std::to_string(i) + " is empty");
+    enc.push_back(tokenizer().encode_pair(query, passages[i], to));
+    if ((int64_t)enc.back().input_ids.size() > limit)
+      throw std::invalid_argument("passage " + std::to_string(i) + " with the query has " +
+                                  std::to_string(enc.back().input_ids.size()) +
+                                  " tokens, more than max_position_embeddings (" + std::to_string(limit) +
+                                  "); pass max_length to truncate");
+  }
+  const std::string fn = o.raw_scores ? "none" : C == 2 ? "softmax" : "";
+  std::vector<RankedPassage> out;
+  for (size_t s = 0; s < enc.size(); s += (size_t)o.batch_size) {
+    const size_t n = std::min(enc.size() - s, (size_t)o.batch_size);
+    const FloatArray lg = logits(std::vector<TextEncoding>(enc.begin() + s, enc.begin() + s + n));
+    for (size_t b = 0; b < n; ++b) {
+      const std::vector<float> sc = scores(lg.data() + b * C, fn);
+      out.push_back({(int64_t)(s + b), C == 2 ? (o.raw_scores ? sc[1] - sc[0] : sc[1]) : sc[0]});
+    }
+  }
+  std::stable_sort(out.begin(), out.end(), [](const RankedPassage& a, const RankedPassage& b) { return a.score > b.score; });
+  if (o.top_k > 0 && (size_t)o.top_k < out.size()) out.resize(o.top_k);
+  return out;
+}
 
 const std::vector<std::string>& Classifier::labels() const { return impl_->model->head_config().id2label; }
 int64_t Classifier::num_labels() const { return impl_->model->num_labels(); }
@@ -230,6 +273,26 @@ MaskFiller::MaskFiller(const std::string& dir, const ClassifierOptions& options)
 MaskFiller::~MaskFiller() = default;
 MaskFiller::MaskFiller(MaskFiller&&) noexcept = default;
 MaskFiller& MaskFiller::operator=(MaskFiller&&) noexcept = default;
+
+int64_t MaskFiller::vocab_size() const { return impl_->model->encoder_config().vocab_size; }
+
+FloatArray MaskFiller::sparse_embed(const std::vector<TextEncoding>& in) const {
+  const TaskModel& m = *impl_->model;
+  BatchTensors bt = impl_->batch(in);
+  std::vector<std::pair<int64_t, int64_t>> pos;
+  for (size_t b = 0; b < in.size(); ++b)
+    for (size_t l = 0; l < in[b].input_ids.size(); ++l) pos.push_back({(int64_t)b, (int64_t)l});
+  api::apply_threads(impl_->threads);
+  Tensor logits = m.mlm_logits(bt.input_ids, bt.token_type_ids, bt.attention_mask, pos);  // [positions, V]
+  const int64_t V = m.encoder_config().vocab_size;
+  Tensor out = Tensor::zeros({(int64_t)in.size(), V});
+  for (size_t p = 0; p < pos.size(); ++p) {
+    const float* row = logits.f32() + p * V;
+    float* o = out.f32() + pos[p].first * V;
+    for (int64_t v = 0; v < V; ++v) o[v] = std::max(o[v], std::log1p(std::max(row[v], 0.0f)));
+  }
+  return api::to_array(std::move(out));
+}
 
 int64_t MaskFiller::mask_token_id() const { return impl_->mask_id; }
 const std::string& MaskFiller::mask_token() const { return impl_->model->mask_token(); }

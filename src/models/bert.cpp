@@ -78,6 +78,16 @@ class Bert : public EncoderModel {
 
   EncoderOutput forward(const Tensor& input_ids, const Tensor& token_type_ids, const Tensor& attention_mask,
                         bool all_layers) const override {
+    return run(input_ids, token_type_ids, attention_mask, all_layers, /*unpadded=*/false);
+  }
+  EncoderOutput forward_unpadded(const Tensor& input_ids, const Tensor& token_type_ids,
+                                 const Tensor& attention_mask) const override {
+    return run(input_ids, token_type_ids, attention_mask, false, /*unpadded=*/true);
+  }
+
+ private:
+  EncoderOutput run(const Tensor& input_ids, const Tensor& token_type_ids, const Tensor& attention_mask,
+                    bool all_layers, bool unpadded) const {
     const EncoderConfig& c = config_;
     // A family without token type embeddings takes no token_type_ids (DistilBertModel.forward has none).
     const Tensor tt_ids = type_.defined() ? token_type_ids : Tensor();
@@ -111,15 +121,7 @@ class Bert : public EncoderModel {
     if (all_layers) std::memcpy(hs.f32(), X, sizeof(float) * N * H);
     t_emb.stop();
 
-    ops::AttentionMask mask;
-    bool padded = false;
-    for (float m : key_mask) padded |= m == 0.0f;
-    if (padded) mask.key_mask = key_mask.data();
-    nn::BlockScratch scratch;  // activation buffers, reused by every layer
-    for (int64_t l = 0; l < NL; ++l) {
-      layers_[l].forward_inference(X, B, L, mask, scratch);
-      if (all_layers) std::memcpy(hs.f32() + (l + 1) * N * H, X, sizeof(float) * N * H);
-    }
+    nn::encoder_stack_inference(layers_, X, B, L, key_mask.data(), unpadded, all_layers ? hs.f32() : nullptr);
     // Pooler: tanh(dense(x[:, 0])), when the checkpoint has one.
     if (pooler_.weight.defined()) {
       OpTimer t("pooler");
@@ -135,7 +137,6 @@ class Bert : public EncoderModel {
     return out;
   }
 
- private:
   // modeling_roberta.py create_position_ids_from_input_ids: cumsum(ids != pad) * (ids != pad) + pad, [B * L].
   // Throws std::invalid_argument when a row of L tokens would need a position past max_position_embeddings.
   std::vector<int64_t> positions_from_padding(const int64_t* ids, int64_t B, int64_t L) const {

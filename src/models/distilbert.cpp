@@ -78,7 +78,12 @@ nlohmann::json distilbert_config_as_bert(const nlohmann::json& j, const std::str
   b["num_attention_heads"] = json_int(j, "n_heads", file);
   b["intermediate_size"] = json_int(j, "hidden_dim", file);
   b["hidden_act"] = json_string_or(j, "activation", "gelu", file);
-  b["layer_norm_eps"] = (double)kLayerNormEps;
+  try {
+    ops::parse_activation(b["hidden_act"].get<std::string>());
+  } catch (const std::invalid_argument& e) {
+    throw std::runtime_error(file + ": key 'activation': " + e.what());
+  }
+  b["layer_norm_eps"] = 1e-12;  // kLayerNormEps, as the double config.json would hold
   b["type_vocab_size"] = 1;
   b["max_position_embeddings"] = json_int_or(j, "max_position_embeddings", 512, file);
   json_bool_or(j, "sinusoidal_pos_embds", false, file);  // type-checked; the table is read from the file either way

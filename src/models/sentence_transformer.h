@@ -67,6 +67,15 @@ class SentenceTransformer {
   // The prompt in use ("" if none) and its length in tokens as sentence-transformers counts it ([CLS] + prompt).
   const std::string& prompt() const { return prompt_; }
   int64_t prompt_length() const { return prompt_length_; }
+  // A copy sharing this one's weights whose prompt is config_sentence_transformers.json's prompts[name] ("": no
+  // prompt), as SentenceTransformer.encode(prompt_name=name). Throws std::invalid_argument for an unknown name
+  // (the message lists the folder's names).
+  SentenceTransformer with_prompt(const std::string& name) const;
+  // A copy sharing this one's weights with (true) or without (false) the final L2 normalisation.
+  SentenceTransformer with_normalize(bool normalize) const;
+  bool normalizes() const { return normalize_; }
+  // The names of config_sentence_transformers.json "prompts", sorted.
+  std::vector<std::string> prompt_names() const;
 
  private:
   SentenceTransformer() = default;
@@ -79,6 +88,10 @@ class SentenceTransformer {
   int64_t max_seq_length_ = 512;
   std::string prompt_;
   int64_t prompt_length_ = 0;
+  std::map<std::string, std::string> prompts_;  // config_sentence_transformers.json "prompts"
+  std::string prompts_file_;
+  const std::string& prompt_text(const std::string& name) const;  // prompts_[name]; "" for ""; throws unknown
+  void set_prompt(const std::string& text);                       // prompt_ and prompt_length_
   int64_t dim_ = 0;
   ops::ComputeType compute_type_ = ops::ComputeType::F32;
 };

@@ -1,5 +1,5 @@
 // tfm classify: sequence classification ({"label", "score"}) or token classification (entities) with a Hugging
-// Face BertFor*Classification checkpoint, printing what the text-classification / token-classification pipelines
+// Face *For*Classification checkpoint of any encoder family, printing what the text-classification / token-classification pipelines
 // return, one JSON line per input.
 #include <algorithm>
 #include <memory>
@@ -23,8 +23,8 @@ void add_classify_command(CLI::App& app) {
   };
   auto o = std::make_shared<Opts>();
   CLI::App* cmd = app.add_subcommand(
-      "classify", "Classify texts with a BertForSequenceClassification checkpoint ({\"label\", \"score\"} per line) "
-                  "or tag tokens with a BertForTokenClassification one (a list of {\"entity\", \"score\", \"index\", "
+      "classify", "Classify texts with a *ForSequenceClassification checkpoint of any family (BERT, RoBERTa, XLM-R, CamemBERT, DistilBERT, ...) ({\"label\", \"score\"} per line) "
+                  "or tag tokens with a *ForTokenClassification one (a list of {\"entity\", \"score\", \"index\", "
                   "\"word\", \"start\", \"end\"} per line, special tokens and label O left out)");
   cmd->add_option("--model", o->model, "Checkpoint folder: config.json (architectures, id2label), model.safetensors, "
                                        "tokenizer files")

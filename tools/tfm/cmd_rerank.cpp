@@ -1,4 +1,4 @@
-// tfm rerank: scores (query, passage) pairs with a cross-encoder (BertForSequenceClassification on pairs) and
+// tfm rerank: scores (query, passage) pairs with a cross-encoder (*ForSequenceClassification on pairs, any family) and
 // prints [{"index", "score"}] best first, as sentence-transformers' CrossEncoder.rank does.
 #include <algorithm>
 #include <memory>
