@@ -7,6 +7,7 @@
 #include "models/checkpoint_weights.h"
 #include "models/distilbert.h"
 #include "models/mpnet.h"
+#include "models/modernbert.h"
 #include "models/roberta.h"
 #include "models/transformer_encoder.h"
 
@@ -17,7 +18,7 @@ bool is_roberta_family(const std::string& model_type) {
 }
 
 std::string supported_encoder_types() {
-  return "bert, roberta, xlm-roberta, camembert, distilbert, mpnet, transformer_encoder";
+  return "bert, roberta, xlm-roberta, camembert, distilbert, mpnet, modernbert, transformer_encoder";
 }
 
 EncoderConfig EncoderConfig::from_json(const nlohmann::json& config, const std::string& file) {
@@ -25,6 +26,8 @@ EncoderConfig EncoderConfig::from_json(const nlohmann::json& config, const std::
   c.model_type = json_string_or(config, "model_type", "bert", file);
   // Families with their own key names are read through BERT's.
   const nlohmann::json j = c.model_type == "distilbert" ? distilbert_config_as_bert(config, file) : config;
+  c.json = config;
+  c.source = file;
   c.vocab_size = json_int(j, "vocab_size", file);
   c.hidden_size = json_int(j, "hidden_size", file);
   c.num_hidden_layers = json_int(j, "num_hidden_layers", file);
@@ -71,8 +74,9 @@ EncoderConfig EncoderConfig::from_json(const nlohmann::json& config, const std::
   const std::string pos = json_string_or(j, "position_embedding_type", "absolute", file);
   if (pos != "absolute")
     throw std::runtime_error(file + ": position_embedding_type '" + pos + "' is not supported (only 'absolute')");
+  if (c.model_type == "modernbert") ModernBertConfig::from(c);  // its own keys, checked at load
   if (c.model_type != "bert" && c.model_type != "transformer_encoder" && !is_roberta_family(c.model_type) &&
-      c.model_type != "distilbert" && c.model_type != "mpnet")
+      c.model_type != "distilbert" && c.model_type != "mpnet" && c.model_type != "modernbert")
     throw std::runtime_error(file + ": model_type '" + c.model_type +
                              "' is not an encoder this tool runs (supported: " + supported_encoder_types() + ")");
   return c;
@@ -85,6 +89,7 @@ std::unique_ptr<EncoderModel> make_encoder(const EncoderConfig& config, WeightSo
   if (is_roberta_family(config.model_type)) return make_roberta(config, weights, dtype);
   if (config.model_type == "distilbert") return make_distilbert(config, weights, dtype);
   if (config.model_type == "mpnet") return make_mpnet(config, weights, dtype);
+  if (config.model_type == "modernbert") return make_modernbert(config, weights, dtype);
   return make_bert(config, weights, dtype);
 }
 

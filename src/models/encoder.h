@@ -20,7 +20,7 @@ bool is_roberta_family(const std::string& model_type);
 std::string supported_encoder_types();
 
 struct EncoderConfig {
-  std::string model_type;  // "bert", "roberta", "xlm-roberta", "camembert", "distilbert", "mpnet" or
+  std::string model_type;  // "bert", "roberta", "xlm-roberta", "camembert", "distilbert", "mpnet", "modernbert" or
                            // "transformer_encoder"
   int64_t vocab_size = 30522;
   int64_t hidden_size = 768;
@@ -33,6 +33,8 @@ struct EncoderConfig {
   std::string hidden_act = "gelu";
   int64_t pad_token_id = 0;
   int64_t relative_attention_num_buckets = 32;  // MPNet: rows of encoder.relative_attention_bias
+  nlohmann::json json;  // config.json as read, for a family's own keys (ModernBertConfig::from)
+  std::string source;   // the file it came from, for errors
 
   int64_t head_dim() const { return hidden_size / num_attention_heads; }
   // Parses and validates (positive sizes, hidden_size divisible by num_attention_heads, known activation).

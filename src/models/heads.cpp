@@ -12,6 +12,7 @@
 #include "models/checkpoint_weights.h"
 #include "models/distilbert.h"
 #include "models/mpnet.h"
+#include "models/modernbert.h"
 #include "models/roberta.h"
 #include "nn/weights.h"
 #include "ops/layer_norm.h"
@@ -102,6 +103,7 @@ const FamilyHeads& family_heads(const std::string& model_type, const std::string
       {"camembert", roberta_heads()},
       {"distilbert", distilbert_heads()},
       {"mpnet", mpnet_heads()},
+      {"modernbert", modernbert_heads()},
   };
   std::string names;
   for (const auto& [name, heads] : table) {

@@ -1,0 +1,254 @@
+#include "ops/local_attention.h"
+
+#include <cmath>
+#include <stdexcept>
+#include <vector>
+
+#include "ops/isa.h"
+#include "ops/vec_math.h"
+
+namespace tfm::ops {
+namespace {
+
+template <int W>
+struct Vec {
+  typedef float type __attribute__((vector_size(W * 4)));
+};
+#pragma GCC diagnostic ignored "-Wpsabi"  // vectors only cross always-inlined calls
+template <class V>
+TFM_ALWAYS_INLINE V load_v(const float* p) {
+  V v;
+  __builtin_memcpy(&v, p, sizeof(V));
+  return v;
+}
+template <class V>
+TFM_ALWAYS_INLINE void store_v(float* p, V v) {
+  __builtin_memcpy(p, &v, sizeof(V));
+}
+
+struct BandArgs {
+  const float *q, *k, *v;
+  float* out;
+  const float* key_mask;
+  AttentionDims d;
+  int64_t window;
+};
+
+struct BandScratch {
+  std::vector<float> kt, qs, s, o;
+};
+
+// Queries [i_begin, i_end) of (batch, head) bh, in tiles of R rows; key blocks of BK = NV * W keys, W floats per
+// vector. Keys outside a row's window, padded keys and the zero-filled tail of the last block score -inf.
+template <int W, int NV, int R>
+TFM_ALWAYS_INLINE void band_task(const BandArgs& a, int64_t bh, int64_t i_begin, int64_t i_end, BandScratch& sc) {
+  using V = typename Vec<W>::type;
+  constexpr int BK = NV * W;
+  const AttentionDims& d = a.d;
+  const int64_t nh = d.num_heads, L = d.q_len, Dh = d.head_dim, w = a.window;
+  const int64_t b = bh / nh, h = bh % nh;
+  const float* qb = a.q + b * L * d.q_ld + h * Dh;
+  const float* kb = a.k + b * L * d.k_ld + h * Dh;
+  const float* vb = a.v + b * L * d.v_ld + h * Dh;
+  float* ob = a.out + b * L * d.out_ld + h * Dh;
+  const float* km = a.key_mask ? a.key_mask + b * L : nullptr;
+  sc.kt.resize(Dh * BK);
+  sc.qs.resize(R * Dh);
+  sc.s.resize(R * BK);
+  sc.o.resize(R * Dh);
+  float *kt = sc.kt.data(), *qs = sc.qs.data(), *S = sc.s.data(), *O = sc.o.data();
+  const int64_t nvec = Dh / W;
+  for (int64_t i0 = i_begin; i0 < i_end; i0 += R) {
+    const int64_t nr = i_end - i0 < R ? i_end - i0 : R;
+    float m[R], l[R];
+    for (int r = 0; r < R; ++r) {
+      const int64_t i = i0 + (r < nr ? r : nr - 1);  // rows past the tile's end repeat its last (discarded)
+      m[r] = -INFINITY;
+      l[r] = 0.0f;
+      for (int64_t c = 0; c < Dh; ++c) qs[r * Dh + c] = qb[i * d.q_ld + c] * d.scale;
+      for (int64_t c = 0; c < Dh; ++c) O[r * Dh + c] = 0.0f;
+    }
+    const int64_t lo = i0 - w > 0 ? i0 - w : 0;
+    const int64_t hi = i0 + nr + w < L ? i0 + nr + w : L;  // one past the last key of the tile's windows
+    for (int64_t j0 = lo; j0 < hi; j0 += BK) {
+      const int64_t nk = hi - j0 < BK ? hi - j0 : BK;
+      for (int64_t j = 0; j < nk; ++j) {
+        const float* kr = kb + (j0 + j) * d.k_ld;
+        for (int64_t c = 0; c < Dh; ++c) kt[c * BK + j] = kr[c];
+      }
+      for (int64_t c = 0; c < Dh; ++c)
+        for (int64_t j = nk; j < BK; ++j) kt[c * BK + j] = 0.0f;
+      {  // S = qs K_blk^T
+        V acc[R][NV];
+        for (int r = 0; r < R; ++r)
+          for (int u = 0; u < NV; ++u) acc[r][u] = V{};
+        for (int64_t c = 0; c < Dh; ++c) {
+          V kv[NV];
+          for (int u = 0; u < NV; ++u) kv[u] = load_v<V>(kt + c * BK + u * W);
+          for (int r = 0; r < R; ++r) {
+            const float qv = qs[r * Dh + c];
+            for (int u = 0; u < NV; ++u) acc[r][u] += qv * kv[u];
+          }
+        }
+        for (int r = 0; r < R; ++r)
+          for (int u = 0; u < NV; ++u) store_v(S + r * BK + u * W, acc[r][u]);
+      }
+      for (int r = 0; r < R; ++r) {
+        const int64_t i = i0 + (r < nr ? r : nr - 1);
+        float* s = S + r * BK;
+        // Visible block entries of this row: keys [i - w, i + w] of this block, and not padded.
+        int64_t a0 = i - w - j0, a1 = i + w + 1 - j0;
+        a0 = a0 < 0 ? 0 : a0;
+        a1 = a1 > nk ? nk : a1;
+        for (int64_t j = 0; j < a0 && j < BK; ++j) s[j] = -INFINITY;
+        for (int64_t j = a1 < 0 ? 0 : a1; j < BK; ++j) s[j] = -INFINITY;
+        if (km)
+          for (int64_t j = a0; j < a1; ++j)
+            if (km[j0 + j] == 0.0f) s[j] = -INFINITY;
+        float bm = -INFINITY;
+#pragma omp simd reduction(max : bm)
+        for (int64_t j = 0; j < BK; ++j) bm = s[j] > bm ? s[j] : bm;
+        const float m_new = bm > m[r] ? bm : m[r];
+        if (m_new == -INFINITY) {  // nothing visible so far
+#pragma omp simd
+          for (int64_t j = 0; j < BK; ++j) s[j] = 0.0f;
+          continue;
+        }
+        const float alpha = vm::fast_exp(m[r] - m_new);
+        float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+        for (int64_t j = 0; j < BK; ++j) {
+          const float p = vm::fast_exp(s[j] - m_new);
+          s[j] = p;
+          sum += p;
+        }
+        l[r] = l[r] * alpha + sum;
+        m[r] = m_new;
+#pragma omp simd
+        for (int64_t c = 0; c < Dh; ++c) O[r * Dh + c] *= alpha;
+      }
+      // O += P V_blk, over the head_dim in vectors of W (two at a time), the tail scalar.
+      int64_t cv = 0;
+      for (; cv + 2 <= nvec; cv += 2) {
+        V acc[R][2];
+        for (int r = 0; r < R; ++r)
+          for (int u = 0; u < 2; ++u) acc[r][u] = load_v<V>(O + r * Dh + (cv + u) * W);
+        for (int64_t j = 0; j < nk; ++j) {
+          const float* vr = vb + (j0 + j) * d.v_ld + cv * W;
+          const V v0 = load_v<V>(vr), v1 = load_v<V>(vr + W);
+          for (int r = 0; r < R; ++r) {
+            const float p = S[r * BK + j];
+            acc[r][0] += p * v0;
+            acc[r][1] += p * v1;
+          }
+        }
+        for (int r = 0; r < R; ++r)
+          for (int u = 0; u < 2; ++u) store_v(O + r * Dh + (cv + u) * W, acc[r][u]);
+      }
+      for (; cv < nvec; ++cv) {
+        V acc[R];
+        for (int r = 0; r < R; ++r) acc[r] = load_v<V>(O + r * Dh + cv * W);
+        for (int64_t j = 0; j < nk; ++j) {
+          const V vv = load_v<V>(vb + (j0 + j) * d.v_ld + cv * W);
+          for (int r = 0; r < R; ++r) acc[r] += S[r * BK + j] * vv;
+        }
+        for (int r = 0; r < R; ++r) store_v(O + r * Dh + cv * W, acc[r]);
+      }
+      for (int64_t c = nvec * W; c < Dh; ++c)
+        for (int r = 0; r < R; ++r) {
+          float acc = O[r * Dh + c];
+          for (int64_t j = 0; j < nk; ++j) acc += S[r * BK + j] * vb[(j0 + j) * d.v_ld + c];
+          O[r * Dh + c] = acc;
+        }
+    }
+    for (int64_t r = 0; r < nr; ++r) {
+      float* orow = ob + (i0 + r) * d.out_ld;
+      const float inv = l[r] > 0.0f ? 1.0f / l[r] : 0.0f;
+#pragma omp simd
+      for (int64_t c = 0; c < Dh; ++c) orow[c] = O[r * Dh + c] * inv;
+    }
+  }
+}
+
+void band_task_avx2(const BandArgs& a, int64_t bh, int64_t i0, int64_t i1, BandScratch& sc) {
+  band_task<8, 4, 3>(a, bh, i0, i1, sc);
+}
+TFM_TARGET_AVX512 void band_task_avx512(const BandArgs& a, int64_t bh, int64_t i0, int64_t i1, BandScratch& sc) {
+  band_task<16, 4, 6>(a, bh, i0, i1, sc);
+}
+
+AttentionDims checked(const AttentionDims& in, int64_t window) {
+  AttentionDims d = in;
+  if (d.q_len != d.kv_len)
+    throw std::invalid_argument("sliding_window_attention: q_len (" + std::to_string(d.q_len) +
+                                ") must equal kv_len (" + std::to_string(d.kv_len) + ")");
+  if (window < 0) throw std::invalid_argument("sliding_window_attention: window must be >= 0");
+  if (d.k_bs != 0 || d.v_bs != 0) throw std::invalid_argument("sliding_window_attention: batch strides must be 0");
+  const int64_t hd = d.num_heads * d.head_dim;
+  if (d.q_ld == 0) d.q_ld = hd;
+  if (d.k_ld == 0) d.k_ld = hd;
+  if (d.v_ld == 0) d.v_ld = hd;
+  if (d.out_ld == 0) d.out_ld = hd;
+  if (d.scale == 0.0f) d.scale = 1.0f / std::sqrt((float)d.head_dim);
+  return d;
+}
+
+}  // namespace
+
+void sliding_window_attention(float* out, const float* q, const float* k, const float* v, const AttentionDims& dims,
+                              const float* key_mask, int64_t window) {
+  const AttentionDims d = checked(dims, window);
+  const int64_t BH = d.batch * d.num_heads, L = d.q_len;
+  if (BH * L == 0) return;
+  constexpr int64_t kChunk = 120;  // queries per task: a multiple of both tile heights (3 and 6)
+  const int64_t nchunk = (L + kChunk - 1) / kChunk;
+  auto fn = kernel_isa() == KernelIsa::Avx512 ? band_task_avx512 : band_task_avx2;
+  const BandArgs a{q, k, v, out, key_mask, d, window};
+  const int64_t span = 2 * window + 1 < L ? 2 * window + 1 : L;
+#pragma omp parallel if (BH * nchunk > 1 && BH * L * span * d.head_dim > 65536)
+  {
+    BandScratch sc;
+#pragma omp for schedule(static)
+    for (int64_t t = 0; t < BH * nchunk; ++t) {
+      const int64_t bh = t / nchunk, i0 = (t % nchunk) * kChunk;
+      fn(a, bh, i0, i0 + kChunk < L ? i0 + kChunk : L, sc);
+    }
+  }
+}
+
+void sliding_window_attention_ref(float* out, const float* q, const float* k, const float* v,
+                                  const AttentionDims& dims, const float* key_mask, int64_t window) {
+  const AttentionDims d = checked(dims, window);
+  const int64_t L = d.q_len, Dh = d.head_dim;
+  std::vector<double> s(L), acc(Dh);
+  for (int64_t b = 0; b < d.batch; ++b)
+    for (int64_t h = 0; h < d.num_heads; ++h)
+      for (int64_t i = 0; i < L; ++i) {
+        const float* qi = q + (b * L + i) * d.q_ld + h * Dh;
+        double mx = -INFINITY;
+        for (int64_t j = 0; j < L; ++j) {
+          const bool vis = (i - j <= window && j - i <= window) && (!key_mask || key_mask[b * L + j] != 0.0f);
+          s[j] = -INFINITY;
+          if (!vis) continue;
+          double dot = 0;
+          const float* kj = k + (b * L + j) * d.k_ld + h * Dh;
+          for (int64_t c = 0; c < Dh; ++c) dot += (double)qi[c] * kj[c];
+          s[j] = dot * d.scale;
+          mx = s[j] > mx ? s[j] : mx;
+        }
+        double sum = 0;
+        for (int64_t c = 0; c < Dh; ++c) acc[c] = 0;
+        if (mx != -INFINITY)
+          for (int64_t j = 0; j < L; ++j) {
+            if (s[j] == -INFINITY) continue;
+            const double p = std::exp(s[j] - mx);
+            sum += p;
+            const float* vj = v + (b * L + j) * d.v_ld + h * Dh;
+            for (int64_t c = 0; c < Dh; ++c) acc[c] += p * vj[c];
+          }
+        float* o = out + (b * L + i) * d.out_ld + h * Dh;
+        for (int64_t c = 0; c < Dh; ++c) o[c] = sum > 0 ? (float)(acc[c] / sum) : 0.0f;
+      }
+}
+
+}  // namespace tfm::ops

@@ -1,0 +1,85 @@
+#include "ops/rotary.h"
+
+#include <cmath>
+#include <vector>
+
+#include "ops/isa.h"
+
+namespace tfm::ops {
+namespace {
+
+// One token row: every head's halves rotated by the position's angles (c, s: [half]).
+TFM_ALWAYS_INLINE void rotate_row(float* x, int64_t num_heads, int64_t head_dim, const float* c, const float* s) {
+  const int64_t half = head_dim / 2;
+  for (int64_t h = 0; h < num_heads; ++h) {
+    float* x1 = x + h * head_dim;
+    float* x2 = x1 + half;
+#pragma omp simd
+    for (int64_t i = 0; i < half; ++i) {
+      const float a = x1[i], b = x2[i];
+      x1[i] = a * c[i] - b * s[i];
+      x2[i] = b * c[i] + a * s[i];
+    }
+  }
+}
+
+void rotate_rows_avx2(float* x, int64_t r0, int64_t r1, int64_t L, int64_t nh, int64_t hd, int64_t ld,
+                      const float* cos, const float* sin) {
+  const int64_t half = hd / 2;
+  for (int64_t r = r0; r < r1; ++r) rotate_row(x + r * ld, nh, hd, cos + (r % L) * half, sin + (r % L) * half);
+}
+TFM_TARGET_AVX512 void rotate_rows_avx512(float* x, int64_t r0, int64_t r1, int64_t L, int64_t nh, int64_t hd,
+                                          int64_t ld, const float* cos, const float* sin) {
+  const int64_t half = hd / 2;
+  for (int64_t r = r0; r < r1; ++r) rotate_row(x + r * ld, nh, hd, cos + (r % L) * half, sin + (r % L) * half);
+}
+
+}  // namespace
+
+void rotary_tables(float* cos, float* sin, int64_t seq_len, int64_t head_dim, double theta) {
+  const int64_t half = head_dim / 2;
+  // modeling_rope_utils default: inv_freq = 1 / (base ** (arange(0, dim, 2).float() / dim)) in float32;
+  // freqs = position_ids.float() @ inv_freq (one float32 product per entry); cos = freqs.cos().
+  std::vector<float> inv_freq(half);
+  for (int64_t i = 0; i < half; ++i) {
+    const float e = (float)(2 * i) / (float)head_dim;
+    inv_freq[i] = (float)(1.0 / std::pow(theta, (double)e));
+  }
+  for (int64_t p = 0; p < seq_len; ++p)
+    for (int64_t i = 0; i < half; ++i) {
+      const float angle = (float)p * inv_freq[i];
+      cos[p * half + i] = (float)std::cos((double)angle);
+      sin[p * half + i] = (float)std::sin((double)angle);
+    }
+}
+
+void rotary_apply(float* x, int64_t batch, int64_t seq_len, int64_t num_heads, int64_t head_dim, int64_t ld,
+                  const float* cos, const float* sin) {
+  const int64_t rows = batch * seq_len;
+  auto fn = kernel_isa() == KernelIsa::Avx512 ? rotate_rows_avx512 : rotate_rows_avx2;
+  constexpr int64_t kChunk = 64;
+  const int64_t nchunk = (rows + kChunk - 1) / kChunk;
+#pragma omp parallel for schedule(static) if (rows * num_heads * head_dim > 65536)
+  for (int64_t t = 0; t < nchunk; ++t) {
+    const int64_t r0 = t * kChunk, r1 = r0 + kChunk < rows ? r0 + kChunk : rows;
+    fn(x, r0, r1, seq_len, num_heads, head_dim, ld, cos, sin);
+  }
+}
+
+void rotary_apply_ref(float* x, int64_t batch, int64_t seq_len, int64_t num_heads, int64_t head_dim, int64_t ld,
+                      double theta) {
+  const int64_t half = head_dim / 2;
+  for (int64_t b = 0; b < batch; ++b)
+    for (int64_t l = 0; l < seq_len; ++l)
+      for (int64_t h = 0; h < num_heads; ++h) {
+        float* v = x + (b * seq_len + l) * ld + h * head_dim;
+        for (int64_t i = 0; i < half; ++i) {
+          const double angle = (double)l / std::pow(theta, (double)(2 * i) / (double)head_dim);
+          const double a = v[i], c = v[i + half];
+          v[i] = (float)(a * std::cos(angle) - c * std::sin(angle));
+          v[i + half] = (float)(c * std::cos(angle) + a * std::sin(angle));
+        }
+      }
+}
+
+}  // namespace tfm::ops
