@@ -36,8 +36,9 @@ struct HeadModel {
   std::unique_ptr<TaskModel> model;
   std::optional<Tokenizer> tokenizer;
   int threads = 0;
-  HeadModel(const std::string& dir, const ClassifierOptions& o, HeadKind kind) {
+  HeadModel(const std::string& model_or_id, const ClassifierOptions& o, HeadKind kind) {
     api::check_threads(o.threads);
+    const std::string dir = api::model_folder(model_or_id);
     require_model_folder(dir);
     threads = o.threads;
     model = std::make_unique<TaskModel>(TaskModel::load(dir, kind));
@@ -75,7 +76,8 @@ ScoreFunction parse_function(const std::string& f, ScoreFunction default_fn) {
 
 const char* task_head_name(TaskHead head) { return head_kind_name(internal(head)); }
 
-TaskHead detect_task_head(const std::string& dir) {
+TaskHead detect_task_head(const std::string& model) {
+  const std::string dir = api::model_folder(model);
   api::require_dir(dir, "model folder");  // config.json is read (and named in errors) before model.safetensors
   switch (detect_head_kind(dir)) {
     case HeadKind::SequenceClassification: return TaskHead::SequenceClassification;

@@ -122,6 +122,7 @@ TaskModel TaskModel::load(const std::string& dir, HeadKind want) {
     m.decoder_.bias = nn::Param(w.get("cls.predictions.bias", {cfg.vocab_size}, {"cls.predictions.decoder.bias"}));
     m.decoder_.in_features = H;
     m.decoder_.out_features = cfg.vocab_size;
+    w.check_all_used(cfg_path);
     return m;
   }
 
@@ -155,6 +156,7 @@ TaskModel TaskModel::load(const std::string& dir, HeadKind want) {
   if (kind == HeadKind::SequenceClassification && !(w.has("pooler.dense.weight") || w.has("bert.pooler.dense.weight")))
     throw std::runtime_error(w.path() + ": missing tensor 'bert.pooler.dense.weight': sequence "
                              "classification reads the pooler output");
+  w.check_all_used(cfg_path);
   return m;
 }
 
