@@ -43,7 +43,7 @@ void add_classify_command(CLI::App& app) {
   add_threads_option(cmd, o->threads);
   cmd->callback([o] {
     std::vector<std::string> texts = gather_texts(o->texts, o->input);
-    if (texts.empty()) throw CLI::ValidationError("give texts to classify, or --input FILE");
+    if (texts.empty() && o->input.empty()) throw CLI::ValidationError("give texts to classify, or --input FILE");
     const TaskHead kind = detect_task_head(o->model);
     if (kind == TaskHead::MaskedLM)
       throw std::runtime_error(o->model + " is a masked-LM checkpoint: it has no classification head (use tfm fill-mask)");

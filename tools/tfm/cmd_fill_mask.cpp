@@ -33,7 +33,7 @@ void add_fill_mask_command(CLI::App& app) {
   add_threads_option(cmd, o->threads);
   cmd->callback([o] {
     std::vector<std::string> texts = gather_texts(o->texts, o->input);
-    if (texts.empty()) throw CLI::ValidationError("give texts with [MASK], or --input FILE");
+    if (texts.empty() && o->input.empty()) throw CLI::ValidationError("give texts with [MASK], or --input FILE");
     const MaskFiller m(o->model, ClassifierOptions{o->threads});
     const int64_t mask_id = m.mask_token_id();
     std::vector<TextEncoding> enc = encode_all(m.tokenizer(), m.max_position_embeddings(), texts, nullptr, o->max_length);

@@ -41,7 +41,7 @@ void add_rerank_command(CLI::App& app) {
   add_threads_option(cmd, o->threads);
   cmd->callback([o] {
     std::vector<std::string> passages = gather_texts(o->texts, o->input, "passage");
-    if (passages.empty()) throw CLI::ValidationError("give passages to rank, or --input FILE");
+    if (passages.empty() && o->input.empty()) throw CLI::ValidationError("give passages to rank, or --input FILE");
     if (o->query.find_first_not_of(" \t\v\f\r") == std::string::npos) throw CLI::ValidationError("--query is empty");
     const Classifier m(o->model, ClassifierOptions{o->threads});
     const int64_t C = m.num_labels();
