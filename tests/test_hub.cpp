@@ -332,7 +332,7 @@ TEST(Hub, DownloadsIntoTheSameLayout) {
   // Each selected file is a relative symlink into blobs/, named by the ETag (git sha1, or sha256 for LFS).
   std::vector<std::string> got;
   for (const auto& e : fs::recursive_directory_iterator(repo / "snapshots" / kMain))
-    if (!fs::is_directory(e.symlink_status())) got.push_back(fs::relative(e.path(), repo / "snapshots" / kMain));
+    if (!fs::is_directory(e.symlink_status())) got.push_back(e.path().lexically_relative(repo / "snapshots" / kMain).string());
   std::sort(got.begin(), got.end());
   EXPECT_EQ(got, (std::vector<std::string>{"1_Pooling/config.json", "config.json", "config_sentence_transformers.json",
                                            "model.safetensors", "modules.json", "sentence_bert_config.json",

@@ -674,7 +674,12 @@ std::string resolve_model(const std::string& path_or_id, const HubOptions& opts)
                              (fs::path(cache_dir(opts)) / repo_folder_name(path_or_id)).string() +
                              " has no snapshot for revision '" + revision_of(opts) +
                              "' (HF_HUB_OFFLINE is set: run 'tfm download " + path_or_id + "' with network access)");
-  return download_model(path_or_id, opts).snapshot;
+  try {
+    return download_model(path_or_id, opts).snapshot;
+  } catch (const std::runtime_error& e) {
+    // A mistyped relative folder has the shape of an id too: say both.
+    throw std::runtime_error(path_or_id + ": no such model folder; as a Hugging Face model id: " + e.what());
+  }
 }
 
 }  // namespace tfm::hub

@@ -82,8 +82,8 @@ DownloadSummary download_model(const std::string& id, const HubOptions& opts = {
 // What every command does with a --model value: an existing path is returned unchanged; a model id resolves to its
 // cached snapshot (used as is when it has config.json and weights, or when offline), else it is downloaded with
 // download_model. Anything else is returned unchanged (the caller reports the missing folder). Throws
-// std::runtime_error naming the id and the cache folder when offline and the id is not cached, and download_model's
-// errors.
+// NotCachedError naming the id and the cache folder when offline and the id is not cached; download_model's errors
+// as std::runtime_error "<id>: no such model folder; as a Hugging Face model id: <error>".
 std::string resolve_model(const std::string& path_or_id, const HubOptions& opts = {});
 
 }  // namespace tfm::hub

@@ -6,6 +6,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
+#include <deque>
 #include <exception>
 #include <string>
 #include <vector>
@@ -82,7 +83,9 @@ static void add_revision_option(CLI::App* cmd) {
   if (!model) return;
   model->description(model->get_description() + ", or a Hugging Face model id (org/name), found in the "
                      "huggingface_hub cache or downloaded into it");
-  cmd->add_option("--revision", "With a model id: the branch, tag or commit hash (default: main)");
+  static std::deque<std::string> values;  // one per command; read back through the option's results
+  values.emplace_back();
+  cmd->add_option("--revision", values.back(), "With a model id: the branch, tag or commit hash (default: main)");
 }
 static void resolve_model_ids(CLI::App* cmd) {
   CLI::Option* model = cmd->get_option_no_throw("--model");
