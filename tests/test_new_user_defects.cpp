@@ -390,12 +390,16 @@ TEST(Int8Folder, OtherDtypesDequantiseAndDtypeReportsTheTypeUsed) {
   EXPECT_NE(fp32, in_int8);
   EXPECT_EQ(run(q8, "bf16", "bf16"), run(deq, "bf16", "bf16"));
   EXPECT_EQ(run(fixture("bert"), "", "fp32").size(), fp32.size());  // an fp32 folder stays fp32 by default
-  // The fp32-only commands refuse --dtype fp32 on an int8 folder instead of ignoring it.
+  // The head commands take --dtype as encode does: fp32 on an int8 folder computes in fp32 on the dequantised
+  // weights (not silently in int8), the default is the stored int8.
   const std::string cls = t.path + "/cls8";
   ASSERT_EQ(run_tfm_in(t.path, {"convert", "--model", fixture("heads_seqcls"), "--dtype", "int8", "--out", cls}).exit_code, 0);
-  tfm::test::expect_one_line_error(run_tfm_in(t.path, {"classify", "--model", cls, "--dtype", "fp32", "a cat"}),
-                                   "stores int8 weights");
-  EXPECT_EQ(run_tfm_in(t.path, {"classify", "--model", cls, "a cat"}).exit_code, 0);
+  TfmRun as_fp32 = run_tfm_in(t.path, {"classify", "--model", cls, "--dtype", "fp32", "a cat"});
+  TfmRun as_int8 = run_tfm_in(t.path, {"classify", "--model", cls, "--dtype", "int8", "a cat"});
+  TfmRun stored = run_tfm_in(t.path, {"classify", "--model", cls, "a cat"});
+  ASSERT_EQ(as_fp32.exit_code, 0) << as_fp32.describe();
+  EXPECT_EQ(stored.out, as_int8.out);
+  EXPECT_NE(as_fp32.out, as_int8.out);
 }
 
 // encode on a folder without model.safetensors names --init random; encode --pooled on a checkpoint without a

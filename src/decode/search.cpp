@@ -1,6 +1,7 @@
 #include "decode/search.h"
 
 #include "decode/decoder_cache.h"
+#include "decode/logits_process.h"
 #include "core/profile.h"
 #include "ops/vec_math.h"
 
@@ -39,7 +40,10 @@ int64_t argmax(const float* x, int64_t n) {
 // have x >= x_M - slack, slack far above double rounding, so logp is computed only near that boundary.
 // Two passes: (1) the M largest logits by a min-heap, skipping 16-logit blocks whose maximum cannot enter it;
 // (2) the exp sum, and the blocks whose maximum reaches x_M - slack.
-double row_candidates(const float* x, int64_t V, int64_t M, double logp, std::vector<std::pair<double, int64_t>>& out) {
+// normalized: x holds log-probabilities already (Hugging Face scoring: log_softmax, then the processors); lse is
+// then taken as 0, not recomputed, so that a processor's -inf does not renormalise the others.
+double row_candidates(const float* x, int64_t V, int64_t M, double logp, std::vector<std::pair<double, int64_t>>& out,
+                      bool normalized = false) {
   constexpr int64_t kBlock = 16;
   out.clear();
   thread_local std::vector<float> heap, block_max;
@@ -66,16 +70,20 @@ double row_candidates(const float* x, int64_t V, int64_t M, double logp, std::ve
   }
   if (heap.empty()) return -INFINITY;
   const float mx = *std::max_element(heap.begin(), heap.end());
-  double sum = 0;
+  double lse = 0;
+  if (!normalized) {
+    double sum = 0;
 #pragma omp simd reduction(+ : sum)
-  for (int64_t v = 0; v < V; ++v) sum += (double)vm::fast_exp(x[v] - mx);
-  const double lse = (double)mx + std::log(sum);
+    for (int64_t v = 0; v < V; ++v) sum += (double)vm::fast_exp(x[v] - mx);
+    lse = (double)mx + std::log(sum);
+  }
   if (M <= 0) return lse;
   const float xM = heap.front();
   auto cand_logp = [&](float xv) { return logp + ((double)xv - lse); };
   const double lpM = cand_logp(xM);
-  const double slack = 1e-6 * (std::fabs(lpM) + std::fabs((double)xM) + std::fabs(lse) + 1.0);
-  const float lo = (float)((double)xM - slack);
+  const double slack = std::isfinite(lpM) ? 1e-6 * (std::fabs(lpM) + std::fabs((double)xM) + std::fabs(lse) + 1.0)
+                                          : 0.0;
+  const float lo = std::isfinite(xM) ? (float)((double)xM - slack) : -INFINITY;
   for (int64_t b = 0; b < nblocks; ++b) {
     if (!(block_max[b] >= lo)) continue;
     for (int64_t v = b * kBlock, v1 = std::min(V, v + kBlock); v < v1; ++v)
@@ -205,6 +213,18 @@ std::vector<std::vector<Hypothesis>> beam_search_hypotheses(Seq2SeqModel& model,
     const int64_t M = std::min<int64_t>(2 * K, V);
     std::vector<std::vector<std::pair<double, int64_t>>> row_cand;  // (logp, token)
     std::vector<double> row_logp;
+    std::vector<const std::vector<int64_t>*> row_tokens;  // the beam of each row
+    std::vector<int64_t> forced(N, -1);                   // per sentence its forced token this step, or -1
+    if (opt.target_prefix && (int64_t)opt.target_prefix->size() != N)
+      throw std::invalid_argument("target_prefix has " + std::to_string(opt.target_prefix->size()) +
+                                  " entries for " + std::to_string(N) + " sources");
+    if (opt.target_prefix)
+      for (int64_t s = 0; s < N; ++s)
+        for (int64_t id : (*opt.target_prefix)[s])
+          if (id < 0 || id >= V || id == opt.eos_id || (int64_t)(*opt.target_prefix)[s].size() >= opt.max_steps)
+            throw std::invalid_argument("target_prefix " + std::to_string(s) +
+                                        ": ids must be target ids other than <eos>, fewer than max_steps " +
+                                        std::to_string(opt.max_steps));
     // Best score any continuation of a live beam with logp lp can reach: its logp only decreases, its length
     // lies in [len + 1, max_steps] and logp <= 0, so dividing by the largest penalty of that range bounds it.
     const double lp_max = gnmt_length_penalty(opt.max_steps, alpha);
@@ -220,18 +240,32 @@ std::vector<std::vector<Hypothesis>> beam_search_hypotheses(Seq2SeqModel& model,
       lse.resize(R);
       row_cand.resize(R);
       row_logp.resize(R);
+      row_tokens.resize(R);
+      for (int64_t s = 0; opt.target_prefix && s < N; ++s)
+        forced[s] = t < (int64_t)(*opt.target_prefix)[s].size() ? (*opt.target_prefix)[s][t] : -1;
       {
         int64_t r = 0;
         for (int64_t r0 = 0; r0 < R; ++r0) {  // logp of each row's beam
           const int64_t s = row_sentence[r0];
           r = r0 == 0 || row_sentence[r0 - 1] != s ? 0 : r + 1;
           row_logp[r0] = sent[s].alive[r].logp;
+          row_tokens[r0] = &sent[s].alive[r].tokens;
         }
       }
 #pragma omp parallel for schedule(static) if (R * V >= (1 << 16))
       for (int64_t r = 0; r < R; ++r) {
-        const float* x = logits.data() + r * V;
-        lse[r] = row_candidates(x, V, M, row_logp[r], row_cand[r]);
+        float* x = logits.data() + r * V;
+        const int64_t f = forced[row_sentence[r]];
+        const bool processed = opt.logits_processor && f < 0;  // HF: processors on the log-softmax scores
+        if (processed) {
+          thread_local std::vector<int64_t> ids;
+          ids.assign(1, opt.bos_id);
+          ids.insert(ids.end(), row_tokens[r]->begin(), row_tokens[r]->end());
+          log_softmax_inplace(x, V);
+          opt.logits_processor->process(ids.data(), (int64_t)ids.size(), x);
+        }
+        lse[r] = row_candidates(x, V, M, row_logp[r], row_cand[r], processed);
+        if (f >= 0) row_cand[r].assign(1, {row_logp[r] + ((double)x[f] - lse[r]), f});  // target prefix
       }
       tm.next(decode_profile::kSelect);
       const bool last_step = t + 1 == opt.max_steps;

@@ -8,6 +8,8 @@
 
 namespace tfm {
 
+class LogitsProcessor;  // decode/logits_process.h
+
 struct DecodeOptions {
   int64_t beam_size = 1;        // 1 = greedy
   float length_penalty = 0.0f;  // GNMT alpha (>= 0), see gnmt_length_penalty
@@ -18,6 +20,14 @@ struct DecodeOptions {
   // the lowest float before the log-softmax, as CTranslate2's DisableTokens does, so the other tokens' probabilities
   // are renormalised without it.
   int64_t suppress_id = -1;
+  // Beam search only (greedy and sampling with processors: generate_greedy in decode/logits_process.h).
+  // Hugging Face logits processors applied to each beam's log-softmax scores (input_ids = <bos> + the beam's
+  // tokens) before the candidates are ranked, as HF's beam search does; a beam's logp then sums processed scores.
+  // nullptr = none.
+  const LogitsProcessor* logits_processor = nullptr;
+  // Per sentence [N] target tokens forced first (CTranslate2's target_prefix; empty list = none), each shorter
+  // than max_steps, without <eos>. The forced steps add the model's log-probability (processors not applied).
+  const std::vector<std::vector<int64_t>>* target_prefix = nullptr;
 };
 
 // Scoring used by beam search (Wu et al. 2016, "Google's Neural Machine Translation System", eq. 14, without the

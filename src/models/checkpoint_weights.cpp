@@ -113,7 +113,8 @@ Tensor CheckpointWeights::get(const std::string& name, const Shape& shape, const
 const std::vector<std::string>& CheckpointWeights::skippable() {
   static const std::vector<std::string> patterns = {
       "*position_ids", "*embeddings.token_type_ids", "cls.*", "classifier.*", "pre_classifier.*", "lm_head.*",
-      "qa_outputs.*", "pooler.*", "*.pooler.*", "score.*", "generator_*", "discriminator_predictions.*"};
+      "qa_outputs.*", "pooler.*", "*.pooler.*", "score.*", "generator_*", "discriminator_predictions.*",
+      "vocab_transform.*", "vocab_layer_norm.*", "vocab_projector.*"};  // DistilBERT's masked-LM head
   return patterns;
 }
 

@@ -197,7 +197,7 @@ struct Progress {
 
 void add_embed_command(CLI::App& app) {
   struct Opts {
-    std::string model, input, output, pooling, prompt_name, prompt, dtype = "fp32";
+    std::string model, input, output, pooling, prompt_name, prompt, dtype;  // "": as the folder stores it
     bool normalize = false, skip_empty = false, quiet = false, no_prompt = false;
     int64_t batch_tokens = 16384, batch_size = 128, max_length = 0, chunk_lines = 20000;
     int threads = 0;
@@ -235,7 +235,7 @@ void add_embed_command(CLI::App& app) {
                 "each JSON line then has \"line\": N (1-based input line), and a .npy output gets OUT.lines.txt with "
                 "the input line of each row");
   cmd->add_flag("--quiet,-q", o->quiet, "No progress bar and no summary line");
-  add_fp32_dtype_option(cmd, o->dtype, o->model);
+  add_dtype_option(cmd, o->dtype);
   add_threads_option(cmd, o->threads);
   cmd->callback([o] {
     std::string fmt = "jsonl";
@@ -254,6 +254,7 @@ void add_embed_command(CLI::App& app) {
     EncoderOptions eo;  // SentenceTransformer.encode()'s pipeline, also for a plain folder with --pooling
     eo.pipeline = "sentence_transformers";
     eo.threads = o->threads;
+    eo.dtype = o->dtype;
     eo.pooling = o->pooling;
     eo.prompt_name = o->prompt_name;
     eo.prompt = o->prompt;
