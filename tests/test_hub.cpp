@@ -542,7 +542,9 @@ TEST(CheckpointMatch, ConfigAndCheckpointMustAgree) {
 TEST(CheckpointMatch, HeadFoldersStillLoad) {
   // A sequence-classification folder as a plain encoder (its classifier is another task's head), and the
   // sentence-transformers fixtures, load without complaint.
-  for (const char* f : {"heads_seqcls", "heads_mlm", "heads_tokcls", "st_mean", "st_multi", "roberta"}) {
+  for (const char* f : {"heads_seqcls", "heads_mlm", "heads_tokcls", "st_mean", "st_multi", "roberta",
+                        "family_heads/distilbert", "family_heads/distilbert_mlm", "family_heads/distilbert_seqcls",
+                        "family_heads/roberta_mlm", "family_heads/roberta_tokcls", "family_heads/xlmr_cross"}) {
     const std::string msg = load_error(fixture(f));
     EXPECT_EQ(msg, "(no error)") << f;
   }
