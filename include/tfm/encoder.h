@@ -124,6 +124,13 @@ class Encoder {
   Encoder(Encoder&&) noexcept;
   Encoder& operator=(Encoder&&) noexcept;
 
+  /// Writes the folder of an Encoder built with EncoderOptions::random_weights, so that Encoder(dir) computes the
+  /// same outputs: config.json (the one it was built from), model.safetensors (every parameter, under the names
+  /// the loader reads) and the tokenizer files of its folder. Atomic: written to DIR.tmp-<pid> next to it and
+  /// renamed onto `dir`, which must be absent or an empty folder. Throws std::logic_error for an Encoder loaded
+  /// from a checkpoint, std::runtime_error when `dir` is not empty or cannot be written.
+  void save(const std::string& dir) const;
+
   /// Reads `config_path`. Throws tfm::FileNotFoundError for a missing file, std::runtime_error for a malformed,
   /// unsupported or too large config (the message names the file and key).
   static EncoderConfigInfo read_config(const std::string& config_path);

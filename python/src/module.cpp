@@ -813,4 +813,22 @@ PYBIND11_MODULE(_tfm, m) {
       py::arg("data"), py::arg("out_dir"), py::arg("num_examples") = 600, py::arg("epochs") = 200,
       py::arg("seed") = 0, py::arg("overwrite") = false, py::arg("progress") = false, py::arg("threads") = 0,
       "d2l.ai's trainer on a 'source<TAB>target' corpus (tfm train --data); returns a D2lTrainSummary");
+  m.def(
+      "download",
+      [](const std::string& id, const py::object& revision, const py::object& include, const py::object& cache_dir,
+         bool progress) {
+        tfm::HubDownloadOptions o;
+        if (!revision.is_none()) o.revision = revision.cast<std::string>();
+        if (!include.is_none()) o.include = string_list(include, "include");
+        if (!cache_dir.is_none()) o.cache_dir = path_arg(cache_dir);
+        o.progress = progress;
+        py::gil_scoped_release nogil;
+        return tfm::download_model(id, o);
+      },
+      py::arg("model_id"), py::arg("revision") = py::none(), py::arg("include") = py::none(),
+      py::arg("cache_dir") = py::none(), py::arg("progress") = true,
+      "Download a Hugging Face model (tfm download) into the huggingface_hub cache and return its snapshot folder, "
+      "which Encoder, Classifier, Translator and Tokenizer take (they also take the id itself, at revision main). "
+      "revision: branch, tag or commit; include: fnmatch globs (default: the files tfm reads). HF_ENDPOINT, "
+      "HF_TOKEN and HF_HUB_OFFLINE are read as huggingface_hub reads them");
 }

@@ -31,6 +31,7 @@ from ._tfm import (  # noqa: F401
     __version__,
     bleu,
     convert,
+    download,
     train,
     train_d2l,
 )
@@ -39,4 +40,4 @@ from ._tfm import (  # noqa: F401
 _sys.modules[__name__ + ".bleu"] = bleu
 
 __all__ = ["Classifier", "ConvertSummary", "D2lTrainSummary", "Encoder", "MaskFiller", "TokenClassifier", "Tokenizer",
-           "Translator", "TrainProgress", "TrainSummary", "bleu", "convert", "train", "train_d2l", "__version__"]
+           "Translator", "TrainProgress", "TrainSummary", "bleu", "convert", "download", "train", "train_d2l", "__version__"]

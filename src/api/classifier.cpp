@@ -39,10 +39,11 @@ struct HeadModel {
   std::optional<Tokenizer> tokenizer;
   int threads = 0;
   std::string dtype;
-  HeadModel(const std::string& dir, const ClassifierOptions& o, HeadKind kind) {
+  HeadModel(const std::string& model_or_id, const ClassifierOptions& o, HeadKind kind) {
     std::optional<ops::ComputeType> want;
     if (!o.dtype.empty()) want = ops::parse_compute_type(o.dtype);  // std::invalid_argument naming the values
     api::check_threads(o.threads);
+    const std::string dir = api::model_folder(model_or_id);
     require_model_folder(dir);
     threads = o.threads;
     ops::ComputeType ct = ops::ComputeType::F32;
@@ -82,7 +83,8 @@ ScoreFunction parse_function(const std::string& f, ScoreFunction default_fn) {
 
 const char* task_head_name(TaskHead head) { return head_kind_name(internal(head)); }
 
-TaskHead detect_task_head(const std::string& dir) {
+TaskHead detect_task_head(const std::string& model) {
+  const std::string dir = api::model_folder(model);
   api::require_dir(dir, "model folder");  // config.json is read (and named in errors) before model.safetensors
   switch (detect_head_kind(dir)) {
     case HeadKind::SequenceClassification: return TaskHead::SequenceClassification;

@@ -1,11 +1,10 @@
 #include "api/common.h"
 
-#include "models/checkpoint_weights.h"
-
 #include <filesystem>
 #include <stdexcept>
 
 #include "core/threading.h"
+#include "io/hub.h"
 #include "models/checkpoint_weights.h"
 #include "tfm/tfm.h"
 
@@ -19,6 +18,16 @@ FileNotFoundError::~FileNotFoundError() = default;
 const char* version() { return TFM_STR(TFM_VERSION_MAJOR) "." TFM_STR(TFM_VERSION_MINOR) "." TFM_STR(TFM_VERSION_PATCH); }
 
 namespace api {
+
+std::string model_folder(const std::string& path_or_id, const std::string& revision) {
+  hub::HubOptions o;
+  o.revision = revision;
+  try {
+    return hub::resolve_model(path_or_id, o);
+  } catch (const hub::NotCachedError& e) {
+    throw FileNotFoundError(e.what());
+  }
+}
 
 void require_dir(const std::string& path, const char* what) {
   namespace fs = std::filesystem;
@@ -55,4 +64,18 @@ void check_threads(int threads) {
 void apply_threads(int threads) { set_num_threads(threads); }
 
 }  // namespace api
+
+std::string resolve_model(const std::string& path_or_id, const std::string& revision) {
+  return api::model_folder(path_or_id, revision);
+}
+
+std::string download_model(const std::string& id, const HubDownloadOptions& options) {
+  hub::HubOptions o;
+  o.revision = options.revision;
+  o.include = options.include;
+  o.cache_dir = options.cache_dir;
+  o.progress = options.progress;
+  return hub::download_model(id, o).snapshot;
+}
+
 }  // namespace tfm

@@ -10,6 +10,10 @@
 
 namespace tfm::api {
 
+// A model folder or a Hugging Face model id ("org/name"): an existing path is returned as is, an id resolves to its
+// snapshot in the huggingface_hub cache, downloaded when missing (io/hub.h resolve_model; revision "" = main).
+// An id that is not cached while HF_HUB_OFFLINE=1 throws FileNotFoundError naming the id and the cache folder.
+std::string model_folder(const std::string& path_or_id, const std::string& revision = "");
 // Throws FileNotFoundError "<path>: no such folder" / "<path>: not a folder".
 void require_dir(const std::string& path, const char* what);
 // Throws FileNotFoundError "<path>: no such file" (what: "model folder", "config"...).

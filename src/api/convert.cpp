@@ -38,7 +38,7 @@ uint16_t to_bf16(float f) {  // round to nearest even, as torch's .to(torch.bflo
 
 }  // namespace
 
-ConvertSummary convert(const std::string& model_dir, const std::string& out_dir, const ConvertOptions& options) {
+ConvertSummary convert(const std::string& model, const std::string& out_dir, const ConvertOptions& options) {
   namespace fs = std::filesystem;
   if (options.dtype != "bf16" && options.dtype != "int8")
     throw std::invalid_argument("dtype '" + options.dtype + "' is not supported (supported: bf16, int8)");
@@ -46,6 +46,7 @@ ConvertSummary convert(const std::string& model_dir, const std::string& out_dir,
   if (out_dir.empty()) throw std::invalid_argument("out_dir is empty");
   if (fs::exists(out_dir, ec) && (!fs::is_directory(out_dir, ec) || !fs::is_empty(out_dir, ec)))
     throw std::runtime_error(out_dir + ": exists and is not an empty folder; nothing written");
+  const std::string model_dir = api::model_folder(model);
   api::require_dir(model_dir, "model folder");
   {
     const std::string cp = model_dir + "/config.json";

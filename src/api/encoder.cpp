@@ -3,14 +3,18 @@
 
 #include <utf8proc.h>
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <filesystem>
 #include <optional>
+#include <set>
 #include <stdexcept>
 
 #include "api/common.h"
 #include "api/impl.h"
 #include "io/json_util.h"
+#include "io/safetensors.h"
 #include "models/encoder.h"
 #include "models/checkpoint_weights.h"
 #include "nn/weights.h"
@@ -33,6 +37,8 @@ struct Encoder::Impl {
   int64_t max_seq_length = 0;
   bool do_lower_case = false;             // sentence_bert_config.json do_lower_case
   int threads = 0;
+  std::string config_path;                                      // the config.json it was built from
+  std::vector<std::pair<std::string, Tensor>> random_params;    // random_weights: every parameter, for save()
   std::optional<ops::ComputeType> st_dtype;  // the pipeline's Transformer module's (none: as stored)
 
   // The plain folder's pooling of embed(): `requested`, else the Encoder's default, else mean.
@@ -141,7 +147,7 @@ int64_t code_points(const std::string& s) {
 }
 }  // namespace
 
-Encoder::Encoder(const std::string& model_dir, const EncoderOptions& options) : impl_(std::make_unique<Impl>()) {
+Encoder::Encoder(const std::string& model, const EncoderOptions& options) : impl_(std::make_unique<Impl>()) {
   // "" = as the folder stores it; otherwise std::invalid_argument naming the accepted values.
   std::optional<ops::ComputeType> want;
   if (!options.dtype.empty()) want = ops::parse_compute_type(options.dtype);
@@ -150,6 +156,7 @@ Encoder::Encoder(const std::string& model_dir, const EncoderOptions& options) : 
   if (pipeline != "auto" && pipeline != "none" && pipeline != "sentence_transformers")
     throw std::invalid_argument("pipeline '" + pipeline + "' is not supported (supported: auto, none, "
                                 "sentence_transformers)");
+  const std::string model_dir = api::model_folder(model);
   api::require_dir(model_dir, "model folder");
   impl_->threads = options.threads;
   impl_->pooling = options.pooling;
@@ -179,14 +186,17 @@ Encoder::Encoder(const std::string& model_dir, const EncoderOptions& options) : 
   if (options.random_weights) {
     RandomWeights w(options.seed);
     impl_->model = make_encoder(EncoderConfig::load(config_path), w, ct);
+    impl_->random_params = w.created();
   } else if (!options.config_path.empty()) {
     CheckpointWeights w(model_dir);
     if (!want) ct = w.stored_compute_type();  // int8 for a `tfm convert --dtype int8` folder
     impl_->model = make_encoder(EncoderConfig::load(config_path), w, ct);
+    w.check_all_used(config_path);
   } else {
     impl_->model = load_encoder(model_dir, want, &ct);  // no dtype: as the file is stored
   }
   impl_->dtype = ops::compute_type_name(ct);
+  impl_->config_path = config_path;
   impl_->st_dtype = ct;  // the pipeline computes in the plain model's type
   if (pipeline == "auto" && fs::exists(model_dir + "/modules.json", ec)) {
     load_pipeline();
@@ -461,5 +471,41 @@ int64_t Encoder::vocab_size() const { return impl_->config().vocab_size; }
 int64_t Encoder::max_position_embeddings() const { return impl_->config().max_position_embeddings; }
 const std::string& Encoder::dtype() const { return impl_->dtype; }
 int Encoder::threads() const { return impl_->threads; }
+
+void Encoder::save(const std::string& dir) const {
+  namespace fs = std::filesystem;
+  if (impl_->random_params.empty())
+    throw std::logic_error(impl_->dir + ": save() writes an Encoder built with random weights; this one was loaded "
+                           "from its folder's checkpoint (copy the folder instead)");
+  if (dir.empty()) throw std::invalid_argument("save: empty folder name");
+  std::error_code ec;
+  if (fs::exists(dir, ec) && (!fs::is_directory(dir, ec) || !fs::is_empty(dir, ec)))
+    throw std::runtime_error(dir + ": exists and is not an empty folder; nothing written");
+  // Built next to `dir` and renamed onto it: `dir` is either absent or the whole folder.
+  const fs::path target = fs::absolute(dir, ec);
+  const fs::path tmp = target.parent_path() / (target.filename().string() + ".tmp-" + std::to_string(::getpid()));
+  fs::remove_all(tmp, ec);
+  try {
+    fs::create_directories(tmp);
+    fs::copy_file(impl_->config_path, tmp / "config.json");
+    std::vector<std::pair<std::string, Tensor>> params;
+    std::set<std::string> seen;
+    for (const auto& [name, t] : impl_->random_params)
+      if (seen.insert(name).second) params.emplace_back(name, t);  // a tied parameter is stored once
+    save_safetensors((tmp / "model.safetensors").string(), params, {{"format", "pt"}});
+    for (const char* f : {"tokenizer.json", "tokenizer_config.json", "vocab.txt", "special_tokens_map.json",
+                          "vocab.json", "merges.txt", "added_tokens.json", "sentencepiece.bpe.model", "spiece.model"})
+      if (fs::exists(fs::path(impl_->dir) / f, ec)) fs::copy_file(fs::path(impl_->dir) / f, tmp / f);
+    if (fs::exists(target, ec)) fs::remove(target);  // the empty folder checked above
+    fs::rename(tmp, target);
+  } catch (const fs::filesystem_error& e) {
+    fs::remove_all(tmp, ec);
+    throw std::runtime_error(dir + ": cannot write the model folder: " + e.code().message() + " (" +
+                             e.path1().string() + ")");
+  } catch (...) {
+    fs::remove_all(tmp, ec);
+    throw;
+  }
+}
 
 }  // namespace tfm

@@ -11,7 +11,8 @@
 
 namespace tfm {
 
-Tokenizer::Tokenizer(const std::string& model_dir) {
+Tokenizer::Tokenizer(const std::string& model) {
+  const std::string model_dir = api::model_folder(model);
   api::require_dir(model_dir, "model folder");
   std::error_code ec;
   bool any = false;

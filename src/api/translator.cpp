@@ -228,10 +228,11 @@ std::string trimmed(std::string text) {
 }
 }  // namespace
 
-Translator::Translator(const std::string& dir, const TranslatorOptions& options) : impl_(std::make_unique<Impl>()) {
+Translator::Translator(const std::string& model, const TranslatorOptions& options) : impl_(std::make_unique<Impl>()) {
   namespace fs = std::filesystem;
   const ops::ComputeType ct = ops::parse_compute_type(options.dtype);
   api::check_threads(options.threads);
+  const std::string dir = api::model_folder(model);
   api::require_dir(dir, "model folder");
   api::require_file(dir + "/config.json");
   api::require_file(dir + "/model.safetensors");

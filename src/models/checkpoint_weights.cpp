@@ -1,5 +1,7 @@
 #include "models/checkpoint_weights.h"
 
+#include <fnmatch.h>
+
 #include <cmath>
 #include <filesystem>
 #include <nlohmann/json.hpp>
@@ -90,6 +92,7 @@ Tensor CheckpointWeights::get(const std::string& name, const Shape& shape, const
     throw std::runtime_error(msg);
   }
   Shard& s = shards_[owner_.at(found)];
+  used_.insert(found);
   if (s.st) return s.st->get(found, shape);
   const TorchCheckpoint& pt = *s.pt;
   if (pt.shape_of(found) != shape)
@@ -105,6 +108,36 @@ Tensor CheckpointWeights::get(const std::string& name, const Shape& shape, const
     if (!std::isfinite(p[i]))
       throw std::runtime_error(pt.path() + ": tensor '" + found + "' contains NaN or Inf at element " + std::to_string(i));
   return t;
+}
+
+const std::vector<std::string>& CheckpointWeights::skippable() {
+  static const std::vector<std::string> patterns = {
+      "*position_ids", "*embeddings.token_type_ids", "cls.*", "classifier.*", "pre_classifier.*", "lm_head.*",
+      "qa_outputs.*", "pooler.*", "*.pooler.*", "score.*", "generator_*", "discriminator_predictions.*",
+      "vocab_transform.*", "vocab_layer_norm.*", "vocab_projector.*"};  // DistilBERT's masked-LM head
+  return patterns;
+}
+
+std::vector<std::string> CheckpointWeights::unused() const {
+  std::vector<std::string> out;
+  for (const auto& [name, shard] : owner_) {
+    if (used_.count(name)) continue;
+    bool skip = false;
+    for (const auto& p : skippable()) skip = skip || ::fnmatch(p.c_str(), name.c_str(), 0) == 0;
+    if (!skip) out.push_back(name);
+  }
+  return out;
+}
+
+void CheckpointWeights::check_all_used(const std::string& config_path) const {
+  const std::vector<std::string> u = unused();
+  if (u.empty()) return;
+  std::string list;
+  for (size_t i = 0; i < u.size() && i < 8; ++i) list += (i ? ", " : "") + u[i];
+  if (u.size() > 8) list += ", ... (" + std::to_string(u.size() - 8) + " more)";
+  throw std::runtime_error(path_ + ": " + std::to_string(u.size()) + " tensor" + (u.size() == 1 ? " is" : "s are") +
+                           " not used by the model " + config_path +
+                           " describes (do num_hidden_layers and the architecture match the checkpoint?): " + list);
 }
 
 ops::ComputeType CheckpointWeights::stored_compute_type() const {
@@ -129,7 +162,14 @@ const int8_t* CheckpointWeights::get_int8(const std::string& name, const Shape& 
   all.insert(all.end(), aliases.begin(), aliases.end());
   for (const auto& n : all) {
     auto it = owner_.find(n);
-    if (it != owner_.end() && shards_[it->second].st) return shards_[it->second].st->get_int8(n, shape, {}, scale);
+    if (it != owner_.end() && shards_[it->second].st) {
+      const int8_t* q = shards_[it->second].st->get_int8(n, shape, {}, scale);
+      if (q) {
+        used_.insert(n);
+        used_.insert(n + "_scale");
+      }
+      return q;
+    }
   }
   return nullptr;
 }

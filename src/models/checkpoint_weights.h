@@ -3,6 +3,7 @@
 // io/torch_pickle.h: no code in the file runs) or sharded pytorch_model.bin (pytorch_model.bin.index.json).
 #pragma once
 #include <map>
+#include <set>
 #include <memory>
 #include <string>
 #include <vector>
@@ -42,6 +43,17 @@ class CheckpointWeights : public WeightSource {
   // Tensor names in sorted order, over all shards.
   std::vector<std::string> names() const;
 
+  // Stored tensors no get / get_int8 has read so far, except those matching a skippable() pattern, sorted.
+  std::vector<std::string> unused() const;
+  // fnmatch patterns of stored tensors a model may leave unread: buffers (position_ids, token_type_ids) and the
+  // heads of other tasks (cls.*, classifier.*, lm_head.*, qa_outputs.*, pooler.*, ...), as transformers'
+  // _keys_to_ignore_on_load_unexpected does.
+  static const std::vector<std::string>& skippable();
+  // Called once a model is built from this checkpoint: throws std::runtime_error naming the unused tensors
+  // ("<path>: 4 tensors are not used by the model config.json describes (does num_hidden_layers match the
+  // checkpoint?): encoder.layer.2.attention.output.dense.bias, ...") instead of running a silently smaller model.
+  void check_all_used(const std::string& config_path) const;
+
  private:
   struct Shard {
     std::unique_ptr<SafeTensorsWeights> st;
@@ -53,6 +65,7 @@ class CheckpointWeights : public WeightSource {
   std::string path_;
   std::vector<Shard> shards_;
   std::map<std::string, size_t> owner_;  // tensor name -> shard
+  std::set<std::string> used_;           // names get / get_int8 returned
 };
 
 }  // namespace tfm

@@ -36,6 +36,9 @@ EncoderConfig EncoderConfig::from_json(const nlohmann::json& config, const std::
   c.max_position_embeddings = json_int(j, "max_position_embeddings", file);
   c.type_vocab_size = json_int_or(j, "type_vocab_size", 2, file);
   c.layer_norm_eps = json_number_or(j, "layer_norm_eps", 1e-12, file);
+  // An explicit null would otherwise read as absent (gelu): transformers would fail on it, so do we.
+  if (j.is_object() && j.contains("hidden_act") && j["hidden_act"].is_null())
+    throw std::runtime_error(file + ": key 'hidden_act' is null (expected an activation name: gelu, relu, ...)");
   c.hidden_act = json_string_or(j, "hidden_act", "gelu", file);
   // RobertaConfig's default pad_token_id is 1 (<pad> in fairseq's dictionary); BertConfig's is 0.
   const bool pad_one = is_roberta_family(c.model_type) || c.model_type == "mpnet";  // MPNetConfig's default too
@@ -99,7 +102,9 @@ std::unique_ptr<EncoderModel> load_encoder(const std::string& dir, std::optional
   CheckpointWeights w(dir);
   const ops::ComputeType ct = dtype ? *dtype : w.stored_compute_type();
   if (resolved) *resolved = ct;
-  return make_encoder(c, w, ct);
+  std::unique_ptr<EncoderModel> m = make_encoder(c, w, ct);
+  w.check_all_used(dir + "/config.json");
+  return m;
 }
 
 namespace detail {

@@ -223,6 +223,7 @@ TaskModel TaskModel::load(const std::string& dir, HeadKind want, std::optional<o
     if (out != cfg.vocab_size)
       throw std::runtime_error(w.path() + ": the masked-LM decoder has " + std::to_string(out) +
                                " rows, config.json vocab_size is " + std::to_string(cfg.vocab_size));
+    w.check_all_used(cfg_path);
     return m;
   }
   // Classification: labels from id2label, else from the classifier's rows.
@@ -243,6 +244,7 @@ TaskModel TaskModel::load(const std::string& dir, HeadKind want, std::optional<o
   } else {
     for (int64_t i = 0; i < num_labels; ++i) m.head_.id2label.push_back("LABEL_" + std::to_string(i));
   }
+  w.check_all_used(cfg_path);
   return m;
 }
 

@@ -180,6 +180,7 @@ DenseModule DenseModule::load(const std::string& dir) {
       json_string_or(j, "activation_function", "torch.nn.modules.activation.Tanh", cfg_path), cfg_path);
   CheckpointWeights w(dir);
   d.linear = nn::Linear::load(nn::Vars(w).prefix("linear"), in, out, bias);
+  w.check_all_used(cfg_path);
   return d;
 }
 

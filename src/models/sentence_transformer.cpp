@@ -111,6 +111,7 @@ SentenceTransformer SentenceTransformer::load(const std::string& dir, const Sent
   CheckpointWeights w(transformer_dir);
   m.compute_type_ = opt.dtype ? *opt.dtype : w.stored_compute_type();  // an int8 folder computes in int8 by default
   m.encoder_ = make_encoder(cfg, w, m.compute_type_);
+  w.check_all_used(transformer_dir + "/config.json");
   m.tokenizer_ = std::make_shared<BertTokenizer>(BertTokenizer::from_dir(transformer_dir));
   if (m.tokenizer_->vocab_size() > cfg.vocab_size)
     throw std::runtime_error(transformer_dir + ": tokenizer vocabulary (" + std::to_string(m.tokenizer_->vocab_size()) +

@@ -18,7 +18,7 @@ namespace tfm::cli {
 
 void add_encode_command(CLI::App& app) {
   struct Opts {
-    std::string model, config, init = "file", output, pooled;
+    std::string model, config, init = "file", output, pooled, save;
     std::vector<std::string> texts, pairs;
     bool no_special = false, all_layers = false;
     uint64_t seed = 0;
@@ -47,6 +47,9 @@ void add_encode_command(CLI::App& app) {
   cmd->add_option("--init", o->init, "Weights: 'file' (model.safetensors) or 'random' (seeded, PyTorch default init)")
       ->check(CLI::IsMember({"file", "random"}));
   cmd->add_option("--seed", o->seed, "Seed of --init random")->check(seed_value());
+  cmd->add_option("--save", o->save,
+                  "With --init random: write the model it builds to this new folder (config.json, model.safetensors, "
+                  "the tokenizer files), which --model then loads with the same outputs");
   cmd->add_option("--max-length", o->max_length,
                   "Truncate each text to this many tokens (default: error when longer than the model allows)")
       ->check(whole_range(0, 1 << 20));
@@ -61,6 +64,11 @@ void add_encode_command(CLI::App& app) {
     if (!o->output.empty() && (o->output == o->pooled || fs::weakly_canonical(o->output, ec) ==
                                                              fs::weakly_canonical(o->pooled, ec)))
       throw CLI::ValidationError("--output and --pooled name the same file '" + o->output + "'");
+    if (cmd->count("--save") && o->init != "random")
+      throw CLI::ValidationError("--save writes the model --init random builds; a checkpoint folder is copied as is");
+    if (cmd->count("--save") && o->save.empty()) throw CLI::ValidationError("--save needs a folder name");
+    if (!o->save.empty() && fs::exists(o->save, ec) && (!fs::is_directory(o->save, ec) || !fs::is_empty(o->save, ec)))
+      throw std::runtime_error("--save: " + o->save + " exists and is not an empty folder; nothing written");
     if (cmd->count("--seed") && o->init != "random")
       throw CLI::ValidationError("--seed seeds --init random only; the weights come from model.safetensors");
     if (!o->pairs.empty() && o->pairs.size() != o->texts.size())
@@ -209,6 +217,10 @@ void add_encode_command(CLI::App& app) {
     if (!o->pooled.empty()) {
       save_npy(o->pooled, as_tensor(out.pooler_output));
       std::cout << "wrote " << o->pooled << "\n";
+    }
+    if (!o->save.empty()) {
+      model->save(o->save);
+      std::cout << "saved the model to " << o->save << "\n";
     }
   });
 }

@@ -6,12 +6,14 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
+#include <deque>
 #include <exception>
 #include <string>
 #include <vector>
 
 #include "cli_util.h"
 #include "commands.h"
+#include "io/hub.h"
 #include "tfm/tfm.h"
 
 // A closed fd 0/1/2 would be reused by the next open() (a model file, an output .npy), and printing would then
@@ -73,6 +75,32 @@ static std::string without_verbatim_marks(std::string s) {
   return s;
 }
 
+// Every command with --model takes a Hugging Face model id there too (io/hub.h resolve_model): --revision picks
+// the branch, tag or commit. The id is resolved (found in the cache, else downloaded) when --model is parsed, so
+// the command sees the snapshot folder.
+static void add_revision_option(CLI::App* cmd) {
+  CLI::Option* model = cmd->get_option_no_throw("--model");
+  if (!model) return;
+  model->description(model->get_description() + ", or a Hugging Face model id (org/name), found in the "
+                     "huggingface_hub cache or downloaded into it");
+  static std::deque<std::string> values;  // one per command; read back through the option's results
+  values.emplace_back();
+  cmd->add_option("--revision", values.back(), "With a model id: the branch, tag or commit hash (default: main)");
+}
+static void resolve_model_ids(CLI::App* cmd) {
+  CLI::Option* model = cmd->get_option_no_throw("--model");
+  if (!model) return;
+  CLI::Option* revision = cmd->get_option("--revision");
+  model->transform(CLI::Validator(
+      [revision](std::string& s) {
+        tfm::hub::HubOptions o;
+        if (!revision->results().empty()) o.revision = without_verbatim_marks(revision->results().back());
+        s = tfm::hub::resolve_model(s, o);
+        return std::string();
+      },
+      ""));
+}
+
 // Help text goes to stdout too: a failed write is an error there as well.
 static int exit_with_help(const CLI::App& app, const CLI::Error& e) {
   int rc = app.exit(e);
@@ -106,6 +134,7 @@ int main(int argc, char** argv) {
   tfm::cli::add_rerank_command(app);
   tfm::cli::add_convert_command(app);
   tfm::cli::add_serve_command(app);
+  tfm::cli::add_download_command(app);
   // An unknown command is an error, also with --help (CLI11 would print the top-level help and exit 0).
   if (argc > 1 && argv[1][0] != '-') {
     bool known = false;
@@ -117,7 +146,9 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
+  for (CLI::App* sub : app.get_subcommands({})) add_revision_option(sub);
   strip_verbatim_marks(&app);
+  for (CLI::App* sub : app.get_subcommands({})) resolve_model_ids(sub);
   std::vector<std::string> marked(argv, argv + argc);
   for (size_t i = 1; i < marked.size(); ++i) marked[i] = mark_verbatim(marked[i]);
   std::vector<char*> marked_argv;
