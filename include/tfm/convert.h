@@ -22,12 +22,14 @@ struct ConvertSummary {
   uint64_t source_bytes = 0;  ///< size of model_dir/model.safetensors in bytes
 };
 
-/// Writes a copy of `model_dir` (config.json, model.safetensors; BERT or transformer_encoder) into `out_dir`
+/// Writes a copy of `model_dir` (config.json, model.safetensors; BERT or transformer_encoder, or a Hugging Face
+/// Marian / M2M100 / NLLB translation folder, whose encoder and decoder layers' Linear weights are converted and
+/// whose shared embedding / tied output projection stays F32) into `out_dir`
 /// (created; must not exist or be empty) with the encoder's Linear weights (rank 2 "*.weight" of the layers, not
 /// embeddings, pooler or heads) in options.dtype; embeddings, LayerNorm and biases stay F32; the metadata gets
 /// "tfm_dtype". Every other file and subfolder is copied byte for byte (a sentence-transformers folder keeps its
 /// modules). Files are written atomically. Throws std::invalid_argument for an unknown dtype or a
-/// transformer_seq2seq folder, std::runtime_error for an out_dir that is not an empty folder, int8 on a model that
+/// transformer_seq2seq folder, std::runtime_error for an out_dir that is not an empty folder, int8 on an encoder that
 /// is not BERT, a weight with NaN or Inf, or a malformed folder (nothing is written before these checks).
 ConvertSummary convert(const std::string& model_dir, const std::string& out_dir, const ConvertOptions& options);
 

@@ -9,6 +9,7 @@
 #include <pybind11/stl.h>
 
 #include <cstdio>
+#include <limits>
 #include <optional>
 
 #include "tfm/tfm.h"
@@ -357,13 +358,17 @@ PYBIND11_MODULE(_tfm, m) {
       .def(
           "translate_batch",
           [](const tfm::Translator& t, const py::object& sentences, int64_t beam_size, float length_penalty,
-             int64_t max_steps, bool return_scores, bool disable_unk) -> py::list {
+             int64_t max_steps, bool return_scores, bool disable_unk, int64_t num_hypotheses,
+             const std::string& target_lang, const std::string& source_lang) -> py::list {
             tfm::TranslateOptions o;
             o.beam_size = beam_size;
             o.length_penalty = length_penalty;
             o.max_steps = max_steps;
             o.return_scores = return_scores;
             o.disable_unk = disable_unk;
+            o.num_hypotheses = num_hypotheses;
+            o.target_lang = target_lang;
+            o.source_lang = source_lang;
             std::vector<std::string> s = string_list(sentences, "sentences");
             std::vector<tfm::Translation> r;
             {
@@ -371,20 +376,34 @@ PYBIND11_MODULE(_tfm, m) {
               r = t.translate_batch(s, o);
             }
             py::list out;
+            auto item = [&](const tfm::Translation& x) -> py::object {
+              if (return_scores) return py::make_tuple(x.text, x.score);
+              return py::str(x.text);
+            };
             for (const auto& x : r) {
-              if (return_scores)
-                out.append(py::make_tuple(x.text, x.score));
-              else
-                out.append(x.text);
+              if (num_hypotheses > 1) {
+                py::list n;
+                for (const auto& h : x.hypotheses) n.append(item(h));
+                if (x.hypotheses.empty()) n.append(item(x));  // an empty sentence
+                out.append(n);
+              } else {
+                out.append(item(x));
+              }
             }
             return out;
           },
-          py::arg("sentences"), py::arg("beam_size") = 1, py::arg("length_penalty") = 0.0f,
-          py::arg("max_steps") = 0, py::arg("return_scores") = false, py::arg("disable_unk") = false,
-          "Translate a list of sentences: a list of str, or with return_scores a list of (text, score), score = "
-          "log p(text + <eos>) / ((5 + length) / 6) ** length_penalty (natural log; length in tokens with <eos>). "
-          "length_penalty needs beam_size > 1 or return_scores (ValueError otherwise); disable_unk=True never "
-          "generates <unk> (CTranslate2's disable_unk)")
+          py::arg("sentences"), py::arg("beam_size") = 0,
+          py::arg("length_penalty") = std::numeric_limits<float>::quiet_NaN(), py::arg("max_steps") = 0,
+          py::arg("return_scores") = false, py::arg("disable_unk") = false, py::arg("num_hypotheses") = 1,
+          py::arg("target_lang") = "", py::arg("source_lang") = "",
+          "Translate a list of sentences: a list of str, or with return_scores a list of (text, score); with "
+          "num_hypotheses > 1 each item is the list of the n best (str or (text, score)), best first. beam_size 0 "
+          "and length_penalty NaN: the model's defaults (generation_config.json for Hugging Face folders; greedy and "
+          "0 otherwise). Our models: score = log p(text + <eos>) / ((5 + length) / 6) ** length_penalty (natural "
+          "log; length in tokens with <eos>), length_penalty needs beam_size > 1 or return_scores (ValueError "
+          "otherwise). Hugging Face folders (Marian, M2M100, NLLB): score = log p / length ** length_penalty as "
+          "transformers' generate; target_lang 'fr' / 'fra_Latn' (forced first token) or Marian's '>>fra<<' code. "
+          "disable_unk=True never generates <unk> (CTranslate2's disable_unk)")
       .def(
           "encode_source",
           [](const tfm::Translator& t, const std::string& sentence) {
@@ -424,7 +443,8 @@ PYBIND11_MODULE(_tfm, m) {
       .def_property_readonly("max_source_tokens", &tfm::Translator::max_source_tokens)
       .def_property_readonly("num_steps", &tfm::Translator::num_steps)
       .def_property_readonly("subword", &tfm::Translator::subword)
-      .def_property_readonly("dtype", &tfm::Translator::dtype);
+      .def_property_readonly("dtype", &tfm::Translator::dtype)
+      .def_property_readonly("model_type", &tfm::Translator::model_type);
 
   // ------------------------------------------------------------------ BLEU
   py::module_ bleu = m.def_submodule("bleu", "BLEU: sacreBLEU's corpus BLEU and d2l's sentence BLEU");

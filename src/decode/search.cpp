@@ -39,7 +39,10 @@ int64_t argmax(const float* x, int64_t n) {
 // have x >= x_M - slack, slack far above double rounding, so logp is computed only near that boundary.
 // Two passes: (1) the M largest logits by a min-heap, skipping 16-logit blocks whose maximum cannot enter it;
 // (2) the exp sum, and the blocks whose maximum reaches x_M - slack.
-double row_candidates(const float* x, int64_t V, int64_t M, double logp, std::vector<std::pair<double, int64_t>>& out) {
+// normalized: x holds log-probabilities already (Hugging Face scoring: log_softmax, then the processors); lse is
+// then taken as 0, not recomputed, so that a processor's -inf does not renormalise the others.
+double row_candidates(const float* x, int64_t V, int64_t M, double logp, std::vector<std::pair<double, int64_t>>& out,
+                      bool normalized = false) {
   constexpr int64_t kBlock = 16;
   out.clear();
   thread_local std::vector<float> heap, block_max;
@@ -66,16 +69,20 @@ double row_candidates(const float* x, int64_t V, int64_t M, double logp, std::ve
   }
   if (heap.empty()) return -INFINITY;
   const float mx = *std::max_element(heap.begin(), heap.end());
-  double sum = 0;
+  double lse = 0;
+  if (!normalized) {
+    double sum = 0;
 #pragma omp simd reduction(+ : sum)
-  for (int64_t v = 0; v < V; ++v) sum += (double)vm::fast_exp(x[v] - mx);
-  const double lse = (double)mx + std::log(sum);
+    for (int64_t v = 0; v < V; ++v) sum += (double)vm::fast_exp(x[v] - mx);
+    lse = (double)mx + std::log(sum);
+  }
   if (M <= 0) return lse;
   const float xM = heap.front();
   auto cand_logp = [&](float xv) { return logp + ((double)xv - lse); };
   const double lpM = cand_logp(xM);
-  const double slack = 1e-6 * (std::fabs(lpM) + std::fabs((double)xM) + std::fabs(lse) + 1.0);
-  const float lo = (float)((double)xM - slack);
+  const double slack = std::isfinite(lpM) ? 1e-6 * (std::fabs(lpM) + std::fabs((double)xM) + std::fabs(lse) + 1.0)
+                                          : 0.0;
+  const float lo = std::isfinite(xM) ? (float)((double)xM - slack) : -INFINITY;
   for (int64_t b = 0; b < nblocks; ++b) {
     if (!(block_max[b] >= lo)) continue;
     for (int64_t v = b * kBlock, v1 = std::min(V, v + kBlock); v < v1; ++v)
@@ -86,7 +93,40 @@ double row_candidates(const float* x, int64_t V, int64_t M, double logp, std::ve
   }
   return lse;
 }
+// x[V] = log_softmax(x) in place (exp by vm::fast_exp, the sum in double).
+void log_softmax_row(float* x, int64_t V) {
+  float mx = -INFINITY;
+  for (int64_t v = 0; v < V; ++v) mx = std::max(mx, x[v]);
+  double sum = 0;
+#pragma omp simd reduction(+ : sum)
+  for (int64_t v = 0; v < V; ++v) sum += (double)vm::fast_exp(x[v] - mx);
+  const float lse = (float)((double)mx + std::log(sum));
+#pragma omp simd
+  for (int64_t v = 0; v < V; ++v) x[v] -= lse;
+}
 }  // namespace
+
+double hf_length_penalty(int64_t length, double alpha) { return std::pow((double)length, alpha); }
+
+void apply_logits_processors(float* scores, int64_t rows, int64_t V, int64_t step, const DecodeOptions& opt) {
+  auto only = [&](int64_t id) {
+    if (id < 0 || id >= V) return;
+    for (int64_t r = 0; r < rows; ++r) {
+      float* x = scores + r * V;
+      std::fill(x, x + V, -INFINITY);
+      x[id] = 0.0f;
+    }
+  };
+  auto ban = [&](int64_t id) {
+    if (id < 0 || id >= V) return;
+    for (int64_t r = 0; r < rows; ++r) scores[r * V + id] = -INFINITY;
+  };
+  if (step + 1 < opt.min_length) ban(opt.eos_id);              // MinLengthLogitsProcessor (cur_len = step + 1)
+  if (step == 0) only(opt.forced_bos_id);                       // ForcedBOSTokenLogitsProcessor
+  if (step == opt.max_steps - 1) only(opt.forced_eos_id);       // ForcedEOSTokenLogitsProcessor
+  for (int64_t id : opt.banned_ids) ban(id);                    // NoBadWordsLogitsProcessor, single tokens
+  ban(opt.suppress_id);
+}
 
 double gnmt_length_penalty(int64_t length, double alpha) {
   return alpha == 0.0 ? 1.0 : std::pow((5.0 + (double)length) / 6.0, alpha);
@@ -109,7 +149,10 @@ std::vector<std::vector<int64_t>> greedy_decode(Seq2SeqModel& model, const int64
   for (int64_t t = 0; t < opt.max_steps; ++t) {
     std::vector<std::vector<float>> cross;
     decode_step(model, cache, tokens.data(), logits.data(), opt.position_mode, attention ? &cross : nullptr);
-    suppress_token(logits.data(), B, V, opt.suppress_id);
+    if (opt.hf)
+      apply_logits_processors(logits.data(), B, V, t, opt);  // on the logits, as HF's greedy search
+    else
+      suppress_token(logits.data(), B, V, opt.suppress_id);
     if (attention && !done[0]) {
       std::vector<float> row(heads * Ls);
       std::memcpy(row.data(), cross.back().data(), sizeof(float) * heads * Ls);  // row 0 of [B, heads, 1, Ls]
@@ -163,8 +206,9 @@ std::vector<std::vector<Hypothesis>> beam_search_hypotheses(Seq2SeqModel& model,
                                                             const DecodeOptions& opt) {
   if (opt.beam_size < 1)
     throw std::invalid_argument("beam_size must be >= 1, got " + std::to_string(opt.beam_size));
-  if (!(opt.length_penalty >= 0.0f) || !std::isfinite(opt.length_penalty))
-    throw std::invalid_argument("length_penalty must be finite and >= 0, got " + std::to_string(opt.length_penalty));
+  if (!std::isfinite(opt.length_penalty) || (!opt.hf && opt.length_penalty < 0.0f))
+    throw std::invalid_argument("length_penalty must be finite" + std::string(opt.hf ? "" : " and >= 0") + ", got " +
+                                std::to_string(opt.length_penalty));
   if (opt.max_steps < 0) throw std::invalid_argument("max_steps must be >= 0, got " + std::to_string(opt.max_steps));
   const int64_t V = model.config().tgt_vocab_size;
   const int64_t K = opt.beam_size;
@@ -187,7 +231,7 @@ std::vector<std::vector<Hypothesis>> beam_search_hypotheses(Seq2SeqModel& model,
   };
   auto hypothesis = [&](std::vector<int64_t> tokens, double logp, bool finished) {
     Hypothesis h{std::move(tokens), logp, 0.0, finished};
-    h.score = logp / gnmt_length_penalty(h.length(), alpha);
+    h.score = logp / (opt.hf ? hf_length_penalty(h.length(), alpha) : gnmt_length_penalty(h.length(), alpha));
     return h;
   };
   std::vector<Sentence> sent(N);
@@ -215,8 +259,14 @@ std::vector<std::vector<Hypothesis>> beam_search_hypotheses(Seq2SeqModel& model,
       const int64_t R = (int64_t)row_sentence.size();
       logits.resize(R * V);
       decode_step(model, cache, last.data(), logits.data(), opt.position_mode);
-      suppress_token(logits.data(), R, V, opt.suppress_id);
       decode_profile::Timer tm(decode_profile::kLogSoftmaxTopK);
+      if (opt.hf) {  // transformers: log_softmax, then the processors on the log-probabilities
+#pragma omp parallel for schedule(static) if (R * V >= (1 << 16))
+        for (int64_t r = 0; r < R; ++r) log_softmax_row(logits.data() + r * V, V);
+        apply_logits_processors(logits.data(), R, V, t, opt);
+      } else {
+        suppress_token(logits.data(), R, V, opt.suppress_id);
+      }
       lse.resize(R);
       row_cand.resize(R);
       row_logp.resize(R);
@@ -231,7 +281,7 @@ std::vector<std::vector<Hypothesis>> beam_search_hypotheses(Seq2SeqModel& model,
 #pragma omp parallel for schedule(static) if (R * V >= (1 << 16))
       for (int64_t r = 0; r < R; ++r) {
         const float* x = logits.data() + r * V;
-        lse[r] = row_candidates(x, V, M, row_logp[r], row_cand[r]);
+        lse[r] = row_candidates(x, V, M, row_logp[r], row_cand[r], opt.hf);
       }
       tm.next(decode_profile::kSelect);
       const bool last_step = t + 1 == opt.max_steps;
@@ -258,7 +308,9 @@ std::vector<std::vector<Hypothesis>> beam_search_hypotheses(Seq2SeqModel& model,
           auto [lp, r, v] = cand[c];
           const std::vector<int64_t>& prefix = S.alive[r - r0].tokens;
           if (v == opt.eos_id) {
-            if (c < K) {  // an <eos> ranked below K live candidates is not kept (as HF / fairseq)
+            // An <eos> ranked below K live candidates is not kept (as HF / fairseq), nor one a processor made -inf
+            // (HF's topk orders those ties arbitrarily; none is ever the better hypothesis).
+            if (c < K && lp > -INFINITY) {
               S.keep(hypothesis(prefix, lp, true), K);
               eos_finished = true;
             }
@@ -271,10 +323,17 @@ std::vector<std::vector<Hypothesis>> beam_search_hypotheses(Seq2SeqModel& model,
           toks_last.push_back(v);
         }
         S.alive.swap(next);
-        if (last_step)  // max_steps tokens: the live beams are cut off
+        bool hf_done = false;
+        if (opt.hf && (int64_t)S.kept.size() == K && top > 0) {  // BeamHypotheses.is_done
+          const double best = std::get<0>(cand[0]);
+          const double worst = S.kept.back().score;
+          const int64_t len = opt.early_stopping == EarlyStopping::kNever && alpha > 0 ? opt.max_steps : t + 1;
+          hf_done = opt.early_stopping == EarlyStopping::kTrue || worst >= best / hf_length_penalty(len, alpha);
+        }
+        if (last_step && !hf_done)  // max_steps tokens: the live beams are cut off
           for (Beam& b : S.alive) S.keep(hypothesis(std::move(b.tokens), b.logp, false), K);
-        bool stop = last_step || S.alive.empty() || (K == 1 && eos_finished);  // K = 1: greedy
-        if (!stop && (int64_t)S.kept.size() == K) {
+        bool stop = hf_done || last_step || S.alive.empty() || (K == 1 && eos_finished);  // K = 1: greedy
+        if (!opt.hf && !stop && (int64_t)S.kept.size() == K) {
           double reach = -INFINITY;
           for (const Beam& b : S.alive) reach = std::max(reach, best_reachable(b));
           stop = reach <= S.kept.back().score;  // no live beam can enter the kept K

@@ -62,7 +62,7 @@ struct TranslateRequest {
   std::vector<std::string> q;
   bool single = false;
   std::string source, target;
-  int64_t beam_size = 1;
+  int64_t beam_size = 0;  // 0 (not given): the model's default (generation_config.json's num_beams, or greedy)
   std::optional<bool> truncate;  // unset: the server's --auto-truncate
 };
 TranslateRequest parse_translate_request(std::string_view body, const RequestLimits& limits, int64_t max_beam_size);
