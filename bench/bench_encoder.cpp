@@ -22,6 +22,13 @@
 // GEMM, attention, output GEMM, add + LayerNorm, FFN GEMMs (bias + activation fused), embeddings, pooler, and
 // "other", from the model's OpTimer sections (core/profile.h), per shape; then {"kind":"breakdown_total",...}.
 // The kernel ISA of our own kernels (ops/isa.h) is printed with it: TFM_ISA=avx2 selects the baseline copies.
+// --batches FILE (instead of --shapes): a length mix, one sentence per line as space-separated token ids
+// (special tokens included), cut into batches of --batch-size (32) in file order; each batch is padded to its
+// longest sentence and run as `tfm embed` runs it (EncoderModel::forward_unpadded: the layers on the real tokens
+// only), or as the padded batch with --padded (EncoderModel::forward with attention_mask). One timed rep runs
+// every batch; prints {"kind":"length_mix","mode":"unpadded"|"padded","batches":..,"sentences":..,
+// "real_tokens":..,"padded_tokens":..,"median_ms":.. (one pass over all batches),"min_ms":..,"checksum":..}.
+// bench/length_mix.sh drives it.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -59,12 +66,16 @@ struct Options {
   bool sgemm = false;
   bool breakdown = false;
   std::string dtype = "fp32";
+  std::string batches;  // --batches FILE: the length mix
+  int batch_size = 32;
+  bool padded = false;
 };
 
 [[noreturn]] void usage(const std::string& why) {
   std::fprintf(stderr,
                "bench_encoder: %s\nusage: bench_encoder MODEL_DIR [--threads N] [--warmup N] [--reps N] "
-               "[--shapes BxL,BxL,...] [--dtype fp32|bf16|int8] [--sgemm] [--breakdown]\n",
+               "[--shapes BxL,BxL,...] [--dtype fp32|bf16|int8] [--sgemm] [--breakdown]\n"
+               "       [--batches FILE [--batch-size 32] [--padded]]\n",
                why.c_str());
   std::exit(2);
 }
@@ -94,6 +105,9 @@ Options parse_args(int argc, char** argv) {
     else if (a == "--sgemm") o.sgemm = true;
     else if (a == "--dtype") o.dtype = value();
     else if (a == "--breakdown") o.breakdown = true;
+    else if (a == "--batches") o.batches = value();
+    else if (a == "--batch-size") o.batch_size = std::max(1, parse_int(a, value()));
+    else if (a == "--padded") o.padded = true;
     else if (a == "--shapes") {
       o.shapes.clear();
       std::stringstream ss(value());
@@ -234,6 +248,62 @@ void run_breakdown(const Options& o, tfm::EncoderModel& model, int64_t B, int64_
   std::fflush(stdout);
 }
 
+// The length mix of --batches: every batch padded to its longest sentence, with its attention_mask.
+void run_length_mix(const Options& o, const tfm::EncoderModel& model) {
+  std::ifstream f(o.batches);
+  if (!f) throw std::runtime_error("cannot read --batches file " + o.batches);
+  std::vector<std::vector<int64_t>> sents;
+  std::string line;
+  while (std::getline(f, line)) {
+    std::istringstream is(line);
+    std::vector<int64_t> ids;
+    int64_t id;
+    while (is >> id) ids.push_back(id);
+    if (!ids.empty()) sents.push_back(std::move(ids));
+  }
+  if (sents.empty()) throw std::runtime_error(o.batches + " holds no sentence");
+  struct Batch {
+    tfm::Tensor ids, mask;
+  };
+  std::vector<Batch> batches;
+  int64_t real = 0, padded = 0;
+  for (size_t s0 = 0; s0 < sents.size(); s0 += (size_t)o.batch_size) {
+    const size_t n = std::min(sents.size() - s0, (size_t)o.batch_size);
+    int64_t L = 0;
+    for (size_t i = 0; i < n; ++i) L = std::max(L, (int64_t)sents[s0 + i].size());
+    std::vector<int64_t> ids(n * L, 0), mask(n * L, 0);
+    for (size_t i = 0; i < n; ++i)
+      for (size_t j = 0; j < sents[s0 + i].size(); ++j) {
+        ids[i * L + j] = sents[s0 + i][j];
+        mask[i * L + j] = 1;
+        ++real;
+      }
+    padded += (int64_t)n * L;
+    batches.push_back({tfm::Tensor::from_i64({(int64_t)n, L}, ids), tfm::Tensor::from_i64({(int64_t)n, L}, mask)});
+  }
+  double sum = 0;
+  auto t = time_calls(o.warmup, o.reps, [&] {
+    sum = 0;
+    for (const Batch& b : batches) {
+      tfm::EncoderOutput out = o.padded ? model.forward(b.ids, tfm::Tensor(), b.mask)
+                                        : model.forward_unpadded(b.ids, tfm::Tensor(), b.mask);
+      const float* h = out.last_hidden_state.f32();  // real tokens only (padding differs between the modes)
+      const int64_t* m = b.mask.i64();
+      const int64_t H = out.last_hidden_state.size(-1);
+      for (int64_t r = 0; r < b.mask.numel(); ++r)
+        if (m[r]) sum += h[r * H];
+    }
+  });
+  std::printf(
+      "{\"kind\":\"length_mix\",\"dtype\":\"%s\",\"mode\":\"%s\",\"batch_size\":%d,\"batches\":%zu,"
+      "\"sentences\":%zu,\"real_tokens\":%lld,\"padded_tokens\":%lld,\"reps\":%d,\"median_ms\":%.3f,"
+      "\"min_ms\":%.3f,\"checksum\":%.6g,\"kernel_isa\":\"%s\"}\n",
+      o.dtype.c_str(), o.padded ? "padded" : "unpadded", o.batch_size, batches.size(), sents.size(), (long long)real,
+      (long long)padded, o.reps, median(t) * 1e3, *std::min_element(t.begin(), t.end()) * 1e3, sum,
+      tfm::ops::kernel_isa_name(tfm::ops::kernel_isa()));
+  std::fflush(stdout);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -258,6 +328,10 @@ int main(int argc, char** argv) {
         load_s * 1e3, rss0, proc_status_mb("VmRSS"));
     std::fflush(stdout);
 
+    if (!o.batches.empty()) {
+      run_length_mix(o, *model);
+      return 0;
+    }
     for (auto [B, L] : o.shapes) {
       tfm::Tensor ids = random_ids(B, L, c.vocab_size, (uint64_t)(B * 1000 + L));
       tfm::EncoderOutput out;

@@ -72,14 +72,21 @@ def export(args):
             super().__init__()
             self.m = m
 
-        def forward(self, input_ids):
-            out = self.m(input_ids)
+        def forward(self, input_ids, attention_mask=None):
+            out = self.m(input_ids, attention_mask=attention_mask)
             return out[0] if isinstance(out, (tuple, list)) else out
 
-    ids = torch.randint(0, cfg["vocab_size"], (1, 16))
+    ids = torch.randint(0, cfg["vocab_size"], (2, 16))
+    axes = {"input_ids": {0: "batch", 1: "seq_len"}}
+    inputs, names = (ids,), ["input_ids"]
+    if args.with_mask:  # padded batches (bench/length_mix.sh): the attention_mask input as well
+        mask = torch.ones_like(ids)
+        mask[1, 10:] = 0
+        inputs, names = (ids, mask), ["input_ids", "attention_mask"]
+        axes["attention_mask"] = {0: "batch", 1: "seq_len"}
     with torch.no_grad():
-        torch.onnx.export(Last(model), (ids,), args.out, input_names=["input_ids"], output_names=["last_hidden_state"],
-                          dynamic_axes={"input_ids": {0: "batch", 1: "seq_len"}}, opset_version=14)
+        torch.onnx.export(Last(model), inputs, args.out, input_names=names, output_names=["last_hidden_state"],
+                          dynamic_axes=axes, opset_version=14)
     print(json.dumps(dict(kind="export", out=args.out, bytes=os.path.getsize(args.out))), flush=True)
 
 
@@ -96,6 +103,7 @@ def main():
     e = sub.add_parser("export")
     e.add_argument("dir")
     e.add_argument("out")
+    e.add_argument("--with-mask", action="store_true", help="export with an attention_mask input too")
     args = ap.parse_args()
     bench(args) if args.cmd == "bench" else export(args)
 

@@ -1,15 +1,21 @@
 #!/usr/bin/env bash
 # Load benchmark of `tfm serve` (issue 11): throughput and p50/p99 latency of single-sentence /embed requests at
 # concurrency 1, 8 and 64 (wrk), against offline `tfm encode` on the same sentence, plus a soak for RSS growth.
-#   bench/serve_load.sh [BUILD_DIR]      env: DURATION_S (per level, 20), SOAK_S (300), THREADS (2), MODEL (dir)
-# Without MODEL it builds a random-weight BERT (hidden 256, 4 layers, 4 heads, intermediate 1024) with the real
-# bert-base-uncased WordPiece vocabulary from $TFM_DATA_DIR (the weights do not change the speed).
+#   bench/serve_load.sh [BUILD_DIR]      env: DURATION_S (per level, 20), SOAK_S (300), THREADS (2), MODEL (dir),
+#                                             SIZE (small | base), LEVELS ("1 8 64")
+# Without MODEL it builds a random-weight BERT with the real bert-base-uncased WordPiece vocabulary from
+# $TFM_DATA_DIR (the weights do not change the speed): SIZE=small (default) hidden 256, 4 layers, 4 heads,
+# intermediate 1024; SIZE=base BERT-base (768, 12 layers, 12 heads, 3072; bench/bert_pytorch.py make-weights,
+# Debian's torch). Ends with the issue-24 serving targets: p99 at concurrency 1 <= 1.5x one forward (the mean
+# model time per batch at concurrency 1), p99 at 64 <= 3x p50 at 64, 0 non-2xx, served >= 90% of offline.
 set -euo pipefail
 BUILD=${1:-build}
 TFM=$(realpath "$BUILD/tfm")
 DURATION_S=${DURATION_S:-20}
 SOAK_S=${SOAK_S:-300}
 THREADS=${THREADS:-2}
+SIZE=${SIZE:-small}
+LEVELS=${LEVELS:-1 8 64}
 DATA=${TFM_DATA_DIR:-$(dirname "$0")/../../shared/data}
 command -v wrk > /dev/null || { echo "serve_load: needs wrk (apt-get install wrk)" >&2; exit 1; }
 WORK=$(mktemp -d)
@@ -17,7 +23,11 @@ SERVER=""
 trap 'kill $SERVER 2>/dev/null || true; rm -rf "$WORK"' EXIT
 SENTENCE="the quick brown fox jumps over the lazy dog near the river bank"
 
-if [ -z "${MODEL:-}" ]; then
+if [ -z "${MODEL:-}" ] && [ "$SIZE" = base ]; then
+  MODEL=$WORK/bert
+  /usr/bin/python3 "$(dirname "$0")/bert_pytorch.py" make-weights "$MODEL"
+  cp "$DATA/bert-base-uncased/vocab.txt" "$DATA/bert-base-uncased/tokenizer_config.json" "$MODEL/"
+elif [ -z "${MODEL:-}" ]; then
   MODEL=$WORK/bert
   mkdir -p "$MODEL"
   cp "$DATA/bert-base-uncased/vocab.txt" "$MODEL/vocab.txt"
@@ -81,7 +91,9 @@ LUA
 metric() { curl -s "$URL/metrics" | awk -v m="$1" '$1 == m {print $2}'; }
 echo "| concurrency | requests/s | p50 ms | p99 ms | non-2xx | mean batch | served / offline |"
 echo "|---|---|---|---|---|---|---|"
-for c in 1 8 64; do
+declare -A P50 P99 BAD RATIO
+inf=""
+for c in $LEVELS; do
   b0=$(metric tfm_batch_size_sum); n0=$(metric tfm_batch_size_count)
   out=$(wrk -t $(( c < 2 ? 1 : 2 )) -c $c -d "${DURATION_S}s" --latency -s "$WORK/post.lua" "$URL/embed")
   b1=$(metric tfm_batch_size_sum); n1=$(metric tfm_batch_size_count)
@@ -93,11 +105,23 @@ for c in 1 8 64; do
   mb=$(python3 -c "print('%.1f' % (($b1 - $b0) / max($n1 - $n0, 1)))")
   ratio=$(python3 -c "print('%.0f%%' % (100 * $rps / $offline))")
   echo "| $c | $rps | $p50 | $p99 | $bad ${errs:+($errs)} | $mb | $ratio |"
+  P50[$c]=$p50; P99[$c]=$p99; BAD[$c]=$bad; RATIO[$c]=$(python3 -c "print($rps / $offline)")
   if [ "$c" = 1 ]; then
     inf=$(python3 -c "print('%.2f' % (1e3 * $(metric tfm_inference_duration_seconds_sum) / $(metric tfm_inference_duration_seconds_count)))")
     echo "(concurrency 1: mean model time per batch (one forward of the sentence) $inf ms)"
   fi
 done
+
+# wrk prints latencies with units (us, ms, s): to milliseconds.
+ms() { python3 -c "import re,sys; v,u=re.match(r'([0-9.]+)([a-z]+)','$1').groups(); print(float(v)*{'us':1e-3,'ms':1,'s':1e3,'m':6e4}[u])"; }
+if [ -n "$inf" ] && [ -n "${P99[1]:-}" ]; then
+  python3 -c "r=$(ms "${P99[1]}")/$inf; print('target p99 at concurrency 1 <= 1.5x one forward: %.2fx %s' % (r, 'met' if r <= 1.5 else 'NOT met'))"
+fi
+if [ -n "${P99[64]:-}" ]; then
+  python3 -c "r=$(ms "${P99[64]}")/$(ms "${P50[64]}"); print('target p99 <= 3x p50 at concurrency 64: %.2fx %s' % (r, 'met' if r <= 3 else 'NOT met'))"
+  python3 -c "r=${RATIO[64]}; print('target served >= 90%% of offline at concurrency 64: %.0f%% %s' % (100*r, 'met' if r >= 0.9 else 'NOT met'))"
+fi
+for c in $LEVELS; do [ "${BAD[$c]}" = 0 ] || echo "target 0 failed requests: NOT met at concurrency $c (${BAD[$c]} non-2xx)"; done
 
 rss() { awk '/VmRSS/ {print $2}' /proc/$SERVER/status; }
 r0=$(rss)

@@ -35,13 +35,18 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     check(!v.empty() && (int64_t)v.size() <= lim.max_client_batch_size && (!single || v.size() == 1));
     for (const auto& s : v) check(!s.empty() && (int64_t)s.size() <= lim.max_input_chars);
   };
+  for (EmbedRoute route : {EmbedRoute::Embed, EmbedRoute::EmbedAll, EmbedRoute::EmbedSparse, EmbedRoute::OpenAI})
+    expect_ok_or_api_error([&] {
+      EmbedRequest r = parse_embed_request(body, lim, route);
+      check(!r.inputs.empty() && r.token_ids.size() == r.inputs.size() &&
+            (int64_t)r.inputs.size() <= lim.max_client_batch_size && (!r.single || r.inputs.size() == 1));
+      for (size_t i = 0; i < r.inputs.size(); ++i)
+        check(r.inputs[i].empty() != r.token_ids[i].empty() && (int64_t)r.inputs[i].size() <= lim.max_input_chars);
+      check(r.dimensions >= 0);
+    });
   expect_ok_or_api_error([&] {
-    EmbedRequest r = parse_embed_request(body, lim, "inputs");
-    inputs_ok(r.inputs, r.single);
-  });
-  expect_ok_or_api_error([&] {
-    EmbedRequest r = parse_embed_request(body, lim, "input");
-    inputs_ok(r.inputs, r.single);
+    SimilarityRequest r = parse_similarity_request(body, lim);
+    check(!r.source_sentence.empty() && !r.sentences.empty());
   });
   expect_ok_or_api_error([&] {
     TokenizeRequest r = parse_tokenize_request(body, lim);

@@ -238,6 +238,60 @@ TEST(EmbedSkipEmpty, RowsNameTheirInputLines) {
   EXPECT_EQ(tfm::test::slurp(t.path + "/v.lines.txt"), "2\n4\n");
 }
 
+// Issue 26 item 6: a folder given as the input file, and an empty file, gave "X: is a folder" / no rows and exit 0
+// in embed but "X: read error: Is a directory" / "X: empty file" in classify, rerank and fill-mask. Now one answer
+// in all four: a folder is io/text_file's check_not_folder message; an empty file is an empty output and exit 0
+// (embed's documented [0, dim] array, EmbedCli.EmptyLineIsAnErrorNamingItUnlessSkipped; no lines from classify and
+// fill-mask, which print one line per input; rerank's empty ranking "[]").
+TEST(CliInputFiles, AFolderAndAnEmptyFileGiveTheSameAnswerInEveryCommand) {
+  tfm::test::TempFolder t;
+  const std::string dir = t.path + "/texts", empty = t.path + "/empty.txt";
+  std::filesystem::create_directory(dir);
+  tfm::test::spit(empty, "");
+  struct Command {
+    std::vector<std::string> args;
+    std::string empty_stdout;
+  };
+  const std::vector<Command> commands = {
+      {{"embed", "-q", "--model", fixture("st_mean")}, ""},
+      {{"classify", "--model", fixture("heads_seqcls")}, ""},
+      {{"rerank", "--model", fixture("heads_cross"), "--query", "a cat"}, "[]\n"},
+      {{"fill-mask", "--model", fixture("heads_mlm")}, ""}};
+  for (const auto& c : commands) {
+    std::vector<std::string> args = c.args;
+    args.insert(args.end(), {"--input", dir});
+    tfm::test::expect_one_line_error(run_tfm_in(t.path, args), dir + ": is a folder, expected a file");
+    args = c.args;
+    args.insert(args.end(), {"--input", empty});
+    TfmRun r = run_tfm_in(t.path, args);
+    EXPECT_EQ(r.exit_code, 0) << r.describe();
+    EXPECT_EQ(r.out, c.empty_stdout) << c.args[0];
+    EXPECT_EQ(r.err.find("error"), std::string::npos) << c.args[0] << ": " << r.err;
+  }
+  // Without texts or --input the commands still ask for them.
+  tfm::test::expect_one_line_error(run_tfm_in(t.path, {"classify", "--model", fixture("heads_seqcls")}),
+                                   "give texts to classify");
+}
+
+// Issue 26 item 6: bad UTF-8 was a 1-based column in files read whole (classify --input, the NMT corpus) and a
+// 0-based byte offset elsewhere (arguments, embed --input, the library). One unit now: the 0-based byte offset in
+// the line or text.
+TEST(CliInputFiles, InvalidUtf8IsAByteOffsetInEveryCommand) {
+  tfm::test::TempFolder t;
+  const std::string bad = t.path + "/bad.txt";
+  tfm::test::spit(bad, "the cat\nab\xff" "c\n");
+  const std::vector<std::vector<std::string>> runs = {
+      {"classify", "--model", fixture("heads_seqcls"), "--input", bad},
+      {"classify", "--model", fixture("heads_seqcls"), "ab\xff" "c"},
+      {"fill-mask", "--model", fixture("heads_mlm"), "--input", bad},
+      {"embed", "-q", "--model", fixture("st_mean"), "--input", bad}};
+  for (const auto& args : runs) {
+    TfmRun r = run_tfm_in(t.path, args);
+    tfm::test::expect_one_line_error(r, "byte offset 2");
+    EXPECT_EQ(r.err.find("column"), std::string::npos) << r.err;
+  }
+}
+
 // --quantize-output-projection without --dtype bf16 / int8 changed nothing and was accepted silently.
 TEST(CliOptionChecks, QuantizedOutputProjectionNeedsAReducedDtype) {
   tfm::test::TempFolder t;
@@ -336,12 +390,16 @@ TEST(Int8Folder, OtherDtypesDequantiseAndDtypeReportsTheTypeUsed) {
   EXPECT_NE(fp32, in_int8);
   EXPECT_EQ(run(q8, "bf16", "bf16"), run(deq, "bf16", "bf16"));
   EXPECT_EQ(run(fixture("bert"), "", "fp32").size(), fp32.size());  // an fp32 folder stays fp32 by default
-  // The fp32-only commands refuse --dtype fp32 on an int8 folder instead of ignoring it.
+  // The head commands take --dtype as encode does: fp32 on an int8 folder computes in fp32 on the dequantised
+  // weights (not silently in int8), the default is the stored int8.
   const std::string cls = t.path + "/cls8";
   ASSERT_EQ(run_tfm_in(t.path, {"convert", "--model", fixture("heads_seqcls"), "--dtype", "int8", "--out", cls}).exit_code, 0);
-  tfm::test::expect_one_line_error(run_tfm_in(t.path, {"classify", "--model", cls, "--dtype", "fp32", "a cat"}),
-                                   "stores int8 weights");
-  EXPECT_EQ(run_tfm_in(t.path, {"classify", "--model", cls, "a cat"}).exit_code, 0);
+  TfmRun as_fp32 = run_tfm_in(t.path, {"classify", "--model", cls, "--dtype", "fp32", "a cat"});
+  TfmRun as_int8 = run_tfm_in(t.path, {"classify", "--model", cls, "--dtype", "int8", "a cat"});
+  TfmRun stored = run_tfm_in(t.path, {"classify", "--model", cls, "a cat"});
+  ASSERT_EQ(as_fp32.exit_code, 0) << as_fp32.describe();
+  EXPECT_EQ(stored.out, as_int8.out);
+  EXPECT_NE(as_fp32.out, as_int8.out);
 }
 
 // encode on a folder without model.safetensors names --init random; encode --pooled on a checkpoint without a

@@ -84,7 +84,11 @@ TEST(NewUser, EmbedAndConvertNameTheWrongFolder) {
   EXPECT_NE(b.out.find("transformer_seq2seq"), std::string::npos) << b.out;
   Result c = tfm_run("embed --model " + (tmp / "nonexistent").string() + " --input " + input + " -o " + out);
   EXPECT_NE(c.code, 0);
-  EXPECT_NE(c.out.find("is not a folder"), std::string::npos) << c.out;
+  // Issue 26 item 6: the message of Python's tfm.Encoder (python/tests/test_encoder.py), not a CLI-only wording.
+  EXPECT_NE(c.out.find("nonexistent: no such model folder"), std::string::npos) << c.out;
+  Result e = tfm_run("embed --model " + input + " --input " + input + " -o " + out);
+  EXPECT_NE(e.code, 0);
+  EXPECT_NE(e.out.find("sentences.txt: not a folder (expected a model folder)"), std::string::npos) << e.out;
   Result d = tfm_run("convert --model " + fixture("d2l_trained") + " --dtype bf16 --out " + (tmp / "c").string());
   EXPECT_NE(d.code, 0);
   EXPECT_NE(d.out.find("transformer_seq2seq"), std::string::npos) << d.out;

@@ -174,7 +174,7 @@ TEST(NmtData, ReadErrorsNameFileAndLine) {
                                    {empty, "no sentence pairs", "source<TAB>target"});
   const std::string bad = dir.file("bad.txt", "Go.\tVa !\nHi.\tSalut !\nRun!\tCours\xff!\n");
   expect_error<std::runtime_error>([&] { tfm::read_nmt_file(bad, 0); },
-                                   {bad + ": line 3: invalid UTF-8", "0xff", "column 11"});
+                                   {bad + ": line 3: invalid UTF-8", "0xff", "byte offset 10"});
   const std::string missing = dir.path("nope.txt");
   expect_error<std::runtime_error>([&] { tfm::read_nmt_file(missing, 0); }, {missing, "cannot open"});
   const std::string no_tab = dir.file("no_tab.txt", "Go. Va !\nHi. Salut !\n");

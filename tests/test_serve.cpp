@@ -15,12 +15,15 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
+#include <map>
 #include <filesystem>
 #include <fstream>
 #include <mutex>
 #include <numeric>
 #include <nlohmann/json.hpp>
 #include <regex>
+#include <cctype>
 #include <sstream>
 #include <thread>
 
@@ -71,6 +74,25 @@ std::string make_bert_dir(const std::string& dir) {
 struct Reply {
   long status = 0;
   std::string body;
+  std::string headers;  // the response's header lines, as received
+  // The value of header `name` (case-insensitive), "" when absent.
+  std::string header(const std::string& name) const {
+    std::stringstream ss(headers);
+    for (std::string line; std::getline(ss, line);) {
+      const size_t colon = line.find(':');
+      if (colon == std::string::npos) continue;
+      std::string k = line.substr(0, colon);
+      std::transform(k.begin(), k.end(), k.begin(), ::tolower);
+      std::string want = name;
+      std::transform(want.begin(), want.end(), want.begin(), ::tolower);
+      if (k != want) continue;
+      std::string v = line.substr(colon + 1);
+      while (!v.empty() && (v.back() == '\r' || v.back() == ' ')) v.pop_back();
+      while (!v.empty() && v.front() == ' ') v.erase(v.begin());
+      return v;
+    }
+    return "";
+  }
   json j() const { return json::parse(body, nullptr, false); }
 };
 
@@ -89,6 +111,8 @@ Reply http(const std::string& method, const std::string& url, const std::string&
   curl_easy_setopt(c, CURLOPT_TIMEOUT, 30L);
   curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, collect);
   curl_easy_setopt(c, CURLOPT_WRITEDATA, &r.body);
+  curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, collect);
+  curl_easy_setopt(c, CURLOPT_HEADERDATA, &r.headers);
   if (method == "POST") {
     curl_easy_setopt(c, CURLOPT_POSTFIELDS, body.c_str());
     curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE, (long)body.size());
@@ -314,7 +338,7 @@ TEST(Serve, EmbeddingRoutes) {
   expect_error(http("POST", s.url("/embed"), "{not json"), 422, "validation", "JSON");
   expect_error(http("POST", s.url("/embed"), R"({"input": "x"})"), 422, "validation", "`inputs`");
   expect_error(http("POST", s.url("/embed"), R"({"inputs": []})"), 422, "validation", "empty");
-  expect_error(http("POST", s.url("/embed"), R"({"inputs": [1]})"), 422, "validation", "inputs[0]");
+  expect_error(http("POST", s.url("/embed"), R"({"inputs": ["x", true]})"), 422, "validation", "inputs[1]");
   expect_error(http("POST", s.url("/embed"), R"({"inputs": ""})"), 422, "validation", "empty");
   expect_error(http("POST", s.url("/embed"), R"({"inputs": "x", "normalize": "yes"})"), 422, "validation",
                "normalize");
@@ -327,8 +351,12 @@ TEST(Serve, EmbeddingRoutes) {
   EXPECT_EQ(http("POST", s.url("/embed"), trunc).status, 200);
   json many = {{"inputs", std::vector<std::string>(33, "one")}};
   expect_error(http("POST", s.url("/embed"), many.dump()), 413, "payload_too_large", "32");
-  expect_error(http("POST", s.url("/v1/embeddings"), R"({"input": "x", "encoding_format": "base64"})"), 422,
-               "validation", "encoding_format");
+  {  // OpenAI's error shape on /v1/embeddings
+    Reply bad = http("POST", s.url("/v1/embeddings"), R"({"input": "x", "encoding_format": "hex"})");
+    EXPECT_EQ(bad.status, 422) << bad.body;
+    EXPECT_EQ(bad.j()["error"]["type"], "invalid_request_error") << bad.body;
+    EXPECT_NE(bad.j()["error"]["message"].get<std::string>().find("encoding_format"), std::string::npos) << bad.body;
+  }
   expect_error(http("GET", s.url("/nope")), 404, "not_found");
   expect_error(http("POST", s.url("/predict"), R"({"inputs": "x"})"), 501, "not_implemented");
   expect_error(http("POST", s.url("/rerank"), R"({"query": "x", "texts": ["y"]})"), 501, "not_implemented");
@@ -355,9 +383,13 @@ TEST(Serve, TranslationRoutes) {
   ASSERT_GT(s.port(), 0) << s.log();
   ASSERT_TRUE(s.wait_ready()) << s.log();
   json langs = http("GET", s.url("/languages")).j();
-  ASSERT_EQ(langs.size(), 1u);
+  ASSERT_EQ(langs.size(), 2u) << langs;
   EXPECT_EQ(langs[0]["code"], "en");
+  EXPECT_EQ(langs[0]["name"], "English");
   EXPECT_EQ(langs[0]["targets"], json::array({"fr"}));
+  EXPECT_EQ(langs[1]["code"], "fr");
+  EXPECT_EQ(langs[1]["name"], "French");
+  EXPECT_EQ(langs[1]["targets"], json::array());
 
   // d2l's own greedy translations (tests/fixtures/d2l_trained/predictions.json, from PyTorch).
   json pred = json::parse(std::ifstream(test::fixture("d2l_trained/predictions.json")));
@@ -602,12 +634,12 @@ TEST(ServeSentenceTransformer, MeanNormalizeFolderMatchesPyTorch) {
   Reply r = http("POST", s.url("/embed"), body.dump());
   ASSERT_EQ(r.status, 200) << r.body;
   EXPECT_LE(max_diff_rows(r.j(), want), 1e-5);
-  // normalize false (TEI): no extra normalisation; the folder's own Normalize module still applies.
+  // normalize false (TEI): the folder's Normalize module is left out, as text-embeddings-inference does.
   json raw = body;
   raw["normalize"] = false;
   r = http("POST", s.url("/embed"), raw.dump());
   ASSERT_EQ(r.status, 200) << r.body;
-  EXPECT_LE(max_diff_rows(r.j(), want), 1e-5);
+  EXPECT_LE(max_diff_rows(r.j(), e.get("pooled")), 1e-5);
   // One sentence alone equals its row of the padded PyTorch batch.
   r = http("POST", s.url("/embed"), json({{"inputs", st_sentences()[3]}}).dump());
   ASSERT_EQ(r.status, 200) << r.body;
@@ -957,5 +989,399 @@ TEST(ServeBrowser, PageTranslatesWithTheChosenBeamSizeAndNamesThePooling) {
   }
 }
 
+// Several --model folders: /translate routes by source and target (LibreTranslate), /languages lists the pairs.
+// The second folder is d2l_trained with every ordinary target token upper-cased ("en-de" by its name), so its
+// translations are the reference predictions upper-cased: a request routed to the wrong model shows.
+TEST(Serve, SeveralLanguagePairsAreRouted) {
+  TempDir dir;
+  const std::string de = dir.path + "/en-de";
+  fs::create_directories(de);
+  for (const char* f : {"config.json", "model.safetensors", "src_vocab.txt"})
+    fs::copy_file(test::fixture(std::string("d2l_trained/") + f), de + "/" + f);
+  auto upper = [](std::string t) {
+    if (t.empty() || t[0] == '<') return t;
+    for (char& c : t) c = (char)std::toupper((unsigned char)c);
+    return t;
+  };
+  {
+    std::ifstream in(test::fixture("d2l_trained/tgt_vocab.txt"));
+    std::ofstream out(de + "/tgt_vocab.txt");
+    for (std::string line; std::getline(in, line);) out << upper(line) << "\n";
+  }
+  ServeProcess s({"--model", test::fixture("d2l_trained"), "--model", de});
+  ASSERT_GT(s.port(), 0) << s.log();
+  ASSERT_TRUE(s.wait_ready()) << s.log();
+  const json langs = http("GET", s.url("/languages")).j();
+  ASSERT_EQ(langs.size(), 1u) << langs.dump();
+  EXPECT_EQ(langs[0]["code"], "en");
+  EXPECT_EQ(langs[0]["targets"], json::array({"fr", "de"}));
+  EXPECT_EQ(http("GET", s.url("/info")).j()["pairs"].size(), 2u);
+
+  json pred = json::parse(std::ifstream(test::fixture("d2l_trained/predictions.json")));
+  std::vector<std::string> src, fr, de_want;
+  for (const auto& p : pred["predictions"]) {
+    src.push_back(p["src"]);
+    fr.push_back(p["pred"]);
+    std::string u;
+    std::stringstream ss(p["pred"].get<std::string>());
+    for (std::string w; ss >> w;) u += (u.empty() ? "" : " ") + upper(w);
+    de_want.push_back(u);
+  }
+  Reply a = http("POST", s.url("/translate"), json{{"q", src}, {"source", "en"}, {"target", "de"}}.dump());
+  ASSERT_EQ(a.status, 200) << a.body;
+  EXPECT_EQ(a.j()["translatedText"].get<std::vector<std::string>>(), de_want);
+  Reply b = http("POST", s.url("/translate"), json{{"q", src}, {"source", "auto"}, {"target", "fr"}}.dump());
+  ASSERT_EQ(b.status, 200) << b.body;
+  EXPECT_EQ(b.j()["translatedText"].get<std::vector<std::string>>(), fr);
+  expect_error(http("POST", s.url("/translate"), R"({"q": "go .", "target": "es"})"), 422, "validation",
+               "this server translates en -> fr, en -> de");
+  expect_error(http("POST", s.url("/translate"), R"({"q": "go .", "source": "fr", "target": "de"})"), 422,
+               "validation", "`source` 'fr' is not supported");
+
+  // Per-request generation fields: the reference's greedy output with processors, a target prefix.
+  const json gen = json::parse(std::ifstream(test::fixture("generation/decoding.json")));
+  for (const auto& c : gen["greedy"]) {
+    if (c["options"].contains("bad_words_ids")) continue;
+    json req = {{"source", "en"}, {"target", "fr"}, {"q", json::array()}};
+    for (auto& [k, v] : c["options"].items()) req[k] = v;
+    std::vector<std::string> want;
+    for (const auto& x : c["sentences"]) req["q"].push_back(x["src"]), want.push_back(x["pred"]);
+    Reply r = http("POST", s.url("/translate"), req.dump());
+    ASSERT_EQ(r.status, 200) << r.body;
+    EXPECT_EQ(r.j()["translatedText"].get<std::vector<std::string>>(), want) << c["options"].dump();
+  }
+  const auto& pc = gen["prefix"][0];
+  std::string prefix;
+  for (const auto& w : pc["prefix"]) prefix += (prefix.empty() ? "" : " ") + w.get<std::string>();
+  Reply r = http("POST", s.url("/translate"),
+                 json{{"q", pc["src"]}, {"target", "fr"}, {"target_prefix", prefix}}.dump());
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(r.j()["translatedText"].get<std::string>().rfind(prefix, 0), 0u) << r.body;
+  expect_error(http("POST", s.url("/translate"), R"({"q": "go .", "target": "fr", "sampling_topk": 3, "beam_size": 2})"),
+               422, "validation", "needs `beam_size` 1");
+  expect_error(http("POST", s.url("/translate"), R"({"q": "go .", "target": "fr", "repetition_penalty": 0})"), 422,
+               "validation", "`repetition_penalty` must be a number in (0, 100]");
+  EXPECT_EQ(s.terminate(), 0) << s.log();
+}
+
 }  // namespace
 }  // namespace tfm
+
+// ------------------------------------------------------------------ text-embeddings-inference / OpenAI request fields
+// Expected values: tests/fixtures/serve/expected.safetensors (scripts/make_serve_fixtures.py, PyTorch).
+
+namespace fields {
+
+std::vector<float> row(const Tensor& t, int64_t b) {
+  const int64_t D = t.size(1);
+  return std::vector<float>(t.f32() + b * D, t.f32() + (b + 1) * D);
+}
+
+// OpenAI's base64 embedding: little-endian float32.
+std::vector<float> unbase64_f32(const std::string& s) {
+  auto val = [](char c) -> int {
+    if (c >= 'A' && c <= 'Z') return c - 'A';
+    if (c >= 'a' && c <= 'z') return c - 'a' + 26;
+    if (c >= '0' && c <= '9') return c - '0' + 52;
+    return c == '+' ? 62 : c == '/' ? 63 : -1;
+  };
+  std::string bytes;
+  for (size_t i = 0; i + 3 < s.size(); i += 4) {
+    const int a = val(s[i]), b = val(s[i + 1]), c = val(s[i + 2]), d = val(s[i + 3]);
+    bytes += (char)((a << 2) | (b >> 4));
+    if (s[i + 2] != '=') bytes += (char)(((b & 15) << 4) | (c >> 2));
+    if (s[i + 3] != '=') bytes += (char)(((c & 3) << 6) | d);
+  }
+  std::vector<float> v(bytes.size() / 4);
+  for (size_t i = 0; i < v.size(); ++i) {
+    uint32_t u = 0;
+    for (int k = 0; k < 4; ++k) u |= (uint32_t)(unsigned char)bytes[i * 4 + k] << (8 * k);
+    std::memcpy(&v[i], &u, 4);
+  }
+  return v;
+}
+
+json openai_rows(const Reply& r) {
+  json rows = json::array(), reply = r.j();
+  for (const auto& d : reply["data"]) rows.push_back(d["embedding"]);
+  return rows;
+}
+
+}  // namespace fields
+
+TEST(ServeFields, EmbedFieldsMatchPyTorch) {
+  auto e = SafeTensors::open(test::fixture("st_mean/expected.safetensors"));
+  auto f = SafeTensors::open(test::fixture("serve/expected.safetensors"));
+  ServeProcess s({"--model", test::fixture("st_mean"), "--quiet"});
+  ASSERT_TRUE(s.wait_ready()) << s.log();
+  const json texts = st_sentences();
+  auto embed = [&](json body) { return http("POST", s.url("/embed"), body.dump()); };
+
+  // normalize false: SentenceTransformer.encode without its Normalize module.
+  Reply r = embed({{"inputs", texts}, {"normalize", false}});
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_LE(max_diff_rows(r.j(), f.get("st_mean_unnormalized")), 1e-5);
+  // dimensions: cut to 8, then normalise (or not).
+  r = embed({{"inputs", texts}, {"dimensions", 8}});
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_LE(max_diff_rows(r.j(), f.get("st_mean_dim8")), 1e-5);
+  r = embed({{"inputs", texts}, {"dimensions", 8}, {"normalize", false}});
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_LE(max_diff_rows(r.j(), f.get("st_mean_dim8_raw")), 1e-5);
+  expect_error(embed({{"inputs", texts}, {"dimensions", 33}}), 422, "validation", "embedding size 32");
+  expect_error(embed({{"inputs", texts}, {"dimensions", 0}}), 422, "validation", "dimensions");
+  // prompt_name: the folder's "passage: " prompt; an unknown name names the folder's prompts.
+  r = embed({{"inputs", texts}, {"prompt_name", "passage"}});
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_LE(max_diff_rows(r.j(), f.get("st_mean_passage")), 1e-5);
+  r = embed({{"inputs", texts}, {"prompt_name", "query"}});
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_LE(max_diff_rows(r.j(), e.get("embeddings_query")), 1e-5);
+  expect_error(embed({{"inputs", texts}, {"prompt_name", "nope"}}), 422, "validation", "prompts: passage, query");
+  // /tokenize with a prompt: its tokens come first, with no place in the text.
+  Reply tk = http("POST", s.url("/tokenize"), json({{"inputs", "hello"}, {"prompt_name", "query"}}).dump());
+  ASSERT_EQ(tk.status, 200) << tk.body;
+  EXPECT_EQ(tk.j()[0][1]["text"], "query") << tk.body;
+  EXPECT_TRUE(tk.j()[0][1]["start"].is_null()) << tk.body;
+  // Token ids as given (PyTorch's input_ids, special tokens included) give the texts' embeddings.
+  {
+    const Tensor ids = e.get("input_ids"), mask = e.get("attention_mask");
+    const int64_t B = ids.size(0), L = ids.size(1);
+    json lists = json::array();
+    for (int64_t b = 0; b < B; ++b) {
+      json one = json::array();
+      for (int64_t l = 0; l < L; ++l)
+        if (mask.i64()[b * L + l]) one.push_back(ids.i64()[b * L + l]);
+      lists.push_back(one);
+    }
+    r = embed({{"inputs", lists}});
+    ASSERT_EQ(r.status, 200) << r.body;
+    EXPECT_LE(max_diff_rows(r.j(), e.get("embeddings")), 1e-5);
+    r = embed({{"inputs", lists[2]}});  // one list of ids is one input
+    ASSERT_EQ(r.status, 200) << r.body;
+    EXPECT_LE(max_diff_rows(r.j(), Tensor::from_f32({1, 32}, fields::row(e.get("embeddings"), 2))), 1e-5);
+    json mixed = {texts[0], lists[1]};
+    r = embed({{"inputs", mixed}});
+    ASSERT_EQ(r.status, 200) << r.body;
+    EXPECT_LE(max_diff_rows(json::array({r.j()[1]}), Tensor::from_f32({1, 32}, fields::row(e.get("embeddings"), 1))),
+              1e-5);
+    expect_error(embed({{"inputs", json::array({2, 100000})}}), 422, "validation", "vocabulary size");
+    expect_error(embed({{"inputs", json::array({json::array()})}}), 422, "validation", "empty");
+    expect_error(embed({{"inputs", lists[0]}, {"prompt_name", "query"}}), 422, "validation", "token-id");
+    // OpenAI takes them too.
+    r = http("POST", s.url("/v1/embeddings"), json({{"input", lists}}).dump());
+    ASSERT_EQ(r.status, 200) << r.body;
+    EXPECT_LE(max_diff_rows(fields::openai_rows(r), e.get("embeddings")), 1e-5);
+  }
+  // Fields a route does not take are refused, not ignored.
+  expect_error(embed({{"inputs", "x"}, {"normalise", false}}), 422, "validation", "unknown field `normalise`");
+  expect_error(http("POST", s.url("/embed_all"), json({{"inputs", "x"}, {"normalize", false}}).dump()), 422,
+               "validation", "unknown field `normalize`");
+  expect_error(embed({{"inputs", "x"}, {"truncation_direction", "Up"}}), 422, "validation", "truncation_direction");
+
+  // OpenAI: dimensions (cut, then normalised), encoding_format base64 (little-endian float32).
+  r = http("POST", s.url("/v1/embeddings"), json({{"input", texts}, {"dimensions", 8}}).dump());
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_LE(max_diff_rows(fields::openai_rows(r), f.get("st_mean_dim8")), 1e-5);
+  r = http("POST", s.url("/v1/embeddings"), json({{"input", texts}, {"encoding_format", "base64"}}).dump());
+  ASSERT_EQ(r.status, 200) << r.body;
+  {
+    json rows = json::array();
+    for (const auto& d : r.j()["data"]) {
+      ASSERT_TRUE(d["embedding"].is_string()) << r.body;
+      rows.push_back(fields::unbase64_f32(d["embedding"]));
+    }
+    EXPECT_LE(max_diff_rows(rows, e.get("embeddings")), 1e-5);
+  }
+  Reply bad = http("POST", s.url("/v1/embeddings"), json({{"input", "x"}, {"dimensions", 99}}).dump());
+  EXPECT_EQ(bad.status, 422) << bad.body;
+  ASSERT_TRUE(bad.j()["error"].is_object()) << bad.body;
+  EXPECT_EQ(bad.j()["error"]["type"], "invalid_request_error");
+  EXPECT_NE(bad.j()["error"]["message"].get<std::string>().find("dimensions"), std::string::npos) << bad.body;
+
+  // /similarity: cosine of sentence 0's embedding with the others'.
+  r = http("POST", s.url("/similarity"),
+           json({{"inputs", {{"source_sentence", texts[0]},
+                             {"sentences", std::vector<std::string>(texts.begin() + 1, texts.end())}}}})
+               .dump());
+  ASSERT_EQ(r.status, 200) << r.body;
+  {
+    const Tensor sim = f.get("st_mean_similarity");
+    EXPECT_TRUE(test::all_close(r.j().get<std::vector<float>>(), std::vector<float>(sim.f32(), sim.f32() + 7), 1e-5f))
+        << r.body;
+  }
+  expect_error(http("POST", s.url("/similarity"), R"({"inputs": {"source_sentence": "x"}})"), 422, "validation",
+               "sentences");
+  expect_error(http("POST", s.url("/embed_sparse"), R"({"inputs": "x"})"), 501, "not_implemented", "masked-LM");
+  EXPECT_EQ(s.terminate(), 0) << s.log();
+}
+
+// truncation_direction Left keeps [CLS], the text's last tokens and [SEP] (tokenizers' TruncationDirection::Left).
+TEST(ServeFields, TruncationDirectionLeftMatchesPyTorch) {
+  auto f = SafeTensors::open(test::fixture("serve/expected.safetensors"));
+  ServeProcess s({"--model", test::fixture("st_multi"), "--quiet", "--no-prompt"});
+  ASSERT_TRUE(s.wait_ready()) << s.log();
+  json body = {{"inputs", st_sentences()}, {"truncate", true}, {"truncation_direction", "Left"}};
+  Reply r = http("POST", s.url("/embed"), body.dump());
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_LE(max_diff_rows(r.j(), f.get("st_multi_left")), 1e-5);
+  body.erase("truncate");  // without truncate, over-long inputs are still refused
+  expect_error(http("POST", s.url("/embed"), body.dump()), 422, "validation", "limit of 16");
+  EXPECT_EQ(s.terminate(), 0) << s.log();
+}
+
+// /embed_sparse on a BertForMaskedLM folder: SPLADE of PyTorch's logits as TEI's [{index, value}] (non-zero only).
+TEST(ServeFields, EmbedSparseMatchesPyTorchSplade) {
+  auto f = SafeTensors::open(test::fixture("serve/expected.safetensors"));
+  const Tensor want = f.get("mlm_splade");
+  std::stringstream ss(test::slurp(test::fixture("serve/mlm_texts.txt")));
+  std::vector<std::string> texts;
+  for (std::string line; std::getline(ss, line);) texts.push_back(line);
+  ASSERT_EQ((int64_t)texts.size(), want.size(0));
+  ServeProcess s({"--model", test::fixture("heads_mlm"), "--quiet"});
+  ASSERT_TRUE(s.wait_ready()) << s.log();
+  Reply r = http("POST", s.url("/embed_sparse"), json({{"inputs", texts}}).dump());
+  ASSERT_EQ(r.status, 200) << r.body;
+  const json got = r.j();
+  ASSERT_EQ(got.size(), texts.size());
+  const int64_t V = want.size(1);
+  for (int64_t b = 0; b < want.size(0); ++b) {
+    std::vector<float> dense(V, 0.0f);
+    for (const auto& p : got[b]) {
+      ASSERT_LT(p["index"].get<int64_t>(), V);
+      EXPECT_GT(p["value"].get<float>(), 0.0f);
+      dense[p["index"].get<int64_t>()] = p["value"].get<float>();
+    }
+    EXPECT_TRUE(test::all_close(dense, fields::row(want, b), 1e-4f)) << "text " << b;
+  }
+  // Token ids as given: PyTorch's input_ids of the first text.
+  const Tensor ids = f.get("mlm_input_ids");
+  json one = json::array();
+  for (int64_t l = 0; l < ids.size(1); ++l)
+    if (l == 0 || ids.i64()[l] != 0) one.push_back(ids.i64()[l]);
+  r = http("POST", s.url("/embed_sparse"), json({{"inputs", one}}).dump());
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(r.j()[0].size(), got[0].size()) << r.body;
+  EXPECT_EQ(s.terminate(), 0) << s.log();
+}
+
+// 405 with Allow, a message for an empty body, CORS behind --cors-allow-origin, /openapi.json = the routes.
+TEST(ServeFields, HttpHygieneAndOpenApi) {
+  TempDir tmp;
+  const std::string m = make_bert_dir(tmp.path);
+  ServeProcess s({"--model", m, "--quiet", "--cors-allow-origin", "https://example.com"});
+  ASSERT_TRUE(s.wait_ready()) << s.log();
+  Reply r = http("GET", s.url("/embed"));
+  EXPECT_EQ(r.status, 405) << r.body;
+  EXPECT_EQ(r.header("Allow"), "POST, OPTIONS") << r.headers;
+  EXPECT_EQ(r.j().value("error_type", ""), "method_not_allowed") << r.body;
+  r = http("POST", s.url("/health"));
+  EXPECT_EQ(r.status, 405) << r.body;
+  EXPECT_EQ(r.header("Allow"), "GET, HEAD, OPTIONS") << r.headers;
+  expect_error(http("POST", s.url("/embed"), ""), 422, "validation", "body is empty");
+  expect_error(http("POST", s.url("/embed"), "inputs=x", {"Content-Type: text/plain"}), 422, "validation", "JSON");
+  // CORS: every answer names the origin; a preflight is answered without a key.
+  r = http("POST", s.url("/embed"), R"({"inputs": "one"})");
+  EXPECT_EQ(r.status, 200);
+  EXPECT_EQ(r.header("Access-Control-Allow-Origin"), "https://example.com") << r.headers;
+  r = http("OPTIONS", s.url("/embed"), "",
+           {"Origin: https://example.com", "Access-Control-Request-Method: POST"});
+  EXPECT_EQ(r.status, 204) << r.body;
+  EXPECT_NE(r.header("Access-Control-Allow-Methods").find("POST"), std::string::npos) << r.headers;
+  EXPECT_NE(r.header("Access-Control-Allow-Headers").find("Authorization"), std::string::npos) << r.headers;
+  EXPECT_EQ(r.header("Access-Control-Allow-Origin"), "https://example.com") << r.headers;
+
+  // /openapi.json lists exactly the routes the server answers, each with its method.
+  const std::map<std::string, std::string> served = {
+      {"/", "get"},          {"/health", "get"},    {"/metrics", "get"},        {"/info", "get"},
+      {"/openapi.json", "get"}, {"/embed", "post"}, {"/embed_all", "post"},     {"/v1/embeddings", "post"},
+      {"/similarity", "post"}, {"/embed_sparse", "post"}, {"/tokenize", "post"}, {"/decode", "post"},
+      {"/predict", "post"},  {"/rerank", "post"}};
+  r = http("GET", s.url("/openapi.json"));
+  ASSERT_EQ(r.status, 200) << r.body;
+  const json doc = r.j();
+  EXPECT_EQ(doc["openapi"].get<std::string>().substr(0, 2), "3.");
+  std::map<std::string, std::string> listed;
+  for (auto it = doc["paths"].begin(); it != doc["paths"].end(); ++it) {
+    ASSERT_EQ(it.value().size(), 1u) << it.key();
+    listed[it.key()] = it.value().begin().key();
+  }
+  EXPECT_EQ(listed, served);
+  for (const auto& [path, method] : listed) {
+    // Each listed route is routed (its own errors, never 404 / 405); the other method is 405.
+    Reply got = http(method == "get" ? "GET" : "POST", s.url(path), method == "get" ? "" : "{}");
+    EXPECT_NE(got.status, 404) << path << " " << got.body;
+    EXPECT_NE(got.status, 405) << path << " " << got.body;
+    EXPECT_EQ(http(method == "get" ? "POST" : "GET", s.url(path), "{}").status, 405) << path;
+  }
+  EXPECT_EQ(http("GET", s.url("/nope")).status, 404);
+  EXPECT_EQ(s.terminate(), 0) << s.log();
+
+  // Without --cors-allow-origin no CORS header is sent.
+  ServeProcess plain({"--model", m, "--quiet"});
+  ASSERT_TRUE(plain.wait_ready()) << plain.log();
+  r = http("POST", plain.url("/embed"), R"({"inputs": "one"})");
+  EXPECT_EQ(r.status, 200);
+  EXPECT_EQ(r.header("Access-Control-Allow-Origin"), "") << r.headers;
+  EXPECT_EQ(plain.terminate(), 0) << plain.log();
+}
+
+// LibreTranslate clients post forms too; alternatives beyond 0 are refused (one translation per text).
+TEST(ServeFields, TranslateTakesFormBodies) {
+  ServeProcess s({"--model", test::fixture("d2l_trained"), "--quiet", "--api-key", "k"});
+  ASSERT_TRUE(s.wait_ready()) << s.log();
+  json pred = json::parse(std::ifstream(test::fixture("d2l_trained/predictions.json")));
+  const std::string src = pred["predictions"][0]["src"], want = pred["predictions"][0]["pred"];
+  auto urlenc = [](const std::string& v) {
+    char* e = curl_easy_escape(nullptr, v.c_str(), (int)v.size());
+    std::string out = e;
+    curl_free(e);
+    return out;
+  };
+  // urlencoded, with LibreTranslate's api_key field instead of the header
+  Reply r = http("POST", s.url("/translate"), "q=" + urlenc(src) + "&source=en&target=fr&api_key=k",
+                 {"Content-Type: application/x-www-form-urlencoded"});
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(r.j()["translatedText"], want);
+  r = http("POST", s.url("/translate"), "q=" + urlenc(src) + "&source=en&target=fr&api_key=wrong",
+           {"Content-Type: application/x-www-form-urlencoded"});
+  EXPECT_EQ(r.status, 401) << r.body;
+  // multipart/form-data
+  {
+    Reply mr;
+    CURL* c = curl_easy_init();
+    curl_mime* mime = curl_mime_init(c);
+    for (auto [k, v] : std::vector<std::pair<std::string, std::string>>{
+             {"q", src}, {"source", "en"}, {"target", "fr"}, {"beam_size", "2"}}) {
+      curl_mimepart* part = curl_mime_addpart(mime);
+      curl_mime_name(part, k.c_str());
+      curl_mime_data(part, v.c_str(), CURL_ZERO_TERMINATED);
+    }
+    curl_slist* h = curl_slist_append(nullptr, "Authorization: Bearer k");
+    const std::string url = s.url("/translate");
+    curl_easy_setopt(c, CURLOPT_URL, url.c_str());
+    curl_easy_setopt(c, CURLOPT_MIMEPOST, mime);
+    curl_easy_setopt(c, CURLOPT_HTTPHEADER, h);
+    curl_easy_setopt(c, CURLOPT_TIMEOUT, 30L);
+    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, collect);
+    curl_easy_setopt(c, CURLOPT_WRITEDATA, &mr.body);
+    ASSERT_EQ(curl_easy_perform(c), CURLE_OK);
+    curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &mr.status);
+    curl_slist_free_all(h);
+    curl_mime_free(mime);
+    curl_easy_cleanup(c);
+    EXPECT_EQ(mr.status, 200) << mr.body;
+    EXPECT_TRUE(mr.j()["translatedText"].is_string()) << mr.body;
+  }
+  const std::vector<std::string> auth = {"Content-Type: application/json", "Authorization: Bearer k"};
+  r = http("POST", s.url("/translate"), json({{"q", src}, {"target", "fr"}, {"alternatives", 0}}).dump(), auth);
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(r.j()["translatedText"], want);
+  EXPECT_EQ(r.j()["alternatives"], json::array());
+  expect_error(http("POST", s.url("/translate"), json({{"q", src}, {"target", "fr"}, {"alternatives", 3}}).dump(),
+                    auth),
+               422, "validation", "alternatives");
+  expect_error(http("POST", s.url("/translate"), json({{"q", src}, {"target", "fr"}, {"colour", 1}}).dump(), auth),
+               422, "validation", "unknown field");
+  EXPECT_EQ(s.terminate(), 0) << s.log();
+}

@@ -137,12 +137,12 @@ TEST(TextFile, InvalidUtf8NamesLine) {
   const std::string text = "ok\nfine é\nbad \xff here\nnever read \xc3\n";
   const std::string plain = tmp.file("bad.txt", text);
   expect_error<std::runtime_error>([&] { read_lines(plain); },
-                                   {plain + ": line 3: invalid UTF-8 (byte 0xff at column 5)"});
+                                   {plain + ": line 3: invalid UTF-8 at byte offset 4 (byte 0xff)"});
   const std::string gz = tmp.gz_file("bad.txt.gz", text);
   expect_error<std::runtime_error>([&] { read_lines(gz); }, {gz + ": line 3: invalid UTF-8"});
   // A lone lead byte at the end of a line (before '\r\n') is a truncated sequence.
   const std::string cut = tmp.file("cut.txt", "a\n\xc3\r\n");
-  expect_error<std::runtime_error>([&] { read_lines(cut); }, {cut + ": line 2: invalid UTF-8 (byte 0xc3 at column 1)"});
+  expect_error<std::runtime_error>([&] { read_lines(cut); }, {cut + ": line 2: invalid UTF-8 at byte offset 0 (byte 0xc3)"});
 }
 
 TEST(TextFile, EmptyFileIsAnError) {

@@ -1,5 +1,6 @@
 /// @file tfm/classifier.h
-/// Hugging Face BERT task heads read from a checkpoint folder (config.json with architectures and id2label,
+/// Hugging Face task heads of every encoder family (BERT, RoBERTa, XLM-RoBERTa, CamemBERT, DistilBERT, ...) read
+/// from a checkpoint folder (config.json with architectures and id2label,
 /// model.safetensors, tokenizer files), as the transformers pipelines compute them: sequence classification and
 /// cross-encoders (Classifier: `tfm classify`, `tfm rerank`, the server's /predict and /rerank), token
 /// classification (TokenClassifier: `tfm classify` on a BertForTokenClassification folder) and masked-LM filling
@@ -16,7 +17,8 @@
 
 namespace tfm {
 
-/// The task head of a BERT checkpoint (transformers/models/bert/modeling_bert.py).
+/// The task head of a checkpoint (each family's modeling_*.py layout: BERT's pooler + classifier, RoBERTa's
+/// classifier.dense + out_proj on <s>, DistilBERT's pre_classifier, ...).
 enum class TaskHead {
   SequenceClassification,  ///< BertForSequenceClassification: classifier(pooler_output), also cross-encoders
   TokenClassification,     ///< BertForTokenClassification: classifier(last_hidden_state) per token
@@ -33,6 +35,10 @@ struct ClassifierOptions {
   /// OpenMP threads (kernels and oneDNN GEMMs) of each call, set on the calling thread (0 = the process default:
   /// OMP_NUM_THREADS, else all cores).
   int threads = 0;
+  /// Compute type of the encoder body, as EncoderOptions::dtype: "fp32", "bf16", "int8", or "" (default: as the
+  /// folder stores it, int8 for a `tfm convert --dtype int8` folder, else fp32). The head itself (classifier,
+  /// masked-LM transform and decoder) computes in fp32. Any other value throws std::invalid_argument.
+  std::string dtype;
 };
 
 struct ClassifyOptions {
@@ -49,6 +55,20 @@ struct Classification {
   std::vector<float> scores;        ///< [num_labels], of the score function
   const std::string& label() const { return labels.front(); }  ///< the best label (`tfm classify`'s "label")
   float score() const { return scores.front(); }                ///< its score
+};
+
+struct RerankOptions {
+  bool raw_scores = false;  ///< the logit (two labels: logit 1 - logit 0), no activation
+  int64_t top_k = 0;        ///< keep the best top_k (0 = all); < 0 throws std::invalid_argument
+  int64_t max_length = 0;   ///< truncate each (query, passage) pair to this many tokens, longest first (0 = error
+                            ///< when a pair is over max_position_embeddings)
+  int64_t batch_size = 32;  ///< pairs per forward pass
+};
+
+/// One passage of Classifier::rerank: its position in the input and its score.
+struct RankedPassage {
+  int64_t index = 0;
+  float score = 0;
 };
 
 /// Thread-safety: immutable after construction; classify() and logits() may be called from several threads.
@@ -75,9 +95,18 @@ class Classifier {
   /// default, "softmax", "sigmoid" or "none"), [num_labels] in label order. Throws std::invalid_argument for an
   /// unknown function.
   std::vector<float> scores(const float* logits, const std::string& function = "") const;
+  /// Ranks passages for a query with a cross-encoder, as sentence-transformers' CrossEncoder.rank and `tfm rerank`
+  /// do: each (query, passage) pair scored (one label: its activation, sigmoid unless config.json names another;
+  /// two labels: the softmax probability of label 1), best first (ties keep the input order). Throws
+  /// std::invalid_argument for an empty query or passage list, an empty passage, invalid UTF-8, a pair over
+  /// max_position_embeddings without max_length, top_k < 0, max_length in 1..2 or < 0, batch_size < 1;
+  /// std::runtime_error when the head has more than two labels (not a cross-encoder).
+  std::vector<RankedPassage> rerank(const std::string& query, const std::vector<std::string>& passages,
+                                    const RerankOptions& options = {}) const;
   /// The folder's tokenizer (pairs: encode_pair; truncation at max_position_embeddings() is the caller's).
   const Tokenizer& tokenizer() const;
-  int64_t max_position_embeddings() const;  ///< tokens
+  int64_t max_position_embeddings() const;  ///< tokens an input may have (RoBERTa: max_position_embeddings - pad_token_id - 1)
+  const std::string& dtype() const;          ///< the body's compute type: "fp32", "bf16" or "int8"
 
   const std::vector<std::string>& labels() const;  ///< id2label, [num_labels]
   int64_t num_labels() const;
@@ -118,7 +147,8 @@ class TokenClassifier {
 
   const std::vector<std::string>& labels() const;  ///< id2label, [num_labels]
   const Tokenizer& tokenizer() const;
-  int64_t max_position_embeddings() const;
+  int64_t max_position_embeddings() const;  ///< as Classifier::max_position_embeddings
+  const std::string& dtype() const;          ///< the body's compute type
 
  private:
   struct Impl;
@@ -129,7 +159,7 @@ class TokenClassifier {
 struct MaskCandidate {
   float score = 0;        ///< softmax probability over the vocabulary
   int64_t token = 0;      ///< vocabulary id
-  std::string token_str;  ///< the token
+  std::string token_str;  ///< tokenizer.decode([token]) (WordPiece: the token itself, "##" kept; byte-level BPE: " Paris")
   /// The input with this token in place of the [MASK], decoded as tokenizer.decode(skip_special_tokens=True)
   /// (clean_up_tokenization_spaces as tokenizer_config.json says, default true); for an input with several
   /// masks with skip_special_tokens=False, as the pipeline does, so the other [MASK] tokens stay.
@@ -139,8 +169,8 @@ struct MaskCandidate {
 /// Thread-safety: immutable after construction; fill() may be called from several threads.
 class MaskFiller {
  public:
-  /// Throws as Classifier's constructor, std::runtime_error when the folder has no masked-LM head or its vocabulary
-  /// no [MASK] token. The decoder is tied to the word embeddings when the file does not store it.
+  /// Throws as Classifier's constructor, std::runtime_error when the folder has no masked-LM head or its tokenizer
+  /// no mask token (tokenizer_config.json / special_tokens_map.json "mask_token", else [MASK] or <mask>). The decoder is tied to the word embeddings when the file does not store it.
   explicit MaskFiller(const std::string& model_dir, const ClassifierOptions& options = {});
   ~MaskFiller();
   MaskFiller(MaskFiller&&) noexcept;
@@ -152,9 +182,17 @@ class MaskFiller {
   std::vector<std::vector<std::vector<MaskCandidate>>> fill(const std::vector<TextEncoding>& batch,
                                                             int64_t top_k = 5) const;
 
+  /// SPLADE pooling of the masked-LM logits (text-embeddings-inference's /embed_sparse, sentence-transformers'
+  /// SpladePooling with "max"): per input (tokenizer().encode()) and vocabulary id, the max over the input's tokens
+  /// of log(1 + relu(logit)); [batch.size(), vocab_size()] float32, mostly zeros. One forward pass. Throws
+  /// std::invalid_argument as fill() does.
+  FloatArray sparse_embed(const std::vector<TextEncoding>& batch) const;
+  int64_t vocab_size() const;
   int64_t mask_token_id() const;
+  const std::string& mask_token() const;  ///< "[MASK]" (BERT, DistilBERT), "<mask>" (RoBERTa family), ...
   const Tokenizer& tokenizer() const;
-  int64_t max_position_embeddings() const;
+  int64_t max_position_embeddings() const;  ///< as Classifier::max_position_embeddings
+  const std::string& dtype() const;          ///< the body's compute type
 
  private:
   struct Impl;

@@ -9,7 +9,7 @@
 namespace tfm {
 
 struct ConvertOptions {
-  /// "bf16" (round to nearest even, as torch's .to(torch.bfloat16)) or "int8" (BERT only: symmetric per output
+  /// "bf16" (round to nearest even, as torch's .to(torch.bfloat16)) or "int8" (every family but transformer_encoder: symmetric per output
   /// row, s8 weights plus one F32 scale per row stored as '<name>_scale', the arithmetic tfm::Encoder's int8
   /// dtype uses when it quantises at load, so both give identical weights).
   std::string dtype;
@@ -22,15 +22,16 @@ struct ConvertSummary {
   uint64_t source_bytes = 0;  ///< size of model_dir/model.safetensors in bytes
 };
 
-/// Writes a copy of `model_dir` (config.json, model.safetensors; BERT or transformer_encoder, or a Hugging Face
-/// Marian / M2M100 / NLLB translation folder, whose encoder and decoder layers' Linear weights are converted and
-/// whose shared embedding / tied output projection stays F32) into `out_dir`
+/// Writes a copy of `model_dir` (config.json, model.safetensors; any encoder family: BERT, RoBERTa, XLM-RoBERTa,
+/// CamemBERT, DistilBERT, ..., transformer_encoder; or a Hugging Face Marian / M2M100 / NLLB translation folder, whose
+/// encoder and decoder layers' Linear weights are converted and whose shared embedding / tied output projection
+/// stays F32) into `out_dir`
 /// (created; must not exist or be empty) with the encoder's Linear weights (rank 2 "*.weight" of the layers, not
 /// embeddings, pooler or heads) in options.dtype; embeddings, LayerNorm and biases stay F32; the metadata gets
 /// "tfm_dtype". Every other file and subfolder is copied byte for byte (a sentence-transformers folder keeps its
 /// modules). Files are written atomically. Throws std::invalid_argument for an unknown dtype or a
-/// transformer_seq2seq folder, std::runtime_error for an out_dir that is not an empty folder, int8 on an encoder that
-/// is not BERT, a weight with NaN or Inf, or a malformed folder (nothing is written before these checks).
+/// transformer_seq2seq folder, std::runtime_error for an out_dir that is not an empty folder, int8 on a
+/// transformer_encoder folder, a weight with NaN or Inf, or a malformed folder (nothing is written before these checks).
 ConvertSummary convert(const std::string& model_dir, const std::string& out_dir, const ConvertOptions& options);
 
 }  // namespace tfm

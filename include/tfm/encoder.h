@@ -86,9 +86,17 @@ struct EmbedOptions {
   /// lasttoken), on a plain folder as on a sentence-transformers one (replacing its Pooling module's).
   std::string pooling;
   /// Divide each embedding by its L2 norm (sentence-transformers Normalize). Unset: as the folder's modules.json
-  /// says (Normalize module or not), false for a plain folder. false on a folder with a Normalize module throws
-  /// std::invalid_argument (the module cannot be skipped).
+  /// says (Normalize module or not), false for a plain folder. false on a folder with a Normalize module skips
+  /// that module (as text-embeddings-inference's "normalize": false does).
   std::optional<bool> normalize;
+  /// sentence-transformers folders: the prompt of config_sentence_transformers.json "prompts" to prepend, as
+  /// SentenceTransformer.encode(prompt_name=...). "" (default): the Encoder's (EncoderOptions::prompt_name /
+  /// no_prompt). A name the folder does not have, or any name for a plain folder, throws std::invalid_argument.
+  std::string prompt_name;
+  /// Matryoshka truncation (sentence-transformers truncate_dim): keep the first `dimensions` values of each
+  /// embedding, then L2-normalise if normalising. 0: all embedding_dim() values. < 0 or > embedding_dim() throws
+  /// std::invalid_argument.
+  int64_t dimensions = 0;
   /// Truncate texts to this many tokens (0: a sentence-transformers folder's max_seq_length; for a plain folder an
   /// error when a text is over the model's limit).
   int64_t max_length = 0;
@@ -129,8 +137,8 @@ class Encoder {
   EncoderOutputs forward_all(const EncoderInputs& inputs, const ForwardOptions& options = {}) const;
   /// One vector per text, [texts.size(), embedding_dim()] float32: tokenize (special tokens added), forward, pool.
   /// A folder with modules.json runs its sentence-transformers pipeline as SentenceTransformer.encode() does
-  /// (default prompt, lowercasing, max_seq_length truncation, Pooling, Dense, Normalize; computed in fp32 whatever
-  /// the dtype). Throws std::invalid_argument for an empty list, an unknown pooling, text over the model's length
+  /// (default prompt, lowercasing, max_seq_length truncation, Pooling, Dense, Normalize; the Transformer module in
+  /// dtype(), Pooling / Dense / Normalize in fp32). Throws std::invalid_argument for an empty list, an unknown pooling, text over the model's length
   /// (unless max_length), invalid UTF-8; std::runtime_error when the folder has no tokenizer.
   FloatArray embed(const std::vector<std::string>& texts, const EmbedOptions& options = {}) const;
 
@@ -139,6 +147,12 @@ class Encoder {
   /// sentence-transformers pipeline (Pooling, Dense, Normalize) on each row, or for a plain folder the options'
   /// pooling (sentence-transformers' mean over attention_mask 1, or [CLS]). Throws what forward() throws.
   FloatArray embed(const EncoderInputs& inputs) const;
+  /// embed(inputs) with per-call options: normalize (unset: as embed(inputs)), prompt_name (a
+  /// sentence-transformers folder whose Pooling excludes the prompt needs to know its length; the ids must hold the
+  /// prompt, see tokenize(text, options, prompt_name)) and dimensions. pooling, max_length and batch_size are not
+  /// for pre-tokenized inputs: a non-default value throws std::invalid_argument, as the errors of EmbedOptions and
+  /// forward() do.
+  FloatArray embed(const EncoderInputs& inputs, const EmbedOptions& options) const;
   /// Token embeddings of an already tokenized batch, [batch, length, hidden_size] float32: last_hidden_state, or
   /// for a sentence-transformers folder its Transformer module's output (before Pooling; as
   /// text-embeddings-inference's /embed_all). Padded positions hold no meaningful values.
@@ -148,6 +162,12 @@ class Encoder {
   /// full length, so the caller can refuse it), else tokenizer().encode(). Offsets are in `text` (prompt tokens
   /// have none). Throws std::invalid_argument for invalid UTF-8, std::runtime_error without a tokenizer.
   TextEncoding tokenize(const std::string& text, const TokenizeOptions& options = {}) const;
+  /// tokenize() with another prompt of a sentence-transformers folder (EmbedOptions::prompt_name; "" = the
+  /// Encoder's). Throws std::invalid_argument for an unknown name, or any name for a plain folder.
+  TextEncoding tokenize(const std::string& text, const TokenizeOptions& options, const std::string& prompt_name) const;
+  /// The prompt names of a sentence-transformers folder's config_sentence_transformers.json (sorted; empty for a
+  /// plain folder).
+  std::vector<std::string> prompt_names() const;
 
   /// The folder's tokenizer. Throws std::runtime_error when it has none.
   const Tokenizer& tokenizer() const;
@@ -161,6 +181,11 @@ class Encoder {
   /// Checks a pooling as EmbedOptions::pooling takes it ("cls", "mean", "max", "mean_sqrt_len", "weightedmean",
   /// "lasttoken", or several joined by "+"); throws std::invalid_argument naming an unknown mode.
   static void check_pooling(const std::string& pooling);
+  /// Checks that the config.json at `config_path` describes an encoder this library runs (model_type one of the
+  /// supported families: bert, roberta, xlm-roberta, camembert, distilbert, ..., transformer_encoder; sizes
+  /// valid), as the constructor would. Throws tfm::FileNotFoundError for a missing file, std::runtime_error naming
+  /// the file, the bad key and, for an unknown model_type, the supported ones.
+  static void check_config(const std::string& config_path);
   bool is_sentence_transformer() const;  ///< the folder has modules.json
   /// embed()'s pipeline: a plain folder's pooling ("mean", "max", "cls+mean", ...), or a sentence-transformers description
   /// ("Transformer(bert, max_seq_length 128) -> Pooling(mean) -> Normalize").

@@ -56,7 +56,38 @@ struct TranslateOptions {
   std::string source_lang;  ///< M2M100 / NLLB source language (empty: tokenizer_config.json's src_lang)
   /// transformers' early_stopping: "true", "false" or "never"; empty = generation_config.json's.
   std::string early_stopping;
-  int64_t min_length = -1;  ///< tokens before <eos> may end a hypothesis, the decoder start counted (-1: the folder's)
+
+  /// Hugging Face logits processors (transformers' generate, applied in its order: repetition penalty, no-repeat
+  /// n-grams, bad words, min length), to the raw logits in greedy decoding and sampling and to each beam's
+  /// log-softmax scores in beam search, as HF does (see src/decode/logits_process.h). All off by default.
+  float repetition_penalty = 1.0f;   ///< > 0; 1 = off; CTRL penalty on every token of <bos> + generated tokens
+  int64_t no_repeat_ngram_size = 0;  ///< >= 0; 0 = off; no n-gram of this size twice in <bos> + generated tokens
+  std::vector<std::vector<int64_t>> bad_words_ids;  ///< target id sequences never generated
+  /// <eos> is banned while <bos> + the generated tokens are fewer than min_length (HF's min_length: at least
+  /// min_length - 1 tokens before <eos>); 0 = off (Hugging Face folders: generation_config.json's min_length).
+  int64_t min_length = 0;
+  /// Random sampling (CTranslate2's names; beam_size 1 only): a token is drawn from the sampling_topk best
+  /// (0 = the whole vocabulary; 1 = greedy decoding, the default) after the temperature and, when sampling_topp < 1,
+  /// the nucleus (top-p) filter. Each sentence has its own std::mt19937_64 stream seeded by (seed, its source ids):
+  /// reproducible for a seed, whatever the batch; not torch's generator.
+  int64_t sampling_topk = 1;
+  float sampling_topp = 1.0f;        ///< (0, 1]
+  float sampling_temperature = 1.0f; ///< > 0
+  uint64_t seed = 0;
+  /// Target prefix (CTranslate2's target_prefix, for autocompletion): empty, or one text per sentence that the
+  /// translation is forced to start with ("" = none). It is tokenized with the target vocabulary (no <eos>), its
+  /// tokens are decoded as if generated, and the returned translation includes it. Throws std::invalid_argument
+  /// when the count differs from the sentences' or a prefix leaves no step to generate.
+  std::vector<std::string> target_prefix;
+};
+
+/// The teacher-forced log-likelihood of one target given its source (Translator::score_batch, CTranslate2's
+/// ScoringResult).
+struct ScoringResult {
+  std::vector<std::string> tokens;  ///< target tokens as the model reads them, then "<eos>" (or "</s>")
+  std::vector<double> log_probs;    ///< [tokens.size()] natural-log probability of each token given the ones before
+  double cumulated_score = 0;       ///< sum of log_probs
+  double normalized_score = 0;      ///< cumulated_score / tokens.size()
 };
 
 struct Translation {
@@ -124,6 +155,10 @@ class Translator {
   /// As encode_source(sentence), with the source and target languages of `options` (Hugging Face folders:
   /// the M2M100 / NLLB source language code first; Marian's ">>target_lang<<").
   SourceEncoding encode_source(const std::string& sentence, const TranslateOptions& options) const;
+  /// Target text as the decoder reads it, without <eos> (SentencePiece pieces, or d2l-preprocessed words with
+  /// <unk> for words outside the target vocabulary): for bad_words_ids. Throws std::invalid_argument for invalid
+  /// UTF-8 (the message gives the byte offset).
+  std::vector<int64_t> encode_target(const std::string& text) const;
   /// Tokens a source may have, <eos> included: min(max_len, 1024) for SentencePiece models, num_steps for d2l ones.
   int64_t max_source_tokens() const;
   /// Translations of already encoded sources (encode_source().ids), one per source, in order. Throws
@@ -134,6 +169,15 @@ class Translator {
   /// The translation of `source` (encode_source().ids) with every layer's attention weights (see
   /// TranslationAttention). Same errors as translate_ids().
   TranslationAttention attention(const std::vector<int64_t>& source, const TranslateOptions& options = {}) const;
+
+  /// Scores given translations (CTranslate2's score_batch): for each (sources[i], targets[i]) the log-probability
+  /// of every target token and of <eos>, the decoder reading <bos> + the target step by step as translation does.
+  /// Sources and targets are preprocessed as translate_batch() does (targets with the target vocabulary; words
+  /// outside it read as <unk>). Throws std::invalid_argument when the counts differ, a source or target is empty
+  /// or has invalid UTF-8 (1-based pair number and byte offset), or a target has more tokens than the model's
+  /// max_len - 1.
+  std::vector<ScoringResult> score_batch(const std::vector<std::string>& sources,
+                                         const std::vector<std::string>& targets) const;
 
   int64_t num_steps() const;  ///< the model's default decoding limit (tokens)
   int64_t num_layers() const;  ///< encoder (= decoder) layers

@@ -9,6 +9,7 @@
 #include <pybind11/stl.h>
 
 #include <cstdio>
+#include <algorithm>
 #include <limits>
 #include <optional>
 
@@ -211,7 +212,7 @@ PYBIND11_MODULE(_tfm, m) {
       .def(
           "forward",
           [](const tfm::Encoder& e, const py::object& input_ids, const py::object& attention_mask,
-             const py::object& token_type_ids) {
+             const py::object& token_type_ids, bool output_hidden_states, bool return_dict) -> py::object {
             auto ids = id_array(input_ids, "input_ids");
             std::optional<py::array_t<int64_t, py::array::c_style>> mask, types;
             for (auto [obj, arr, name] : {std::tuple{&attention_mask, &mask, "attention_mask"},
@@ -229,22 +230,58 @@ PYBIND11_MODULE(_tfm, m) {
             in.token_type_ids = types ? types->data() : nullptr;
             in.batch = ids.shape(0);
             in.length = ids.shape(1);
-            tfm::FloatArray out;
+            if (!output_hidden_states && !return_dict) {
+              tfm::FloatArray out;
+              {
+                py::gil_scoped_release nogil;
+                out = e.forward(in);
+              }
+              return to_numpy(out);
+            }
+            tfm::EncoderOutputs out;
             {
               py::gil_scoped_release nogil;
-              out = e.forward(in);
+              out = e.forward_all(in, tfm::ForwardOptions{output_hidden_states});
             }
-            return to_numpy(out);
+            py::dict d;
+            d["last_hidden_state"] = to_numpy(out.last_hidden_state);
+            d["pooler_output"] = out.pooler_output.data() ? to_numpy(out.pooler_output) : py::object(py::none());
+            if (output_hidden_states) {
+              // HF's tuple of num_hidden_layers + 1 arrays [batch, length, hidden_size], the embedding output first.
+              py::array all = to_numpy(out.hidden_states);
+              py::tuple layers(out.hidden_states.size(0));
+              for (int64_t l = 0; l < out.hidden_states.size(0); ++l)
+                layers[l] = all[py::int_(l)].attr("copy")();
+              d["hidden_states"] = layers;
+            } else {
+              d["hidden_states"] = py::none();
+            }
+            return d;
           },
           py::arg("input_ids"), py::arg("attention_mask") = py::none(), py::arg("token_type_ids") = py::none(),
+          py::arg("output_hidden_states") = false, py::arg("return_dict") = false,
           "last_hidden_state [batch, length, hidden_size] float32 of int arrays [batch, length]: input_ids, "
-          "attention_mask (1 = attend, 0 = padding; None = all ones), token_type_ids (None = zeros)")
+          "attention_mask (1 = attend, 0 = padding; None = all ones), token_type_ids (None = zeros). With "
+          "output_hidden_states=True or return_dict=True, a dict as Hugging Face's BaseModelOutputWithPooling: "
+          "last_hidden_state, pooler_output ([batch, hidden_size], tanh(dense(h[:, 0])) for BERT with pooler "
+          "weights, else None) and hidden_states (output_hidden_states: a tuple of num_hidden_layers + 1 arrays "
+          "[batch, length, hidden_size], the embedding output first; else None)")
       .def(
           "embed",
           [](const tfm::Encoder& e, const py::object& texts, std::optional<bool> normalize,
-             const std::string& pooling, int64_t max_length, int64_t batch_size) {
+             const std::string& pooling, int64_t max_length, int64_t batch_size,
+             const std::optional<std::string>& prompt_name, const std::optional<int64_t>& dimensions) {
             tfm::EmbedOptions o;
             o.normalize = normalize;
+            if (prompt_name) {
+              if (prompt_name->empty()) throw py::value_error("prompt_name '' is not a prompt name (None = the default)");
+              o.prompt_name = *prompt_name;
+            }
+            if (dimensions) {
+              if (*dimensions < 1)
+                throw py::value_error("dimensions must be >= 1 (None = all), got " + std::to_string(*dimensions));
+              o.dimensions = *dimensions;
+            }
             o.pooling = pooling;
             o.max_length = max_length;
             o.batch_size = batch_size;
@@ -257,12 +294,17 @@ PYBIND11_MODULE(_tfm, m) {
             return to_numpy(out);
           },
           py::arg("texts"), py::arg("normalize") = py::none(), py::arg("pooling") = "", py::arg("max_length") = 0,
-          py::arg("batch_size") = 32,
+          py::arg("batch_size") = 32, py::arg("prompt_name") = py::none(), py::arg("dimensions") = py::none(),
           "One vector per text, [len(texts), embedding_dim] float32. A sentence-transformers folder (modules.json) "
           "runs its pipeline as SentenceTransformer.encode(): pooling '' = its own Pooling module (or 'mean', "
           "'cls', 'max', ... joined by '+'), normalize None = as its modules.json says. A plain folder: pooling "
           "'mean' (default, over tokens with attention mask 1), 'cls', or the same other modes ('max', "
-          "'cls+mean', ...: [len(texts), k * hidden_size] for k modes); normalize=True divides by the L2 norm")
+          "'cls+mean', ...: [len(texts), k * hidden_size] for k modes); normalize=True divides by the L2 norm, "
+          "normalize=False also skips a folder's Normalize module (as text-embeddings-inference). prompt_name: a "
+          "prompt of config_sentence_transformers.json (SentenceTransformer.encode(prompt_name=); None = the "
+          "folder's default; ValueError for an unknown name or a plain folder). dimensions: Matryoshka truncation "
+          "(sentence-transformers truncate_dim): the first dimensions values, then normalised when normalizing; "
+          "ValueError when < 1 or > embedding_dim")
       .def_property_readonly("tokenizer", &tfm::Encoder::tokenizer, py::return_value_policy::reference_internal)
       .def_property_readonly("has_tokenizer", &tfm::Encoder::has_tokenizer)
       .def_property_readonly("model_type", &tfm::Encoder::model_type)
@@ -275,17 +317,32 @@ PYBIND11_MODULE(_tfm, m) {
       .def_property_readonly("threads", &tfm::Encoder::threads);
 
   // ------------------------------------------------------------------ Classifier
+  // ClassifierOptions of the head classes' constructors: dtype None = as the folder stores it.
+  auto head_options = [](const py::object& dtype, int threads) {
+    tfm::ClassifierOptions o;
+    o.threads = threads;
+    if (!dtype.is_none()) {
+      o.dtype = dtype.cast<std::string>();
+      if (o.dtype.empty()) throw py::value_error("unknown dtype '' (expected fp32, bf16 or int8)");
+    }
+    return o;
+  };
+  static const char* kHeadInitDoc =
+      "dtype: compute type of the encoder body, 'fp32', 'bf16' or 'int8' (ValueError otherwise); None (default): as "
+      "the folder stores it (int8 for a `tfm convert --dtype int8` folder, else fp32); the head computes in fp32; "
+      "threads: threads per call";
   py::class_<tfm::Classifier>(m, "Classifier",
-                              "BertForSequenceClassification folder (config.json id2label, model.safetensors, "
-                              "tokenizer). Thread-safe; the GIL is released while it computes.")
-      .def(py::init([](const py::object& path, int threads) {
+                              "*ForSequenceClassification folder of any encoder family (BERT, RoBERTa, XLM-RoBERTa, "
+                              "CamemBERT, DistilBERT, ...: config.json id2label, weights, tokenizer). Thread-safe; "
+                              "the GIL is released while it computes.")
+      .def(py::init([head_options](const py::object& path, const py::object& dtype, int threads) {
              const std::string dir = path_arg(path);
-             tfm::ClassifierOptions o;
-             o.threads = threads;
+             tfm::ClassifierOptions o = head_options(dtype, threads);
              py::gil_scoped_release nogil;
              return tfm::Classifier(dir, o);
            }),
-           py::arg("model_dir"), py::arg("threads") = 0)
+           py::arg("model_dir"), py::arg("dtype") = py::none(), py::arg("threads") = 0, kHeadInitDoc)
+      .def_property_readonly("dtype", &tfm::Classifier::dtype)
       .def(
           "classify",
           [](const tfm::Classifier& c, const py::object& texts, bool all_scores, const std::string& function,
@@ -338,6 +395,42 @@ PYBIND11_MODULE(_tfm, m) {
           },
           py::arg("texts"), py::arg("max_length") = 0, py::arg("batch_size") = 32,
           "The head's logits [len(texts), num_labels] float32")
+      .def(
+          "rerank",
+          [](const tfm::Classifier& c, const std::string& query, const py::object& passages,
+             const std::optional<int64_t>& top_k, bool return_documents, bool raw_scores, int64_t max_length,
+             int64_t batch_size) -> py::list {
+            tfm::RerankOptions o;
+            if (top_k) {
+              if (*top_k < 1) throw py::value_error("top_k must be >= 1 (None = all), got " + std::to_string(*top_k));
+              o.top_k = *top_k;
+            }
+            o.raw_scores = raw_scores;
+            o.max_length = max_length;
+            o.batch_size = batch_size;
+            std::vector<std::string> p = string_list(passages, "passages");
+            std::vector<tfm::RankedPassage> r;
+            {
+              py::gil_scoped_release nogil;
+              r = c.rerank(query, p, o);
+            }
+            py::list out;
+            for (const auto& x : r) {
+              py::dict d;
+              d["corpus_id"] = x.index;
+              d["score"] = (double)x.score;
+              if (return_documents) d["text"] = p[x.index];
+              out.append(d);
+            }
+            return out;
+          },
+          py::arg("query"), py::arg("passages"), py::arg("top_k") = py::none(), py::arg("return_documents") = false,
+          py::arg("raw_scores") = false, py::arg("max_length") = 0, py::arg("batch_size") = 32,
+          "Passages ranked for query by a cross-encoder, as sentence-transformers' CrossEncoder.rank: "
+          "[{'corpus_id': int, 'score': float(, 'text': str)}] best first (one label: its activation; two labels: "
+          "softmax probability of label 1; raw_scores: the logit). ValueError for an empty query or passage, "
+          "top_k < 1, a pair over max_position_embeddings without max_length; RuntimeError for a head with more "
+          "than two labels")
       .def_property_readonly("labels", &tfm::Classifier::labels)
       .def_property_readonly("num_labels", &tfm::Classifier::num_labels);
 
@@ -358,9 +451,24 @@ PYBIND11_MODULE(_tfm, m) {
       .def(
           "translate_batch",
           [](const tfm::Translator& t, const py::object& sentences, int64_t beam_size, float length_penalty,
-             int64_t max_steps, bool return_scores, bool disable_unk, int64_t num_hypotheses,
-             const std::string& target_lang, const std::string& source_lang) -> py::list {
+             int64_t max_steps, bool return_scores, bool disable_unk, int64_t sampling_topk, float sampling_topp,
+             float sampling_temperature, uint64_t seed, float repetition_penalty, int64_t no_repeat_ngram_size,
+             int64_t min_length, const std::vector<std::vector<int64_t>>& bad_words_ids,
+             const py::object& target_prefix, int64_t num_hypotheses, const std::string& target_lang,
+             const std::string& source_lang) -> py::list {
             tfm::TranslateOptions o;
+            o.sampling_topk = sampling_topk;
+            o.sampling_topp = sampling_topp;
+            o.sampling_temperature = sampling_temperature;
+            o.seed = seed;
+            o.repetition_penalty = repetition_penalty;
+            o.no_repeat_ngram_size = no_repeat_ngram_size;
+            o.min_length = min_length;
+            o.bad_words_ids = bad_words_ids;
+            if (!target_prefix.is_none()) {
+              for (const py::handle& p : target_prefix)
+                o.target_prefix.push_back(p.is_none() ? std::string() : py::cast<std::string>(p));
+            }
             o.beam_size = beam_size;
             o.length_penalty = length_penalty;
             o.max_steps = max_steps;
@@ -393,9 +501,12 @@ PYBIND11_MODULE(_tfm, m) {
             return out;
           },
           py::arg("sentences"), py::arg("beam_size") = 0,
-          py::arg("length_penalty") = std::numeric_limits<float>::quiet_NaN(), py::arg("max_steps") = 0,
-          py::arg("return_scores") = false, py::arg("disable_unk") = false, py::arg("num_hypotheses") = 1,
-          py::arg("target_lang") = "", py::arg("source_lang") = "",
+          py::arg("length_penalty") = std::numeric_limits<float>::quiet_NaN(), py::arg("max_steps") = 0, py::arg("return_scores") = false, py::arg("disable_unk") = false,
+          py::arg("sampling_topk") = 1, py::arg("sampling_topp") = 1.0f, py::arg("sampling_temperature") = 1.0f,
+          py::arg("seed") = 0, py::arg("repetition_penalty") = 1.0f, py::arg("no_repeat_ngram_size") = 0,
+          py::arg("min_length") = 0, py::arg("bad_words_ids") = std::vector<std::vector<int64_t>>{},
+          py::arg("target_prefix") = py::none(), py::arg("num_hypotheses") = 1, py::arg("target_lang") = "",
+          py::arg("source_lang") = "",
           "Translate a list of sentences: a list of str, or with return_scores a list of (text, score); with "
           "num_hypotheses > 1 each item is the list of the n best (str or (text, score)), best first. beam_size 0 "
           "and length_penalty NaN: the model's defaults (generation_config.json for Hugging Face folders; greedy and "
@@ -403,7 +514,35 @@ PYBIND11_MODULE(_tfm, m) {
           "log; length in tokens with <eos>), length_penalty needs beam_size > 1 or return_scores (ValueError "
           "otherwise). Hugging Face folders (Marian, M2M100, NLLB): score = log p / length ** length_penalty as "
           "transformers' generate; target_lang 'fr' / 'fra_Latn' (forced first token) or Marian's '>>fra<<' code. "
-          "disable_unk=True never generates <unk> (CTranslate2's disable_unk)")
+          "disable_unk=True never generates <unk> (CTranslate2's disable_unk). CTranslate2's sampling: sampling_topk (1 = greedy, 0 = all "
+          "tokens; beam_size 1), sampling_topp, sampling_temperature, seed (per-sentence streams: reproducible). "
+          "Hugging Face processors: repetition_penalty, no_repeat_ngram_size, min_length (start token counted), "
+          "bad_words_ids (lists of target ids). target_prefix: None or one str per sentence ('' or None = none) that "
+          "the translation starts with (autocompletion)")
+      .def(
+          "score_batch",
+          [](const tfm::Translator& t, const py::object& sources, const py::object& targets) -> py::list {
+            std::vector<std::string> s = string_list(sources, "sources"), g = string_list(targets, "targets");
+            std::vector<tfm::ScoringResult> r;
+            {
+              py::gil_scoped_release nogil;
+              r = t.score_batch(s, g);
+            }
+            py::list out;
+            for (const auto& x : r) {
+              py::dict d;
+              d["tokens"] = x.tokens;
+              d["log_probs"] = x.log_probs;
+              d["cumulated_score"] = x.cumulated_score;
+              d["normalized_score"] = x.normalized_score;
+              out.append(d);
+            }
+            return out;
+          },
+          py::arg("sources"), py::arg("targets"),
+          "Score given translations (CTranslate2's score_batch): per pair a dict {tokens (target tokens + '<eos>'), "
+          "log_probs (natural log, one per token, teacher forcing), cumulated_score (their sum), normalized_score "
+          "(sum / len(tokens))}")
       .def(
           "encode_source",
           [](const tfm::Translator& t, const std::string& sentence) {
@@ -539,14 +678,16 @@ PYBIND11_MODULE(_tfm, m) {
 
   // ------------------------------------------------------------------ token classification, fill-mask
   py::class_<tfm::TokenClassifier>(m, "TokenClassifier",
-                                   "BertForTokenClassification folder: the token-classification pipeline "
-                                   "(aggregation 'none'). Calls from several threads are safe.")
-      .def(py::init([](const py::object& path, int threads) {
+                                   "*ForTokenClassification folder of any encoder family: the token-classification "
+                                   "pipeline (aggregation 'none'). Calls from several threads are safe.")
+      .def(py::init([head_options](const py::object& path, const py::object& dtype, int threads) {
              const std::string dir = path_arg(path);
+             tfm::ClassifierOptions o = head_options(dtype, threads);
              py::gil_scoped_release nogil;
-             return tfm::TokenClassifier(dir, tfm::ClassifierOptions{threads});
+             return tfm::TokenClassifier(dir, o);
            }),
-           py::arg("model_dir"), py::arg("threads") = 0)
+           py::arg("model_dir"), py::arg("dtype") = py::none(), py::arg("threads") = 0, kHeadInitDoc)
+      .def_property_readonly("dtype", &tfm::TokenClassifier::dtype)
       .def(
           "tag",
           [](const tfm::TokenClassifier& c, const py::object& texts, const std::string& function, bool all_tokens,
@@ -577,13 +718,17 @@ PYBIND11_MODULE(_tfm, m) {
           "Per text a list of {entity, score, index, word, start, end} (label O left out unless all_tokens)")
       .def_property_readonly("labels", &tfm::TokenClassifier::labels);
   py::class_<tfm::MaskFiller>(m, "MaskFiller",
-                              "BertForMaskedLM folder: the fill-mask pipeline. Calls from several threads are safe.")
-      .def(py::init([](const py::object& path, int threads) {
+                              "*ForMaskedLM folder of any encoder family: the fill-mask pipeline. Calls from several "
+                              "threads are safe.")
+      .def(py::init([head_options](const py::object& path, const py::object& dtype, int threads) {
              const std::string dir = path_arg(path);
+             tfm::ClassifierOptions o = head_options(dtype, threads);
              py::gil_scoped_release nogil;
-             return tfm::MaskFiller(dir, tfm::ClassifierOptions{threads});
+             return tfm::MaskFiller(dir, o);
            }),
-           py::arg("model_dir"), py::arg("threads") = 0)
+           py::arg("model_dir"), py::arg("dtype") = py::none(), py::arg("threads") = 0, kHeadInitDoc)
+      .def_property_readonly("dtype", &tfm::MaskFiller::dtype)
+      .def_property_readonly("mask_token", &tfm::MaskFiller::mask_token)
       .def(
           "fill",
           [](const tfm::MaskFiller& f, const py::object& texts, int64_t top_k, int64_t max_length) {
@@ -610,7 +755,44 @@ PYBIND11_MODULE(_tfm, m) {
             return out;
           },
           py::arg("texts"), py::arg("top_k") = 5, py::arg("max_length") = 0,
-          "Per text, per [MASK], the top_k {score, token, token_str, sequence} best first");
+          "Per text, per [MASK], the top_k {score, token, token_str, sequence} best first")
+      .def(
+          "fill_mask",
+          [](const tfm::MaskFiller& f, const py::object& inputs, int64_t top_k, int64_t max_length) -> py::object {
+            const bool one = py::isinstance<py::str>(inputs);
+            std::vector<std::string> t = one ? std::vector<std::string>{inputs.cast<std::string>()}
+                                             : string_list(inputs, "inputs");
+            if (t.empty()) throw py::value_error("inputs is empty");
+            std::vector<tfm::TextEncoding> enc = encode_texts(f.tokenizer(), t, max_length);
+            for (size_t i = 0; i < enc.size(); ++i)
+              if (std::count(enc[i].input_ids.begin(), enc[i].input_ids.end(), f.mask_token_id()) == 0)
+                throw py::value_error("input " + std::to_string(i) + " has no [MASK] token");
+            std::vector<std::vector<std::vector<tfm::MaskCandidate>>> r;
+            {
+              py::gil_scoped_release nogil;
+              r = f.fill(enc, top_k);
+            }
+            py::list out;
+            for (const auto& per_text : r) {
+              py::list masks;
+              for (const auto& cands : per_text) {
+                py::list l;
+                for (const auto& c : cands) {
+                  py::dict d;
+                  d["score"] = c.score, d["token"] = c.token, d["token_str"] = c.token_str, d["sequence"] = c.sequence;
+                  l.append(d);
+                }
+                masks.append(l);
+              }
+              // The pipeline: one [MASK] gives its list of candidates, several a list per mask.
+              out.append(masks.size() == 1 ? py::object(masks[0]) : py::object(masks));
+            }
+            return one ? py::object(out[0]) : py::object(out);
+          },
+          py::arg("inputs"), py::arg("top_k") = 5, py::arg("max_length") = 0,
+          "transformers' fill-mask pipeline: a str gives its [{score, token, token_str, sequence}] best first (a "
+          "list per [MASK] when it has several), a list of str a list of those. ValueError for an input without "
+          "[MASK], top_k < 1, an input over max_position_embeddings without max_length");
 
   // ------------------------------------------------------------------ convert, d2l training
   py::class_<tfm::ConvertSummary>(m, "ConvertSummary")

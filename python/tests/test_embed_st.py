@@ -27,8 +27,8 @@ def test_mean_normalize_folder_matches_sentence_transformers():
     np.testing.assert_allclose(enc.embed(SENTENCES, pooling="cls"), cls, atol=ATOL)
     mx = e["pool_max"] / np.linalg.norm(e["pool_max"], axis=1, keepdims=True)
     np.testing.assert_allclose(enc.embed(SENTENCES, pooling="max"), mx, atol=ATOL)
-    with pytest.raises(ValueError, match="has a Normalize module: normalize=false cannot skip it"):
-        enc.embed(SENTENCES, normalize=False)
+    # normalize=False leaves the folder's Normalize module out (text-embeddings-inference's "normalize": false).
+    np.testing.assert_allclose(enc.embed(SENTENCES, normalize=False), e["pooled"], atol=ATOL)
 
 
 def test_multi_pooling_dense_folder_matches_sentence_transformers():

@@ -1,14 +1,16 @@
-// tfm::Classifier, TokenClassifier and MaskFiller over models/heads (BertFor{Sequence,Token}Classification,
-// BertForMaskedLM): the encoding, batching and scoring of `tfm classify`, `tfm rerank` and `tfm fill-mask`.
+// tfm::Classifier, TokenClassifier and MaskFiller over models/heads (*For{Sequence,Token}Classification,
+// *ForMaskedLM of every family): the encoding, batching and scoring of `tfm classify`, `tfm rerank` and `tfm fill-mask`.
 #include "tfm/classifier.h"
 
 #include <algorithm>
+#include <cmath>
 #include <numeric>
 #include <optional>
 #include <stdexcept>
 
 #include "api/common.h"
 #include "api/impl.h"
+#include "ops/gemm.h"
 #include "models/heads.h"
 #include "io/text_file.h"
 
@@ -36,23 +38,28 @@ struct HeadModel {
   std::unique_ptr<TaskModel> model;
   std::optional<Tokenizer> tokenizer;
   int threads = 0;
+  std::string dtype;
   HeadModel(const std::string& dir, const ClassifierOptions& o, HeadKind kind) {
+    std::optional<ops::ComputeType> want;
+    if (!o.dtype.empty()) want = ops::parse_compute_type(o.dtype);  // std::invalid_argument naming the values
     api::check_threads(o.threads);
     require_model_folder(dir);
     threads = o.threads;
-    model = std::make_unique<TaskModel>(TaskModel::load(dir, kind));
+    ops::ComputeType ct = ops::ComputeType::F32;
+    model = std::make_unique<TaskModel>(TaskModel::load(dir, kind, want, &ct));
+    dtype = ops::compute_type_name(ct);
     tokenizer.emplace(TokenizerAccess::wrap(model->tokenizer()));  // the head's own, not read a second time
   }
   // The batch right-padded into [B, L] tensors; checks it first.
   BatchTensors batch(const std::vector<TextEncoding>& in) const {
     if (in.empty()) throw std::invalid_argument("the batch is empty");
-    const int64_t limit = model->encoder_config().max_position_embeddings;
+    const int64_t limit = model->max_input_tokens();
     std::vector<Encoding> enc(in.size());
     for (size_t i = 0; i < in.size(); ++i) {
       if (in[i].input_ids.empty()) throw std::invalid_argument("input " + std::to_string(i) + " has no tokens");
       if ((int64_t)in[i].input_ids.size() > limit)
         throw std::invalid_argument("input " + std::to_string(i) + " has " + std::to_string(in[i].input_ids.size()) +
-                                    " tokens, more than max_position_embeddings (" + std::to_string(limit) + ")");
+                                    " tokens, more than the model takes (" + std::to_string(limit) + ")");
       if (in[i].token_type_ids.size() != in[i].input_ids.size())
         throw std::invalid_argument("input " + std::to_string(i) + ": token_type_ids and input_ids differ in length");
       enc[i].input_ids = in[i].input_ids;
@@ -95,6 +102,48 @@ Classifier::~Classifier() = default;
 Classifier::Classifier(Classifier&&) noexcept = default;
 Classifier& Classifier::operator=(Classifier&&) noexcept = default;
 
+std::vector<RankedPassage> Classifier::rerank(const std::string& query, const std::vector<std::string>& passages,
+                                              const RerankOptions& o) const {
+  const int64_t C = num_labels();
+  if (C > 2)
+    throw std::runtime_error("this model has " + std::to_string(C) +
+                             " labels; rerank needs a cross-encoder with one (or two) labels");
+  if (query.find_first_not_of(" \t\v\f\r\n") == std::string::npos) throw std::invalid_argument("query is empty");
+  if (passages.empty()) throw std::invalid_argument("passages is empty");
+  if (o.top_k < 0) throw std::invalid_argument("top_k must be >= 0, got " + std::to_string(o.top_k));
+  if (o.batch_size < 1) throw std::invalid_argument("batch_size must be >= 1, got " + std::to_string(o.batch_size));
+  if (o.max_length < 0 || o.max_length == 1 || o.max_length == 2)
+    throw std::invalid_argument("max_length must be 0 or >= 3 ([CLS] and two [SEP]), got " +
+                                std::to_string(o.max_length));
+  const int64_t limit = max_position_embeddings();
+  TokenizeOptions to;
+  to.max_length = o.max_length;
+  std::vector<TextEncoding> enc;
+  for (size_t i = 0; i < passages.size(); ++i) {
+    if (passages[i].find_first_not_of(" \t\v\f\r\n") == std::string::npos)
+      throw std::invalid_argument("passage " + std::to_string(i) + " is empty");
+    enc.push_back(tokenizer().encode_pair(query, passages[i], to));
+    if ((int64_t)enc.back().input_ids.size() > limit)
+      throw std::invalid_argument("passage " + std::to_string(i) + " with the query has " +
+                                  std::to_string(enc.back().input_ids.size()) +
+                                  " tokens, more than max_position_embeddings (" + std::to_string(limit) +
+                                  "); pass max_length to truncate");
+  }
+  const std::string fn = o.raw_scores ? "none" : C == 2 ? "softmax" : "";
+  std::vector<RankedPassage> out;
+  for (size_t s = 0; s < enc.size(); s += (size_t)o.batch_size) {
+    const size_t n = std::min(enc.size() - s, (size_t)o.batch_size);
+    const FloatArray lg = logits(std::vector<TextEncoding>(enc.begin() + s, enc.begin() + s + n));
+    for (size_t b = 0; b < n; ++b) {
+      const std::vector<float> sc = scores(lg.data() + b * C, fn);
+      out.push_back({(int64_t)(s + b), C == 2 ? (o.raw_scores ? sc[1] - sc[0] : sc[1]) : sc[0]});
+    }
+  }
+  std::stable_sort(out.begin(), out.end(), [](const RankedPassage& a, const RankedPassage& b) { return a.score > b.score; });
+  if (o.top_k > 0 && (size_t)o.top_k < out.size()) out.resize(o.top_k);
+  return out;
+}
+
 const std::vector<std::string>& Classifier::labels() const { return impl_->model->head_config().id2label; }
 int64_t Classifier::num_labels() const { return impl_->model->num_labels(); }
 
@@ -103,7 +152,7 @@ FloatArray Classifier::logits(const std::vector<std::string>& texts, const Class
   if (texts.empty()) throw std::invalid_argument("texts is empty");
   if (o.batch_size < 1) throw std::invalid_argument("batch_size must be >= 1, got " + std::to_string(o.batch_size));
   if (o.max_length < 0) throw std::invalid_argument("max_length must be >= 0, got " + std::to_string(o.max_length));
-  const int64_t limit = m.encoder_config().max_position_embeddings;
+  const int64_t limit = m.max_input_tokens();
   std::vector<Encoding> enc;
   for (size_t i = 0; i < texts.size(); ++i) {
     if (texts[i].find_first_not_of(" \t\v\f\r\n") == std::string::npos)
@@ -114,7 +163,7 @@ FloatArray Classifier::logits(const std::vector<std::string>& texts, const Class
     enc.push_back(m.tokenizer().encode(texts[i], nullptr, true, o.max_length));
     if ((int64_t)enc.back().input_ids.size() > limit)
       throw std::invalid_argument("text " + std::to_string(i) + " has " + std::to_string(enc.back().input_ids.size()) +
-                                  " tokens, more than max_position_embeddings (" + std::to_string(limit) +
+                                  " tokens, more than the model takes (" + std::to_string(limit) +
                                   "); pass max_length to truncate");
   }
   const int64_t N = (int64_t)texts.size(), C = m.num_labels();
@@ -141,7 +190,8 @@ std::vector<float> Classifier::scores(const float* logits, const std::string& fu
 }
 
 const Tokenizer& Classifier::tokenizer() const { return *impl_->tokenizer; }
-int64_t Classifier::max_position_embeddings() const { return impl_->model->encoder_config().max_position_embeddings; }
+int64_t Classifier::max_position_embeddings() const { return impl_->model->max_input_tokens(); }
+const std::string& Classifier::dtype() const { return impl_->dtype; }
 
 std::vector<Classification> Classifier::classify(const std::vector<std::string>& texts,
                                                  const ClassifyOptions& o) const {
@@ -175,9 +225,8 @@ TokenClassifier& TokenClassifier::operator=(TokenClassifier&&) noexcept = defaul
 
 const std::vector<std::string>& TokenClassifier::labels() const { return impl_->model->head_config().id2label; }
 const Tokenizer& TokenClassifier::tokenizer() const { return *impl_->tokenizer; }
-int64_t TokenClassifier::max_position_embeddings() const {
-  return impl_->model->encoder_config().max_position_embeddings;
-}
+int64_t TokenClassifier::max_position_embeddings() const { return impl_->model->max_input_tokens(); }
+const std::string& TokenClassifier::dtype() const { return impl_->dtype; }
 
 std::vector<std::vector<TokenTag>> TokenClassifier::tag(const std::vector<TextEncoding>& in, const TagOptions& o) const {
   const TaskModel& m = *impl_->model;
@@ -212,8 +261,10 @@ std::vector<std::vector<TokenTag>> TokenClassifier::tag(const std::vector<TextEn
 struct MaskFiller::Impl : HeadModel {
   int64_t mask_id = -1;
   Impl(const std::string& dir, const ClassifierOptions& o) : HeadModel(dir, o, HeadKind::MaskedLM) {
-    mask_id = model->tokenizer().token_to_id("[MASK]");
-    if (mask_id < 0) throw std::runtime_error(dir + ": the vocabulary has no [MASK] token");
+    mask_id = model->mask_token_id();
+    if (mask_id < 0)
+      throw std::runtime_error(dir + ": the tokenizer has no mask token (no mask_token in tokenizer_config.json or "
+                               "special_tokens_map.json, no [MASK] or <mask> in the vocabulary)");
   }
 };
 
@@ -223,9 +274,31 @@ MaskFiller::~MaskFiller() = default;
 MaskFiller::MaskFiller(MaskFiller&&) noexcept = default;
 MaskFiller& MaskFiller::operator=(MaskFiller&&) noexcept = default;
 
+int64_t MaskFiller::vocab_size() const { return impl_->model->encoder_config().vocab_size; }
+
+FloatArray MaskFiller::sparse_embed(const std::vector<TextEncoding>& in) const {
+  const TaskModel& m = *impl_->model;
+  BatchTensors bt = impl_->batch(in);
+  std::vector<std::pair<int64_t, int64_t>> pos;
+  for (size_t b = 0; b < in.size(); ++b)
+    for (size_t l = 0; l < in[b].input_ids.size(); ++l) pos.push_back({(int64_t)b, (int64_t)l});
+  api::apply_threads(impl_->threads);
+  Tensor logits = m.mlm_logits(bt.input_ids, bt.token_type_ids, bt.attention_mask, pos);  // [positions, V]
+  const int64_t V = m.encoder_config().vocab_size;
+  Tensor out = Tensor::zeros({(int64_t)in.size(), V});
+  for (size_t p = 0; p < pos.size(); ++p) {
+    const float* row = logits.f32() + p * V;
+    float* o = out.f32() + pos[p].first * V;
+    for (int64_t v = 0; v < V; ++v) o[v] = std::max(o[v], std::log1p(std::max(row[v], 0.0f)));
+  }
+  return api::to_array(std::move(out));
+}
+
 int64_t MaskFiller::mask_token_id() const { return impl_->mask_id; }
+const std::string& MaskFiller::mask_token() const { return impl_->model->mask_token(); }
 const Tokenizer& MaskFiller::tokenizer() const { return *impl_->tokenizer; }
-int64_t MaskFiller::max_position_embeddings() const { return impl_->model->encoder_config().max_position_embeddings; }
+int64_t MaskFiller::max_position_embeddings() const { return impl_->model->max_input_tokens(); }
+const std::string& MaskFiller::dtype() const { return impl_->dtype; }
 
 std::vector<std::vector<std::vector<MaskCandidate>>> MaskFiller::fill(const std::vector<TextEncoding>& in,
                                                                       int64_t top_k) const {
@@ -240,7 +313,6 @@ std::vector<std::vector<std::vector<MaskCandidate>>> MaskFiller::fill(const std:
   if (pos.empty()) return out;
   api::apply_threads(impl_->threads);
   Tensor logits = m.mlm_logits(bt.input_ids, bt.token_type_ids, bt.attention_mask, pos);
-  const BertTokenizer& tok = m.tokenizer();
   const int64_t V = m.encoder_config().vocab_size, K = std::min<int64_t>(top_k, V);
   // As the fill-mask pipeline: an input with several masks decodes `sequence` with skip_special_tokens=False, so
   // it keeps the other [MASK] tokens (and [CLS] / [SEP]).
@@ -258,10 +330,9 @@ std::vector<std::vector<std::vector<MaskCandidate>>> MaskFiller::fill(const std:
     std::vector<MaskCandidate> cands;
     for (int64_t k = 0; k < K; ++k) {
       const int64_t id = idx[k];
-      std::vector<std::string> toks = in[b].tokens;
-      toks[l] = tok.id_to_token(id);
-      cands.push_back({prob[id], id, tok.id_to_token(id),
-                       decode_wordpieces(tok, toks, m.clean_up_tokenization_spaces(), single_mask[b])});
+      std::vector<int64_t> ids = in[b].input_ids;
+      ids[l] = id;
+      cands.push_back({prob[id], id, m.decode_token(id), m.decode(ids, single_mask[b])});
     }
     out[b].push_back(std::move(cands));
   }

@@ -61,9 +61,11 @@ ConvertSummary convert(const std::string& model_dir, const std::string& out_dir,
   }
   if (!translation) {
     EncoderConfig config = EncoderConfig::load(model_dir + "/config.json");
-    if (options.dtype == "int8" && config.model_type != "bert")
-      throw std::runtime_error("dtype int8: model_type '" + config.model_type +
-                               "' is not supported (BERT, Marian, M2M100 only); use bf16");
+    // Every Hugging Face family reads its Linear weights through nn::Linear::load_packed, which takes prequantised
+    // int8; the tutorial encoder reads its per-head projections unpacked.
+    if (options.dtype == "int8" && config.model_type == "transformer_encoder")
+      throw std::runtime_error("dtype int8: model_type 'transformer_encoder' is not supported (its attention reads "
+                               "unpacked per-head weights); use bf16");
   }
   SafeTensors st = SafeTensors::open(model_dir + "/model.safetensors");
   std::vector<RawTensor> out;

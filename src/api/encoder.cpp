@@ -33,6 +33,7 @@ struct Encoder::Impl {
   int64_t max_seq_length = 0;
   bool do_lower_case = false;             // sentence_bert_config.json do_lower_case
   int threads = 0;
+  std::optional<ops::ComputeType> st_dtype;  // the pipeline's Transformer module's (none: as stored)
 
   // The plain folder's pooling of embed(): `requested`, else the Encoder's default, else mean.
   PoolingConfig plain_pooling(const std::string& requested) const {
@@ -47,7 +48,19 @@ struct Encoder::Impl {
     so.no_prompt = no_prompt;
     so.normalize = normalize;
     so.max_seq_length = max_seq_length;
+    so.dtype = st_dtype;
     return so;
+  }
+  // The pipeline with a per-call prompt ("" = this Encoder's) and normalisation (unset = the folder's).
+  SentenceTransformer st_variant(const std::string& prompt_name, std::optional<bool> normalize) const {
+    SentenceTransformer v = prompt_name.empty() ? *st : st->with_prompt(prompt_name);
+    if (normalize) v = v.with_normalize(*normalize);
+    return v;
+  }
+  void check_plain_prompt(const std::string& prompt_name) const {
+    if (!st && !prompt_name.empty())
+      throw std::invalid_argument("prompt name '" + prompt_name + "': " + dir +
+                                  " is not a sentence-transformers folder (no modules.json), so it has no prompts");
   }
   // The encoder's config: the plain model's, or the pipeline's Transformer module's.
   const EncoderConfig& config() const { return model ? model->config() : st->encoder_config(); }
@@ -60,6 +73,22 @@ struct Encoder::Impl {
 };
 
 namespace {
+// Matryoshka truncation (sentence-transformers truncate_dim): the first `dims` columns of [N, D], then L2
+// normalisation when `normalize`.
+FloatArray truncate_dims(FloatArray a, int64_t dims, bool normalize) {
+  const int64_t N = a.size(0), D = a.size(1);
+  if (dims < 0 || dims > D)
+    throw std::invalid_argument("dimensions must be from 1 to the embedding size " + std::to_string(D) + ", got " +
+                                std::to_string(dims));
+  if (dims == 0 || dims == D) {
+    if (!normalize) return a;
+    dims = D;
+  }
+  Tensor t = Tensor::empty({N, dims});
+  for (int64_t n = 0; n < N; ++n) std::copy(a.data() + n * D, a.data() + n * D + dims, t.f32() + n * dims);
+  if (normalize) l2_normalize_rows(t);
+  return api::to_array(std::move(t));
+}
 Tensor id_view(const int64_t* p, const Shape& shape) {
   return p ? Tensor::view_of(const_cast<int64_t*>(p), shape, DType::I64, nullptr) : Tensor();
 }
@@ -138,8 +167,9 @@ Encoder::Encoder(const std::string& model_dir, const EncoderOptions& options) : 
     if (fs::exists(sb, ec)) impl_->do_lower_case = json_bool_or(load_json_file(sb), "do_lower_case", false, sb);
   };
   if (pipeline == "sentence_transformers") {  // the pipeline alone; its loader names what a folder lacks
+    impl_->st_dtype = want;
     load_pipeline();
-    impl_->dtype = ops::compute_type_name(want ? *want : ops::ComputeType::F32);
+    impl_->dtype = ops::compute_type_name(impl_->st->compute_type());
     return;
   }
   const std::string config_path = options.config_path.empty() ? model_dir + "/config.json" : options.config_path;
@@ -157,6 +187,7 @@ Encoder::Encoder(const std::string& model_dir, const EncoderOptions& options) : 
     impl_->model = load_encoder(model_dir, want, &ct);  // no dtype: as the file is stored
   }
   impl_->dtype = ops::compute_type_name(ct);
+  impl_->st_dtype = ct;  // the pipeline computes in the plain model's type
   if (pipeline == "auto" && fs::exists(model_dir + "/modules.json", ec)) {
     load_pipeline();
   } else if (!options.pooling.empty()) {
@@ -222,6 +253,18 @@ EncoderOutputs Encoder::forward_all(const EncoderInputs& in, const ForwardOption
   return r;
 }
 
+namespace {
+// last_hidden_state for pooling: the layers run on the real tokens only (EncoderModel::forward_unpadded; padded
+// positions 0, which every pooling mode masks out).
+FloatArray unpadded_hidden(const EncoderModel& m, const EncoderInputs& in) {
+  check_inputs(in);
+  const Shape shape{in.batch, in.length};
+  EncoderOutput out = m.forward_unpadded(id_view(in.input_ids, shape), id_view(in.token_type_ids, shape),
+                                         id_view(in.attention_mask, shape));
+  return api::to_array(std::move(out.last_hidden_state));
+}
+}  // namespace
+
 FloatArray Encoder::forward(const TokenBatch& b) const {
   if (b.input_ids.ndim() != 2) throw std::invalid_argument("TokenBatch.input_ids must be [batch, length]");
   for (const IdArray* a : {&b.attention_mask, &b.token_type_ids})
@@ -235,18 +278,28 @@ FloatArray Encoder::embed(const std::vector<std::string>& texts, const EmbedOpti
   if (texts.empty()) throw std::invalid_argument("texts is empty");
   if (o.batch_size < 1) throw std::invalid_argument("batch_size must be >= 1, got " + std::to_string(o.batch_size));
   if (o.max_length < 0) throw std::invalid_argument("max_length must be >= 0, got " + std::to_string(o.max_length));
+  if (o.dimensions < 0) throw std::invalid_argument("dimensions must be >= 0, got " + std::to_string(o.dimensions));
+  impl_->check_plain_prompt(o.prompt_name);
+  if (o.dimensions > 0) {  // cut the unnormalised vectors, then normalise as asked (or as the folder does)
+    EmbedOptions full = o;
+    full.dimensions = 0;
+    const bool norm = o.normalize.value_or(impl_->st && impl_->st->normalizes());
+    full.normalize = false;
+    return truncate_dims(embed(texts, full), o.dimensions, norm);
+  }
   if (impl_->st) {
     const SentenceTransformer* st = &*impl_->st;
     std::optional<SentenceTransformer> custom;
-    const bool folder_normalizes = impl_->st->describe().find("Normalize") != std::string::npos;
-    if (o.normalize == false && folder_normalizes)
-      throw std::invalid_argument(impl_->dir + "/modules.json has a Normalize module: normalize=false cannot skip it");
-    if (!o.pooling.empty() || o.normalize == true || o.max_length > 0) {
+    if (!o.pooling.empty() || o.max_length > 0) {
       SentenceTransformerOptions so = impl_->st_options();
       if (!o.pooling.empty()) so.pooling = o.pooling;
-      so.normalize = o.normalize.value_or(false);
       so.max_seq_length = o.max_length;
+      if (!o.prompt_name.empty()) so.prompt_name = o.prompt_name, so.prompt.clear();
       custom.emplace(SentenceTransformer::load(impl_->dir, so));
+      if (o.normalize) custom.emplace(custom->with_normalize(*o.normalize));
+      st = &*custom;
+    } else if (!o.prompt_name.empty() || o.normalize) {
+      custom.emplace(impl_->st_variant(o.prompt_name, o.normalize));
       st = &*custom;
     }
     api::apply_threads(impl_->threads);
@@ -274,13 +327,17 @@ FloatArray Encoder::embed(const std::vector<std::string>& texts, const EmbedOpti
       throw std::invalid_argument("text " + std::to_string(i) + " has " + std::to_string(enc[i].input_ids.size()) +
                                   " tokens, more than max_position_embeddings (" +
                                   std::to_string(c.max_position_embeddings) + "); pass max_length to truncate");
+  api::apply_threads(impl_->threads);
   const int64_t N = (int64_t)texts.size(), H = c.hidden_size, D = pc.output_dim(H);
   Tensor result = Tensor::empty({N, D});
   for (int64_t s = 0; s < N; s += o.batch_size) {
     const int64_t n = std::min(o.batch_size, N - s);
     TokenBatch b = api::pad_batch(tok.impl_->tok, std::vector<Encoding>(enc.begin() + s, enc.begin() + s + n));
     const Tensor mask = id_view(b.attention_mask.data(), b.attention_mask.shape());
-    Tensor pooled = pool_array(forward(b), mask, pc);  // [n, D], models/pooling: the one pooling
+    const FloatArray h = unpadded_hidden(impl_->plain(), EncoderInputs{b.input_ids.data(), b.attention_mask.data(),
+                                                                     b.token_type_ids.data(), b.input_ids.size(0),
+                                                                     b.input_ids.size(1)});
+    Tensor pooled = pool_array(h, mask, pc);  // [n, D], models/pooling: the one pooling
     if (o.normalize.value_or(false)) l2_normalize_rows(pooled);  // torch.nn.functional.normalize
     std::copy(pooled.f32(), pooled.f32() + n * D, result.f32() + s * D);
   }
@@ -290,7 +347,8 @@ FloatArray Encoder::embed(const std::vector<std::string>& texts, const EmbedOpti
 FloatArray Encoder::embed(const EncoderInputs& in) const {
   if (!impl_->st) {
     const PoolingConfig pc = impl_->plain_pooling("");
-    FloatArray h = forward(in);  // checks the inputs
+    api::apply_threads(impl_->threads);
+    FloatArray h = unpadded_hidden(impl_->plain(), in);  // checks the inputs
     Tensor ones;
     if (!in.attention_mask) {
       ones = Tensor::zeros({in.batch, in.length}, DType::I64);
@@ -305,6 +363,35 @@ FloatArray Encoder::embed(const EncoderInputs& in) const {
   return api::to_array(impl_->st->embed(pointers(enc)));
 }
 
+FloatArray Encoder::embed(const EncoderInputs& in, const EmbedOptions& o) const {
+  if (!o.pooling.empty() || o.max_length != 0 || o.batch_size != 32)
+    throw std::invalid_argument("embed(inputs, options): pooling, max_length and batch_size are for texts, not for "
+                                "already tokenized inputs");
+  impl_->check_plain_prompt(o.prompt_name);
+  const int64_t D = embedding_dim();
+  if (o.dimensions < 0 || o.dimensions > D)
+    throw std::invalid_argument("dimensions must be from 1 to the embedding size " + std::to_string(D) + ", got " +
+                                std::to_string(o.dimensions));
+  FloatArray out;
+  bool norm = false;
+  if (!impl_->st) {
+    out = embed(in);
+    norm = o.normalize.value_or(false);
+  } else {
+    check_inputs(in);
+    api::apply_threads(impl_->threads);
+    norm = o.normalize.value_or(impl_->st->normalizes());
+    const SentenceTransformer v = impl_->st_variant(o.prompt_name, false);
+    std::vector<Encoding> enc = unpadded_rows(in);
+    out = api::to_array(v.embed(pointers(enc)));
+  }
+  return truncate_dims(std::move(out), o.dimensions, norm);
+}
+
+std::vector<std::string> Encoder::prompt_names() const {
+  return impl_->st ? impl_->st->prompt_names() : std::vector<std::string>{};
+}
+
 FloatArray Encoder::token_embeddings(const EncoderInputs& in) const {
   if (!impl_->st) return forward(in);
   check_inputs(in);
@@ -313,10 +400,9 @@ FloatArray Encoder::token_embeddings(const EncoderInputs& in) const {
   return api::to_array(impl_->st->token_embeddings(pointers(enc)));
 }
 
-TextEncoding Encoder::tokenize(const std::string& text, const TokenizeOptions& o) const {
-  if (!impl_->st) return tokenizer().encode(text, o);
-  const SentenceTransformer& st = *impl_->st;
-  const bool lower = impl_->do_lower_case;
+namespace {
+// Encoder::tokenize for a sentence-transformers pipeline.
+TextEncoding st_tokenize(const SentenceTransformer& st, bool lower, const std::string& text, const TokenizeOptions& o) {
   const std::string seen = st.prompt() + text;  // what the tokenizer reads (lowercasing keeps the character count)
   Encoding e;
   if (!o.add_special_tokens) {  // the pipeline's text, pieces only
@@ -330,6 +416,18 @@ TextEncoding Encoder::tokenize(const std::string& text, const TokenizeOptions& o
   }
   return api::text_encoding(st.tokenizer(), e, o.add_special_tokens, lower ? lower_utf8(seen) : seen,
                             code_points(st.prompt()), o.return_offsets);
+}
+}  // namespace
+
+TextEncoding Encoder::tokenize(const std::string& text, const TokenizeOptions& o) const {
+  if (!impl_->st) return tokenizer().encode(text, o);
+  return st_tokenize(*impl_->st, impl_->do_lower_case, text, o);
+}
+
+TextEncoding Encoder::tokenize(const std::string& text, const TokenizeOptions& o, const std::string& prompt_name) const {
+  impl_->check_plain_prompt(prompt_name);
+  if (prompt_name.empty()) return tokenize(text, o);
+  return st_tokenize(impl_->st_variant(prompt_name, std::nullopt), impl_->do_lower_case, text, o);
 }
 
 std::string Encoder::pooling() const {
@@ -354,6 +452,10 @@ int64_t Encoder::embedding_dim() const {
   return impl_->st ? impl_->st->dimension() : impl_->plain_pooling("").output_dim(hidden_size());
 }
 void Encoder::check_pooling(const std::string& pooling) { (void)PoolingConfig::from_names(pooling); }
+void Encoder::check_config(const std::string& config_path) {
+  api::require_file(config_path);
+  (void)EncoderConfig::load(config_path);
+}
 bool Encoder::is_sentence_transformer() const { return impl_->st.has_value(); }
 int64_t Encoder::vocab_size() const { return impl_->config().vocab_size; }
 int64_t Encoder::max_position_embeddings() const { return impl_->config().max_position_embeddings; }

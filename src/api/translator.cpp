@@ -11,6 +11,7 @@
 #include "api/common.h"
 #include "decode/decoder_cache.h"
 #include "decode/generation_config.h"
+#include "decode/logits_process.h"
 #include "decode/search.h"
 #include "io/json_util.h"
 #include "models/hf_seq2seq.h"
@@ -99,6 +100,50 @@ struct Translator::Impl {
     return e;
   }
 
+  // Target text as the decoder reads it (no <eos>): SentencePiece pieces, or d2l-preprocessed words (<unk> for
+  // words outside the target vocabulary).
+  std::vector<int64_t> encode_target(const std::string& text) const {
+    if (hf())
+      throw std::invalid_argument("target texts (target_prefix, bad words as text) are not supported for Hugging "
+                                  "Face folders yet; give token ids");
+    if (subword()) return spm->encode(text);
+    const std::string pre = preprocess_nmt(text);
+    std::vector<int64_t> ids;
+    for (size_t p = 0, q; p <= pre.size(); p = q + 1) {
+      q = pre.find(' ', p);
+      if (q == std::string::npos) q = pre.size();
+      if (q > p) ids.push_back((*tgt_vocab)[pre.substr(p, q - p)]);
+    }
+    return ids;
+  }
+
+  // The HF processors and sampling of `o`; nullptr when none is on.
+  std::unique_ptr<LogitsProcessor> logits_processor(const TranslateOptions& o) const {
+    const bool sample = o.sampling_topk != 1;
+    if (o.sampling_topk < 0)
+      throw std::invalid_argument("sampling_topk must be >= 0 (0 = whole vocabulary, 1 = greedy), got " +
+                                  std::to_string(o.sampling_topk));
+    if (sample && hf())
+      throw std::invalid_argument("random sampling is not supported for Hugging Face folders yet");
+    if (sample && o.beam_size > 1)
+      throw std::invalid_argument("random sampling (sampling_topk " + std::to_string(o.sampling_topk) +
+                                  ") needs beam_size 1, got " + std::to_string(o.beam_size));
+    LogitsProcessorOptions p;
+    p.repetition_penalty = o.repetition_penalty;
+    p.no_repeat_ngram_size = o.no_repeat_ngram_size;
+    p.bad_words_ids = o.bad_words_ids;
+    p.min_length = o.min_length;
+    p.eos_id = eos();
+    p.do_sample = sample;
+    p.top_k = o.sampling_topk;
+    p.top_p = o.sampling_topp;
+    p.temperature = o.sampling_temperature;
+    p.seed = o.seed;
+    auto proc = std::make_unique<LogitsProcessor>(p, model->config().tgt_vocab_size);  // validates every option
+    if (!sample && !proc->has_processors()) return nullptr;
+    return proc;
+  }
+
   // Hugging Face folders: generation_config.json with the options given.
   DecodeOptions hf_decode_options(const TranslateOptions& o) const {
     const Seq2SeqConfig& c = model->config();
@@ -124,7 +169,7 @@ struct Translator::Impl {
       else
         throw std::invalid_argument("early_stopping must be true, false or never, got '" + o.early_stopping + "'");
     }
-    if (o.min_length >= 0) over["min_length"] = o.min_length;
+    if (o.min_length > 0) over["min_length"] = o.min_length;
     if (hf_tok->kind() != TranslationTokenizer::Kind::kMarian) {
       const std::string lang = o.target_lang.empty() ? hf_tok->default_target_lang() : o.target_lang;
       if (!lang.empty()) over["forced_bos_token_id"] = hf_tok->language_id(lang);
@@ -149,8 +194,8 @@ struct Translator::Impl {
 
   DecodeOptions decode_options(const TranslateOptions& o0) const {
     if (hf()) return hf_decode_options(o0);
-    if (!o0.target_lang.empty() || !o0.source_lang.empty() || !o0.early_stopping.empty() || o0.min_length >= 0)
-      throw std::invalid_argument("target_lang, source_lang, early_stopping and min_length apply to Hugging Face "
+    if (!o0.target_lang.empty() || !o0.source_lang.empty() || !o0.early_stopping.empty())
+      throw std::invalid_argument("target_lang, source_lang and early_stopping apply to Hugging Face "
                                   "translation folders (Marian, M2M100, NLLB) only");
     TranslateOptions o = o0;
     if (o.beam_size == 0) o.beam_size = 1;
@@ -182,6 +227,16 @@ struct Translator::Impl {
     return opt;
   }
 
+  // One sentence's target prefix ids (sentence i, 0-based, in messages).
+  std::vector<int64_t> target_prefix(const std::string& text, size_t i) const {
+    if (auto bad = find_invalid_utf8(text))
+      throw std::invalid_argument("target_prefix " + std::to_string(i + 1) + ": invalid UTF-8 at byte offset " +
+                                  std::to_string(*bad));
+    std::string t = text;
+    while (!t.empty() && (t.back() == '\r' || t.back() == '\n' || t.back() == ' ' || t.back() == '\t')) t.pop_back();
+    return t.empty() ? std::vector<int64_t>{} : encode_target(t);
+  }
+
   void check_source(const std::vector<int64_t>& src, size_t i) const {
     if (src.empty()) throw std::invalid_argument("source " + std::to_string(i) + " is empty");
     if ((int64_t)src.size() > max_source_tokens())
@@ -197,7 +252,9 @@ struct Translator::Impl {
   // Decodes srcs[k] into *outs[k]: batches of similar length; greedy, or beam search with finished sentences
   // leaving the batch. Callers hold `mu`.
   void decode(const std::vector<const std::vector<int64_t>*>& srcs, const std::vector<Translation*>& outs,
-              const TranslateOptions& o, const DecodeOptions& opt) {
+              const TranslateOptions& o, const DecodeOptions& opt,
+              const std::vector<std::vector<int64_t>>& prefixes = {}) {
+    std::unique_ptr<LogitsProcessor> proc = logits_processor(o);
     std::vector<size_t> order(srcs.size());
     for (size_t i = 0; i < order.size(); ++i) order[i] = i;
     std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return srcs[a]->size() < srcs[b]->size(); });
@@ -212,6 +269,21 @@ struct Translator::Impl {
         std::copy(v.begin(), v.end(), ids.begin() + k * Ls);
         vl[k] = (int64_t)v.size();
       }
+      std::vector<std::vector<int64_t>> prefix;  // this batch's target prefixes, or none
+      if (!prefixes.empty())
+        for (size_t k = 0; k < n; ++k) prefix.push_back(prefixes[order[s + k]]);
+      // HF's greedy / sampling with processors (Hugging Face folders: beam search with beam 1, which applies the
+      // folder's forced tokens too)
+      if (opt.beam_size == 1 && (proc || !prefix.empty()) && !opt.hf) {
+        auto res = generate_greedy(*model, ids.data(), vl.data(), (int64_t)n, Ls, opt, proc.get(), prefix);
+        for (size_t k = 0; k < n; ++k) {
+          Translation& t = *outs[order[s + k]];
+          t.ids = std::move(res[k].tokens);
+          t.finished = res[k].finished;
+          if (o.return_scores) t.logp = t.score = res[k].logp;
+        }
+        continue;
+      }
       if (opt.beam_size == 1 && !o.return_scores && !opt.hf) {
         auto res = greedy_decode(*model, ids.data(), vl.data(), (int64_t)n, Ls, opt);
         for (size_t k = 0; k < n; ++k) {
@@ -223,7 +295,10 @@ struct Translator::Impl {
         continue;
       }
       // Beam search (beam_size 1 is greedy decoding) returns each hypothesis with its logp and ranking score.
-      auto res = beam_search_hypotheses(*model, ids.data(), vl.data(), (int64_t)n, Ls, opt);
+      DecodeOptions bopt = opt;
+      bopt.logits_processor = proc.get();
+      if (!prefix.empty()) bopt.target_prefix = &prefix;
+      auto res = beam_search_hypotheses(*model, ids.data(), vl.data(), (int64_t)n, Ls, bopt);
       for (size_t k = 0; k < n; ++k) {
         Translation& t = *outs[order[s + k]];
         if (o.num_hypotheses > 1)
@@ -334,6 +409,12 @@ SourceEncoding Translator::encode_source(const std::string& sentence, const Tran
   return impl_->encode(text, &options);
 }
 
+std::vector<int64_t> Translator::encode_target(const std::string& text) const {
+  if (auto bad = find_invalid_utf8(text))
+    throw std::invalid_argument("target text: invalid UTF-8 at byte offset " + std::to_string(*bad));
+  return impl_->encode_target(trimmed(text));
+}
+
 int64_t Translator::max_source_tokens() const { return impl_->max_source_tokens(); }
 
 std::vector<Translation> Translator::translate_batch(const std::vector<std::string>& sentences,
@@ -345,6 +426,10 @@ std::vector<Translation> Translator::translate_batch(const std::vector<std::stri
   std::vector<Translation> out(sentences.size());
   std::vector<const std::vector<int64_t>*> todo;
   std::vector<Translation*> outs;
+  if (!o.target_prefix.empty() && o.target_prefix.size() != sentences.size())
+    throw std::invalid_argument("target_prefix has " + std::to_string(o.target_prefix.size()) + " entries for " +
+                                std::to_string(sentences.size()) + " sentences");
+  std::vector<std::vector<int64_t>> prefixes;
   for (size_t i = 0; i < sentences.size(); ++i) {
     if (auto bad = find_invalid_utf8(sentences[i]))
       throw std::invalid_argument("sentence " + std::to_string(i + 1) + ": invalid UTF-8 at byte offset " +
@@ -354,10 +439,11 @@ std::vector<Translation> Translator::translate_batch(const std::vector<std::stri
     src[i] = I.encode(text, &o).ids;
     todo.push_back(&src[i]);
     outs.push_back(&out[i]);
+    if (!o.target_prefix.empty()) prefixes.push_back(I.target_prefix(o.target_prefix[i], i));
   }
   std::lock_guard<std::mutex> lock(I.mu);
   api::apply_threads(I.threads);
-  I.decode(todo, outs, o, opt);
+  I.decode(todo, outs, o, opt, prefixes);
   return out;
 }
 
@@ -368,14 +454,19 @@ std::vector<Translation> Translator::translate_ids(const std::vector<std::vector
   std::vector<Translation> out(sources.size());
   std::vector<const std::vector<int64_t>*> srcs;
   std::vector<Translation*> outs;
+  if (!o.target_prefix.empty() && o.target_prefix.size() != sources.size())
+    throw std::invalid_argument("target_prefix has " + std::to_string(o.target_prefix.size()) + " entries for " +
+                                std::to_string(sources.size()) + " sources");
+  std::vector<std::vector<int64_t>> prefixes;
   for (size_t i = 0; i < sources.size(); ++i) {
     I.check_source(sources[i], i);
     srcs.push_back(&sources[i]);
     outs.push_back(&out[i]);
+    if (!o.target_prefix.empty()) prefixes.push_back(I.target_prefix(o.target_prefix[i], i));
   }
   std::lock_guard<std::mutex> lock(I.mu);
   api::apply_threads(I.threads);
-  I.decode(srcs, outs, o, opt);
+  I.decode(srcs, outs, o, opt, prefixes);
   return out;
 }
 
@@ -427,6 +518,56 @@ TranslationAttention Translator::attention(const std::vector<int64_t>& source, c
   a.num_layers = c.num_layers;
   a.num_heads = heads;
   return a;
+}
+
+std::vector<ScoringResult> Translator::score_batch(const std::vector<std::string>& sources,
+                                                  const std::vector<std::string>& targets) const {
+  Impl& I = *impl_;
+  if (sources.size() != targets.size())
+    throw std::invalid_argument("score_batch: " + std::to_string(sources.size()) + " sources but " +
+                                std::to_string(targets.size()) + " targets");
+  const DecodeOptions opt = I.decode_options(TranslateOptions{});
+  const int64_t max_target = I.model->config().max_len - 1;
+  std::vector<std::vector<int64_t>> src(sources.size()), tgt(sources.size());
+  for (size_t i = 0; i < sources.size(); ++i) {
+    for (const auto* text : {&sources[i], &targets[i]}) {
+      const char* what = text == &sources[i] ? "source" : "target";
+      if (auto bad = find_invalid_utf8(*text))
+        throw std::invalid_argument(std::string(what) + " " + std::to_string(i + 1) + ": invalid UTF-8 at byte offset " +
+                                    std::to_string(*bad));
+      if (trimmed(*text).empty()) throw std::invalid_argument(std::string(what) + " " + std::to_string(i + 1) + " is empty");
+    }
+    src[i] = I.encode(trimmed(sources[i])).ids;
+    tgt[i] = I.encode_target(trimmed(targets[i]));
+    if ((int64_t)tgt[i].size() > max_target)
+      throw std::invalid_argument("target " + std::to_string(i + 1) + " has " + std::to_string(tgt[i].size()) +
+                                  " tokens, more than the model's max_len - 1 = " + std::to_string(max_target));
+  }
+  std::vector<ScoringResult> out(sources.size());
+  std::lock_guard<std::mutex> lock(I.mu);
+  api::apply_threads(I.threads);
+  constexpr size_t kBatch = 32;
+  for (size_t s = 0; s < src.size(); s += kBatch) {
+    const size_t n = std::min(kBatch, src.size() - s);
+    int64_t Ls = 0;
+    for (size_t k = 0; k < n; ++k) Ls = std::max<int64_t>(Ls, I.padded_len((int64_t)src[s + k].size()));
+    std::vector<int64_t> ids(n * Ls, I.pad()), vl(n);
+    for (size_t k = 0; k < n; ++k) {
+      std::copy(src[s + k].begin(), src[s + k].end(), ids.begin() + k * Ls);
+      vl[k] = (int64_t)src[s + k].size();
+    }
+    const std::vector<std::vector<int64_t>> batch_tgt(tgt.begin() + s, tgt.begin() + s + n);
+    auto lp = score_targets(*I.model, ids.data(), vl.data(), (int64_t)n, Ls, batch_tgt, opt);
+    for (size_t k = 0; k < n; ++k) {
+      ScoringResult& r = out[s + k];
+      for (int64_t id : batch_tgt[k]) r.tokens.push_back(I.target_token(id));
+      r.tokens.push_back(I.target_token(opt.eos_id));
+      r.log_probs = std::move(lp[k]);
+      for (double x : r.log_probs) r.cumulated_score += x;
+      r.normalized_score = r.cumulated_score / (double)r.log_probs.size();
+    }
+  }
+  return out;
 }
 
 int64_t Translator::num_layers() const { return impl_->model->config().num_layers; }

@@ -1,6 +1,7 @@
 #include "decode/search.h"
 
 #include "decode/decoder_cache.h"
+#include "decode/logits_process.h"
 #include "core/profile.h"
 #include "ops/vec_math.h"
 
@@ -249,6 +250,18 @@ std::vector<std::vector<Hypothesis>> beam_search_hypotheses(Seq2SeqModel& model,
     const int64_t M = std::min<int64_t>(2 * K, V);
     std::vector<std::vector<std::pair<double, int64_t>>> row_cand;  // (logp, token)
     std::vector<double> row_logp;
+    std::vector<const std::vector<int64_t>*> row_tokens;  // the beam of each row
+    std::vector<int64_t> forced(N, -1);                   // per sentence its forced token this step, or -1
+    if (opt.target_prefix && (int64_t)opt.target_prefix->size() != N)
+      throw std::invalid_argument("target_prefix has " + std::to_string(opt.target_prefix->size()) +
+                                  " entries for " + std::to_string(N) + " sources");
+    if (opt.target_prefix)
+      for (int64_t s = 0; s < N; ++s)
+        for (int64_t id : (*opt.target_prefix)[s])
+          if (id < 0 || id >= V || id == opt.eos_id || (int64_t)(*opt.target_prefix)[s].size() >= opt.max_steps)
+            throw std::invalid_argument("target_prefix " + std::to_string(s) +
+                                        ": ids must be target ids other than <eos>, fewer than max_steps " +
+                                        std::to_string(opt.max_steps));
     // Best score any continuation of a live beam with logp lp can reach: its logp only decreases, its length
     // lies in [len + 1, max_steps] and logp <= 0, so dividing by the largest penalty of that range bounds it.
     const double lp_max = gnmt_length_penalty(opt.max_steps, alpha);
@@ -270,18 +283,32 @@ std::vector<std::vector<Hypothesis>> beam_search_hypotheses(Seq2SeqModel& model,
       lse.resize(R);
       row_cand.resize(R);
       row_logp.resize(R);
+      row_tokens.resize(R);
+      for (int64_t s = 0; opt.target_prefix && s < N; ++s)
+        forced[s] = t < (int64_t)(*opt.target_prefix)[s].size() ? (*opt.target_prefix)[s][t] : -1;
       {
         int64_t r = 0;
         for (int64_t r0 = 0; r0 < R; ++r0) {  // logp of each row's beam
           const int64_t s = row_sentence[r0];
           r = r0 == 0 || row_sentence[r0 - 1] != s ? 0 : r + 1;
           row_logp[r0] = sent[s].alive[r].logp;
+          row_tokens[r0] = &sent[s].alive[r].tokens;
         }
       }
 #pragma omp parallel for schedule(static) if (R * V >= (1 << 16))
       for (int64_t r = 0; r < R; ++r) {
-        const float* x = logits.data() + r * V;
-        lse[r] = row_candidates(x, V, M, row_logp[r], row_cand[r], opt.hf);
+        float* x = logits.data() + r * V;
+        const int64_t f = forced[row_sentence[r]];
+        const bool processed = opt.logits_processor && f < 0;  // HF: processors on the log-softmax scores
+        if (processed) {
+          thread_local std::vector<int64_t> ids;
+          ids.assign(1, opt.bos_id);
+          ids.insert(ids.end(), row_tokens[r]->begin(), row_tokens[r]->end());
+          if (!opt.hf) log_softmax_inplace(x, V);  // hf: done above, with the built-in processors
+          opt.logits_processor->process(ids.data(), (int64_t)ids.size(), x);
+        }
+        lse[r] = row_candidates(x, V, M, row_logp[r], row_cand[r], processed || opt.hf);
+        if (f >= 0) row_cand[r].assign(1, {row_logp[r] + ((double)x[f] - lse[r]), f});  // target prefix
       }
       tm.next(decode_profile::kSelect);
       const bool last_step = t + 1 == opt.max_steps;

@@ -10,6 +10,7 @@ namespace tfm {
 
 // Hugging Face generate's early_stopping for beam search (BeamHypotheses.is_done), see DecodeOptions::hf.
 enum class EarlyStopping { kFalse, kTrue, kNever };
+class LogitsProcessor;  // decode/logits_process.h
 
 struct DecodeOptions {
   int64_t beam_size = 1;        // 1 = greedy
@@ -41,6 +42,14 @@ struct DecodeOptions {
   int64_t min_length = 0;
   int64_t forced_bos_id = -1, forced_eos_id = -1;
   std::vector<int64_t> banned_ids;
+  // Beam search only (greedy and sampling with processors: generate_greedy in decode/logits_process.h).
+  // Hugging Face logits processors applied to each beam's log-softmax scores (input_ids = <bos> + the beam's
+  // tokens) before the candidates are ranked, as HF's beam search does; a beam's logp then sums processed scores.
+  // nullptr = none.
+  const LogitsProcessor* logits_processor = nullptr;
+  // Per sentence [N] target tokens forced first (CTranslate2's target_prefix; empty list = none), each shorter
+  // than max_steps, without <eos>. The forced steps add the model's log-probability (processors not applied).
+  const std::vector<std::vector<int64_t>>* target_prefix = nullptr;
 };
 
 // Hugging Face's length penalty: length ** alpha (BeamHypotheses.add divides the sum of log-probabilities by it).

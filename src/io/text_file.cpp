@@ -1,5 +1,6 @@
 #include "io/text_file.h"
 
+#include <sys/stat.h>
 #include <zlib.h>
 
 #include <cerrno>
@@ -47,7 +48,15 @@ std::optional<size_t> find_invalid_utf8(std::string_view text) {
 constexpr size_t kMaxTextFileBytes = size_t(1) << 30;
 
 // Whole file contents; gzread decompresses gzip input and passes any other file through unchanged.
+void check_not_folder(const std::string& path, int fd) {
+  struct stat st;
+  if ((fd >= 0 ? ::fstat(fd, &st) : ::stat(path.c_str(), &st)) == 0 && S_ISDIR(st.st_mode))
+    throw std::runtime_error(path + ": is a folder, expected a file");
+}
+std::runtime_error empty_file_error(const std::string& path) { return std::runtime_error(path + ": empty file"); }
+
 std::string read_file_maybe_gzip(const std::string& path) {
+  check_not_folder(path);
   errno = 0;
   gzFile f = gzopen(path.c_str(), "rb");
   if (!f) throw std::runtime_error(path + ": cannot open: " + (errno ? std::strerror(errno) : "out of memory"));
@@ -81,9 +90,9 @@ std::string read_file_maybe_gzip(const std::string& path) {
 }
 
 
-std::vector<std::string> read_lines(const std::string& path) {
+std::vector<std::string> read_lines(const std::string& path, bool allow_empty) {
   const std::string text = read_file_maybe_gzip(path);
-  if (text.empty()) throw std::runtime_error(path + ": empty file");
+  if (text.empty() && !allow_empty) throw empty_file_error(path);
   std::vector<std::string> lines;
   size_t start = 0;
   while (start < text.size()) {
@@ -94,8 +103,9 @@ std::vector<std::string> read_lines(const std::string& path) {
     if (const auto bad = find_invalid_utf8(line)) {
       char byte[8];
       std::snprintf(byte, sizeof byte, "0x%02x", static_cast<unsigned>(static_cast<unsigned char>(line[*bad])));
-      throw std::runtime_error(path + ": line " + std::to_string(lines.size() + 1) + ": invalid UTF-8 (byte " +
-                               byte + " at column " + std::to_string(*bad + 1) + ")");
+      // The unit of the library's messages ("text 2: invalid UTF-8 at byte offset 4"): a 0-based byte offset.
+      throw std::runtime_error(path + ": line " + std::to_string(lines.size() + 1) + ": invalid UTF-8 at byte offset " +
+                               std::to_string(*bad) + " (byte " + byte + ")");
     }
     lines.emplace_back(line);
     start = end + 1;

@@ -3,6 +3,7 @@
 
 #include <cstddef>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -19,14 +20,26 @@ std::optional<size_t> find_invalid_utf8(std::string_view text);
 // '\r' per line is removed (CRLF files); empty lines are kept so that element i is line i + 1 of the file.
 // Throws std::runtime_error whose message starts with the path:
 //   "<path>: cannot open: No such file or directory"
+//   "<path>: is a folder, expected a file"              (check_not_folder)
 //   "<path>: read error: <zlib message>"               (e.g. a truncated .gz)
-//   "<path>: empty file"                                (0 bytes after decompression)
-//   "<path>: line 12: invalid UTF-8 (byte 0xff at column 5)"   (column counts bytes, 1-based)
-std::vector<std::string> read_lines(const std::string& path);
+//   "<path>: empty file"                                (0 bytes after decompression; empty_file_error) unless
+//                                                       allow_empty, which returns no lines (the commands that
+//                                                       map lines to outputs: empty input, empty output)
+//   "<path>: line 12: invalid UTF-8 at byte offset 4 (byte 0xff)"   (0-based byte offset in the line, the unit
+//                                                                    of every "invalid UTF-8" message)
+std::vector<std::string> read_lines(const std::string& path, bool allow_empty = false);
 
 // The whole file as bytes, gzip-decompressed when it starts with the gzip magic (zlib passes other files
-// through). Throws std::runtime_error "<path>: cannot open: ...", "<path>: read error: ..." or "<path>: larger
-// than 1 GiB (decompressed)...".
+// through). Throws std::runtime_error "<path>: cannot open: ...", "<path>: is a folder, expected a file",
+// "<path>: read error: ..." or "<path>: larger than 1 GiB (decompressed)...".
 std::string read_file_maybe_gzip(const std::string& path);
+
+// The one wording of the input-file errors every command that reads text gives (read_lines, and `tfm embed`'s
+// streaming reader): throws std::runtime_error "<path>: is a folder, expected a file" when the open file `fd`
+// (or, with fd < 0, `path`) is a folder; and the std::runtime_error "<path>: empty file" for a file of 0 bytes
+// where one is an error (corpora, bleu). The commands that give one output per input line (embed, classify,
+// rerank, fill-mask) answer an empty file with an empty output and exit 0.
+void check_not_folder(const std::string& path, int fd = -1);
+std::runtime_error empty_file_error(const std::string& path);
 
 }  // namespace tfm

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "core/profile.h"
+#include "models/checkpoint_weights.h"
 #include "nn/params.h"
 #include "nn/transformer_block.h"
 #include "ops/activation.h"
@@ -63,20 +64,34 @@ class Bert : public EncoderModel {
     const nn::Vars emb = vb.prefix("embeddings");
     word_ = emb.prefix("word_embeddings").get("weight", {c.vocab_size, H});
     pos_ = emb.prefix("position_embeddings").get("weight", {c.max_position_embeddings, H});
-    type_ = emb.prefix("token_type_embeddings").get("weight", {c.type_vocab_size, H});
+    if (variant.token_type_embeddings) type_ = emb.prefix("token_type_embeddings").get("weight", {c.type_vocab_size, H});
     emb_ln_ = nn::LayerNorm::load(emb.prefix("LayerNorm"), H, (float)c.layer_norm_eps);
     // Loading read every page (the finite check); forward reads only the rows of the ids it sees, so the pages
     // are dropped and fault back in from the file on use. The views stay valid.
-    for (const nn::Param* t : {&word_, &pos_, &type_}) vb.release(*t);
-    for (int64_t l = 0; l < c.num_hidden_layers; ++l) layers_.push_back(bert_layer(vb.prefix("encoder.layer").prefix(l), c, ct));
+    for (const nn::Param* t : {&word_, &pos_, &type_})
+      if (t->defined()) vb.release(*t);
+    auto layer = variant.layer ? variant.layer : bert_layer;
+    for (int64_t l = 0; l < c.num_hidden_layers; ++l) layers_.push_back(layer(vb.prefix(variant.layers).prefix(l), c, ct));
     // BertForMaskedLM / BertForTokenClassification checkpoints have no pooler: load it only when present.
     if (vb.has("pooler.dense.weight")) pooler_ = nn::Linear::load(vb.prefix("pooler.dense"), H, H);
   }
 
   EncoderOutput forward(const Tensor& input_ids, const Tensor& token_type_ids, const Tensor& attention_mask,
                         bool all_layers) const override {
+    return run(input_ids, token_type_ids, attention_mask, all_layers, /*unpadded=*/false);
+  }
+  EncoderOutput forward_unpadded(const Tensor& input_ids, const Tensor& token_type_ids,
+                                 const Tensor& attention_mask) const override {
+    return run(input_ids, token_type_ids, attention_mask, false, /*unpadded=*/true);
+  }
+
+ private:
+  EncoderOutput run(const Tensor& input_ids, const Tensor& token_type_ids, const Tensor& attention_mask,
+                    bool all_layers, bool unpadded) const {
     const EncoderConfig& c = config_;
-    std::vector<float> key_mask = detail::check_encoder_inputs(c, input_ids, token_type_ids, attention_mask);
+    // A family without token type embeddings takes no token_type_ids (DistilBertModel.forward has none).
+    const Tensor tt_ids = type_.defined() ? token_type_ids : Tensor();
+    std::vector<float> key_mask = detail::check_encoder_inputs(c, input_ids, tt_ids, attention_mask);
     const int64_t B = input_ids.size(0), L = input_ids.size(1), H = c.hidden_size;
     const int64_t N = B * L, NL = c.num_hidden_layers;
     const int64_t* ids = input_ids.i64();
@@ -89,28 +104,24 @@ class Bert : public EncoderModel {
     OpTimer t_emb("embeddings");  // sections for bench_encoder --breakdown (core/profile.h; off: no cost)
     float* X = x.f32();
     // Embeddings: word + position + token_type, then LayerNorm.
-    const int64_t* tt = token_type_ids.defined() ? token_type_ids.i64() : nullptr;
-    const float *we = word_.data(), *pe = pos_.data(), *te = type_.data();
+    const int64_t* tt = tt_ids.defined() ? tt_ids.i64() : nullptr;
+    const float *we = word_.data(), *pe = pos_.data(), *te = type_.defined() ? type_.data() : nullptr;
 #pragma omp parallel for if (N * H > 65536)
     for (int64_t n = 0; n < N; ++n) {
       const float* w = we + ids[n] * H;
       const float* p = pe + (position_ids.empty() ? n % L : position_ids[n]) * H;
-      const float* t = te + (tt ? tt[n] : 0) * H;
-      for (int64_t h = 0; h < H; ++h) X[n * H + h] = w[h] + p[h] + t[h];
+      if (te) {
+        const float* t = te + (tt ? tt[n] : 0) * H;
+        for (int64_t h = 0; h < H; ++h) X[n * H + h] = w[h] + p[h] + t[h];
+      } else {
+        for (int64_t h = 0; h < H; ++h) X[n * H + h] = w[h] + p[h];
+      }
     }
     emb_ln_.forward_inference(X, X, N);
     if (all_layers) std::memcpy(hs.f32(), X, sizeof(float) * N * H);
     t_emb.stop();
 
-    ops::AttentionMask mask;
-    bool padded = false;
-    for (float m : key_mask) padded |= m == 0.0f;
-    if (padded) mask.key_mask = key_mask.data();
-    nn::BlockScratch scratch;  // activation buffers, reused by every layer
-    for (int64_t l = 0; l < NL; ++l) {
-      layers_[l].forward_inference(X, B, L, mask, scratch);
-      if (all_layers) std::memcpy(hs.f32() + (l + 1) * N * H, X, sizeof(float) * N * H);
-    }
+    nn::encoder_stack_inference(layers_, X, B, L, key_mask.data(), unpadded, all_layers ? hs.f32() : nullptr);
     // Pooler: tanh(dense(x[:, 0])), when the checkpoint has one.
     if (pooler_.weight.defined()) {
       OpTimer t("pooler");
@@ -126,7 +137,6 @@ class Bert : public EncoderModel {
     return out;
   }
 
- private:
   // modeling_roberta.py create_position_ids_from_input_ids: cumsum(ids != pad) * (ids != pad) + pad, [B * L].
   // Throws std::invalid_argument when a row of L tokens would need a position past max_position_embeddings.
   std::vector<int64_t> positions_from_padding(const int64_t* ids, int64_t B, int64_t L) const {
@@ -156,6 +166,47 @@ class Bert : public EncoderModel {
 };
 
 }  // namespace
+
+namespace {
+std::optional<HeadKind> detect_bert_head(const CheckpointWeights& w) {
+  const bool has_cls = w.has("classifier.weight");
+  const bool has_mlm = w.has("cls.predictions.bias") || w.has("cls.predictions.transform.dense.weight");
+  if (has_mlm && !has_cls) return HeadKind::MaskedLM;
+  if (has_cls)
+    return detail::has_any(w, {"pooler.dense.weight", "bert.pooler.dense.weight"}) ? HeadKind::SequenceClassification
+                                                                                  : HeadKind::TokenClassification;
+  return std::nullopt;
+}
+
+HeadLayout load_bert_head(HeadKind kind, const EncoderConfig& c, CheckpointWeights& w) {
+  const int64_t H = c.hidden_size;
+  HeadLayout head;
+  if (kind == HeadKind::MaskedLM) {
+    HeadStage transform;
+    transform.linear = nn::Linear::load(nn::Vars(w).prefix("cls.predictions.transform.dense"), H, H);
+    transform.act = ops::parse_activation(c.hidden_act);
+    transform.norm = detail::load_head_layer_norm(w, "cls.predictions.transform.LayerNorm", H, (float)c.layer_norm_eps);
+    HeadStage decoder;
+    decoder.linear = detail::load_vocab_decoder(
+        w, {"cls.predictions.decoder.weight"}, {"bert.embeddings.word_embeddings.weight", "embeddings.word_embeddings.weight"},
+        {"cls.predictions.bias", "cls.predictions.decoder.bias"}, c.vocab_size, H, &head.tied_decoder);
+    head.stages = {std::move(transform), std::move(decoder)};
+    return head;
+  }
+  HeadStage classifier;
+  classifier.linear = detail::load_head_linear(w, {"classifier"}, H);
+  head.stages = {std::move(classifier)};
+  if (kind == HeadKind::SequenceClassification) {
+    if (!detail::has_any(w, {"pooler.dense.weight", "bert.pooler.dense.weight"}))
+      throw std::runtime_error(w.path() + ": missing tensor 'bert.pooler.dense.weight': sequence "
+                               "classification reads the pooler output");
+    head.input = HeadInput::PoolerOutput;
+  }
+  return head;
+}
+}  // namespace
+
+FamilyHeads bert_heads() { return {detect_bert_head, load_bert_head}; }
 
 std::unique_ptr<EncoderModel> make_bert(const EncoderConfig& config, WeightSource& weights, ops::ComputeType dtype) {
   return std::make_unique<Bert>(config, weights, dtype, detail::BertVariant{});

@@ -5,6 +5,9 @@
 #include <vector>
 
 #include "models/encoder.h"
+#include "models/head_layout.h"
+#include "nn/params.h"
+#include "nn/transformer_block.h"
 
 namespace tfm {
 // Weight names as BertModel.state_dict() writes them ("embeddings.word_embeddings.weight",
@@ -19,11 +22,24 @@ namespace tfm {
 std::unique_ptr<EncoderModel> make_bert(const EncoderConfig& config, WeightSource& weights,
                                         ops::ComputeType dtype = ops::ComputeType::F32);
 
+// modeling_bert.py heads: BertForSequenceClassification (classifier(pooler_output); needs the pooler),
+// BertForTokenClassification (classifier per token), BertForMaskedLM / BertForPreTraining
+// (cls.predictions.transform.{dense, hidden_act, LayerNorm}, decoder tied to the word embeddings unless stored,
+// cls.predictions.bias). Tensor names as BertFor*.state_dict() writes them.
+FamilyHeads bert_heads();
+
 namespace detail {
-// What a family built from BERT's embeddings and post-LN layers changes (RoBERTa, XLM-RoBERTa, CamemBERT).
+// What a family built from BERT's embeddings and post-LN layers changes (RoBERTa, XLM-RoBERTa, CamemBERT,
+// DistilBERT).
 struct BertVariant {
   // The names to try, in order, after a tensor's own name (the "bert." prefix and LayerNorm.gamma/beta when null).
   std::vector<std::string> (*aliases)(const std::string& name) = nullptr;
+  // Where the layers are ("encoder.layer" -> "encoder.layer.N") and how one is read from its prefix (null: BERT's
+  // BertLayer names).
+  const char* layers = "encoder.layer";
+  nn::EncoderBlock (*layer)(const nn::Vars& vb, const EncoderConfig& config, ops::ComputeType ct) = nullptr;
+  // false: no embeddings.token_type_embeddings (DistilBERT); forward then ignores token_type_ids.
+  bool token_type_embeddings = true;
   // false: position ids 0..L-1 (BERT). true: modeling_roberta.py create_position_ids_from_input_ids (a non-pad
   // token gets pad_token_id + its count of non-pad tokens so far, a pad token pad_token_id); the constructor
   // throws std::runtime_error for a pad_token_id outside [0, max_position_embeddings), forward throws

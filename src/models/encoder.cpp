@@ -5,6 +5,7 @@
 #include "io/json_util.h"
 #include "models/bert.h"
 #include "models/checkpoint_weights.h"
+#include "models/distilbert.h"
 #include "models/roberta.h"
 #include "models/transformer_encoder.h"
 
@@ -14,11 +15,15 @@ bool is_roberta_family(const std::string& model_type) {
   return model_type == "roberta" || model_type == "xlm-roberta" || model_type == "camembert";
 }
 
-std::string supported_encoder_types() { return "bert, roberta, xlm-roberta, camembert, transformer_encoder"; }
+std::string supported_encoder_types() {
+  return "bert, roberta, xlm-roberta, camembert, distilbert, transformer_encoder";
+}
 
-EncoderConfig EncoderConfig::from_json(const nlohmann::json& j, const std::string& file) {
+EncoderConfig EncoderConfig::from_json(const nlohmann::json& config, const std::string& file) {
   EncoderConfig c;
-  c.model_type = json_string_or(j, "model_type", "bert", file);
+  c.model_type = json_string_or(config, "model_type", "bert", file);
+  // Families with their own key names are read through BERT's.
+  const nlohmann::json j = c.model_type == "distilbert" ? distilbert_config_as_bert(config, file) : config;
   c.vocab_size = json_int(j, "vocab_size", file);
   c.hidden_size = json_int(j, "hidden_size", file);
   c.num_hidden_layers = json_int(j, "num_hidden_layers", file);
@@ -62,7 +67,8 @@ EncoderConfig EncoderConfig::from_json(const nlohmann::json& j, const std::strin
   const std::string pos = json_string_or(j, "position_embedding_type", "absolute", file);
   if (pos != "absolute")
     throw std::runtime_error(file + ": position_embedding_type '" + pos + "' is not supported (only 'absolute')");
-  if (c.model_type != "bert" && c.model_type != "transformer_encoder" && !is_roberta_family(c.model_type))
+  if (c.model_type != "bert" && c.model_type != "transformer_encoder" && !is_roberta_family(c.model_type) &&
+      c.model_type != "distilbert")
     throw std::runtime_error(file + ": model_type '" + c.model_type +
                              "' is not an encoder this tool runs (supported: " + supported_encoder_types() + ")");
   return c;
@@ -73,6 +79,7 @@ EncoderConfig EncoderConfig::load(const std::string& path) { return from_json(lo
 std::unique_ptr<EncoderModel> make_encoder(const EncoderConfig& config, WeightSource& weights, ops::ComputeType dtype) {
   if (config.model_type == "transformer_encoder") return make_transformer_encoder(config, weights, dtype);
   if (is_roberta_family(config.model_type)) return make_roberta(config, weights, dtype);
+  if (config.model_type == "distilbert") return make_distilbert(config, weights, dtype);
   return make_bert(config, weights, dtype);
 }
 

@@ -20,7 +20,7 @@ bool is_roberta_family(const std::string& model_type);
 std::string supported_encoder_types();
 
 struct EncoderConfig {
-  std::string model_type;  // "bert", "roberta", "xlm-roberta", "camembert" or "transformer_encoder"
+  std::string model_type;  // "bert", "roberta", "xlm-roberta", "camembert", "distilbert" or "transformer_encoder"
   int64_t vocab_size = 30522;
   int64_t hidden_size = 768;
   int64_t num_hidden_layers = 12;
@@ -54,6 +54,14 @@ class EncoderModel {
   // Throws std::invalid_argument when L > max_position_embeddings, an id is out of range, or shapes disagree.
   virtual EncoderOutput forward(const Tensor& input_ids, const Tensor& token_type_ids, const Tensor& attention_mask,
                                 bool all_layers = false) const = 0;
+  // forward for callers that read only the real tokens (pooling; token outputs where attention_mask is 1): with
+  // padding in the batch the layers run on the real tokens only (nn::encoder_stack_inference, unpadded), and
+  // last_hidden_state is 0 at padded positions; the real positions and pooler_output equal forward's. Same
+  // errors. A family without an unpadded path runs forward.
+  virtual EncoderOutput forward_unpadded(const Tensor& input_ids, const Tensor& token_type_ids,
+                                         const Tensor& attention_mask) const {
+    return forward(input_ids, token_type_ids, attention_mask, false);
+  }
 
  protected:
   EncoderConfig config_;

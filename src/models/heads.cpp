@@ -8,7 +8,10 @@
 #include <stdexcept>
 
 #include "io/json_util.h"
+#include "models/bert.h"
 #include "models/checkpoint_weights.h"
+#include "models/distilbert.h"
+#include "models/roberta.h"
 #include "nn/weights.h"
 #include "ops/layer_norm.h"
 
@@ -41,20 +44,17 @@ bool contains(const std::vector<std::string>& v, const std::string& suffix) {
   return false;
 }
 
-// Which head does the file hold? architectures first, then the tensors.
-HeadKind detect(const std::string& dir, const std::vector<std::string>& arch, const WeightSource& w) {
-  const bool has_cls = w.has("classifier.weight");
-  const bool has_mlm = w.has("cls.predictions.bias") || w.has("cls.predictions.transform.dense.weight");
+// Which head does the file hold? architectures first, then the family's tensors.
+HeadKind detect(const std::string& dir, const std::vector<std::string>& arch, const CheckpointWeights& w,
+                const FamilyHeads& family) {
   if (contains(arch, "ForSequenceClassification")) return HeadKind::SequenceClassification;
   if (contains(arch, "ForTokenClassification")) return HeadKind::TokenClassification;
   if (contains(arch, "ForMaskedLM") || contains(arch, "ForPreTraining")) return HeadKind::MaskedLM;
-  if (arch.empty() && has_mlm && !has_cls) return HeadKind::MaskedLM;
-  if (arch.empty() && has_cls)
-    return (w.has("pooler.dense.weight") || w.has("bert.pooler.dense.weight")) ? HeadKind::SequenceClassification
-                                                                                : HeadKind::TokenClassification;
+  if (arch.empty())
+    if (std::optional<HeadKind> k = family.detect(w)) return *k;
   std::string a = arch.empty() ? "no architectures" : "architectures " + arch[0];
-  throw std::runtime_error(dir + " has no task head (" + a + ", no classifier.* or cls.predictions.* tensors); " +
-                           "use 'tfm embed' or 'tfm encode' for a plain BERT folder");
+  throw std::runtime_error(dir + " has no task head (" + a + ", and none of its family's head tensors); " +
+                           "use 'tfm embed' or 'tfm encode' for a plain encoder folder");
 }
 std::vector<std::string> read_architectures(const nlohmann::json& j) {
   std::vector<std::string> out;
@@ -63,22 +63,124 @@ std::vector<std::string> read_architectures(const nlohmann::json& j) {
       if (a.is_string()) out.push_back(a.get<std::string>());
   return out;
 }
-}  // namespace
 
-HeadKind detect_head_kind(const std::string& dir) {
-  nlohmann::json j = load_json_file(dir + "/config.json");
-  CheckpointWeights w(dir);
-  return detect(dir, read_architectures(j), w);
+// "mask_token" of a tokenizer_config.json / special_tokens_map.json: a string or an AddedToken {"content": ...}.
+std::string read_mask_token(const std::string& path) {
+  if (!std::filesystem::exists(path)) return "";
+  nlohmann::json j = load_json_file(path);
+  if (!j.is_object() || !j.contains("mask_token")) return "";
+  const auto& m = j["mask_token"];
+  if (m.is_string()) return m.get<std::string>();
+  if (m.is_object() && m.contains("content") && m["content"].is_string()) return m["content"].get<std::string>();
+  return "";
 }
 
-TaskModel TaskModel::load(const std::string& dir, HeadKind want) {
+void clean_up_tokenization(std::string& s) {
+  static const std::pair<const char*, const char*> rules[] = {
+      {" .", "."}, {" ?", "?"}, {" !", "!"}, {" ,", ","}, {" ' ", "'"}, {" n't", "n't"},
+      {" 'm", "'m"}, {" 's", "'s"}, {" 've", "'ve"}, {" 're", "'re"}};
+  for (auto [from, to] : rules) {
+    std::string out;
+    const std::string f = from;
+    size_t pos = 0, hit;
+    while ((hit = s.find(f, pos)) != std::string::npos) {
+      out += s.substr(pos, hit - pos) + to;
+      pos = hit + f.size();
+    }
+    s = out + s.substr(pos);
+  }
+}
+}  // namespace
+
+const FamilyHeads& family_heads(const std::string& model_type, const std::string& file) {
+  // One line per family; its layout lives in the family's own file.
+  static const std::vector<std::pair<std::string, FamilyHeads>> table = {
+      {"bert", bert_heads()},
+      {"roberta", roberta_heads()},
+      {"xlm-roberta", roberta_heads()},
+      {"camembert", roberta_heads()},
+      {"distilbert", distilbert_heads()},
+  };
+  std::string names;
+  for (const auto& [name, heads] : table) {
+    if (name == model_type) return heads;
+    names += (names.empty() ? "" : ", ") + name;
+  }
+  throw std::runtime_error(file + ": task heads are not implemented for model_type '" + model_type +
+                           "' (supported: " + names + ")");
+}
+
+namespace detail {
+bool has_any(const CheckpointWeights& w, const std::vector<std::string>& names) {
+  for (const auto& n : names)
+    if (w.has(n)) return true;
+  return false;
+}
+
+nn::Linear load_head_linear(CheckpointWeights& w, const std::vector<std::string>& prefixes, int64_t in) {
+  std::string found;
+  for (const auto& p : prefixes)
+    if (w.has(p + ".weight")) {
+      found = p;
+      break;
+    }
+  if (found.empty()) {
+    std::string tried;
+    for (size_t i = 1; i < prefixes.size(); ++i) tried += (tried.empty() ? " (also tried '" : "', '") + prefixes[i] + ".weight";
+    throw std::runtime_error(w.path() + ": missing tensor '" + prefixes[0] + ".weight'" + (tried.empty() ? "" : tried + "')") +
+                             " of the task head");
+  }
+  const Shape& s = w.shape_of(found + ".weight");
+  if (s.size() != 2 || s[1] != in)
+    throw std::runtime_error(w.path() + ": tensor '" + found + ".weight' has shape " + shape_str(s) + ", expected [num_labels, " +
+                             std::to_string(in) + "]");
+  return nn::Linear::load(nn::Vars(w).prefix(found), in, s[0]);
+}
+
+nn::Linear load_vocab_decoder(CheckpointWeights& w, const std::vector<std::string>& weight_names,
+                              const std::vector<std::string>& tied_names, const std::vector<std::string>& bias_names,
+                              int64_t V, int64_t H, bool* tied) {
+  nn::Linear d;
+  // Stored, or tied to the word embeddings (save_pretrained's safetensors drop tied copies).
+  std::vector<std::string> stored;
+  for (const auto& n : weight_names)
+    if (w.has(n)) stored.push_back(n);
+  *tied = stored.empty();
+  const std::vector<std::string>& names = stored.empty() ? tied_names : stored;
+  d.weight = nn::Param(w.get(names[0], {V, H}, std::vector<std::string>(names.begin() + 1, names.end())));
+  d.bias = nn::Param(w.get(bias_names[0], {V}, std::vector<std::string>(bias_names.begin() + 1, bias_names.end())));
+  d.in_features = H;
+  d.out_features = V;
+  return d;
+}
+
+nn::LayerNorm load_head_layer_norm(CheckpointWeights& w, const std::string& p, int64_t C, float eps) {
+  nn::LayerNorm ln;
+  ln.weight = nn::Param(w.get(p + ".weight", {C}, {p + ".gamma"}));
+  ln.bias = nn::Param(w.get(p + ".bias", {C}, {p + ".beta"}));
+  ln.C = C;
+  ln.eps = eps;
+  return ln;
+}
+}  // namespace detail
+
+HeadKind detect_head_kind(const std::string& dir) {
+  const std::string cfg_path = dir + "/config.json";
+  nlohmann::json j = load_json_file(cfg_path);
+  EncoderConfig cfg = EncoderConfig::from_json(j, cfg_path);
+  const FamilyHeads& family = family_heads(cfg.model_type, cfg_path);
+  CheckpointWeights w(dir);
+  return detect(dir, read_architectures(j), w, family);
+}
+
+TaskModel TaskModel::load(const std::string& dir, HeadKind want, std::optional<ops::ComputeType> dtype,
+                          ops::ComputeType* resolved) {
   namespace fs = std::filesystem;
   TaskModel m;
   const std::string cfg_path = dir + "/config.json";
   nlohmann::json j = load_json_file(cfg_path);
   EncoderConfig cfg = EncoderConfig::from_json(j, cfg_path);
-  if (cfg.model_type != "bert")
-    throw std::runtime_error(cfg_path + ": task heads need a BERT checkpoint, found model_type '" + cfg.model_type + "'");
+  const FamilyHeads& family = family_heads(cfg.model_type, cfg_path);
   m.head_.architectures = read_architectures(j);
   m.head_.problem_type = json_string_or(j, "problem_type", "", cfg_path);
   if (j.contains("sentence_transformers") && j["sentence_transformers"].is_object())
@@ -87,54 +189,40 @@ TaskModel TaskModel::load(const std::string& dir, HeadKind want) {
     m.head_.activation_fn = json_string_or(j, "sbert_ce_default_activation_function", "", cfg_path);
 
   CheckpointWeights w(dir);
-  HeadKind kind = detect(dir, m.head_.architectures, w);
+  HeadKind kind = detect(dir, m.head_.architectures, w, family);
   if (kind != want) {
     const auto& arch = m.head_.architectures;
     std::string a = arch.empty() ? std::string(head_kind_name(kind)) + " checkpoint" : arch[0] + " checkpoint";
     throw std::runtime_error(dir + " is a " + a + ": it has no " + head_kind_name(want) + " head");
   }
   m.kind_ = kind;
-  m.encoder_ = make_encoder(cfg, w, w.stored_compute_type());  // an int8 folder computes in int8
+  const ops::ComputeType ct = dtype ? *dtype : w.stored_compute_type();
+  if (resolved) *resolved = ct;
+  m.layout_ = std::make_shared<const HeadLayout>(family.load(kind, cfg, w));
+  m.encoder_ = make_encoder(cfg, w, ct);
+  if (m.layout_->stages.empty()) throw std::logic_error("head layout without stages");
   m.tokenizer_ = std::make_shared<BertTokenizer>(BertTokenizer::from_dir(dir));
   if (m.tokenizer_->vocab_size() > cfg.vocab_size)
     throw std::runtime_error(dir + ": tokenizer vocabulary (" + std::to_string(m.tokenizer_->vocab_size()) +
                              " tokens) is larger than config.json vocab_size (" + std::to_string(cfg.vocab_size) + ")");
   const std::string tc = dir + "/tokenizer_config.json";
   if (fs::exists(tc)) m.cleanup_ = json_bool_or(load_json_file(tc), "clean_up_tokenization_spaces", true, tc);
-  const int64_t H = cfg.hidden_size;
+  m.mask_token_ = read_mask_token(tc);
+  if (m.mask_token_.empty()) m.mask_token_ = read_mask_token(dir + "/special_tokens_map.json");
+  if (m.mask_token_.empty())
+    m.mask_token_ = m.tokenizer_->token_to_id("[MASK]") >= 0 ? "[MASK]"
+                    : m.tokenizer_->token_to_id("<mask>") >= 0 ? "<mask>" : "";
+  m.mask_id_ = m.mask_token_.empty() ? -1 : m.tokenizer_->token_to_id(m.mask_token_);
 
+  const int64_t out = m.layout_->stages.back().linear.out_features;
   if (kind == HeadKind::MaskedLM) {
-    m.act_ = ops::parse_activation(cfg.hidden_act);
-    m.transform_ = nn::Linear::load(nn::Vars(w).prefix("cls.predictions.transform.dense"), H, H);
-    const std::string p = "cls.predictions.transform.LayerNorm.";
-    m.transform_ln_.weight = nn::Param(w.get(p + "weight", {H}, {p + "gamma"}));
-    m.transform_ln_.bias = nn::Param(w.get(p + "bias", {H}, {p + "beta"}));
-    m.transform_ln_.C = H;
-    m.transform_ln_.eps = (float)cfg.layer_norm_eps;
-    // Decoder: stored, or tied to the word embeddings (safetensors files from save_pretrained drop tied copies).
-    if (w.has("cls.predictions.decoder.weight")) {
-      m.decoder_.weight = nn::Param(w.get("cls.predictions.decoder.weight", {cfg.vocab_size, H}));
-    } else {
-      m.decoder_.weight = nn::Param(w.get("bert.embeddings.word_embeddings.weight", {cfg.vocab_size, H},
-                                          {"embeddings.word_embeddings.weight"}));
-      m.tied_ = true;
-    }
-    m.decoder_.bias = nn::Param(w.get("cls.predictions.bias", {cfg.vocab_size}, {"cls.predictions.decoder.bias"}));
-    m.decoder_.in_features = H;
-    m.decoder_.out_features = cfg.vocab_size;
+    if (out != cfg.vocab_size)
+      throw std::runtime_error(w.path() + ": the masked-LM decoder has " + std::to_string(out) +
+                               " rows, config.json vocab_size is " + std::to_string(cfg.vocab_size));
     return m;
   }
-
   // Classification: labels from id2label, else from the classifier's rows.
-  int64_t num_labels = 0;
-  if (!w.has("classifier.weight"))
-    throw std::runtime_error(w.path() + ": missing tensor 'classifier.weight' of the " +
-                             head_kind_name(kind) + " head");
-  const Shape& cs = w.shape_of("classifier.weight");
-  if (cs.size() != 2 || cs[1] != H)
-    throw std::runtime_error(w.path() + ": tensor 'classifier.weight' has shape " + shape_str(cs) +
-                             ", expected [num_labels, " + std::to_string(H) + "]");
-  num_labels = cs[0];
+  const int64_t num_labels = out;
   if (j.contains("id2label") && j["id2label"].is_object() && !j["id2label"].empty()) {
     if ((int64_t)j["id2label"].size() != num_labels)
       throw std::runtime_error(cfg_path + ": id2label has " + std::to_string(j["id2label"].size()) +
@@ -151,46 +239,107 @@ TaskModel TaskModel::load(const std::string& dir, HeadKind want) {
   } else {
     for (int64_t i = 0; i < num_labels; ++i) m.head_.id2label.push_back("LABEL_" + std::to_string(i));
   }
-  m.classifier_ = nn::Linear::load(nn::Vars(w).prefix("classifier"), H, num_labels);
-  if (kind == HeadKind::SequenceClassification && !(w.has("pooler.dense.weight") || w.has("bert.pooler.dense.weight")))
-    throw std::runtime_error(w.path() + ": missing tensor 'bert.pooler.dense.weight': sequence "
-                             "classification reads the pooler output");
   return m;
+}
+
+int64_t TaskModel::max_input_tokens() const {
+  const EncoderConfig& c = encoder_->config();
+  return is_roberta_family(c.model_type) ? c.max_position_embeddings - c.pad_token_id - 1 : c.max_position_embeddings;
+}
+
+std::vector<float> TaskModel::run_stages(std::vector<float> x, int64_t N) const {
+  std::vector<float> y;
+  for (const HeadStage& st : layout_->stages) {
+    const int64_t O = st.linear.out_features;
+    y.assign(N * O, 0.0f);
+    st.linear.forward_inference(y.data(), x.data(), N);
+    if (st.tanh) ops::tanh_forward(y.data(), y.data(), N * O);
+    else if (st.act) ops::activation_forward(y.data(), y.data(), N * O, *st.act);
+    if (st.norm) st.norm->forward_inference(y.data(), y.data(), N);
+    std::swap(x, y);
+  }
+  return x;
 }
 
 Tensor TaskModel::sequence_logits(const Tensor& ids, const Tensor& tt, const Tensor& mask) const {
   EncoderOutput out = encoder_->forward(ids, tt, mask);
-  const int64_t B = ids.size(0);
+  const int64_t B = ids.size(0), L = ids.size(1), H = encoder_->config().hidden_size;
+  std::vector<float> x(B * H, 0.0f);
+  const float* h = out.last_hidden_state.f32();
+  switch (layout_->input) {
+    case HeadInput::PoolerOutput:
+      if (!out.pooler_output.defined()) throw std::logic_error("sequence head reads a pooler the model lacks");
+      std::copy_n(out.pooler_output.f32(), B * H, x.data());
+      break;
+    case HeadInput::FirstToken:
+      for (int64_t b = 0; b < B; ++b) std::copy_n(h + b * L * H, H, x.data() + b * H);
+      break;
+    case HeadInput::MeanTokens:
+      for (int64_t b = 0; b < B; ++b) {
+        int64_t n = 0;
+        for (int64_t l = 0; l < L; ++l) {
+          if (mask.defined() && mask.i64()[b * L + l] == 0) continue;
+          ++n;
+          for (int64_t c = 0; c < H; ++c) x[b * H + c] += h[(b * L + l) * H + c];
+        }
+        for (int64_t c = 0; c < H; ++c) x[b * H + c] /= (float)std::max<int64_t>(n, 1);
+      }
+      break;
+  }
+  std::vector<float> y = run_stages(std::move(x), B);
   Tensor logits = Tensor::empty({B, num_labels()});
-  classifier_.forward_inference(logits.f32(), out.pooler_output.f32(), B);
+  std::copy(y.begin(), y.end(), logits.f32());
   return logits;
 }
 
 Tensor TaskModel::token_logits(const Tensor& ids, const Tensor& tt, const Tensor& mask) const {
   EncoderOutput out = encoder_->forward(ids, tt, mask);
-  const int64_t B = ids.size(0), L = ids.size(1);
+  const int64_t B = ids.size(0), L = ids.size(1), H = encoder_->config().hidden_size;
+  const float* h = out.last_hidden_state.f32();
+  std::vector<float> y = run_stages(std::vector<float>(h, h + B * L * H), B * L);
   Tensor logits = Tensor::empty({B, L, num_labels()});
-  classifier_.forward_inference(logits.f32(), out.last_hidden_state.f32(), B * L);
+  std::copy(y.begin(), y.end(), logits.f32());
   return logits;
 }
 
 Tensor TaskModel::mlm_logits(const Tensor& ids, const Tensor& tt, const Tensor& mask,
                              const std::vector<std::pair<int64_t, int64_t>>& positions) const {
   EncoderOutput out = encoder_->forward(ids, tt, mask);
-  const int64_t L = ids.size(1), H = encoder_->config().hidden_size, V = decoder_.out_features;
+  const int64_t L = ids.size(1), H = encoder_->config().hidden_size;
+  const int64_t V = layout_->stages.back().linear.out_features;
   const int64_t P = (int64_t)positions.size();
-  std::vector<float> h(P * H), t(P * H);
+  std::vector<float> h(P * H);
   for (int64_t p = 0; p < P; ++p) {
     auto [b, l] = positions[p];
     if (b < 0 || b >= ids.size(0) || l < 0 || l >= L) throw std::invalid_argument("mlm_logits: position out of range");
     std::copy_n(out.last_hidden_state.f32() + (b * L + l) * H, H, h.data() + p * H);
   }
-  transform_.forward_inference(t.data(), h.data(), P);
-  ops::activation_forward(t.data(), t.data(), P * H, act_);
-  transform_ln_.forward_inference(t.data(), t.data(), P);
+  std::vector<float> y = run_stages(std::move(h), P);
   Tensor logits = Tensor::empty({P, V});
-  decoder_.forward_inference(logits.f32(), t.data(), P);
+  std::copy(y.begin(), y.end(), logits.f32());
   return logits;
+}
+
+std::string TaskModel::decode_token(int64_t id) const {
+  if (tokenizer_->engine().model_type() == "WordPiece") return tokenizer_->id_to_token(id);
+  std::string s = tokenizer_->decode({id}, false);
+  if (cleanup_) clean_up_tokenization(s);
+  return s;
+}
+
+std::string TaskModel::decode(const std::vector<int64_t>& ids, bool skip_special_tokens) const {
+  const BertTokenizer& tok = *tokenizer_;
+  if (tok.engine().model_type() == "WordPiece") {
+    std::vector<std::string> tokens;
+    for (int64_t id : ids) tokens.push_back(tok.id_to_token(id));
+    return decode_wordpieces(tok, tokens, cleanup_, skip_special_tokens);
+  }
+  std::vector<int64_t> kept;
+  for (int64_t id : ids)
+    if (id != tok.pad_id()) kept.push_back(id);
+  std::string s = tok.decode(kept, skip_special_tokens);
+  if (cleanup_) clean_up_tokenization(s);
+  return s;
 }
 
 BatchTensors make_batch(const std::vector<Encoding>& enc, int64_t pad_id) {
@@ -241,21 +390,7 @@ std::string decode_wordpieces(const BertTokenizer& tok, const std::vector<std::s
     }
     first = false;
   }
-  if (cleanup) {
-    static const std::pair<const char*, const char*> rules[] = {
-        {" .", "."}, {" ?", "?"}, {" !", "!"}, {" ,", ","}, {" ' ", "'"}, {" n't", "n't"},
-        {" 'm", "'m"}, {" 's", "'s"}, {" 've", "'ve"}, {" 're", "'re"}};
-    for (auto [from, to] : rules) {
-      std::string out;
-      const std::string f = from;
-      size_t pos = 0, hit;
-      while ((hit = s.find(f, pos)) != std::string::npos) {
-        out += s.substr(pos, hit - pos) + to;
-        pos = hit + f.size();
-      }
-      s = out + s.substr(pos);
-    }
-  }
+  if (cleanup) clean_up_tokenization(s);
   return s;
 }
 

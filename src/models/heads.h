@@ -1,26 +1,26 @@
-// Hugging Face BERT task heads read from the checkpoint: BertForSequenceClassification (also cross-encoders),
-// BertForTokenClassification and BertForMaskedLM (transformers/models/bert/modeling_bert.py), with the labels of
-// config.json, plus the post-processing the pipelines apply (labels, offsets, decoding).
+// Hugging Face task heads read from the checkpoint: *ForSequenceClassification (also cross-encoders),
+// *ForTokenClassification and *ForMaskedLM of every encoder family (each family's layout in its own file, see
+// models/head_layout.h), with the labels of config.json, plus the post-processing the pipelines apply (labels,
+// offsets, decoding).
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "core/tensor.h"
 #include "models/encoder.h"
+#include "models/head_layout.h"
 #include "nn/layers.h"
 #include "text/bert_tokenizer.h"
 
 namespace tfm {
 
-enum class HeadKind {
-  SequenceClassification,  // logits = classifier(pooler_output): "classifier.weight" [num_labels, H]
-  TokenClassification,     // logits = classifier(last_hidden_state) per token
-  MaskedLM,                // logits = decoder(LayerNorm(act(transform.dense(h)))) + cls.predictions.bias
-};
-const char* head_kind_name(HeadKind k);  // "sequence classification", ...
+// The head layout of config.json model_type ("bert", "roberta", "xlm-roberta", "camembert", "distilbert", ...).
+// Throws std::runtime_error naming the families with heads for any other type.
+const FamilyHeads& family_heads(const std::string& model_type, const std::string& file);
 
 // How a cross-encoder / classifier turns logits into scores.
 enum class ScoreFunction { Sigmoid, Softmax, None };
@@ -42,15 +42,20 @@ struct HeadConfig {
 // has none ("... has no task head (architectures BertModel ...)").
 HeadKind detect_head_kind(const std::string& dir);
 
-// A BERT body with one task head, from DIR/config.json, DIR/model.safetensors and the tokenizer files.
+// An encoder body (make_encoder: any family) with one task head, from DIR/config.json, the checkpoint and the
+// tokenizer files.
 class TaskModel {
  public:
   // The head is chosen from config.json "architectures" (...ForSequenceClassification, ...ForTokenClassification,
-  // ...ForMaskedLM / ...ForPreTraining), or from the tensors when architectures is absent. Body tensor names are
-  // accepted with or without the "bert." prefix. Throws std::runtime_error naming the folder when it has no
-  // head of kind `want` ("... is a BertForMaskedLM checkpoint: it has no sequence classification head"), or when
-  // a tensor the head needs is missing (sequence classification needs the pooler).
-  static TaskModel load(const std::string& dir, HeadKind want);
+  // ...ForMaskedLM / ...ForPreTraining), or from the tensors when architectures is absent; its layout from
+  // model_type (family_heads). Body tensor names are accepted with or without the family's prefix ("bert.",
+  // "roberta.", "distilbert."). Throws std::runtime_error naming the folder when it has no head of kind `want`
+  // ("... is a BertForMaskedLM checkpoint: it has no sequence classification head"), or when a tensor the head
+  // needs is missing (BERT's sequence classification needs the pooler).
+  // dtype: the body's compute type (the heads run in fp32); none: as the folder stores it (int8 for a
+  // `tfm convert --dtype int8` folder, else fp32). *resolved receives the type used.
+  static TaskModel load(const std::string& dir, HeadKind want, std::optional<ops::ComputeType> dtype = std::nullopt,
+                        ops::ComputeType* resolved = nullptr);
 
   // Sequence classification: [B, num_labels]. token_type_ids may be undefined.
   Tensor sequence_logits(const Tensor& input_ids, const Tensor& token_type_ids, const Tensor& attention_mask) const;
@@ -60,26 +65,43 @@ class TaskModel {
   Tensor mlm_logits(const Tensor& input_ids, const Tensor& token_type_ids, const Tensor& attention_mask,
                     const std::vector<std::pair<int64_t, int64_t>>& positions) const;
 
+  // The tokenizer's mask token: tokenizer_config.json / special_tokens_map.json "mask_token", else "[MASK]" or
+  // "<mask>" if the vocabulary has it; -1 when none.
+  int64_t mask_token_id() const { return mask_id_; }
+  const std::string& mask_token() const { return mask_token_; }
+  // tokenizer.decode(ids, skip_special_tokens) as transformers does it (WordPiece: decode_wordpieces; other
+  // tokenizers: the tokenizer.json decoder), then clean_up_tokenization when clean_up_tokenization_spaces.
+  // Pad ids are dropped first, as the fill-mask pipeline does.
+  std::string decode(const std::vector<int64_t>& ids, bool skip_special_tokens) const;
+  // tokenizer.decode([id]), the fill-mask pipeline's token_str (WordPiece: the token, "##" kept).
+  std::string decode_token(int64_t id) const;
+
+  // The longest input the body takes: max_position_embeddings, less pad_token_id + 1 for the RoBERTa family
+  // (whose positions start after the padding index).
+  int64_t max_input_tokens() const;
   HeadKind kind() const { return kind_; }
   const HeadConfig& head_config() const { return head_; }
   int64_t num_labels() const { return (int64_t)head_.id2label.size(); }
   const BertTokenizer& tokenizer() const { return *tokenizer_; }
   const EncoderConfig& encoder_config() const { return encoder_->config(); }
   // True when the decoder weight is the word-embedding matrix (not stored in the file).
-  bool tied_decoder() const { return tied_; }
+  bool tied_decoder() const { return layout_->tied_decoder; }
   // Whether tokenizer_config.json asks decode() to clean up spaces (clean_up_tokenization_spaces, default true).
   bool clean_up_tokenization_spaces() const { return cleanup_; }
 
  private:
   TaskModel() = default;
+  // Rows [N, in] through the head's stages -> [N, out].
+  std::vector<float> run_stages(std::vector<float> x, int64_t N) const;
+
   HeadKind kind_ = HeadKind::SequenceClassification;
   HeadConfig head_;
   std::shared_ptr<EncoderModel> encoder_;
   std::shared_ptr<BertTokenizer> tokenizer_;
-  nn::Linear classifier_, transform_, decoder_;
-  nn::LayerNorm transform_ln_;
-  ops::Activation act_ = ops::Activation::Gelu;
-  bool tied_ = false, cleanup_ = true;
+  std::shared_ptr<const HeadLayout> layout_;
+  std::string mask_token_;
+  int64_t mask_id_ = -1;
+  bool cleanup_ = true;
 };
 
 // Batches of encodings as [B, L] int64 tensors, right-padded with pad_id (mask 0).

@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "models/bert.h"
+#include "models/checkpoint_weights.h"
 
 namespace tfm {
 namespace {
@@ -11,7 +12,43 @@ namespace {
 // Base-model names, then the "roberta."-prefixed names of the *For* heads' checkpoints.
 std::vector<std::string> roberta_aliases(const std::string& name) { return {"roberta." + name}; }
 
+std::optional<HeadKind> detect_roberta_head(const CheckpointWeights& w) {
+  if (w.has("classifier.out_proj.weight")) return HeadKind::SequenceClassification;
+  if (w.has("classifier.weight")) return HeadKind::TokenClassification;
+  if (w.has("lm_head.bias") || w.has("lm_head.dense.weight")) return HeadKind::MaskedLM;
+  return std::nullopt;
+}
+
+HeadLayout load_roberta_head(HeadKind kind, const EncoderConfig& c, CheckpointWeights& w) {
+  const int64_t H = c.hidden_size;
+  HeadLayout head;
+  head.input = HeadInput::FirstToken;  // features[:, 0, :], the <s> token
+  if (kind == HeadKind::SequenceClassification) {
+    HeadStage dense, out_proj;
+    dense.linear = nn::Linear::load(nn::Vars(w).prefix("classifier.dense"), H, H);
+    dense.tanh = true;
+    out_proj.linear = detail::load_head_linear(w, {"classifier.out_proj"}, H);
+    head.stages = {std::move(dense), std::move(out_proj)};
+  } else if (kind == HeadKind::TokenClassification) {
+    HeadStage classifier;
+    classifier.linear = detail::load_head_linear(w, {"classifier"}, H);
+    head.stages = {std::move(classifier)};
+  } else {
+    HeadStage dense, decoder;
+    dense.linear = nn::Linear::load(nn::Vars(w).prefix("lm_head.dense"), H, H);
+    dense.act = ops::Activation::Gelu;  // RobertaLMHead calls gelu whatever hidden_act says
+    dense.norm = detail::load_head_layer_norm(w, "lm_head.layer_norm", H, (float)c.layer_norm_eps);
+    decoder.linear = detail::load_vocab_decoder(
+        w, {"lm_head.decoder.weight"}, {"roberta.embeddings.word_embeddings.weight", "embeddings.word_embeddings.weight"},
+        {"lm_head.bias", "lm_head.decoder.bias"}, c.vocab_size, H, &head.tied_decoder);
+    head.stages = {std::move(dense), std::move(decoder)};
+  }
+  return head;
+}
+
 }  // namespace
+
+FamilyHeads roberta_heads() { return {detect_roberta_head, load_roberta_head}; }
 
 // modeling_roberta.py: RobertaEmbeddings (positions from padding_idx) in front of BERT's encoder and pooler.
 std::unique_ptr<EncoderModel> make_roberta(const EncoderConfig& config, WeightSource& weights, ops::ComputeType dtype) {

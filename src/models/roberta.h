@@ -4,6 +4,7 @@
 #include <memory>
 
 #include "models/encoder.h"
+#include "models/head_layout.h"
 
 namespace tfm {
 // Weight names as RobertaModel.state_dict() writes them ("embeddings.word_embeddings.weight",
@@ -19,4 +20,11 @@ namespace tfm {
 // dtype and prequantised int8 weights behave as for make_bert.
 std::unique_ptr<EncoderModel> make_roberta(const EncoderConfig& config, WeightSource& weights,
                                            ops::ComputeType dtype = ops::ComputeType::F32);
+
+// modeling_roberta.py heads (also XLMRoberta*, Camembert*): RobertaForSequenceClassification's
+// RobertaClassificationHead on <s> (h[:, 0] -> classifier.dense -> tanh -> classifier.out_proj; no pooler),
+// RobertaForTokenClassification (classifier per token), RobertaForMaskedLM's RobertaLMHead (lm_head.dense ->
+// gelu -> lm_head.layer_norm (layer_norm_eps) -> decoder tied to the word embeddings unless "lm_head.decoder.weight"
+// is stored, + lm_head.bias).
+FamilyHeads roberta_heads();
 }  // namespace tfm

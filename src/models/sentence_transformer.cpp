@@ -109,7 +109,8 @@ SentenceTransformer SentenceTransformer::load(const std::string& dir, const Sent
 
   EncoderConfig cfg = EncoderConfig::load(transformer_dir + "/config.json");
   CheckpointWeights w(transformer_dir);
-  m.encoder_ = make_encoder(cfg, w, w.stored_compute_type());  // an int8 folder computes in int8
+  m.compute_type_ = opt.dtype ? *opt.dtype : w.stored_compute_type();  // an int8 folder computes in int8 by default
+  m.encoder_ = make_encoder(cfg, w, m.compute_type_);
   m.tokenizer_ = std::make_shared<BertTokenizer>(BertTokenizer::from_dir(transformer_dir));
   if (m.tokenizer_->vocab_size() > cfg.vocab_size)
     throw std::runtime_error(transformer_dir + ": tokenizer vocabulary (" + std::to_string(m.tokenizer_->vocab_size()) +
@@ -123,37 +124,22 @@ SentenceTransformer SentenceTransformer::load(const std::string& dir, const Sent
   if (m.max_seq_length_ < 2) throw std::invalid_argument("max_seq_length must be at least 2 ([CLS] and [SEP])");
 
   // Prompts: config_sentence_transformers.json {"prompts": {name: text}, "default_prompt_name": name}.
-  std::map<std::string, std::string> prompts;
   std::string default_prompt;
   const std::string pc = dir + "/config_sentence_transformers.json";
+  m.prompts_file_ = pc;
   if (fs::exists(pc)) {
     nlohmann::json j = load_json_file(pc);
     if (j.contains("prompts") && j["prompts"].is_object())
       for (auto& [k, v] : j["prompts"].items()) {
         if (!v.is_string()) throw std::runtime_error(pc + ": prompt '" + k + "' is not a string");
-        prompts[k] = v.get<std::string>();
+        m.prompts_[k] = v.get<std::string>();
       }
     default_prompt = json_string_or(j, "default_prompt_name", "", pc);
   }
   if (!opt.prompt.empty()) {
-    m.prompt_ = opt.prompt;
+    m.set_prompt(opt.prompt);
   } else {
-    std::string name = !opt.prompt_name.empty() ? opt.prompt_name : opt.no_prompt ? "" : default_prompt;
-    if (!name.empty()) {
-      auto it = prompts.find(name);
-      if (it == prompts.end()) {
-        std::string names;
-        for (auto& [k, v] : prompts) names += (names.empty() ? "" : ", ") + k;
-        throw std::invalid_argument("prompt name '" + name + "' is not in " + pc +
-                                    (names.empty() ? std::string(" (it has no prompts)") : " (prompts: " + names + ")"));
-      }
-      m.prompt_ = it->second;
-    }
-  }
-  if (!m.prompt_.empty()) {
-    // sentence-transformers: len(tokenize([prompt]).input_ids) - 1 (the final [SEP] is not part of the prompt).
-    std::string p = m.do_lower_case_ ? lower_utf8(m.prompt_) : m.prompt_;
-    m.prompt_length_ = (int64_t)m.tokenizer_->encode(p, nullptr, true, m.max_seq_length_).input_ids.size() - 1;
+    m.set_prompt(m.prompt_text(!opt.prompt_name.empty() ? opt.prompt_name : opt.no_prompt ? "" : default_prompt));
   }
 
   const int64_t H = cfg.hidden_size;
@@ -184,7 +170,7 @@ Tensor SentenceTransformer::embed(const std::vector<const Encoding*>& batch) con
   Tensor ids = stack(batch, &Encoding::input_ids, L);
   Tensor tt = stack(batch, &Encoding::token_type_ids, L);
   Tensor mask = stack(batch, &Encoding::attention_mask, L);
-  EncoderOutput out = encoder_->forward(ids, tt, mask);
+  EncoderOutput out = encoder_->forward_unpadded(ids, tt, mask);  // pooling reads the real tokens only
   Tensor x = pool(pooling_, out.last_hidden_state, mask, prompt_length_);
   for (const DenseModule& d : dense_) x = d.forward(x);
   if (normalize_) l2_normalize_rows(x);
@@ -207,6 +193,47 @@ Tensor SentenceTransformer::encode(const std::vector<std::string>& texts) const 
   std::vector<const Encoding*> ptrs;
   for (const auto& e : enc) ptrs.push_back(&e);
   return embed(ptrs);
+}
+
+const std::string& SentenceTransformer::prompt_text(const std::string& name) const {
+  static const std::string none;
+  if (name.empty()) return none;
+  auto it = prompts_.find(name);
+  if (it == prompts_.end()) {
+    std::string names;
+    for (auto& [k, v] : prompts_) names += (names.empty() ? "" : ", ") + k;
+    throw std::invalid_argument("prompt name '" + name + "' is not in " + prompts_file_ +
+                                (names.empty() ? std::string(" (it has no prompts)") : " (prompts: " + names + ")"));
+  }
+  return it->second;
+}
+
+void SentenceTransformer::set_prompt(const std::string& text) {
+  prompt_ = text;
+  prompt_length_ = 0;
+  if (!prompt_.empty()) {
+    // sentence-transformers: len(tokenize([prompt]).input_ids) - 1 (the final [SEP] is not part of the prompt).
+    std::string p = do_lower_case_ ? lower_utf8(prompt_) : prompt_;
+    prompt_length_ = (int64_t)tokenizer_->encode(p, nullptr, true, max_seq_length_).input_ids.size() - 1;
+  }
+}
+
+SentenceTransformer SentenceTransformer::with_prompt(const std::string& name) const {
+  SentenceTransformer m = *this;  // shares the encoder, tokenizer and Dense weights
+  m.set_prompt(prompt_text(name));
+  return m;
+}
+
+SentenceTransformer SentenceTransformer::with_normalize(bool normalize) const {
+  SentenceTransformer m = *this;
+  m.normalize_ = normalize;
+  return m;
+}
+
+std::vector<std::string> SentenceTransformer::prompt_names() const {
+  std::vector<std::string> v;
+  for (auto& [k, t] : prompts_) v.push_back(k);
+  return v;
 }
 
 std::string SentenceTransformer::describe() const {

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -28,6 +29,9 @@ struct SentenceTransformerOptions {
   // Truncation length in tokens incl. [CLS]/[SEP]; 0 = sentence_bert_config.json max_seq_length, else
   // min(tokenizer model_max_length, max_position_embeddings).
   int64_t max_seq_length = 0;
+  // Compute type of the Transformer module's Linear layers; none: as its folder stores them (int8 for a
+  // `tfm convert --dtype int8` folder, else fp32). Pooling, Dense and Normalize stay fp32.
+  std::optional<ops::ComputeType> dtype;
 };
 
 class SentenceTransformer {
@@ -57,11 +61,21 @@ class SentenceTransformer {
   int64_t max_seq_length() const { return max_seq_length_; }
   const BertTokenizer& tokenizer() const { return *tokenizer_; }
   const EncoderConfig& encoder_config() const { return encoder_->config(); }
+  ops::ComputeType compute_type() const { return compute_type_; }  // the Transformer module's
   // "Transformer(bert, max_seq_length 128) -> Pooling(mean) -> Normalize"
   std::string describe() const;
   // The prompt in use ("" if none) and its length in tokens as sentence-transformers counts it ([CLS] + prompt).
   const std::string& prompt() const { return prompt_; }
   int64_t prompt_length() const { return prompt_length_; }
+  // A copy sharing this one's weights whose prompt is config_sentence_transformers.json's prompts[name] ("": no
+  // prompt), as SentenceTransformer.encode(prompt_name=name). Throws std::invalid_argument for an unknown name
+  // (the message lists the folder's names).
+  SentenceTransformer with_prompt(const std::string& name) const;
+  // A copy sharing this one's weights with (true) or without (false) the final L2 normalisation.
+  SentenceTransformer with_normalize(bool normalize) const;
+  bool normalizes() const { return normalize_; }
+  // The names of config_sentence_transformers.json "prompts", sorted.
+  std::vector<std::string> prompt_names() const;
 
  private:
   SentenceTransformer() = default;
@@ -74,7 +88,12 @@ class SentenceTransformer {
   int64_t max_seq_length_ = 512;
   std::string prompt_;
   int64_t prompt_length_ = 0;
+  std::map<std::string, std::string> prompts_;  // config_sentence_transformers.json "prompts"
+  std::string prompts_file_;
+  const std::string& prompt_text(const std::string& name) const;  // prompts_[name]; "" for ""; throws unknown
+  void set_prompt(const std::string& text);                       // prompt_ and prompt_length_
   int64_t dim_ = 0;
+  ops::ComputeType compute_type_ = ops::ComputeType::F32;
 };
 
 }  // namespace tfm

@@ -54,10 +54,18 @@ class TutorialEncoder : public EncoderModel {
     for (int64_t l = 0; l < c.num_hidden_layers; ++l) layers_.push_back(tutorial_layer(vb.prefix("layers").prefix(l), c, ct));
   }
 
-  EncoderOutput forward(const Tensor& input_ids, const Tensor& token_type_ids, const Tensor& attention_mask,
+  // token_type_ids are accepted for interface symmetry; this architecture has no segment embeddings.
+  EncoderOutput forward(const Tensor& input_ids, const Tensor&, const Tensor& attention_mask,
                         bool all_layers) const override {
+    return run(input_ids, attention_mask, all_layers, /*unpadded=*/false);
+  }
+  EncoderOutput forward_unpadded(const Tensor& input_ids, const Tensor&, const Tensor& attention_mask) const override {
+    return run(input_ids, attention_mask, false, /*unpadded=*/true);
+  }
+
+ private:
+  EncoderOutput run(const Tensor& input_ids, const Tensor& attention_mask, bool all_layers, bool unpadded) const {
     const EncoderConfig& c = config_;
-    // token_type_ids are accepted for interface symmetry; this architecture has no segment embeddings.
     std::vector<float> key_mask = detail::check_encoder_inputs(c, input_ids, Tensor(), attention_mask);
     const int64_t B = input_ids.size(0), L = input_ids.size(1), H = c.hidden_size;
     const int64_t N = B * L, NL = c.num_hidden_layers;
@@ -74,23 +82,14 @@ class TutorialEncoder : public EncoderModel {
     emb_ln_.forward_inference(X, X, N);
     if (all_layers) std::memcpy(hs.f32(), X, sizeof(float) * N * H);
 
-    ops::AttentionMask mask;
-    if (attention_mask.defined()) mask.key_mask = key_mask.data();
-    // Pre-LN layers chain their LayerNorms: the scratch's h holds the next layer's norm1(x) on entry.
-    nn::BlockScratch scratch;
-    scratch.h.resize(N * H);
-    if (NL > 0) layers_[0].norm1.forward_inference(scratch.h.data(), X, N);
-    for (int64_t l = 0; l < NL; ++l) {
-      layers_[l].forward_inference(X, B, L, mask, scratch, l + 1 < NL ? &layers_[l + 1].norm1 : nullptr);
-      if (all_layers) std::memcpy(hs.f32() + (l + 1) * N * H, X, sizeof(float) * N * H);
-    }
+    nn::encoder_stack_inference(layers_, X, B, L, attention_mask.defined() ? key_mask.data() : nullptr, unpadded,
+                                all_layers ? hs.f32() : nullptr);
     EncoderOutput out;
     out.last_hidden_state = x;
     out.hidden_states = hs;
     return out;
   }
 
- private:
   nn::Param tok_, pos_;
   nn::LayerNorm emb_ln_;
   std::vector<nn::EncoderBlock> layers_;

@@ -66,10 +66,31 @@ void MultiHeadAttention::forward_inference(float* out, const float* x, int64_t B
     ops::AttentionDims dims{B_, L, L, num_heads, head_dim()};
     dims.q_ld = dims.k_ld = dims.v_ld = 3 * H;  // heads read in place from the fused QKV rows
     dims.out_ld = H;
+    dims.bf16 = qkv.packed.compute_type() == ops::ComputeType::BF16;  // a bf16 model's attention in bf16 too
     ops::attention_forward(ctx_buf, nullptr, qkv_buf, qkv_buf + H, qkv_buf + 2 * H, dims, mask);
   }
   OpTimer t("attn_out_gemm");
   output.forward_inference(out, ctx_buf, N);
+}
+
+void MultiHeadAttention::forward_inference(float* out, const float* x, const Varlen& seqs, float* qkv_buf,
+                                           float* ctx_buf) const {
+  const int64_t H = hidden_size, T = seqs.tokens();
+  {
+    OpTimer t("qkv_gemm");
+    qkv.forward_inference(qkv_buf, x, T);
+  }
+  {
+    OpTimer t("attention");
+    ops::AttentionDims dims{seqs.batch, seqs.max_len, seqs.max_len, num_heads, head_dim()};
+    dims.q_ld = dims.k_ld = dims.v_ld = 3 * H;
+    dims.out_ld = H;
+    dims.seq_offsets = seqs.offsets;
+    dims.bf16 = qkv.packed.compute_type() == ops::ComputeType::BF16;
+    ops::attention_forward(ctx_buf, nullptr, qkv_buf, qkv_buf + H, qkv_buf + 2 * H, dims, ops::AttentionMask{});
+  }
+  OpTimer t("attn_out_gemm");
+  output.forward_inference(out, ctx_buf, T);
 }
 
 namespace dp = decode_profile;

@@ -12,6 +12,16 @@
 
 namespace tfm::nn {
 
+// An unpadded batch ("remove padding", as text-embeddings-inference and FasterTransformer): `batch` sentences'
+// tokens concatenated into one [T, H] matrix, sentence b at rows [offsets[b], offsets[b + 1]); T = offsets[batch].
+// The projections, LayerNorms and feed-forwards run on the T real tokens; attention runs per sentence.
+struct Varlen {
+  int64_t batch = 0;
+  const int64_t* offsets = nullptr;  // [batch + 1], non-decreasing, offsets[0] = 0
+  int64_t max_len = 0;               // the longest sentence (scratch sizing)
+  int64_t tokens() const { return offsets[batch]; }
+};
+
 struct MultiHeadAttention {
   Linear query, key, value, output;  // [H, H] each (training and unfused inference)
   Linear qkv;                        // optional fused self-attention projection [3H, H]: q | k | v columns
@@ -26,9 +36,13 @@ struct MultiHeadAttention {
   void backward(const float* dout, float* dxq, float* dxkv);
 
   // Self-attention on the fused packed qkv, nothing saved. x, out: [B, L, H]; qkv_buf: [B * L, 3H] and
-  // ctx_buf: [B * L, H] scratch. Thread-safe.
+  // ctx_buf: [B * L, H] scratch. Thread-safe. With qkv packed in bf16 the attention products run in bf16 too
+  // (ops::AttentionDims::bf16).
   void forward_inference(float* out, const float* x, int64_t B, int64_t L, const ops::AttentionMask& mask,
                          float* qkv_buf, float* ctx_buf) const;
+  // The same on an unpadded batch: x, out [T, H] (T = seqs.tokens()); qkv_buf [T, 3H], ctx_buf [T, H]. Each
+  // sentence's rows equal forward_inference's rows for it in a padded batch with a key_mask of its length.
+  void forward_inference(float* out, const float* x, const Varlen& seqs, float* qkv_buf, float* ctx_buf) const;
 
   // One decoder step of self-attention. x: [R, H] this step's inputs; their keys and values are written to
   // rows `new_k`, `new_v` ([R, H] inside the cache buffers kv.k, kv.v), then each row attends over kv.

@@ -1,5 +1,6 @@
 #include "nn/transformer_block.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "core/profile.h"
@@ -151,37 +152,117 @@ void EncoderBlock::backward(const float* dout, float* dx) {
   }
 }
 
-void EncoderBlock::forward_inference(float* X, int64_t B, int64_t L, const ops::AttentionMask& mask, BlockScratch& s,
-                                     const LayerNorm* next_norm) const {
-  const int64_t Hd = attention.hidden_size, n = B * L, I = ffn.linear1.out_features;
+namespace {
+
+// The inference body of an encoder block on n token rows; attend(out, x) is the self-attention sublayer (padded
+// batch or unpadded).
+template <class Attend>
+void block_inference(const EncoderBlock& blk, float* X, int64_t n, BlockScratch& s, const LayerNorm* next_norm,
+                     Attend&& attend) {
+  const int64_t Hd = blk.attention.hidden_size, I = blk.ffn.linear1.out_features;
   s.qkv.resize(n * 3 * Hd);
   s.ctx.resize(n * Hd);
   s.inter.resize(n * I);
-  if (!norm_first) {
+  if (!blk.norm_first) {
     // a = LN1(W_o attention(x) + x); x = LN2(FFN(a) + a)
     s.a.resize(n * Hd);
     float* a = s.a.data();
-    attention.forward_inference(a, X, B, L, mask, s.qkv.data(), s.ctx.data());
+    attend(a, X);
     {
       OpTimer t("add_layernorm");
-      norm1.add_forward_inference(a, nullptr, a, X, n);
+      blk.norm1.add_forward_inference(a, nullptr, a, X, n);
     }
-    ffn.forward_inference(X, a, s.inter.data(), n);
+    blk.ffn.forward_inference(X, a, s.inter.data(), n);
     OpTimer t("add_layernorm");
-    norm2.add_forward_inference(X, nullptr, X, a, n);
+    blk.norm2.add_forward_inference(X, nullptr, X, a, n);
     return;
   }
   // x = x + attention(LN1(x)); x = x + FFN(LN2(x)). Each residual add is fused into the LayerNorm that follows
   // it: x += f and h = LN(x) in one pass (the sum written back into x).
   float* h = s.h.data();
-  attention.forward_inference(h, h, B, L, mask, s.qkv.data(), s.ctx.data());
-  norm2.add_forward_inference(h, X, X, h, n);  // x += attention; h = LN2(x)
-  ffn.forward_inference(h, h, s.inter.data(), n);
+  attend(h, h);
+  blk.norm2.add_forward_inference(h, X, X, h, n);  // x += attention; h = LN2(x)
+  blk.ffn.forward_inference(h, h, s.inter.data(), n);
   if (next_norm) {
     next_norm->add_forward_inference(h, X, X, h, n);  // x += FFN; h = LN1'(x)
   } else {
     for (int64_t i = 0; i < n * Hd; ++i) X[i] += h[i];
   }
+}
+
+}  // namespace
+
+void EncoderBlock::forward_inference(float* X, int64_t B, int64_t L, const ops::AttentionMask& mask, BlockScratch& s,
+                                     const LayerNorm* next_norm) const {
+  block_inference(*this, X, B * L, s, next_norm, [&](float* out, const float* x) {
+    attention.forward_inference(out, x, B, L, mask, s.qkv.data(), s.ctx.data());
+  });
+}
+
+void EncoderBlock::forward_inference(float* X, const Varlen& seqs, BlockScratch& s, const LayerNorm* next_norm) const {
+  block_inference(*this, X, seqs.tokens(), s, next_norm, [&](float* out, const float* x) {
+    attention.forward_inference(out, x, seqs, s.qkv.data(), s.ctx.data());
+  });
+}
+
+void encoder_stack_inference(const std::vector<EncoderBlock>& layers, float* X, int64_t B, int64_t L,
+                             const float* key_mask, bool unpadded, float* hidden_states) {
+  const int64_t NL = (int64_t)layers.size();
+  if (NL == 0) return;
+  const int64_t H = layers[0].attention.hidden_size, N = B * L;
+  bool padded = false;
+  if (key_mask)
+    for (int64_t i = 0; i < N && !padded; ++i) padded = key_mask[i] == 0.0f;
+  const bool pre_ln = layers[0].norm_first;
+  BlockScratch s;  // activation buffers, reused by every layer
+  if (!(padded && unpadded)) {
+    ops::AttentionMask mask;
+    if (padded) mask.key_mask = key_mask;
+    if (pre_ln) {  // pre-LN layers chain their LayerNorms: s.h holds the next layer's norm1(x) on entry
+      s.h.resize(N * H);
+      layers[0].norm1.forward_inference(s.h.data(), X, N);
+    }
+    for (int64_t l = 0; l < NL; ++l) {
+      layers[l].forward_inference(X, B, L, mask, s, pre_ln && l + 1 < NL ? &layers[l + 1].norm1 : nullptr);
+      if (hidden_states) std::memcpy(hidden_states + (l + 1) * N * H, X, sizeof(float) * N * H);
+    }
+    return;
+  }
+  // Unpadded: the real tokens gathered in order, sentence after sentence; rows[t] is token t's padded row.
+  std::vector<int64_t> offsets(B + 1, 0), rows;
+  rows.reserve(N);
+  int64_t max_len = 0;
+  for (int64_t b = 0; b < B; ++b) {
+    for (int64_t i = 0; i < L; ++i)
+      if (key_mask[b * L + i] != 0.0f) rows.push_back(b * L + i);
+    offsets[b + 1] = (int64_t)rows.size();
+    max_len = std::max(max_len, offsets[b + 1] - offsets[b]);
+  }
+  const int64_t T = (int64_t)rows.size();
+  if (T == 0) {  // nothing but padding
+    std::memset(X, 0, sizeof(float) * N * H);
+    if (hidden_states) std::memset(hidden_states + N * H, 0, sizeof(float) * NL * N * H);
+    return;
+  }
+  const Varlen seqs{B, offsets.data(), max_len};
+  std::vector<float> packed(T * H);
+  float* P = packed.data();
+  auto scatter = [&](float* dst) {  // padded rows zero
+    std::memset(dst, 0, sizeof(float) * N * H);
+#pragma omp parallel for if (T * H > 65536)
+    for (int64_t t = 0; t < T; ++t) std::memcpy(dst + rows[t] * H, P + t * H, sizeof(float) * H);
+  };
+#pragma omp parallel for if (T * H > 65536)
+  for (int64_t t = 0; t < T; ++t) std::memcpy(P + t * H, X + rows[t] * H, sizeof(float) * H);
+  if (pre_ln) {
+    s.h.resize(T * H);
+    layers[0].norm1.forward_inference(s.h.data(), P, T);
+  }
+  for (int64_t l = 0; l < NL; ++l) {
+    layers[l].forward_inference(P, seqs, s, pre_ln && l + 1 < NL ? &layers[l + 1].norm1 : nullptr);
+    if (hidden_states) scatter(hidden_states + (l + 1) * N * H);
+  }
+  scatter(X);
 }
 
 // ---------------------------------------------------------------- decoder block

@@ -9,6 +9,7 @@
 // names come from the composition file (models/), which loads each from its checkpoint prefix.
 #pragma once
 #include <cstdint>
+#include <vector>
 
 #include "nn/attention.h"
 #include "nn/layers.h"
@@ -48,12 +49,26 @@ struct EncoderBlock {
   // Thread-safe (writes only X and s).
   void forward_inference(float* X, int64_t B, int64_t L, const ops::AttentionMask& mask, BlockScratch& s,
                          const LayerNorm* next_norm = nullptr) const;
+  // The same on an unpadded batch X [T, H] (nn/attention.h Varlen; T = seqs.tokens()): the GEMMs, LayerNorms
+  // and activations run on the T real tokens, attention per sentence. Sentence b's rows equal the padded call's
+  // rows for it (key_mask marking its tokens). Pre-LN: s.h [T, H] as above.
+  void forward_inference(float* X, const Varlen& seqs, BlockScratch& s, const LayerNorm* next_norm = nullptr) const;
 
   // Saved state.
   Residual r1, r2;
   Buf attn_out, Y, ffn_out, dY, d_attn, d_ffn;
   int64_t N = 0, H = 0;
 };
+
+// Inference through an encoder's layers (post-LN or pre-LN, chained as forward_inference describes) on its
+// embeddings X [B, L, H], in place. key_mask: [B, L] (1 = real token, 0 = padding) or null (no padding).
+// unpadded = false: the padded batch with key_mask as the attention key mask (the Hugging Face result at every
+// position, padding included). unpadded = true and some padding: the real tokens are gathered (in row order,
+// sentence after sentence, any mask pattern) and every layer runs on them only (Varlen); the rows of X at
+// padded positions are then written 0, the real rows equal the padded call's. hidden_states: [NL + 1, B, L, H]
+// or null: slot l + 1 receives layer l's output in the same layout (slot 0, the embeddings, is the caller's). Thread-safe.
+void encoder_stack_inference(const std::vector<EncoderBlock>& layers, float* X, int64_t B, int64_t L,
+                             const float* key_mask, bool unpadded, float* hidden_states = nullptr);
 
 // One decoder layer's cached keys and values for incremental decoding (decode/decoder_cache.h holds one per layer
 // and the row indices).

@@ -1,10 +1,14 @@
 #include "ops/attention.h"
 
 #include <cmath>
+#include <stdexcept>
 #include <vector>
+
+#include <immintrin.h>
 
 #include "ops/attention_train.h"
 #include "ops/gemm.h"
+#include "ops/gemm_bf16.h"
 #include "ops/isa.h"
 #include "ops/vec_math.h"
 
@@ -119,6 +123,7 @@ struct FlashArgs {
 // Per-thread scratch of the blocked kernel.
 struct FlashScratch {
   std::vector<float> kt, qs, s, o, m, l;
+  std::vector<uint32_t> kt2, vt2, q2, p2;  // the bf16 copy's packed pairs
 };
 
 // W floats per vector, BK = NV * W keys per block, R query rows per tile.
@@ -291,13 +296,169 @@ TFM_TARGET_AVX512 void flash_task_avx512(const FlashArgs& a, int64_t bh, int64_t
   flash_task<16, 4, 6>(a, bh, i0, i1, sc);
 }
 
+// ---------------------------------------------------------------- the bf16 copy (AVX512-BF16)
+//
+// flash_task's order with both products as vdpbf16ps (per fp32 lane: a[2i] b[2i] + a[2i+1] b[2i+1], fp32
+// accumulate). Operands are bf16 pairs in 32-bit words, low half first: S = q K^T pairs adjacent head_dim
+// elements (K packed per block as kt2[pair][key]), O += P V pairs adjacent keys (V packed per block as
+// vt2[key pair][head_dim]). head_dim % 16 == 0. Masking, the online softmax and the sums run in fp32 as there.
+
+TFM_ALWAYS_INLINE uint32_t bf16_pair(float lo, float hi) {
+  return (uint32_t)to_bf16(lo) | ((uint32_t)to_bf16(hi) << 16);
+}
+
+TFM_TARGET_AVX512_BF16 void flash_task_bf16(const FlashArgs& a, int64_t bh, int64_t i_begin, int64_t i_end,
+                                            FlashScratch& sc) {
+  constexpr int W = 16, NV = 4, BK = NV * W, R = 6, BP = BK / 2;
+  const AttentionDims& d = *a.d;
+  const AttentionMask& mk = *a.mask;
+  const int64_t H = d.num_heads, Lq = d.q_len, Lk = d.kv_len, Dh = d.head_dim, Dp = Dh / 2, nvec = Dh / W;
+  const int64_t b = bh / H, h = bh % H;
+  const float* qb = a.q + b * Lq * d.q_ld + h * Dh;
+  const float* kb = a.k + b * d.k_bs + h * Dh;
+  const float* vb = a.v + b * d.v_bs + h * Dh;
+  float* ob = a.out + b * Lq * d.out_ld + h * Dh;
+  int64_t kmax = 0;
+  for (int64_t i = i_begin; i < i_end; ++i) {
+    int64_t lim = mk.key_limit(b, i, Lq, Lk);
+    kmax = lim > kmax ? lim : kmax;
+  }
+  const int64_t nblk_used = (kmax + BK - 1) / BK;
+  sc.kt2.resize(nblk_used * Dp * BK);
+  sc.vt2.resize(nblk_used * BP * Dh);
+  for (int64_t blk = 0; blk < nblk_used; ++blk) {
+    uint32_t* kt = sc.kt2.data() + blk * Dp * BK;
+    uint32_t* vt = sc.vt2.data() + blk * BP * Dh;
+    const int64_t j0 = blk * BK, nk = Lk - j0 < BK ? Lk - j0 : BK;
+    for (int64_t j = 0; j < BK; ++j) {
+      const float* kr = j < nk ? kb + (j0 + j) * d.k_ld : nullptr;
+      for (int64_t cp = 0; cp < Dp; ++cp) kt[cp * BK + j] = kr ? bf16_pair(kr[2 * cp], kr[2 * cp + 1]) : 0u;
+    }
+    for (int64_t jp = 0; jp < BP; ++jp) {
+      const int64_t j = 2 * jp;
+      const float* v0 = j < nk ? vb + (j0 + j) * d.v_ld : nullptr;
+      const float* v1 = j + 1 < nk ? vb + (j0 + j + 1) * d.v_ld : nullptr;
+      for (int64_t c = 0; c < Dh; ++c) vt[jp * Dh + c] = bf16_pair(v0 ? v0[c] : 0.0f, v1 ? v1[c] : 0.0f);
+    }
+  }
+  sc.q2.resize(R * Dp);
+  sc.p2.resize(R * BP);
+  sc.s.resize(R * BK);
+  sc.o.resize(R * Dh);
+  uint32_t* q2 = sc.q2.data();
+  uint32_t* p2 = sc.p2.data();
+  float* S = sc.s.data();
+  float* O = sc.o.data();
+  for (int64_t i0 = i_begin; i0 < i_end; i0 += R) {
+    const int64_t nr = i_end - i0 < R ? i_end - i0 : R;
+    float m[R], l[R];
+    int64_t lim[R];
+    int64_t tile_lim = 0;
+    for (int r = 0; r < R; ++r) {
+      const int64_t i = i0 + (r < nr ? r : nr - 1);
+      lim[r] = mk.key_limit(b, i, Lq, Lk);
+      tile_lim = lim[r] > tile_lim ? lim[r] : tile_lim;
+      m[r] = -INFINITY;
+      l[r] = 0.0f;
+      const float* qr = qb + i * d.q_ld;
+      for (int64_t cp = 0; cp < Dp; ++cp) q2[r * Dp + cp] = bf16_pair(qr[2 * cp] * d.scale, qr[2 * cp + 1] * d.scale);
+      for (int64_t c = 0; c < Dh; ++c) O[r * Dh + c] = 0.0f;
+    }
+    const int64_t tile_blocks = (tile_lim + BK - 1) / BK;
+    for (int64_t blk = 0; blk < tile_blocks; ++blk) {
+      const int64_t j0 = blk * BK, nk = Lk - j0 < BK ? Lk - j0 : BK;
+      {
+        const uint32_t* kt = sc.kt2.data() + blk * Dp * BK;
+        __m512 acc[R][NV];
+        for (int r = 0; r < R; ++r)
+          for (int u = 0; u < NV; ++u) acc[r][u] = _mm512_setzero_ps();
+        for (int64_t cp = 0; cp < Dp; ++cp) {
+          __m512bh kv[NV];
+          for (int u = 0; u < NV; ++u) kv[u] = (__m512bh)_mm512_loadu_si512(kt + cp * BK + u * W);
+          for (int r = 0; r < R; ++r) {
+            const __m512bh qv = (__m512bh)_mm512_set1_epi32((int)q2[r * Dp + cp]);
+            for (int u = 0; u < NV; ++u) acc[r][u] = _mm512_dpbf16_ps(acc[r][u], qv, kv[u]);
+          }
+        }
+        for (int r = 0; r < R; ++r)
+          for (int u = 0; u < NV; ++u) _mm512_storeu_ps(S + r * BK + u * W, acc[r][u]);
+      }
+      for (int r = 0; r < R; ++r) {
+        const int64_t i = i0 + (r < nr ? r : nr - 1);
+        float* s = S + r * BK;
+        const int64_t nvis = lim[r] - j0 < nk ? (lim[r] - j0 < 0 ? 0 : lim[r] - j0) : nk;
+        const float* km = mk.key_mask ? mk.key_mask + b * Lk + j0 : nullptr;
+        const float* gm = mk.mask ? mk.mask + (b * Lq + i) * Lk + j0 : nullptr;
+        if (km || gm) {
+          for (int64_t j = 0; j < nvis; ++j)
+            if ((km && km[j] == 0.0f) || (gm && gm[j] == 0.0f)) s[j] = -INFINITY;
+        }
+        for (int64_t j = nvis; j < BK; ++j) s[j] = -INFINITY;
+        float bm = -INFINITY;
+        for (int64_t j = 0; j < BK; ++j) bm = s[j] > bm ? s[j] : bm;
+        const float m_new = bm > m[r] ? bm : m[r];
+        if (m_new == -INFINITY) {
+          for (int64_t j = 0; j < BP; ++j) p2[r * BP + j] = 0u;
+          continue;
+        }
+        const float alpha = vm::fast_exp(m[r] - m_new);
+        float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+        for (int64_t j = 0; j < BK; ++j) {
+          float p = vm::fast_exp(s[j] - m_new);
+          s[j] = p;
+          sum += p;
+        }
+        for (int64_t jp = 0; jp < BP; ++jp) p2[r * BP + jp] = bf16_pair(s[2 * jp], s[2 * jp + 1]);
+        l[r] = l[r] * alpha + sum;
+        m[r] = m_new;
+        float* orow = O + r * Dh;
+#pragma omp simd
+        for (int64_t c = 0; c < Dh; ++c) orow[c] *= alpha;
+      }
+      // O[R][Dh] += P V_blk: per key pair one broadcast of (p_j, p_j+1) and one dot product per 16 columns.
+      const uint32_t* vt = sc.vt2.data() + blk * BP * Dh;
+      const int64_t np = (nk + 1) / 2;
+      for (int64_t cv0 = 0; cv0 < nvec; cv0 += 4) {
+        const int64_t ncv = nvec - cv0 < 4 ? nvec - cv0 : 4;
+        const int64_t c0 = cv0 * W;
+        __m512 acc[R][4];
+        for (int r = 0; r < R; ++r)
+          for (int u = 0; u < ncv; ++u) acc[r][u] = _mm512_loadu_ps(O + r * Dh + c0 + u * W);
+        for (int64_t jp = 0; jp < np; ++jp) {
+          __m512bh vv[4];
+          for (int u = 0; u < ncv; ++u) vv[u] = (__m512bh)_mm512_loadu_si512(vt + jp * Dh + c0 + u * W);
+          for (int r = 0; r < R; ++r) {
+            const __m512bh pv = (__m512bh)_mm512_set1_epi32((int)p2[r * BP + jp]);
+            for (int u = 0; u < ncv; ++u) acc[r][u] = _mm512_dpbf16_ps(acc[r][u], pv, vv[u]);
+          }
+        }
+        for (int r = 0; r < R; ++r)
+          for (int u = 0; u < ncv; ++u) _mm512_storeu_ps(O + r * Dh + c0 + u * W, acc[r][u]);
+      }
+    }
+    for (int64_t r = 0; r < nr; ++r) {
+      float* orow = ob + (i0 + r) * d.out_ld;
+      const float inv = l[r] > 0.0f ? 1.0f / l[r] : 0.0f;
+      for (int64_t c = 0; c < Dh; ++c) orow[c] = O[r * Dh + c] * inv;
+    }
+  }
+}
+
+using FlashFn = void (*)(const FlashArgs&, int64_t, int64_t, int64_t, FlashScratch&);
+// The blocked kernel's copy for this call: bf16 dot products for a bf16 model where the CPU and the cap allow.
+FlashFn flash_fn(const AttentionDims& d) {
+  if (d.bf16 && d.head_dim % 16 == 0 && kernel_bf16_dot()) return flash_task_bf16;
+  return kernel_isa() == KernelIsa::Avx512 ? flash_task_avx512 : flash_task_avx2;
+}
+
 void attention_blocked(float* out, const float* q, const float* k, const float* v, const AttentionDims& d,
                        const AttentionMask& mask) {
   const int64_t BH = d.batch * d.num_heads, Lq = d.q_len;
   // Tasks: (batch, head, chunk of query rows); chunks only when there are too few heads to share.
   const int64_t chunk = BH >= 8 ? Lq : 64;
   const int64_t nchunk = (Lq + chunk - 1) / chunk;
-  auto fn = kernel_isa() == KernelIsa::Avx512 ? flash_task_avx512 : flash_task_avx2;
+  const FlashFn fn = flash_fn(d);
   FlashArgs a{q, k, v, out, &d, &mask};
 #pragma omp parallel if (BH * nchunk > 1 && BH * Lq * d.kv_len * d.head_dim > 65536)
   {
@@ -310,16 +471,94 @@ void attention_blocked(float* out, const float* q, const float* k, const float* 
   }
 }
 
+// One (batch b, head h) of the GEMM path: S = scale Q K^T into P [Lq, Lk], masked softmax, dropout, O = A V.
+void head_via_gemm(float* ob, float* P, float* dropped, const float* qb, const float* kb, const float* vb,
+                   const AttentionDims& d, const AttentionMask& mask, int64_t b, const float* M) {
+  const int64_t Lq = d.q_len, Lk = d.kv_len, Dh = d.head_dim;
+  if (Lk == 0) {
+    for (int64_t i = 0; i < Lq; ++i)
+      for (int64_t c = 0; c < Dh; ++c) ob[i * d.out_ld + c] = 0.0f;
+    return;
+  }
+  gemm(false, true, Lq, Lk, Dh, d.scale, qb, d.q_ld, kb, d.k_ld, 0.0f, P, Lk);  // S = scale * Q K^T  [Lq, Lk]
+  for (int64_t i = 0; i < Lq; ++i) masked_softmax_row(P + i * Lk, b, i, Lq, Lk, mask);
+  const float* A = P;
+  if (M) {
+    for (int64_t x = 0; x < Lq * Lk; ++x) dropped[x] = P[x] * M[x];
+    A = dropped;
+  }
+  gemm(false, false, Lq, Dh, Lk, 1.0f, A, Lk, vb, d.v_ld, 0.0f, ob, d.out_ld);  // O = A V  [Lq, Dh]
+}
+
+// Up to kBlockedMinKeys keys the [Lq, Lk] scratch is small and oneDNN's GEMMs were faster (1.17x at [32, 32]).
+constexpr int64_t kBlockedMinKeys = 32;
+
+// The unpadded batch (dims.seq_offsets): tasks (sentence, head, chunk of query rows) over all sentences, each
+// running the kernel the padded path picks for its length, on a one-sentence view.
+void attention_varlen(float* out, const float* q, const float* k, const float* v, const AttentionDims& d,
+                      const AttentionMask& mask) {
+  struct Task {
+    int64_t b, h, i0, i1;
+  };
+  const int64_t* off = d.seq_offsets;
+  const int64_t H = d.num_heads;
+  std::vector<Task> tasks;
+  int64_t work = 0;
+  for (int64_t b = 0; b < d.batch; ++b) {
+    const int64_t len = off[b + 1] - off[b];
+    if (len < 0) throw std::invalid_argument("attention_forward: seq_offsets must be non-decreasing");
+    const int64_t chunk = len > kBlockedMinKeys && H < 8 ? 64 : (len > 0 ? len : 1);
+    for (int64_t h = 0; h < H; ++h)
+      for (int64_t i0 = 0; i0 < len; i0 += chunk) tasks.push_back({b, h, i0, i0 + chunk < len ? i0 + chunk : len});
+    work += H * len * len * d.head_dim;
+  }
+  const FlashFn fn = flash_fn(d);
+  const int64_t ntask = (int64_t)tasks.size();
+#pragma omp parallel if (ntask > 1 && work > 65536)
+  {
+    FlashScratch sc;
+    std::vector<float> scratch;
+#pragma omp for schedule(dynamic)
+    for (int64_t t = 0; t < ntask; ++t) {
+      const Task& tk = tasks[t];
+      const int64_t o = off[tk.b], len = off[tk.b + 1] - o;
+      AttentionDims s = d;  // this sentence alone: batch 1, its length
+      s.batch = 1;
+      s.q_len = s.kv_len = len;
+      s.k_bs = len * d.k_ld;
+      s.v_bs = len * d.v_ld;
+      s.seq_offsets = nullptr;
+      const float *qs = q + o * d.q_ld, *ks = k + o * d.k_ld, *vs = v + o * d.v_ld;
+      float* os = out + o * d.out_ld;
+      if (len > kBlockedMinKeys) {
+        FlashArgs a{qs, ks, vs, os, &s, &mask};
+        fn(a, tk.h, tk.i0, tk.i1, sc);
+      } else {
+        scratch.resize(len * len);
+        const int64_t Dh = d.head_dim;
+        head_via_gemm(os + tk.h * Dh, scratch.data(), nullptr, qs + tk.h * Dh, ks + tk.h * Dh, vs + tk.h * Dh, s,
+                      mask, 0, nullptr);
+      }
+    }
+  }
+}
+
 }  // namespace
 
 void attention_forward(float* out, float* probs, const float* q, const float* k, const float* v,
                        const AttentionDims& dims_in, const AttentionMask& mask, const float* dropout_mask) {
   AttentionDims d = dims_in;
   resolve(d);
+  if (d.seq_offsets) {
+    if (probs || dropout_mask)
+      throw std::invalid_argument("attention_forward: an unpadded batch (seq_offsets) takes no probs or dropout");
+    if (mask.query_mask || mask.key_mask || mask.mask || mask.valid_lens)
+      throw std::invalid_argument("attention_forward: an unpadded batch (seq_offsets) takes only a causal mask");
+    attention_varlen(out, q, k, v, d, mask);
+    return;
+  }
   const int64_t B = d.batch, H = d.num_heads, Lq = d.q_len, Lk = d.kv_len, Dh = d.head_dim;
   if (B * H * Lq == 0) return;
-  // Up to kBlockedMinKeys keys the [Lq, Lk] scratch is small and oneDNN's GEMMs were faster (1.17x at [32, 32]).
-  constexpr int64_t kBlockedMinKeys = 32;
   if (!probs && !dropout_mask && Lk > kBlockedMinKeys) {
     attention_blocked(out, q, k, v, d, mask);
     return;
@@ -331,29 +570,9 @@ void attention_forward(float* out, float* probs, const float* q, const float* k,
 #pragma omp for schedule(static)
     for (int64_t bh = 0; bh < B * H; ++bh) {
       int64_t b = bh / H, h = bh % H;
-      const float* qb = q + b * Lq * d.q_ld + h * Dh;
-      const float* kb = k + b * d.k_bs + h * Dh;
-      const float* vb = v + b * d.v_bs + h * Dh;
-      float* ob = out + b * Lq * d.out_ld + h * Dh;
-      float* P = probs ? probs + bh * Lq * Lk : scratch.data();
-      if (Lk == 0) {
-        for (int64_t i = 0; i < Lq; ++i)
-          for (int64_t c = 0; c < Dh; ++c) ob[i * d.out_ld + c] = 0.0f;
-        continue;
-      }
-      // S = scale * Q K^T  [Lq, Lk]
-      gemm(false, true, Lq, Lk, Dh, d.scale, qb, d.q_ld, kb,
-                  d.k_ld, 0.0f, P, Lk);
-      for (int64_t i = 0; i < Lq; ++i) masked_softmax_row(P + i * Lk, b, i, Lq, Lk, mask);
-      const float* A = P;
-      if (dropout_mask) {
-        const float* M = dropout_mask + bh * Lq * Lk;
-        for (int64_t x = 0; x < Lq * Lk; ++x) dropped[x] = P[x] * M[x];
-        A = dropped.data();
-      }
-      // O = A V  [Lq, Dh]
-      gemm(false, false, Lq, Dh, Lk, 1.0f, A, Lk, vb,
-                  d.v_ld, 0.0f, ob, d.out_ld);
+      head_via_gemm(out + b * Lq * d.out_ld + h * Dh, probs ? probs + bh * Lq * Lk : scratch.data(), dropped.data(),
+                    q + b * Lq * d.q_ld + h * Dh, k + b * d.k_bs + h * Dh, v + b * d.v_bs + h * Dh, d, mask, b,
+                    dropout_mask ? dropout_mask + bh * Lq * Lk : nullptr);
     }
   }
 }

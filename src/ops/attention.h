@@ -34,6 +34,17 @@ struct AttentionDims {
   int64_t k_bs = 0, v_bs = 0;                          // batch strides of k, v in floats; 0 = kv_len * ld
                                                        // (a KV cache holds more rows than kv_len)
   float scale = 0.0f;                                  // 0 = 1 / sqrt(head_dim)
+  // Unpadded batch ("remove padding", as text-embeddings-inference and FasterTransformer): when set, q, k, v and
+  // out hold the `batch` sentences' tokens concatenated, sentence b being rows [seq_offsets[b],
+  // seq_offsets[b + 1]) of each, and its queries attend to its own keys only (self-attention: its query and key
+  // counts are both its length). [batch + 1], non-decreasing, seq_offsets[0] = 0. q_len / kv_len are then
+  // ignored, k_bs / v_bs too, and the mask may only be causal (the other forms index a padded [B, L] layout).
+  const int64_t* seq_offsets = nullptr;
+  // A bf16 model's attention (torch.autocast(bfloat16) order): the blocked kernel rounds q (scaled), k, the
+  // softmax weights and v to bf16 for its two products and accumulates in fp32 with AVX512-BF16 dot products,
+  // when kernel_bf16_dot() (ops/isa.h) and head_dim is a multiple of 16; otherwise (and on the GEMM path of
+  // <= 32 keys) the fp32 kernels run.
+  bool bf16 = false;
 };
 
 // q: [B, Lq, heads*head_dim] (stride q_ld), k, v: [B, Lk, heads*head_dim] (strides k_ld, v_ld)
@@ -47,6 +58,10 @@ struct AttentionDims {
 // running max and sum per query row; accumulator rescaled by exp(old_max - new_max)), vectorised for
 // kernel_isa() (ops/isa.h). Otherwise the scores go through oneDNN GEMMs and a masked softmax into probs (or a
 // per-thread [Lq, Lk] scratch).
+//
+// With dims.seq_offsets (an unpadded batch) probs and dropout_mask must be null (std::invalid_argument
+// otherwise, also for a non-causal mask); each (sentence, head) runs the kernel the padded path would pick for its
+// length, so sentence b's rows equal the padded batch's rows for a key_mask of its length.
 void attention_forward(float* out, float* probs, const float* q, const float* k, const float* v,
                        const AttentionDims& dims, const AttentionMask& mask, const float* dropout_mask = nullptr);
 

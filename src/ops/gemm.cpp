@@ -400,6 +400,7 @@ PackedLinear PackedLinear::from_int8(const int8_t* weight, const float* weight_s
 
 int64_t PackedLinear::in_features() const { return impl_ ? impl_->in : 0; }
 int64_t PackedLinear::out_features() const { return impl_ ? impl_->out : 0; }
+ComputeType PackedLinear::compute_type() const { return impl_ ? impl_->ct : ComputeType::F32; }
 
 void PackedLinear::forward(float* out, const float* inp, int64_t N, Epilogue ep) const {
   if (N <= 0) return;

@@ -85,6 +85,7 @@ class PackedLinear {
   bool defined() const { return impl_ != nullptr; }
   int64_t in_features() const;
   int64_t out_features() const;
+  ComputeType compute_type() const;  // F32 when undefined
   struct Impl;
 
  private:

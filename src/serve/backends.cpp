@@ -43,11 +43,13 @@ class EncoderEmbedding : public EmbeddingModel {
   std::string pooling() const override { return enc_.pooling(); }
   int64_t hidden_size() const override { return enc_.embedding_dim(); }
   int64_t max_input_length() const override { return enc_.max_input_length(); }
-  TokenizedInput tokenize(const std::string& text, bool add_special_tokens, int64_t max_length) const override {
+  int64_t vocab_size() const override { return enc_.vocab_size(); }
+  TokenizedInput tokenize(const std::string& text, bool add_special_tokens, int64_t max_length,
+                          const std::string& prompt_name) const override {
     TokenizeOptions to;
     to.add_special_tokens = add_special_tokens;
     to.max_length = max_length;
-    TextEncoding e = enc_.tokenize(text, to);
+    TextEncoding e = enc_.tokenize(text, to, prompt_name);
     TokenizedInput t;
     t.ids = std::move(e.input_ids);
     t.token_type_ids = std::move(e.token_type_ids);
@@ -59,9 +61,13 @@ class EncoderEmbedding : public EmbeddingModel {
   std::string decode(const std::vector<int64_t>& ids, bool skip_special) const override {
     return enc_.tokenizer().decode(ids, skip_special);
   }
-  std::vector<std::vector<float>> embed(const std::vector<const TokenizedInput*>& batch) const override {
+  std::vector<std::vector<float>> embed(const std::vector<const TokenizedInput*>& batch,
+                                        const std::string& prompt_name) const override {
     PaddedBatch p(batch, enc_.tokenizer().pad_id());
-    FloatArray v = enc_.embed(p.inputs());
+    EmbedOptions eo;
+    eo.normalize = false;
+    eo.prompt_name = prompt_name;
+    FloatArray v = enc_.embed(p.inputs(), eo);
     check_finite(v);
     const int64_t D = v.size(1);
     std::vector<std::vector<float>> out;
@@ -127,8 +133,15 @@ std::vector<std::string> TranslationBackend::translate(const std::vector<const s
   for (auto* s : sources) src.push_back(*s);
   TranslateOptions o;
   o.beam_size = beam_size;
+  return translate(sources, o);
+}
+
+std::vector<std::string> TranslationBackend::translate(const std::vector<const std::vector<int64_t>*>& sources,
+                                                       const TranslateOptions& options) const {
+  std::vector<std::vector<int64_t>> src;
+  for (auto* s : sources) src.push_back(*s);
   std::vector<std::string> out;
-  for (Translation& t : tr_.translate_ids(src, o)) out.push_back(std::move(t.text));
+  for (Translation& t : tr_.translate_ids(src, options)) out.push_back(std::move(t.text));
   return out;
 }
 

@@ -30,13 +30,19 @@ class EmbeddingModel {
   virtual std::string pooling() const = 0;         // "mean", "max", "cls+mean", ..., or a sentence-transformers pipeline
   virtual int64_t hidden_size() const = 0;         // length of each embedding
   virtual int64_t max_input_length() const = 0;    // tokens per input, special tokens included
+  virtual int64_t vocab_size() const = 0;           // token ids are in [0, vocab_size)
   // Tokenizes `text`; max_length > 0 truncates to that many tokens, 0 keeps all (the caller checks the limit).
-  virtual TokenizedInput tokenize(const std::string& text, bool add_special_tokens, int64_t max_length) const = 0;
+  // prompt_name: a sentence-transformers prompt to prepend ("" = the model's own); an unknown name, or any name for
+  // a plain folder, throws std::invalid_argument.
+  virtual TokenizedInput tokenize(const std::string& text, bool add_special_tokens, int64_t max_length,
+                                  const std::string& prompt_name = "") const = 0;
   // Text of ids as Hugging Face decode (clean_up_tokenization_spaces false); skip_special drops special tokens.
   virtual std::string decode(const std::vector<int64_t>& ids, bool skip_special) const = 0;
-  // Pooled embeddings: batch of B inputs -> [B][hidden_size]; not normalised unless the model's own pipeline
-  // ends in Normalize (a sentence-transformers folder).
-  virtual std::vector<std::vector<float>> embed(const std::vector<const TokenizedInput*>& batch) const = 0;
+  // Pooled embeddings before any normalisation (a sentence-transformers folder's Normalize module is left out, as
+  // text-embeddings-inference does; the caller normalises): batch of B inputs -> [B][hidden_size]. prompt_name:
+  // the prompt the inputs were tokenized with (a Pooling that excludes the prompt needs its length).
+  virtual std::vector<std::vector<float>> embed(const std::vector<const TokenizedInput*>& batch,
+                                                const std::string& prompt_name = "") const = 0;
   // Whether embed_all gives token embeddings (false: it throws ApiError 501).
   virtual bool has_token_embeddings() const { return true; }
   // Last hidden state without padding: [B][L_b * hidden_size].
@@ -71,6 +77,9 @@ class TranslationBackend {
   int64_t max_source_tokens() const { return tr_.max_source_tokens(); }
   // Translations of a batch of sources (greedy when beam_size == 1).
   std::vector<std::string> translate(const std::vector<const std::vector<int64_t>*>& sources, int64_t beam_size) const;
+  // The same with every option of tfm::TranslateOptions (a /translate request's generation fields).
+  std::vector<std::string> translate(const std::vector<const std::vector<int64_t>*>& sources,
+                                     const TranslateOptions& options) const;
   // Greedy translation of one source plus every layer's attention, for the web page:
   // {"translatedText", "source_tokens" [Ls], "target_tokens" [T], "num_layers", "num_heads",
   //  "encoder_self" [layers][heads][Ls][Ls], "cross" [layers][heads][T][Ls]}.

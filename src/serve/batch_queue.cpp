@@ -18,8 +18,11 @@ void RequestState::wait() {
   if (error) std::rethrow_exception(error);
 }
 
-BatchQueue::BatchQueue(int64_t max_batch_tokens, Runner runner, Metrics* metrics)
-    : max_batch_tokens_(max_batch_tokens), runner_(std::move(runner)), metrics_(metrics) {
+BatchQueue::BatchQueue(int64_t max_batch_tokens, Runner runner, Metrics* metrics, int64_t max_real_tokens)
+    : max_batch_tokens_(max_batch_tokens),
+      max_real_tokens_(max_real_tokens > 0 ? max_real_tokens : max_batch_tokens),
+      runner_(std::move(runner)),
+      metrics_(metrics) {
   thread_ = std::thread([this] { worker(); });
 }
 
@@ -62,6 +65,53 @@ void BatchQueue::run(std::vector<Task>& tasks, std::function<bool()> client_gone
   state->wait();
 }
 
+std::vector<Task*> BatchQueue::take_batch() {
+  // Requests in the order of their oldest queued task, each with its tasks of the batch's key, oldest first.
+  const int64_t key = queue_.front()->key;
+  std::vector<std::pair<RequestState*, std::vector<size_t>>> requests;
+  for (size_t i = 0; i < queue_.size(); ++i) {
+    Task* t = queue_[i];
+    if (t->key != key) continue;
+    auto it = std::find_if(requests.begin(), requests.end(), [&](const auto& r) { return r.first == t->state.get(); });
+    if (it == requests.end()) {
+      requests.push_back({t->state.get(), {}});
+      it = requests.end() - 1;
+    }
+    it->second.push_back(i);
+  }
+  // Round robin over the requests, one task each per round: a short request queued behind a long one joins the
+  // next batch instead of waiting for all of the long one's batches. A request stops contributing at its first
+  // task that does not fit (its tasks keep their order); the oldest task always goes.
+  std::vector<Task*> batch;
+  std::vector<bool> taken(queue_.size(), false), done(requests.size(), false);
+  int64_t longest = 0, real = 0;
+  for (size_t round = 0;; ++round) {
+    bool added = false;
+    for (size_t r = 0; r < requests.size(); ++r) {
+      if (done[r] || round >= requests[r].second.size()) continue;
+      const size_t i = requests[r].second[round];
+      Task* t = queue_[i];
+      const int64_t l = std::max(longest, t->tokens);
+      const bool fits = (int64_t)(batch.size() + 1) * l <= max_batch_tokens_ && real + t->tokens <= max_real_tokens_;
+      if (!batch.empty() && !fits) {
+        done[r] = true;
+        continue;
+      }
+      batch.push_back(t);
+      taken[i] = true;
+      longest = l;
+      real += t->tokens;
+      added = true;
+    }
+    if (!added) break;
+  }
+  std::deque<Task*> rest;
+  for (size_t i = 0; i < queue_.size(); ++i)
+    if (!taken[i]) rest.push_back(queue_[i]);
+  queue_.swap(rest);
+  return batch;
+}
+
 void BatchQueue::worker() {
   for (;;) {
     std::vector<Task*> batch;
@@ -71,9 +121,14 @@ void BatchQueue::worker() {
       cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
       if (queue_.empty()) return;  // stopping and nothing left
       // Requests whose client has gone lose their queued tasks (their inference would be for nobody).
+      // Each request is asked once per scan (a request of many inputs has many queued tasks).
+      std::vector<const RequestState*> asked;
       for (auto it = queue_.begin(); it != queue_.end();) {
         RequestState& st = *(*it)->state;
-        if (st.client_gone && !st.abandoned) st.abandoned = st.client_gone();
+        if (st.client_gone && !st.abandoned && std::find(asked.begin(), asked.end(), &st) == asked.end()) {
+          asked.push_back(&st);
+          st.abandoned = st.client_gone();
+        }
         if (st.abandoned) {
           dropped.push_back((*it)->state);
           it = queue_.erase(it);
@@ -90,20 +145,7 @@ void BatchQueue::worker() {
         if (metrics_) metrics_->set_queue_size(0);
         continue;
       }
-      // The oldest task always goes; later ones with its key join while inputs x longest <= max_batch_tokens.
-      const int64_t key = queue_.front()->key;
-      int64_t longest = 0;
-      for (auto it = queue_.begin(); it != queue_.end();) {
-        Task* t = *it;
-        const int64_t l = std::max(longest, t->tokens);
-        if (t->key == key && (batch.empty() || (int64_t)(batch.size() + 1) * l <= max_batch_tokens_)) {
-          batch.push_back(t);
-          longest = l;
-          it = queue_.erase(it);
-        } else {
-          ++it;
-        }
-      }
+      batch = take_batch();
       if (metrics_) metrics_->set_queue_size((int64_t)queue_.size());
     }
     const auto start = std::chrono::steady_clock::now();

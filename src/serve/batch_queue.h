@@ -1,6 +1,10 @@
 // One queue in front of the model: concurrent requests put their inputs in; one worker thread takes inputs with
 // the same key (same operation and options) into batches of at most max_batch_tokens padded tokens
-// (inputs x longest input) and runs them. A request whose inputs do not fit one batch is split across batches.
+// (inputs x longest input) and at most max_real_tokens real tokens, and runs them. A request whose inputs do not
+// fit one batch is split across batches. Batches are formed round robin over the waiting requests (one input of
+// each per round, oldest request first), so a request queued behind a long one waits for at most one running
+// batch, not for all of the long one's; the real-token cap bounds how long that running batch takes (the encoder
+// runs unpadded: a batch costs about its real tokens).
 #pragma once
 #include <chrono>
 #include <condition_variable>
@@ -37,6 +41,7 @@ struct Task {
   int64_t key = 0;                  // tasks batch together only with the same key
   int64_t tokens = 0;               // sequence length, padding excluded
   std::vector<int64_t> ids, token_type_ids;
+  std::string target_prefix;        // translation: the text the translation starts with ("" = none)
   // Results, written by the runner.
   std::vector<float> vector;        // pooled embedding [D] or token embeddings [tokens, H]
   std::string text;                 // translation
@@ -49,7 +54,10 @@ class BatchQueue {
  public:
   // runner(batch): fills each task's results or throws (the error goes to every request in the batch).
   using Runner = std::function<void(std::vector<Task*>& batch)>;
-  BatchQueue(int64_t max_batch_tokens, Runner runner, Metrics* metrics);
+  // max_real_tokens: the real-token cap of a batch (0: max_batch_tokens); kMaxRealTokens by default: past ~2k
+  // rows a GEMM gains no more speed from a taller batch, and a taller batch only makes newcomers wait longer.
+  static constexpr int64_t kMaxRealTokens = 2048;
+  BatchQueue(int64_t max_batch_tokens, Runner runner, Metrics* metrics, int64_t max_real_tokens = kMaxRealTokens);
   ~BatchQueue();  // stop()
   // Queues the tasks (all of one request) and blocks until every one has run. Rethrows the first error.
   // client_gone (optional): checked before queueing and whenever a batch is formed; when it answers true, the
@@ -61,7 +69,9 @@ class BatchQueue {
 
  private:
   void worker();
+  std::vector<Task*> take_batch();  // the next batch, removed from queue_ (non-empty queue_; mu_ held)
   const int64_t max_batch_tokens_;
+  const int64_t max_real_tokens_;
   Runner runner_;
   Metrics* metrics_;
   std::mutex mu_;

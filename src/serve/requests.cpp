@@ -1,5 +1,8 @@
 #include "serve/requests.h"
 
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
 #include <nlohmann/json.hpp>
 
 namespace tfm::serve {
@@ -11,6 +14,8 @@ ApiError validation_error(const std::string& message) { return ApiError(422, "va
 namespace {
 
 json parse_object(std::string_view body) {
+  if (body.find_first_not_of(" \t\r\n") == std::string_view::npos)
+    throw validation_error("the request body is empty: send a JSON object (Content-Type: application/json)");
   json j = json::parse(body.begin(), body.end(), nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) throw validation_error("request body is not valid JSON (UTF-8)");
   if (!j.is_object()) throw validation_error("request body must be a JSON object");
@@ -66,18 +71,156 @@ std::string string_or(const json& j, const char* field, const std::string& dflt)
   return it->get<std::string>();
 }
 
+// 422 for a field of `j` that is not in `known` (a field the route would otherwise ignore).
+void only_fields(const json& j, std::initializer_list<const char*> known) {
+  for (auto it = j.begin(); it != j.end(); ++it) {
+    bool ok = false;
+    for (const char* k : known) ok |= it.key() == k;
+    if (ok) continue;
+    std::string names;
+    for (const char* k : known) names += std::string(names.empty() ? "" : ", ") + k;
+    throw validation_error("unknown field `" + it.key() + "` (this route takes " + names + ")");
+  }
+}
+
+std::optional<bool> optional_bool(const json& j, const char* field) {
+  if (!j.contains(field) || j[field].is_null()) return std::nullopt;
+  return bool_or(j, field, false);
+}
+
+std::optional<std::string> optional_string(const json& j, const char* field) {
+  if (!j.contains(field) || j[field].is_null()) return std::nullopt;
+  std::string v = string_or(j, field, "");
+  if (v.empty()) throw validation_error(std::string("`") + field + "` cannot be empty");
+  return v;
+}
+
+// text-embeddings-inference's truncation_direction: "Right" (default) or "Left" (tokenizers' names; lower case
+// accepted too). true: Left.
+bool truncation_left(const json& j) {
+  const std::string d = string_or(j, "truncation_direction", "Right");
+  if (d == "Right" || d == "right") return false;
+  if (d == "Left" || d == "left") return true;
+  throw validation_error("`truncation_direction` '" + d + "' is not supported; use \"Right\" or \"Left\"");
+}
+
+// A list of token ids (non-empty, each a whole number >= 0).
+std::vector<int64_t> id_list(const json& a, const std::string& where) {
+  if (a.empty()) throw validation_error(where + " cannot be an empty list of token ids");
+  std::vector<int64_t> v;
+  for (const json& x : a) {
+    if (!x.is_number_integer() || x.get<int64_t>() < 0)
+      throw validation_error(where + " must be a string or a list of token ids (whole numbers >= 0), found " +
+                             x.dump());
+    v.push_back(x.get<int64_t>());
+  }
+  return v;
+}
+
 }  // namespace
 
-EmbedRequest parse_embed_request(std::string_view body, const RequestLimits& limits, const char* field) {
+EmbedRequest parse_embed_request(std::string_view body, const RequestLimits& limits, EmbedRoute route) {
   json j = parse_object(body);
+  const bool openai = route == EmbedRoute::OpenAI;
+  const char* field = openai ? "input" : "inputs";
+  switch (route) {
+    case EmbedRoute::Embed:
+      only_fields(j, {"inputs", "normalize", "truncate", "truncation_direction", "prompt_name", "dimensions"});
+      break;
+    case EmbedRoute::EmbedAll:
+    case EmbedRoute::EmbedSparse:
+      only_fields(j, {"inputs", "truncate", "truncation_direction", "prompt_name"});
+      break;
+    case EmbedRoute::OpenAI:
+      only_fields(j, {"input", "model", "user", "encoding_format", "dimensions", "truncate", "truncation_direction",
+                      "prompt_name"});
+      break;
+  }
   EmbedRequest r;
-  r.inputs = string_or_list(j, field, limits, r.single);
+  auto it = j.find(field);
+  if (it == j.end()) throw validation_error(std::string("missing field `") + field + "`");
+  // One list of ids is one input (TEI's Single(Ids)); otherwise a list holds strings and lists of ids.
+  const bool one_id_list = it->is_array() && !it->empty() && (*it)[0].is_number();
+  if (one_id_list) {
+    r.single = true;
+    r.inputs.push_back("");
+    r.token_ids.push_back(id_list(*it, std::string("`") + field + "`"));
+  } else if (it->is_array()) {
+    json strings = json::array();
+    std::vector<size_t> id_pos;
+    for (size_t i = 0; i < it->size(); ++i) {
+      if ((*it)[i].is_array()) {
+        strings.push_back("x");  // checked below as ids
+        id_pos.push_back(i);
+      } else {
+        strings.push_back((*it)[i]);
+      }
+    }
+    json wrapped = {{"x", strings}};
+    try {
+      r.inputs = string_or_list(wrapped, "x", limits, r.single);
+    } catch (const ApiError& ex) {
+      std::string m = ex.what();
+      for (size_t p; (p = m.find("`x")) != std::string::npos;) m.replace(p, 2, std::string("`") + field);
+      if (ex.type == "validation" && m.find("must be a string") != std::string::npos)
+        m += " or a list of token ids";
+      throw ApiError(ex.status, ex.type, m);
+    }
+    r.token_ids.assign(r.inputs.size(), {});
+    for (size_t i : id_pos) {
+      r.inputs[i].clear();
+      r.token_ids[i] = id_list((*it)[i], std::string("`") + field + "[" + std::to_string(i) + "]`");
+    }
+  } else {
+    r.inputs = string_or_list(j, field, limits, r.single);
+    r.token_ids.assign(r.inputs.size(), {});
+  }
+  for (size_t i = 0; i < r.token_ids.size(); ++i)
+    if ((int64_t)r.token_ids[i].size() > limits.max_input_chars)
+      throw ApiError(413, "payload_too_large", std::string("`") + field + "` holds more token ids than the limit");
   r.normalize = bool_or(j, "normalize", true);
-  if (j.contains("truncate") && !j["truncate"].is_null()) r.truncate = bool_or(j, "truncate", false);
+  r.truncate = optional_bool(j, "truncate");
+  r.truncate_left = truncation_left(j);
+  r.prompt_name = optional_string(j, "prompt_name");
+  if (r.prompt_name && r.has_token_ids())
+    throw validation_error("`prompt_name` cannot be used with token-id inputs (they are used as given)");
+  if (auto d = j.find("dimensions"); d != j.end() && !d->is_null()) {
+    if (!d->is_number_integer() || d->get<int64_t>() < 1)
+      throw validation_error("`dimensions` must be a whole number >= 1");
+    r.dimensions = d->get<int64_t>();
+  }
   r.model = string_or(j, "model", "");
-  if (std::string(field) == "input") {
-    const std::string fmt = string_or(j, "encoding_format", "float");
-    if (fmt != "float") throw validation_error("`encoding_format` '" + fmt + "' is not supported; use \"float\"");
+  (void)string_or(j, "user", "");  // OpenAI's end-user id: type-checked, not used
+  const std::string fmt = string_or(j, "encoding_format", "float");
+  if (fmt == "base64")
+    r.base64 = true;
+  else if (fmt != "float")
+    throw validation_error("`encoding_format` '" + fmt + "' is not supported; use \"float\" or \"base64\"");
+  return r;
+}
+
+SimilarityRequest parse_similarity_request(std::string_view body, const RequestLimits& limits) {
+  json j = parse_object(body);
+  only_fields(j, {"inputs", "parameters"});
+  auto in = j.find("inputs");
+  if (in == j.end() || !in->is_object())
+    throw validation_error("missing field `inputs` (an object with `source_sentence` and `sentences`)");
+  only_fields(*in, {"source_sentence", "sentences"});
+  SimilarityRequest r;
+  bool single = false;
+  auto src = string_or_list(*in, "source_sentence", limits, single);
+  if (!single) throw validation_error("`source_sentence` must be one string");
+  r.source_sentence = src[0];
+  RequestLimits l = limits;
+  if (l.max_client_batch_size > 1) --l.max_client_batch_size;  // the source is embedded with them
+  r.sentences = string_or_list(*in, "sentences", l, single);
+  if (single) throw validation_error("`sentences` must be a list of strings");
+  if (auto p = j.find("parameters"); p != j.end() && !p->is_null()) {
+    if (!p->is_object()) throw validation_error("`parameters` must be an object");
+    only_fields(*p, {"truncate", "truncation_direction", "prompt_name"});
+    r.truncate = optional_bool(*p, "truncate");
+    r.truncate_left = truncation_left(*p);
+    r.prompt_name = optional_string(*p, "prompt_name");
   }
   return r;
 }
@@ -85,13 +228,16 @@ EmbedRequest parse_embed_request(std::string_view body, const RequestLimits& lim
 TokenizeRequest parse_tokenize_request(std::string_view body, const RequestLimits& limits) {
   json j = parse_object(body);
   TokenizeRequest r;
+  only_fields(j, {"inputs", "add_special_tokens", "prompt_name"});
   r.inputs = string_or_list(j, "inputs", limits, r.single);
   r.add_special_tokens = bool_or(j, "add_special_tokens", true);
+  r.prompt_name = optional_string(j, "prompt_name");
   return r;
 }
 
 DecodeRequest parse_decode_request(std::string_view body, const RequestLimits& limits) {
   json j = parse_object(body);
+  only_fields(j, {"ids", "skip_special_tokens"});
   DecodeRequest r;
   auto it = j.find("ids");
   if (it == j.end() || !it->is_array()) throw validation_error("missing field `ids` (a list of token ids, or a list of lists)");
@@ -123,6 +269,7 @@ DecodeRequest parse_decode_request(std::string_view body, const RequestLimits& l
 
 TranslateRequest parse_translate_request(std::string_view body, const RequestLimits& limits, int64_t max_beam_size) {
   json j = parse_object(body);
+  only_fields(j, {"q", "source", "target", "format", "beam_size", "alternatives", "api_key", "truncate"});
   TranslateRequest r;
   r.q = string_or_list(j, "q", limits, r.single);
   r.source = string_or(j, "source", "auto");
@@ -135,12 +282,81 @@ TranslateRequest parse_translate_request(std::string_view body, const RequestLim
       throw validation_error("`beam_size` must be a whole number from 1 to " + std::to_string(max_beam_size));
     r.beam_size = it->get<int64_t>();
   }
+  if (auto it = j.find("alternatives"); it != j.end() && !it->is_null()) {
+    if (!it->is_number_integer() || it->get<int64_t>() < 0)
+      throw validation_error("`alternatives` must be a whole number >= 0");
+    r.alternatives = it->get<int64_t>();
+  }
+  r.api_key = string_or(j, "api_key", "");
   if (j.contains("truncate") && !j["truncate"].is_null()) r.truncate = bool_or(j, "truncate", false);
+  // Generation fields: checked for type and range here, the rest (sampling with beam_size > 1) by tfm::Translator.
+  auto whole = [&](const char* name, int64_t lo, int64_t hi, int64_t& out) {
+    auto it = j.find(name);
+    if (it == j.end() || it->is_null()) return;
+    if (!it->is_number_integer() || it->get<int64_t>() < lo || it->get<int64_t>() > hi)
+      throw validation_error(std::string("`") + name + "` must be a whole number from " + std::to_string(lo) + " to " +
+                             std::to_string(hi));
+    out = it->get<int64_t>();
+    r.generation = true;
+  };
+  auto number = [&](const char* name, double lo, double hi, double& out) {  // in (lo, hi]
+    auto it = j.find(name);
+    if (it == j.end() || it->is_null()) return;
+    const double v = it->is_number() ? it->get<double>() : NAN;
+    if (!(v > lo && v <= hi))
+      throw validation_error(std::string("`") + name + "` must be a number in (" + std::to_string((int64_t)lo) + ", " +
+                             std::to_string((int64_t)hi) + "]");
+    out = v;
+    r.generation = true;
+  };
+  whole("sampling_topk", 0, 1 << 20, r.sampling_topk);
+  whole("no_repeat_ngram_size", 0, 1000, r.no_repeat_ngram_size);
+  whole("min_length", 0, 100000, r.min_length);
+  int64_t seed = 0;
+  whole("seed", 0, INT64_MAX, seed);
+  r.seed = (uint64_t)seed;
+  number("sampling_topp", 0, 1, r.sampling_topp);
+  number("sampling_temperature", 0, 1000, r.sampling_temperature);
+  number("repetition_penalty", 0, 100, r.repetition_penalty);
+  if (auto it = j.find("target_prefix"); it != j.end() && !it->is_null()) {
+    if (it->is_string()) {
+      r.target_prefix.assign(r.q.size(), it->get<std::string>());
+    } else if (it->is_array() && it->size() == r.q.size() &&
+               std::all_of(it->begin(), it->end(), [](const json& e) { return e.is_string(); })) {
+      for (const json& e : *it) r.target_prefix.push_back(e.get<std::string>());
+    } else {
+      throw validation_error("`target_prefix` must be a string or a list of " + std::to_string(r.q.size()) +
+                             " strings (one per `q`)");
+    }
+    r.generation = true;
+  }
   return r;
+}
+
+std::string form_to_json(const std::vector<std::pair<std::string, std::string>>& fields) {
+  json j = json::object();
+  for (const auto& [k, v] : fields) {
+    json value = v;
+    if ((k == "beam_size" || k == "alternatives") && !v.empty() && v.size() < 10 &&
+        v.find_first_not_of("0123456789") == std::string::npos)
+      value = std::stoll(v);
+    else if (k == "truncate" && (v == "true" || v == "false"))
+      value = v == "true";
+    if (!j.contains(k))
+      j[k] = value;
+    else if (j[k].is_array())
+      j[k].push_back(value);
+    else
+      j[k] = json::array({j[k], value});
+  }
+  return j.dump();
 }
 
 PredictRequest parse_predict_request(std::string_view body, const RequestLimits& limits) {
   json j = parse_object(body);
+  only_fields(j, {"inputs", "raw_scores", "truncate", "truncation_direction"});
+  if (truncation_left(j))
+    throw validation_error("`truncation_direction` \"Left\" is not supported for text pairs; use \"Right\"");
   PredictRequest r;
   auto it = j.find("inputs");
   if (it != j.end() && it->is_array() && !it->empty() && (*it)[0].is_array()) {
@@ -189,6 +405,9 @@ PredictRequest parse_predict_request(std::string_view body, const RequestLimits&
 
 RerankRequest parse_rerank_request(std::string_view body, const RequestLimits& limits) {
   json j = parse_object(body);
+  only_fields(j, {"query", "texts", "raw_scores", "return_text", "truncate", "truncation_direction"});
+  if (truncation_left(j))
+    throw validation_error("`truncation_direction` \"Left\" is not supported for text pairs; use \"Right\"");
   RerankRequest r;
   bool single = false;
   auto q = string_or_list(j, "query", limits, single);

@@ -27,24 +27,56 @@ struct RequestLimits {
   int64_t max_input_chars = 1 << 20;   // characters per input string; more -> 413
 };
 
-// /embed, /embed_all ("inputs"), /v1/embeddings ("input").
-struct EmbedRequest {
-  std::vector<std::string> inputs;
-  bool single = false;             // "inputs" was a string, not a list
-  bool normalize = true;           // L2-normalise the pooled vector (TEI default)
-  std::optional<bool> truncate;    // unset: the server's --auto-truncate
-  std::string model;               // /v1/embeddings "model" (echoed back)
+// Which route an embedding request is for: the fields each accepts (any other field is answered 422).
+enum class EmbedRoute {
+  Embed,       // TEI /embed: inputs, normalize, truncate, truncation_direction, prompt_name, dimensions
+  EmbedAll,    // TEI /embed_all: inputs, truncate, truncation_direction, prompt_name
+  EmbedSparse, // TEI /embed_sparse: inputs, truncate, truncation_direction, prompt_name
+  OpenAI,      // OpenAI /v1/embeddings: input, model, user, encoding_format, dimensions (+ TEI's truncate,
+               // truncation_direction, prompt_name)
 };
-// Throws ApiError: 422 on malformed JSON, a missing or mistyped field, an empty list or an empty string;
-// 413 when the list is longer than max_client_batch_size or a string longer than max_input_chars.
-// `field` is "inputs" (TEI) or "input" (OpenAI; then "encoding_format" must be absent or "float").
-EmbedRequest parse_embed_request(std::string_view body, const RequestLimits& limits, const char* field = "inputs");
 
-// /tokenize: "inputs" string or list, "add_special_tokens" (default true).
+// /embed, /embed_all, /embed_sparse ("inputs"), /v1/embeddings ("input"). An input is a string or, as TEI and
+// OpenAI accept, a list of token ids (used as given: special tokens are not added).
+struct EmbedRequest {
+  std::vector<std::string> inputs;                 // "" where the input is token ids
+  std::vector<std::vector<int64_t>> token_ids;     // [inputs.size()], empty where the input is a string
+  bool single = false;             // "inputs" was one input (a string or one list of ids), not a list of them
+  bool normalize = true;           // L2-normalise the pooled vector (TEI default; OpenAI: always)
+  std::optional<bool> truncate;    // unset: the server's --auto-truncate
+  bool truncate_left = false;      // "truncation_direction": "Left" (TEI; default "Right")
+  std::optional<std::string> prompt_name;  // sentence-transformers prompt; unset: the server's
+  int64_t dimensions = 0;          // Matryoshka: keep this many values, then normalise (0: all)
+  bool base64 = false;             // OpenAI "encoding_format": "base64" (little-endian float32)
+  std::string model;               // /v1/embeddings "model" (echoed back)
+  bool has_token_ids() const {
+    for (const auto& t : token_ids)
+      if (!t.empty()) return true;
+    return false;
+  }
+};
+// Throws ApiError: 422 on malformed JSON, a missing, unknown or mistyped field, an empty list, an empty string or
+// list of ids, a negative id; 413 when the list is longer than max_client_batch_size or a string longer than
+// max_input_chars.
+EmbedRequest parse_embed_request(std::string_view body, const RequestLimits& limits, EmbedRoute route);
+
+// TEI /similarity: {"inputs": {"source_sentence": str, "sentences": [str]}, "parameters"?: {"truncate",
+// "truncation_direction", "prompt_name"}} -> the cosine similarity of each sentence's embedding to the source's.
+struct SimilarityRequest {
+  std::string source_sentence;
+  std::vector<std::string> sentences;
+  std::optional<bool> truncate;
+  bool truncate_left = false;
+  std::optional<std::string> prompt_name;
+};
+SimilarityRequest parse_similarity_request(std::string_view body, const RequestLimits& limits);
+
+// /tokenize: "inputs" string or list, "add_special_tokens" (default true), "prompt_name" (TEI).
 struct TokenizeRequest {
   std::vector<std::string> inputs;
   bool single = false;
   bool add_special_tokens = true;
+  std::optional<std::string> prompt_name;
 };
 TokenizeRequest parse_tokenize_request(std::string_view body, const RequestLimits& limits);
 
@@ -57,14 +89,29 @@ struct DecodeRequest {
 DecodeRequest parse_decode_request(std::string_view body, const RequestLimits& limits);
 
 // LibreTranslate /translate: "q" string or list, "source", "target", optional "beam_size" (1..max_beam_size),
-// "format" ("text" only). JSON bodies only (Content-Type application/json or none).
+// "format" ("text" only), "alternatives" (0 only: the model gives one translation), "api_key" (the server's key
+// when it has one). A JSON object, or the same fields as a form (application/x-www-form-urlencoded or
+// multipart/form-data) turned into one by form_to_json.
 struct TranslateRequest {
   std::vector<std::string> q;
   bool single = false;
   std::string source, target;
   int64_t beam_size = 0;  // 0 (not given): the model's default (generation_config.json's num_beams, or greedy)
+  int64_t alternatives = 0;
+  std::string api_key;
   std::optional<bool> truncate;  // unset: the server's --auto-truncate
+  // Generation fields (CTranslate2 / Hugging Face names, as tfm::TranslateOptions): "sampling_topk",
+  // "sampling_topp", "sampling_temperature", "seed", "repetition_penalty", "no_repeat_ngram_size", "min_length",
+  // and "target_prefix" (a string for every q, or a list aligned with q). `generation` is true when any is given.
+  bool generation = false;
+  int64_t sampling_topk = 1, no_repeat_ngram_size = 0, min_length = 0;
+  double sampling_topp = 1, sampling_temperature = 1, repetition_penalty = 1;
+  uint64_t seed = 0;
+  std::vector<std::string> target_prefix;  // empty or [q.size()]
 };
+// A form's fields as a JSON object: numbers ("beam_size", "alternatives") as numbers, "truncate" as a boolean,
+// everything else as strings; a field given twice is a list of its values ("q").
+std::string form_to_json(const std::vector<std::pair<std::string, std::string>>& fields);
 TranslateRequest parse_translate_request(std::string_view body, const RequestLimits& limits, int64_t max_beam_size);
 
 // text-embeddings-inference /predict: "inputs" is a string (one text), a list of two strings (one (text, text_pair)

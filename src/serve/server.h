@@ -2,16 +2,24 @@
 // Encoders answer text-embeddings-inference's /embed, /embed_all, /tokenize and OpenAI's /v1/embeddings (with a
 // sentence-transformers folder's pipeline when it has modules.json), and /predict and /rerank when the folder
 // holds a BertForSequenceClassification head (classifier or cross-encoder);
-// transformer_seq2seq models answer LibreTranslate's /translate and /languages. Every server answers /, /info,
-// /health and /metrics. Errors are {"error": message, "error_type": type}.
+// and /similarity, /embed_sparse (SPLADE) when the folder holds a BertForMaskedLM head;
+// transformer_seq2seq models answer LibreTranslate's /translate (JSON or form bodies) and /languages. Every server
+// answers /, /info, /health, /metrics and /openapi.json (the routes, OpenAPI 3). Each request field is honoured or
+// refused with 422 (serve/requests.h). Errors are {"error": message, "error_type": type} (/v1/embeddings: OpenAI's
+// {"error": {"message", "type", "param", "code"}}); a wrong method on a route is 405 with Allow.
 #pragma once
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace tfm::serve {
 
 struct ServeOptions {
   std::string model;                 // model folder
+  // Translation: more model folders (tfm serve --model en-fr/ --model fr-en/): /translate routes by source and
+  // target as LibreTranslate does; each folder's languages come from its config.json (source_lang, target_lang),
+  // else from a folder name ending in "-SRC-TGT" (opus-mt-en-fr, en-fr).
+  std::vector<std::string> extra_models;
   std::string host = "127.0.0.1";    // loopback unless told otherwise
   int port = 8080;                   // 0: any free port (printed at start)
   int64_t max_batch_tokens = 16384;  // padded tokens per model batch (inputs x longest input)
@@ -26,6 +34,8 @@ struct ServeOptions {
   bool no_prompt = false;                 // sentence-transformers folders: ignore default_prompt_name
   int64_t max_beam_size = 8;              // translation: largest accepted beam_size
   std::string source_lang, target_lang;   // translation: language codes (default: config.json or "en" / "fr")
+  std::string cors_allow_origin;          // non-empty: Access-Control-Allow-Origin on every answer ("*" or an
+                                          // origin such as https://example.com), and CORS preflights answered
   bool access_log = true;                 // one line per request on stderr
   int threads = 0;                        // OpenMP threads of the model thread (0: OMP_NUM_THREADS, else all cores)
 };

@@ -18,6 +18,7 @@ small{color:#666}
 <h2 id="title">tfm serve</h2>
 <div id="modelinfo"><small>loading model info...</small></div>
 <textarea id="text" rows="4"></textarea><br>
+<label id="pairctl" hidden><small>languages</small> <select id="pair"></select></label>
 <button id="go">Run</button>
 <span id="attnctl" hidden>layer <select id="layer"></select>
 <select id="kind"><option value="cross">decoder cross-attention</option>
@@ -94,11 +95,14 @@ async function run() {
   try {
     if (info.model_kind === "translation") {
       const q = $("text").value.trim(), beam = Math.max(1, Math.round(+$("beam").value || 1));
-      if (beam > 1) {  // /attention decodes greedily; a beam search goes through /translate
+      const pairs = info.pairs || [{source: info.source_lang, target: info.target_lang}], pair = +$("pair").value || 0;
+      if (beam > 1 || pair > 0) {  // /attention decodes greedily with the first pair; the rest goes through /translate
         last = null; $("panels").innerHTML = "";
-        const t = await call("/translate", {q: q, source: "auto", target: info.target_lang, beam_size: beam});
+        const t = await call("/translate", {q: q, source: pairs[pair].source, target: pairs[pair].target,
+                                            beam_size: beam});
         $("out").textContent = t.translatedText; $("out").dataset.done = "1"; $("out").dataset.beam = beam;
-        $("panels").innerHTML = "<small>attention is drawn for beam size 1 (greedy decoding)</small>";
+        $("panels").innerHTML = "<small>attention is drawn for beam size 1 (greedy decoding) of the first " +
+                                "language pair</small>";
         return;
       }
       last = await call("/attention", {q: q});
@@ -136,6 +140,10 @@ async function start() {
     $("layer").value = (info.num_layers || 1) - 1;
     $("layer").onchange = drawAttention; $("kind").onchange = drawAttention;
     $("beamctl").hidden = false;
+    (info.pairs || []).forEach((p, i) => $("pair").add(new Option(p.source + " \u2192 " + p.target, i)));
+    $("pairctl").hidden = (info.pairs || []).length < 2;
+    $("pair").onchange = () => { const p = info.pairs[+$("pair").value];
+                                 $("title").textContent = "Translate " + p.source + " \u2192 " + p.target; };
     if (info.max_beam_size) $("beam").max = info.max_beam_size;
   }
   $("go").onclick = run;

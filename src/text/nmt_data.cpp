@@ -127,7 +127,8 @@ std::vector<std::string> split(std::string_view s, char sep) {
   }
 }
 
-// Throws "<path>: line L: invalid UTF-8 (byte 0xXX at column C)" for the first malformed sequence.
+// Throws "<path>: line L: invalid UTF-8 at byte offset B (byte 0xXX)" (B 0-based in the line, the unit of every
+// "invalid UTF-8" message) for the first malformed sequence.
 void check_utf8_lines(const std::string& path, std::string_view text) {
   const auto* p = reinterpret_cast<const utf8proc_uint8_t*>(text.data());
   size_t i = 0, line = 1, line_start = 0;
@@ -137,8 +138,8 @@ void check_utf8_lines(const std::string& path, std::string_view text) {
     if (n < 0) {
       char byte[8];
       std::snprintf(byte, sizeof byte, "0x%02x", static_cast<unsigned>(p[i]));
-      throw std::runtime_error(path + ": line " + std::to_string(line) + ": invalid UTF-8 (byte " + byte +
-                               " at column " + std::to_string(i - line_start + 1) + ")");
+      throw std::runtime_error(path + ": line " + std::to_string(line) + ": invalid UTF-8 at byte offset " +
+                               std::to_string(i - line_start) + " (byte " + byte + ")");
     }
     i += static_cast<size_t>(n);
     if (cp == '\n') {

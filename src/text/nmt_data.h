@@ -40,7 +40,7 @@ ParallelCorpus tokenize_nmt(std::string_view preprocessed_text, int64_t num_exam
 
 // Reads a 'source<TAB>target' file (gzip-compressed if it starts with the gzip magic bytes), checks UTF-8, then
 // preprocess_nmt + tokenize_nmt as d2l's load_data_nmt does. Throws std::runtime_error with messages like
-// "fra.txt: cannot open: No such file or directory", "fra.txt: line 12: invalid UTF-8 (byte 0xff at column 5)",
+// "fra.txt: cannot open: No such file or directory", "fra.txt: line 12: invalid UTF-8 at byte offset 4 (byte 0xff)",
 // "fra.txt: no sentence pairs (expected lines 'source<TAB>target')".
 ParallelCorpus read_nmt_file(const std::string& path, int64_t num_examples);
 

@@ -27,23 +27,13 @@ void add_threads_option(CLI::App* cmd, int& threads, const char* help) {
   cmd->parse_complete_callback([&threads] { set_num_threads(threads); });
 }
 
-void add_fp32_dtype_option(CLI::App* cmd, std::string& dtype, const std::string& model) {
+void add_dtype_option(CLI::App* cmd, std::string& dtype) {
   cmd->add_option("--dtype", dtype,
-                  "Compute type: fp32 (a folder from 'tfm convert --dtype int8' computes in int8; this option is "
-                  "refused there)")
-      ->check(CLI::IsMember({"fp32"}))
-      ->each([&model](const std::string&) {
-        for (const std::string& f : {model + "/model.safetensors", model + "/0_Transformer/model.safetensors"}) {
-          std::error_code ec;
-          if (!std::filesystem::exists(f, ec)) continue;
-          const SafeTensors file = SafeTensors::open(f);
-          const nlohmann::json& meta = file.metadata();
-          if (meta.is_object() && meta.contains("tfm_dtype") && meta["tfm_dtype"] == "int8")
-            throw std::invalid_argument("--dtype fp32: " + f + " stores int8 weights ('tfm convert --dtype int8'), "
-                                        "which this command computes in int8; use the unconverted folder for fp32");
-          break;
-        }
-      });
+                  "Compute type of the Linear layers: fp32, bf16 (weights and GEMM inputs bf16, fp32 accumulation) "
+                  "or int8 (dynamic quantisation); LayerNorm, softmax, residuals and task heads stay fp32. Default: "
+                  "as the folder stores them (int8 for a 'tfm convert --dtype int8' folder, which fp32 / bf16 "
+                  "dequantise; else fp32)")
+      ->check(CLI::IsMember({"fp32", "bf16", "int8"}));
 }
 
 namespace {

@@ -10,10 +10,10 @@ namespace tfm::cli {
 // Adds --threads to a subcommand (default: all cores) and applies it before the callback runs.
 // `help` replaces the description for commands that run on one thread (bleu, data) and accept it for uniformity.
 void add_threads_option(CLI::App* cmd, int& threads, const char* help = nullptr);
-// --dtype of the commands that compute in fp32 only (classify, embed, fill-mask, rerank). A folder from
-// `tfm convert --dtype int8` computes in int8 there, so an explicit --dtype fp32 on it is refused (never ignored).
-// `model` is the command's --model variable (assigned first: --model is declared before --dtype).
-void add_fp32_dtype_option(CLI::App* cmd, std::string& dtype, const std::string& model);
+// --dtype fp32|bf16|int8 of the encoder commands (encode, embed, classify, fill-mask, rerank): the compute type of
+// the encoder's Linear layers. Left empty, the folder's stored type applies (int8 for a `tfm convert --dtype int8`
+// folder, which fp32 / bf16 dequantise; else fp32).
+void add_dtype_option(CLI::App* cmd, std::string& dtype);
 // Option validators with plain messages. CLI11's own accept NaN and print the whole double range
 // ("not in range 0.000000 to 1797693...").
 // A number in [lo, hi] (finite): "must be a number from 0 to 5, got nan".

@@ -41,7 +41,7 @@ void add_bleu_command(CLI::App& app) {
     if (!o->corpus.empty()) {
       const std::string& ref_path = o->corpus[0];
       const std::string& hyp_path = o->corpus[1];
-      // read_lines throws "<path>: cannot open: ..." / "<path>: line N: invalid UTF-8 (...)" / "<path>: empty file".
+      // read_lines throws "<path>: cannot open: ..." / "<path>: line N: invalid UTF-8 at byte offset B (...)" / "<path>: empty file".
       const std::vector<std::string> refs = read_lines(ref_path);
       const std::vector<std::string> hyps = read_lines(hyp_path);
       if (refs.size() != hyps.size())

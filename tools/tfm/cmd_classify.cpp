@@ -1,5 +1,5 @@
 // tfm classify: sequence classification ({"label", "score"}) or token classification (entities) with a Hugging
-// Face BertFor*Classification checkpoint, printing what the text-classification / token-classification pipelines
+// Face *For*Classification checkpoint of any encoder family, printing what the text-classification / token-classification pipelines
 // return, one JSON line per input.
 #include <algorithm>
 #include <memory>
@@ -15,7 +15,7 @@ namespace tfm::cli {
 
 void add_classify_command(CLI::App& app) {
   struct Opts {
-    std::string model, input, function = "default", dtype = "fp32";
+    std::string model, input, function = "default", dtype;  // "": as the folder stores it
     std::vector<std::string> texts;
     bool all_scores = false, all_tokens = false;
     int64_t batch_size = 32, max_length = 0;
@@ -23,8 +23,8 @@ void add_classify_command(CLI::App& app) {
   };
   auto o = std::make_shared<Opts>();
   CLI::App* cmd = app.add_subcommand(
-      "classify", "Classify texts with a BertForSequenceClassification checkpoint ({\"label\", \"score\"} per line) "
-                  "or tag tokens with a BertForTokenClassification one (a list of {\"entity\", \"score\", \"index\", "
+      "classify", "Classify texts with a *ForSequenceClassification checkpoint of any family (BERT, RoBERTa, XLM-R, CamemBERT, DistilBERT, ...) ({\"label\", \"score\"} per line) "
+                  "or tag tokens with a *ForTokenClassification one (a list of {\"entity\", \"score\", \"index\", "
                   "\"word\", \"start\", \"end\"} per line, special tokens and label O left out)");
   cmd->add_option("--model", o->model, "Checkpoint folder: config.json (architectures, id2label), model.safetensors, "
                                        "tokenizer files")
@@ -39,11 +39,11 @@ void add_classify_command(CLI::App& app) {
   cmd->add_option("--batch-size", o->batch_size, "Texts per forward pass (default 32)")->check(whole_range(1, 1 << 16));
   cmd->add_option("--max-length", o->max_length, "Truncate texts to this many tokens (default: refuse longer ones)")
       ->check(whole_range(2, 1 << 20));
-  add_fp32_dtype_option(cmd, o->dtype, o->model);
+  add_dtype_option(cmd, o->dtype);
   add_threads_option(cmd, o->threads);
   cmd->callback([o] {
     std::vector<std::string> texts = gather_texts(o->texts, o->input);
-    if (texts.empty()) throw CLI::ValidationError("give texts to classify, or --input FILE");
+    if (texts.empty() && o->input.empty()) throw CLI::ValidationError("give texts to classify, or --input FILE");
     const TaskHead kind = detect_task_head(o->model);
     if (kind == TaskHead::MaskedLM)
       throw std::runtime_error(o->model + " is a masked-LM checkpoint: it has no classification head (use tfm fill-mask)");
@@ -53,7 +53,7 @@ void add_classify_command(CLI::App& app) {
       throw CLI::ValidationError("--all-tokens is for token classification; " + o->model + " classifies sequences");
     const std::string fn = o->function == "default" ? "" : o->function;
     if (kind == TaskHead::SequenceClassification) {
-      const Classifier m(o->model, ClassifierOptions{o->threads});
+      const Classifier m(o->model, ClassifierOptions{o->threads, o->dtype});
       const auto& labels = m.labels();
       const int64_t C = m.num_labels();
       for (size_t s = 0; s < texts.size(); s += (size_t)o->batch_size) {
@@ -75,7 +75,7 @@ void add_classify_command(CLI::App& app) {
         }
       }
     } else {
-      const TokenClassifier m(o->model, ClassifierOptions{o->threads});
+      const TokenClassifier m(o->model, ClassifierOptions{o->threads, o->dtype});
       TagOptions to;
       to.function = fn.empty() ? "softmax" : fn;
       to.all_tokens = o->all_tokens;

@@ -22,7 +22,8 @@ void add_convert_command(CLI::App& app) {
                  "or int8 (s8 + one F32 scale per output row, '<name>_scale'); embeddings, LayerNorm and biases "
                  "stay F32. Other files of the folder (tokenizer, vocabulary) are copied");
   cmd->add_option("--model", o->model, "Model folder: config.json and model.safetensors")->required();
-  cmd->add_option("--dtype", o->dtype, "bf16 or int8 (int8: BERT encoders and Marian / M2M100 / NLLB translation folders)")
+  cmd->add_option("--dtype", o->dtype,
+                  "bf16 or int8 (int8: every family but transformer_encoder; Marian / M2M100 / NLLB folders too)")
       ->required()
       ->check(CLI::IsMember({"bf16", "int8"}));
   cmd->add_option("--out", o->out, "Output folder (created; must not exist or be empty)")->required();
@@ -41,8 +42,8 @@ void add_convert_command(CLI::App& app) {
       if (type == "transformer_seq2seq")
         throw std::invalid_argument(cp + ": this is a transformer_seq2seq folder (a translation model), not an "
                                     "encoder; convert takes encoder folders only");
-      if (o->dtype == "int8" && !type.empty() && type != "bert")
-        throw std::runtime_error("--dtype int8: model_type '" + type + "' is not supported (BERT only); use --dtype bf16");
+      if (o->dtype == "int8" && type == "transformer_encoder")
+        throw std::runtime_error("--dtype int8: model_type 'transformer_encoder' is not supported; use --dtype bf16");
     }
     ConvertOptions co;
     co.dtype = o->dtype;

@@ -20,6 +20,7 @@
 #include "commands.h"
 #include "io/atomic_file.h"
 #include "io/json_util.h"
+#include "io/text_file.h"
 #include "tfm/encoder.h"
 
 namespace tfm::cli {
@@ -48,11 +49,13 @@ struct LineReader {
       fd = ::open(path.c_str(), O_RDONLY);
       if (fd < 0) throw std::runtime_error(path + ": cannot open: " + std::strerror(errno));
     }
-    struct stat sb;
-    if (fstat(fd, &sb) == 0 && S_ISDIR(sb.st_mode)) {
+    try {
+      check_not_folder(name, fd);  // io/text_file: the wording of classify / rerank / fill-mask (read_lines)
+    } catch (...) {
       ::close(fd);
-      throw std::runtime_error(path + ": is a folder");
+      throw;
     }
+    struct stat sb;
     if (fstat(fd, &sb) == 0 && S_ISREG(sb.st_mode)) total_bytes = sb.st_size;
     gz = gzdopen(fd, "rb");
     if (!gz) {
@@ -194,7 +197,7 @@ struct Progress {
 
 void add_embed_command(CLI::App& app) {
   struct Opts {
-    std::string model, input, output, pooling, prompt_name, prompt, dtype = "fp32";
+    std::string model, input, output, pooling, prompt_name, prompt, dtype;  // "": as the folder stores it
     bool normalize = false, skip_empty = false, quiet = false, no_prompt = false;
     int64_t batch_tokens = 16384, batch_size = 128, max_length = 0, chunk_lines = 20000;
     int threads = 0;
@@ -212,7 +215,8 @@ void add_embed_command(CLI::App& app) {
   cmd->add_flag("--normalize", o->normalize, "L2-normalise the vectors (added when the folder has no Normalize)");
   cmd->add_option("--pooling", o->pooling,
                   "cls, mean, max, mean_sqrt_len, weightedmean, lasttoken, or several joined by '+' "
-                  "(required without modules.json; replaces the folder's Pooling modes otherwise)");
+                  "(required without modules.json; replaces the folder's Pooling modes otherwise)")
+      ->check(pooling_mode());
   cmd->add_option("--prompt-name", o->prompt_name, "Prompt from config_sentence_transformers.json, e.g. query");
   cmd->add_option("--prompt", o->prompt, "Literal prompt prepended to every line");
   cmd->add_flag("--no-prompt", o->no_prompt, "Do not apply the folder's default_prompt_name");
@@ -231,7 +235,7 @@ void add_embed_command(CLI::App& app) {
                 "each JSON line then has \"line\": N (1-based input line), and a .npy output gets OUT.lines.txt with "
                 "the input line of each row");
   cmd->add_flag("--quiet,-q", o->quiet, "No progress bar and no summary line");
-  add_fp32_dtype_option(cmd, o->dtype, o->model);
+  add_dtype_option(cmd, o->dtype);
   add_threads_option(cmd, o->threads);
   cmd->callback([o] {
     std::string fmt = "jsonl";
@@ -250,16 +254,16 @@ void add_embed_command(CLI::App& app) {
     EncoderOptions eo;  // SentenceTransformer.encode()'s pipeline, also for a plain folder with --pooling
     eo.pipeline = "sentence_transformers";
     eo.threads = o->threads;
+    eo.dtype = o->dtype;
     eo.pooling = o->pooling;
     eo.prompt_name = o->prompt_name;
     eo.prompt = o->prompt;
     eo.no_prompt = o->no_prompt;
     eo.normalize = o->normalize;
     eo.max_seq_length = o->max_length;
-    {  // Name the real problem before the loader's "has no modules.json" / "missing key 'vocab_size'".
+    {  // Name the real problem before the loader's "has no modules.json" / "missing key 'vocab_size'". A missing
+       // folder, or a file given as one, is Encoder's message ("X: no such model folder"), as in Python.
       std::error_code ec;
-      if (!std::filesystem::is_directory(o->model, ec))
-        throw std::runtime_error("--model '" + o->model + "' is not a folder");
       const std::string cp = o->model + "/config.json";
       if (std::filesystem::exists(cp, ec) &&
           json_string_or(load_json_file(cp), "model_type", "", cp) == "transformer_seq2seq")
@@ -290,7 +294,7 @@ void add_embed_command(CLI::App& app) {
         line_nos.clear();
         const int64_t chunk_start_bytes = in.bytes;  // progress: the part of the chunk embedded so far counts
         while ((int64_t)lines.size() < o->chunk_lines) {
-          if (!in.next(line)) {
+          if (!in.next(line)) {  // an empty input gives an empty [0, dim] output, as in classify / rerank / fill-mask
             eof = true;
             break;
           }

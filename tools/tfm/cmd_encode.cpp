@@ -51,12 +51,7 @@ void add_encode_command(CLI::App& app) {
                   "Truncate each text to this many tokens (default: error when longer than the model allows)")
       ->check(whole_range(0, 1 << 20));
   add_threads_option(cmd, o->threads);
-  cmd->add_option("--dtype", o->dtype,
-                  "Compute type of the Linear layers: fp32, bf16 (weights and GEMM inputs bf16, fp32 accumulation) "
-                  "or int8 (dynamic quantisation); LayerNorm, softmax and residuals stay fp32. Default: as the folder "
-                  "stores them (int8 for a 'tfm convert --dtype int8' folder, which fp32 / bf16 dequantise; else "
-                  "fp32)")
-      ->check(CLI::IsMember({"fp32", "bf16", "int8"}));
+  add_dtype_option(cmd, o->dtype);
   cmd->callback([o, cmd] {
     namespace fs = std::filesystem;
     if (o->texts.empty()) throw CLI::ValidationError("give TEXT or --text TEXT (at least one text to encode)");

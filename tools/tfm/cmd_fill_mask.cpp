@@ -1,4 +1,4 @@
-// tfm fill-mask: the most likely tokens for each [MASK] with a BertForMaskedLM checkpoint, printed as the
+// tfm fill-mask: the most likely tokens for each mask token with a *ForMaskedLM checkpoint of any family, printed as the
 // fill-mask pipeline returns them: per input a list of {"score", "token", "token_str", "sequence"}, best first
 // (a list of such lists when the input has several masks).
 #include <algorithm>
@@ -14,32 +14,34 @@ namespace tfm::cli {
 
 void add_fill_mask_command(CLI::App& app) {
   struct Opts {
-    std::string model, input, dtype = "fp32";
+    std::string model, input, dtype;  // "": as the folder stores it
     std::vector<std::string> texts;
     int64_t top_k = 5, max_length = 0;
     int threads = 0;
   };
   auto o = std::make_shared<Opts>();
   CLI::App* cmd = app.add_subcommand(
-      "fill-mask", "Predict the [MASK] tokens of texts with a BertForMaskedLM checkpoint (decoder tied to the word "
-                   "embeddings when the file does not store it); one JSON line per input");
+      "fill-mask", "Predict the mask tokens ([MASK], <mask>: the tokenizer's mask_token) of texts with a *ForMaskedLM "
+                   "checkpoint of any family (decoder tied to the word embeddings when the file does not store it); one "
+                   "JSON line per input");
   cmd->add_option("--model", o->model, "Checkpoint folder: config.json, model.safetensors, tokenizer files")->required();
   cmd->add_option("text", o->texts, "Texts with at least one [MASK]");
   cmd->add_option("--input,-i", o->input, "File with one text a line (- for stdin)");
   cmd->add_option("--top-k", o->top_k, "Candidates per mask (default 5)")->check(whole_range(1, 1 << 20));
   cmd->add_option("--max-length", o->max_length, "Truncate texts to this many tokens (default: refuse longer ones)")
       ->check(whole_range(2, 1 << 20));
-  add_fp32_dtype_option(cmd, o->dtype, o->model);
+  add_dtype_option(cmd, o->dtype);
   add_threads_option(cmd, o->threads);
   cmd->callback([o] {
     std::vector<std::string> texts = gather_texts(o->texts, o->input);
-    if (texts.empty()) throw CLI::ValidationError("give texts with [MASK], or --input FILE");
-    const MaskFiller m(o->model, ClassifierOptions{o->threads});
+    if (texts.empty() && o->input.empty())
+      throw CLI::ValidationError("give texts with a mask token ([MASK] or <mask>), or --input FILE");
+    const MaskFiller m(o->model, ClassifierOptions{o->threads, o->dtype});
     const int64_t mask_id = m.mask_token_id();
     std::vector<TextEncoding> enc = encode_all(m.tokenizer(), m.max_position_embeddings(), texts, nullptr, o->max_length);
     for (size_t b = 0; b < enc.size(); ++b)
       if (std::find(enc[b].input_ids.begin(), enc[b].input_ids.end(), mask_id) == enc[b].input_ids.end())
-        throw std::invalid_argument("input " + std::to_string(b + 1) + " has no [MASK] token: '" + texts[b] + "'");
+        throw std::invalid_argument("input " + std::to_string(b + 1) + " has no " + m.mask_token() + " token: '" + texts[b] + "'");
     const size_t batch = 32;
     for (size_t s = 0; s < enc.size(); s += batch) {
       std::vector<TextEncoding> chunk(enc.begin() + s, enc.begin() + std::min(enc.size(), s + batch));

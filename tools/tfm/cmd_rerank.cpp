@@ -1,4 +1,4 @@
-// tfm rerank: scores (query, passage) pairs with a cross-encoder (BertForSequenceClassification on pairs) and
+// tfm rerank: scores (query, passage) pairs with a cross-encoder (*ForSequenceClassification on pairs, any family) and
 // prints [{"index", "score"}] best first, as sentence-transformers' CrossEncoder.rank does.
 #include <algorithm>
 #include <memory>
@@ -14,7 +14,7 @@ namespace tfm::cli {
 
 void add_rerank_command(CLI::App& app) {
   struct Opts {
-    std::string model, query, input, dtype = "fp32";
+    std::string model, query, input, dtype;  // "": as the folder stores it
     std::vector<std::string> texts;
     bool raw = false, return_documents = false;
     int64_t top_k = 0, batch_size = 32, max_length = 0;
@@ -37,13 +37,13 @@ void add_rerank_command(CLI::App& app) {
   cmd->add_option("--batch-size", o->batch_size, "Pairs per forward pass (default 32)")->check(whole_range(1, 1 << 16));
   cmd->add_option("--max-length", o->max_length, "Truncate pairs to this many tokens (longest first)")
       ->check(whole_range(3, 1 << 20));
-  add_fp32_dtype_option(cmd, o->dtype, o->model);
+  add_dtype_option(cmd, o->dtype);
   add_threads_option(cmd, o->threads);
   cmd->callback([o] {
     std::vector<std::string> passages = gather_texts(o->texts, o->input, "passage");
-    if (passages.empty()) throw CLI::ValidationError("give passages to rank, or --input FILE");
+    if (passages.empty() && o->input.empty()) throw CLI::ValidationError("give passages to rank, or --input FILE");
     if (o->query.find_first_not_of(" \t\v\f\r") == std::string::npos) throw CLI::ValidationError("--query is empty");
-    const Classifier m(o->model, ClassifierOptions{o->threads});
+    const Classifier m(o->model, ClassifierOptions{o->threads, o->dtype});
     const int64_t C = m.num_labels();
     if (C > 2)
       throw std::runtime_error(o->model + " has " + std::to_string(C) +

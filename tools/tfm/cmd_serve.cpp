@@ -10,6 +10,7 @@ namespace tfm::cli {
 void add_serve_command(CLI::App& app) {
   struct Opts {
     serve::ServeOptions s;
+    std::vector<std::string> models;
     int threads = 0;
     bool quiet = false;
   };
@@ -19,7 +20,10 @@ void add_serve_command(CLI::App& app) {
                "and OpenAI's /v1/embeddings (a sentence-transformers folder with its own pipeline), classifier and "
                "cross-encoder checkpoints also /predict and /rerank; translation models LibreTranslate's /translate and /languages; all "
                "answer / (web page), /info, /health, /metrics. Stops on SIGTERM after finishing requests in flight");
-  cmd->add_option("--model", o->s.model, "Model folder (an encoder or a transformer_seq2seq folder)")->required();
+  cmd->add_option("--model", o->models,
+                  "Model folder (an encoder or a transformer_seq2seq folder); translation folders may be given "
+                  "several times (one per language pair: /translate routes by source and target)")
+      ->required();
   cmd->add_option("--host", o->s.host, "Address to listen on (loopback unless told otherwise)")->capture_default_str();
   cmd->add_option("--port", o->s.port, "Port (0 = any free port, printed at start)")
       ->capture_default_str()->check(whole_range(0, 65535));
@@ -52,12 +56,19 @@ void add_serve_command(CLI::App& app) {
                   "Translation: source language code (default: config.json source_lang, else en)");
   cmd->add_option("--target-lang", o->s.target_lang,
                   "Translation: target language code (default: config.json target_lang, else fr)");
+  cmd->add_option("--cors-allow-origin", o->s.cors_allow_origin,
+                  "Let browser pages from this origin call the API ('*' = any; default: none): "
+                  "Access-Control-Allow-Origin on every answer, CORS preflight (OPTIONS) answered");
   cmd->add_flag("--quiet", o->quiet, "No access log (one line per request on stderr)");
   add_threads_option(cmd, o->threads);
   cmd->callback([o] {
     if (o->s.host.empty()) throw CLI::ValidationError("--host is empty");
+    if (o->s.cors_allow_origin.find_first_of("\r\n ,") != std::string::npos)
+      throw CLI::ValidationError("--cors-allow-origin takes one origin (scheme://host[:port]) or '*'");
     if (o->s.api_key.find_first_of("\r\n ") != std::string::npos)
       throw CLI::ValidationError("--api-key must not contain spaces or line breaks");
+    o->s.model = o->models.front();
+    o->s.extra_models.assign(o->models.begin() + 1, o->models.end());
     o->s.access_log = !o->quiet;
     o->s.threads = o->threads;
     serve::run_server(o->s);

@@ -1,13 +1,21 @@
-// tfm translate: greedy or beam-search translation with a trained transformer_seq2seq folder.
+// tfm translate: greedy or beam-search translation with a trained transformer_seq2seq folder; sentences from the
+// command line, stdin or --input (streamed: read in chunks, batched by length, written in input order).
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <chrono>
 #include <cstdio>
+#include <cstring>
+#include <fstream>
 #include <iostream>
 #include <memory>
+#include <numeric>
 
 #include "cli_util.h"
 #include "commands.h"
+#include "io/atomic_file.h"
 #include "io/json_util.h"
 #include "io/plot.h"
 #include "tfm/translator.h"
@@ -17,14 +25,14 @@ namespace tfm::cli {
 namespace {
 // std::getline that refuses a line over 1 MiB (a binary file or /dev/zero on stdin would otherwise be read
 // whole into memory). Returns false at end of input.
-bool read_line_capped(std::istream& in, std::string& line, size_t line_no) {
+bool read_line_capped(std::istream& in, std::string& line, size_t line_no, const char* what = "stdin") {
   constexpr size_t kMaxLine = size_t(1) << 20;
   line.clear();
   std::streambuf* buf = in.rdbuf();
   for (int ch; (ch = buf->sbumpc()) != std::char_traits<char>::eof();) {
     if (ch == '\n') return true;
     if (line.size() == kMaxLine)
-      throw std::invalid_argument("stdin line " + std::to_string(line_no) + " is longer than 1 MiB");
+      throw std::invalid_argument(std::string(what) + " line " + std::to_string(line_no) + " is longer than 1 MiB");
     line.push_back((char)ch);
   }
   return !line.empty();
@@ -36,6 +44,43 @@ std::string format_score(double s) {
   std::snprintf(buf, sizeof buf, "%.6f", s);
   return buf;
 }
+// Progress on stderr: sentences done, sentences/s and, when the input size is known, the share read and an ETA.
+// At a terminal one line redrawn in place (at most 4 times a second); otherwise (--progress into a file) a line
+// per update, at most one a second.
+class Progress {
+ public:
+  Progress(bool on, int64_t total_bytes) : on_(on), tty_(::isatty(2)), total_(total_bytes) {}
+  void update(size_t sentences, int64_t bytes_read, int64_t target_tokens, bool last = false) {
+    if (!on_) return;
+    const auto now = std::chrono::steady_clock::now();
+    const double since = std::chrono::duration<double>(now - shown_).count();
+    if (!last && since < (tty_ ? 0.25 : 1.0)) return;
+    if (last && printed_ && sentences == shown_sentences_) {  // already shown: at a terminal end the line
+      if (tty_) std::fputc('\n', stderr);
+      return;
+    }
+    shown_ = now;
+    shown_sentences_ = sentences;
+    printed_ = true;
+    const double el = std::chrono::duration<double>(now - start_).count();
+    char line[160];
+    int n = std::snprintf(line, sizeof line, "%zu sentences, %.1f sentences/s, %lld target tokens", sentences,
+                          el > 0 ? (double)sentences / el : 0.0, (long long)target_tokens);
+    if (total_ > 0 && bytes_read > 0) {
+      const double frac = std::min(1.0, (double)bytes_read / (double)total_);
+      const double eta = frac > 0 ? el * (1 - frac) / frac : 0;
+      std::snprintf(line + n, sizeof line - n, ", %3.0f%%, ETA %02d:%02d", 100 * frac, (int)eta / 60, (int)eta % 60);
+    }
+    std::fprintf(stderr, tty_ ? "\r\033[K%s%s" : "%s%s", line, tty_ && !last ? "" : "\n");
+    std::fflush(stderr);
+  }
+
+ private:
+  bool on_, tty_, printed_ = false;
+  int64_t total_;
+  size_t shown_sentences_ = 0;
+  std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now(), shown_{};
+};
 
 }  // namespace
 
@@ -46,13 +91,19 @@ void add_translate_command(CLI::App& app) {
     int64_t beam = 0;
     bool suppress_unk = false;
     float length_penalty = 0.0f;
-    int64_t num_hypotheses = 1, max_new_tokens = 0, min_length = -1;
-    bool scores = false;
+    int64_t num_hypotheses = 1;
     std::string target_lang, source_lang, early_stopping;
     bool quiet = false;
     int threads = 0;
     std::string dtype = "fp32";
     bool quantize_output = false;
+    std::string input, output, target_prefix;
+    int64_t max_batch_tokens = 4096, max_steps = 0;
+    bool progress = false, scores = false;
+    float repetition_penalty = 1.0f, sampling_topp = 1.0f, sampling_temperature = 1.0f;
+    int64_t no_repeat_ngram_size = 0, min_length = 0, sampling_topk = 1;
+    uint64_t seed = 0;
+    std::vector<std::string> bad_words;
   };
   auto o = std::make_shared<Opts>();
   CLI::App* cmd = app.add_subcommand(
@@ -76,11 +127,6 @@ void add_translate_command(CLI::App& app) {
   cmd->add_option("--num-hypotheses", o->num_hypotheses,
                   "Print the N best hypotheses of the beam, one a line, best first (N lines per sentence)")
       ->capture_default_str()->check(whole_range(1, 64));
-  cmd->add_flag("--scores", o->scores, "After each translation a TAB and its score (the beam's ranking score)");
-  cmd->add_option("--max-new-tokens", o->max_new_tokens,
-                  "At most this many generated tokens, the end token counted (default: the model's: num_steps, or "
-                  "generation_config.json's max_new_tokens / max_length - 1)")
-      ->check(whole_range(1, 1 << 16));
   cmd->add_option("--target-lang", o->target_lang,
                   "Hugging Face folders: the target language (M2M100 'fr', NLLB 'fra_Latn': forced as the first "
                   "token; Marian multi-target 'fra': '>>fra<<' before each source)");
@@ -89,9 +135,6 @@ void add_translate_command(CLI::App& app) {
   cmd->add_option("--early-stopping", o->early_stopping,
                   "Hugging Face folders: transformers' early_stopping for beam search (default: generation_config.json's)")
       ->check(CLI::IsMember({"true", "false", "never"}));
-  cmd->add_option("--min-length", o->min_length,
-                  "Hugging Face folders: no end token before this length (the decoder start token counted)")
-      ->check(whole_range(0, 1 << 16));
   cmd->add_flag("--suppress-unk", o->suppress_unk,
                 "Never generate <unk> (CTranslate2's disable_unk): greedy and beam search pick the best other token");
   cmd->add_option("--attention-png", o->attention_png,
@@ -101,6 +144,48 @@ void add_translate_command(CLI::App& app) {
   cmd->add_flag("--quiet,-q", o->quiet,
                 "No warnings (unknown words, truncated sentences); without it the first 10 are shown, then a count");
   add_threads_option(cmd, o->threads);
+  cmd->add_option("--input,-i", o->input,
+                  "Read sentences from this file, one a line ('-' = stdin), instead of the command line or stdin; "
+                  "read in chunks and written in input order as they finish (any size: memory stays bounded)");
+  cmd->add_option("--output,-o", o->output,
+                  "Write the translations to this file (written atomically: complete or not at all) instead of stdout");
+  cmd->add_option("--max-batch-tokens", o->max_batch_tokens,
+                  "Sentences of similar length are batched together up to this many source tokens (sentences x "
+                  "longest) per batch")
+      ->capture_default_str()->check(whole_range(1, 1 << 20));
+  cmd->add_option("--max-steps", o->max_steps,
+                  "At most this many generated tokens per sentence, <eos> included (0 = the model's default: "
+                  "num_steps, or generation_config.json's max_new_tokens / max_length - 1)")
+      ->capture_default_str()->check(whole_range(0, 1 << 20));
+  cmd->add_flag("--progress", o->progress,
+                "Show progress on stderr (sentences, sentences/s, ETA for a file) even when stderr is not a terminal; "
+                "--input shows it at a terminal anyway");
+  cmd->add_flag("--scores", o->scores, "After each translation a TAB and its score (log-probability / length penalty)");
+  cmd->add_option("--target-prefix", o->target_prefix,
+                  "Every translation starts with this target text (autocompletion; CTranslate2's target_prefix)");
+  cmd->add_option("--repetition-penalty", o->repetition_penalty,
+                  "Hugging Face repetition_penalty: scores of tokens already in the output divided (> 0) or multiplied "
+                  "(< 0) by it; 1 = off")
+      ->capture_default_str()->check(positive_up_to(100));
+  cmd->add_option("--no-repeat-ngram-size", o->no_repeat_ngram_size,
+                  "No n-gram of this many tokens appears twice in a translation (Hugging Face); 0 = off")
+      ->capture_default_str()->check(whole_range(0, 1000));
+  cmd->add_option("--min-length", o->min_length,
+                  "Hugging Face min_length: <eos> is banned until the decoder input (start token + output) has this "
+                  "many tokens; 0 = off")
+      ->capture_default_str()->check(whole_range(0, 100000));
+  cmd->add_option("--bad-words", o->bad_words,
+                  "Target text never generated (its token sequence is banned; repeat the option for several)");
+  cmd->add_option("--sampling-topk", o->sampling_topk,
+                  "Random sampling from the K most likely tokens (0 = all, 1 = greedy decoding); with --beam 1")
+      ->capture_default_str()->check(whole_range(0, 1 << 20));
+  cmd->add_option("--sampling-topp", o->sampling_topp, "With sampling: keep the smallest set of tokens of probability "
+                  "> 1 - P (nucleus sampling); 1 = off")
+      ->capture_default_str()->check(positive_up_to(1));
+  cmd->add_option("--sampling-temperature", o->sampling_temperature, "With sampling: logits divided by it")
+      ->capture_default_str()->check(positive_up_to(1000));
+  cmd->add_option("--seed", o->seed, "Sampling seed (each sentence draws from its own stream: reproducible)")
+      ->capture_default_str()->check(seed_value());
   cmd->add_option("--dtype", o->dtype,
                   "Compute type of the Linear layers: fp32, bf16 or int8 (dynamic quantisation); embeddings, "
                   "LayerNorm, softmax and the output projection stay fp32")
@@ -128,7 +213,7 @@ void add_translate_command(CLI::App& app) {
       if (cmd->count("--length-penalty") && o->beam <= 1)
         throw CLI::ValidationError("--length-penalty applies to beam search only; give --beam N (N > 1) as well");
       if (o->length_penalty < 0) throw CLI::ValidationError("--length-penalty: the GNMT alpha must be >= 0");
-      for (const char* f : {"--target-lang", "--source-lang", "--early-stopping", "--min-length"})
+      for (const char* f : {"--target-lang", "--source-lang", "--early-stopping"})
         if (cmd->count(f))
           throw CLI::ValidationError(std::string(f) + " applies to Hugging Face folders (Marian, M2M100, NLLB) only");
     }
@@ -137,15 +222,30 @@ void add_translate_command(CLI::App& app) {
     if (cmd->count("--length-penalty") || !hf) opt.length_penalty = o->length_penalty;
     opt.disable_unk = o->suppress_unk;
     opt.num_hypotheses = o->num_hypotheses;
-    opt.return_scores = o->scores;
-    opt.max_steps = o->max_new_tokens;
     opt.target_lang = o->target_lang;
     opt.source_lang = o->source_lang;
     opt.early_stopping = o->early_stopping;
+    opt.return_scores = o->scores;
+    opt.max_steps = o->max_steps;
+    opt.repetition_penalty = o->repetition_penalty;
+    opt.no_repeat_ngram_size = o->no_repeat_ngram_size;
     opt.min_length = o->min_length;
+    for (const std::string& w : o->bad_words) {
+      std::vector<int64_t> ids = translator.encode_target(w);
+      if (ids.empty()) throw std::invalid_argument("--bad-words '" + w + "' has no target token");
+      opt.bad_words_ids.push_back(std::move(ids));
+    }
+    opt.sampling_topk = o->sampling_topk;
+    opt.sampling_topp = o->sampling_topp;
+    opt.sampling_temperature = o->sampling_temperature;
+    opt.seed = o->seed;
+    if (o->sampling_topk != 1 && o->beam > 1)
+      throw std::invalid_argument("--sampling-topk " + std::to_string(o->sampling_topk) +
+                                  " samples one token a step; it needs --beam 1, got --beam " + std::to_string(o->beam));
     const bool subword = translator.subword();
     const int64_t limit = translator.max_source_tokens();  // <eos> included
     bool attention_written = false;
+    int64_t target_tokens = 0;  // generated, <eos> not counted (the progress line)
 
     // Warnings about the input: the first kMaxWarnings in full, then only counted (one summary line at the end), so
     // that a large file cannot flood stderr; none with --quiet.
@@ -159,7 +259,7 @@ void add_translate_command(CLI::App& app) {
 
     // Translates `sentences` (numbered from first_no in messages) and prints one line each, in order. An empty
     // sentence gives an empty line, so outputs stay aligned with inputs.
-    auto translate = [&](const std::vector<std::string>& sentences, size_t first_no) {
+    auto translate_lines = [&](const std::vector<std::string>& sentences, size_t first_no) {
       // Source ids (with <eos>) of every non-empty sentence.
       std::vector<std::vector<int64_t>> src(sentences.size());
       std::vector<size_t> todo;
@@ -222,26 +322,41 @@ void add_translate_command(CLI::App& app) {
         write_heatmaps(o->attention_png, fig);
         std::fprintf(stderr, "wrote %s\n", o->attention_png.c_str());
       }
-      std::vector<std::vector<int64_t>> sources;
-      for (size_t i : todo) sources.push_back(src[i]);
-      std::vector<Translation> res = translator.translate_ids(sources, opt);
-      // One line per hypothesis (num_hypotheses per sentence), each with a TAB and its score under --scores.
-      std::vector<std::vector<const Translation*>> out(sentences.size());
-      for (size_t k = 0; k < todo.size(); ++k) {
-        if (res[k].hypotheses.empty())
-          out[todo[k]].push_back(&res[k]);
-        else
-          for (const Translation& h : res[k].hypotheses) out[todo[k]].push_back(&h);
-      }
-      static const Translation empty;
-      for (auto& lines : out) {
-        if (lines.empty()) lines.assign((size_t)o->num_hypotheses, &empty);
-        for (const Translation* t : lines) {
-          std::cout << t->text;
-          if (o->scores) std::cout << "\t" << format_score(t->score);
-          std::cout << "\n";
+      // Batches of similar length, at most --max-batch-tokens source tokens (sentences x longest) each.
+      std::sort(todo.begin(), todo.end(), [&](size_t a, size_t b) {
+        return src[a].size() != src[b].size() ? src[a].size() < src[b].size() : a < b;
+      });
+      std::vector<std::string> out(sentences.size());
+      for (size_t k = 0; k < todo.size();) {
+        size_t end = k + 1;
+        while (end < todo.size() && (int64_t)((end - k + 1) * src[todo[end]].size()) <= o->max_batch_tokens) ++end;
+        std::vector<std::vector<int64_t>> sources;
+        TranslateOptions bo = opt;
+        for (size_t j = k; j < end; ++j) sources.push_back(src[todo[j]]);
+        if (!o->target_prefix.empty()) bo.target_prefix.assign(sources.size(), o->target_prefix);
+        std::vector<Translation> res = translator.translate_ids(sources, bo);
+        for (size_t j = k; j < end; ++j) {
+          Translation& t = res[j - k];
+          target_tokens += (int64_t)t.ids.size();
+          // --num-hypotheses N: N lines, best first; --scores: each with a TAB and its score.
+          std::string lines;
+          for (const Translation* h : std::vector<const Translation*>{&t}) {
+            if (h->hypotheses.empty()) {
+              lines = h->text + (o->scores ? "\t" + format_score(h->score) : "");
+            } else {
+              for (size_t a = 0; a < h->hypotheses.size(); ++a)
+                lines += (a ? "\n" : "") + h->hypotheses[a].text +
+                         (o->scores ? "\t" + format_score(h->hypotheses[a].score) : "");
+            }
+          }
+          out[todo[j]] = std::move(lines);
         }
+        k = end;
       }
+      return out;
+    };
+    auto translate = [&](const std::vector<std::string>& sentences, size_t first_no) {
+      for (const std::string& line : translate_lines(sentences, first_no)) std::cout << line << "\n";
       flush_stdout();  // a failed write stops a long input here, not at the end
     };
     auto finish = [&] {
@@ -251,24 +366,71 @@ void add_translate_command(CLI::App& app) {
         std::fprintf(stderr, "warning: %zu more warnings not shown (--quiet hides all)\n", warnings - kMaxWarnings);
     };
 
-    if (!o->sentences.empty()) {
+    if (!o->sentences.empty() && !o->input.empty())
+      throw std::invalid_argument("give sentences on the command line or --input " + o->input + ", not both");
+    if (!o->sentences.empty() && o->output.empty()) {
       translate(o->sentences, 1);
       return finish();
     }
-    // stdin: line by line at a terminal (each translation appears at once), else all lines batched by length.
-    const bool interactive = ::isatty(0);
-    std::vector<std::string> lines;
-    std::string line;
-    size_t no = 0;
-    while (read_line_capped(std::cin, line, no + 1)) {
-      ++no;
-      if (interactive)
-        translate({line}, no);
-      else
-        lines.push_back(line);
+    if (!o->input.empty() || !o->output.empty() || !::isatty(0)) {
+      // Streaming: chunks of lines are read, translated (batched by length) and written in input order, so memory
+      // stays bounded whatever the file's size; --output is written atomically (a failure leaves no partial file).
+      std::ifstream file;
+      const bool from_stdin = o->input.empty() || o->input == "-";
+      int64_t total_bytes = 0;
+      if (!from_stdin) {
+        struct stat st {};
+        if (::stat(o->input.c_str(), &st) != 0) throw std::invalid_argument("--input " + o->input + ": no such file");
+        if (S_ISDIR(st.st_mode)) throw std::invalid_argument("--input " + o->input + " is a folder, not a text file");
+        if (S_ISREG(st.st_mode)) total_bytes = (int64_t)st.st_size;
+        file.open(o->input, std::ios::binary);
+        if (!file) throw std::invalid_argument("--input " + o->input + ": cannot open");
+      }
+      std::istream& in = from_stdin ? std::cin : file;
+      const std::string in_name = from_stdin ? "stdin" : o->input;
+      Progress progress(o->progress || ::isatty(2), total_bytes);
+      constexpr size_t kChunkLines = 512;
+      auto run = [&](std::FILE* out) {
+        size_t no = 0;
+        int64_t bytes = 0;
+        std::vector<std::string> chunk;
+        auto flush_chunk = [&] {
+          if (chunk.empty()) return;
+          const std::vector<std::string> lines = translate_lines(chunk, no - chunk.size() + 1);
+          for (const std::string& l : lines) {
+            std::fwrite(l.data(), 1, l.size(), out);
+            std::fputc('\n', out);
+          }
+          if (std::fflush(out) != 0 || std::ferror(out))
+            throw std::runtime_error("cannot write the translations: " + std::string(std::strerror(errno)));
+          chunk.clear();
+          progress.update(no, bytes, target_tokens);
+        };
+        if (!o->sentences.empty()) {  // sentences given on the command line, into --output
+          for (const std::string& s : o->sentences) chunk.push_back(s), ++no;
+        } else {
+          std::string line;
+          while (read_line_capped(in, line, no + 1, in_name.c_str())) {
+            ++no;
+            bytes += (int64_t)line.size() + 1;
+            chunk.push_back(line);
+            if (chunk.size() == kChunkLines) flush_chunk();
+          }
+        }
+        flush_chunk();
+        progress.update(no, total_bytes > 0 ? total_bytes : bytes, target_tokens, true);
+      };
+      if (o->output.empty()) {
+        run(stdout);
+        flush_stdout();
+      } else {
+        write_file_atomic(o->output, run);
+      }
+      return finish();
     }
-    // An empty input gives an empty output, as for any filter.
-    if (!interactive && !lines.empty()) translate(lines, 1);
+    // stdin at a terminal: line by line (each translation appears at once).
+    std::string line;
+    for (size_t no = 0; read_line_capped(std::cin, line, no + 1);) translate({line}, ++no);
     finish();
   });
 }

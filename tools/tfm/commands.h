@@ -9,6 +9,7 @@ void add_tokenize_command(CLI::App& app);
 void add_encode_command(CLI::App& app);
 void add_train_command(CLI::App& app);
 void add_translate_command(CLI::App& app);
+void add_score_command(CLI::App& app);
 void add_bleu_command(CLI::App& app);
 void add_data_command(CLI::App& app);
 void add_embed_command(CLI::App& app);

@@ -15,14 +15,15 @@
 
 namespace tfm::cli {
 
-// The texts of `args`, or the lines of `input` ("-" = stdin). An empty or all-space text is an error naming it.
+// The texts of `args`, or the lines of `input` ("-" = stdin). An empty or all-space text is an error naming it;
+// an empty input file gives no texts (the command then prints nothing and exits 0, as `tfm embed` writes [0, dim]).
 inline std::vector<std::string> gather_texts(const std::vector<std::string>& args, const std::string& input,
                                              const char* what = "TEXT") {
   if (!args.empty() && !input.empty()) throw std::invalid_argument(std::string("give ") + what + " arguments or --input, not both");
   std::vector<std::string> texts = args;
   std::string src = "argument ";
   if (!input.empty()) {
-    texts = read_lines(input == "-" ? "/dev/stdin" : input);
+    texts = read_lines(input == "-" ? "/dev/stdin" : input, /*allow_empty=*/true);
     src = (input == "-" ? std::string("<stdin>") : input) + ": line ";
   }
   for (size_t i = 0; i < texts.size(); ++i)

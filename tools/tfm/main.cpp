@@ -97,6 +97,7 @@ int main(int argc, char** argv) {
   tfm::cli::add_encode_command(app);
   tfm::cli::add_train_command(app);
   tfm::cli::add_translate_command(app);
+  tfm::cli::add_score_command(app);
   tfm::cli::add_bleu_command(app);
   tfm::cli::add_data_command(app);
   tfm::cli::add_embed_command(app);

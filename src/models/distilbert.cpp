@@ -1,0 +1,105 @@
+#include "models/distilbert.h"
+
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "io/json_util.h"
+#include "models/bert.h"
+#include "models/checkpoint_weights.h"
+#include "nn/transformer_block.h"
+
+namespace tfm {
+namespace {
+
+constexpr float kLayerNormEps = 1e-12f;  // modeling_distilbert.py: every nn.LayerNorm(dim, eps=1e-12)
+
+// Base-model names, then the "distilbert."-prefixed names of the DistilBertFor* checkpoints.
+std::vector<std::string> distilbert_aliases(const std::string& name) { return {"distilbert." + name}; }
+
+// One TransformerBlock under `vb` ("transformer.layer.N"): post-LN, as BertLayer, under DistilBERT's names.
+nn::EncoderBlock distilbert_layer(const nn::Vars& vb, const EncoderConfig& c, ops::ComputeType ct) {
+  const int64_t H = c.hidden_size, I = c.intermediate_size;
+  const nn::Vars att = vb.prefix("attention");
+  nn::EncoderBlock b;
+  b.attention.num_heads = c.num_attention_heads;
+  b.attention.hidden_size = H;
+  b.attention.qkv = nn::Linear::load_packed({att.prefix("q_lin"), att.prefix("k_lin"), att.prefix("v_lin")}, H, H, ct);
+  b.attention.output = nn::Linear::load_packed({att.prefix("out_lin")}, H, H, ct);
+  b.norm1 = nn::LayerNorm::load(vb.prefix("sa_layer_norm"), H, kLayerNormEps);
+  b.ffn.linear1 = nn::Linear::load_packed({vb.prefix("ffn.lin1")}, H, I, ct);
+  b.ffn.linear2 = nn::Linear::load_packed({vb.prefix("ffn.lin2")}, I, H, ct);
+  b.ffn.act = ops::parse_activation(c.hidden_act);
+  b.norm2 = nn::LayerNorm::load(vb.prefix("output_layer_norm"), H, kLayerNormEps);
+  b.norm_first = false;
+  return b;
+}
+
+std::optional<HeadKind> detect_distilbert_head(const CheckpointWeights& w) {
+  if (w.has("pre_classifier.weight")) return HeadKind::SequenceClassification;
+  if (w.has("classifier.weight")) return HeadKind::TokenClassification;
+  if (w.has("vocab_transform.weight") || w.has("vocab_projector.bias")) return HeadKind::MaskedLM;
+  return std::nullopt;
+}
+
+HeadLayout load_distilbert_head(HeadKind kind, const EncoderConfig& c, CheckpointWeights& w) {
+  const int64_t H = c.hidden_size;
+  HeadLayout head;
+  head.input = HeadInput::FirstToken;  // hidden_state[:, 0], the [CLS] token
+  if (kind == HeadKind::SequenceClassification) {
+    HeadStage pre, classifier;
+    pre.linear = nn::Linear::load(nn::Vars(w).prefix("pre_classifier"), H, H);
+    pre.act = ops::Activation::Relu;
+    classifier.linear = detail::load_head_linear(w, {"classifier"}, H);
+    head.stages = {std::move(pre), std::move(classifier)};
+  } else if (kind == HeadKind::TokenClassification) {
+    HeadStage classifier;
+    classifier.linear = detail::load_head_linear(w, {"classifier"}, H);
+    head.stages = {std::move(classifier)};
+  } else {
+    HeadStage transform, projector;
+    transform.linear = nn::Linear::load(nn::Vars(w).prefix("vocab_transform"), H, H);
+    transform.act = ops::parse_activation(c.hidden_act);  // get_activation(config.activation)
+    transform.norm = detail::load_head_layer_norm(w, "vocab_layer_norm", H, kLayerNormEps);
+    projector.linear = detail::load_vocab_decoder(
+        w, {"vocab_projector.weight"}, {"distilbert.embeddings.word_embeddings.weight", "embeddings.word_embeddings.weight"},
+        {"vocab_projector.bias"}, c.vocab_size, H, &head.tied_decoder);
+    head.stages = {std::move(transform), std::move(projector)};
+  }
+  return head;
+}
+
+}  // namespace
+
+nlohmann::json distilbert_config_as_bert(const nlohmann::json& j, const std::string& file) {
+  nlohmann::json b = j;
+  b["hidden_size"] = json_int(j, "dim", file);
+  b["num_hidden_layers"] = json_int(j, "n_layers", file);
+  b["num_attention_heads"] = json_int(j, "n_heads", file);
+  b["intermediate_size"] = json_int(j, "hidden_dim", file);
+  b["hidden_act"] = json_string_or(j, "activation", "gelu", file);
+  try {
+    ops::parse_activation(b["hidden_act"].get<std::string>());
+  } catch (const std::invalid_argument& e) {
+    throw std::runtime_error(file + ": key 'activation': " + e.what());
+  }
+  b["layer_norm_eps"] = 1e-12;  // kLayerNormEps, as the double config.json would hold
+  b["type_vocab_size"] = 1;
+  b["max_position_embeddings"] = json_int_or(j, "max_position_embeddings", 512, file);
+  json_bool_or(j, "sinusoidal_pos_embds", false, file);  // type-checked; the table is read from the file either way
+  return b;
+}
+
+std::unique_ptr<EncoderModel> make_distilbert(const EncoderConfig& config, WeightSource& weights,
+                                              ops::ComputeType dtype) {
+  detail::BertVariant variant;
+  variant.aliases = distilbert_aliases;
+  variant.layers = "transformer.layer";
+  variant.layer = distilbert_layer;
+  variant.token_type_embeddings = false;
+  return detail::make_bert_variant(config, weights, dtype, variant);
+}
+
+FamilyHeads distilbert_heads() { return {detect_distilbert_head, load_distilbert_head}; }
+
+}  // namespace tfm
