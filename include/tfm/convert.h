@@ -22,8 +22,10 @@ struct ConvertSummary {
   uint64_t source_bytes = 0;  ///< size of model_dir/model.safetensors in bytes
 };
 
-/// Writes a copy of `model_dir` (config.json, model.safetensors; any encoder family: BERT, RoBERTa, XLM-RoBERTa, CamemBERT,
-/// DistilBERT, ..., transformer_encoder) into `out_dir`
+/// Writes a copy of `model_dir` (config.json, model.safetensors; any encoder family: BERT, RoBERTa, XLM-RoBERTa,
+/// CamemBERT, DistilBERT, ..., transformer_encoder; or a Hugging Face Marian / M2M100 / NLLB translation folder, whose
+/// encoder and decoder layers' Linear weights are converted and whose shared embedding / tied output projection
+/// stays F32) into `out_dir`
 /// (created; must not exist or be empty) with the encoder's Linear weights (rank 2 "*.weight" of the layers, not
 /// embeddings, pooler or heads) in options.dtype; embeddings, LayerNorm and biases stay F32; the metadata gets
 /// "tfm_dtype". Every other file and subfolder is copied byte for byte (a sentence-transformers folder keeps its

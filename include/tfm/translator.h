@@ -1,8 +1,12 @@
 /// @file tfm/translator.h
 /// Translation with a transformer_seq2seq folder written by `tfm train` (d2l word vocabularies src_vocab.txt /
-/// tgt_vocab.txt, or a joint SentencePiece spm.model) or exported from the d2l.ai reference.
+/// tgt_vocab.txt, or a joint SentencePiece spm.model) or exported from the d2l.ai reference, or with a Hugging Face
+/// translation folder: Marian (OPUS-MT: config.json model_type "marian", source.spm, target.spm, vocab.json) or
+/// M2M100 / NLLB (model_type "m2m_100", sentencepiece.bpe.model), decoded as transformers' generate does with the
+/// defaults of the folder's generation_config.json.
 #pragma once
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <string>
 #include <vector>
@@ -24,17 +28,34 @@ struct TranslatorOptions {
 };
 
 struct TranslateOptions {
-  int64_t beam_size = 1;        ///< 1 = greedy decoding; at most 64
-  /// GNMT length penalty alpha >= 0 (Wu et al. 2016, eq. 14): hypotheses are ranked by
+  /// 1 = greedy decoding; at most 64. 0 = the model's default: generation_config.json's num_beams for Hugging Face
+  /// folders, 1 otherwise.
+  int64_t beam_size = 0;
+  /// Our models: GNMT length penalty alpha >= 0 (Wu et al. 2016, eq. 14): hypotheses are ranked by
   /// logp / ((5 + length) / 6)^alpha, length = generated tokens including the final <eos>. Greedy decoding ignores
   /// it, so a non-zero value with beam_size 1 and without return_scores throws std::invalid_argument (as
   /// `tfm translate --length-penalty` without --beam is refused).
-  float length_penalty = 0.0f;
-  int64_t max_steps = 0;        ///< at most this many generated tokens, <eos> included (0 = config num_steps)
+  /// Hugging Face folders: transformers' length_penalty (any finite number): logp / length ** length_penalty.
+  /// NaN = the model's default (generation_config.json, else 1.0; 0 for our models).
+  float length_penalty = std::numeric_limits<float>::quiet_NaN();
+  /// At most this many generated tokens, <eos> included (0 = config num_steps; Hugging Face folders:
+  /// generation_config.json's max_new_tokens, else max_length - 1).
+  int64_t max_steps = 0;
   bool return_scores = false;   ///< fill Translation::score and Translation::logp
   /// Never generate the target <unk> (CTranslate2's disable_unk): its logit is set to the lowest float before the
   /// log-softmax at every step, greedy or beam, so the best translation without <unk> is searched for.
   bool disable_unk = false;
+  /// n-best: Translation::hypotheses receives the best num_hypotheses of the beam (1 <= num_hypotheses <=
+  /// beam_size; CTranslate2's num_hypotheses, transformers' num_return_sequences).
+  int64_t num_hypotheses = 1;
+  // ---- Hugging Face folders only (std::invalid_argument for our models when set)
+  /// Target language: M2M100 "fr" or "__fr__", NLLB "fra_Latn" (its token is forced first: forced_bos_token_id);
+  /// Marian multi-target models "fra" (">>fra<<" is prepended to each source that has no ">>xx<<" code).
+  /// Empty: tokenizer_config.json's tgt_lang (M2M100 / NLLB), none (Marian).
+  std::string target_lang;
+  std::string source_lang;  ///< M2M100 / NLLB source language (empty: tokenizer_config.json's src_lang)
+  /// transformers' early_stopping: "true", "false" or "never"; empty = generation_config.json's.
+  std::string early_stopping;
 
   /// Hugging Face logits processors (transformers' generate, applied in its order: repetition penalty, no-repeat
   /// n-grams, bad words, min length), to the raw logits in greedy decoding and sampling and to each beam's
@@ -43,7 +64,7 @@ struct TranslateOptions {
   int64_t no_repeat_ngram_size = 0;  ///< >= 0; 0 = off; no n-gram of this size twice in <bos> + generated tokens
   std::vector<std::vector<int64_t>> bad_words_ids;  ///< target id sequences never generated
   /// <eos> is banned while <bos> + the generated tokens are fewer than min_length (HF's min_length: at least
-  /// min_length - 1 tokens before <eos>); 0 = off.
+  /// min_length - 1 tokens before <eos>); 0 = off (Hugging Face folders: generation_config.json's min_length).
   int64_t min_length = 0;
   /// Random sampling (CTranslate2's names; beam_size 1 only): a token is drawn from the sampling_topk best
   /// (0 = the whole vocabulary; 1 = greedy decoding, the default) after the temperature and, when sampling_topp < 1,
@@ -78,6 +99,9 @@ struct Translation {
   /// ... and logp / ((5 + length) / 6)^length_penalty, the beam's ranking score (= logp when alpha is 0).
   double score = 0;
   bool finished = true;         ///< ended in <eos> (false: cut off at max_steps)
+  /// With TranslateOptions::num_hypotheses > 1: the best hypotheses, best first (the first is this translation);
+  /// each has text, ids, logp, score and finished (its own `hypotheses` empty).
+  std::vector<Translation> hypotheses;
 };
 
 /// A sentence as the model reads it (Translator::encode_source).
@@ -128,6 +152,9 @@ class Translator {
   /// lowercased, punctuation split). Throws std::invalid_argument for invalid UTF-8 (the message gives the byte
   /// offset) or an empty sentence.
   SourceEncoding encode_source(const std::string& sentence) const;
+  /// As encode_source(sentence), with the source and target languages of `options` (Hugging Face folders:
+  /// the M2M100 / NLLB source language code first; Marian's ">>target_lang<<").
+  SourceEncoding encode_source(const std::string& sentence, const TranslateOptions& options) const;
   /// Target text as the decoder reads it, without <eos> (SentencePiece pieces, or d2l-preprocessed words with
   /// <unk> for words outside the target vocabulary): for bad_words_ids. Throws std::invalid_argument for invalid
   /// UTF-8 (the message gives the byte offset).
@@ -155,7 +182,9 @@ class Translator {
   int64_t num_steps() const;  ///< the model's default decoding limit (tokens)
   int64_t num_layers() const;  ///< encoder (= decoder) layers
   int64_t num_heads() const;
-  bool subword() const;       ///< SentencePiece model (else d2l word vocabularies)
+  bool subword() const;       ///< SentencePiece model (else d2l word vocabularies); true for Hugging Face folders
+  /// "transformer_seq2seq", or the Hugging Face model_type ("marian", "m2m_100").
+  const std::string& model_type() const;
   const std::string& dtype() const;  ///< "fp32", "bf16" or "int8"
 
  private:

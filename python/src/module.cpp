@@ -10,6 +10,7 @@
 
 #include <cstdio>
 #include <algorithm>
+#include <limits>
 #include <optional>
 
 #include "tfm/tfm.h"
@@ -453,7 +454,8 @@ PYBIND11_MODULE(_tfm, m) {
              int64_t max_steps, bool return_scores, bool disable_unk, int64_t sampling_topk, float sampling_topp,
              float sampling_temperature, uint64_t seed, float repetition_penalty, int64_t no_repeat_ngram_size,
              int64_t min_length, const std::vector<std::vector<int64_t>>& bad_words_ids,
-             const py::object& target_prefix) -> py::list {
+             const py::object& target_prefix, int64_t num_hypotheses, const std::string& target_lang,
+             const std::string& source_lang) -> py::list {
             tfm::TranslateOptions o;
             o.sampling_topk = sampling_topk;
             o.sampling_topp = sampling_topp;
@@ -472,6 +474,9 @@ PYBIND11_MODULE(_tfm, m) {
             o.max_steps = max_steps;
             o.return_scores = return_scores;
             o.disable_unk = disable_unk;
+            o.num_hypotheses = num_hypotheses;
+            o.target_lang = target_lang;
+            o.source_lang = source_lang;
             std::vector<std::string> s = string_list(sentences, "sentences");
             std::vector<tfm::Translation> r;
             {
@@ -479,24 +484,37 @@ PYBIND11_MODULE(_tfm, m) {
               r = t.translate_batch(s, o);
             }
             py::list out;
+            auto item = [&](const tfm::Translation& x) -> py::object {
+              if (return_scores) return py::make_tuple(x.text, x.score);
+              return py::str(x.text);
+            };
             for (const auto& x : r) {
-              if (return_scores)
-                out.append(py::make_tuple(x.text, x.score));
-              else
-                out.append(x.text);
+              if (num_hypotheses > 1) {
+                py::list n;
+                for (const auto& h : x.hypotheses) n.append(item(h));
+                if (x.hypotheses.empty()) n.append(item(x));  // an empty sentence
+                out.append(n);
+              } else {
+                out.append(item(x));
+              }
             }
             return out;
           },
-          py::arg("sentences"), py::arg("beam_size") = 1, py::arg("length_penalty") = 0.0f,
-          py::arg("max_steps") = 0, py::arg("return_scores") = false, py::arg("disable_unk") = false,
+          py::arg("sentences"), py::arg("beam_size") = 0,
+          py::arg("length_penalty") = std::numeric_limits<float>::quiet_NaN(), py::arg("max_steps") = 0, py::arg("return_scores") = false, py::arg("disable_unk") = false,
           py::arg("sampling_topk") = 1, py::arg("sampling_topp") = 1.0f, py::arg("sampling_temperature") = 1.0f,
           py::arg("seed") = 0, py::arg("repetition_penalty") = 1.0f, py::arg("no_repeat_ngram_size") = 0,
           py::arg("min_length") = 0, py::arg("bad_words_ids") = std::vector<std::vector<int64_t>>{},
-          py::arg("target_prefix") = py::none(),
-          "Translate a list of sentences: a list of str, or with return_scores a list of (text, score), score = "
-          "log p(text + <eos>) / ((5 + length) / 6) ** length_penalty (natural log; length in tokens with <eos>). "
-          "length_penalty needs beam_size > 1 or return_scores (ValueError otherwise); disable_unk=True never "
-          "generates <unk> (CTranslate2's disable_unk). CTranslate2's sampling: sampling_topk (1 = greedy, 0 = all "
+          py::arg("target_prefix") = py::none(), py::arg("num_hypotheses") = 1, py::arg("target_lang") = "",
+          py::arg("source_lang") = "",
+          "Translate a list of sentences: a list of str, or with return_scores a list of (text, score); with "
+          "num_hypotheses > 1 each item is the list of the n best (str or (text, score)), best first. beam_size 0 "
+          "and length_penalty NaN: the model's defaults (generation_config.json for Hugging Face folders; greedy and "
+          "0 otherwise). Our models: score = log p(text + <eos>) / ((5 + length) / 6) ** length_penalty (natural "
+          "log; length in tokens with <eos>), length_penalty needs beam_size > 1 or return_scores (ValueError "
+          "otherwise). Hugging Face folders (Marian, M2M100, NLLB): score = log p / length ** length_penalty as "
+          "transformers' generate; target_lang 'fr' / 'fra_Latn' (forced first token) or Marian's '>>fra<<' code. "
+          "disable_unk=True never generates <unk> (CTranslate2's disable_unk). CTranslate2's sampling: sampling_topk (1 = greedy, 0 = all "
           "tokens; beam_size 1), sampling_topp, sampling_temperature, seed (per-sentence streams: reproducible). "
           "Hugging Face processors: repetition_penalty, no_repeat_ngram_size, min_length (start token counted), "
           "bad_words_ids (lists of target ids). target_prefix: None or one str per sentence ('' or None = none) that "
@@ -564,7 +582,8 @@ PYBIND11_MODULE(_tfm, m) {
       .def_property_readonly("max_source_tokens", &tfm::Translator::max_source_tokens)
       .def_property_readonly("num_steps", &tfm::Translator::num_steps)
       .def_property_readonly("subword", &tfm::Translator::subword)
-      .def_property_readonly("dtype", &tfm::Translator::dtype);
+      .def_property_readonly("dtype", &tfm::Translator::dtype)
+      .def_property_readonly("model_type", &tfm::Translator::model_type);
 
   // ------------------------------------------------------------------ BLEU
   py::module_ bleu = m.def_submodule("bleu", "BLEU: sacreBLEU's corpus BLEU and d2l's sentence BLEU");

@@ -122,10 +122,12 @@ def test_errors(tr, tmp_path):
     (tmp_path / "tgt_vocab.txt").write_text("<unk>\n<pad>\n")
     with pytest.raises(RuntimeError, match="vocabulary files have 2 / 2 tokens but config.json says"):
         tfm.Translator(str(tmp_path))
-    with pytest.raises(ValueError, match="beam_size must be from 1 to 64, got 0"):
-        tr.translate_batch(["go ."], beam_size=0)
+    with pytest.raises(ValueError, match="beam_size must be from 1 to 64, got -1"):
+        tr.translate_batch(["go ."], beam_size=-1)
     with pytest.raises(ValueError, match="length_penalty must be a finite number >= 0"):
-        tr.translate_batch(["go ."], length_penalty=float("nan"))
+        tr.translate_batch(["go ."], length_penalty=float("inf"))
+    # beam_size 0 and length_penalty NaN are the model's defaults (greedy, 0 for these models)
+    assert tr.translate_batch(["go ."], beam_size=0) == tr.translate_batch(["go ."], beam_size=1)
     with pytest.raises(ValueError, match="sentence 2: invalid UTF-8 at byte offset 2"):
         tr.translate_batch(["go .", b"hi\xff"])
     with pytest.raises(ValueError, match="single str"):

@@ -14,6 +14,7 @@
 #include "io/json_util.h"
 #include "io/safetensors.h"
 #include "models/encoder.h"
+#include "models/hf_seq2seq.h"
 
 namespace tfm {
 namespace {
@@ -48,19 +49,25 @@ ConvertSummary convert(const std::string& model, const std::string& out_dir, con
     throw std::runtime_error(out_dir + ": exists and is not an empty folder; nothing written");
   const std::string model_dir = api::model_folder(model);
   api::require_dir(model_dir, "model folder");
+  bool translation = false;  // a Hugging Face Marian / M2M100 / NLLB folder (tfm::Translator reads it)
   {
     const std::string cp = model_dir + "/config.json";
     api::require_file(cp);
-    if (json_string_or(load_json_file(cp), "model_type", "", cp) == "transformer_seq2seq")
+    const std::string type = json_string_or(load_json_file(cp), "model_type", "", cp);
+    if (type == "transformer_seq2seq")
       throw std::invalid_argument(cp + ": this is a transformer_seq2seq folder (a translation model), not an "
-                                  "encoder; convert takes encoder folders only");
+                                  "encoder; convert takes encoder folders and Marian / M2M100 / NLLB folders");
+    translation = is_hf_seq2seq_type(type);
+    if (translation) hf_seq2seq_config(load_json_file(cp), cp);  // validated before anything is written
   }
-  EncoderConfig config = EncoderConfig::load(model_dir + "/config.json");
-  // Every Hugging Face family reads its Linear weights through nn::Linear::load_packed, which takes prequantised
-  // int8; the tutorial encoder reads its per-head projections unpacked.
-  if (options.dtype == "int8" && config.model_type == "transformer_encoder")
-    throw std::runtime_error("dtype int8: model_type 'transformer_encoder' is not supported (its attention reads "
-                             "unpacked per-head weights); use bf16");
+  if (!translation) {
+    EncoderConfig config = EncoderConfig::load(model_dir + "/config.json");
+    // Every Hugging Face family reads its Linear weights through nn::Linear::load_packed, which takes prequantised
+    // int8; the tutorial encoder reads its per-head projections unpacked.
+    if (options.dtype == "int8" && config.model_type == "transformer_encoder")
+      throw std::runtime_error("dtype int8: model_type 'transformer_encoder' is not supported (its attention reads "
+                               "unpacked per-head weights); use bf16");
+  }
   SafeTensors st = SafeTensors::open(model_dir + "/model.safetensors");
   std::vector<RawTensor> out;
   size_t converted = 0;

@@ -10,13 +10,16 @@
 
 #include "api/common.h"
 #include "decode/decoder_cache.h"
+#include "decode/generation_config.h"
 #include "decode/logits_process.h"
 #include "decode/search.h"
 #include "io/json_util.h"
+#include "models/hf_seq2seq.h"
 #include "models/seq2seq.h"
 #include "ops/gemm.h"
 #include "text/nmt_data.h"
 #include "text/subword.h"
+#include "text/translation_tokenizer.h"
 #include "io/text_file.h"
 #include "text/vocab.h"
 
@@ -26,33 +29,57 @@ struct Translator::Impl {
   std::unique_ptr<Seq2SeqModel> model;
   std::unique_ptr<SubwordModel> spm;        // joint SentencePiece model, or
   std::unique_ptr<Vocab> src_vocab, tgt_vocab;  // d2l word vocabularies
+  std::unique_ptr<TranslationTokenizer> hf_tok;  // Hugging Face folders: their tokenizer and generation defaults
+  std::unique_ptr<GenerationConfig> gen;
+  std::string model_type = "transformer_seq2seq";
   int threads = 0;
   std::string dtype;
   std::mutex mu;  // Seq2SeqModel keeps decoding scratch: one call at a time
 
-  bool subword() const { return spm != nullptr; }
-  int64_t bos() const { return subword() ? spm->bos_id() : (*tgt_vocab)["<bos>"]; }
-  int64_t eos() const { return subword() ? spm->eos_id() : (*tgt_vocab)["<eos>"]; }
-  int64_t pad() const { return subword() ? spm->pad_id() : (*src_vocab)["<pad>"]; }
+  bool hf() const { return hf_tok != nullptr; }
+  bool subword() const { return spm != nullptr || hf(); }
+  int64_t bos() const {
+    return hf() ? gen->decoder_start_token_id : spm ? spm->bos_id() : (*tgt_vocab)["<bos>"];
+  }
+  int64_t eos() const { return hf() ? gen->eos_token_id : spm ? spm->eos_id() : (*tgt_vocab)["<eos>"]; }
+  int64_t pad() const {
+    return hf() ? model->config().pad_token_id : spm ? spm->pad_id() : (*src_vocab)["<pad>"];
+  }
   // d2l word models pad every source to num_steps, as predict_seq2seq does (the padding is masked).
   int64_t padded_len(int64_t n) const { return subword() ? n : std::max<int64_t>(n, model->config().num_steps); }
   int64_t max_source_tokens() const {
     const Seq2SeqConfig& c = model->config();
-    return subword() ? std::min<int64_t>(c.max_len, 1024) : c.num_steps;
+    return hf() ? c.max_len : subword() ? std::min<int64_t>(c.max_len, 1024) : c.num_steps;
   }
-  std::string source_token(int64_t id) const { return subword() ? spm->id_to_piece(id) : src_vocab->to_token(id); }
-  std::string target_token(int64_t id) const { return subword() ? spm->id_to_piece(id) : tgt_vocab->to_token(id); }
+  std::string source_token(int64_t id) const {
+    return hf() ? hf_tok->source_token(id) : spm ? spm->id_to_piece(id) : src_vocab->to_token(id);
+  }
+  std::string target_token(int64_t id) const {
+    return hf() ? hf_tok->target_token(id) : spm ? spm->id_to_piece(id) : tgt_vocab->to_token(id);
+  }
   std::string detokenize(const std::vector<int64_t>& ids) const {
-    if (subword()) return spm->decode(ids);
+    if (hf()) return hf_tok->decode(ids);
+    if (spm) return spm->decode(ids);
     std::string line;
     for (size_t k = 0; k < ids.size(); ++k) line += (k ? " " : "") + tgt_vocab->to_token(ids[k]);
     return line;
   }
 
-  // `text`: trailing spaces removed, not empty, valid UTF-8.
-  SourceEncoding encode(const std::string& text) const {
+  // `text`: trailing spaces removed, not empty, valid UTF-8. o: the languages of Hugging Face folders.
+  SourceEncoding encode(const std::string& text, const TranslateOptions* o = nullptr) const {
     SourceEncoding e;
     const int64_t limit = max_source_tokens();
+    if (hf()) {  // [language code] pieces </s>: the pieces cut so that the whole fits
+      const bool marian = hf_tok->kind() == TranslationTokenizer::Kind::kMarian;
+      e.ids = hf_tok->encode_source(text, o ? o->source_lang : "", o && marian ? o->target_lang : "");
+      e.full_length = (int64_t)e.ids.size();
+      if (e.full_length > limit) {
+        const int64_t last = e.ids.back();
+        e.ids.resize(limit - 1);
+        e.ids.push_back(last);
+      }
+      return e;
+    }
     if (subword()) {
       e.ids = spm->encode(text);
       e.full_length = (int64_t)e.ids.size() + 1;
@@ -76,6 +103,9 @@ struct Translator::Impl {
   // Target text as the decoder reads it (no <eos>): SentencePiece pieces, or d2l-preprocessed words (<unk> for
   // words outside the target vocabulary).
   std::vector<int64_t> encode_target(const std::string& text) const {
+    if (hf())
+      throw std::invalid_argument("target texts (target_prefix, bad words as text) are not supported for Hugging "
+                                  "Face folders yet; give token ids");
     if (subword()) return spm->encode(text);
     const std::string pre = preprocess_nmt(text);
     std::vector<int64_t> ids;
@@ -93,6 +123,8 @@ struct Translator::Impl {
     if (o.sampling_topk < 0)
       throw std::invalid_argument("sampling_topk must be >= 0 (0 = whole vocabulary, 1 = greedy), got " +
                                   std::to_string(o.sampling_topk));
+    if (sample && hf())
+      throw std::invalid_argument("random sampling is not supported for Hugging Face folders yet");
     if (sample && o.beam_size > 1)
       throw std::invalid_argument("random sampling (sampling_topk " + std::to_string(o.sampling_topk) +
                                   ") needs beam_size 1, got " + std::to_string(o.beam_size));
@@ -112,7 +144,65 @@ struct Translator::Impl {
     return proc;
   }
 
-  DecodeOptions decode_options(const TranslateOptions& o) const {
+  // Hugging Face folders: generation_config.json with the options given.
+  DecodeOptions hf_decode_options(const TranslateOptions& o) const {
+    const Seq2SeqConfig& c = model->config();
+    nlohmann::json over = nlohmann::json::object();
+    if (o.beam_size < 0 || o.beam_size > 64)
+      throw std::invalid_argument("beam_size must be from 1 to 64 (0: the model's), got " +
+                                  std::to_string(o.beam_size));
+    if (o.beam_size > 0) over["num_beams"] = o.beam_size;
+    if (!std::isnan(o.length_penalty)) {
+      if (!std::isfinite(o.length_penalty))
+        throw std::invalid_argument("length_penalty must be a finite number, got " + std::to_string(o.length_penalty));
+      over["length_penalty"] = o.length_penalty;
+    }
+    if (o.max_steps < 0 || o.max_steps > c.max_len)
+      throw std::invalid_argument("max_steps must be from 0 (the model's) to max_position_embeddings " +
+                                  std::to_string(c.max_len) + ", got " + std::to_string(o.max_steps));
+    if (o.max_steps > 0) over["max_new_tokens"] = o.max_steps;
+    if (!o.early_stopping.empty()) {
+      if (o.early_stopping == "true" || o.early_stopping == "false")
+        over["early_stopping"] = o.early_stopping == "true";
+      else if (o.early_stopping == "never")
+        over["early_stopping"] = "never";
+      else
+        throw std::invalid_argument("early_stopping must be true, false or never, got '" + o.early_stopping + "'");
+    }
+    if (o.min_length > 0) over["min_length"] = o.min_length;
+    if (hf_tok->kind() != TranslationTokenizer::Kind::kMarian) {
+      const std::string lang = o.target_lang.empty() ? hf_tok->default_target_lang() : o.target_lang;
+      if (!lang.empty()) over["forced_bos_token_id"] = hf_tok->language_id(lang);
+      else if (gen->forced_bos_token_id < 0)
+        throw std::invalid_argument("no target language: give target_lang (--target-lang), e.g. fr or fra_Latn");
+    }
+    GenerationConfig g;
+    try {
+      g = GenerationConfig::from_json(gen->raw, over, "options");
+    } catch (const std::runtime_error& e) {
+      throw std::invalid_argument(e.what());
+    }
+    if (o.num_hypotheses < 1 || o.num_hypotheses > g.num_beams)
+      throw std::invalid_argument("num_hypotheses must be from 1 to beam_size (" + std::to_string(g.num_beams) +
+                                  "), got " + std::to_string(o.num_hypotheses));
+    DecodeOptions opt = g.decode_options();
+    // Positions exist for max_position_embeddings tokens (the decoder start included).
+    opt.max_steps = std::min<int64_t>(opt.max_steps, c.max_len);
+    if (o.disable_unk) opt.banned_ids.push_back(hf_tok->unk_id());
+    return opt;
+  }
+
+  DecodeOptions decode_options(const TranslateOptions& o0) const {
+    if (hf()) return hf_decode_options(o0);
+    if (!o0.target_lang.empty() || !o0.source_lang.empty() || !o0.early_stopping.empty())
+      throw std::invalid_argument("target_lang, source_lang and early_stopping apply to Hugging Face "
+                                  "translation folders (Marian, M2M100, NLLB) only");
+    TranslateOptions o = o0;
+    if (o.beam_size == 0) o.beam_size = 1;
+    if (std::isnan(o.length_penalty)) o.length_penalty = 0.0f;
+    if (o.num_hypotheses < 1 || o.num_hypotheses > o.beam_size)
+      throw std::invalid_argument("num_hypotheses must be from 1 to beam_size (" + std::to_string(o.beam_size) +
+                                  "), got " + std::to_string(o.num_hypotheses));
     const Seq2SeqConfig& c = model->config();
     if (o.beam_size < 1 || o.beam_size > 64)
       throw std::invalid_argument("beam_size must be from 1 to 64, got " + std::to_string(o.beam_size));
@@ -182,7 +272,9 @@ struct Translator::Impl {
       std::vector<std::vector<int64_t>> prefix;  // this batch's target prefixes, or none
       if (!prefixes.empty())
         for (size_t k = 0; k < n; ++k) prefix.push_back(prefixes[order[s + k]]);
-      if (o.beam_size == 1 && (proc || !prefix.empty())) {  // HF's greedy / sampling with processors
+      // HF's greedy / sampling with processors (Hugging Face folders: beam search with beam 1, which applies the
+      // folder's forced tokens too)
+      if (opt.beam_size == 1 && (proc || !prefix.empty()) && !opt.hf) {
         auto res = generate_greedy(*model, ids.data(), vl.data(), (int64_t)n, Ls, opt, proc.get(), prefix);
         for (size_t k = 0; k < n; ++k) {
           Translation& t = *outs[order[s + k]];
@@ -192,7 +284,7 @@ struct Translator::Impl {
         }
         continue;
       }
-      if (o.beam_size == 1 && !o.return_scores) {
+      if (opt.beam_size == 1 && !o.return_scores && !opt.hf) {
         auto res = greedy_decode(*model, ids.data(), vl.data(), (int64_t)n, Ls, opt);
         for (size_t k = 0; k < n; ++k) {
           Translation& t = *outs[order[s + k]];
@@ -209,10 +301,20 @@ struct Translator::Impl {
       auto res = beam_search_hypotheses(*model, ids.data(), vl.data(), (int64_t)n, Ls, bopt);
       for (size_t k = 0; k < n; ++k) {
         Translation& t = *outs[order[s + k]];
+        if (o.num_hypotheses > 1)
+          for (int64_t h = 0; h < o.num_hypotheses && h < (int64_t)res[k].size(); ++h) {
+            Translation alt;
+            alt.ids = res[k][h].tokens;
+            alt.finished = res[k][h].finished;
+            alt.logp = res[k][h].logp;
+            alt.score = res[k][h].score;
+            alt.text = detokenize(alt.ids);
+            t.hypotheses.push_back(std::move(alt));
+          }
         Hypothesis& best = res[k].front();
         t.ids = std::move(best.tokens);
         t.finished = best.finished;
-        if (o.return_scores) t.logp = best.logp, t.score = best.score;
+        if (o.return_scores || o.num_hypotheses > 1) t.logp = best.logp, t.score = best.score;
       }
     }
     for (Translation* t : outs) t->text = detokenize(t->ids);
@@ -239,6 +341,20 @@ Translator::Translator(const std::string& model, const TranslatorOptions& option
   impl_->threads = options.threads;
   const std::string config_path = dir + "/config.json";
   const nlohmann::json j = load_json_file(config_path);
+  const std::string model_type = json_string_or(j, "model_type", "transformer_seq2seq", config_path);
+  if (is_hf_seq2seq_type(model_type)) {  // Marian / M2M100 / NLLB: transformers' names, tokenizer and generate
+    impl_->model_type = model_type;
+    impl_->model = std::make_unique<Seq2SeqModel>(hf_seq2seq_config(j, config_path));
+    impl_->hf_tok = TranslationTokenizer::load(dir, model_type);
+    const std::string gen_path = dir + "/generation_config.json";
+    std::error_code ec;
+    const nlohmann::json gen = fs::exists(gen_path, ec) ? load_json_file(gen_path) : nlohmann::json();
+    impl_->gen = std::make_unique<GenerationConfig>(GenerationConfig::from_json(j, gen, gen_path));
+    impl_->model->load(dir + "/model.safetensors");
+    impl_->model->prepare_inference(ct, options.quantize_output_projection);
+    impl_->dtype = ops::compute_type_name(ct);
+    return;
+  }
   impl_->model = std::make_unique<Seq2SeqModel>(Seq2SeqConfig::from_json(j, config_path));
   const Seq2SeqConfig& c = impl_->model->config();
   std::error_code ec;
@@ -270,7 +386,11 @@ Translator::~Translator() = default;
 Translator::Translator(Translator&&) noexcept = default;
 Translator& Translator::operator=(Translator&&) noexcept = default;
 
-int64_t Translator::num_steps() const { return impl_->model->config().num_steps; }
+int64_t Translator::num_steps() const {
+  return impl_->hf() ? std::min<int64_t>(impl_->gen->max_steps(), impl_->model->config().max_len)
+                     : impl_->model->config().num_steps;
+}
+const std::string& Translator::model_type() const { return impl_->model_type; }
 bool Translator::subword() const { return impl_->subword(); }
 const std::string& Translator::dtype() const { return impl_->dtype; }
 
@@ -280,6 +400,14 @@ SourceEncoding Translator::encode_source(const std::string& sentence) const {
   const std::string text = trimmed(sentence);
   if (text.empty()) throw std::invalid_argument("sentence is empty");
   return impl_->encode(text);
+}
+
+SourceEncoding Translator::encode_source(const std::string& sentence, const TranslateOptions& options) const {
+  if (auto bad = find_invalid_utf8(sentence))
+    throw std::invalid_argument("sentence: invalid UTF-8 at byte offset " + std::to_string(*bad));
+  const std::string text = trimmed(sentence);
+  if (text.empty()) throw std::invalid_argument("sentence is empty");
+  return impl_->encode(text, &options);
 }
 
 std::vector<int64_t> Translator::encode_target(const std::string& text) const {
@@ -309,7 +437,7 @@ std::vector<Translation> Translator::translate_batch(const std::vector<std::stri
                                   std::to_string(*bad));
     const std::string text = trimmed(sentences[i]);
     if (text.empty()) continue;
-    src[i] = I.encode(text).ids;
+    src[i] = I.encode(text, &o).ids;
     todo.push_back(&src[i]);
     outs.push_back(&out[i]);
     if (!o.target_prefix.empty()) prefixes.push_back(I.target_prefix(o.target_prefix[i], i));
@@ -368,12 +496,13 @@ TranslationAttention Translator::attention(const std::vector<int64_t>& source, c
   start_decoding(*I.model, cache, enc, &vl, opt.max_steps);
   std::vector<float> logits(V);
   std::vector<Tensor> cross;
-  for (int64_t l = 0; l < c.num_layers; ++l) cross.push_back(Tensor::zeros({heads, steps, vl}));
+  const int64_t dec_layers = (int64_t)I.model->modules().decoder.size();
+  for (int64_t l = 0; l < dec_layers; ++l) cross.push_back(Tensor::zeros({heads, steps, vl}));
   for (int64_t s = 0; s < steps; ++s) {
     const int64_t token = s == 0 ? opt.bos_id : t.ids[s - 1];
     std::vector<std::vector<float>> w;  // per layer [heads, Ls]
     decode_step(*I.model, cache, &token, logits.data(), opt.position_mode, &w);
-    for (int64_t l = 0; l < c.num_layers; ++l)
+    for (int64_t l = 0; l < dec_layers; ++l)
       for (int64_t h = 0; h < heads; ++h)
         std::copy_n(w[l].data() + h * Ls, vl, cross[l].f32() + (h * steps + s) * vl);
     a.target_tokens.push_back(I.target_token(s < (int64_t)t.ids.size() ? t.ids[s] : opt.eos_id));

@@ -94,7 +94,40 @@ double row_candidates(const float* x, int64_t V, int64_t M, double logp, std::ve
   }
   return lse;
 }
+// x[V] = log_softmax(x) in place (exp by vm::fast_exp, the sum in double).
+void log_softmax_row(float* x, int64_t V) {
+  float mx = -INFINITY;
+  for (int64_t v = 0; v < V; ++v) mx = std::max(mx, x[v]);
+  double sum = 0;
+#pragma omp simd reduction(+ : sum)
+  for (int64_t v = 0; v < V; ++v) sum += (double)vm::fast_exp(x[v] - mx);
+  const float lse = (float)((double)mx + std::log(sum));
+#pragma omp simd
+  for (int64_t v = 0; v < V; ++v) x[v] -= lse;
+}
 }  // namespace
+
+double hf_length_penalty(int64_t length, double alpha) { return std::pow((double)length, alpha); }
+
+void apply_logits_processors(float* scores, int64_t rows, int64_t V, int64_t step, const DecodeOptions& opt) {
+  auto only = [&](int64_t id) {
+    if (id < 0 || id >= V) return;
+    for (int64_t r = 0; r < rows; ++r) {
+      float* x = scores + r * V;
+      std::fill(x, x + V, -INFINITY);
+      x[id] = 0.0f;
+    }
+  };
+  auto ban = [&](int64_t id) {
+    if (id < 0 || id >= V) return;
+    for (int64_t r = 0; r < rows; ++r) scores[r * V + id] = -INFINITY;
+  };
+  if (step + 1 < opt.min_length) ban(opt.eos_id);              // MinLengthLogitsProcessor (cur_len = step + 1)
+  if (step == 0) only(opt.forced_bos_id);                       // ForcedBOSTokenLogitsProcessor
+  if (step == opt.max_steps - 1) only(opt.forced_eos_id);       // ForcedEOSTokenLogitsProcessor
+  for (int64_t id : opt.banned_ids) ban(id);                    // NoBadWordsLogitsProcessor, single tokens
+  ban(opt.suppress_id);
+}
 
 double gnmt_length_penalty(int64_t length, double alpha) {
   return alpha == 0.0 ? 1.0 : std::pow((5.0 + (double)length) / 6.0, alpha);
@@ -117,7 +150,10 @@ std::vector<std::vector<int64_t>> greedy_decode(Seq2SeqModel& model, const int64
   for (int64_t t = 0; t < opt.max_steps; ++t) {
     std::vector<std::vector<float>> cross;
     decode_step(model, cache, tokens.data(), logits.data(), opt.position_mode, attention ? &cross : nullptr);
-    suppress_token(logits.data(), B, V, opt.suppress_id);
+    if (opt.hf)
+      apply_logits_processors(logits.data(), B, V, t, opt);  // on the logits, as HF's greedy search
+    else
+      suppress_token(logits.data(), B, V, opt.suppress_id);
     if (attention && !done[0]) {
       std::vector<float> row(heads * Ls);
       std::memcpy(row.data(), cross.back().data(), sizeof(float) * heads * Ls);  // row 0 of [B, heads, 1, Ls]
@@ -171,8 +207,9 @@ std::vector<std::vector<Hypothesis>> beam_search_hypotheses(Seq2SeqModel& model,
                                                             const DecodeOptions& opt) {
   if (opt.beam_size < 1)
     throw std::invalid_argument("beam_size must be >= 1, got " + std::to_string(opt.beam_size));
-  if (!(opt.length_penalty >= 0.0f) || !std::isfinite(opt.length_penalty))
-    throw std::invalid_argument("length_penalty must be finite and >= 0, got " + std::to_string(opt.length_penalty));
+  if (!std::isfinite(opt.length_penalty) || (!opt.hf && opt.length_penalty < 0.0f))
+    throw std::invalid_argument("length_penalty must be finite" + std::string(opt.hf ? "" : " and >= 0") + ", got " +
+                                std::to_string(opt.length_penalty));
   if (opt.max_steps < 0) throw std::invalid_argument("max_steps must be >= 0, got " + std::to_string(opt.max_steps));
   const int64_t V = model.config().tgt_vocab_size;
   const int64_t K = opt.beam_size;
@@ -195,7 +232,7 @@ std::vector<std::vector<Hypothesis>> beam_search_hypotheses(Seq2SeqModel& model,
   };
   auto hypothesis = [&](std::vector<int64_t> tokens, double logp, bool finished) {
     Hypothesis h{std::move(tokens), logp, 0.0, finished};
-    h.score = logp / gnmt_length_penalty(h.length(), alpha);
+    h.score = logp / (opt.hf ? hf_length_penalty(h.length(), alpha) : gnmt_length_penalty(h.length(), alpha));
     return h;
   };
   std::vector<Sentence> sent(N);
@@ -235,8 +272,14 @@ std::vector<std::vector<Hypothesis>> beam_search_hypotheses(Seq2SeqModel& model,
       const int64_t R = (int64_t)row_sentence.size();
       logits.resize(R * V);
       decode_step(model, cache, last.data(), logits.data(), opt.position_mode);
-      suppress_token(logits.data(), R, V, opt.suppress_id);
       decode_profile::Timer tm(decode_profile::kLogSoftmaxTopK);
+      if (opt.hf) {  // transformers: log_softmax, then the processors on the log-probabilities
+#pragma omp parallel for schedule(static) if (R * V >= (1 << 16))
+        for (int64_t r = 0; r < R; ++r) log_softmax_row(logits.data() + r * V, V);
+        apply_logits_processors(logits.data(), R, V, t, opt);
+      } else {
+        suppress_token(logits.data(), R, V, opt.suppress_id);
+      }
       lse.resize(R);
       row_cand.resize(R);
       row_logp.resize(R);
@@ -261,10 +304,10 @@ std::vector<std::vector<Hypothesis>> beam_search_hypotheses(Seq2SeqModel& model,
           thread_local std::vector<int64_t> ids;
           ids.assign(1, opt.bos_id);
           ids.insert(ids.end(), row_tokens[r]->begin(), row_tokens[r]->end());
-          log_softmax_inplace(x, V);
+          if (!opt.hf) log_softmax_inplace(x, V);  // hf: done above, with the built-in processors
           opt.logits_processor->process(ids.data(), (int64_t)ids.size(), x);
         }
-        lse[r] = row_candidates(x, V, M, row_logp[r], row_cand[r], processed);
+        lse[r] = row_candidates(x, V, M, row_logp[r], row_cand[r], processed || opt.hf);
         if (f >= 0) row_cand[r].assign(1, {row_logp[r] + ((double)x[f] - lse[r]), f});  // target prefix
       }
       tm.next(decode_profile::kSelect);
@@ -292,7 +335,9 @@ std::vector<std::vector<Hypothesis>> beam_search_hypotheses(Seq2SeqModel& model,
           auto [lp, r, v] = cand[c];
           const std::vector<int64_t>& prefix = S.alive[r - r0].tokens;
           if (v == opt.eos_id) {
-            if (c < K) {  // an <eos> ranked below K live candidates is not kept (as HF / fairseq)
+            // An <eos> ranked below K live candidates is not kept (as HF / fairseq), nor one a processor made -inf
+            // (HF's topk orders those ties arbitrarily; none is ever the better hypothesis).
+            if (c < K && lp > -INFINITY) {
               S.keep(hypothesis(prefix, lp, true), K);
               eos_finished = true;
             }
@@ -305,10 +350,17 @@ std::vector<std::vector<Hypothesis>> beam_search_hypotheses(Seq2SeqModel& model,
           toks_last.push_back(v);
         }
         S.alive.swap(next);
-        if (last_step)  // max_steps tokens: the live beams are cut off
+        bool hf_done = false;
+        if (opt.hf && (int64_t)S.kept.size() == K && top > 0) {  // BeamHypotheses.is_done
+          const double best = std::get<0>(cand[0]);
+          const double worst = S.kept.back().score;
+          const int64_t len = opt.early_stopping == EarlyStopping::kNever && alpha > 0 ? opt.max_steps : t + 1;
+          hf_done = opt.early_stopping == EarlyStopping::kTrue || worst >= best / hf_length_penalty(len, alpha);
+        }
+        if (last_step && !hf_done)  // max_steps tokens: the live beams are cut off
           for (Beam& b : S.alive) S.keep(hypothesis(std::move(b.tokens), b.logp, false), K);
-        bool stop = last_step || S.alive.empty() || (K == 1 && eos_finished);  // K = 1: greedy
-        if (!stop && (int64_t)S.kept.size() == K) {
+        bool stop = hf_done || last_step || S.alive.empty() || (K == 1 && eos_finished);  // K = 1: greedy
+        if (!opt.hf && !stop && (int64_t)S.kept.size() == K) {
           double reach = -INFINITY;
           for (const Beam& b : S.alive) reach = std::max(reach, best_reachable(b));
           stop = reach <= S.kept.back().score;  // no live beam can enter the kept K

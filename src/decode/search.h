@@ -8,11 +8,13 @@
 
 namespace tfm {
 
+// Hugging Face generate's early_stopping for beam search (BeamHypotheses.is_done), see DecodeOptions::hf.
+enum class EarlyStopping { kFalse, kTrue, kNever };
 class LogitsProcessor;  // decode/logits_process.h
 
 struct DecodeOptions {
   int64_t beam_size = 1;        // 1 = greedy
-  float length_penalty = 0.0f;  // GNMT alpha (>= 0), see gnmt_length_penalty
+  float length_penalty = 0.0f;  // GNMT alpha (>= 0), see gnmt_length_penalty; with hf: transformers' exponent
   int64_t max_steps = 10;       // at most this many generated tokens (num_steps), <eos> included
   int64_t bos_id = 2, eos_id = 3;
   PositionMode position_mode = PositionMode::kAbsolute;
@@ -20,6 +22,26 @@ struct DecodeOptions {
   // the lowest float before the log-softmax, as CTranslate2's DisableTokens does, so the other tokens' probabilities
   // are renormalised without it.
   int64_t suppress_id = -1;
+
+  // ---- Hugging Face generate (transformers 4.38 generation/utils.py, beam_search.py), for its folders.
+  // hf: scores are transformers' (see hf_length_penalty): beam search ranks log_softmax(logits) after the logits
+  // processors below (which see log-probabilities, not renormalised), keeps a hypothesis by
+  // logp / length ** length_penalty (length: generated tokens, the <eos> counted) and stops as `early_stopping`
+  // says: kTrue once beam_size hypotheses finished; kFalse when the worst kept score >= the best candidate's
+  // logp / (step + 1) ** length_penalty; kNever when it >= the best candidate's logp / max_steps ** length_penalty
+  // (length_penalty > 0; else / (step + 1) ** length_penalty). A sentence that stops keeps no live beam; at
+  // max_steps the live beams are added as cut-off hypotheses. beam_size 1 is greedy search (argmax of the
+  // processed logits, stopping at <eos>). length_penalty may be any finite number.
+  bool hf = false;
+  EarlyStopping early_stopping = EarlyStopping::kFalse;
+  // Logits processors (each applied at every step of greedy and beam search, in this order; HF's order in
+  // _get_logits_processor): MinLength: <eos> is -inf while step + 1 < min_length (min_length counts the decoder
+  // start token, as max_length = max_steps + 1 does); ForcedBOS: at step 0 every token but forced_bos_id is -inf
+  // and it is 0; ForcedEOS: the same for forced_eos_id at the last step (max_steps - 1); banned_ids (single-token
+  // bad_words_ids): -inf. -1 / empty: off.
+  int64_t min_length = 0;
+  int64_t forced_bos_id = -1, forced_eos_id = -1;
+  std::vector<int64_t> banned_ids;
   // Beam search only (greedy and sampling with processors: generate_greedy in decode/logits_process.h).
   // Hugging Face logits processors applied to each beam's log-softmax scores (input_ids = <bos> + the beam's
   // tokens) before the candidates are ranked, as HF's beam search does; a beam's logp then sums processed scores.
@@ -29,6 +51,14 @@ struct DecodeOptions {
   // than max_steps, without <eos>. The forced steps add the model's log-probability (processors not applied).
   const std::vector<std::vector<int64_t>>* target_prefix = nullptr;
 };
+
+// Hugging Face's length penalty: length ** alpha (BeamHypotheses.add divides the sum of log-probabilities by it).
+double hf_length_penalty(int64_t length, double alpha);
+
+// Applies the processors of `opt` (MinLength, ForcedBOS, ForcedEOS, banned ids, suppress_id) to scores [rows, V]
+// at decoding step `step` (0 = the token after the decoder start). Greedy search passes logits, beam search
+// log-probabilities (as transformers does). Other processors hook in here.
+void apply_logits_processors(float* scores, int64_t rows, int64_t V, int64_t step, const DecodeOptions& opt);
 
 // Scoring used by beam search (Wu et al. 2016, "Google's Neural Machine Translation System", eq. 14, without the
 // coverage term): a hypothesis y of `length` tokens scores
@@ -42,7 +72,7 @@ double gnmt_length_penalty(int64_t length, double alpha);
 struct Hypothesis {
   std::vector<int64_t> tokens;  // generated ids, without <eos>
   double logp = 0;              // sum of the log-probabilities of its tokens, <eos> included when finished
-  double score = 0;             // logp / gnmt_length_penalty(length, length_penalty)
+  double score = 0;             // logp / gnmt_length_penalty(length, length_penalty) (hf: / hf_length_penalty)
   bool finished = false;        // ended in <eos>; false: cut off after max_steps tokens
   int64_t length() const { return (int64_t)tokens.size() + (finished ? 1 : 0); }
 };

@@ -10,6 +10,7 @@
 
 #include "core/profile.h"
 #include "io/safetensors.h"
+#include "models/hf_seq2seq.h"
 #include "ops/cross_entropy.h"
 #include "ops/gemm_bf16.h"
 
@@ -72,6 +73,10 @@ struct Seq2SeqModel::Train {
 };
 
 Seq2SeqModel::Seq2SeqModel(const Seq2SeqConfig& c) : config_(c), t_(std::make_unique<Train>()) {
+  if (c.family != "d2l") {  // a Hugging Face folder: its own names and options (models/hf_seq2seq.cpp)
+    build_hf_seq2seq(*this);
+    return;
+  }
   const int64_t H = c.num_hiddens;
   // Registration order = PyTorch's named_parameters() order (module construction order).
   const nn::Vars vb(params_), enc = vb.prefix("encoder"), dec = vb.prefix("decoder");
@@ -187,12 +192,35 @@ void Seq2SeqModel::init(Rng& rng) {
 void Seq2SeqModel::load(const std::string& path) {
   SafeTensors st = SafeTensors::open(path);
   std::set<std::string> expected;
-  for (const auto& e : params_.entries()) {
+  const bool hf = config_.family != "d2l";
+  for (const auto& e0 : params_.entries()) {
+    auto e = e0;
     expected.insert(e.name);
+    if (hf && !st.has(e.name)) {  // a tied matrix saved under one of its other names
+      for (const std::string& alt : hf_seq2seq_aliases(e.name))
+        if (st.has(alt)) {
+          expected.insert(alt);
+          e.name = alt;
+          break;
+        }
+    }
     if (!st.has(e.name)) throw std::runtime_error(path + ": missing tensor '" + e.name + "'");
     if (st.shape_of(e.name) != e.shape)
       throw std::runtime_error(path + ": tensor '" + e.name + "' has shape " + shape_str(st.shape_of(e.name)) +
                                ", config expects " + shape_str(e.shape));
+    if (hf && st.dtype_of(e.name) == "I8" && e.shape.size() == 2 && st.has(e.name + "_scale")) {
+      // `tfm convert --dtype int8`: w = q * scale of its row (packing in int8 quantises it back to the same q).
+      const int8_t* qd = reinterpret_cast<const int8_t*>(st.raw_data(e.name));
+      Tensor sc = st.get(e.name + "_scale");
+      if (sc.numel() != e.shape[0] || sc.dtype() != DType::F32)
+        throw std::runtime_error(path + ": tensor '" + e.name + "_scale' must have " + std::to_string(e.shape[0]) +
+                                 " F32 elements");
+      float* dst = params_.all_data().data() + e.offset;
+      for (int64_t r = 0; r < e.shape[0]; ++r)
+        for (int64_t k = 0; k < e.shape[1]; ++k) dst[r * e.shape[1] + k] = (float)qd[r * e.shape[1] + k] * sc.f32()[r];
+      expected.insert(e.name + "_scale");
+      continue;
+    }
     Tensor t = st.get(e.name);
     if (t.dtype() != DType::F32) throw std::runtime_error(path + ": tensor '" + e.name + "' is not floating point");
     const float* src = t.f32();
@@ -201,9 +229,11 @@ void Seq2SeqModel::load(const std::string& path) {
         throw std::runtime_error(path + ": tensor '" + e.name + "' contains NaN or Inf at element " + std::to_string(i));
     std::memcpy(params_.all_data().data() + e.offset, src, sizeof(float) * e.numel);
   }
+  if (hf) hf_seq2seq_load_extras(*this, st, path, expected);
   for (const auto& n : st.names())
     if (!expected.count(n))
-      throw std::runtime_error(path + ": unexpected tensor '" + n + "' (not part of a transformer_seq2seq with this config)");
+      throw std::runtime_error(path + ": unexpected tensor '" + n + "' (not part of a " +
+                               (hf ? config_.family : std::string("transformer_seq2seq")) + " with this config)");
 }
 
 void Seq2SeqModel::save(const std::string& path) { save_safetensors(path, params_.named_tensors()); }

@@ -9,6 +9,7 @@
 // Parameter names are the PyTorch state_dict names of reference_modules.EncoderDecoder.
 #pragma once
 #include <memory>
+#include <set>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -20,6 +21,8 @@
 #include "nn/transformer_block.h"
 
 namespace tfm {
+
+class SafeTensors;
 
 struct Seq2SeqConfig {
   int64_t num_hiddens = 32;
@@ -40,7 +43,13 @@ struct Seq2SeqConfig {
   bool shared_embeddings = false;  // one [vocab, H] matrix for source and target embeddings and the output
                                    // projection (joint vocabulary; stored once as "encoder.embedding.weight")
   bool attention_bias = false;     // biases in W_q, W_k, W_v, W_o
-  std::string activation = "relu"; // FFN activation: "relu" or "gelu"
+  std::string activation = "relu"; // FFN activation: "relu" or "gelu" ("swish" for Marian)
+  // Hugging Face translation folders (models/hf_seq2seq.h): "marian" or "m2m_100" (also NLLB); "d2l" otherwise.
+  // They name their tensors as transformers does and set the fields below.
+  std::string family = "d2l";
+  int64_t decoder_layers = 0;     // decoder blocks when they differ from num_layers (0: num_layers)
+  bool scale_embedding = true;    // embeddings times sqrt(num_hiddens) (HF scale_embedding; d2l always)
+  int64_t pad_token_id = -1;      // HF: the padding id (M2M100's positions start at pad_token_id + 1)
 
   // Validates: positive sizes, num_hiddens divisible by num_heads and even, dropout in [0, 1).
   static Seq2SeqConfig from_json(const nlohmann::json& j, const std::string& file);
@@ -80,7 +89,7 @@ struct Seq2SeqModules {
   std::vector<nn::DecoderBlock> decoder;   // "decoder.blks.blockN"
   nn::LayerNorm encoder_norm, decoder_norm;  // pre-LN only: "encoder.ln", "decoder.ln"
   nn::Linear dense;                        // "decoder.dense" [tgt_vocab, H] (tied: weight = the embedding)
-  std::vector<float> P;                    // [max_len, H] sinusoidal positional encoding
+  std::vector<float> P;                    // [max_len, H] sinusoidal positional encoding (row t: position t)
 };
 
 class Seq2SeqModel {
@@ -142,6 +151,9 @@ class Seq2SeqModel {
   void forward_train(const Seq2SeqBatch& batch, const nn::Context& ctx);
   const float* encoder_forward(const int64_t* src, const int64_t* src_valid_len, int64_t B, int64_t Ls,
                                const nn::Context& ctx);
+  friend void build_hf_seq2seq(Seq2SeqModel& model);
+  friend void hf_seq2seq_load_extras(Seq2SeqModel& model, const SafeTensors& st, const std::string& path,
+                                     std::set<std::string>& seen);
   Seq2SeqConfig config_;
   nn::ParamStore params_;
   Seq2SeqModules m_;

@@ -110,10 +110,7 @@ void Linear::forward(const Context& ctx, float* out, const float* inp, int64_t N
                         out_features);
   }
   if (act != ops::Epilogue::None)
-    ops::activation_forward(out, out, N * out_features,
-                            act == ops::Epilogue::Relu       ? ops::Activation::Relu
-                            : act == ops::Epilogue::GeluTanh ? ops::Activation::GeluTanh
-                                                             : ops::Activation::Gelu);
+    ops::activation_forward(out, out, N * out_features, ops::activation_of(act));
 }
 
 void Linear::backward(float* dinp, const float* dout, const float* inp, int64_t N, bool accumulate) const {

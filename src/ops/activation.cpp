@@ -12,7 +12,9 @@ Activation parse_activation(const std::string& name) {
   if (name == "gelu") return Activation::Gelu;
   if (name == "gelu_new" || name == "gelu_pytorch_tanh") return Activation::GeluTanh;
   if (name == "relu") return Activation::Relu;
-  throw std::invalid_argument("unsupported activation '" + name + "' (expected gelu, gelu_new, gelu_pytorch_tanh or relu)");
+  if (name == "silu" || name == "swish") return Activation::Silu;
+  throw std::invalid_argument("unsupported activation '" + name +
+                              "' (expected gelu, gelu_new, gelu_pytorch_tanh, relu, silu or swish)");
 }
 
 namespace {
@@ -39,6 +41,10 @@ TFM_ALWAYS_INLINE void act_impl(float* out, const float* inp, int64_t i0, int64_
     case Activation::Relu:
 #pragma omp simd
       for (int64_t i = i0; i < i1; ++i) out[i] = inp[i] < 0.0f ? 0.0f : inp[i];  // NaN stays NaN, as torch.relu
+      break;
+    case Activation::Silu:
+#pragma omp simd
+      for (int64_t i = i0; i < i1; ++i) out[i] = inp[i] / (1.0f + vm::fast_exp(-inp[i]));
       break;
   }
 }
@@ -84,6 +90,12 @@ void activation_backward(float* dinp, const float* dout, const float* inp, int64
     case Activation::Relu:
       for (int64_t i = 0; i < n; ++i) dinp[i] = inp[i] > 0.0f ? dout[i] : 0.0f;
       break;
+    case Activation::Silu:  // d/dx x s(x) = s(x) (1 + x (1 - s(x)))
+      for (int64_t i = 0; i < n; ++i) {
+        float s = 1.0f / (1.0f + std::exp(-inp[i]));
+        dinp[i] = dout[i] * s * (1.0f + inp[i] * (1.0f - s));
+      }
+      break;
   }
 }
 
@@ -96,6 +108,7 @@ void activation_forward_ref(float* out, const float* inp, int64_t n, Activation 
         out[i] = (float)(0.5 * x * (1.0 + std::tanh(std::sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x))));
         break;
       case Activation::Relu: out[i] = (float)(x < 0 ? 0 : x); break;
+      case Activation::Silu: out[i] = (float)(x / (1.0 + std::exp(-x))); break;
     }
   }
 }

@@ -1,13 +1,14 @@
 // Elementwise activations: GELU (exact erf form, torch.nn.functional.gelu), GELU tanh form (HF "gelu_new" /
-// "gelu_pytorch_tanh"), ReLU, tanh. Forward may run in place.
+// "gelu_pytorch_tanh"), ReLU, SiLU (HF "silu" / "swish": x * sigmoid(x), Marian), tanh. Forward may run in place.
 #pragma once
 #include <cstdint>
 #include <string>
 
 namespace tfm::ops {
 
-enum class Activation { Gelu, GeluTanh, Relu };
-// "gelu" -> Gelu, "gelu_new" / "gelu_pytorch_tanh" -> GeluTanh, "relu" -> Relu; throws std::invalid_argument.
+enum class Activation { Gelu, GeluTanh, Relu, Silu };
+// "gelu" -> Gelu, "gelu_new" / "gelu_pytorch_tanh" -> GeluTanh, "relu" -> Relu, "silu" / "swish" -> Silu; throws
+// std::invalid_argument.
 Activation parse_activation(const std::string& name);
 
 // out[n] = act(inp[n])

@@ -126,8 +126,15 @@ Epilogue epilogue_of(Activation act) {
     case Activation::Relu: return Epilogue::Relu;
     case Activation::Gelu: return Epilogue::Gelu;
     case Activation::GeluTanh: return Epilogue::GeluTanh;
+    case Activation::Silu: return Epilogue::Silu;
   }
   return Epilogue::None;
+}
+
+Activation activation_of(Epilogue ep) {
+  return ep == Epilogue::Relu ? Activation::Relu
+         : ep == Epilogue::GeluTanh ? Activation::GeluTanh
+         : ep == Epilogue::Silu ? Activation::Silu : Activation::Gelu;
 }
 
 // ---------------------------------------------------------------- PackedLinear
@@ -271,6 +278,7 @@ dnnl::post_ops make_post_ops(Epilogue ep) {
     case Epilogue::Relu: po.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, 0.0f, 0.0f); break;
     case Epilogue::Gelu: po.append_eltwise(1.0f, dnnl::algorithm::eltwise_gelu_erf, 0.0f, 0.0f); break;
     case Epilogue::GeluTanh: po.append_eltwise(1.0f, dnnl::algorithm::eltwise_gelu_tanh, 0.0f, 0.0f); break;
+    case Epilogue::Silu: po.append_eltwise(1.0f, dnnl::algorithm::eltwise_swish, 1.0f, 0.0f); break;
   }
   return po;
 }
@@ -450,8 +458,7 @@ void PackedLinear::forward(float* out, const float* inp, int64_t N, Epilogue ep)
     const float* rs = row_scale.data();
     const float* ws = im.w_scale.data();
     const float* bias = im.bias.empty() ? nullptr : im.bias.data();
-    const Activation act = ep == Epilogue::Relu ? Activation::Relu
-                           : ep == Epilogue::GeluTanh ? Activation::GeluTanh : Activation::Gelu;
+    const Activation act = activation_of(ep);
 #pragma omp parallel for if (N * O > 65536)
     for (int64_t n = 0; n < N; ++n) {
       float* y = out + n * O;

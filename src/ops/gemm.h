@@ -49,8 +49,10 @@ void set_int8_activation_scales(Int8ActivationScales s);
 Int8ActivationScales int8_activation_scales();
 
 // Optional activation applied to the product (torch.nn.Linear followed by it).
-enum class Epilogue { None, Relu, Gelu, GeluTanh };
+enum class Epilogue { None, Relu, Gelu, GeluTanh, Silu };
 Epilogue epilogue_of(Activation act);
+// The activation of an epilogue other than None.
+Activation activation_of(Epilogue ep);
 
 // out[N, out_features] = act(inp[N, in_features] @ weight[out_features, in_features]^T + bias)
 // (torch.nn.functional.linear), weights packed once.

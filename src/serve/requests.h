@@ -96,7 +96,7 @@ struct TranslateRequest {
   std::vector<std::string> q;
   bool single = false;
   std::string source, target;
-  int64_t beam_size = 1;
+  int64_t beam_size = 0;  // 0 (not given): the model's default (generation_config.json's num_beams, or greedy)
   int64_t alternatives = 0;
   std::string api_key;
   std::optional<bool> truncate;  // unset: the server's --auto-truncate

@@ -22,7 +22,8 @@ void add_convert_command(CLI::App& app) {
                  "or int8 (s8 + one F32 scale per output row, '<name>_scale'); embeddings, LayerNorm and biases "
                  "stay F32. Other files of the folder (tokenizer, vocabulary) are copied");
   cmd->add_option("--model", o->model, "Model folder: config.json and model.safetensors")->required();
-  cmd->add_option("--dtype", o->dtype, "bf16 or int8 (int8: every family but transformer_encoder)")
+  cmd->add_option("--dtype", o->dtype,
+                  "bf16 or int8 (int8: every family but transformer_encoder; Marian / M2M100 / NLLB folders too)")
       ->required()
       ->check(CLI::IsMember({"bf16", "int8"}));
   cmd->add_option("--out", o->out, "Output folder (created; must not exist or be empty)")->required();

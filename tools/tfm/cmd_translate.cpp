@@ -38,6 +38,12 @@ bool read_line_capped(std::istream& in, std::string& line, size_t line_no, const
   return !line.empty();
 }
 
+// A score as printed after --scores: 6 decimals, enough to rank hypotheses ("-inf" kept as such).
+std::string format_score(double s) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.6f", s);
+  return buf;
+}
 // Progress on stderr: sentences done, sentences/s and, when the input size is known, the share read and an ETA.
 // At a terminal one line redrawn in place (at most 4 times a second); otherwise (--progress into a file) a line
 // per update, at most one a second.
@@ -82,9 +88,11 @@ void add_translate_command(CLI::App& app) {
   struct Opts {
     std::string model, attention_png;
     std::vector<std::string> sentences;
-    int64_t beam = 1;
+    int64_t beam = 0;
     bool suppress_unk = false;
     float length_penalty = 0.0f;
+    int64_t num_hypotheses = 1;
+    std::string target_lang, source_lang, early_stopping;
     bool quiet = false;
     int threads = 0;
     std::string dtype = "fp32";
@@ -99,14 +107,34 @@ void add_translate_command(CLI::App& app) {
   };
   auto o = std::make_shared<Opts>();
   CLI::App* cmd = app.add_subcommand(
-      "translate", "Translate sentences with a model folder from 'tfm train' (or the d2l reference); one "
-                   "translation a line. Reads sentences from stdin, one a line, when none are given");
-  cmd->add_option("--model", o->model, "Folder with config.json, model.safetensors, src_vocab.txt, tgt_vocab.txt")
+      "translate", "Translate sentences with a model folder from 'tfm train' (or the d2l reference), or a Hugging "
+                   "Face Marian (OPUS-MT), M2M100 or NLLB folder; one translation a line. Reads sentences from "
+                   "stdin, one a line, when none are given");
+  cmd->add_option("--model", o->model,
+                  "Folder with config.json, model.safetensors and its vocabularies (src_vocab.txt / tgt_vocab.txt, "
+                  "spm.model; Marian: source.spm, target.spm, vocab.json; M2M100 / NLLB: sentencepiece.bpe.model)")
       ->required();
   cmd->add_option("sentences", o->sentences, "Sentences to translate");
-  cmd->add_option("--beam", o->beam, "Beam size (1 = greedy)")->capture_default_str()->check(whole_range(1, 64));
-  cmd->add_option("--length-penalty", o->length_penalty, "GNMT length penalty alpha for beam search")
-      ->capture_default_str()->check(in_range(0.0, 5.0));
+  cmd->add_option("--beam", o->beam,
+                  "Beam size (1 = greedy); default: generation_config.json's num_beams for Hugging Face folders, "
+                  "else 1")
+      ->check(whole_range(1, 64));
+  cmd->add_option("--length-penalty", o->length_penalty,
+                  "Beam search length penalty. Our models: GNMT alpha >= 0, logp / ((5 + length) / 6)^alpha. Hugging "
+                  "Face folders: transformers' length_penalty, logp / length^LP with the end token counted (default "
+                  "from generation_config.json, else 1.0)")
+      ->check(in_range(-5.0, 5.0));
+  cmd->add_option("--num-hypotheses", o->num_hypotheses,
+                  "Print the N best hypotheses of the beam, one a line, best first (N lines per sentence)")
+      ->capture_default_str()->check(whole_range(1, 64));
+  cmd->add_option("--target-lang", o->target_lang,
+                  "Hugging Face folders: the target language (M2M100 'fr', NLLB 'fra_Latn': forced as the first "
+                  "token; Marian multi-target 'fra': '>>fra<<' before each source)");
+  cmd->add_option("--source-lang", o->source_lang,
+                  "M2M100 / NLLB: the source language (default: tokenizer_config.json's src_lang)");
+  cmd->add_option("--early-stopping", o->early_stopping,
+                  "Hugging Face folders: transformers' early_stopping for beam search (default: generation_config.json's)")
+      ->check(CLI::IsMember({"true", "false", "never"}));
   cmd->add_flag("--suppress-unk", o->suppress_unk,
                 "Never generate <unk> (CTranslate2's disable_unk): greedy and beam search pick the best other token");
   cmd->add_option("--attention-png", o->attention_png,
@@ -126,7 +154,8 @@ void add_translate_command(CLI::App& app) {
                   "longest) per batch")
       ->capture_default_str()->check(whole_range(1, 1 << 20));
   cmd->add_option("--max-steps", o->max_steps,
-                  "At most this many generated tokens per sentence, <eos> included (0 = the model's default)")
+                  "At most this many generated tokens per sentence, <eos> included (0 = the model's default: "
+                  "num_steps, or generation_config.json's max_new_tokens / max_length - 1)")
       ->capture_default_str()->check(whole_range(0, 1 << 20));
   cmd->add_flag("--progress", o->progress,
                 "Show progress on stderr (sentences, sentences/s, ETA for a file) even when stderr is not a terminal; "
@@ -168,8 +197,6 @@ void add_translate_command(CLI::App& app) {
     if (o->quantize_output && o->dtype == "fp32")
       throw CLI::ValidationError("--quantize-output-projection runs the output projection in the --dtype type; "
                                  "give --dtype bf16 or int8 as well (with fp32 it changes nothing)");
-    if (cmd->count("--length-penalty") && o->beam == 1)
-      throw CLI::ValidationError("--length-penalty applies to beam search only; give --beam N (N > 1) as well");
     const std::string config_path = o->model + "/config.json";
     const nlohmann::json config_json = load_json_file(config_path);
     if (const std::string t = json_string_or(config_json, "model_type", "", config_path);
@@ -181,10 +208,23 @@ void add_translate_command(CLI::App& app) {
     to.dtype = o->dtype;
     to.quantize_output_projection = o->quantize_output;
     const Translator translator(o->model, to);  // the one loader of a translation folder (src/api/translator.cpp)
+    const bool hf = translator.model_type() != "transformer_seq2seq";
+    if (!hf) {
+      if (cmd->count("--length-penalty") && o->beam <= 1)
+        throw CLI::ValidationError("--length-penalty applies to beam search only; give --beam N (N > 1) as well");
+      if (o->length_penalty < 0) throw CLI::ValidationError("--length-penalty: the GNMT alpha must be >= 0");
+      for (const char* f : {"--target-lang", "--source-lang", "--early-stopping"})
+        if (cmd->count(f))
+          throw CLI::ValidationError(std::string(f) + " applies to Hugging Face folders (Marian, M2M100, NLLB) only");
+    }
     TranslateOptions opt;
     opt.beam_size = o->beam;
-    opt.length_penalty = o->length_penalty;
+    if (cmd->count("--length-penalty") || !hf) opt.length_penalty = o->length_penalty;
     opt.disable_unk = o->suppress_unk;
+    opt.num_hypotheses = o->num_hypotheses;
+    opt.target_lang = o->target_lang;
+    opt.source_lang = o->source_lang;
+    opt.early_stopping = o->early_stopping;
     opt.return_scores = o->scores;
     opt.max_steps = o->max_steps;
     opt.repetition_penalty = o->repetition_penalty;
@@ -229,7 +269,7 @@ void add_translate_command(CLI::App& app) {
         todo.push_back(i);
         SourceEncoding e;
         try {
-          e = translator.encode_source(sentences[i]);
+          e = translator.encode_source(sentences[i], opt);
         } catch (const std::invalid_argument& ex) {  // "sentence: invalid UTF-8 at byte offset N"
           std::string what = ex.what();
           if (what.rfind("sentence", 0) == 0) what.insert(8, " " + std::to_string(no));
@@ -298,12 +338,18 @@ void add_translate_command(CLI::App& app) {
         for (size_t j = k; j < end; ++j) {
           Translation& t = res[j - k];
           target_tokens += (int64_t)t.ids.size();
-          out[todo[j]] = std::move(t.text);
-          if (o->scores) {
-            char buf[32];
-            std::snprintf(buf, sizeof buf, "\t%.6f", t.score);
-            out[todo[j]] += buf;
+          // --num-hypotheses N: N lines, best first; --scores: each with a TAB and its score.
+          std::string lines;
+          for (const Translation* h : std::vector<const Translation*>{&t}) {
+            if (h->hypotheses.empty()) {
+              lines = h->text + (o->scores ? "\t" + format_score(h->score) : "");
+            } else {
+              for (size_t a = 0; a < h->hypotheses.size(); ++a)
+                lines += (a ? "\n" : "") + h->hypotheses[a].text +
+                         (o->scores ? "\t" + format_score(h->hypotheses[a].score) : "");
+            }
           }
+          out[todo[j]] = std::move(lines);
         }
         k = end;
       }

@@ -1,0 +1,265 @@
+// Marian (OPUS-MT) and M2M100 / NLLB folders against the PyTorch reference of modeling_marian.py,
+// modeling_m2m_100.py and transformers' generation (fixtures from scripts/make_marian_fixtures.py:
+// tests/fixtures/{marian,m2m100,nllb}).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "decode/generation_config.h"
+#include "decode/search.h"
+#include "io/json_util.h"
+#include "io/safetensors.h"
+#include "models/hf_seq2seq.h"
+#include "models/seq2seq.h"
+#include "test_util.h"
+
+using namespace tfm;
+using tfm::test::fixture;
+
+namespace {
+
+std::unique_ptr<Seq2SeqModel> load_folder(const std::string& dir, ops::ComputeType ct = ops::ComputeType::F32) {
+  const nlohmann::json j = load_json_file(dir + "/config.json");
+  auto m = std::make_unique<Seq2SeqModel>(hf_seq2seq_config(j, dir + "/config.json"));
+  m->load(dir + "/model.safetensors");
+  m->prepare_inference(ct);
+  return m;
+}
+
+std::vector<int64_t> ints(const Tensor& t) { return std::vector<int64_t>(t.i64(), t.i64() + t.numel()); }
+
+class HfSeq2Seq : public ::testing::TestWithParam<std::string> {};
+
+// Teacher-forced logits of a padded batch equal the reference's at every valid target position.
+TEST_P(HfSeq2Seq, TeacherForcedLogitsMatchPyTorch) {
+  const std::string dir = fixture(GetParam());
+  auto model = load_folder(dir);
+  SafeTensors ex = SafeTensors::open(dir + "/expected.safetensors");
+  const Tensor src = ex.get("src"), dec = ex.get("dec_input"), want = ex.get("logits");
+  const std::vector<int64_t> src_len = ints(ex.get("src_len")), tgt_len = ints(ex.get("tgt_len"));
+  const int64_t B = src.size(0), Ls = src.size(1), Lt = dec.size(1), V = want.size(2);
+  std::vector<int64_t> labels(B * Lt, 0);
+  Seq2SeqBatch batch{src.i64(), src_len.data(), dec.i64(), labels.data(), tgt_len.data(), B, Ls, Lt};
+  const Tensor got = model->forward_logits(batch);
+  ASSERT_EQ(got.shape(), want.shape());
+  double worst = 0;
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t t = 0; t < tgt_len[b]; ++t)
+      for (int64_t v = 0; v < V; ++v) {
+        const int64_t i = (b * Lt + t) * V + v;
+        worst = std::max(worst, std::fabs((double)got.f32()[i] - want.f32()[i]));
+      }
+  EXPECT_LT(worst, 2e-4) << GetParam();
+}
+
+// Greedy and beam search (generation_config.json plus each run's overrides) equal transformers' generate:
+// greedy tokens exactly; beam search's n-best list with its scores (HF's sum logprobs / length ** lp), and never a
+// best hypothesis scoring below the reference's.
+TEST_P(HfSeq2Seq, GenerateMatchesReference) {
+  const std::string dir = fixture(GetParam());
+  auto model = load_folder(dir);
+  const nlohmann::json ex = load_json_file(dir + "/expected.json");
+  const nlohmann::json config = load_json_file(dir + "/config.json");
+  int runs = 0;
+  for (const auto& c : ex["cases"]) {
+    const std::vector<int64_t> src = c["source_ids"].get<std::vector<int64_t>>();
+    const int64_t vl = (int64_t)src.size();
+    for (const auto& run : c["runs"]) {
+      nlohmann::json gen = ex["generation_config"];
+      if (!ex["forced_bos_token_id"].is_null()) gen["forced_bos_token_id"] = ex["forced_bos_token_id"];
+      for (auto it = run["options"].begin(); it != run["options"].end(); ++it) gen[it.key()] = it.value();
+      const GenerationConfig g = GenerationConfig::from_json(config, gen, "expected.json");
+      const DecodeOptions opt = g.decode_options();
+      const std::string what = GetParam() + " '" + c["source"].get<std::string>() + "' " + run["options"].dump();
+      const auto want = run["tokens"].get<std::vector<std::vector<int64_t>>>();
+      auto hyps = beam_search_hypotheses(*model, src.data(), &vl, 1, vl, opt)[0];
+      if (g.num_beams == 1) {
+        ASSERT_EQ(hyps.size(), 1u) << what;
+        EXPECT_EQ(hyps[0].tokens, want[0]) << what;
+        EXPECT_EQ(greedy_decode(*model, src.data(), &vl, 1, vl, opt)[0], want[0]) << what;
+      } else {
+        const auto scores = run["scores"].get<std::vector<double>>();
+        ASSERT_EQ(hyps.size(), want.size()) << what;
+        EXPECT_GE(hyps[0].score, scores[0] - 1e-4) << what;  // never below the reference's best
+        for (size_t k = 0; k < want.size(); ++k) {
+          EXPECT_EQ(hyps[k].tokens, want[k]) << what << " hypothesis " << k;
+          EXPECT_NEAR(hyps[k].score, scores[k], 1e-4) << what << " hypothesis " << k;
+        }
+      }
+      ++runs;
+    }
+  }
+  EXPECT_GT(runs, 20);
+}
+
+INSTANTIATE_TEST_SUITE_P(Folders, HfSeq2Seq, ::testing::Values("marian", "m2m100", "nllb"));
+
+TEST(HfSeq2SeqConfig, RejectsWhatItCannotRun) {
+  nlohmann::json j = load_json_file(fixture("marian") + "/config.json");
+  j["decoder_ffn_dim"] = 128;
+  EXPECT_THROW(
+      {
+        try {
+          hf_seq2seq_config(j, "config.json");
+        } catch (const std::runtime_error& e) {
+          EXPECT_NE(std::string(e.what()).find("decoder_ffn_dim 128 differs"), std::string::npos) << e.what();
+          throw;
+        }
+      },
+      std::runtime_error);
+  j = load_json_file(fixture("marian") + "/config.json");
+  j.erase("d_model");
+  EXPECT_THROW(hf_seq2seq_config(j, "config.json"), std::runtime_error);
+  j = load_json_file(fixture("marian") + "/config.json");
+  j["model_type"] = "bart";
+  EXPECT_THROW(hf_seq2seq_config(j, "config.json"), std::runtime_error);
+}
+
+}  // namespace
+
+// ------------------------------------------------------------------ tokenizers, Translator, CLI
+#include "run_tfm.h"
+#include "text/translation_tokenizer.h"
+#include "tfm/convert.h"
+#include "tfm/translator.h"
+
+namespace {
+using tfm::test::run_tfm_in;
+using tfm::test::TempFolder;
+using tfm::test::TfmRun;
+
+// The tokenized sources of the fixture (MarianTokenizer / M2M100Tokenizer / NllbTokenizer as the reference wrote
+// them from spm_encode's pieces and the folder's id maps).
+TEST_P(HfSeq2Seq, TokenizerMatchesReference) {
+  const std::string dir = fixture(GetParam());
+  auto tok = TranslationTokenizer::load(dir, load_json_file(dir + "/config.json")["model_type"]);
+  const nlohmann::json ex = load_json_file(dir + "/expected.json");
+  for (const auto& c : ex["cases"])
+    EXPECT_EQ(tok->encode_source(c["source"].get<std::string>()), c["source_ids"].get<std::vector<int64_t>>())
+        << c["source"];
+}
+
+// Translator::translate_batch with the folder's defaults (generation_config.json) gives the reference's text;
+// num_hypotheses returns the reference's n-best with its scores.
+TEST_P(HfSeq2Seq, TranslatorUsesGenerationConfig) {
+  const std::string dir = fixture(GetParam());
+  Translator tr(dir);
+  const nlohmann::json ex = load_json_file(dir + "/expected.json");
+  std::vector<std::string> sources;
+  for (const auto& c : ex["cases"]) sources.push_back(c["source"]);
+  TranslateOptions o;
+  o.num_hypotheses = ex["generation_config"]["num_beams"].get<int64_t>();
+  const auto got = tr.translate_batch(sources, o);
+  ASSERT_EQ(got.size(), sources.size());
+  for (size_t i = 0; i < sources.size(); ++i) {
+    const auto& run = ex["cases"][i]["runs"][1];  // options {}: generation_config.json as it is
+    ASSERT_TRUE(run["options"].empty());
+    EXPECT_EQ(got[i].text, run["text"].get<std::string>()) << sources[i];
+    const auto want = run["tokens"].get<std::vector<std::vector<int64_t>>>();
+    ASSERT_EQ(got[i].hypotheses.size(), want.size()) << sources[i];
+    for (size_t k = 0; k < want.size(); ++k) {
+      EXPECT_EQ(got[i].hypotheses[k].ids, want[k]) << sources[i] << " hypothesis " << k;
+      EXPECT_NEAR(got[i].hypotheses[k].score, run["scores"][k].get<double>(), 1e-4);
+    }
+  }
+  o = TranslateOptions{};
+  o.beam_size = 1;
+  const auto greedy = tr.translate_batch(sources, o);
+  for (size_t i = 0; i < sources.size(); ++i)
+    EXPECT_EQ(greedy[i].ids, ex["cases"][i]["runs"][0]["tokens"][0].get<std::vector<int64_t>>()) << sources[i];
+}
+
+// `tfm translate --model DIR` prints the reference's translations, one a line; --scores adds a TAB and the score.
+TEST_P(HfSeq2Seq, CliTranslatesLikeGenerate) {
+  const std::string dir = fixture(GetParam());
+  const nlohmann::json ex = load_json_file(dir + "/expected.json");
+  std::string input, want, want_scored;
+  for (const auto& c : ex["cases"]) {
+    input += c["source"].get<std::string>() + "\n";
+    want += c["runs"][1]["text"].get<std::string>() + "\n";
+  }
+  TempFolder tmp;
+  TfmRun r = run_tfm_in(tmp.path, {"translate", "--model", dir, "--threads", "1"}, input);
+  ASSERT_EQ(r.exit_code, 0) << r.describe();
+  EXPECT_EQ(r.out, want);
+  r = run_tfm_in(tmp.path, {"translate", "--model", dir, "--threads", "1", "--beam", "3", "--length-penalty", "0.6",
+                            "--early-stopping", "false", "--scores"},
+                 input);
+  ASSERT_EQ(r.exit_code, 0) << r.describe();
+  std::istringstream lines(r.out);
+  std::string line;
+  size_t i = 0;
+  for (; std::getline(lines, line); ++i) {
+    ASSERT_LT(i, ex["cases"].size());
+    const auto& run = ex["cases"][i]["runs"][2];
+    ASSERT_EQ(run["options"]["num_beams"], 3);
+    const size_t tab = line.find('\t');
+    ASSERT_NE(tab, std::string::npos) << line;
+    EXPECT_EQ(line.substr(0, tab), run["text"].get<std::string>());
+    EXPECT_NEAR(std::stod(line.substr(tab + 1)), run["scores"][0].get<double>(), 1e-5);
+  }
+  EXPECT_EQ(i, ex["cases"].size());
+}
+
+TEST(HfTranslation, TargetLanguageErrors) {
+  TempFolder tmp;
+  TfmRun r = run_tfm_in(tmp.path, {"translate", "--model", fixture("m2m100"), "--target-lang", "xx", "Hello."});
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("unknown language 'xx'"), std::string::npos) << r.err;
+  r = run_tfm_in(tmp.path, {"translate", "--model", fixture("marian"), "--target-lang", "deu", "Hello."});
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("vocab.json has no token >>deu<<"), std::string::npos) << r.err;
+  // M2M100 takes "fr" and "__fr__"; NLLB its codes.
+  Translator m2m(fixture("m2m100"));
+  TranslateOptions o;
+  o.beam_size = 1;
+  o.target_lang = "fr";
+  const auto a = m2m.translate_batch({"Run!"}, o);
+  o.target_lang = "__fr__";
+  EXPECT_EQ(m2m.translate_batch({"Run!"}, o)[0].ids, a[0].ids);
+  o.target_lang = "fra_Latn";
+  EXPECT_THROW(m2m.translate_batch({"Run!"}, o), std::invalid_argument);
+}
+
+// --dtype bf16 / int8 and `tfm convert` folders: the same translations as fp32 on these tiny models is not
+// guaranteed, so the check is on the teacher-forced logits (cosine) and that converted folders load and translate.
+TEST_P(HfSeq2Seq, ReducedPrecisionAndConvert) {
+  const std::string dir = fixture(GetParam());
+  SafeTensors ex = SafeTensors::open(dir + "/expected.safetensors");
+  const Tensor src = ex.get("src"), dec = ex.get("dec_input"), want = ex.get("logits");
+  const std::vector<int64_t> src_len = ints(ex.get("src_len")), tgt_len = ints(ex.get("tgt_len"));
+  const int64_t B = src.size(0), Ls = src.size(1), Lt = dec.size(1), V = want.size(2);
+  std::vector<int64_t> labels(B * Lt, 0);
+  Seq2SeqBatch batch{src.i64(), src_len.data(), dec.i64(), labels.data(), tgt_len.data(), B, Ls, Lt};
+  TempFolder tmp;
+  for (const std::string dtype : {"bf16", "int8"}) {
+    const std::string out = tmp.path + "/" + dtype;
+    ConvertOptions co;
+    co.dtype = dtype;
+    const ConvertSummary s = convert(dir, out, co);
+    // Encoder layers: q, k, v, out_proj, fc1, fc2; decoder layers also encoder_attn q, k, v, out_proj.
+    EXPECT_EQ(s.converted, 2 * 6 + 2 * 10) << dtype;
+    auto model = load_folder(out);  // dequantised / widened to fp32 parameters
+    const Tensor got = model->forward_logits(batch);
+    double dot = 0, na = 0, nb = 0;
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t t = 0; t < tgt_len[b]; ++t)
+        for (int64_t v = 0; v < V; ++v) {
+          const int64_t i = (b * Lt + t) * V + v;
+          dot += (double)got.f32()[i] * want.f32()[i];
+          na += (double)got.f32()[i] * got.f32()[i];
+          nb += (double)want.f32()[i] * want.f32()[i];
+        }
+    EXPECT_GT(dot / std::sqrt(na * nb), 0.995) << dtype;
+    TranslatorOptions to;
+    to.dtype = dtype;
+    Translator tr(out, to);
+    EXPECT_EQ(tr.translate_batch({"Tom is happy."}).size(), 1u);
+  }
+}
+
+}  // namespace
