@@ -8,6 +8,7 @@
 #include "tfm/convert.h"
 #include "tfm/encoder.h"
 #include "tfm/error.h"
+#include "tfm/finetune.h"
 #include "tfm/tokenizer.h"
 #include "tfm/train.h"
 #include "tfm/translator.h"

@@ -17,5 +17,6 @@ void add_fill_mask_command(CLI::App& app);
 void add_rerank_command(CLI::App& app);
 void add_convert_command(CLI::App& app);
 void add_serve_command(CLI::App& app);
+void add_finetune_command(CLI::App& app);
 
 }  // namespace tfm::cli
