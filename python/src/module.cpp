@@ -676,6 +676,82 @@ PYBIND11_MODULE(_tfm, m) {
       "with resume=True), out_dir a new or empty folder; progress(TrainProgress) is called after every step and "
       "epoch; overrides = {key: value} as --set; returns a TrainSummary");
 
+  // ------------------------------------------------------------------ finetune
+  py::class_<tfm::FinetuneProgress>(m, "FinetuneProgress", "What tfm.finetune passes to its progress callback")
+      .def_readonly("epoch_end", &tfm::FinetuneProgress::epoch_end)
+      .def_readonly("epoch", &tfm::FinetuneProgress::epoch)
+      .def_readonly("epochs", &tfm::FinetuneProgress::epochs)
+      .def_readonly("step", &tfm::FinetuneProgress::step)
+      .def_readonly("total_steps", &tfm::FinetuneProgress::total_steps)
+      .def_readonly("train_loss", &tfm::FinetuneProgress::train_loss)
+      .def_readonly("lr", &tfm::FinetuneProgress::lr)
+      .def_readonly("examples_per_sec", &tfm::FinetuneProgress::examples_per_sec)
+      .def_readonly("eval_loss", &tfm::FinetuneProgress::eval_loss)
+      .def_readonly("eval_accuracy", &tfm::FinetuneProgress::eval_accuracy)
+      .def_readonly("eval_macro_f1", &tfm::FinetuneProgress::eval_macro_f1);
+  py::class_<tfm::FinetuneSummary>(m, "FinetuneSummary")
+      .def_readonly("out_dir", &tfm::FinetuneSummary::out_dir)
+      .def_readonly("labels", &tfm::FinetuneSummary::labels)
+      .def_readonly("steps", &tfm::FinetuneSummary::steps)
+      .def_readonly("train_examples", &tfm::FinetuneSummary::train_examples)
+      .def_readonly("eval_examples", &tfm::FinetuneSummary::eval_examples)
+      .def_readonly("final_train_loss", &tfm::FinetuneSummary::final_train_loss)
+      .def_readonly("best_epoch", &tfm::FinetuneSummary::best_epoch)
+      .def_readonly("best_eval_accuracy", &tfm::FinetuneSummary::best_eval_accuracy)
+      .def_readonly("best_eval_macro_f1", &tfm::FinetuneSummary::best_eval_macro_f1)
+      .def_readonly("best_eval_loss", &tfm::FinetuneSummary::best_eval_loss)
+      .def_readonly("seconds", &tfm::FinetuneSummary::seconds)
+      .def("__repr__", [](const tfm::FinetuneSummary& s) {
+        char buf[320];
+        std::snprintf(buf, sizeof buf,
+                      "FinetuneSummary(steps=%lld, final_train_loss=%.4f, best_epoch=%lld, best_eval_accuracy=%.4f, "
+                      "best_eval_macro_f1=%.4f, seconds=%.1f)",
+                      (long long)s.steps, s.final_train_loss, (long long)s.best_epoch, s.best_eval_accuracy,
+                      s.best_eval_macro_f1, s.seconds);
+        return std::string(buf);
+      });
+  m.def(
+      "finetune",
+      [](const py::object& model, const py::object& train, const py::object& out, const std::string& task,
+         const py::object& eval, int64_t epochs, int64_t batch_size, double lr, double weight_decay,
+         double warmup_ratio, int64_t max_length, uint64_t seed, const py::object& labels, bool overwrite,
+         int threads, const py::object& progress) {
+        tfm::FinetuneOptions o;
+        o.task = task;
+        o.train_file = path_arg(train);
+        o.out_dir = path_arg(out);
+        if (!eval.is_none()) o.eval_file = path_arg(eval);
+        o.epochs = epochs;
+        o.batch_size = batch_size;
+        o.learning_rate = lr;
+        o.weight_decay = weight_decay;
+        o.warmup_ratio = warmup_ratio;
+        o.max_length = max_length;
+        o.seed = seed;
+        o.overwrite = overwrite;
+        o.threads = threads;
+        if (!labels.is_none()) o.labels = labels.cast<std::vector<std::string>>();
+        if (!progress.is_none() && !PyCallable_Check(progress.ptr()))
+          throw py::type_error("progress must be callable or None");
+        py::object cb = progress;
+        o.progress = [cb](const tfm::FinetuneProgress& p) {
+          py::gil_scoped_acquire gil;
+          if (PyErr_CheckSignals() != 0) throw py::error_already_set();
+          if (!cb.is_none()) cb(p);
+        };
+        const std::string dir = path_arg(model);
+        py::gil_scoped_release nogil;
+        return tfm::finetune(dir, o);
+      },
+      py::arg("model_dir"), py::arg("train"), py::arg("out_dir"), py::arg("task") = "classify",
+      py::arg("eval") = py::none(), py::arg("epochs") = 3, py::arg("batch_size") = 16, py::arg("lr") = 5e-5,
+      py::arg("weight_decay") = 0.0, py::arg("warmup_ratio") = 0.0, py::arg("max_length") = 128,
+      py::arg("seed") = 42, py::arg("labels") = py::none(), py::arg("overwrite") = false, py::arg("threads") = 0,
+      py::arg("progress") = py::none(),
+      "Fine-tune a BERT folder as a text classifier (tfm finetune): train/eval are .csv/.tsv/.jsonl files with "
+      "text [, text_pair], label; writes a BertForSequenceClassification folder to out_dir; progress("
+      "FinetuneProgress) after every step and epoch; returns a FinetuneSummary. ValueError for bad options or data.");
+
   // ------------------------------------------------------------------ token classification, fill-mask
   py::class_<tfm::TokenClassifier>(m, "TokenClassifier",
                                    "*ForTokenClassification folder of any encoder family: the token-classification "

@@ -8,6 +8,9 @@
 #include "core/profile.h"
 #include "models/checkpoint_weights.h"
 #include "nn/params.h"
+#include "nn/weights.h"
+#include "ops/dropout.h"
+#include "ops/embedding.h"
 #include "nn/transformer_block.h"
 #include "ops/activation.h"
 
@@ -32,22 +35,36 @@ std::vector<std::string> bert_aliases(const std::string& name) {
 
 // One BertLayer under `vb` ("encoder.layer.N"): attention.self.{query,key,value} (packed into one GEMM),
 // attention.output.{dense,LayerNorm}, intermediate.dense, output.{dense,LayerNorm}; post-LN.
-nn::EncoderBlock bert_layer(const nn::Vars& vb, const EncoderConfig& c, ops::ComputeType ct) {
+// trainable: every Linear a parameter of vb's ParamStore (query, key and value apart, as training's
+// MultiHeadAttention::forward takes them); otherwise packed for inference in `ct`.
+nn::EncoderBlock bert_layer_of(const nn::Vars& vb, const EncoderConfig& c, ops::ComputeType ct, bool trainable) {
   const int64_t H = c.hidden_size, I = c.intermediate_size;
   const float eps = (float)c.layer_norm_eps;
   const nn::Vars self = vb.prefix("attention.self");
   nn::EncoderBlock b;
   b.attention.num_heads = c.num_attention_heads;
   b.attention.hidden_size = H;
-  b.attention.qkv = nn::Linear::load_packed({self.prefix("query"), self.prefix("key"), self.prefix("value")}, H, H, ct);
-  b.attention.output = nn::Linear::load_packed({vb.prefix("attention.output.dense")}, H, H, ct);
+  auto linear = [&](const std::vector<nn::Vars>& parts, int64_t in, int64_t out) {
+    return trainable ? nn::Linear::load(parts[0], in, out) : nn::Linear::load_packed(parts, in, out, ct);
+  };
+  if (trainable) {
+    b.attention.query = linear({self.prefix("query")}, H, H);
+    b.attention.key = linear({self.prefix("key")}, H, H);
+    b.attention.value = linear({self.prefix("value")}, H, H);
+  } else {
+    b.attention.qkv = linear({self.prefix("query"), self.prefix("key"), self.prefix("value")}, H, H);
+  }
+  b.attention.output = linear({vb.prefix("attention.output.dense")}, H, H);
   b.norm1 = nn::LayerNorm::load(vb.prefix("attention.output.LayerNorm"), H, eps);
-  b.ffn.linear1 = nn::Linear::load_packed({vb.prefix("intermediate.dense")}, H, I, ct);
-  b.ffn.linear2 = nn::Linear::load_packed({vb.prefix("output.dense")}, I, H, ct);
+  b.ffn.linear1 = linear({vb.prefix("intermediate.dense")}, H, I);
+  b.ffn.linear2 = linear({vb.prefix("output.dense")}, I, H);
   b.ffn.act = ops::parse_activation(c.hidden_act);
   b.norm2 = nn::LayerNorm::load(vb.prefix("output.LayerNorm"), H, eps);
   b.norm_first = false;
   return b;
+}
+nn::EncoderBlock bert_layer(const nn::Vars& vb, const EncoderConfig& c, ops::ComputeType ct) {
+  return bert_layer_of(vb, c, ct, /*trainable=*/false);
 }
 
 class Bert : public EncoderModel {
@@ -207,6 +224,126 @@ HeadLayout load_bert_head(HeadKind kind, const EncoderConfig& c, CheckpointWeigh
 }  // namespace
 
 FamilyHeads bert_heads() { return {detect_bert_head, load_bert_head}; }
+
+// ---------------------------------------------------------------- BertTrainable
+
+BertTrainable::BertTrainable(nn::ParamStore& store, const EncoderConfig& c, bool pooler, const std::string& prefix)
+    : config_(c), prefix_(prefix) {
+  const int64_t H = c.hidden_size;
+  nn::Vars vb(store);
+  if (!prefix.empty()) vb = vb.prefix(prefix.substr(0, prefix.size() - (prefix.back() == '.' ? 1 : 0)));
+  const nn::Vars emb = vb.prefix("embeddings");
+  word_ = emb.prefix("word_embeddings").get("weight", {c.vocab_size, H});
+  pos_ = emb.prefix("position_embeddings").get("weight", {c.max_position_embeddings, H});
+  type_ = emb.prefix("token_type_embeddings").get("weight", {c.type_vocab_size, H});
+  emb_ln_ = nn::LayerNorm::load(emb.prefix("LayerNorm"), H, (float)c.layer_norm_eps);
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l)
+    layers_.push_back(bert_layer_of(vb.prefix("encoder.layer").prefix(l), c, ops::ComputeType::F32, /*trainable=*/true));
+  if (pooler) pooler_ = nn::Linear::load(vb.prefix("pooler.dense"), H, H);
+  for (const auto& e : store.entries())
+    if (e.name.compare(0, prefix.size(), prefix) == 0) names_.push_back(e.name);
+}
+
+void BertTrainable::load(nn::ParamStore& store, WeightSource& weights) const {
+  for (const std::string& full : names_) {
+    const std::string name = full.substr(prefix_.size());
+    const int64_t i = store.index_of(full);
+    const Shape& shape = store.entries()[i].shape;
+    std::vector<std::string> aliases = bert_aliases(name);
+    if (!prefix_.empty() && prefix_ != "bert.") aliases.insert(aliases.begin(), full);
+    Tensor t = weights.get(name, shape, aliases);
+    std::memcpy(store.data(i), t.f32(), sizeof(float) * t.numel());
+  }
+}
+
+void BertTrainable::forward(const nn::Context& ctx, const int64_t* input_ids, const int64_t* token_type_ids,
+                            const float* key_mask, int64_t B, int64_t L) {
+  const EncoderConfig& c = config_;
+  const int64_t H = c.hidden_size, N = B * L;
+  if (L > c.max_position_embeddings)
+    throw std::invalid_argument("sequence of " + std::to_string(L) + " tokens is longer than max_position_embeddings (" +
+                                std::to_string(c.max_position_embeddings) + ")");
+  B_ = B;
+  L_ = L;
+  ids_.assign(input_ids, input_ids + N);
+  types_.assign(N, 0);
+  if (token_type_ids) types_.assign(token_type_ids, token_type_ids + N);
+  positions_.resize(N);
+  for (int64_t n = 0; n < N; ++n) positions_[n] = n % L;
+  for (int64_t n = 0; n < N; ++n)
+    if (types_[n] < 0 || types_[n] >= c.type_vocab_size)
+      throw std::invalid_argument("token_type_ids value " + std::to_string(types_[n]) + " is outside [0, " +
+                                  std::to_string(c.type_vocab_size) + ")");
+  // Embeddings: word + position + token_type (each an nn.Embedding lookup), LayerNorm, dropout.
+  emb_sum_.resize(N * H);
+  tmp_.resize(N * H);
+  ops::embedding_forward(emb_sum_.data(), ids_.data(), word_.data(), N, c.vocab_size, H);
+  ops::embedding_forward(tmp_.data(), positions_.data(), pos_.data(), N, c.max_position_embeddings, H);
+  for (int64_t i = 0; i < N * H; ++i) emb_sum_[i] += tmp_[i];
+  ops::embedding_forward(tmp_.data(), types_.data(), type_.data(), N, c.type_vocab_size, H);
+  for (int64_t i = 0; i < N * H; ++i) emb_sum_[i] += tmp_[i];
+  x0_.resize(N * H);
+  emb_ln_.forward(x0_.data(), emb_sum_.data(), N);
+  emb_drop_.clear();
+  if (ctx.dropping()) {
+    emb_drop_.resize(N * H);
+    ops::dropout_mask(emb_drop_.data(), N * H, ctx.dropout, *ctx.rng);
+    emb_ln_out_ = x0_;
+    ops::dropout_apply(x0_.data(), emb_ln_out_.data(), emb_drop_.data(), N * H);
+  }
+  mask_ = ops::AttentionMask{};
+  key_mask_.clear();
+  if (key_mask) {
+    key_mask_.assign(key_mask, key_mask + N);
+    bool padded = false;
+    for (float m : key_mask_) padded |= m == 0.0f;
+    if (padded) mask_.key_mask = key_mask_.data();
+  }
+  const float* x = x0_.data();
+  for (auto& layer : layers_) {
+    layer.forward(ctx, x, B, L, mask_);
+    x = layer.out.data();
+  }
+  if (pooler_.weight.defined()) {  // tanh(dense(h[:, 0]))
+    cls_.resize(B * H);
+    pooled_.resize(B * H);
+    for (int64_t b = 0; b < B; ++b) std::memcpy(cls_.data() + b * H, x + b * L * H, sizeof(float) * H);
+    nn::Context lin = ctx;
+    lin.packed = false;
+    pooler_.forward(lin, pooled_.data(), cls_.data(), B);
+    ops::tanh_forward(pooled_.data(), pooled_.data(), B * H);
+  }
+}
+
+const float* BertTrainable::last_hidden_state() const {
+  return layers_.empty() ? x0_.data() : layers_.back().out.data();
+}
+
+void BertTrainable::backward(const float* dlast, const float* dpooled) {
+  const EncoderConfig& c = config_;
+  const int64_t H = c.hidden_size, B = B_, L = L_, N = B * L;
+  dx_.assign(N * H, 0.0f);
+  if (dlast) std::memcpy(dx_.data(), dlast, sizeof(float) * N * H);
+  if (dpooled) {
+    if (!pooler_.weight.defined()) throw std::logic_error("BertTrainable::backward: the model has no pooler");
+    std::vector<float> dpre(B * H), dcls(B * H);
+    for (int64_t i = 0; i < B * H; ++i) dpre[i] = dpooled[i] * (1.0f - pooled_[i] * pooled_[i]);
+    pooler_.backward(dcls.data(), dpre.data(), cls_.data(), B, /*accumulate=*/false);
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t h = 0; h < H; ++h) dx_[b * L * H + h] += dcls[b * H + h];
+  }
+  for (int64_t l = (int64_t)layers_.size() - 1; l >= 0; --l) {
+    tmp_.assign(N * H, 0.0f);
+    layers_[l].backward(dx_.data(), tmp_.data());
+    std::swap(dx_, tmp_);
+  }
+  if (!emb_drop_.empty()) ops::dropout_apply(dx_.data(), dx_.data(), emb_drop_.data(), N * H);
+  tmp_.resize(N * H);
+  emb_ln_.backward(tmp_.data(), dx_.data());
+  ops::embedding_backward(word_.grad(), tmp_.data(), ids_.data(), N, H);
+  ops::embedding_backward(pos_.grad(), tmp_.data(), positions_.data(), N, H);
+  ops::embedding_backward(type_.grad(), tmp_.data(), types_.data(), N, H);
+}
 
 std::unique_ptr<EncoderModel> make_bert(const EncoderConfig& config, WeightSource& weights, ops::ComputeType dtype) {
   return std::make_unique<Bert>(config, weights, dtype, detail::BertVariant{});

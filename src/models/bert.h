@@ -28,6 +28,47 @@ std::unique_ptr<EncoderModel> make_bert(const EncoderConfig& config, WeightSourc
 // cls.predictions.bias). Tensor names as BertFor*.state_dict() writes them.
 FamilyHeads bert_heads();
 
+// BertModel for training (fine-tuning): make_bert's composition (the same bert_layer) with every tensor a
+// trainable entry of an nn::ParamStore, named as BertModel.state_dict() names it after `prefix` ("bert." in the
+// BertFor* checkpoints, e.g. "bert.encoder.layer.0.attention.self.query.weight"), so that the store saves as a
+// Hugging Face checkpoint. Forward and backward match modeling_bert.py's BertModel in training mode: dropout p
+// (nn::Context::dropout, HF hidden_dropout_prob) after the embeddings' LayerNorm, on the attention probabilities,
+// and on each sublayer's output before its residual LayerNorm.
+class BertTrainable {
+ public:
+  // Registers the parameters in `store` (finalize the store after every module has registered, then load()).
+  BertTrainable(nn::ParamStore& store, const EncoderConfig& config, bool pooler, const std::string& prefix = "bert.");
+  // Copies every parameter from `weights`, names with or without the "bert." prefix and LayerNorm.gamma/beta
+  // accepted (as make_bert). Throws std::runtime_error naming a missing tensor or a wrong shape.
+  void load(nn::ParamStore& store, WeightSource& weights) const;
+  // Saving forward. input_ids, token_type_ids (null: all 0): [B, L]; key_mask [B, L] (1 real, 0 padding; null:
+  // none). Throws std::invalid_argument for ids or types out of range, or L > max_position_embeddings.
+  void forward(const nn::Context& ctx, const int64_t* input_ids, const int64_t* token_type_ids, const float* key_mask,
+               int64_t B, int64_t L);
+  const float* last_hidden_state() const;                   // [B, L, H] of the last forward
+  const float* pooler_output() const { return pooled_.data(); }  // [B, H] = tanh(pooler.dense(h[:, 0]))
+  // Gradients of the last forward's outputs: dlast [B, L, H] and dpooled [B, H], each may be null. Parameter
+  // gradients are added to the store's.
+  void backward(const float* dlast, const float* dpooled);
+  const EncoderConfig& config() const { return config_; }
+  // The store names this module registered (prefix included).
+  const std::vector<std::string>& names() const { return names_; }
+
+ private:
+  EncoderConfig config_;
+  std::string prefix_;
+  std::vector<std::string> names_;
+  nn::Param word_, pos_, type_;
+  nn::LayerNorm emb_ln_;
+  std::vector<nn::EncoderBlock> layers_;
+  nn::Linear pooler_;
+  // Saved by forward.
+  int64_t B_ = 0, L_ = 0;
+  std::vector<int64_t> ids_, types_, positions_;
+  std::vector<float> emb_sum_, emb_ln_out_, emb_drop_, x0_, key_mask_, cls_, pooled_, dx_, tmp_;
+  ops::AttentionMask mask_;
+};
+
 namespace detail {
 // What a family built from BERT's embeddings and post-LN layers changes (RoBERTa, XLM-RoBERTa, CamemBERT,
 // DistilBERT).

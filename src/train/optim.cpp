@@ -1,6 +1,7 @@
 #include "train/optim.h"
 
 #include <cmath>
+#include <stdexcept>
 
 namespace tfm {
 
@@ -20,17 +21,27 @@ void Adam::step(nn::ParamStore& params, float lr, float grad_scale) {
   // gradient; with weight_decay 0 both factors are exact no-ops (p * 1, g + 0 p).
   const float decay = opt_.decoupled_weight_decay ? 1.0f - lr * wd : 1.0f;
   const float l2 = opt_.decoupled_weight_decay ? 0.0f : wd;
-#pragma omp parallel for simd schedule(static) if (n > 65536)
-  for (int64_t i = 0; i < n; ++i) {
-    const float pi = p[i];
-    const float gi = g[i] * grad_scale + l2 * pi;
-    const float mi = m[i] * b1 + (1.0f - b1) * gi;
-    const float vi = v[i] * b2 + (1.0f - b2) * gi * gi;
-    m[i] = mi;
-    v[i] = vi;
-    const float denom = std::sqrt(vi) / bc2_sqrt + eps;
-    p[i] = pi * decay - step_size * mi / denom;
+  auto update = [&](int64_t begin, int64_t end, float decay_i, float l2_i) {
+#pragma omp parallel for simd schedule(static) if (end - begin > 65536)
+    for (int64_t i = begin; i < end; ++i) {
+      const float pi = p[i];
+      const float gi = g[i] * grad_scale + l2_i * pi;
+      const float mi = m[i] * b1 + (1.0f - b1) * gi;
+      const float vi = v[i] * b2 + (1.0f - b2) * gi * gi;
+      m[i] = mi;
+      v[i] = vi;
+      const float denom = std::sqrt(vi) / bc2_sqrt + eps;
+      p[i] = pi * decay_i - step_size * mi / denom;
+    }
+  };
+  if (decay_.empty()) {
+    update(0, n, decay, l2);
+    return;
   }
+  const auto& entries = params.entries();
+  if (decay_.size() != entries.size()) throw std::logic_error("Adam::set_decay: one flag per parameter expected");
+  for (size_t e = 0; e < entries.size(); ++e)
+    update(entries[e].offset, entries[e].offset + entries[e].numel, decay_[e] ? decay : 1.0f, decay_[e] ? l2 : 0.0f);
 }
 
 double grad_norm(const nn::ParamStore& params) {

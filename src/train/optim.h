@@ -1,6 +1,7 @@
 // Optimizers and gradient clipping over an nn::ParamStore's flat buffers.
 #pragma once
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "nn/params.h"
@@ -24,6 +25,9 @@ class Adam {
   // equals scaling the gradients first, bit for bit).
   void step(nn::ParamStore& params, float lr, float grad_scale = 1.0f);
   void step(nn::ParamStore& params) { step(params, opt_.lr); }
+  // Per-parameter weight decay: decay[i] false exempts entry i of the store (Hugging Face Trainer's parameter
+  // groups: no decay on biases and LayerNorm weights). Empty (the default): weight_decay applies to every entry.
+  void set_decay(std::vector<bool> decay) { decay_ = std::move(decay); }
   int64_t steps() const { return t_; }
   AdamOptions& options() { return opt_; }
   // State for checkpoints: first and second moments and the step count.
@@ -34,6 +38,7 @@ class Adam {
  private:
   AdamOptions opt_;
   std::vector<float> m_, v_;
+  std::vector<bool> decay_;
   int64_t t_ = 0;
 };
 

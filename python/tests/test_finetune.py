@@ -1,0 +1,46 @@
+"""tfm.finetune against `tfm finetune` (the same folder bit for bit), its progress callback and errors."""
+import json
+
+import pytest
+
+import tfm
+from conftest import FIXTURES as FIX, run_cli
+
+TRAIN = "text,label\n" + "".join(
+    f"{s} is {w},{lab}\n" for s in ["the cat", "the dog", "the man", "people", "london", "the car"]
+    for w, lab in [("good", "pos"), ("bad", "neg")])
+
+
+def test_finetune_equals_cli_and_reports_progress(tmp_path):
+    (tmp_path / "train.csv").write_text(TRAIN)
+    model = f"{FIX}/heads_seqcls"
+    events = []
+    s = tfm.finetune(model, str(tmp_path / "train.csv"), str(tmp_path / "api"), epochs=2, batch_size=4, lr=1e-3,
+                     seed=7, threads=1, progress=events.append)
+    assert s.labels == ["neg", "pos"] and s.steps == 6 and s.best_epoch == 2
+    assert "FinetuneSummary(steps=6" in repr(s)
+    assert [e.step for e in events if not e.epoch_end] == [1, 2, 3, 4, 5, 6]
+    assert [e.epoch for e in events if e.epoch_end] == [1, 2]
+    run_cli("finetune", "--model", model, "--train", str(tmp_path / "train.csv"), "--out", str(tmp_path / "cli"),
+            "--epochs", "2", "--batch-size", "4", "--lr", "1e-3", "--seed", "7", "--threads", "1", "--no-progress")
+    for f in ["model.safetensors", "config.json", "train_log.csv"]:
+        assert (tmp_path / "api" / f).read_bytes() == (tmp_path / "cli" / f).read_bytes(), f
+    cfg = json.loads((tmp_path / "api" / "config.json").read_text())
+    assert cfg["architectures"] == ["BertForSequenceClassification"]
+    assert cfg["id2label"] == {"0": "neg", "1": "pos"} and cfg["label2id"] == {"neg": 0, "pos": 1}
+    clf = tfm.Classifier(str(tmp_path / "api"))
+    assert clf.labels == ["neg", "pos"]
+
+
+def test_finetune_errors_are_value_errors(tmp_path):
+    (tmp_path / "train.csv").write_text(TRAIN)
+    model = f"{FIX}/heads_seqcls"
+    with pytest.raises(ValueError, match="not implemented yet"):
+        tfm.finetune(model, str(tmp_path / "train.csv"), str(tmp_path / "o"), task="mlm")
+    with pytest.raises(ValueError, match="label 'pos' is not in the label set"):
+        tfm.finetune(model, str(tmp_path / "train.csv"), str(tmp_path / "o"), labels=["neg", "x"])
+    with pytest.raises(FileNotFoundError):
+        tfm.finetune(model, str(tmp_path / "missing.csv"), str(tmp_path / "o"))
+    with pytest.raises(TypeError):
+        tfm.finetune(model, str(tmp_path / "train.csv"), str(tmp_path / "o"), progress=3)
+    assert not (tmp_path / "o").exists()

@@ -1,0 +1,121 @@
+// `tfm finetune` end to end (issue 25): trains a classifier on a small task, writes a folder that `tfm classify`
+// loads with the labels it was trained on, and refuses bad data with one-line errors.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "run_tfm.h"
+#include "test_util.h"
+
+namespace tfm {
+namespace {
+
+using test::fixture;
+
+// A task the tiny fixture model can learn: the sentiment word decides the label. Words of heads_seqcls/vocab.txt.
+void write_task(const std::string& dir) {
+  const char* subjects[] = {"the cat", "the dog", "the man", "the house", "the park", "the car", "people", "london"};
+  const char* fillers[] = {"is", "is very", "has a", "and the"};
+  std::ostringstream train, eval;
+  train << "text,label\n";
+  eval << "{\"text\": \"the red car is good\", \"label\": \"pos\"}\n";
+  int i = 0;
+  for (const char* s : subjects)
+    for (const char* f : fillers) {
+      const bool pos = (i++ % 2) == 0;
+      train << '"' << s << ' ' << f << ' ' << (pos ? "good" : "bad") << "\"," << (pos ? "pos" : "neg") << "\n";
+      train << s << ' ' << f << ' ' << (pos ? "bad" : "good") << ',' << (pos ? "neg" : "pos") << "\n";
+    }
+  const char* held[] = {"football", "paris", "england", "the blue car", "friends"};
+  for (const char* s : held) {
+    eval << "{\"text\": \"" << s << " is good\", \"label\": \"pos\"}\n";
+    eval << "{\"text\": \"" << s << " is bad\", \"label\": \"neg\"}\n";
+  }
+  test::spit(dir + "/train.csv", train.str());
+  test::spit(dir + "/eval.jsonl", eval.str());
+}
+
+TEST(FinetuneCli, TrainsAClassifierThatTfmClassifyLoads) {
+  test::TempFolder t;
+  write_task(t.path);
+  const std::string out = t.path + "/sentiment";
+  test::TfmRun r = test::run_tfm_in(t.path, {"finetune", "--model", fixture("heads_seqcls"), "--train",
+                                             t.path + "/train.csv", "--eval", t.path + "/eval.jsonl", "--out", out,
+                                             "--epochs", "8", "--batch-size", "8", "--lr", "1e-3", "--seed", "3"});
+  ASSERT_EQ(r.exit_code, 0) << r.describe();
+  EXPECT_NE(r.err.find("labels neg, pos"), std::string::npos) << r.err;  // sorted: the data's labels
+  for (const char* f : {"config.json", "model.safetensors", "vocab.txt", "tokenizer_config.json", "train_log.csv"})
+    EXPECT_TRUE(std::filesystem::exists(out + "/" + f)) << f;
+  // train_log.csv: a row per epoch, the training loss falling.
+  std::ifstream log(out + "/train_log.csv");
+  std::string line;
+  std::getline(log, line);
+  EXPECT_EQ(line, "epoch,step,train_loss,lr,eval_loss,eval_accuracy,eval_macro_f1");
+  std::vector<std::vector<double>> rows;
+  while (std::getline(log, line)) {
+    std::vector<double> v;
+    std::stringstream ss(line);
+    std::string cell;
+    while (std::getline(ss, cell, ',')) v.push_back(std::stod(cell));
+    rows.push_back(v);
+  }
+  ASSERT_EQ(rows.size(), 8u);
+  EXPECT_EQ(rows.back()[1], 8 * 8);  // 64 examples / batch 8 = 8 steps an epoch
+  EXPECT_LT(rows.back()[2], 0.5 * rows.front()[2]);
+  double best = 0;
+  for (const auto& row : rows) best = std::max(best, row[5]);
+  EXPECT_GE(best, 0.9);  // the held-out subjects are classified by their sentiment word
+  // The folder classifies as the trainer evaluated it: tfm classify's accuracy on eval equals the best epoch's.
+  std::string texts, labels;
+  std::ifstream ev(t.path + "/eval.jsonl");
+  std::vector<std::string> gold;
+  while (std::getline(ev, line)) {
+    const size_t a = line.find("\"text\": \"") + 9, b = line.find('"', a);
+    texts += line.substr(a, b - a) + "\n";
+    gold.push_back(line.find("\"pos\"") != std::string::npos ? "pos" : "neg");
+  }
+  test::spit(t.path + "/eval.txt", texts);
+  test::TfmRun c = test::run_tfm_in(t.path, {"classify", "--model", out, "--input", t.path + "/eval.txt"});
+  ASSERT_EQ(c.exit_code, 0) << c.describe();
+  std::stringstream cs(c.out);
+  int correct = 0, n = 0;
+  while (std::getline(cs, line)) {
+    const size_t a = line.find("\"label\":\"") + 9;
+    ASSERT_NE(a, std::string::npos + 9) << line;
+    correct += line.substr(a, 3) == gold[n++];
+  }
+  ASSERT_EQ(n, (int)gold.size());
+  EXPECT_DOUBLE_EQ((double)correct / n, best) << c.out;
+}
+
+TEST(FinetuneCli, BadDataAndOptionsAreOneLineErrors) {
+  test::TempFolder t;
+  write_task(t.path);
+  const std::string m = fixture("heads_seqcls");
+  auto run = [&](std::vector<std::string> extra) {
+    std::vector<std::string> args = {"finetune", "--model", m, "--out", t.path + "/o", "--no-progress"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    return test::run_tfm_in(t.path, args);
+  };
+  test::expect_one_line_error(run({"--train", t.path + "/train.csv", "--label-column", "y"}), "no column 'y'");
+  test::expect_one_line_error(run({"--train", t.path + "/train.csv", "--task", "mlm"}), "not implemented yet");
+  test::expect_one_line_error(run({"--train", t.path + "/train.csv", "--labels", "neg,neutral"}),
+                              "label 'pos' is not in the label set");
+  test::spit(t.path + "/bad.csv", "text,label\n\"a cat,pos\n");
+  test::expect_one_line_error(run({"--train", t.path + "/bad.csv"}), "unterminated quoted field");
+  test::spit(t.path + "/short.csv", "text,label\nthe cat,pos,extra\n");
+  test::expect_one_line_error(run({"--train", t.path + "/short.csv"}), "line 2: 3 fields, the header has 2");
+  test::spit(t.path + "/data.txt", "x\n");
+  test::expect_one_line_error(run({"--train", t.path + "/data.txt"}), "name it .csv, .tsv or .jsonl");
+  test::expect_one_line_error(
+      test::run_tfm_in(t.path, {"finetune", "--model", fixture("heads_mlm"), "--train", t.path + "/train.csv", "--out",
+                                t.path + "/o2"}),
+      "pooler");
+  EXPECT_FALSE(std::filesystem::exists(t.path + "/o"));  // nothing written on failure
+  EXPECT_FALSE(std::filesystem::exists(t.path + "/o2"));
+}
+
+}  // namespace
+}  // namespace tfm
