@@ -342,7 +342,7 @@ TEST(DistilBertConfig, ReadsDistilBertKeysAndNamesThemInErrors) {
     }
   }
   nlohmann::json bad = j;
-  bad["activation"] = "swish";
+  bad["activation"] = "mish";
   try {
     EncoderConfig::from_json(bad, "cfg.json");
     FAIL();

@@ -93,7 +93,7 @@ TEST(Finetune, SequenceClassificationStepsMatchPyTorchAndTheTrainer) {
     EXPECT_TRUE(close_to(t.params().all_data().data() + e.offset, st.get("final." + e.name), 2e-5)) << e.name;
     ++compared;
   }
-  EXPECT_EQ(compared, 39 - 2);
+  EXPECT_EQ(compared, 41 - 2);
 }
 
 TEST(Finetune, LinearWarmupScheduleIsTransformers) {

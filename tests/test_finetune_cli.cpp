@@ -43,7 +43,7 @@ TEST(FinetuneCli, TrainsAClassifierThatTfmClassifyLoads) {
   const std::string out = t.path + "/sentiment";
   test::TfmRun r = test::run_tfm_in(t.path, {"finetune", "--model", fixture("heads_seqcls"), "--train",
                                              t.path + "/train.csv", "--eval", t.path + "/eval.jsonl", "--out", out,
-                                             "--epochs", "8", "--batch-size", "8", "--lr", "1e-3", "--seed", "3"});
+                                             "--epochs", "8", "--batch-size", "8", "--lr", "2e-3", "--seed", "3"});
   ASSERT_EQ(r.exit_code, 0) << r.describe();
   EXPECT_NE(r.err.find("labels neg, pos"), std::string::npos) << r.err;  // sorted: the data's labels
   for (const char* f : {"config.json", "model.safetensors", "vocab.txt", "tokenizer_config.json", "train_log.csv"})

@@ -1068,9 +1068,12 @@ TEST(Serve, SeveralLanguagePairsAreRouted) {
   ASSERT_GT(s.port(), 0) << s.log();
   ASSERT_TRUE(s.wait_ready()) << s.log();
   const json langs = http("GET", s.url("/languages")).j();
-  ASSERT_EQ(langs.size(), 1u) << langs.dump();
+  ASSERT_EQ(langs.size(), 3u) << langs.dump();  // en with its two targets, then fr and de (targets only)
   EXPECT_EQ(langs[0]["code"], "en");
   EXPECT_EQ(langs[0]["targets"], json::array({"fr", "de"}));
+  EXPECT_EQ(langs[1]["code"], "fr");
+  EXPECT_EQ(langs[2]["code"], "de");
+  EXPECT_EQ(langs[2]["targets"], json::array());
   EXPECT_EQ(http("GET", s.url("/info")).j()["pairs"].size(), 2u);
 
   json pred = json::parse(std::ifstream(test::fixture("d2l_trained/predictions.json")));

@@ -22,6 +22,8 @@ from ._tfm import (  # noqa: F401
     ConvertSummary,
     D2lTrainSummary,
     Encoder,
+    FinetuneProgress,
+    FinetuneSummary,
     MaskFiller,
     TokenClassifier,
     Tokenizer,
@@ -32,6 +34,7 @@ from ._tfm import (  # noqa: F401
     bleu,
     convert,
     download,
+    finetune,
     train,
     train_d2l,
 )
@@ -40,4 +43,5 @@ from ._tfm import (  # noqa: F401
 _sys.modules[__name__ + ".bleu"] = bleu
 
 __all__ = ["Classifier", "ConvertSummary", "D2lTrainSummary", "Encoder", "MaskFiller", "TokenClassifier", "Tokenizer",
-           "Translator", "TrainProgress", "TrainSummary", "bleu", "convert", "download", "train", "train_d2l", "__version__"]
+           "Translator", "TrainProgress", "TrainSummary", "FinetuneProgress", "FinetuneSummary", "bleu", "convert",
+           "download", "finetune", "train", "train_d2l", "__version__"]

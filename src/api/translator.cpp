@@ -200,12 +200,12 @@ struct Translator::Impl {
     TranslateOptions o = o0;
     if (o.beam_size == 0) o.beam_size = 1;
     if (std::isnan(o.length_penalty)) o.length_penalty = 0.0f;
+    if (o.beam_size < 1 || o.beam_size > 64)
+      throw std::invalid_argument("beam_size must be from 1 to 64, got " + std::to_string(o.beam_size));
     if (o.num_hypotheses < 1 || o.num_hypotheses > o.beam_size)
       throw std::invalid_argument("num_hypotheses must be from 1 to beam_size (" + std::to_string(o.beam_size) +
                                   "), got " + std::to_string(o.num_hypotheses));
     const Seq2SeqConfig& c = model->config();
-    if (o.beam_size < 1 || o.beam_size > 64)
-      throw std::invalid_argument("beam_size must be from 1 to 64, got " + std::to_string(o.beam_size));
     if (!std::isfinite(o.length_penalty) || o.length_penalty < 0)
       throw std::invalid_argument("length_penalty must be a finite number >= 0, got " +
                                   std::to_string(o.length_penalty));

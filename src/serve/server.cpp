@@ -1035,6 +1035,11 @@ class Server {
                    else
                      (*it)["targets"].push_back(p.target);
                  }
+                 for (const Pair& p : pairs_) {  // every language served, a target-only one without targets
+                   auto it = std::find_if(out.begin(), out.end(), [&](const json& e) { return e["code"] == p.target; });
+                   if (it == out.end())
+                     out.push_back({{"code", p.target}, {"name", language_name(p.target)}, {"targets", json::array()}});
+                 }
                  send_json(res, 200, out);
                }, false));
       for (const char* path : {"/embed", "/embed_all", "/v1/embeddings", "/tokenize", "/decode", "/predict", "/rerank",

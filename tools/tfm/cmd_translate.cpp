@@ -401,8 +401,11 @@ void add_translate_command(CLI::App& app) {
             std::fwrite(l.data(), 1, l.size(), out);
             std::fputc('\n', out);
           }
-          if (std::fflush(out) != 0 || std::ferror(out))
+          if (out == stdout) {
+            flush_stdout();  // "cannot write to standard output: ...", the wording of every command
+          } else if (std::fflush(out) != 0 || std::ferror(out)) {
             throw std::runtime_error("cannot write the translations: " + std::string(std::strerror(errno)));
+          }
           chunk.clear();
           progress.update(no, bytes, target_tokens);
         };
