@@ -8,6 +8,7 @@
 
 #include "core/profile.h"
 #include "models/checkpoint_weights.h"
+#include "models/roberta.h"
 #include "nn/params.h"
 #include "nn/transformer_block.h"
 #include "ops/activation.h"
@@ -59,38 +60,10 @@ nn::EncoderBlock mpnet_layer(const nn::Vars& vb, const EncoderConfig& c, ops::Co
   return b;
 }
 
-std::optional<HeadKind> detect_mpnet_head(const CheckpointWeights& w) {
-  if (w.has("classifier.out_proj.weight")) return HeadKind::SequenceClassification;
-  if (w.has("classifier.weight")) return HeadKind::TokenClassification;
-  if (w.has("lm_head.bias") || w.has("lm_head.dense.weight")) return HeadKind::MaskedLM;
-  return std::nullopt;
-}
+std::optional<HeadKind> detect_mpnet_head(const CheckpointWeights& w) { return detail::detect_lm_style_head(w); }
 
 HeadLayout load_mpnet_head(HeadKind kind, const EncoderConfig& c, CheckpointWeights& w) {
-  const int64_t H = c.hidden_size;
-  HeadLayout head;
-  head.input = HeadInput::FirstToken;  // features[:, 0, :], the <s> token
-  if (kind == HeadKind::SequenceClassification) {
-    HeadStage dense, out_proj;
-    dense.linear = nn::Linear::load(nn::Vars(w).prefix("classifier.dense"), H, H);
-    dense.tanh = true;
-    out_proj.linear = detail::load_head_linear(w, {"classifier.out_proj"}, H);
-    head.stages = {std::move(dense), std::move(out_proj)};
-  } else if (kind == HeadKind::TokenClassification) {
-    HeadStage classifier;
-    classifier.linear = detail::load_head_linear(w, {"classifier"}, H);
-    head.stages = {std::move(classifier)};
-  } else {
-    HeadStage dense, decoder;
-    dense.linear = nn::Linear::load(nn::Vars(w).prefix("lm_head.dense"), H, H);
-    dense.act = ops::Activation::Gelu;  // MPNetLMHead calls gelu whatever hidden_act says
-    dense.norm = detail::load_head_layer_norm(w, "lm_head.layer_norm", H, (float)c.layer_norm_eps);
-    decoder.linear = detail::load_vocab_decoder(
-        w, {"lm_head.decoder.weight"}, {"mpnet.embeddings.word_embeddings.weight", "embeddings.word_embeddings.weight"},
-        {"lm_head.bias", "lm_head.decoder.bias"}, c.vocab_size, H, &head.tied_decoder);
-    head.stages = {std::move(dense), std::move(decoder)};
-  }
-  return head;
+  return detail::load_lm_style_head(kind, c, w, "mpnet.");  // MPNet's heads are RoBERTa's
 }
 
 class MPNet : public EncoderModel {

@@ -12,14 +12,23 @@ namespace {
 // Base-model names, then the "roberta."-prefixed names of the *For* heads' checkpoints.
 std::vector<std::string> roberta_aliases(const std::string& name) { return {"roberta." + name}; }
 
-std::optional<HeadKind> detect_roberta_head(const CheckpointWeights& w) {
+std::optional<HeadKind> detect_roberta_head(const CheckpointWeights& w) { return detail::detect_lm_style_head(w); }
+
+HeadLayout load_roberta_head(HeadKind kind, const EncoderConfig& c, CheckpointWeights& w) {
+  return detail::load_lm_style_head(kind, c, w, "roberta.");
+}
+
+}  // namespace
+
+std::optional<HeadKind> detail::detect_lm_style_head(const CheckpointWeights& w) {
   if (w.has("classifier.out_proj.weight")) return HeadKind::SequenceClassification;
   if (w.has("classifier.weight")) return HeadKind::TokenClassification;
   if (w.has("lm_head.bias") || w.has("lm_head.dense.weight")) return HeadKind::MaskedLM;
   return std::nullopt;
 }
 
-HeadLayout load_roberta_head(HeadKind kind, const EncoderConfig& c, CheckpointWeights& w) {
+HeadLayout detail::load_lm_style_head(HeadKind kind, const EncoderConfig& c, CheckpointWeights& w,
+                                      const std::string& base_prefix) {
   const int64_t H = c.hidden_size;
   HeadLayout head;
   head.input = HeadInput::FirstToken;  // features[:, 0, :], the <s> token
@@ -36,17 +45,15 @@ HeadLayout load_roberta_head(HeadKind kind, const EncoderConfig& c, CheckpointWe
   } else {
     HeadStage dense, decoder;
     dense.linear = nn::Linear::load(nn::Vars(w).prefix("lm_head.dense"), H, H);
-    dense.act = ops::Activation::Gelu;  // RobertaLMHead calls gelu whatever hidden_act says
+    dense.act = ops::Activation::Gelu;  // RobertaLMHead / MPNetLMHead call gelu whatever hidden_act says
     dense.norm = detail::load_head_layer_norm(w, "lm_head.layer_norm", H, (float)c.layer_norm_eps);
     decoder.linear = detail::load_vocab_decoder(
-        w, {"lm_head.decoder.weight"}, {"roberta.embeddings.word_embeddings.weight", "embeddings.word_embeddings.weight"},
+        w, {"lm_head.decoder.weight"}, {base_prefix + "embeddings.word_embeddings.weight", "embeddings.word_embeddings.weight"},
         {"lm_head.bias", "lm_head.decoder.bias"}, c.vocab_size, H, &head.tied_decoder);
     head.stages = {std::move(dense), std::move(decoder)};
   }
   return head;
 }
-
-}  // namespace
 
 FamilyHeads roberta_heads() { return {detect_roberta_head, load_roberta_head}; }
 

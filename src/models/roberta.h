@@ -2,6 +2,8 @@
 // BERT's post-LN layers with RoBERTa's position ids.
 #pragma once
 #include <memory>
+#include <optional>
+#include <string>
 
 #include "models/encoder.h"
 #include "models/head_layout.h"
@@ -27,4 +29,14 @@ std::unique_ptr<EncoderModel> make_roberta(const EncoderConfig& config, WeightSo
 // gelu -> lm_head.layer_norm (layer_norm_eps) -> decoder tied to the word embeddings unless "lm_head.decoder.weight"
 // is stored, + lm_head.bias).
 FamilyHeads roberta_heads();
+
+namespace detail {
+// The heads RobertaFor* and MPNetFor* share (modeling_roberta.py / modeling_mpnet.py): sequence classification
+// classifier.dense + tanh + classifier.out_proj on <s>; token classification classifier; masked LM lm_head.dense,
+// gelu, lm_head.layer_norm, lm_head.decoder (tied to base_prefix + "embeddings.word_embeddings.weight", or the
+// unprefixed name, unless stored) + lm_head.bias.
+std::optional<HeadKind> detect_lm_style_head(const CheckpointWeights& w);
+HeadLayout load_lm_style_head(HeadKind kind, const EncoderConfig& c, CheckpointWeights& w,
+                              const std::string& base_prefix);
+}  // namespace detail
 }  // namespace tfm
