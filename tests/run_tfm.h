@@ -1,6 +1,7 @@
 // Running the tfm binary from tests (test_cli*.cpp, test_first_hour.cpp, test_embed.cpp, test_heads.cpp, ...): a subprocess with stdin from a string,
 // stdout/stderr captured through files, OMP_NUM_THREADS=1.
 #pragma once
+#include "test_paths.h"
 #include <fcntl.h>
 #include <spawn.h>
 #include <sys/wait.h>

@@ -1,5 +1,6 @@
 // bleu_d2l against d2lnmt.bleu values dumped by scripts/make_nmt_fixtures.py, plus the cases where d2l divides by
 // zero.
+#include "test_paths.h"
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -11,7 +12,7 @@
 namespace {
 
 nlohmann::json load_fixture() {
-  const std::string path = TFM_SOURCE_DIR "/tests/fixtures/nmt/d2l_600.json";
+  const std::string path = std::string(TFM_SOURCE_DIR) + "/tests/fixtures/nmt/d2l_600.json";
   std::ifstream in(path);
   if (!in) throw std::runtime_error(path + ": missing (run /usr/bin/python3 scripts/make_nmt_fixtures.py)");
   return nlohmann::json::parse(in);

@@ -2,6 +2,7 @@
 // Each test gets a fresh folder under testing::TempDir(); the child runs with OMP_NUM_THREADS=1.
 // Expected values come from the reference facts of ../shared/data/README.md, from the fixtures' config.json,
 // or are computed by hand in the comments; none is copied from tfm's own output.
+#include "test_paths.h"
 #include <cmath>
 #include <cstring>
 #include <filesystem>

@@ -4,6 +4,7 @@
 //   tests/fixtures/nmt/d2l_600.json "bleu"           d2l sentence BLEU (make_nmt_fixtures.py)
 //   tests/fixtures/bleu/sacrebleu_cases.json          sacreBLEU corpus BLEU (make_bleu_fixtures.py)
 // The tool runs as a subprocess (TFM_BINARY) with OMP_NUM_THREADS=1.
+#include "test_paths.h"
 #include <fcntl.h>
 #include <spawn.h>
 #include <sys/wait.h>

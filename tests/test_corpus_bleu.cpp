@@ -1,6 +1,7 @@
 // corpus_bleu / tokenize_13a against sacreBLEU's default corpus BLEU. Expected values are worked out by hand in the
 // comments (from the rules in sacrebleu/metrics/bleu.py and tokenizers/tokenizer_13a.py), or come from
 // tests/fixtures/bleu/sacrebleu_cases.json (scripts/make_bleu_fixtures.py; see its "sacrebleu_version" field).
+#include "test_paths.h"
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -199,7 +200,7 @@ TEST(CorpusBleu, BadInputThrows) {
 // ------------------------------------------------------------------------------------------------ sacreBLEU fixture
 
 nlohmann::json load_fixture() {
-  const std::string path = TFM_SOURCE_DIR "/tests/fixtures/bleu/sacrebleu_cases.json";
+  const std::string path = std::string(TFM_SOURCE_DIR) + "/tests/fixtures/bleu/sacrebleu_cases.json";
   std::ifstream in(path);
   if (!in) throw std::runtime_error(path + ": missing (run python3 scripts/make_bleu_fixtures.py)");
   return nlohmann::json::parse(in);

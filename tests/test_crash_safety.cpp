@@ -1,5 +1,6 @@
 // Crash safety: `tfm train` killed with SIGKILL at random moments (including during checkpoint writes) always
 // leaves a newest complete checkpoint that loads and resumes.
+#include "test_paths.h"
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <spawn.h>

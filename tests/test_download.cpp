@@ -1,6 +1,7 @@
 // Downloads against a local HTTP server thread (no network needed), the zip member reader and the dataset
 // registry. Expected digests are the FIPS 180 test vectors or were computed with sha256sum/sha1sum, never with
 // this code.
+#include "test_paths.h"
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>

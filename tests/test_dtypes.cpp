@@ -2,6 +2,7 @@
 // over real (non-padded) tokens, issue 9's bounds: >= 0.9999 bf16, >= 0.999 int8. Models: a random BERT-base
 // (bert-base-uncased config, PyTorch default init, seeded) on real sentences tokenized with the bert-base-uncased
 // vocabulary and padded into one batch, and the golden PyTorch fixtures with their padded inputs.
+#include "test_paths.h"
 #include <gtest/gtest.h>
 
 #include <unistd.h>

@@ -3,6 +3,7 @@
 // other `tfm` commands already tested against Hugging Face / PyTorch fixtures, or from the same run done another way
 // (LF vs CRLF, interrupted vs uninterrupted); none is copied from the output under test.
 // TFM_TEST_BINARY, when set, replaces the tfm binary under test (to run these tests against another build).
+#include "test_paths.h"
 #include <cstring>
 #include <filesystem>
 #include <fstream>

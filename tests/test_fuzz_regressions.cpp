@@ -1,6 +1,7 @@
 // Replays every reproducer in tests/fixtures/fuzz_regressions/<target>/ through the entry point of that fuzz
 // target (fuzz/fuzz_entries.h): each must now end in success or a std::exception with a message, with the
 // target's invariants holding. A crash fails the whole binary; a broken invariant fails the test.
+#include "test_paths.h"
 #include <gtest/gtest.h>
 
 #include <unistd.h>

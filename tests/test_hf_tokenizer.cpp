@@ -1,6 +1,7 @@
 // The tokenizer engine (src/text/tokenizer) against Hugging Face `tokenizers`: every expected value comes from
 // tests/fixtures/tokenizer/engine_cases.json, written by scripts/make_tokenizer_engine_fixtures.js with the npm
 // library itself from the tokenizer.json files it trained (tests/fixtures/tokenizer/<kind>/tokenizer.json).
+#include "test_paths.h"
 #include <gtest/gtest.h>
 
 #include <cstdio>

@@ -1,6 +1,7 @@
 // io/ layer: atomic writes, safetensors, npy, JSON config getters.
 // Fixtures in tests/fixtures/io/ come from scripts/make_io_fixtures.py (reference/torch/st.py and np.save), so
 // reading them checks compatibility with the reference writers; malformed inputs are crafted byte by byte here.
+#include "test_paths.h"
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <sys/resource.h>

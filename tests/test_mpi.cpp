@@ -4,6 +4,7 @@
 // `mpirun --oversubscribe --bind-to none --allow-run-as-root -np 2` with one OpenMP thread per rank on a tiny
 // model (each run takes seconds). Skipped, saying why, where mpirun is missing or tfm was built without MPI (and
 // the two-namespace test where network namespaces cannot be made).
+#include "test_paths.h"
 #include <gtest/gtest.h>
 
 #include <signal.h>

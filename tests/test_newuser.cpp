@@ -1,6 +1,7 @@
 // What a new user following README.md hit (helper `newuser`): each test runs the `tfm` binary as the README does
 // and checks the behaviour that was wrong. Expected values come from the fixtures' own files (line counts, folder
 // contents) and from the messages the commands are meant to give, not from the output under test.
+#include "test_paths.h"
 #include <sys/wait.h>
 #include <unistd.h>
 

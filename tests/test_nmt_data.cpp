@@ -1,5 +1,6 @@
 // d2l fra-eng pipeline (preprocess, tokenize, Vocab, arrays) against d2lnmt.py outputs dumped by
 // scripts/make_nmt_fixtures.py, plus error messages and the BatchSampler.
+#include "test_paths.h"
 #include <gtest/gtest.h>
 #include <unistd.h>
 #include <zlib.h>
@@ -21,14 +22,14 @@ using Tokens = std::vector<std::vector<std::string>>;
 
 std::string data_dir() {
   const char* env = std::getenv("TFM_DATA_DIR");
-  return env ? env : TFM_SOURCE_DIR "/../shared/data";
+  return env ? std::string(env) : std::string(TFM_SOURCE_DIR) + "/../shared/data";
 }
 
 std::string fra_path() { return data_dir() + "/fra-eng/fra.txt"; }
 
 const nlohmann::json& fixture() {
   static const nlohmann::json fx = [] {
-    const std::string path = TFM_SOURCE_DIR "/tests/fixtures/nmt/d2l_600.json";
+    const std::string path = std::string(TFM_SOURCE_DIR) + "/tests/fixtures/nmt/d2l_600.json";
     std::ifstream in(path);
     if (!in) throw std::runtime_error(path + ": missing (run /usr/bin/python3 scripts/make_nmt_fixtures.py)");
     return nlohmann::json::parse(in);

@@ -1,6 +1,7 @@
 // `tfm encode` against PyTorch: the golden BERT and tutorial-encoder weights, a padded batch of texts whose ids the
 // fixture script computed from its vocab.txt (tests/fixtures/reference/encode_cli, scripts/make_reference_fixtures.py).
 // The whole output is compared, padded positions included.
+#include "test_paths.h"
 #include <fcntl.h>
 #include <spawn.h>
 #include <sys/wait.h>

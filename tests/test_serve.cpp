@@ -1,5 +1,6 @@
 // Integration tests of `tfm serve`: the real binary on a free loopback port, called with libcurl. Every wait is
 // bounded; each test stops its server with SIGTERM and checks it exits 0.
+#include "test_paths.h"
 #include <curl/curl.h>
 #include <fcntl.h>
 #include <poll.h>

@@ -1,6 +1,7 @@
 // BertTokenizer against Hugging Face `tokenizers`: every expected value comes from
 // tests/fixtures/tokenizer/bert_base_uncased_cases.json, written by scripts/make_tokenizer_fixtures.js with the
 // HF library itself, or from the reference facts in shared/data/README.md.
+#include "test_paths.h"
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -23,7 +24,7 @@ namespace fs = std::filesystem;
 
 std::string data_dir() {
   const char* env = std::getenv("TFM_DATA_DIR");
-  return env && *env ? std::string(env) : std::string(TFM_SOURCE_DIR "/../shared/data");
+  return env && *env ? std::string(env) : std::string(TFM_SOURCE_DIR) + "/../shared/data";
 }
 
 std::string bert_dir() { return data_dir() + "/bert-base-uncased"; }

@@ -1,5 +1,6 @@
 // Shared helpers for the test suite.
 #pragma once
+#include "test_paths.h"
 #include <gtest/gtest.h>
 
 #include <cmath>
