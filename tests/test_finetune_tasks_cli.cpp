@@ -116,11 +116,11 @@ TEST(FinetuneTasksCli, MaskedLMTrainsAndTfmFillMaskLoadsIt) {
   const std::string out = t.path + "/mlm";
   test::TfmRun r = test::run_tfm_in(t.path, {"finetune", "--task", "mlm", "--model", fixture("heads_mlm"), "--train",
                                              t.path + "/train.jsonl", "--eval", t.path + "/eval.jsonl", "--out", out,
-                                             "--epochs", "10", "--batch-size", "8", "--lr", "5e-3", "--mlm-probability",
+                                             "--epochs", "30", "--batch-size", "8", "--lr", "1e-2", "--mlm-probability",
                                              "0.3", "--threads", "1"});
   ASSERT_EQ(r.exit_code, 0) << r.describe();
   const auto rows = eval_rows_of(out + "/train_log.csv", 7);  // + eval_loss, eval_perplexity
-  ASSERT_EQ(rows.size(), 10u);
+  ASSERT_EQ(rows.size(), 30u);
   EXPECT_LT(rows.back()[5], 0.5 * rows.front()[5]);  // the eval loss falls
   EXPECT_NEAR(rows.back()[6], std::exp(rows.back()[5]), 1e-6 * rows.back()[6]);
   test::TfmRun f = test::run_tfm_in(t.path, {"fill-mask", "--model", out, "--top-k", "3", "the cat sat on the [MASK]"});
