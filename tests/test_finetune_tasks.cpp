@@ -13,6 +13,8 @@
 #include "io/safetensors.h"
 #include "models/checkpoint_weights.h"
 #include "models/encoder.h"
+#include "ops/gemm_bf16.h"
+#include "ops/isa.h"
 #include "run_tfm.h"
 #include "test_util.h"
 #include "tfm/classifier.h"
@@ -195,6 +197,43 @@ TEST(FinetuneTasks, GradientAccumulationEqualsTheBigBatch) {
   double scale = 0;
   for (float g : g_big) scale = std::max(scale, (double)std::fabs(g));
   EXPECT_TRUE(test::all_close(t.params().all_grad(), g_big, (float)(1e-5 * scale)));
+}
+
+// --precision bf16 (TrainingArguments(bf16=True) on CPU): the step's loss and gradients stay close to fp32's, and
+// the parameters are fp32 master weights (updates smaller than a bf16 step of the weight are kept).
+TEST(FinetuneTasks, Bf16StepsStayCloseToFp32WithFp32MasterWeights) {
+  if (!ops::has_bf16_gemm()) GTEST_SKIP() << "no bf16 instructions on this CPU (" << ops::cpu_isa_name() << ")";
+  const SafeTensors st = SafeTensors::open(fixture("finetune/token_steps.safetensors"));
+  const EncoderConfig c = EncoderConfig::load(fixture("heads_tokcls/config.json"));
+  CheckpointWeights w(fixture("heads_tokcls"));
+  int64_t n = 0;
+  const FinetuneHyperparameters hp = hyper("token_hyper.json", &n);
+  TokenClassificationTrainer f32(c, w, 5, hp), bf16(c, w, 5, hp);
+  bf16.set_precision(ops::ComputeType::BF16);
+  EXPECT_THROW(bf16.set_precision(ops::ComputeType::I8), std::invalid_argument);
+  const FinetuneBatch b = batch_at(st, "step0.micro0.");
+  const double l32 = f32.compute_gradients(b, false), l16 = bf16.compute_gradients(b, false);
+  EXPECT_NEAR(l16, l32, 2e-2 * l32);
+  EXPECT_NEAR(l32, st.get("micro_loss").f32()[0], 1e-4 * l32);  // the fp32 path is PyTorch's
+  double diff = 0, norm = 0;
+  for (size_t i = 0; i < f32.params().all_grad().size(); ++i) {
+    const double d = (double)bf16.params().all_grad()[i] - f32.params().all_grad()[i];
+    diff += d * d;
+    norm += (double)f32.params().all_grad()[i] * f32.params().all_grad()[i];
+  }
+  EXPECT_LT(std::sqrt(diff / norm), 0.05);
+  EXPECT_GT(diff, 0.0);  // the products did run in bf16
+  // Two steps (the first at lr 0 of the warmup): the second's small updates are kept in the fp32 weights.
+  const FinetuneBatch b1 = batch_at(st, "step2.micro0.");
+  bf16.train_step(b);
+  const std::vector<float> before = bf16.params().all_data();
+  bf16.train_step(b1);
+  int64_t below_bf16_step = 0;
+  for (size_t i = 0; i < before.size(); ++i) {
+    const float d = std::fabs(bf16.params().all_data()[i] - before[i]);
+    if (d > 0 && d < std::fabs(before[i]) / 512) ++below_bf16_step;  // under half a bf16 ulp (8 mantissa bits)
+  }
+  EXPECT_GT(below_bf16_step, 100);
 }
 
 // DataCollatorForLanguageModeling.torch_mask_tokens: 15% of the non-special positions chosen, of those 80%

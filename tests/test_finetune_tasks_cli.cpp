@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "ops/gemm_bf16.h"
 #include "run_tfm.h"
 #include "test_util.h"
 
@@ -152,6 +153,27 @@ TEST(FinetuneTasksCli, ResumeNeedsAStoppedRunsState) {
     EXPECT_NE(h.out.find(opt), std::string::npos) << opt;
 }
 
+// --precision bf16 trains the classifier too (fp32 master weights; the written folder is fp32 as HF writes it).
+TEST(FinetuneTasksCli, Bf16ClassifierTrainsAndLoads) {
+  if (!ops::has_bf16_gemm()) GTEST_SKIP() << "no bf16 instructions on this CPU";
+  test::TempFolder t;
+  std::string train = "text,label\n";
+  for (const char* s : {"the cat", "the dog", "the man", "people", "london", "the car"})
+    train += std::string(s) + " is good,pos\n" + s + " is bad,neg\n";
+  test::spit(t.path + "/train.csv", train);
+  const std::string out = t.path + "/o";
+  test::TfmRun r = test::run_tfm_in(t.path, {"finetune", "--model", fixture("heads_seqcls"), "--train",
+                                             t.path + "/train.csv", "--eval", t.path + "/train.csv", "--out", out,
+                                             "--epochs", "6", "--batch-size", "4", "--lr", "3e-3", "--precision",
+                                             "bf16", "--threads", "1", "--no-progress"});
+  ASSERT_EQ(r.exit_code, 0) << r.describe();
+  const auto rows = eval_rows_of(out + "/train_log.csv", 8);
+  ASSERT_EQ(rows.size(), 6u);
+  EXPECT_LT(rows.back()[5], rows.front()[5]);  // the eval loss falls
+  test::TfmRun c = test::run_tfm_in(t.path, {"classify", "--model", out, "the park is good"});
+  ASSERT_EQ(c.exit_code, 0) << c.describe();
+}
+
 TEST(FinetuneTasksCli, BadDataAndOptionsAreOneLineErrors) {
   test::TempFolder t;
   auto run = [&](const std::string& task, const std::string& data, std::vector<std::string> extra = {}) {
@@ -179,6 +201,7 @@ TEST(FinetuneTasksCli, BadDataAndOptionsAreOneLineErrors) {
   test::spit(t.path + "/ok.csv", "text\nthe cat sat\n");
   test::expect_one_line_error(run("mlm", t.path + "/ok.csv", {"--gradient-accumulation-steps", "0"}),
                               "gradient-accumulation-steps");
+  test::expect_one_line_error(run("mlm", t.path + "/ok.csv", {"--precision", "fp16"}), "fp16");
   EXPECT_FALSE(std::filesystem::exists(t.path + "/o"));  // nothing written on failure
 }
 

@@ -72,6 +72,10 @@ struct FinetuneOptions {
   /// Continue from out_dir/trainer_state.safetensors (the other options must equal the saved run's): the result is
   /// bit for bit that of an uninterrupted run on the same machine and thread count.
   bool resume = false;
+  /// "fp32", or "bf16": TrainingArguments(bf16=True) on CPU, every Linear's products in bf16 with fp32
+  /// accumulation, fp32 master weights, gradients and AdamW state (a CPU without bf16 instructions is refused
+  /// with std::runtime_error).
+  std::string precision = "fp32";
   int threads = 0;                   ///< 0: OMP_NUM_THREADS, else all cores
   /// Called on the training thread; an exception thrown from it stops training and propagates.
   std::function<void(const FinetuneProgress&)> progress;

@@ -727,7 +727,7 @@ PYBIND11_MODULE(_tfm, m) {
          const py::object& eval, int64_t epochs, int64_t batch_size, double lr, double weight_decay,
          double warmup_ratio, int64_t max_length, uint64_t seed, const py::object& labels, bool overwrite,
          int threads, const py::object& progress, int64_t gradient_accumulation_steps, int64_t save_steps,
-         bool resume, double mlm_probability) {
+         bool resume, double mlm_probability, const std::string& precision) {
         tfm::FinetuneOptions o;
         o.task = task;
         o.train_file = path_arg(train);
@@ -746,6 +746,7 @@ PYBIND11_MODULE(_tfm, m) {
         o.save_steps = save_steps;
         o.resume = resume;
         o.mlm_probability = mlm_probability;
+        o.precision = precision;
         if (!labels.is_none()) o.labels = labels.cast<std::vector<std::string>>();
         if (!progress.is_none() && !PyCallable_Check(progress.ptr()))
           throw py::type_error("progress must be callable or None");
@@ -764,7 +765,7 @@ PYBIND11_MODULE(_tfm, m) {
       py::arg("weight_decay") = 0.0, py::arg("warmup_ratio") = 0.0, py::arg("max_length") = 128,
       py::arg("seed") = 42, py::arg("labels") = py::none(), py::arg("overwrite") = false, py::arg("threads") = 0,
       py::arg("progress") = py::none(), py::arg("gradient_accumulation_steps") = 1, py::arg("save_steps") = 0,
-      py::arg("resume") = false, py::arg("mlm_probability") = 0.15,
+      py::arg("resume") = false, py::arg("mlm_probability") = 0.15, py::arg("precision") = "fp32",
       "Fine-tune a BERT folder (tfm finetune): task 'classify' (columns text [, text_pair], label), "
       "'token-classify' (tokens, tags) or 'mlm' (text); train/eval are .csv/.tsv/.jsonl files; writes a "
       "BertFor{SequenceClassification,TokenClassification,MaskedLM} folder to out_dir; progress(FinetuneProgress) "

@@ -66,6 +66,8 @@ void check_options(const FinetuneOptions& o) {
   if (!(o.warmup_ratio >= 0 && o.warmup_ratio <= 1)) throw std::invalid_argument("warmup_ratio must be in [0, 1]");
   if (o.warmup_steps < 0) throw std::invalid_argument("warmup_steps must be >= 0");
   if (!std::isfinite(o.max_grad_norm)) throw std::invalid_argument("max_grad_norm must be finite");
+  if (o.precision != "fp32" && o.precision != "bf16")
+    throw std::invalid_argument("precision must be 'fp32' or 'bf16', not '" + o.precision + "'");
   if (!(o.mlm_probability > 0 && o.mlm_probability < 1)) throw std::invalid_argument("mlm_probability must be in (0, 1)");
   if (o.max_length < (o.task == "token-classify" ? 3 : 2))
     throw std::invalid_argument("max_length must be at least " + std::string(o.task == "token-classify" ? "3" : "2"));
@@ -482,6 +484,7 @@ nlohmann::json run_fingerprint(const FinetuneOptions& o, int64_t train_examples,
           {"max_length", o.max_length},
           {"mlm_probability", o.mlm_probability},
           {"seed", o.seed},
+          {"precision", o.precision},
           {"labels", labels}};
 }
 
@@ -659,6 +662,7 @@ FinetuneSummary finetune(const std::string& model_dir, const FinetuneOptions& o)
     model = std::make_unique<MaskedLMTrainer>(config, weights, hp, init_range);
     mlm = static_cast<MaskedLMTrainer*>(model.get());
   }
+  model->set_precision(o.precision == "bf16" ? ops::ComputeType::BF16 : ops::ComputeType::F32);
   const int64_t pad_id = config.pad_token_id;
   const int64_t eval_batch = std::max<int64_t>(o.batch_size, 32);
   // mlm: the eval texts masked once, from a generator of their own.

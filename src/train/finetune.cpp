@@ -7,6 +7,7 @@
 
 #include "ops/cross_entropy.h"
 #include "ops/dropout.h"
+#include "ops/gemm_bf16.h"
 
 namespace tfm {
 
@@ -78,6 +79,13 @@ double FinetuneModel::compute_gradients(const FinetuneBatch& batch, bool dropout
 }
 
 double FinetuneModel::optimizer_step() { return opt_->step(store_); }
+
+void FinetuneModel::set_precision(ops::ComputeType precision) {
+  if (precision == ops::ComputeType::I8) throw std::invalid_argument("training precision must be fp32 or bf16, not int8");
+  if (precision == ops::ComputeType::BF16) ops::require_bf16_gemm();
+  if (body_base_) body_base_->set_precision(precision);
+  for (nn::Linear* l : head_linears_) l->precision = precision;
+}
 
 double FinetuneModel::train_step(const FinetuneBatch& batch) {
   const double loss = compute_gradients(batch, /*dropout=*/true);
@@ -162,6 +170,8 @@ SequenceClassificationTrainer::SequenceClassificationTrainer(const EncoderConfig
     throw std::runtime_error("the checkpoint has no pooler (pooler.dense.weight): sequence classification needs it");
   body_->load(store_, weights);
   load_or_init_classifier(classifier_, weights, num_labels, H, initializer_range, hp.seed);
+  body_base_ = body_.get();
+  head_linears_ = {&classifier_};
   make_optimizer();
 }
 
@@ -221,6 +231,8 @@ TokenClassificationTrainer::TokenClassificationTrainer(const EncoderConfig& conf
   store_.finalize();
   body_->load(store_, weights);
   load_or_init_classifier(classifier_, weights, num_labels, H, initializer_range, hp.seed);
+  body_base_ = body_.get();
+  head_linears_ = {&classifier_};
   make_optimizer();
 }
 
@@ -314,6 +326,8 @@ MaskedLMTrainer::MaskedLMTrainer(const EncoderConfig& config, WeightSource& weig
     std::fill(transform_ln_.bias.data(), transform_ln_.bias.data() + H, 0.0f);
     std::fill(bias.data(), bias.data() + V, 0.0f);
   }
+  body_base_ = body_.get();
+  head_linears_ = {&transform_, &decoder_};
   make_optimizer();
 }
 

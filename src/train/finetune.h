@@ -100,6 +100,10 @@ class FinetuneModel {
   int64_t steps() const { return opt_->steps(); }
   double last_lr() const { return opt_->last_lr(); }
   FinetuneOptimizer& optimizer() { return *opt_; }
+  // TrainingArguments(bf16=True) on CPU: every Linear's products (body and head) in `precision` (F32, or BF16:
+  // bf16 operands, fp32 accumulation), the parameters, gradients and AdamW state staying fp32. Throws
+  // std::invalid_argument for int8 and std::runtime_error when BF16 is asked on a CPU without bf16 instructions.
+  void set_precision(ops::ComputeType precision);
   Rng& dropout_rng() { return rng_; }  // dropout masks are drawn from it (its state is part of a checkpoint)
 
  protected:
@@ -107,6 +111,9 @@ class FinetuneModel {
   // After the store is finalized and loaded: creates the optimizer.
   void make_optimizer() { opt_ = std::make_unique<FinetuneOptimizer>(store_, hp_); }
   nn::Context train_context(bool dropout);
+  // The body and the head's Linears, for set_precision (registered by each task's constructor).
+  BertTrainable* body_base_ = nullptr;
+  std::vector<nn::Linear*> head_linears_;
   FinetuneHyperparameters hp_;
   nn::ParamStore store_;
   std::unique_ptr<FinetuneOptimizer> opt_;

@@ -71,6 +71,9 @@ void add_finetune_command(CLI::App& app) {
       ->check(whole_range(2, 1 << 20));
   cmd->add_option("--seed", o->seed, "Seed of shuffling, dropout, masking and a new head")->capture_default_str()
       ->check(seed_value());
+  cmd->add_option("--precision", o->precision,
+                  "fp32, or bf16: the products in bf16 with fp32 master weights (a CPU with AVX512_BF16 or AMX)")
+      ->capture_default_str()->check(CLI::IsMember({"fp32", "bf16"}));
   add_threads_option(cmd, o->threads);
   cmd->add_flag("--no-progress", *no_progress, "Do not print progress");
   cmd->callback([o, model, labels, no_progress] {
