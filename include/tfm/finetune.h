@@ -1,12 +1,15 @@
 /// @file tfm/finetune.h
-/// Fine-tuning an encoder checkpoint on labelled data (`tfm finetune`): a Hugging Face BERT folder becomes a
-/// BertForSequenceClassification folder that `tfm classify`, `tfm serve` and transformers load, trained as the
-/// Hugging Face Trainer trains it (AdamW without decay on biases and LayerNorm weights, linear warmup and decay,
-/// clip_grad_norm_, dropout from config.json, mean cross-entropy).
+/// Fine-tuning an encoder checkpoint (`tfm finetune`): a Hugging Face BERT folder becomes a
+/// BertForSequenceClassification (task "classify"), BertForTokenClassification ("token-classify") or
+/// BertForMaskedLM ("mlm") folder that `tfm classify`, `tfm fill-mask`, `tfm serve` and transformers load, trained
+/// as the Hugging Face Trainer trains it (AdamW without decay on biases and LayerNorm weights, linear warmup and
+/// decay, clip_grad_norm_, gradient accumulation, dropout from config.json, cross-entropy), with the best epoch
+/// kept, train_log.csv and loss.png, and resumable after a stop.
 #pragma once
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace tfm {
@@ -20,31 +23,59 @@ struct FinetuneProgress {
   double train_loss = 0;                   ///< mean loss over this epoch's steps so far (nats)
   double lr = 0;                           ///< learning rate of the last step
   double examples_per_sec = 0;             ///< training examples per second in this epoch
-  /// epoch_end with an eval file: mean cross-entropy, accuracy and macro-averaged F1 (sklearn's f1_score(average=
-  /// "macro") over the labels of the label set) on it.
+  /// epoch_end with an eval file, task "classify": mean cross-entropy, accuracy and macro-averaged F1 (sklearn's
+  /// f1_score(average="macro") over the labels present) on it; "token-classify": eval_loss and eval_accuracy over
+  /// the labelled (first) sub-tokens; "mlm": eval_loss over the masked tokens.
   double eval_loss = 0, eval_accuracy = 0, eval_macro_f1 = 0;
+  /// epoch_end with an eval file: every metric of the task by name, in train_log.csv's column order
+  /// ("eval_loss", "eval_accuracy", "eval_macro_f1" | "eval_loss", "eval_accuracy", "eval_precision",
+  /// "eval_recall", "eval_f1" (seqeval's micro averages over entities) | "eval_loss", "eval_perplexity").
+  std::vector<std::pair<std::string, double>> eval_metrics;
 };
 
 struct FinetuneOptions {
-  /// "classify" (sequence classification: BertForSequenceClassification). "token-classify", "embed" and "mlm"
-  /// are not implemented yet and are refused with std::invalid_argument.
+  /// "classify" (BertForSequenceClassification: columns text [, text_pair], label), "token-classify"
+  /// (BertForTokenClassification: columns tokens (the words: a JSON list, or words separated by spaces) and tags
+  /// (one label per word, same forms); each word's label on its first sub-token, -100 on the others and on special
+  /// tokens, as transformers' run_ner tokenize_and_align_labels), or "mlm" (BertForMaskedLM: column text, one
+  /// example a row; DataCollatorForLanguageModeling's masking, drawn anew each epoch). "embed" is not implemented
+  /// yet and is refused with std::invalid_argument.
   std::string task = "classify";
-  std::string train_file;  ///< .csv / .tsv / .jsonl with a header (or keys): text [, text_pair], label
-  std::string eval_file;   ///< optional, same columns: evaluated after every epoch; the best epoch is kept
+  std::string train_file;  ///< .csv / .tsv / .jsonl with a header (or keys) with the task's columns
+  /// Optional, same columns: evaluated after every epoch; the best epoch is kept (classify: by accuracy, ties the
+  /// lower loss; token-classify: by entity F1, ties the lower loss; mlm: by the lower loss). For mlm the eval
+  /// texts are masked once from the seed, the same masks every epoch.
+  std::string eval_file;
   std::string out_dir;     ///< the output folder (created; must be new or empty unless overwrite)
   bool overwrite = false;
   std::string text_column = "text", text_pair_column = "text_pair", label_column = "label";
+  std::string tokens_column = "tokens", tags_column = "tags";  ///< token-classify
   /// Label names in id order. Empty: the model's id2label when every label of the data is in it, else the data's
   /// labels sorted (numerically when all are integers).
   std::vector<std::string> labels;
   int64_t epochs = 3;                ///< TrainingArguments.num_train_epochs
-  int64_t batch_size = 16;           ///< per_device_train_batch_size
+  int64_t batch_size = 16;           ///< per_device_train_batch_size (examples per micro-batch)
+  /// TrainingArguments.gradient_accumulation_steps: micro-batches per optimizer step, each one's loss divided by
+  /// the number of micro-batches of its step (the last step of an epoch may have fewer).
+  int64_t gradient_accumulation_steps = 1;
   double learning_rate = 5e-5, weight_decay = 0.0, adam_beta1 = 0.9, adam_beta2 = 0.999, adam_epsilon = 1e-8;
   double max_grad_norm = 1.0;        ///< <= 0: no clipping
   double warmup_ratio = 0.0;         ///< warmup steps = ceil(ratio * total steps), unless warmup_steps > 0
   int64_t warmup_steps = 0;
   int64_t max_length = 128;          ///< texts are truncated to this many tokens (special tokens included)
-  uint64_t seed = 42;                ///< shuffling, dropout, a new head's initialisation
+  double mlm_probability = 0.15;     ///< mlm: DataCollatorForLanguageModeling.mlm_probability, in (0, 1)
+  uint64_t seed = 42;                ///< shuffling, dropout, masking, a new head's initialisation
+  /// Training state (weights, AdamW moments, step, random generators, log) saved to out_dir/trainer_state.safetensors
+  /// every save_steps optimizer steps (0: at each epoch's end only; always at each epoch's end), removed when
+  /// training completes.
+  int64_t save_steps = 0;
+  /// Continue from out_dir/trainer_state.safetensors (the other options must equal the saved run's): the result is
+  /// bit for bit that of an uninterrupted run on the same machine and thread count.
+  bool resume = false;
+  /// "fp32", or "bf16": TrainingArguments(bf16=True) on CPU, every Linear's products in bf16 with fp32
+  /// accumulation, fp32 master weights, gradients and AdamW state (a CPU without bf16 instructions is refused
+  /// with std::runtime_error).
+  std::string precision = "fp32";
   int threads = 0;                   ///< 0: OMP_NUM_THREADS, else all cores
   /// Called on the training thread; an exception thrown from it stops training and propagates.
   std::function<void(const FinetuneProgress&)> progress;
@@ -57,16 +88,21 @@ struct FinetuneSummary {
   double final_train_loss = 0;      ///< mean loss over the last epoch
   int64_t best_epoch = 0;           ///< the epoch whose weights were written (the last one without eval_file)
   double best_eval_accuracy = 0, best_eval_macro_f1 = 0, best_eval_loss = 0;
+  std::vector<std::pair<std::string, double>> best_eval_metrics;  ///< FinetuneProgress::eval_metrics of best_epoch
+  int64_t resumed_from_step = 0;    ///< the checkpoint's step with resume, else 0
   double seconds = 0;
 };
 
-/// Fine-tunes the model folder `model_dir` (model_type bert with pooler weights: a BertModel, BertForPreTraining
-/// or BertForSequenceClassification checkpoint) and writes out_dir: config.json (architectures
-/// ["BertForSequenceClassification"], id2label, label2id), model.safetensors with Hugging Face names ("bert.*",
-/// "classifier.*"), the tokenizer files, and train_log.csv (one row per epoch). The best epoch is chosen by eval
-/// accuracy (ties: the lower eval loss). Throws std::invalid_argument for bad options or data (an unknown
-/// column, a label not in `labels`, an empty text), tfm::FileNotFoundError for a missing file or folder, and
-/// std::runtime_error for an unreadable checkpoint or a non-finite loss (nothing is written then).
+/// Fine-tunes the model folder `model_dir` (model_type bert: a BertModel, BertForPreTraining or BertFor*
+/// checkpoint; classify needs pooler weights) and writes out_dir: config.json (architectures
+/// ["BertForSequenceClassification"] / ["BertForTokenClassification"] with id2label and label2id, or
+/// ["BertForMaskedLM"]), model.safetensors with Hugging Face names ("bert.*", "classifier.*" / "cls.predictions.*",
+/// the masked-LM decoder tied to the word embeddings and not stored), the tokenizer files, train_log.csv (a row per
+/// optimizer step: step, epoch, loss, lr, grad_norm, and the eval metrics on each epoch's last step) and loss.png
+/// (train and eval loss per epoch). With an eval file the model files are rewritten whenever an epoch beats the
+/// best so far. Throws std::invalid_argument for bad options or data (an unknown column, a label not in `labels`,
+/// an empty text, a tokens/tags length mismatch, a checkpoint written with other options), tfm::FileNotFoundError
+/// for a missing file or folder, and std::runtime_error for an unreadable checkpoint or a non-finite loss.
 FinetuneSummary finetune(const std::string& model_dir, const FinetuneOptions& options);
 
 }  // namespace tfm

@@ -688,7 +688,12 @@ PYBIND11_MODULE(_tfm, m) {
       .def_readonly("examples_per_sec", &tfm::FinetuneProgress::examples_per_sec)
       .def_readonly("eval_loss", &tfm::FinetuneProgress::eval_loss)
       .def_readonly("eval_accuracy", &tfm::FinetuneProgress::eval_accuracy)
-      .def_readonly("eval_macro_f1", &tfm::FinetuneProgress::eval_macro_f1);
+      .def_readonly("eval_macro_f1", &tfm::FinetuneProgress::eval_macro_f1)
+      .def_property_readonly("eval_metrics", [](const tfm::FinetuneProgress& p) {
+        py::dict d;
+        for (const auto& [k, v] : p.eval_metrics) d[py::str(k)] = v;
+        return d;
+      });
   py::class_<tfm::FinetuneSummary>(m, "FinetuneSummary")
       .def_readonly("out_dir", &tfm::FinetuneSummary::out_dir)
       .def_readonly("labels", &tfm::FinetuneSummary::labels)
@@ -700,6 +705,12 @@ PYBIND11_MODULE(_tfm, m) {
       .def_readonly("best_eval_accuracy", &tfm::FinetuneSummary::best_eval_accuracy)
       .def_readonly("best_eval_macro_f1", &tfm::FinetuneSummary::best_eval_macro_f1)
       .def_readonly("best_eval_loss", &tfm::FinetuneSummary::best_eval_loss)
+      .def_readonly("resumed_from_step", &tfm::FinetuneSummary::resumed_from_step)
+      .def_property_readonly("best_eval_metrics", [](const tfm::FinetuneSummary& s) {
+        py::dict d;
+        for (const auto& [k, v] : s.best_eval_metrics) d[py::str(k)] = v;
+        return d;
+      })
       .def_readonly("seconds", &tfm::FinetuneSummary::seconds)
       .def("__repr__", [](const tfm::FinetuneSummary& s) {
         char buf[320];
@@ -715,7 +726,8 @@ PYBIND11_MODULE(_tfm, m) {
       [](const py::object& model, const py::object& train, const py::object& out, const std::string& task,
          const py::object& eval, int64_t epochs, int64_t batch_size, double lr, double weight_decay,
          double warmup_ratio, int64_t max_length, uint64_t seed, const py::object& labels, bool overwrite,
-         int threads, const py::object& progress) {
+         int threads, const py::object& progress, int64_t gradient_accumulation_steps, int64_t save_steps,
+         bool resume, double mlm_probability, const std::string& precision) {
         tfm::FinetuneOptions o;
         o.task = task;
         o.train_file = path_arg(train);
@@ -730,6 +742,11 @@ PYBIND11_MODULE(_tfm, m) {
         o.seed = seed;
         o.overwrite = overwrite;
         o.threads = threads;
+        o.gradient_accumulation_steps = gradient_accumulation_steps;
+        o.save_steps = save_steps;
+        o.resume = resume;
+        o.mlm_probability = mlm_probability;
+        o.precision = precision;
         if (!labels.is_none()) o.labels = labels.cast<std::vector<std::string>>();
         if (!progress.is_none() && !PyCallable_Check(progress.ptr()))
           throw py::type_error("progress must be callable or None");
@@ -747,10 +764,13 @@ PYBIND11_MODULE(_tfm, m) {
       py::arg("eval") = py::none(), py::arg("epochs") = 3, py::arg("batch_size") = 16, py::arg("lr") = 5e-5,
       py::arg("weight_decay") = 0.0, py::arg("warmup_ratio") = 0.0, py::arg("max_length") = 128,
       py::arg("seed") = 42, py::arg("labels") = py::none(), py::arg("overwrite") = false, py::arg("threads") = 0,
-      py::arg("progress") = py::none(),
-      "Fine-tune a BERT folder as a text classifier (tfm finetune): train/eval are .csv/.tsv/.jsonl files with "
-      "text [, text_pair], label; writes a BertForSequenceClassification folder to out_dir; progress("
-      "FinetuneProgress) after every step and epoch; returns a FinetuneSummary. ValueError for bad options or data.");
+      py::arg("progress") = py::none(), py::arg("gradient_accumulation_steps") = 1, py::arg("save_steps") = 0,
+      py::arg("resume") = false, py::arg("mlm_probability") = 0.15, py::arg("precision") = "fp32",
+      "Fine-tune a BERT folder (tfm finetune): task 'classify' (columns text [, text_pair], label), "
+      "'token-classify' (tokens, tags) or 'mlm' (text); train/eval are .csv/.tsv/.jsonl files; writes a "
+      "BertFor{SequenceClassification,TokenClassification,MaskedLM} folder to out_dir; progress(FinetuneProgress) "
+      "after every step and epoch; resume=True continues a stopped run; returns a FinetuneSummary. ValueError for "
+      "bad options or data.");
 
   // ------------------------------------------------------------------ token classification, fill-mask
   py::class_<tfm::TokenClassifier>(m, "TokenClassifier",

@@ -36,7 +36,7 @@ def test_finetune_errors_are_value_errors(tmp_path):
     (tmp_path / "train.csv").write_text(TRAIN)
     model = f"{FIX}/heads_seqcls"
     with pytest.raises(ValueError, match="not implemented yet"):
-        tfm.finetune(model, str(tmp_path / "train.csv"), str(tmp_path / "o"), task="mlm")
+        tfm.finetune(model, str(tmp_path / "train.csv"), str(tmp_path / "o"), task="embed")
     with pytest.raises(ValueError, match="label 'pos' is not in the label set"):
         tfm.finetune(model, str(tmp_path / "train.csv"), str(tmp_path / "o"), labels=["neg", "x"])
     with pytest.raises(FileNotFoundError):
@@ -44,3 +44,22 @@ def test_finetune_errors_are_value_errors(tmp_path):
     with pytest.raises(TypeError):
         tfm.finetune(model, str(tmp_path / "train.csv"), str(tmp_path / "o"), progress=3)
     assert not (tmp_path / "o").exists()
+
+
+def test_finetune_token_classify_and_mlm(tmp_path):
+    ner = "".join(f'{{"tokens": ["the", "{p}", "is", "in", "{l}"], "tags": ["O", "B-PER", "O", "O", "B-LOC"]}}\n'
+                  for p in ["man", "friends"] for l in ["paris", "london", "france"])
+    (tmp_path / "ner.jsonl").write_text(ner)
+    events = []
+    s = tfm.finetune(f"{FIX}/heads_tokcls", str(tmp_path / "ner.jsonl"), str(tmp_path / "ner"),
+                     task="token-classify", eval=str(tmp_path / "ner.jsonl"), epochs=2, batch_size=2,
+                     gradient_accumulation_steps=2, lr=1e-3, threads=1, progress=events.append)
+    assert s.steps == 4 and s.labels == ["O", "B-LOC", "I-LOC", "B-PER", "I-PER"]
+    assert list(s.best_eval_metrics) == ["eval_loss", "eval_accuracy", "eval_precision", "eval_recall", "eval_f1"]
+    assert [list(e.eval_metrics) for e in events if e.epoch_end][0][-1] == "eval_f1"
+    assert tfm.TokenClassifier(str(tmp_path / "ner")).labels == s.labels
+    (tmp_path / "text.csv").write_text("text\n" + "the cat sat on the mat\n" * 4)
+    m = tfm.finetune(f"{FIX}/heads_mlm", str(tmp_path / "text.csv"), str(tmp_path / "mlm"), task="mlm",
+                     eval=str(tmp_path / "text.csv"), epochs=1, batch_size=2, threads=1)
+    assert set(m.best_eval_metrics) == {"eval_loss", "eval_perplexity"}
+    assert tfm.MaskFiller(str(tmp_path / "mlm")).fill(["the cat sat on the [MASK]"])

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -14,8 +15,10 @@
 
 #include "api/common.h"
 #include "core/rng.h"
+#include "eval/seqeval.h"
 #include "io/atomic_file.h"
 #include "io/json_util.h"
+#include "io/plot.h"
 #include "io/safetensors.h"
 #include "io/table.h"
 #include "models/checkpoint_weights.h"
@@ -28,15 +31,21 @@ namespace fs = std::filesystem;
 namespace tfm {
 namespace {
 
+const char* kStateFile = "trainer_state.safetensors";
+
+// One training or evaluation example, tokenized. labels: {label} (classify), one per token with -100
+// (token-classify), empty (mlm: drawn per batch). special: the post-processor's special tokens (mlm never masks
+// them).
 struct Example {
-  std::vector<int64_t> ids, types;
-  int64_t label = 0;
+  std::vector<int64_t> ids, types, labels;
+  std::vector<bool> special;
 };
 
+// ---------------------------------------------------------------- options and data
+
 void check_options(const FinetuneOptions& o) {
-  if (o.task == "token-classify" || o.task == "embed" || o.task == "mlm")
-    throw std::invalid_argument("--task " + o.task + " is not implemented yet; only 'classify' is");
-  if (o.task != "classify")
+  if (o.task == "embed") throw std::invalid_argument("--task embed is not implemented yet");
+  if (o.task != "classify" && o.task != "token-classify" && o.task != "mlm")
     throw std::invalid_argument("unknown task '" + o.task + "' (classify, token-classify, embed or mlm)");
   if (o.train_file.empty()) throw std::invalid_argument("a training file is required (--train FILE)");
   if (o.out_dir.empty()) throw std::invalid_argument("an output folder is required (--out DIR)");
@@ -45,6 +54,9 @@ void check_options(const FinetuneOptions& o) {
   };
   if (o.epochs < 1 || o.epochs > 100000) throw std::invalid_argument("epochs must be from 1 to 100000");
   if (o.batch_size < 1 || o.batch_size > 65536) throw std::invalid_argument("batch_size must be from 1 to 65536");
+  if (o.gradient_accumulation_steps < 1 || o.gradient_accumulation_steps > 65536)
+    throw std::invalid_argument("gradient_accumulation_steps must be from 1 to 65536");
+  if (o.save_steps < 0) throw std::invalid_argument("save_steps must be >= 0");
   positive("learning_rate", o.learning_rate);
   positive("adam_epsilon", o.adam_epsilon);
   if (!(o.weight_decay >= 0) || !std::isfinite(o.weight_decay))
@@ -54,7 +66,11 @@ void check_options(const FinetuneOptions& o) {
   if (!(o.warmup_ratio >= 0 && o.warmup_ratio <= 1)) throw std::invalid_argument("warmup_ratio must be in [0, 1]");
   if (o.warmup_steps < 0) throw std::invalid_argument("warmup_steps must be >= 0");
   if (!std::isfinite(o.max_grad_norm)) throw std::invalid_argument("max_grad_norm must be finite");
-  if (o.max_length < 2) throw std::invalid_argument("max_length must be at least 2");
+  if (o.precision != "fp32" && o.precision != "bf16")
+    throw std::invalid_argument("precision must be 'fp32' or 'bf16', not '" + o.precision + "'");
+  if (!(o.mlm_probability > 0 && o.mlm_probability < 1)) throw std::invalid_argument("mlm_probability must be in (0, 1)");
+  if (o.max_length < (o.task == "token-classify" ? 3 : 2))
+    throw std::invalid_argument("max_length must be at least " + std::string(o.task == "token-classify" ? "3" : "2"));
   api::check_threads(o.threads);
 }
 
@@ -67,11 +83,42 @@ bool is_integer(const std::string& s) {
   return s.size() < 18;
 }
 
-// The label set in id order (see FinetuneOptions::labels).
-std::vector<std::string> label_set(const FinetuneOptions& o, const nlohmann::json& config, const Table& train) {
-  const int64_t col = train.column(o.label_column);
-  std::set<std::string> seen;
-  for (const auto& r : train.rows) seen.insert(r[col]);
+std::string column_list(const Table& t) {
+  std::string cols;
+  for (const auto& c : t.columns) cols += (cols.empty() ? "" : ", ") + c;
+  return cols;
+}
+
+int64_t require_column(const Table& t, const std::string& path, const std::string& name) {
+  const int64_t c = t.column(name);
+  if (c < 0) throw std::invalid_argument(path + ": no column '" + name + "' (columns: " + column_list(t) + ")");
+  return c;
+}
+
+// A list cell: a JSON array (of strings or numbers: a number's JSON text), or items separated by whitespace.
+std::vector<std::string> parse_list(const std::string& cell, const std::string& where) {
+  std::vector<std::string> out;
+  const size_t first = cell.find_first_not_of(" \t\r\n");
+  if (first != std::string::npos && cell[first] == '[') {
+    nlohmann::json j;
+    try {
+      j = nlohmann::json::parse(cell);
+    } catch (const nlohmann::json::exception&) {
+      throw std::invalid_argument(where + ": not a valid JSON list: " + cell.substr(0, 60));
+    }
+    if (!j.is_array()) throw std::invalid_argument(where + ": not a JSON list");
+    for (const auto& v : j) out.push_back(v.is_string() ? v.get<std::string>() : v.dump());
+    return out;
+  }
+  std::istringstream ss(cell);
+  std::string w;
+  while (ss >> w) out.push_back(w);
+  return out;
+}
+
+// The label set in id order (see FinetuneOptions::labels), from the labels `seen` in the training data.
+std::vector<std::string> label_set(const FinetuneOptions& o, const nlohmann::json& config, const std::set<std::string>& seen,
+                                   const std::string& column) {
   if (!o.labels.empty()) {
     std::set<std::string> given(o.labels.begin(), o.labels.end());
     if (given.size() != o.labels.size()) throw std::invalid_argument("--labels names a label twice");
@@ -100,21 +147,52 @@ std::vector<std::string> label_set(const FinetuneOptions& o, const nlohmann::jso
   if (std::all_of(labels.begin(), labels.end(), is_integer))
     std::sort(labels.begin(), labels.end(), [](const std::string& a, const std::string& b) { return std::stoll(a) < std::stoll(b); });
   if (labels.size() < 2)
-    throw std::invalid_argument(o.train_file + ": column '" + o.label_column + "' has only one label ('" +
+    throw std::invalid_argument(o.train_file + ": column '" + column + "' has only one label ('" +
                                 (labels.empty() ? "" : labels[0]) + "'); classification needs at least two");
   return labels;
 }
 
-std::vector<Example> read_examples(const std::string& path, const FinetuneOptions& o, const Tokenizer& tok,
-                                   const std::map<std::string, int64_t>& label_id, const Table* given = nullptr) {
-  Table local;
-  if (!given) local = read_table(path);
-  const Table& t = given ? *given : local;
-  const int64_t tc = t.column(o.text_column), pc = t.column(o.text_pair_column), lc = t.column(o.label_column);
-  std::string cols;
-  for (const auto& c : t.columns) cols += (cols.empty() ? "" : ", ") + c;
-  if (tc < 0) throw std::invalid_argument(path + ": no column '" + o.text_column + "' (columns: " + cols + ")");
-  if (lc < 0) throw std::invalid_argument(path + ": no column '" + o.label_column + "' (columns: " + cols + ")");
+std::set<std::string> seen_labels(const FinetuneOptions& o, const Table& train) {
+  std::set<std::string> seen;
+  if (o.task == "classify") {
+    const int64_t col = require_column(train, o.train_file, o.label_column);
+    for (const auto& r : train.rows) seen.insert(r[col]);
+  } else if (o.task == "token-classify") {
+    const int64_t col = require_column(train, o.train_file, o.tags_column);
+    for (size_t r = 0; r < train.rows.size(); ++r)
+      for (const auto& t : parse_list(train.rows[r][col], o.train_file + ": line " + std::to_string(train.line_of_row[r])))
+        seen.insert(t);
+  }
+  return seen;
+}
+
+int64_t label_id_of(const std::map<std::string, int64_t>& label_id, const std::string& label, const std::string& where) {
+  auto it = label_id.find(label);
+  if (it == label_id.end()) {
+    std::string names;
+    for (const auto& [k, v] : label_id) names += (names.empty() ? "" : ", ") + k;
+    throw std::invalid_argument(where + ": label '" + label + "' is not in the label set (" + names + ")");
+  }
+  return it->second;
+}
+
+bool blank(const std::string& s) { return s.find_first_not_of(" \t\r\n") == std::string::npos; }
+
+Example from_encoding(const TextEncoding& e) {
+  Example ex;
+  ex.ids = e.input_ids;
+  ex.types = e.token_type_ids;
+  ex.special = e.special;
+  return ex;
+}
+
+// classify: text [, text_pair] and label; mlm: text.
+std::vector<Example> read_text_examples(const std::string& path, const Table& t, const FinetuneOptions& o,
+                                        const Tokenizer& tok, const std::map<std::string, int64_t>& label_id) {
+  const bool classify = o.task == "classify";
+  const int64_t tc = require_column(t, path, o.text_column);
+  const int64_t pc = classify ? t.column(o.text_pair_column) : -1;
+  const int64_t lc = classify ? require_column(t, path, o.label_column) : -1;
   TokenizeOptions to;
   to.max_length = o.max_length;
   to.return_offsets = false;
@@ -122,63 +200,143 @@ std::vector<Example> read_examples(const std::string& path, const FinetuneOption
   for (size_t r = 0; r < t.rows.size(); ++r) {
     const std::string where = path + ": line " + std::to_string(t.line_of_row[r]);
     const std::string& text = t.rows[r][tc];
-    if (text.find_first_not_of(" \t\r\n") == std::string::npos) throw std::invalid_argument(where + ": empty text");
-    auto it = label_id.find(t.rows[r][lc]);
-    if (it == label_id.end()) {
-      std::string names;
-      for (const auto& [k, v] : label_id) names += (names.empty() ? "" : ", ") + k;
-      throw std::invalid_argument(where + ": label '" + t.rows[r][lc] + "' is not in the label set (" + names + ")");
-    }
+    if (blank(text)) throw std::invalid_argument(where + ": empty text");
     TextEncoding e;
     try {
       e = pc >= 0 && !t.rows[r][pc].empty() ? tok.encode_pair(text, t.rows[r][pc], to) : tok.encode(text, to);
     } catch (const std::invalid_argument& ex) {
       throw std::invalid_argument(where + ": " + ex.what());
     }
-    out.push_back(Example{e.input_ids, e.token_type_ids, it->second});
+    Example ex = from_encoding(e);
+    if (classify) ex.labels = {label_id_of(label_id, t.rows[r][lc], where)};
+    out.push_back(std::move(ex));
   }
   return out;
 }
 
-ClassificationBatch make_batch(const std::vector<Example>& ex, const std::vector<int64_t>& idx, int64_t pad_id) {
-  ClassificationBatch b;
+// token-classify: tokenizer(words, is_split_into_words=True, truncation=True, max_length) and
+// tokenize_and_align_labels (label_all_tokens=False): each word tokenized on its own, the sub-tokens concatenated
+// between the post-processor's special tokens, the word's label on its first sub-token, -100 elsewhere.
+std::vector<Example> read_token_examples(const std::string& path, const Table& t, const FinetuneOptions& o,
+                                         const Tokenizer& tok, const std::map<std::string, int64_t>& label_id) {
+  const int64_t wc = require_column(t, path, o.tokens_column), gc = require_column(t, path, o.tags_column);
+  // The special tokens around a text: those before and after the tokens of a one-word encoding.
+  const TextEncoding frame = tok.encode("a");
+  size_t lead = 0, trail = 0;
+  while (lead < frame.special.size() && frame.special[lead]) ++lead;
+  while (trail < frame.special.size() - lead && frame.special[frame.special.size() - 1 - trail]) ++trail;
+  TokenizeOptions word_opts;
+  word_opts.add_special_tokens = false;
+  word_opts.return_offsets = false;
+  std::vector<Example> out;
+  for (size_t r = 0; r < t.rows.size(); ++r) {
+    const std::string where = path + ": line " + std::to_string(t.line_of_row[r]);
+    const std::vector<std::string> words = parse_list(t.rows[r][wc], where + ": column '" + o.tokens_column + "'");
+    const std::vector<std::string> tags = parse_list(t.rows[r][gc], where + ": column '" + o.tags_column + "'");
+    if (words.empty()) throw std::invalid_argument(where + ": no tokens");
+    if (words.size() != tags.size())
+      throw std::invalid_argument(where + ": " + std::to_string(words.size()) + " tokens but " +
+                                  std::to_string(tags.size()) + " tags");
+    Example ex;
+    for (size_t i = 0; i < lead; ++i) {
+      ex.ids.push_back(frame.input_ids[i]);
+      ex.types.push_back(frame.token_type_ids[i]);
+      ex.labels.push_back(kIgnoreLabel);
+      ex.special.push_back(true);
+    }
+    const size_t room = (size_t)o.max_length - lead - trail;
+    for (size_t w = 0; w < words.size(); ++w) {
+      const int64_t y = label_id_of(label_id, tags[w], where);
+      TextEncoding e;
+      try {
+        e = tok.encode(words[w], word_opts);
+      } catch (const std::invalid_argument& ex2) {
+        throw std::invalid_argument(where + ": " + ex2.what());
+      }
+      for (size_t k = 0; k < e.input_ids.size() && ex.ids.size() - lead < room; ++k) {
+        ex.ids.push_back(e.input_ids[k]);
+        ex.types.push_back(0);
+        ex.labels.push_back(k == 0 ? y : kIgnoreLabel);
+        ex.special.push_back(false);
+      }
+    }
+    for (size_t i = frame.special.size() - trail; i < frame.special.size(); ++i) {
+      ex.ids.push_back(frame.input_ids[i]);
+      ex.types.push_back(frame.token_type_ids[i]);
+      ex.labels.push_back(kIgnoreLabel);
+      ex.special.push_back(true);
+    }
+    out.push_back(std::move(ex));
+  }
+  return out;
+}
+
+std::vector<Example> read_examples(const std::string& path, const Table& t, const FinetuneOptions& o,
+                                   const Tokenizer& tok, const std::map<std::string, int64_t>& label_id) {
+  return o.task == "token-classify" ? read_token_examples(path, t, o, tok, label_id)
+                                    : read_text_examples(path, t, o, tok, label_id);
+}
+
+// A padded batch of examples idx: labels [B] (one per example) or [B, L] (-100 on padding); special [B, L]
+// (padding is special).
+FinetuneBatch make_batch(const std::vector<Example>& ex, const std::vector<int64_t>& idx, int64_t pad_id,
+                         std::vector<bool>* special = nullptr) {
+  FinetuneBatch b;
   b.B = (int64_t)idx.size();
   for (int64_t i : idx) b.L = std::max<int64_t>(b.L, (int64_t)ex[i].ids.size());
   b.input_ids.assign(b.B * b.L, pad_id);
   b.token_type_ids.assign(b.B * b.L, 0);
   b.attention_mask.assign(b.B * b.L, 0.0f);
+  const bool per_token = !ex.empty() && ex[idx[0]].labels.size() > 1;
+  if (per_token) b.labels.assign(b.B * b.L, kIgnoreLabel);
+  if (special) special->assign(b.B * b.L, true);
   for (int64_t r = 0; r < b.B; ++r) {
     const Example& e = ex[idx[r]];
     for (size_t l = 0; l < e.ids.size(); ++l) {
       b.input_ids[r * b.L + l] = e.ids[l];
       b.token_type_ids[r * b.L + l] = l < e.types.size() ? e.types[l] : 0;
       b.attention_mask[r * b.L + l] = 1.0f;
+      if (per_token) b.labels[r * b.L + l] = e.labels[l];
+      if (special) (*special)[r * b.L + l] = l < e.special.size() && e.special[l];
     }
-    b.labels.push_back(e.label);
+    if (!per_token && !e.labels.empty()) b.labels.push_back(e.labels[0]);
   }
   return b;
 }
 
+std::vector<int64_t> range_of(size_t begin, size_t end) {
+  std::vector<int64_t> idx(end - begin);
+  std::iota(idx.begin(), idx.end(), (int64_t)begin);
+  return idx;
+}
+
+// ---------------------------------------------------------------- evaluation
+
 struct EvalResult {
+  std::vector<std::pair<std::string, double>> metrics;  // train_log.csv's eval columns, in order
   double loss = 0, accuracy = 0, macro_f1 = 0;
+  double score = 0;  // higher is better (the best epoch's choice; ties: the lower loss)
 };
 
-EvalResult evaluate(SequenceClassificationTrainer& t, const std::vector<Example>& ex, int64_t batch, int64_t pad_id) {
+double log_softmax_nll(const float* z, int64_t C, int64_t y) {
+  const double mx = *std::max_element(z, z + C);
+  double sum = 0;
+  for (int64_t c = 0; c < C; ++c) sum += std::exp((double)z[c] - mx);
+  return std::log(sum) + mx - z[y];
+}
+
+EvalResult evaluate_classify(SequenceClassificationTrainer& t, const std::vector<Example>& ex, int64_t batch,
+                             int64_t pad_id) {
   const int64_t C = t.num_labels();
   std::vector<int64_t> pred, gold;
   double loss = 0;
   for (size_t s = 0; s < ex.size(); s += (size_t)batch) {
-    std::vector<int64_t> idx;
-    for (size_t i = s; i < std::min(ex.size(), s + (size_t)batch); ++i) idx.push_back((int64_t)i);
-    const ClassificationBatch b = make_batch(ex, idx, pad_id);
+    const FinetuneBatch b = make_batch(ex, range_of(s, std::min(ex.size(), s + (size_t)batch)), pad_id);
     const std::vector<float> logits = t.logits(b);
     for (int64_t r = 0; r < b.B; ++r) {
       const float* z = logits.data() + r * C;
-      const int64_t arg = std::max_element(z, z + C) - z;
-      double mx = z[arg], sum = 0;
-      for (int64_t c = 0; c < C; ++c) sum += std::exp((double)z[c] - mx);
-      loss += std::log(sum) + mx - z[b.labels[r]];
-      pred.push_back(arg);
+      loss += log_softmax_nll(z, C, b.labels[r]);
+      pred.push_back(std::max_element(z, z + C) - z);
       gold.push_back(b.labels[r]);
     }
   }
@@ -207,7 +365,66 @@ EvalResult evaluate(SequenceClassificationTrainer& t, const std::vector<Example>
     f1 += d > 0 ? 2 * tp[c] / d : 0.0;
   }
   e.macro_f1 = f1 / (double)present.size();
+  e.score = e.accuracy;
+  e.metrics = {{"eval_loss", e.loss}, {"eval_accuracy", e.accuracy}, {"eval_macro_f1", e.macro_f1}};
   return e;
+}
+
+EvalResult evaluate_tokens(TokenClassificationTrainer& t, const std::vector<Example>& ex, int64_t batch,
+                           int64_t pad_id, const std::vector<std::string>& labels) {
+  const int64_t C = t.num_labels();
+  std::vector<std::vector<std::string>> gold_seqs, pred_seqs;
+  double loss = 0;
+  int64_t count = 0, correct = 0;
+  for (size_t s = 0; s < ex.size(); s += (size_t)batch) {
+    const FinetuneBatch b = make_batch(ex, range_of(s, std::min(ex.size(), s + (size_t)batch)), pad_id);
+    const std::vector<float> logits = t.logits(b);
+    for (int64_t r = 0; r < b.B; ++r) {
+      std::vector<std::string> g, p;
+      for (int64_t l = 0; l < b.L; ++l) {
+        const int64_t y = b.labels[r * b.L + l];
+        if (y == kIgnoreLabel) continue;
+        const float* z = logits.data() + (r * b.L + l) * C;
+        const int64_t arg = std::max_element(z, z + C) - z;
+        loss += log_softmax_nll(z, C, y);
+        ++count;
+        correct += arg == y;
+        g.push_back(labels[y]);
+        p.push_back(labels[arg]);
+      }
+      gold_seqs.push_back(std::move(g));
+      pred_seqs.push_back(std::move(p));
+    }
+  }
+  EvalResult e;
+  e.loss = count ? loss / (double)count : 0.0;
+  e.accuracy = count ? (double)correct / (double)count : 0.0;
+  const SeqevalScores sq = seqeval_scores(gold_seqs, pred_seqs);
+  e.score = sq.f1;
+  e.metrics = {{"eval_loss", e.loss},      {"eval_accuracy", e.accuracy}, {"eval_precision", sq.precision},
+               {"eval_recall", sq.recall}, {"eval_f1", sq.f1}};
+  return e;
+}
+
+EvalResult evaluate_mlm(MaskedLMTrainer& t, const std::vector<FinetuneBatch>& batches) {
+  double loss = 0;
+  int64_t count = 0;
+  for (const FinetuneBatch& b : batches) {
+    int64_t n = 0;
+    loss += t.loss_sum(b, &n);
+    count += n;
+  }
+  EvalResult e;
+  e.loss = count ? loss / (double)count : 0.0;
+  e.score = -e.loss;
+  e.metrics = {{"eval_loss", e.loss}, {"eval_perplexity", std::exp(e.loss)}};
+  return e;
+}
+
+std::vector<std::string> eval_columns(const std::string& task) {
+  if (task == "classify") return {"eval_loss", "eval_accuracy", "eval_macro_f1"};
+  if (task == "token-classify") return {"eval_loss", "eval_accuracy", "eval_precision", "eval_recall", "eval_f1"};
+  return {"eval_loss", "eval_perplexity"};
 }
 
 std::string read_bytes(const std::string& path) {
@@ -216,6 +433,151 @@ std::string read_bytes(const std::string& path) {
   ss << in.rdbuf();
   if (!in.good() && !in.eof()) throw std::runtime_error(path + ": read error");
   return ss.str();
+}
+
+std::string fmt(double v) {
+  std::ostringstream s;
+  s.precision(8);
+  s << v;
+  return s.str();
+}
+
+// ---------------------------------------------------------------- output folder and training state
+
+// The Hugging Face folder: config.json, model.safetensors, the tokenizer files (each written atomically).
+void write_model_folder(const std::string& model_dir, const FinetuneOptions& o, const nlohmann::json& cfg_json,
+                        const std::vector<std::string>& labels, nn::ParamStore& params) {
+  std::error_code ec;
+  fs::create_directories(o.out_dir);
+  nlohmann::json out_cfg = cfg_json;
+  if (o.task == "mlm") {
+    out_cfg["architectures"] = {"BertForMaskedLM"};
+  } else {
+    out_cfg["architectures"] = {o.task == "classify" ? "BertForSequenceClassification" : "BertForTokenClassification"};
+    nlohmann::json id2label = nlohmann::json::object(), label2id = nlohmann::json::object();
+    for (size_t i = 0; i < labels.size(); ++i) {
+      id2label[std::to_string(i)] = labels[i];
+      label2id[labels[i]] = (int64_t)i;
+    }
+    out_cfg["id2label"] = id2label;
+    out_cfg["label2id"] = label2id;
+    if (out_cfg.contains("num_labels")) out_cfg["num_labels"] = (int64_t)labels.size();
+  }
+  write_file_atomic(o.out_dir + "/config.json", out_cfg.dump(2) + "\n");
+  for (const char* f : {"tokenizer.json", "tokenizer_config.json", "vocab.txt", "special_tokens_map.json"})
+    if (fs::is_regular_file(model_dir + "/" + f, ec)) write_file_atomic(o.out_dir + "/" + f, read_bytes(model_dir + "/" + f));
+  save_safetensors(o.out_dir + "/model.safetensors", params.named_tensors(), {{"format", "pt"}});
+}
+
+// The options a checkpoint must have been written with to be resumed.
+nlohmann::json run_fingerprint(const FinetuneOptions& o, int64_t train_examples, const std::vector<std::string>& labels) {
+  return {{"task", o.task},
+          {"train_examples", train_examples},
+          {"epochs", o.epochs},
+          {"batch_size", o.batch_size},
+          {"gradient_accumulation_steps", o.gradient_accumulation_steps},
+          {"learning_rate", o.learning_rate},
+          {"weight_decay", o.weight_decay},
+          {"warmup_ratio", o.warmup_ratio},
+          {"warmup_steps", o.warmup_steps},
+          {"max_grad_norm", o.max_grad_norm},
+          {"max_length", o.max_length},
+          {"mlm_probability", o.mlm_probability},
+          {"seed", o.seed},
+          {"precision", o.precision},
+          {"labels", labels}};
+}
+
+// Where a run stands: what a checkpoint stores besides the weights and AdamW's moments.
+struct RunState {
+  int64_t epoch = 1;                 // the current epoch (1-based)
+  int64_t micro = 0;                 // micro-batches of this epoch done
+  std::string shuffle_at_epoch;      // the shuffling generator before this epoch's permutation
+  double epoch_loss = 0;             // sum of this epoch's step losses
+  int64_t epoch_steps = 0;
+  std::string log;                   // train_log.csv so far
+  std::vector<double> epoch_train, epoch_eval;  // loss.png's curves
+  double best_score = -INFINITY, best_loss = INFINITY;
+  int64_t best_epoch = 0;
+  std::vector<std::pair<std::string, double>> best_metrics;
+};
+
+void save_state(const std::string& path, FinetuneModel& m, const RunState& s, const Rng& mask_rng,
+                const nlohmann::json& fingerprint) {
+  nn::ParamStore& p = m.params();
+  auto tensors = p.named_tensors();
+  Adam& adam = m.optimizer().adam();
+  tensors.emplace_back("optimizer.exp_avg", Tensor::view_of(adam.exp_avg().data(), {p.total()}, DType::F32, nullptr));
+  tensors.emplace_back("optimizer.exp_avg_sq",
+                       Tensor::view_of(adam.exp_avg_sq().data(), {p.total()}, DType::F32, nullptr));
+  nlohmann::json best = nlohmann::json::array();
+  for (const auto& [k, v] : s.best_metrics) best.push_back({k, v});
+  const nlohmann::json st = {{"fingerprint", fingerprint},
+                             {"step", m.steps()},
+                             {"last_lr", m.last_lr()},
+                             {"epoch", s.epoch},
+                             {"micro", s.micro},
+                             {"shuffle_at_epoch", s.shuffle_at_epoch},
+                             {"dropout_rng", m.dropout_rng().state()},
+                             {"mask_rng", mask_rng.state()},
+                             {"epoch_loss", s.epoch_loss},
+                             {"epoch_steps", s.epoch_steps},
+                             {"log", s.log},
+                             {"epoch_train", s.epoch_train},
+                             {"epoch_eval", s.epoch_eval},
+                             {"best_score", std::isfinite(s.best_score) ? nlohmann::json(s.best_score) : nlohmann::json()},
+                             {"best_loss", std::isfinite(s.best_loss) ? nlohmann::json(s.best_loss) : nlohmann::json()},
+                             {"best_epoch", s.best_epoch},
+                             {"best_metrics", best}};
+  save_safetensors(path, tensors, {{"format", "pt"}, {"tfm_trainer_state", st.dump()}});
+}
+
+void load_state(const std::string& path, FinetuneModel& m, RunState& s, Rng& mask_rng, const nlohmann::json& fingerprint) {
+  const SafeTensors file = SafeTensors::open(path);
+  if (!file.metadata().contains("tfm_trainer_state"))
+    throw std::invalid_argument(path + ": not a tfm finetune training state");
+  const nlohmann::json st = nlohmann::json::parse(file.metadata()["tfm_trainer_state"].get<std::string>());
+  const nlohmann::json& saved = st.at("fingerprint");
+  for (auto& [k, v] : fingerprint.items())
+    if (!saved.contains(k) || saved[k] != v)
+      throw std::invalid_argument("--resume: " + path + " was written with " + k + " " +
+                                  (saved.contains(k) ? saved[k].dump() : "(none)") + ", this run has " + v.dump() +
+                                  "; pass the same options, or drop --resume");
+  nn::ParamStore& p = m.params();
+  for (const auto& e : p.entries()) {
+    Tensor t = file.get(e.name);
+    if (t.numel() != e.numel) throw std::invalid_argument(path + ": tensor " + e.name + " has another shape");
+    std::memcpy(p.data(p.index_of(e.name)), t.f32(), sizeof(float) * e.numel);
+  }
+  Adam& adam = m.optimizer().adam();
+  for (auto [name, dst] : {std::pair{"optimizer.exp_avg", &adam.exp_avg()}, std::pair{"optimizer.exp_avg_sq", &adam.exp_avg_sq()}}) {
+    Tensor t = file.get(name);
+    if (t.numel() != p.total()) throw std::invalid_argument(path + ": " + name + " has another size");
+    std::memcpy(dst->data(), t.f32(), sizeof(float) * p.total());
+  }
+  m.optimizer().restore(st.at("step").get<int64_t>(), st.at("last_lr").get<double>());
+  m.dropout_rng().set_state(st.at("dropout_rng").get<std::string>());
+  mask_rng.set_state(st.at("mask_rng").get<std::string>());
+  s.epoch = st.at("epoch");
+  s.micro = st.at("micro");
+  s.shuffle_at_epoch = st.at("shuffle_at_epoch");
+  s.epoch_loss = st.at("epoch_loss");
+  s.epoch_steps = st.at("epoch_steps");
+  s.log = st.at("log");
+  s.epoch_train = st.at("epoch_train").get<std::vector<double>>();
+  s.epoch_eval = st.at("epoch_eval").get<std::vector<double>>();
+  s.best_score = st.at("best_score").is_null() ? -INFINITY : st.at("best_score").get<double>();
+  s.best_loss = st.at("best_loss").is_null() ? INFINITY : st.at("best_loss").get<double>();
+  s.best_epoch = st.at("best_epoch");
+  s.best_metrics.clear();
+  for (const auto& kv : st.at("best_metrics")) s.best_metrics.emplace_back(kv[0].get<std::string>(), kv[1].get<double>());
+}
+
+void write_log_and_plot(const std::string& out_dir, const RunState& s) {
+  write_file_atomic(out_dir + "/train_log.csv", s.log);
+  LinePlot plot{"Fine-tuning loss", "epoch", "loss", {{"train", s.epoch_train}}};
+  if (!s.epoch_eval.empty()) plot.series.push_back({"eval", s.epoch_eval});
+  if (!s.epoch_train.empty()) write_line_plot(out_dir + "/loss.png", plot);
 }
 
 }  // namespace
@@ -228,12 +590,17 @@ FinetuneSummary finetune(const std::string& model_dir, const FinetuneOptions& o)
   api::require_weights(model_dir);
   api::require_file(o.train_file);
   if (!o.eval_file.empty()) api::require_file(o.eval_file);
+  const std::string state_path = o.out_dir + "/" + kStateFile;
   std::error_code ec;
-  if (fs::exists(o.out_dir, ec)) {
+  if (o.resume) {
+    if (!fs::is_regular_file(state_path, ec))
+      throw std::invalid_argument("--resume: " + o.out_dir + " has no training state (" + kStateFile + ") to resume from");
+  } else if (fs::exists(o.out_dir, ec)) {
     if (!fs::is_directory(o.out_dir, ec)) throw std::invalid_argument("--out '" + o.out_dir + "' is a file");
     if (!fs::is_empty(o.out_dir, ec) && !o.overwrite)
       throw std::invalid_argument("--out '" + o.out_dir +
-                                  "' already exists and is not an empty folder; choose a new folder, or pass --overwrite");
+                                  "' already exists and is not an empty folder; choose a new folder, pass --overwrite, "
+                                  "or --resume a stopped run");
     if (fs::equivalent(o.out_dir, model_dir, ec))
       throw std::invalid_argument("--out is the model folder itself; choose another folder");
   }
@@ -246,19 +613,26 @@ FinetuneSummary finetune(const std::string& model_dir, const FinetuneOptions& o)
                                 "': fine-tuning supports bert so far");
   const Tokenizer tok(model_dir);
   const Table train = read_table(o.train_file);
-  if (train.column(o.label_column) < 0)
-    throw std::invalid_argument(o.train_file + ": no column '" + o.label_column + "'");
   FinetuneSummary summary;
-  summary.labels = label_set(o, cfg_json, train);
+  if (o.task != "mlm") summary.labels = label_set(o, cfg_json, seen_labels(o, train),
+                                                  o.task == "classify" ? o.label_column : o.tags_column);
   std::map<std::string, int64_t> label_id;
   for (size_t i = 0; i < summary.labels.size(); ++i) label_id[summary.labels[i]] = (int64_t)i;
-  const std::vector<Example> train_ex = read_examples(o.train_file, o, tok, label_id, &train);
+  const std::vector<Example> train_ex = read_examples(o.train_file, train, o, tok, label_id);
   std::vector<Example> eval_ex;
-  if (!o.eval_file.empty()) eval_ex = read_examples(o.eval_file, o, tok, label_id);
+  if (!o.eval_file.empty()) eval_ex = read_examples(o.eval_file, read_table(o.eval_file), o, tok, label_id);
   summary.train_examples = (int64_t)train_ex.size();
   summary.eval_examples = (int64_t)eval_ex.size();
+  int64_t mask_id = -1;
+  if (o.task == "mlm") {
+    for (const char* m : {"[MASK]", "<mask>"})
+      if (mask_id < 0) mask_id = tok.token_to_id(m);
+    if (mask_id < 0) throw std::invalid_argument(model_dir + ": the tokenizer has no mask token ([MASK]); mlm needs one");
+  }
 
-  const int64_t steps_per_epoch = ((int64_t)train_ex.size() + o.batch_size - 1) / o.batch_size;
+  const int64_t micro_per_epoch = ((int64_t)train_ex.size() + o.batch_size - 1) / o.batch_size;
+  const int64_t accum = o.gradient_accumulation_steps;
+  const int64_t steps_per_epoch = (micro_per_epoch + accum - 1) / accum;
   FinetuneHyperparameters hp;
   hp.learning_rate = o.learning_rate;
   hp.weight_decay = o.weight_decay;
@@ -268,98 +642,163 @@ FinetuneSummary finetune(const std::string& model_dir, const FinetuneOptions& o)
   hp.max_grad_norm = o.max_grad_norm;
   hp.total_steps = steps_per_epoch * o.epochs;
   hp.warmup_steps = o.warmup_steps > 0 ? o.warmup_steps : (int64_t)std::ceil(o.warmup_ratio * (double)hp.total_steps);
-  // BertForSequenceClassification: classifier_dropout if set, else hidden_dropout_prob (the body's dropout).
+  // BertFor*Classification: classifier_dropout if set, else hidden_dropout_prob (the body's dropout).
   hp.dropout = (float)json_number_or(cfg_json, "hidden_dropout_prob", 0.1, cfg_path);
   hp.seed = o.seed;
   const double init_range = json_number_or(cfg_json, "initializer_range", 0.02, cfg_path);
   CheckpointWeights weights(model_dir);
-  SequenceClassificationTrainer trainer(config, weights, (int64_t)summary.labels.size(), hp, init_range);
+  std::unique_ptr<FinetuneModel> model;
+  SequenceClassificationTrainer* seqcls = nullptr;
+  TokenClassificationTrainer* tokcls = nullptr;
+  MaskedLMTrainer* mlm = nullptr;
+  const int64_t C = (int64_t)summary.labels.size();
+  if (o.task == "classify") {
+    model = std::make_unique<SequenceClassificationTrainer>(config, weights, C, hp, init_range);
+    seqcls = static_cast<SequenceClassificationTrainer*>(model.get());
+  } else if (o.task == "token-classify") {
+    model = std::make_unique<TokenClassificationTrainer>(config, weights, C, hp, init_range);
+    tokcls = static_cast<TokenClassificationTrainer*>(model.get());
+  } else {
+    model = std::make_unique<MaskedLMTrainer>(config, weights, hp, init_range);
+    mlm = static_cast<MaskedLMTrainer*>(model.get());
+  }
+  model->set_precision(o.precision == "bf16" ? ops::ComputeType::BF16 : ops::ComputeType::F32);
   const int64_t pad_id = config.pad_token_id;
+  const int64_t eval_batch = std::max<int64_t>(o.batch_size, 32);
+  // mlm: the eval texts masked once, from a generator of their own.
+  std::vector<FinetuneBatch> eval_mlm;
+  if (mlm && !eval_ex.empty()) {
+    Rng eval_rng(o.seed ^ 0x9e3779b97f4a7c15ull);
+    for (size_t s = 0; s < eval_ex.size(); s += (size_t)eval_batch) {
+      std::vector<bool> special;
+      FinetuneBatch b = make_batch(eval_ex, range_of(s, std::min(eval_ex.size(), s + (size_t)eval_batch)), pad_id, &special);
+      mask_tokens_for_mlm(b, special, mask_id, config.vocab_size, o.mlm_probability, eval_rng);
+      eval_mlm.push_back(std::move(b));
+    }
+  }
+  auto evaluate = [&]() -> EvalResult {
+    if (seqcls) return evaluate_classify(*seqcls, eval_ex, eval_batch, pad_id);
+    if (tokcls) return evaluate_tokens(*tokcls, eval_ex, eval_batch, pad_id, summary.labels);
+    return evaluate_mlm(*mlm, eval_mlm);
+  };
 
-  Rng shuffle(o.seed);
+  const nlohmann::json fingerprint = run_fingerprint(o, summary.train_examples, summary.labels);
+  Rng shuffle(o.seed), mask_rng(o.seed + 1);
+  RunState rs;
+  const std::vector<std::string> cols = eval_columns(o.task);
+  rs.log = "step,epoch,loss,lr,grad_norm";
+  for (const auto& c : cols) rs.log += "," + c;
+  rs.log += "\n";
+  rs.shuffle_at_epoch = shuffle.state();
+  if (o.resume) {
+    load_state(state_path, *model, rs, mask_rng, fingerprint);
+    shuffle.set_state(rs.shuffle_at_epoch);
+    summary.resumed_from_step = model->steps();
+  }
+  auto save = [&] {
+    fs::create_directories(o.out_dir);
+    save_state(state_path, *model, rs, mask_rng, fingerprint);
+    write_log_and_plot(o.out_dir, rs);
+  };
+
   std::vector<int64_t> order(train_ex.size());
-  std::vector<float> best;
-  double best_acc = -1, best_loss = INFINITY;
-  std::string log = "epoch,step,train_loss,lr,eval_loss,eval_accuracy,eval_macro_f1\n";
-  for (int64_t epoch = 1; epoch <= o.epochs; ++epoch) {
+  for (; rs.epoch <= o.epochs; ++rs.epoch) {
+    rs.shuffle_at_epoch = shuffle.state();
     std::iota(order.begin(), order.end(), 0);
     for (size_t i = order.size(); i > 1; --i) std::swap(order[i - 1], order[shuffle.below(i)]);  // Fisher-Yates
-    double loss_sum = 0;
     const auto te = std::chrono::steady_clock::now();
     int64_t seen = 0;
-    for (int64_t s = 0; s < steps_per_epoch; ++s) {
-      std::vector<int64_t> idx(order.begin() + s * o.batch_size,
-                               order.begin() + std::min<int64_t>((int64_t)order.size(), (s + 1) * o.batch_size));
-      const double loss = trainer.train_step(make_batch(train_ex, idx, pad_id));
-      loss_sum += loss;
-      seen += (int64_t)idx.size();
-      if (o.progress) {
-        FinetuneProgress p;
-        p.epoch = epoch;
-        p.epochs = o.epochs;
-        p.step = trainer.steps();
-        p.total_steps = hp.total_steps;
-        p.train_loss = loss_sum / (double)(s + 1);
-        p.lr = trainer.last_lr();
-        const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - te).count();
-        p.examples_per_sec = sec > 0 ? (double)seen / sec : 0;
-        o.progress(p);
+    while (rs.micro < micro_per_epoch) {
+      // One optimizer step over the next (up to) `accum` micro-batches, each loss divided by their number.
+      const int64_t group = std::min(accum, micro_per_epoch - rs.micro);
+      model->params().zero_grad();
+      double step_loss = 0;
+      for (int64_t g = 0; g < group; ++g, ++rs.micro) {
+        std::vector<int64_t> idx(order.begin() + rs.micro * o.batch_size,
+                                 order.begin() + std::min<int64_t>((int64_t)order.size(), (rs.micro + 1) * o.batch_size));
+        std::vector<bool> special;
+        FinetuneBatch b = make_batch(train_ex, idx, pad_id, mlm ? &special : nullptr);
+        if (mlm) mask_tokens_for_mlm(b, special, mask_id, config.vocab_size, o.mlm_probability, mask_rng);
+        const double loss = model->accumulate_gradients(b, 1.0f / (float)group, /*dropout=*/true);
+        if (!std::isfinite(loss))
+          throw std::runtime_error("the training loss is not finite (" + std::to_string(loss) + ") at step " +
+                                   std::to_string(model->steps() + 1));
+        step_loss += loss / (double)group;
+        seen += (int64_t)idx.size();
       }
-    }
-    summary.final_train_loss = loss_sum / (double)steps_per_epoch;
-    FinetuneProgress p;
-    p.epoch_end = true;
-    p.epoch = epoch;
-    p.epochs = o.epochs;
-    p.step = trainer.steps();
-    p.total_steps = hp.total_steps;
-    p.train_loss = summary.final_train_loss;
-    p.lr = trainer.last_lr();
-    std::ostringstream row;
-    row.precision(8);
-    row << epoch << ',' << trainer.steps() << ',' << summary.final_train_loss << ',' << trainer.last_lr() << ',';
-    if (!eval_ex.empty()) {
-      const EvalResult e = evaluate(trainer, eval_ex, std::max<int64_t>(o.batch_size, 32), pad_id);
-      p.eval_loss = e.loss;
-      p.eval_accuracy = e.accuracy;
-      p.eval_macro_f1 = e.macro_f1;
-      row << e.loss << ',' << e.accuracy << ',' << e.macro_f1;
-      if (e.accuracy > best_acc || (e.accuracy == best_acc && e.loss < best_loss)) {
-        best_acc = e.accuracy;
-        best_loss = e.loss;
-        best = trainer.params().all_data();
-        summary.best_epoch = epoch;
-        summary.best_eval_accuracy = e.accuracy;
-        summary.best_eval_macro_f1 = e.macro_f1;
-        summary.best_eval_loss = e.loss;
+      const double norm = model->optimizer_step();
+      rs.epoch_loss += step_loss;
+      ++rs.epoch_steps;
+      const bool epoch_done = rs.micro == micro_per_epoch;
+      std::string row = std::to_string(model->steps()) + "," + fmt((double)model->steps() / (double)steps_per_epoch) +
+                        "," + fmt(step_loss) + "," + fmt(model->last_lr()) + "," + fmt(norm);
+      FinetuneProgress p;
+      p.epoch = rs.epoch;
+      p.epochs = o.epochs;
+      p.step = model->steps();
+      p.total_steps = hp.total_steps;
+      p.train_loss = rs.epoch_loss / (double)rs.epoch_steps;
+      p.lr = model->last_lr();
+      const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - te).count();
+      p.examples_per_sec = sec > 0 ? (double)seen / sec : 0;
+      FinetuneProgress pe = p;
+      if (epoch_done) {
+        summary.final_train_loss = rs.epoch_loss / (double)rs.epoch_steps;
+        rs.epoch_train.push_back(summary.final_train_loss);
+        pe.epoch_end = true;
+        pe.train_loss = summary.final_train_loss;
+        if (!eval_ex.empty()) {
+          const EvalResult e = evaluate();
+          for (const auto& [k, v] : e.metrics) row += "," + fmt(v);
+          rs.epoch_eval.push_back(e.loss);
+          pe.eval_loss = e.loss;
+          pe.eval_accuracy = e.accuracy;
+          pe.eval_macro_f1 = e.macro_f1;
+          pe.eval_metrics = e.metrics;
+          if (e.score > rs.best_score || (e.score == rs.best_score && e.loss < rs.best_loss)) {
+            rs.best_score = e.score;
+            rs.best_loss = e.loss;
+            rs.best_epoch = rs.epoch;
+            rs.best_metrics = e.metrics;
+            write_model_folder(model_dir, o, cfg_json, summary.labels, model->params());
+          }
+        } else {
+          for (size_t c = 0; c < cols.size(); ++c) row += ",";
+          rs.best_epoch = rs.epoch;
+        }
+      } else {
+        for (size_t c = 0; c < cols.size(); ++c) row += ",";
       }
-    } else {
-      row << ",,";
-      summary.best_epoch = epoch;
+      rs.log += row + "\n";
+      if (epoch_done) {
+        rs.micro = 0;
+        rs.epoch_loss = 0;
+        rs.epoch_steps = 0;
+        if (rs.epoch < o.epochs) {
+          ++rs.epoch;  // the state saved is that of the next epoch's start
+          rs.shuffle_at_epoch = shuffle.state();
+          save();
+          --rs.epoch;
+        }
+      } else if (o.save_steps > 0 && model->steps() % o.save_steps == 0) {
+        save();
+      }
+      if (o.progress) o.progress(p);
+      if (epoch_done && o.progress) o.progress(pe);
+      if (epoch_done) break;
     }
-    log += row.str() + "\n";
-    if (o.progress) o.progress(p);
   }
-  summary.steps = trainer.steps();
-  if (!best.empty()) trainer.params().all_data() = best;
-
-  // The folder: written only now, every file atomically.
-  fs::create_directories(o.out_dir);
-  nlohmann::json out_cfg = cfg_json;
-  out_cfg["architectures"] = {"BertForSequenceClassification"};
-  nlohmann::json id2label = nlohmann::json::object(), label2id = nlohmann::json::object();
-  for (size_t i = 0; i < summary.labels.size(); ++i) {
-    id2label[std::to_string(i)] = summary.labels[i];
-    label2id[summary.labels[i]] = (int64_t)i;
+  summary.steps = model->steps();
+  if (eval_ex.empty()) write_model_folder(model_dir, o, cfg_json, summary.labels, model->params());
+  write_log_and_plot(o.out_dir, rs);
+  fs::remove(state_path, ec);
+  summary.best_epoch = rs.best_epoch;
+  summary.best_eval_metrics = rs.best_metrics;
+  for (const auto& [k, v] : rs.best_metrics) {
+    if (k == "eval_loss") summary.best_eval_loss = v;
+    if (k == "eval_accuracy") summary.best_eval_accuracy = v;
+    if (k == "eval_macro_f1") summary.best_eval_macro_f1 = v;
   }
-  out_cfg["id2label"] = id2label;
-  out_cfg["label2id"] = label2id;
-  if (out_cfg.contains("num_labels")) out_cfg["num_labels"] = (int64_t)summary.labels.size();
-  write_file_atomic(o.out_dir + "/config.json", out_cfg.dump(2) + "\n");
-  for (const char* f : {"tokenizer.json", "tokenizer_config.json", "vocab.txt", "special_tokens_map.json"})
-    if (fs::is_regular_file(model_dir + "/" + f, ec)) write_file_atomic(o.out_dir + "/" + f, read_bytes(model_dir + "/" + f));
-  save_safetensors(o.out_dir + "/model.safetensors", trainer.params().named_tensors(), {{"format", "pt"}});
-  write_file_atomic(o.out_dir + "/train_log.csv", log);
   summary.out_dir = o.out_dir;
   summary.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return summary;

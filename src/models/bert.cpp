@@ -315,6 +315,14 @@ void BertTrainable::forward(const nn::Context& ctx, const int64_t* input_ids, co
   }
 }
 
+void BertTrainable::set_precision(ops::ComputeType precision) {
+  for (auto& l : layers_)
+    for (nn::Linear* lin : {&l.attention.query, &l.attention.key, &l.attention.value, &l.attention.output,
+                            &l.ffn.linear1, &l.ffn.linear2})
+      lin->precision = precision;
+  pooler_.precision = precision;
+}
+
 const float* BertTrainable::last_hidden_state() const {
   return layers_.empty() ? x0_.data() : layers_.back().out.data();
 }

@@ -51,6 +51,9 @@ class BertTrainable {
   // gradients are added to the store's.
   void backward(const float* dlast, const float* dpooled);
   const EncoderConfig& config() const { return config_; }
+  // The compute type of every Linear's training products (query, key, value, attention output, intermediate,
+  // output, pooler): F32, or BF16 (bf16 operands, fp32 accumulation; the parameters stay fp32 master weights).
+  void set_precision(ops::ComputeType precision);
   // The store names this module registered (prefix included).
   const std::vector<std::string>& names() const { return names_; }
 

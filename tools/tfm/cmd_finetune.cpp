@@ -17,18 +17,27 @@ void add_finetune_command(CLI::App& app) {
   auto no_progress = std::make_shared<bool>(false);
   CLI::App* cmd = app.add_subcommand(
       "finetune",
-      "Fine-tune a Hugging Face BERT folder as a text classifier (the Hugging Face Trainer's AdamW, linear warmup "
-      "and decay, clipping, dropout); writes a BertForSequenceClassification folder that tfm classify, tfm serve "
-      "and transformers load, with train_log.csv");
+      "Fine-tune a Hugging Face BERT folder as a text classifier (--task classify), a token tagger such as NER "
+      "(token-classify) or a masked LM on your texts (mlm), as the Hugging Face Trainer does (AdamW, linear warmup "
+      "and decay, clipping, gradient accumulation, dropout); writes a BertFor{SequenceClassification,"
+      "TokenClassification,MaskedLM} folder that tfm classify / tfm fill-mask, tfm serve and transformers load, "
+      "with train_log.csv and loss.png. A stopped run continues with --resume");
   cmd->add_option("--model", *model, "Model folder (config.json, model.safetensors or pytorch_model.bin, tokenizer)")
       ->required();
-  cmd->add_option("--task", o->task, "classify (token-classify, embed and mlm are not implemented yet)")
+  cmd->add_option("--task", o->task,
+                  "classify (columns text [, text_pair], label), token-classify (columns tokens, tags: JSON lists or "
+                  "space-separated, one tag per word, on its first sub-token) or mlm (column text; BERT's 80/10/10 "
+                  "masking); embed is not implemented yet")
       ->capture_default_str();
-  cmd->add_option("--train", o->train_file, "Training data: .csv, .tsv or .jsonl with columns text [, text_pair], label")
-      ->required();
-  cmd->add_option("--eval", o->eval_file, "Evaluation data (same columns): accuracy and macro F1 after each epoch; "
-                                          "the best epoch is written");
-  cmd->add_option("--out", o->out_dir, "Output folder: created, or empty (see --overwrite)")->required();
+  cmd->add_option("--train", o->train_file, "Training data: .csv, .tsv or .jsonl with the task's columns")->required();
+  cmd->add_option("--eval", o->eval_file, "Evaluation data (same columns), after each epoch: accuracy and macro F1 "
+                                          "(classify), token accuracy and seqeval entity F1 (token-classify), "
+                                          "perplexity (mlm); the best epoch is written");
+  cmd->add_option("--out", o->out_dir, "Output folder: created, or empty (see --overwrite, --resume)")->required();
+  cmd->add_flag("--resume", o->resume, "Continue the stopped run whose training state is in --out (same options)");
+  cmd->add_option("--save-steps", o->save_steps, "Save the training state every N optimizer steps (0: at each "
+                                                 "epoch's end only)")
+      ->capture_default_str()->check(whole_range(0, int64_t{1} << 40));
   cmd->add_flag("--overwrite", o->overwrite, "Replace the model in an existing --out folder");
   cmd->add_option("--labels", *labels, "Label names in id order, comma-separated (default: the model's id2label if it "
                                        "holds every label of the data, else the data's labels sorted)");
@@ -36,10 +45,18 @@ void add_finetune_command(CLI::App& app) {
   cmd->add_option("--text-pair-column", o->text_pair_column, "Column of the second texts of pairs (optional)")
       ->capture_default_str();
   cmd->add_option("--label-column", o->label_column, "Column of the labels")->capture_default_str();
+  cmd->add_option("--tokens-column", o->tokens_column, "token-classify: column of the words")->capture_default_str();
+  cmd->add_option("--tags-column", o->tags_column, "token-classify: column of the tags (one per word)")
+      ->capture_default_str();
   cmd->add_option("--epochs", o->epochs, "Passes over the training data")->capture_default_str()
       ->check(whole_range(1, 100000));
-  cmd->add_option("--batch-size", o->batch_size, "Examples per optimizer step")->capture_default_str()
+  cmd->add_option("--batch-size", o->batch_size, "Examples per micro-batch")->capture_default_str()
       ->check(whole_range(1, 65536));
+  cmd->add_option("--gradient-accumulation-steps", o->gradient_accumulation_steps,
+                  "Micro-batches per optimizer step (each loss divided by their number)")
+      ->capture_default_str()->check(whole_range(1, 65536));
+  cmd->add_option("--mlm-probability", o->mlm_probability, "mlm: the fraction of tokens chosen for masking")
+      ->capture_default_str()->check(in_range(1e-6, 0.999999));
   cmd->add_option("--lr", o->learning_rate, "Peak learning rate of AdamW")->capture_default_str()
       ->check(positive_up_to(1));
   cmd->add_option("--weight-decay", o->weight_decay, "AdamW weight decay (not on biases and LayerNorm weights)")
@@ -52,8 +69,11 @@ void add_finetune_command(CLI::App& app) {
       ->capture_default_str()->check(in_range(0.0, 1e6));
   cmd->add_option("--max-length", o->max_length, "Truncate texts to this many tokens")->capture_default_str()
       ->check(whole_range(2, 1 << 20));
-  cmd->add_option("--seed", o->seed, "Seed of shuffling, dropout and a new head")->capture_default_str()
+  cmd->add_option("--seed", o->seed, "Seed of shuffling, dropout, masking and a new head")->capture_default_str()
       ->check(seed_value());
+  cmd->add_option("--precision", o->precision,
+                  "fp32, or bf16: the products in bf16 with fp32 master weights (a CPU with AVX512_BF16 or AMX)")
+      ->capture_default_str()->check(CLI::IsMember({"fp32", "bf16"}));
   add_threads_option(cmd, o->threads);
   cmd->add_flag("--no-progress", *no_progress, "Do not print progress");
   cmd->callback([o, model, labels, no_progress] {
@@ -76,9 +96,8 @@ void add_finetune_command(CLI::App& app) {
           std::fprintf(stderr, "%sepoch %lld/%lld  step %lld/%lld  train loss %.4f", tty ? "\r\033[K" : "",
                        (long long)p.epoch, (long long)p.epochs, (long long)p.step, (long long)p.total_steps,
                        p.train_loss);
-          if (p.eval_loss != 0 || p.eval_accuracy != 0)
-            std::fprintf(stderr, "  eval loss %.4f  accuracy %.4f  macro F1 %.4f", p.eval_loss, p.eval_accuracy,
-                         p.eval_macro_f1);
+          for (const auto& [name, value] : p.eval_metrics)
+            std::fprintf(stderr, "  %s %.4f", name.c_str(), value);
           std::fprintf(stderr, "\n");
         } else if (tty) {
           std::fprintf(stderr, "\r\033[Kepoch %lld/%lld  step %lld/%lld  loss %.4f  lr %.2e  %.1f examples/s",
@@ -89,11 +108,14 @@ void add_finetune_command(CLI::App& app) {
     const FinetuneSummary s = finetune(*model, *o);
     std::string labels_str;
     for (const auto& l : s.labels) labels_str += (labels_str.empty() ? "" : ", ") + l;
-    std::fprintf(stderr, "wrote %s (labels %s; %lld steps on %lld examples in %.1f s", s.out_dir.c_str(),
-                 labels_str.c_str(), (long long)s.steps, (long long)s.train_examples, s.seconds);
-    if (s.eval_examples > 0)
-      std::fprintf(stderr, "; best epoch %lld: eval accuracy %.4f, macro F1 %.4f", (long long)s.best_epoch,
-                   s.best_eval_accuracy, s.best_eval_macro_f1);
+    std::fprintf(stderr, "wrote %s (%s%s%lld steps on %lld examples in %.1f s", s.out_dir.c_str(),
+                 labels_str.empty() ? "" : "labels ", labels_str.empty() ? "" : (labels_str + "; ").c_str(),
+                 (long long)s.steps, (long long)s.train_examples, s.seconds);
+    if (s.resumed_from_step > 0) std::fprintf(stderr, ", resumed from step %lld", (long long)s.resumed_from_step);
+    if (s.eval_examples > 0) {
+      std::fprintf(stderr, "; best epoch %lld:", (long long)s.best_epoch);
+      for (const auto& [name, value] : s.best_eval_metrics) std::fprintf(stderr, " %s %.4f", name.c_str(), value);
+    }
     std::fprintf(stderr, ")\n");
   });
 }
