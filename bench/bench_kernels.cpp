@@ -48,6 +48,17 @@ int main() {
     char t[64];
     snprintf(t, sizeof t, "attention [%ld,%ld]", (long)B, (long)L);
     run(t, {{"gemm-path", att(KernelIsa::Avx512, probs.data())}, {"blocked-avx512", att(KernelIsa::Avx512, nullptr)}, {"blocked-avx2", att(KernelIsa::Avx2, nullptr)}});
+    if (cpu_has_avx512_bf16()) {  // a bf16 / int8 model's attention (AttentionDims::bf16) against the fp32 copy
+      AttentionDims db = d;
+      db.bf16 = true;
+      auto attb = [&](const AttentionDims& dd) { return [&] { set_kernel_isa(KernelIsa::Avx512); attention_forward(out.data(), nullptr, qkv.data(), qkv.data() + D, qkv.data() + 2 * D, dd, m); }; };
+      snprintf(t, sizeof t, "attention bf16 [%ld,%ld]", (long)B, (long)L);
+      run(t, {{"fp32-avx512", attb(d)}, {"bf16-dot", attb(db)}});
+      const double flop = 4.0 * B * H * L * L * Dh;
+      std::vector<V> one = {{"bf16-dot", attb(db)}};
+      for (int r = 0; r < 15; ++r) { double t0 = now(); one[0].fn(); one[0].best = std::min(one[0].best, now() - t0); }
+      printf("  bf16-dot: %.1f GFLOP/s (4 B H L^2 head_dim flops, 1 thread)\n", flop / one[0].best * 1e-9);
+    }
     std::vector<float> y(N * D);
     snprintf(t, sizeof t, "add+LN [%ld,%ld]", (long)B, (long)L);
     run(t, {{"add;LN", [&] { std::vector<float>& a = y; for (int64_t i = 0; i < N * D; ++i) a[i] = x[i] + r[i]; layer_norm_forward(a.data(), nullptr, nullptr, a.data(), w.data(), b.data(), N, D, 1e-12f); }},

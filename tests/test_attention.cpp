@@ -311,6 +311,51 @@ TEST(AttentionBias, BlockedAndGemmPathsMatchReferenceOnEveryIsa) {
     }
 }
 
+// The bf16 copy (AttentionDims::bf16 with AVX512-BF16 dot products) under every mask form, head_dims 64, 32 and
+// 48 (a 16-element tail in the K transpose), key counts on and around its block sizes (32-key blocks up to 32
+// keys, 64 above), strided q/k/v and out: it matches the double-precision reference on bf16-rounded q, k, v
+// within the rounding of the softmax weights, and rows with no visible key are exactly zero. Skipped where the
+// CPU has no AVX512_BF16 (there the fp32 copies run, checked by Bf16Attention in test_unpadded.cpp).
+TEST(Bf16Attention, EveryMaskFormMatchesRoundedReference) {
+  if (!cpu_has_avx512_bf16()) GTEST_SKIP() << "no AVX512_BF16";
+  const bool saved_dot = kernel_bf16_dot();
+  IsaScope scope(KernelIsa::Avx512);
+  set_kernel_bf16_dot(true);
+  for (int f = 0; f < 8; ++f)
+    for (int64_t Dh : {64, 32, 48})
+      for (auto [Lq, Lk] : {std::pair<int64_t, int64_t>{7, 1}, {5, 17}, {32, 32}, {9, 33}, {37, 64}, {13, 65},
+                            {40, 130}, {7, 600}}) {
+        const MaskForm form = (MaskForm)f;
+        const int64_t B = 2, H = 2, D = H * Dh, ld = 3 * D + 5, cap = Lk + 3, out_ld = D + 3;
+        auto q = random_vec(B * Lq * ld, 100 + Dh, -2.0f, 2.0f);
+        auto kv = random_vec(B * cap * ld, 200 + Lk, -2.0f, 2.0f);
+        for (auto& e : q) e = round_to_bf16(e);
+        for (auto& e : kv) e = round_to_bf16(e);
+        MaskBufs mb;
+        AttentionMask m = make_mask(form, mb, B, Lq, Lk);
+        AttentionDims d{B, Lq, Lk, H, Dh};
+        d.q_ld = d.k_ld = d.v_ld = ld;
+        d.k_bs = d.v_bs = cap * ld;
+        d.out_ld = out_ld;
+        d.scale = 0.125f;  // a power of two: bf16(q * scale) = bf16(q) * scale, as the rounded reference takes it
+        std::vector<float> ref(B * Lq * out_ld, 0.0f), out(B * Lq * out_ld, 0.0f);
+        attention_forward_ref(ref.data(), nullptr, q.data(), kv.data() + D, kv.data() + 2 * D, d, m);
+        d.bf16 = true;
+        attention_forward(out.data(), nullptr, q.data(), kv.data() + D, kv.data() + 2 * D, d, m);
+        const std::string what = std::string(form_name(form)) + " Dh=" + std::to_string(Dh) +
+                                 " Lq=" + std::to_string(Lq) + " Lk=" + std::to_string(Lk);
+        ASSERT_TRUE(all_close(out, ref, 4e-3f, 1e-2f)) << what;
+        for (int64_t b = 0; b < B; ++b)
+          for (int64_t i = 0; i < Lq; ++i) {
+            bool any = false;
+            for (int64_t j = 0; j < Lk && !any; ++j) any = m.visible(b, i, j, Lq, Lk);
+            if (!any)
+              for (int64_t c = 0; c < D; ++c) ASSERT_EQ(out[(b * Lq + i) * out_ld + c], 0.0f) << what;
+          }
+      }
+  set_kernel_bf16_dot(saved_dot);
+}
+
 // A bf16 model's blocked kernel (AttentionDims::bf16, AVX512-BF16 dot products where the CPU has them) adds the
 // bias too: it matches the reference on bf16-rounded q, k, v with the bias, within the rounding of the weights,
 // and is far from the reference without it. An unpadded batch refuses a bias (its layout is a padded batch's).

@@ -124,6 +124,7 @@ struct FlashArgs {
 struct FlashScratch {
   std::vector<float> kt, qs, s, o, m, l;
   std::vector<uint32_t> kt2, vt2, q2, p2;  // the bf16 copy's packed pairs
+  std::vector<uint64_t> kbits;             // and its per-block key_mask bits
 };
 
 // W floats per vector, BK = NV * W keys per block, R query rows per tile.
@@ -307,14 +308,69 @@ TFM_TARGET_AVX512 void flash_task_avx512(const FlashArgs& a, int64_t bh, int64_t
 // accumulate). Operands are bf16 pairs in 32-bit words, low half first: S = q K^T pairs adjacent head_dim
 // elements (K packed per block as kt2[pair][key]), O += P V pairs adjacent keys (V packed per block as
 // vt2[key pair][head_dim]). head_dim % 16 == 0. Masking, the online softmax and the sums run in fp32 as there.
+// Everything outside the two products is vector code too: the packing converts 32 floats per vcvtne2ps2bf16
+// (round to nearest even, as to_bf16) and transposes K in 16 x 16 word tiles; the masks are bit masks (key_mask
+// folded per block once per task, key limits and 3-D masks per row); the scores are masked, exponentiated and
+// rounded to bf16 in registers; the accumulator's rescale by exp(m_old - m_new) rides on its reload.
 
-TFM_ALWAYS_INLINE uint32_t bf16_pair(float lo, float hi) {
-  return (uint32_t)to_bf16(lo) | ((uint32_t)to_bf16(hi) << 16);
+#define TFM_BF16_INLINE TFM_TARGET_AVX512_BF16 TFM_ALWAYS_INLINE
+
+// r[0..15] (16 rows of 16 words) -> its transpose in place: r[c] holds word c of every row.
+TFM_BF16_INLINE void transpose16x16(__m512i r[16]) {
+  __m512i t[16], u[16];
+  for (int i = 0; i < 8; ++i) {
+    t[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
+    t[2 * i + 1] = _mm512_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
+  }
+  for (int i = 0; i < 4; ++i) {  // u[4g + p], 128-bit lane L: rows 4g .. 4g + 3 at word 4L + p
+    u[4 * i + 0] = _mm512_unpacklo_epi64(t[4 * i], t[4 * i + 2]);
+    u[4 * i + 1] = _mm512_unpackhi_epi64(t[4 * i], t[4 * i + 2]);
+    u[4 * i + 2] = _mm512_unpacklo_epi64(t[4 * i + 1], t[4 * i + 3]);
+    u[4 * i + 3] = _mm512_unpackhi_epi64(t[4 * i + 1], t[4 * i + 3]);
+  }
+  for (int p = 0; p < 4; ++p) {
+    const __m512i x0 = _mm512_shuffle_i32x4(u[p], u[4 + p], 0x44), x1 = _mm512_shuffle_i32x4(u[p], u[4 + p], 0xEE);
+    const __m512i y0 = _mm512_shuffle_i32x4(u[8 + p], u[12 + p], 0x44);
+    const __m512i y1 = _mm512_shuffle_i32x4(u[8 + p], u[12 + p], 0xEE);
+    r[p] = _mm512_shuffle_i32x4(x0, y0, 0x88);
+    r[4 + p] = _mm512_shuffle_i32x4(x0, y0, 0xDD);
+    r[8 + p] = _mm512_shuffle_i32x4(x1, y1, 0x88);
+    r[12 + p] = _mm512_shuffle_i32x4(x1, y1, 0xDD);
+  }
 }
 
-TFM_TARGET_AVX512_BF16 void flash_task_bf16(const FlashArgs& a, int64_t bh, int64_t i_begin, int64_t i_end,
-                                            FlashScratch& sc) {
-  constexpr int W = 16, NV = 4, BK = NV * W, R = 6, BP = BK / 2;
+// vm::fast_exp on 16 lanes (same range reduction and polynomial); lanes below -87.3 give 0.
+TFM_BF16_INLINE __m512 exp16(__m512 x_in) {
+  const __m512 x = _mm512_min_ps(_mm512_max_ps(x_in, _mm512_set1_ps(-87.3f)), _mm512_set1_ps(88.3f));
+  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
+  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+  __m512 p = _mm512_set1_ps(1.9875691500e-4f);
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+  p = _mm512_add_ps(_mm512_fmadd_ps(_mm512_mul_ps(p, r), r, r), _mm512_set1_ps(1.0f));
+  __m512i e = _mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127));
+  e = _mm512_max_epi32(e, _mm512_set1_epi32(1));
+  const __m512 y = _mm512_mul_ps(p, _mm512_castsi512_ps(_mm512_slli_epi32(e, 23)));
+  return _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(x_in, _mm512_set1_ps(-87.3f), _CMP_GE_OQ), y);
+}
+
+// Bits [0, n) set, n clamped to [0, 64].
+TFM_ALWAYS_INLINE uint64_t low_bits(int64_t n) {
+  return n <= 0 ? 0ull : n >= 64 ? ~0ull : (1ull << n) - 1;
+}
+
+// NV vectors of 16 keys per block (BK = 16 NV keys), R query rows per tile for S = q K^T (R x NV accumulators),
+// RP rows at a time for O += P V (RP x 4 accumulators).
+template <int NV, int R, int RP>
+TFM_BF16_INLINE void flash_bf16_body(const FlashArgs& a, int64_t bh, int64_t i_begin, int64_t i_end,
+                                     FlashScratch& sc) {
+  constexpr int W = 16, BK = NV * W, BP = BK / 2;
+  static_assert(BK <= 64 && R % RP == 0);
   const AttentionDims& d = *a.d;
   const AttentionMask& mk = *a.mask;
   const int64_t H = d.num_heads, Lq = d.q_len, Lk = d.kv_len, Dh = d.head_dim, Dp = Dh / 2, nvec = Dh / W;
@@ -329,21 +385,60 @@ TFM_TARGET_AVX512_BF16 void flash_task_bf16(const FlashArgs& a, int64_t bh, int6
     kmax = lim > kmax ? lim : kmax;
   }
   const int64_t nblk_used = (kmax + BK - 1) / BK;
-  sc.kt2.resize(nblk_used * Dp * BK);
-  sc.vt2.resize(nblk_used * BP * Dh);
+  sc.kt2.resize(nblk_used * Dp * BK + 1);
+  sc.vt2.resize(nblk_used * BP * Dh + 1);
+  sc.kbits.resize(nblk_used + 1);
+  const __m512 zero = _mm512_setzero_ps();
+  // Word 2c of a packed V pair row is key j's column c, word 2c + 1 key j + 1's.
+  alignas(64) static const uint16_t kInterleave[32] = {0, 16, 1, 17, 2,  18, 3,  19, 4,  20, 5,  21, 6,  22, 7,  23,
+                                                       8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
+  const __m512i interleave = _mm512_load_si512(kInterleave);
   for (int64_t blk = 0; blk < nblk_used; ++blk) {
     uint32_t* kt = sc.kt2.data() + blk * Dp * BK;
     uint32_t* vt = sc.vt2.data() + blk * BP * Dh;
     const int64_t j0 = blk * BK, nk = Lk - j0 < BK ? Lk - j0 : BK;
-    for (int64_t j = 0; j < BK; ++j) {
-      const float* kr = j < nk ? kb + (j0 + j) * d.k_ld : nullptr;
-      for (int64_t cp = 0; cp < Dp; ++cp) kt[cp * BK + j] = kr ? bf16_pair(kr[2 * cp], kr[2 * cp + 1]) : 0u;
+    // Keys visible by key_mask (and present): one bit per key of the block.
+    uint64_t bits = low_bits(nk);
+    if (mk.key_mask) {
+      const float* km = mk.key_mask + b * Lk + j0;
+      uint64_t kmb = 0;
+      for (int u = 0; u < NV; ++u) {
+        const __mmask16 in = (__mmask16)(bits >> (16 * u));
+        kmb |= (uint64_t)_mm512_mask_cmp_ps_mask(in, _mm512_maskz_loadu_ps(in, km + 16 * u), zero, _CMP_NEQ_UQ)
+               << (16 * u);
+      }
+      bits &= kmb;
     }
+    sc.kbits[blk] = bits;
+    // K^T: 16 keys x 16 words (32 head_dim elements) per transpose.
+    for (int64_t j16 = 0; j16 < BK; j16 += 16)
+      for (int64_t cp0 = 0; cp0 < Dp; cp0 += 16) {
+        const bool two = Dh - 2 * cp0 >= 32;  // else 16 elements left (head_dim % 32 == 16)
+        __m512i r[16];
+        for (int x = 0; x < 16; ++x) {
+          if (j16 + x < nk) {
+            const float* kr = kb + (j0 + j16 + x) * d.k_ld + 2 * cp0;
+            const __m512 lo = _mm512_loadu_ps(kr), hi = two ? _mm512_loadu_ps(kr + 16) : zero;
+            r[x] = (__m512i)_mm512_cvtne2ps_pbh(hi, lo);
+          } else {
+            r[x] = _mm512_setzero_si512();
+          }
+        }
+        transpose16x16(r);
+        const int64_t nc = Dp - cp0 < 16 ? Dp - cp0 : 16;
+        for (int64_t c = 0; c < nc; ++c) _mm512_storeu_si512(kt + (cp0 + c) * BK + j16, r[c]);
+      }
+    // V in key pairs.
     for (int64_t jp = 0; jp < BP; ++jp) {
       const int64_t j = 2 * jp;
-      const float* v0 = j < nk ? vb + (j0 + j) * d.v_ld : nullptr;
-      const float* v1 = j + 1 < nk ? vb + (j0 + j + 1) * d.v_ld : nullptr;
-      for (int64_t c = 0; c < Dh; ++c) vt[jp * Dh + c] = bf16_pair(v0 ? v0[c] : 0.0f, v1 ? v1[c] : 0.0f);
+      const float* v0 = vb + (j0 + j) * d.v_ld;
+      const float* v1 = v0 + d.v_ld;
+      for (int64_t c0 = 0; c0 < Dh; c0 += W) {
+        const __m512 x0 = j < nk ? _mm512_loadu_ps(v0 + c0) : zero;
+        const __m512 x1 = j + 1 < nk ? _mm512_loadu_ps(v1 + c0) : zero;
+        _mm512_storeu_si512(vt + jp * Dh + c0,
+                            _mm512_permutexvar_epi16(interleave, (__m512i)_mm512_cvtne2ps_pbh(x1, x0)));
+      }
     }
   }
   sc.q2.resize(R * Dp);
@@ -354,25 +449,29 @@ TFM_TARGET_AVX512_BF16 void flash_task_bf16(const FlashArgs& a, int64_t bh, int6
   uint32_t* p2 = sc.p2.data();
   float* S = sc.s.data();
   float* O = sc.o.data();
+  const __m512 scale = _mm512_set1_ps(d.scale), ninf = _mm512_set1_ps(-INFINITY);
   for (int64_t i0 = i_begin; i0 < i_end; i0 += R) {
     const int64_t nr = i_end - i0 < R ? i_end - i0 : R;
-    float m[R], l[R];
+    float m[R], l[R], alpha[R];
     int64_t lim[R];
     int64_t tile_lim = 0;
     for (int r = 0; r < R; ++r) {
-      const int64_t i = i0 + (r < nr ? r : nr - 1);
+      const int64_t i = i0 + (r < nr ? r : nr - 1);  // rows past the tile's end repeat its last (discarded)
       lim[r] = mk.key_limit(b, i, Lq, Lk);
       tile_lim = lim[r] > tile_lim ? lim[r] : tile_lim;
       m[r] = -INFINITY;
       l[r] = 0.0f;
       const float* qr = qb + i * d.q_ld;
-      for (int64_t cp = 0; cp < Dp; ++cp) q2[r * Dp + cp] = bf16_pair(qr[2 * cp] * d.scale, qr[2 * cp + 1] * d.scale);
-      for (int64_t c = 0; c < Dh; ++c) O[r * Dh + c] = 0.0f;
+      for (int64_t c = 0; c < Dh; c += W) {
+        _mm256_storeu_si256((__m256i*)(q2 + r * Dp + c / 2),
+                            (__m256i)_mm512_cvtneps_pbh(_mm512_mul_ps(_mm512_loadu_ps(qr + c), scale)));
+        _mm512_storeu_ps(O + r * Dh + c, zero);
+      }
     }
     const int64_t tile_blocks = (tile_lim + BK - 1) / BK;
     for (int64_t blk = 0; blk < tile_blocks; ++blk) {
       const int64_t j0 = blk * BK, nk = Lk - j0 < BK ? Lk - j0 : BK;
-      {
+      {  // S[R][BK] = q K_blk^T
         const uint32_t* kt = sc.kt2.data() + blk * Dp * BK;
         __m512 acc[R][NV];
         for (int r = 0; r < R; ++r)
@@ -388,76 +487,100 @@ TFM_TARGET_AVX512_BF16 void flash_task_bf16(const FlashArgs& a, int64_t bh, int6
         for (int r = 0; r < R; ++r)
           for (int u = 0; u < NV; ++u) _mm512_storeu_ps(S + r * BK + u * W, acc[r][u]);
       }
+      // Online softmax per row, in registers: visible bits, max, exp, sum, bf16 weights.
       for (int r = 0; r < R; ++r) {
         const int64_t i = i0 + (r < nr ? r : nr - 1);
-        float* s = S + r * BK;
-        const int64_t nvis = lim[r] - j0 < nk ? (lim[r] - j0 < 0 ? 0 : lim[r] - j0) : nk;
-        const float* km = mk.key_mask ? mk.key_mask + b * Lk + j0 : nullptr;
-        const float* gm = mk.mask ? mk.mask + (b * Lq + i) * Lk + j0 : nullptr;
-        if (mk.bias) {  // S += bias[b, h, i, j0 .. j0 + nvis), in fp32 as the fp32 copy
-          const float* br = mk.bias + b * mk.bias_batch_stride + (h * Lq + i) * Lk + j0;
-          for (int64_t j = 0; j < nvis; ++j) s[j] += br[j];
+        uint64_t vis = sc.kbits[blk] & low_bits(lim[r] - j0);
+        if (mk.mask) {
+          const float* gm = mk.mask + (b * Lq + i) * Lk + j0;
+          uint64_t gb = 0;
+          for (int u = 0; u < NV; ++u) {
+            const __mmask16 in = (__mmask16)(low_bits(nk) >> (16 * u));
+            gb |= (uint64_t)_mm512_mask_cmp_ps_mask(in, _mm512_maskz_loadu_ps(in, gm + 16 * u), zero, _CMP_NEQ_UQ)
+                  << (16 * u);
+          }
+          vis &= gb;
         }
-        if (km || gm) {
-          for (int64_t j = 0; j < nvis; ++j)
-            if ((km && km[j] == 0.0f) || (gm && gm[j] == 0.0f)) s[j] = -INFINITY;
+        __m512 s[NV];
+        __m512 mx = ninf;
+        const float* br = mk.bias ? mk.bias + b * mk.bias_batch_stride + (h * Lq + i) * Lk + j0 : nullptr;
+        for (int u = 0; u < NV; ++u) {
+          const __mmask16 vu = (__mmask16)(vis >> (16 * u));
+          s[u] = _mm512_loadu_ps(S + r * BK + u * W);
+          if (br) s[u] = _mm512_add_ps(s[u], _mm512_maskz_loadu_ps(vu, br + u * W));  // in fp32 as the fp32 copy
+          s[u] = _mm512_mask_blend_ps(vu, ninf, s[u]);
+          mx = _mm512_max_ps(mx, s[u]);
         }
-        for (int64_t j = nvis; j < BK; ++j) s[j] = -INFINITY;
-        float bm = -INFINITY;
-        for (int64_t j = 0; j < BK; ++j) bm = s[j] > bm ? s[j] : bm;
+        const float bm = _mm512_reduce_max_ps(mx);
         const float m_new = bm > m[r] ? bm : m[r];
-        if (m_new == -INFINITY) {
-          for (int64_t j = 0; j < BP; ++j) p2[r * BP + j] = 0u;
+        if (m_new == -INFINITY) {  // nothing visible yet: weights zero, accumulator unchanged
+          for (int u = 0; u < BP; u += 16) _mm512_storeu_si512(p2 + r * BP + u, _mm512_setzero_si512());
+          alpha[r] = 1.0f;
           continue;
         }
-        const float alpha = vm::fast_exp(m[r] - m_new);
-        float sum = 0.0f;
-#pragma omp simd reduction(+ : sum)
-        for (int64_t j = 0; j < BK; ++j) {
-          float p = vm::fast_exp(s[j] - m_new);
-          s[j] = p;
-          sum += p;
+        alpha[r] = vm::fast_exp(m[r] - m_new);  // exp(-inf) = 0 on the first visible block
+        const __m512 mv = _mm512_set1_ps(m_new);
+        __m512 sum = zero;
+        for (int u = 0; u < NV; ++u) {
+          s[u] = _mm512_maskz_mov_ps((__mmask16)(vis >> (16 * u)), exp16(_mm512_sub_ps(s[u], mv)));
+          sum = _mm512_add_ps(sum, s[u]);
         }
-        for (int64_t jp = 0; jp < BP; ++jp) p2[r * BP + jp] = bf16_pair(s[2 * jp], s[2 * jp + 1]);
-        l[r] = l[r] * alpha + sum;
+        for (int u = 0; u < NV; u += 2)
+          _mm512_storeu_si512(p2 + r * BP + u * 8, (__m512i)_mm512_cvtne2ps_pbh(s[u + 1], s[u]));
+        l[r] = l[r] * alpha[r] + _mm512_reduce_add_ps(sum);
         m[r] = m_new;
-        float* orow = O + r * Dh;
-#pragma omp simd
-        for (int64_t c = 0; c < Dh; ++c) orow[c] *= alpha;
       }
-      // O[R][Dh] += P V_blk: per key pair one broadcast of (p_j, p_j+1) and one dot product per 16 columns.
+      // O[R][Dh] = alpha O + P V_blk: per key pair one broadcast of (p_j, p_j+1) and one dot product per 16
+      // columns, RP rows x up to 4 vectors of columns at a time.
       const uint32_t* vt = sc.vt2.data() + blk * BP * Dh;
       const int64_t np = (nk + 1) / 2;
-      for (int64_t cv0 = 0; cv0 < nvec; cv0 += 4) {
-        const int64_t ncv = nvec - cv0 < 4 ? nvec - cv0 : 4;
-        const int64_t c0 = cv0 * W;
-        __m512 acc[R][4];
-        for (int r = 0; r < R; ++r)
-          for (int u = 0; u < ncv; ++u) acc[r][u] = _mm512_loadu_ps(O + r * Dh + c0 + u * W);
-        for (int64_t jp = 0; jp < np; ++jp) {
-          __m512bh vv[4];
-          for (int u = 0; u < ncv; ++u) vv[u] = (__m512bh)_mm512_loadu_si512(vt + jp * Dh + c0 + u * W);
-          for (int r = 0; r < R; ++r) {
-            const __m512bh pv = (__m512bh)_mm512_set1_epi32((int)p2[r * BP + jp]);
-            for (int u = 0; u < ncv; ++u) acc[r][u] = _mm512_dpbf16_ps(acc[r][u], pv, vv[u]);
+      for (int r0 = 0; r0 < R; r0 += RP)
+        for (int64_t cv0 = 0; cv0 < nvec; cv0 += 4) {
+          const int64_t ncv = nvec - cv0 < 4 ? nvec - cv0 : 4;
+          const int64_t c0 = cv0 * W;
+          __m512 acc[RP][4];
+          for (int r = 0; r < RP; ++r) {
+            const __m512 al = _mm512_set1_ps(alpha[r0 + r]);
+            for (int u = 0; u < ncv; ++u) acc[r][u] = _mm512_mul_ps(_mm512_loadu_ps(O + (r0 + r) * Dh + c0 + u * W), al);
           }
+          for (int64_t jp = 0; jp < np; ++jp) {
+            __m512bh vv[4];
+            for (int u = 0; u < ncv; ++u) vv[u] = (__m512bh)_mm512_loadu_si512(vt + jp * Dh + c0 + u * W);
+            for (int r = 0; r < RP; ++r) {
+              const __m512bh pv = (__m512bh)_mm512_set1_epi32((int)p2[(r0 + r) * BP + jp]);
+              for (int u = 0; u < ncv; ++u) acc[r][u] = _mm512_dpbf16_ps(acc[r][u], pv, vv[u]);
+            }
+          }
+          for (int r = 0; r < RP; ++r)
+            for (int u = 0; u < ncv; ++u) _mm512_storeu_ps(O + (r0 + r) * Dh + c0 + u * W, acc[r][u]);
         }
-        for (int r = 0; r < R; ++r)
-          for (int u = 0; u < ncv; ++u) _mm512_storeu_ps(O + r * Dh + c0 + u * W, acc[r][u]);
-      }
     }
     for (int64_t r = 0; r < nr; ++r) {
       float* orow = ob + (i0 + r) * d.out_ld;
-      const float inv = l[r] > 0.0f ? 1.0f / l[r] : 0.0f;
-      for (int64_t c = 0; c < Dh; ++c) orow[c] = O[r * Dh + c] * inv;
+      const __m512 inv = _mm512_set1_ps(l[r] > 0.0f ? 1.0f / l[r] : 0.0f);  // no visible key: zeros
+      for (int64_t c = 0; c < Dh; c += W) _mm512_storeu_ps(orow + c, _mm512_mul_ps(_mm512_loadu_ps(O + r * Dh + c), inv));
     }
   }
 }
 
+// Blocks of 64 keys, 6 query rows per tile; up to 32 keys (one block of 32) 8 rows per tile.
+TFM_TARGET_AVX512_BF16 void flash_task_bf16(const FlashArgs& a, int64_t bh, int64_t i0, int64_t i1, FlashScratch& sc) {
+  flash_bf16_body<4, 6, 6>(a, bh, i0, i1, sc);
+}
+TFM_TARGET_AVX512_BF16 void flash_task_bf16_short(const FlashArgs& a, int64_t bh, int64_t i0, int64_t i1,
+                                                  FlashScratch& sc) {
+  flash_bf16_body<2, 8, 4>(a, bh, i0, i1, sc);
+}
+#undef TFM_BF16_INLINE
+
 using FlashFn = void (*)(const FlashArgs&, int64_t, int64_t, int64_t, FlashScratch&);
-// The blocked kernel's copy for this call: bf16 dot products for a bf16 model where the CPU and the cap allow.
-FlashFn flash_fn(const AttentionDims& d) {
-  if (d.bf16 && d.head_dim % 16 == 0 && kernel_bf16_dot()) return flash_task_bf16;
+// Whether this call runs the bf16 copy: a bf16 (or int8) model's attention where the CPU and the cap allow.
+bool bf16_kernel(const AttentionDims& d) { return d.bf16 && d.head_dim % 16 == 0 && kernel_bf16_dot(); }
+
+// The blocked kernel's copy for this call and Lk keys: bf16 dot products where bf16_kernel(d) (blocks of 32 keys
+// up to 32 keys), else the fp32 copy of kernel_isa().
+FlashFn flash_fn(const AttentionDims& d, int64_t Lk) {
+  if (bf16_kernel(d)) return Lk <= 32 ? flash_task_bf16_short : flash_task_bf16;
   return kernel_isa() == KernelIsa::Avx512 ? flash_task_avx512 : flash_task_avx2;
 }
 
@@ -467,7 +590,7 @@ void attention_blocked(float* out, const float* q, const float* k, const float* 
   // Tasks: (batch, head, chunk of query rows); chunks only when there are too few heads to share.
   const int64_t chunk = BH >= 8 ? Lq : 64;
   const int64_t nchunk = (Lq + chunk - 1) / chunk;
-  const FlashFn fn = flash_fn(d);
+  const FlashFn fn = flash_fn(d, d.kv_len);
   FlashArgs a{q, k, v, out, &d, &mask};
 #pragma omp parallel if (BH * nchunk > 1 && BH * Lq * d.kv_len * d.head_dim > 65536)
   {
@@ -521,12 +644,12 @@ void attention_varlen(float* out, const float* q, const float* k, const float* v
   for (int64_t b = 0; b < d.batch; ++b) {
     const int64_t len = off[b + 1] - off[b];
     if (len < 0) throw std::invalid_argument("attention_forward: seq_offsets must be non-decreasing");
-    const int64_t chunk = len > kBlockedMinKeys && H < 8 ? 64 : (len > 0 ? len : 1);
+    const int64_t chunk = len > kBlockedMinKeys && H < 8 ? 64 : (len > 0 ? len : 1);  // chunk 64 only when blocked
     for (int64_t h = 0; h < H; ++h)
       for (int64_t i0 = 0; i0 < len; i0 += chunk) tasks.push_back({b, h, i0, i0 + chunk < len ? i0 + chunk : len});
     work += H * len * len * d.head_dim;
   }
-  const FlashFn fn = flash_fn(d);
+  const bool bf16 = bf16_kernel(d);  // the bf16 copy runs at every length (blocks of 32 keys up to 32)
   const int64_t ntask = (int64_t)tasks.size();
 #pragma omp parallel if (ntask > 1 && work > 65536)
   {
@@ -544,9 +667,9 @@ void attention_varlen(float* out, const float* q, const float* k, const float* v
       s.seq_offsets = nullptr;
       const float *qs = q + o * d.q_ld, *ks = k + o * d.k_ld, *vs = v + o * d.v_ld;
       float* os = out + o * d.out_ld;
-      if (len > kBlockedMinKeys) {
+      if (len > kBlockedMinKeys || bf16) {
         FlashArgs a{qs, ks, vs, os, &s, &mask};
-        fn(a, tk.h, tk.i0, tk.i1, sc);
+        flash_fn(s, len)(a, tk.h, tk.i0, tk.i1, sc);
       } else {
         scratch.resize(len * len);
         const int64_t Dh = d.head_dim;
@@ -575,7 +698,7 @@ void attention_forward(float* out, float* probs, const float* q, const float* k,
   }
   const int64_t B = d.batch, H = d.num_heads, Lq = d.q_len, Lk = d.kv_len, Dh = d.head_dim;
   if (B * H * Lq == 0) return;
-  if (!probs && !dropout_mask && Lk > kBlockedMinKeys) {
+  if (!probs && !dropout_mask && (Lk > kBlockedMinKeys || bf16_kernel(d))) {
     attention_blocked(out, q, k, v, d, mask);
     return;
   }

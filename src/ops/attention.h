@@ -46,10 +46,10 @@ struct AttentionDims {
   // counts are both its length). [batch + 1], non-decreasing, seq_offsets[0] = 0. q_len / kv_len are then
   // ignored, k_bs / v_bs too, and the mask may only be causal (the other forms index a padded [B, L] layout).
   const int64_t* seq_offsets = nullptr;
-  // A bf16 model's attention (torch.autocast(bfloat16) order): the blocked kernel rounds q (scaled), k, the
-  // softmax weights and v to bf16 for its two products and accumulates in fp32 with AVX512-BF16 dot products,
-  // when kernel_bf16_dot() (ops/isa.h) and head_dim is a multiple of 16; otherwise (and on the GEMM path of
-  // <= 32 keys) the fp32 kernels run.
+  // A bf16 (or int8) model's attention (torch.autocast(bfloat16) order): the blocked kernel rounds q (scaled),
+  // k, the softmax weights and v to bf16 for its two products and accumulates in fp32 with AVX512-BF16 dot
+  // products, when kernel_bf16_dot() (ops/isa.h) and head_dim is a multiple of 16, at every key count (blocks of
+  // 32 keys up to 32 keys, of 64 above); otherwise the fp32 kernels run. The online softmax stays fp32.
   bool bf16 = false;
 };
 
@@ -59,7 +59,8 @@ struct AttentionDims {
 //        and visualisation).
 // dropout_mask: [B, heads, Lq, Lk] multipliers (0 or 1/(1-p)) applied to the weights before v, or null
 //        (d2l's DotProductAttention drops attention weights).
-// With probs and dropout_mask both null (inference) and more than 32 keys, no [Lq, Lk] buffer is written: a
+// With probs and dropout_mask both null (inference) and more than 32 keys (any number for dims.bf16 on the
+// AVX512-BF16 copy), no [Lq, Lk] buffer is written: a
 // blocked online softmax per head (Flash-attention order on CPU: key blocks of 64 (AVX-512) or 32 (AVX2) keys;
 // running max and sum per query row; accumulator rescaled by exp(old_max - new_max)), vectorised for
 // kernel_isa() (ops/isa.h). Otherwise the scores go through oneDNN GEMMs and a masked softmax into probs (or a

@@ -454,21 +454,23 @@ void PackedLinear::forward(float* out, const float* inp, int64_t N, Epilogue ep)
   prim.execute(cpu_stream(), args);
   cpu_stream().wait();
   if (im.ct == ComputeType::I8 && !fused) {
-    // out = act(acc * x_scale[n] * w_scale[o] + bias[o]); the int32 sums arrive converted to fp32.
+    // out = act(acc * x_scale[n] * w_scale[o] + bias[o]) (the int32 sums arrive converted to fp32), one row at a
+    // time while it is in cache: the activation of a row (<= 65536 elements) runs on the calling thread, without
+    // a parallel region of its own; wider rows take the whole-output call (it parallelises itself).
     const float* rs = row_scale.data();
     const float* ws = im.w_scale.data();
     const float* bias = im.bias.empty() ? nullptr : im.bias.data();
     const Activation act = activation_of(ep);
+    const bool act_per_row = ep != Epilogue::None && O <= 65536;
 #pragma omp parallel for if (N * O > 65536)
     for (int64_t n = 0; n < N; ++n) {
       float* y = out + n * O;
       const float s = rs[n];
 #pragma omp simd
       for (int64_t o = 0; o < O; ++o) y[o] = y[o] * (s * ws[o]) + (bias ? bias[o] : 0.0f);
+      if (act_per_row) activation_forward(y, y, O, act);
     }
-    // One call over the whole output (it parallelises itself); per-row calls from inside the loop above cost a
-    // nested OpenMP region each.
-    if (ep != Epilogue::None) activation_forward(out, out, N * O, act);
+    if (ep != Epilogue::None && !act_per_row) activation_forward(out, out, N * O, act);
   }
 }
 
