@@ -13,6 +13,7 @@
 #include <stdexcept>
 
 #include "api/common.h"
+#include "api/finetune_embed.h"
 #include "core/rng.h"
 #include "io/atomic_file.h"
 #include "io/json_util.h"
@@ -34,9 +35,9 @@ struct Example {
 };
 
 void check_options(const FinetuneOptions& o) {
-  if (o.task == "token-classify" || o.task == "embed" || o.task == "mlm")
-    throw std::invalid_argument("--task " + o.task + " is not implemented yet; only 'classify' is");
-  if (o.task != "classify")
+  if (o.task == "token-classify" || o.task == "mlm")
+    throw std::invalid_argument("--task " + o.task + " is not implemented yet; only 'classify' and 'embed' are");
+  if (o.task != "classify" && o.task != "embed")
     throw std::invalid_argument("unknown task '" + o.task + "' (classify, token-classify, embed or mlm)");
   if (o.train_file.empty()) throw std::invalid_argument("a training file is required (--train FILE)");
   if (o.out_dir.empty()) throw std::invalid_argument("an output folder is required (--out DIR)");
@@ -224,8 +225,10 @@ FinetuneSummary finetune(const std::string& model_dir, const FinetuneOptions& o)
   const auto t0 = std::chrono::steady_clock::now();
   check_options(o);
   api::require_dir(model_dir, "model folder");
-  api::require_file(model_dir + "/config.json");
-  api::require_weights(model_dir);
+  if (o.task != "embed") {  // a sentence-transformers folder may keep its Transformer in a subfolder
+    api::require_file(model_dir + "/config.json");
+    api::require_weights(model_dir);
+  }
   api::require_file(o.train_file);
   if (!o.eval_file.empty()) api::require_file(o.eval_file);
   std::error_code ec;
@@ -238,6 +241,7 @@ FinetuneSummary finetune(const std::string& model_dir, const FinetuneOptions& o)
       throw std::invalid_argument("--out is the model folder itself; choose another folder");
   }
   api::apply_threads(o.threads);
+  if (o.task == "embed") return api::finetune_embed(model_dir, o);
   const std::string cfg_path = model_dir + "/config.json";
   const nlohmann::json cfg_json = load_json_file(cfg_path);
   const EncoderConfig config = EncoderConfig::from_json(cfg_json, cfg_path);
@@ -259,18 +263,9 @@ FinetuneSummary finetune(const std::string& model_dir, const FinetuneOptions& o)
   summary.eval_examples = (int64_t)eval_ex.size();
 
   const int64_t steps_per_epoch = ((int64_t)train_ex.size() + o.batch_size - 1) / o.batch_size;
-  FinetuneHyperparameters hp;
-  hp.learning_rate = o.learning_rate;
-  hp.weight_decay = o.weight_decay;
-  hp.adam_beta1 = o.adam_beta1;
-  hp.adam_beta2 = o.adam_beta2;
-  hp.adam_epsilon = o.adam_epsilon;
-  hp.max_grad_norm = o.max_grad_norm;
-  hp.total_steps = steps_per_epoch * o.epochs;
-  hp.warmup_steps = o.warmup_steps > 0 ? o.warmup_steps : (int64_t)std::ceil(o.warmup_ratio * (double)hp.total_steps);
   // BertForSequenceClassification: classifier_dropout if set, else hidden_dropout_prob (the body's dropout).
-  hp.dropout = (float)json_number_or(cfg_json, "hidden_dropout_prob", 0.1, cfg_path);
-  hp.seed = o.seed;
+  const FinetuneHyperparameters hp = api::finetune_hyperparameters(
+      o, steps_per_epoch * o.epochs, json_number_or(cfg_json, "hidden_dropout_prob", 0.1, cfg_path));
   const double init_range = json_number_or(cfg_json, "initializer_range", 0.02, cfg_path);
   CheckpointWeights weights(model_dir);
   SequenceClassificationTrainer trainer(config, weights, (int64_t)summary.labels.size(), hp, init_range);

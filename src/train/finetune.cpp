@@ -34,6 +34,29 @@ bool is_no_decay(const std::string& name) {
 }
 }  // namespace
 
+std::unique_ptr<Adam> make_trainer_adamw(const nn::ParamStore& params, const FinetuneHyperparameters& hp) {
+  AdamOptions ao;
+  ao.lr = (float)hp.learning_rate;
+  ao.beta1 = (float)hp.adam_beta1;
+  ao.beta2 = (float)hp.adam_beta2;
+  ao.eps = (float)hp.adam_epsilon;
+  ao.weight_decay = (float)hp.weight_decay;
+  ao.decoupled_weight_decay = true;
+  auto adam = std::make_unique<Adam>(params.total(), ao);
+  std::vector<bool> decay;
+  for (const auto& e : params.entries()) decay.push_back(!is_no_decay(e.name));
+  adam->set_decay(std::move(decay));
+  return adam;
+}
+
+double trainer_optimizer_step(nn::ParamStore& params, Adam& adam, const FinetuneHyperparameters& hp, int64_t step) {
+  const double norm = clip_grad_norm_hf(params, hp.max_grad_norm);
+  if (!std::isfinite(norm)) throw std::runtime_error("the gradient norm is not finite");
+  const double lr = hp.learning_rate * linear_warmup_factor(step, hp.warmup_steps, hp.total_steps);
+  adam.step(params, (float)lr);
+  return lr;
+}
+
 SequenceClassificationTrainer::SequenceClassificationTrainer(const EncoderConfig& config, WeightSource& weights,
                                                              int64_t num_labels, const FinetuneHyperparameters& hp,
                                                              double initializer_range)
@@ -66,17 +89,7 @@ SequenceClassificationTrainer::SequenceClassificationTrainer(const EncoderConfig
     for (int64_t i = 0; i < num_labels * H; ++i) w[i] = (float)initializer_range * init.normal();
     std::fill(classifier_.bias.data(), classifier_.bias.data() + num_labels, 0.0f);
   }
-  AdamOptions ao;
-  ao.lr = (float)hp.learning_rate;
-  ao.beta1 = (float)hp.adam_beta1;
-  ao.beta2 = (float)hp.adam_beta2;
-  ao.eps = (float)hp.adam_epsilon;
-  ao.weight_decay = (float)hp.weight_decay;
-  ao.decoupled_weight_decay = true;
-  adam_ = std::make_unique<Adam>(store_.total(), ao);
-  std::vector<bool> decay;
-  for (const auto& e : store_.entries()) decay.push_back(!is_no_decay(e.name));
-  adam_->set_decay(std::move(decay));
+  adam_ = make_trainer_adamw(store_, hp);
 }
 
 void SequenceClassificationTrainer::forward(const ClassificationBatch& batch, bool dropout) {
@@ -131,10 +144,7 @@ double SequenceClassificationTrainer::compute_gradients(const ClassificationBatc
 double SequenceClassificationTrainer::train_step(const ClassificationBatch& batch) {
   const double loss = compute_gradients(batch, /*dropout=*/true);
   if (!std::isfinite(loss)) throw std::runtime_error("the training loss is not finite (" + std::to_string(loss) + ")");
-  const double norm = clip_grad_norm_hf(store_, hp_.max_grad_norm);
-  if (!std::isfinite(norm)) throw std::runtime_error("the gradient norm is not finite");
-  last_lr_ = hp_.learning_rate * linear_warmup_factor(step_, hp_.warmup_steps, hp_.total_steps);
-  adam_->step(store_, (float)last_lr_);
+  last_lr_ = trainer_optimizer_step(store_, *adam_, hp_, step_);
   ++step_;
   return loss;
 }

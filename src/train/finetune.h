@@ -40,6 +40,14 @@ double linear_warmup_factor(int64_t step, int64_t warmup_steps, int64_t total_st
 // gradients are scaled by max_norm / (norm + 1e-6). Returns the norm before clipping.
 double clip_grad_norm_hf(nn::ParamStore& params, double max_norm);
 
+// The Trainer's optimizer over `params`: torch.optim.AdamW with hp's betas, eps and weight decay, in two groups
+// (Trainer.get_decay_parameter_names: no decay on biases and LayerNorm weights).
+std::unique_ptr<Adam> make_trainer_adamw(const nn::ParamStore& params, const FinetuneHyperparameters& hp);
+// The Trainer's optimizer step `step` (0-based) on the gradients in `params`: clip_grad_norm_hf(max_grad_norm),
+// then AdamW at learning_rate * linear_warmup_factor(step). Returns that learning rate. Throws
+// std::runtime_error when the gradient norm is not finite (nothing is updated then).
+double trainer_optimizer_step(nn::ParamStore& params, Adam& adam, const FinetuneHyperparameters& hp, int64_t step);
+
 // BertForSequenceClassification in training: the body (models/bert.h BertTrainable, names "bert.*") and
 // "classifier.weight" [num_labels, H], "classifier.bias" [num_labels] in one ParamStore.
 class SequenceClassificationTrainer {

@@ -19,14 +19,19 @@ void add_finetune_command(CLI::App& app) {
       "finetune",
       "Fine-tune a Hugging Face BERT folder as a text classifier (the Hugging Face Trainer's AdamW, linear warmup "
       "and decay, clipping, dropout); writes a BertForSequenceClassification folder that tfm classify, tfm serve "
-      "and transformers load, with train_log.csv");
-  cmd->add_option("--model", *model, "Model folder (config.json, model.safetensors or pytorch_model.bin, tokenizer)")
+      "and transformers load, with train_log.csv. --task embed fine-tunes a sentence-transformers folder on "
+      "anchor,positive[,negative] columns (MultipleNegativesRankingLoss, in-batch negatives) or sentence1,sentence2,"
+      "score (CosineSimilarityLoss) and writes a sentence-transformers folder that tfm embed loads");
+  cmd->add_option("--model", *model, "Model folder (config.json, model.safetensors or pytorch_model.bin, tokenizer; "
+                                     "embed: a sentence-transformers folder)")
       ->required();
-  cmd->add_option("--task", o->task, "classify (token-classify, embed and mlm are not implemented yet)")
+  cmd->add_option("--task", o->task, "classify or embed (token-classify and mlm are not implemented yet)")
       ->capture_default_str();
-  cmd->add_option("--train", o->train_file, "Training data: .csv, .tsv or .jsonl with columns text [, text_pair], label")
+  cmd->add_option("--train", o->train_file, "Training data: .csv, .tsv or .jsonl with columns text [, text_pair], label "
+                                            "(embed: anchor, positive [, negative], or sentence1, sentence2, score)")
       ->required();
-  cmd->add_option("--eval", o->eval_file, "Evaluation data (same columns): accuracy and macro F1 after each epoch; "
+  cmd->add_option("--eval", o->eval_file, "Evaluation data (same columns): accuracy and macro F1 (embed: retrieval "
+                                          "accuracy@1 and MRR, or Spearman) after each epoch; "
                                           "the best epoch is written");
   cmd->add_option("--out", o->out_dir, "Output folder: created, or empty (see --overwrite)")->required();
   cmd->add_flag("--overwrite", o->overwrite, "Replace the model in an existing --out folder");
@@ -71,12 +76,17 @@ void add_finetune_command(CLI::App& app) {
     }
     const bool tty = isatty(2);
     if (!*no_progress)
-      o->progress = [tty](const FinetuneProgress& p) {
+      o->progress = [tty, embed = o->task == "embed"](const FinetuneProgress& p) {
         if (p.epoch_end) {
           std::fprintf(stderr, "%sepoch %lld/%lld  step %lld/%lld  train loss %.4f", tty ? "\r\033[K" : "",
                        (long long)p.epoch, (long long)p.epochs, (long long)p.step, (long long)p.total_steps,
                        p.train_loss);
-          if (p.eval_loss != 0 || p.eval_accuracy != 0)
+          if (p.eval_mrr != 0)  // --task embed, (anchor, positive) data
+            std::fprintf(stderr, "  eval loss %.4f  accuracy@1 %.4f  MRR %.4f", p.eval_loss, p.eval_accuracy,
+                         p.eval_mrr);
+          else if (embed && p.eval_loss != 0)
+            std::fprintf(stderr, "  eval loss %.4f  Spearman %.4f", p.eval_loss, p.eval_spearman);
+          else if (p.eval_loss != 0 || p.eval_accuracy != 0)
             std::fprintf(stderr, "  eval loss %.4f  accuracy %.4f  macro F1 %.4f", p.eval_loss, p.eval_accuracy,
                          p.eval_macro_f1);
           std::fprintf(stderr, "\n");
@@ -87,6 +97,17 @@ void add_finetune_command(CLI::App& app) {
         }
       };
     const FinetuneSummary s = finetune(*model, *o);
+    if (o->task == "embed") {
+      std::fprintf(stderr, "wrote %s (%s; %lld steps on %lld examples in %.1f s", s.out_dir.c_str(), s.loss.c_str(),
+                   (long long)s.steps, (long long)s.train_examples, s.seconds);
+      if (s.eval_examples > 0 && s.best_eval_mrr != 0)
+        std::fprintf(stderr, "; best epoch %lld: eval accuracy@1 %.4f, MRR %.4f", (long long)s.best_epoch,
+                     s.best_eval_accuracy, s.best_eval_mrr);
+      else if (s.eval_examples > 0)
+        std::fprintf(stderr, "; best epoch %lld: eval Spearman %.4f", (long long)s.best_epoch, s.best_eval_spearman);
+      std::fprintf(stderr, ")\n");
+      return;
+    }
     std::string labels_str;
     for (const auto& l : s.labels) labels_str += (labels_str.empty() ? "" : ", ") + l;
     std::fprintf(stderr, "wrote %s (labels %s; %lld steps on %lld examples in %.1f s", s.out_dir.c_str(),
