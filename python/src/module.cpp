@@ -688,7 +688,9 @@ PYBIND11_MODULE(_tfm, m) {
       .def_readonly("examples_per_sec", &tfm::FinetuneProgress::examples_per_sec)
       .def_readonly("eval_loss", &tfm::FinetuneProgress::eval_loss)
       .def_readonly("eval_accuracy", &tfm::FinetuneProgress::eval_accuracy)
-      .def_readonly("eval_macro_f1", &tfm::FinetuneProgress::eval_macro_f1);
+      .def_readonly("eval_macro_f1", &tfm::FinetuneProgress::eval_macro_f1)
+      .def_readonly("eval_mrr", &tfm::FinetuneProgress::eval_mrr)
+      .def_readonly("eval_spearman", &tfm::FinetuneProgress::eval_spearman);
   py::class_<tfm::FinetuneSummary>(m, "FinetuneSummary")
       .def_readonly("out_dir", &tfm::FinetuneSummary::out_dir)
       .def_readonly("labels", &tfm::FinetuneSummary::labels)
@@ -700,6 +702,9 @@ PYBIND11_MODULE(_tfm, m) {
       .def_readonly("best_eval_accuracy", &tfm::FinetuneSummary::best_eval_accuracy)
       .def_readonly("best_eval_macro_f1", &tfm::FinetuneSummary::best_eval_macro_f1)
       .def_readonly("best_eval_loss", &tfm::FinetuneSummary::best_eval_loss)
+      .def_readonly("best_eval_mrr", &tfm::FinetuneSummary::best_eval_mrr)
+      .def_readonly("best_eval_spearman", &tfm::FinetuneSummary::best_eval_spearman)
+      .def_readonly("loss", &tfm::FinetuneSummary::loss)
       .def_readonly("seconds", &tfm::FinetuneSummary::seconds)
       .def("__repr__", [](const tfm::FinetuneSummary& s) {
         char buf[320];
@@ -749,7 +754,8 @@ PYBIND11_MODULE(_tfm, m) {
       py::arg("seed") = 42, py::arg("labels") = py::none(), py::arg("overwrite") = false, py::arg("threads") = 0,
       py::arg("progress") = py::none(),
       "Fine-tune a BERT folder as a text classifier (tfm finetune): train/eval are .csv/.tsv/.jsonl files with "
-      "text [, text_pair], label; writes a BertForSequenceClassification folder to out_dir; progress("
+      "text [, text_pair], label; writes a BertForSequenceClassification folder to out_dir (task='embed': a "
+      "sentence-transformers folder trained on anchor, positive [, negative] or sentence1, sentence2, score); progress("
       "FinetuneProgress) after every step and epoch; returns a FinetuneSummary. ValueError for bad options or data.");
 
   // ------------------------------------------------------------------ token classification, fill-mask
