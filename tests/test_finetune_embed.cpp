@@ -16,13 +16,16 @@
 #include "models/encoder.h"
 #include "models/sentence_transformer.h"
 #include "run_tfm.h"
+#include "finetune_test_util.h"
 #include "test_util.h"
 #include "train/finetune_embed.h"
 
 namespace tfm {
 namespace {
 
+using test::close_to;
 using test::fixture;
+using test::is_key_bias;
 
 const SafeTensors& steps() {
   static const SafeTensors st = SafeTensors::open(fixture("finetune_embed/steps.safetensors"));
@@ -69,14 +72,6 @@ SentenceBatch batch_of(const std::string& run, int k) {
   return b;
 }
 
-::testing::AssertionResult close_to(const float* got, const Tensor& want, double rel) {
-  double scale = 0;
-  for (int64_t i = 0; i < want.numel(); ++i) scale = std::max(scale, (double)std::fabs(want.f32()[i]));
-  return test::all_close(got, want.f32(), want.numel(), (float)(rel * std::max(scale, 1e-3)));
-}
-
-// softmax cancels q . b_k: the key biases' gradient is 0 in exact arithmetic, rounding noise on both sides.
-bool is_key_bias(const std::string& name) { return name.find("attention.self.key.bias") != std::string::npos; }
 
 // Runs fixture run `run` step by step: the first step's loss and every gradient, then every step's loss and
 // learning rate, and every parameter after the last step.

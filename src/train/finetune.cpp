@@ -34,6 +34,16 @@ bool is_no_decay(const std::string& name) {
 }
 }  // namespace
 
+nn::Context training_context(const FinetuneHyperparameters& hp, Rng& rng, bool dropout) {
+  nn::Context ctx;
+  ctx.grad = true;
+  if (dropout && hp.dropout > 0) {
+    ctx.rng = &rng;
+    ctx.dropout = hp.dropout;
+  }
+  return ctx;
+}
+
 std::unique_ptr<Adam> make_trainer_adamw(const nn::ParamStore& params, const FinetuneHyperparameters& hp) {
   AdamOptions ao;
   ao.lr = (float)hp.learning_rate;
@@ -97,12 +107,7 @@ void SequenceClassificationTrainer::forward(const ClassificationBatch& batch, bo
   if ((int64_t)batch.input_ids.size() != B * L || (int64_t)batch.attention_mask.size() != B * L ||
       (!batch.token_type_ids.empty() && (int64_t)batch.token_type_ids.size() != B * L))
     throw std::invalid_argument("classification batch: arrays do not match [B, L]");
-  nn::Context ctx;
-  ctx.grad = true;
-  if (dropout && hp_.dropout > 0) {
-    ctx.rng = &rng_;
-    ctx.dropout = hp_.dropout;
-  }
+  const nn::Context ctx = training_context(hp_, rng_, dropout);
   body_->forward(ctx, batch.input_ids.data(), batch.token_type_ids.empty() ? nullptr : batch.token_type_ids.data(),
                  batch.attention_mask.data(), B, L);
   pooled_drop_.assign(body_->pooler_output(), body_->pooler_output() + B * H);

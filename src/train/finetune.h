@@ -40,6 +40,9 @@ double linear_warmup_factor(int64_t step, int64_t warmup_steps, int64_t total_st
 // gradients are scaled by max_norm / (norm + 1e-6). Returns the norm before clipping.
 double clip_grad_norm_hf(nn::ParamStore& params, double max_norm);
 
+// The nn::Context of a training forward: gradients saved, dropout hp.dropout drawn from `rng` when `dropout`.
+nn::Context training_context(const FinetuneHyperparameters& hp, Rng& rng, bool dropout);
+
 // The Trainer's optimizer over `params`: torch.optim.AdamW with hp's betas, eps and weight decay, in two groups
 // (Trainer.get_decay_parameter_names: no decay on biases and LayerNorm weights).
 std::unique_ptr<Adam> make_trainer_adamw(const nn::ParamStore& params, const FinetuneHyperparameters& hp);

@@ -185,12 +185,7 @@ void SentenceEmbeddingTrainer::forward(const SentenceBatch& batch, bool dropout)
       (int64_t)batch.attention_mask.size() != N * L ||
       (!batch.token_type_ids.empty() && (int64_t)batch.token_type_ids.size() != N * L))
     throw std::invalid_argument("sentence batch: arrays do not match [columns * B, L]");
-  nn::Context ctx;
-  ctx.grad = true;
-  if (dropout && hp_.dropout > 0) {
-    ctx.rng = &rng_;
-    ctx.dropout = hp_.dropout;
-  }
+  const nn::Context ctx = training_context(hp_, rng_, dropout);
   body_->forward(ctx, batch.input_ids.data(), batch.token_type_ids.empty() ? nullptr : batch.token_type_ids.data(),
                  batch.attention_mask.data(), N, L);
   mask_ = batch.attention_mask;
