@@ -6,7 +6,10 @@
 #include <cmath>
 #include <string>
 
+#include <nlohmann/json.hpp>
+
 #include "core/tensor.h"
+#include "train/finetune.h"
 #include "test_util.h"
 
 namespace tfm::test {
@@ -21,5 +24,21 @@ inline ::testing::AssertionResult close_to(const float* got, const Tensor& want,
 // The key projection's bias adds q . b_k to every score of a query row, which softmax cancels: its gradient is 0
 // in exact arithmetic, rounding noise on both sides (and Adam turns that noise into steps of +-lr).
 inline bool is_key_bias(const std::string& name) { return name.find("attention.self.key.bias") != std::string::npos; }
+
+// The hyperparameters a fixture script wrote (hyper.json's keys are FinetuneHyperparameters' names); dropout 0, as
+// the references run without it (torch's RNG is not ours).
+inline FinetuneHyperparameters hyperparameters_from_json(const nlohmann::json& j) {
+  FinetuneHyperparameters hp;
+  hp.learning_rate = j["learning_rate"];
+  hp.weight_decay = j["weight_decay"];
+  hp.adam_beta1 = j["adam_beta1"];
+  hp.adam_beta2 = j["adam_beta2"];
+  hp.adam_epsilon = j["adam_epsilon"];
+  hp.max_grad_norm = j["max_grad_norm"];
+  hp.warmup_steps = j["warmup_steps"];
+  hp.total_steps = j["total_steps"];
+  hp.dropout = 0.0f;
+  return hp;
+}
 
 }  // namespace tfm::test

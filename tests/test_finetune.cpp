@@ -35,18 +35,7 @@ ClassificationBatch batch_of(const SafeTensors& st, int k) {
 }
 
 FinetuneHyperparameters fixture_hyper() {
-  const nlohmann::json j = load_json_file(fixture("finetune/hyper.json"));
-  FinetuneHyperparameters hp;
-  hp.learning_rate = j["learning_rate"];
-  hp.weight_decay = j["weight_decay"];
-  hp.adam_beta1 = j["adam_beta1"];
-  hp.adam_beta2 = j["adam_beta2"];
-  hp.adam_epsilon = j["adam_epsilon"];
-  hp.max_grad_norm = j["max_grad_norm"];
-  hp.warmup_steps = j["warmup_steps"];
-  hp.total_steps = j["total_steps"];
-  hp.dropout = 0.0f;  // the reference runs without dropout (torch's RNG is not ours)
-  return hp;
+  return test::hyperparameters_from_json(load_json_file(fixture("finetune/hyper.json")));
 }
 
 

@@ -33,18 +33,7 @@ const SafeTensors& steps() {
 }
 
 FinetuneHyperparameters hyper(const std::string& which) {
-  const nlohmann::json j = load_json_file(fixture("finetune_embed/hyper.json"))[which];
-  FinetuneHyperparameters hp;
-  hp.learning_rate = j["learning_rate"];
-  hp.weight_decay = j["weight_decay"];
-  hp.adam_beta1 = j["adam_beta1"];
-  hp.adam_beta2 = j["adam_beta2"];
-  hp.adam_epsilon = j["adam_epsilon"];
-  hp.max_grad_norm = j["max_grad_norm"];
-  hp.warmup_steps = j["warmup_steps"];
-  hp.total_steps = j["total_steps"];
-  hp.dropout = 0.0f;  // the reference runs without dropout
-  return hp;
+  return test::hyperparameters_from_json(load_json_file(fixture("finetune_embed/hyper.json"))[which]);
 }
 
 // The columns of fixture batch k (each padded on its own, as sentence-transformers runs them) padded into one.
