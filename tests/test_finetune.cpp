@@ -9,13 +9,16 @@
 #include "io/safetensors.h"
 #include "models/checkpoint_weights.h"
 #include "models/encoder.h"
+#include "finetune_test_util.h"
 #include "test_util.h"
 #include "train/finetune.h"
 
 namespace tfm {
 namespace {
 
+using test::close_to;
 using test::fixture;
+using test::is_key_bias;
 
 ClassificationBatch batch_of(const SafeTensors& st, int k) {
   const std::string p = "batch" + std::to_string(k) + ".";
@@ -32,29 +35,9 @@ ClassificationBatch batch_of(const SafeTensors& st, int k) {
 }
 
 FinetuneHyperparameters fixture_hyper() {
-  const nlohmann::json j = load_json_file(fixture("finetune/hyper.json"));
-  FinetuneHyperparameters hp;
-  hp.learning_rate = j["learning_rate"];
-  hp.weight_decay = j["weight_decay"];
-  hp.adam_beta1 = j["adam_beta1"];
-  hp.adam_beta2 = j["adam_beta2"];
-  hp.adam_epsilon = j["adam_epsilon"];
-  hp.max_grad_norm = j["max_grad_norm"];
-  hp.warmup_steps = j["warmup_steps"];
-  hp.total_steps = j["total_steps"];
-  hp.dropout = 0.0f;  // the reference runs without dropout (torch's RNG is not ours)
-  return hp;
+  return test::hyperparameters_from_json(load_json_file(fixture("finetune/hyper.json")));
 }
 
-// Relative to the tensor's scale: gradients and parameters of a few steps agree with PyTorch to float rounding.
-::testing::AssertionResult close_to(const float* got, const Tensor& want, double rel) {
-  double scale = 0;
-  for (int64_t i = 0; i < want.numel(); ++i) scale = std::max(scale, (double)std::fabs(want.f32()[i]));
-  return test::all_close(got, want.f32(), want.numel(), (float)(rel * std::max(scale, 1e-3)));
-}
-
-// The key projection's bias adds q . b_k to every score of a query row, which softmax cancels: its gradient is 0.
-bool is_key_bias(const std::string& name) { return name.find("attention.self.key.bias") != std::string::npos; }
 
 TEST(Finetune, SequenceClassificationStepsMatchPyTorchAndTheTrainer) {
   const SafeTensors st = SafeTensors::open(fixture("finetune/steps.safetensors"));

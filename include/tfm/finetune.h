@@ -31,6 +31,11 @@ struct FinetuneProgress {
   /// ("eval_loss", "eval_accuracy", "eval_macro_f1" | "eval_loss", "eval_accuracy", "eval_precision",
   /// "eval_recall", "eval_f1" (seqeval's micro averages over entities) | "eval_loss", "eval_perplexity").
   std::vector<std::pair<std::string, double>> eval_metrics;
+  /// task "embed": eval_accuracy is retrieval accuracy@1 and eval_mrr the mean reciprocal rank of each eval
+  /// anchor's positive among all eval positives (cosine similarity), eval_loss MultipleNegativesRankingLoss over
+  /// them; with (sentence1, sentence2, score) data eval_loss is CosineSimilarityLoss's mean squared error and
+  /// eval_spearman the Spearman correlation of the cosine similarities with the scores.
+  double eval_mrr = 0, eval_spearman = 0;
 };
 
 struct FinetuneOptions {
@@ -38,8 +43,9 @@ struct FinetuneOptions {
   /// (BertForTokenClassification: columns tokens (the words: a JSON list, or words separated by spaces) and tags
   /// (one label per word, same forms); each word's label on its first sub-token, -100 on the others and on special
   /// tokens, as transformers' run_ner tokenize_and_align_labels), or "mlm" (BertForMaskedLM: column text, one
-  /// example a row; DataCollatorForLanguageModeling's masking, drawn anew each epoch). "embed" is not implemented
-  /// yet and is refused with std::invalid_argument.
+  /// example a row; DataCollatorForLanguageModeling's masking, drawn anew each epoch), or "embed" (a
+  /// sentence-transformers folder: columns anchor, positive [, negative] train with MultipleNegativesRankingLoss
+  /// and in-batch negatives, columns sentence1, sentence2, score with CosineSimilarityLoss).
   std::string task = "classify";
   std::string train_file;  ///< .csv / .tsv / .jsonl with a header (or keys) with the task's columns
   /// Optional, same columns: evaluated after every epoch; the best epoch is kept (classify: by accuracy, ties the
@@ -62,7 +68,8 @@ struct FinetuneOptions {
   double max_grad_norm = 1.0;        ///< <= 0: no clipping
   double warmup_ratio = 0.0;         ///< warmup steps = ceil(ratio * total steps), unless warmup_steps > 0
   int64_t warmup_steps = 0;
-  int64_t max_length = 128;          ///< texts are truncated to this many tokens (special tokens included)
+  int64_t max_length = 128;          ///< texts are truncated to this many tokens (special tokens included; embed:
+                                     ///< at most the folder's max_seq_length)
   double mlm_probability = 0.15;     ///< mlm: DataCollatorForLanguageModeling.mlm_probability, in (0, 1)
   uint64_t seed = 42;                ///< shuffling, dropout, masking, a new head's initialisation
   /// Training state (weights, AdamW moments, step, random generators, log) saved to out_dir/trainer_state.safetensors
@@ -90,6 +97,8 @@ struct FinetuneSummary {
   double best_eval_accuracy = 0, best_eval_macro_f1 = 0, best_eval_loss = 0;
   std::vector<std::pair<std::string, double>> best_eval_metrics;  ///< FinetuneProgress::eval_metrics of best_epoch
   int64_t resumed_from_step = 0;    ///< the checkpoint's step with resume, else 0
+  double best_eval_mrr = 0, best_eval_spearman = 0;  ///< task embed (see FinetuneProgress)
+  std::string loss;                 ///< task embed: "MultipleNegativesRankingLoss" or "CosineSimilarityLoss"
   double seconds = 0;
 };
 
@@ -103,6 +112,14 @@ struct FinetuneSummary {
 /// best so far. Throws std::invalid_argument for bad options or data (an unknown column, a label not in `labels`,
 /// an empty text, a tokens/tags length mismatch, a checkpoint written with other options), tfm::FileNotFoundError
 /// for a missing file or folder, and std::runtime_error for an unreadable checkpoint or a non-finite loss.
+///
+/// task "embed": `model_dir` is a sentence-transformers folder (modules.json: Transformer (bert) -> Pooling ->
+/// [Normalize]; Dense modules are refused), trained as SentenceTransformerTrainer trains it (the same optimizer;
+/// MultipleNegativesRankingLoss with scale 20 and cos_sim, or CosineSimilarityLoss); the best epoch is chosen by
+/// eval accuracy@1 (ties: MRR), or by Spearman correlation for scored pairs. out_dir is again a
+/// sentence-transformers folder (modules.json, the Pooling config, sentence_bert_config.json, the Transformer's
+/// config.json, model.safetensors with BertModel names, tokenizer files) that `tfm embed` loads, and train_log.csv
+/// (resume, precision bf16 and gradient accumulation are not implemented for embed yet).
 FinetuneSummary finetune(const std::string& model_dir, const FinetuneOptions& options);
 
 }  // namespace tfm

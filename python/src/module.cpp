@@ -693,7 +693,9 @@ PYBIND11_MODULE(_tfm, m) {
         py::dict d;
         for (const auto& [k, v] : p.eval_metrics) d[py::str(k)] = v;
         return d;
-      });
+      })
+      .def_readonly("eval_mrr", &tfm::FinetuneProgress::eval_mrr)
+      .def_readonly("eval_spearman", &tfm::FinetuneProgress::eval_spearman);
   py::class_<tfm::FinetuneSummary>(m, "FinetuneSummary")
       .def_readonly("out_dir", &tfm::FinetuneSummary::out_dir)
       .def_readonly("labels", &tfm::FinetuneSummary::labels)
@@ -711,6 +713,9 @@ PYBIND11_MODULE(_tfm, m) {
         for (const auto& [k, v] : s.best_eval_metrics) d[py::str(k)] = v;
         return d;
       })
+      .def_readonly("best_eval_mrr", &tfm::FinetuneSummary::best_eval_mrr)
+      .def_readonly("best_eval_spearman", &tfm::FinetuneSummary::best_eval_spearman)
+      .def_readonly("loss", &tfm::FinetuneSummary::loss)
       .def_readonly("seconds", &tfm::FinetuneSummary::seconds)
       .def("__repr__", [](const tfm::FinetuneSummary& s) {
         char buf[320];
@@ -767,7 +772,8 @@ PYBIND11_MODULE(_tfm, m) {
       py::arg("progress") = py::none(), py::arg("gradient_accumulation_steps") = 1, py::arg("save_steps") = 0,
       py::arg("resume") = false, py::arg("mlm_probability") = 0.15, py::arg("precision") = "fp32",
       "Fine-tune a BERT folder (tfm finetune): task 'classify' (columns text [, text_pair], label), "
-      "'token-classify' (tokens, tags) or 'mlm' (text); train/eval are .csv/.tsv/.jsonl files; writes a "
+      "'token-classify' (tokens, tags), 'mlm' (text) or 'embed' (a sentence-transformers folder trained on anchor, "
+      "positive [, negative] or sentence1, sentence2, score; writes a sentence-transformers folder); train/eval are .csv/.tsv/.jsonl files; writes a "
       "BertFor{SequenceClassification,TokenClassification,MaskedLM} folder to out_dir; progress(FinetuneProgress) "
       "after every step and epoch; resume=True continues a stopped run; returns a FinetuneSummary. ValueError for "
       "bad options or data.");

@@ -35,8 +35,8 @@ def test_finetune_equals_cli_and_reports_progress(tmp_path):
 def test_finetune_errors_are_value_errors(tmp_path):
     (tmp_path / "train.csv").write_text(TRAIN)
     model = f"{FIX}/heads_seqcls"
-    with pytest.raises(ValueError, match="not implemented yet"):
-        tfm.finetune(model, str(tmp_path / "train.csv"), str(tmp_path / "o"), task="embed")
+    with pytest.raises(ValueError, match="--task embed does not support --resume yet"):
+        tfm.finetune(model, str(tmp_path / "train.csv"), str(tmp_path / "o"), task="embed", resume=True)
     with pytest.raises(ValueError, match="label 'pos' is not in the label set"):
         tfm.finetune(model, str(tmp_path / "train.csv"), str(tmp_path / "o"), labels=["neg", "x"])
     with pytest.raises(FileNotFoundError):
@@ -63,3 +63,21 @@ def test_finetune_token_classify_and_mlm(tmp_path):
                      eval=str(tmp_path / "text.csv"), epochs=1, batch_size=2, threads=1)
     assert set(m.best_eval_metrics) == {"eval_loss", "eval_perplexity"}
     assert tfm.MaskFiller(str(tmp_path / "mlm")).fill(["the cat sat on the [MASK]"])
+def test_finetune_embed_writes_a_folder_tfm_embeds_with(tmp_path):
+    # task="embed": a sentence-transformers folder in, MultipleNegativesRankingLoss, a sentence-transformers folder
+    # out; the eval anchors equal their positives, so each retrieves its own (accuracy@1 and MRR 1).
+    pairs = [("the cat sat on the mat.", "a cat is on the mat"), ("paris is the capital of france.", "paris"),
+             ("two men are playing football", "men playing football"), ("what time is it?", "the time")]
+    (tmp_path / "train.csv").write_text("anchor,positive\n" + "".join(f"{a},{p}\n" for a, p in pairs))
+    (tmp_path / "eval.csv").write_text("anchor,positive\n" + "".join(f"{a},{a}\n" for a, _ in pairs))
+    events = []
+    s = tfm.finetune(f"{FIX}/st_mean", str(tmp_path / "train.csv"), str(tmp_path / "st"), task="embed",
+                     eval=str(tmp_path / "eval.csv"), epochs=2, batch_size=2, lr=1e-3, threads=1,
+                     progress=events.append)
+    assert s.loss == "MultipleNegativesRankingLoss" and s.steps == 4 and s.labels == []
+    assert s.best_eval_accuracy == 1.0 and s.best_eval_mrr == 1.0
+    assert [e.eval_mrr for e in events if e.epoch_end] == [1.0, 1.0]
+    for f in ["modules.json", "1_Pooling/config.json", "model.safetensors", "vocab.txt", "train_log.csv"]:
+        assert (tmp_path / "st" / f).exists(), f
+    out = run_cli("embed", "--model", str(tmp_path / "st"), "--input", str(tmp_path / "eval.csv"), "--quiet")
+    assert len(out.stdout.strip().splitlines()) == 5  # the header line is embedded too

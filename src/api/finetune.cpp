@@ -14,6 +14,7 @@
 #include <stdexcept>
 
 #include "api/common.h"
+#include "api/finetune_embed.h"
 #include "core/rng.h"
 #include "eval/seqeval.h"
 #include "io/atomic_file.h"
@@ -44,8 +45,7 @@ struct Example {
 // ---------------------------------------------------------------- options and data
 
 void check_options(const FinetuneOptions& o) {
-  if (o.task == "embed") throw std::invalid_argument("--task embed is not implemented yet");
-  if (o.task != "classify" && o.task != "token-classify" && o.task != "mlm")
+  if (o.task != "classify" && o.task != "token-classify" && o.task != "mlm" && o.task != "embed")
     throw std::invalid_argument("unknown task '" + o.task + "' (classify, token-classify, embed or mlm)");
   if (o.train_file.empty()) throw std::invalid_argument("a training file is required (--train FILE)");
   if (o.out_dir.empty()) throw std::invalid_argument("an output folder is required (--out DIR)");
@@ -71,6 +71,15 @@ void check_options(const FinetuneOptions& o) {
   if (!(o.mlm_probability > 0 && o.mlm_probability < 1)) throw std::invalid_argument("mlm_probability must be in (0, 1)");
   if (o.max_length < (o.task == "token-classify" ? 3 : 2))
     throw std::invalid_argument("max_length must be at least " + std::string(o.task == "token-classify" ? "3" : "2"));
+  if (o.task == "embed") {  // the sentence-embedding trainer (api/finetune_embed.cpp) has none of these yet
+    const char* unsupported = o.resume                            ? "--resume"
+                              : o.save_steps > 0                  ? "--save-steps"
+                              : o.precision != "fp32"             ? "--precision bf16"
+                              : o.gradient_accumulation_steps > 1 ? "--gradient-accumulation-steps"
+                                                                  : nullptr;
+    if (unsupported)
+      throw std::invalid_argument(std::string("--task embed does not support ") + unsupported + " yet");
+  }
   api::check_threads(o.threads);
 }
 
@@ -586,8 +595,10 @@ FinetuneSummary finetune(const std::string& model_dir, const FinetuneOptions& o)
   const auto t0 = std::chrono::steady_clock::now();
   check_options(o);
   api::require_dir(model_dir, "model folder");
-  api::require_file(model_dir + "/config.json");
-  api::require_weights(model_dir);
+  if (o.task != "embed") {  // a sentence-transformers folder may keep its Transformer in a subfolder
+    api::require_file(model_dir + "/config.json");
+    api::require_weights(model_dir);
+  }
   api::require_file(o.train_file);
   if (!o.eval_file.empty()) api::require_file(o.eval_file);
   const std::string state_path = o.out_dir + "/" + kStateFile;
@@ -605,6 +616,7 @@ FinetuneSummary finetune(const std::string& model_dir, const FinetuneOptions& o)
       throw std::invalid_argument("--out is the model folder itself; choose another folder");
   }
   api::apply_threads(o.threads);
+  if (o.task == "embed") return api::finetune_embed(model_dir, o);
   const std::string cfg_path = model_dir + "/config.json";
   const nlohmann::json cfg_json = load_json_file(cfg_path);
   const EncoderConfig config = EncoderConfig::from_json(cfg_json, cfg_path);
@@ -633,18 +645,9 @@ FinetuneSummary finetune(const std::string& model_dir, const FinetuneOptions& o)
   const int64_t micro_per_epoch = ((int64_t)train_ex.size() + o.batch_size - 1) / o.batch_size;
   const int64_t accum = o.gradient_accumulation_steps;
   const int64_t steps_per_epoch = (micro_per_epoch + accum - 1) / accum;
-  FinetuneHyperparameters hp;
-  hp.learning_rate = o.learning_rate;
-  hp.weight_decay = o.weight_decay;
-  hp.adam_beta1 = o.adam_beta1;
-  hp.adam_beta2 = o.adam_beta2;
-  hp.adam_epsilon = o.adam_epsilon;
-  hp.max_grad_norm = o.max_grad_norm;
-  hp.total_steps = steps_per_epoch * o.epochs;
-  hp.warmup_steps = o.warmup_steps > 0 ? o.warmup_steps : (int64_t)std::ceil(o.warmup_ratio * (double)hp.total_steps);
   // BertFor*Classification: classifier_dropout if set, else hidden_dropout_prob (the body's dropout).
-  hp.dropout = (float)json_number_or(cfg_json, "hidden_dropout_prob", 0.1, cfg_path);
-  hp.seed = o.seed;
+  const FinetuneHyperparameters hp = api::finetune_hyperparameters(
+      o, steps_per_epoch * o.epochs, json_number_or(cfg_json, "hidden_dropout_prob", 0.1, cfg_path));
   const double init_range = json_number_or(cfg_json, "initializer_range", 0.02, cfg_path);
   CheckpointWeights weights(model_dir);
   std::unique_ptr<FinetuneModel> model;

@@ -46,10 +46,9 @@ Tensor stack(const std::vector<const Encoding*>& enc, std::vector<int64_t> Encod
 }
 }  // namespace
 
-SentenceTransformer SentenceTransformer::load(const std::string& dir, const SentenceTransformerOptions& opt) {
-  SentenceTransformer m;
-  std::string transformer_dir = dir;
-  bool have_pooling = false;
+SentenceTransformerLayout read_sentence_transformer_layout(const std::string& dir) {
+  SentenceTransformerLayout lay;
+  lay.transformer_dir = dir;
   const std::string modules_path = dir + "/modules.json";
   if (fs::exists(modules_path)) {
     nlohmann::json mods = load_json_file(modules_path);
@@ -57,26 +56,30 @@ SentenceTransformer SentenceTransformer::load(const std::string& dir, const Sent
     bool have_transformer = false;
     for (const auto& mod : mods) {
       const std::string type = json_string(mod, "type", modules_path);
-      const std::string path = join(dir, json_string_or(mod, "path", "", modules_path));
+      const std::string rel = json_string_or(mod, "path", "", modules_path);
+      const std::string path = join(dir, rel);
       std::string kind = type;
       const std::string prefix = "sentence_transformers.models.";
       if (kind.rfind(prefix, 0) == 0) kind = kind.substr(prefix.size());
       if (kind == "Transformer") {
         if (have_transformer) throw std::runtime_error(modules_path + ": more than one Transformer module");
         have_transformer = true;
-        transformer_dir = path;
+        lay.transformer_dir = path;
+        lay.transformer_path = rel;
       } else if (kind == "Pooling") {
-        if (!have_transformer || !m.dense_.empty() || m.normalize_)
+        if (!have_transformer || !lay.dense_paths.empty() || lay.normalize)
           throw std::runtime_error(modules_path + ": Pooling must follow the Transformer, before Dense / Normalize");
         const std::string p = path + "/config.json";
-        m.pooling_ = PoolingConfig::from_json(load_json_file(p), p);
-        have_pooling = true;
+        lay.pooling = PoolingConfig::from_json(load_json_file(p), p);
+        lay.pooling_path = rel;
+        lay.has_pooling = true;
       } else if (kind == "Dense") {
-        if (!have_pooling) throw std::runtime_error(modules_path + ": Dense before Pooling is not supported");
-        m.dense_.push_back(DenseModule::load(path));
+        if (!lay.has_pooling) throw std::runtime_error(modules_path + ": Dense before Pooling is not supported");
+        lay.dense_paths.push_back(rel);
       } else if (kind == "Normalize") {
-        if (!have_pooling) throw std::runtime_error(modules_path + ": Normalize before Pooling is not supported");
-        m.normalize_ = true;
+        if (!lay.has_pooling) throw std::runtime_error(modules_path + ": Normalize before Pooling is not supported");
+        lay.normalize = true;
+        lay.normalize_path = rel;
       } else {
         throw std::runtime_error(modules_path + ": module type '" + type +
                                  "' is not supported (Transformer, Pooling, Dense, Normalize)");
@@ -84,6 +87,30 @@ SentenceTransformer SentenceTransformer::load(const std::string& dir, const Sent
     }
     if (!have_transformer) throw std::runtime_error(modules_path + ": no sentence_transformers.models.Transformer");
   }
+  // sentence_bert_config.json sits in the Transformer's folder (the root for a usual folder).
+  for (const std::string& d : {lay.transformer_dir, dir}) {
+    const std::string p = d + "/sentence_bert_config.json";
+    if (!fs::exists(p)) continue;
+    nlohmann::json j = load_json_file(p);
+    lay.max_seq_length = json_int_or(j, "max_seq_length", 0, p);
+    if (lay.max_seq_length < 0) throw std::runtime_error(p + ": max_seq_length must be positive");
+    lay.do_lower_case = json_bool_or(j, "do_lower_case", false, p);
+    lay.sentence_bert_config = p;
+    break;
+  }
+  return lay;
+}
+
+std::string lower_like_python(const std::string& s) { return lower_utf8(s); }
+
+SentenceTransformer SentenceTransformer::load(const std::string& dir, const SentenceTransformerOptions& opt) {
+  SentenceTransformer m;
+  const SentenceTransformerLayout lay = read_sentence_transformer_layout(dir);
+  const std::string& transformer_dir = lay.transformer_dir;
+  bool have_pooling = lay.has_pooling;
+  m.pooling_ = lay.pooling;
+  for (const std::string& d : lay.dense_paths) m.dense_.push_back(DenseModule::load(join(dir, d)));
+  m.normalize_ = lay.normalize;
   if (!opt.pooling.empty()) {
     PoolingConfig p = PoolingConfig::from_names(opt.pooling);
     p.include_prompt = m.pooling_.include_prompt;
@@ -94,18 +121,8 @@ SentenceTransformer SentenceTransformer::load(const std::string& dir, const Sent
     throw std::invalid_argument(dir + " has no modules.json (not a sentence-transformers folder): choose the "
                                 "pooling with --pooling cls|mean|max|...");
   if (opt.normalize) m.normalize_ = true;
-
-  // sentence_bert_config.json sits in the Transformer's folder (the root for a usual folder).
-  int64_t st_max = 0;
-  for (const std::string& d : {transformer_dir, dir}) {
-    const std::string p = d + "/sentence_bert_config.json";
-    if (!fs::exists(p)) continue;
-    nlohmann::json j = load_json_file(p);
-    st_max = json_int_or(j, "max_seq_length", 0, p);
-    if (st_max < 0) throw std::runtime_error(p + ": max_seq_length must be positive");
-    m.do_lower_case_ = json_bool_or(j, "do_lower_case", false, p);
-    break;
-  }
+  const int64_t st_max = lay.max_seq_length;
+  m.do_lower_case_ = lay.do_lower_case;
 
   EncoderConfig cfg = EncoderConfig::load(transformer_dir + "/config.json");
   CheckpointWeights w(transformer_dir);

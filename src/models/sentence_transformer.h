@@ -34,6 +34,30 @@ struct SentenceTransformerOptions {
   std::optional<ops::ComputeType> dtype;
 };
 
+// What a sentence-transformers folder is made of, read from its JSON files without loading weights (the
+// modules.json walk of SentenceTransformer::load; tfm finetune --task embed trains the same modules).
+struct SentenceTransformerLayout {
+  std::string transformer_dir;  // the Transformer module's folder (config.json, weights, tokenizer files)
+  std::string transformer_path;  // its "path" in modules.json, relative to the folder ("" = the folder itself)
+  bool has_pooling = false;
+  PoolingConfig pooling;         // the Pooling module's config.json (when has_pooling)
+  std::string pooling_path;      // its "path" in modules.json
+  std::vector<std::string> dense_paths;  // Dense modules' folders, relative to the folder, in order
+  bool normalize = false;        // a Normalize module follows
+  std::string normalize_path;
+  int64_t max_seq_length = 0;    // sentence_bert_config.json (0: absent)
+  bool do_lower_case = false;    // sentence_bert_config.json
+  std::string sentence_bert_config;  // the file those two came from ("" if none)
+};
+// Reads DIR/modules.json (when present) and sentence_bert_config.json. Without modules.json, transformer_dir is
+// `dir` and has_pooling false. Throws std::runtime_error naming the file for a malformed or unsupported module
+// list (SentenceTransformer::load's errors).
+SentenceTransformerLayout read_sentence_transformer_layout(const std::string& dir);
+
+// Python's str.lower() per code point (what sentence-transformers applies with do_lower_case); equal to it but for
+// the few characters whose lowercase is two code points (U+0130). Invalid UTF-8 is returned unchanged.
+std::string lower_like_python(const std::string& s);
+
 class SentenceTransformer {
  public:
   // Loads `dir`. With DIR/modules.json the modules are followed in order: sentence_transformers.models.Transformer

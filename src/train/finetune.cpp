@@ -63,15 +63,17 @@ void FinetuneOptimizer::restore(int64_t steps, double last_lr) {
   adam_->set_steps(steps);
 }
 
-nn::Context FinetuneModel::train_context(bool dropout) {
+nn::Context training_context(const FinetuneHyperparameters& hp, Rng& rng, bool dropout) {
   nn::Context ctx;
   ctx.grad = true;
-  if (dropout && hp_.dropout > 0) {
-    ctx.rng = &rng_;
-    ctx.dropout = hp_.dropout;
+  if (dropout && hp.dropout > 0) {
+    ctx.rng = &rng;
+    ctx.dropout = hp.dropout;
   }
   return ctx;
 }
+
+nn::Context FinetuneModel::train_context(bool dropout) { return training_context(hp_, rng_, dropout); }
 
 double FinetuneModel::compute_gradients(const FinetuneBatch& batch, bool dropout) {
   store_.zero_grad();

@@ -59,6 +59,9 @@ double clip_grad_norm_hf(nn::ParamStore& params, double max_norm);
 // those of LayerNorm modules).
 bool is_no_decay_parameter(const std::string& name);
 
+// The nn::Context of a training forward: gradients saved, dropout hp.dropout drawn from `rng` when `dropout`.
+nn::Context training_context(const FinetuneHyperparameters& hp, Rng& rng, bool dropout);
+
 // The Trainer's optimizer step over a whole ParamStore: clip_grad_norm_hf, then torch.optim.AdamW (two parameter
 // groups: weight_decay, and 0 for is_no_decay_parameter) at learning_rate * linear_warmup_factor(steps()).
 class FinetuneOptimizer {

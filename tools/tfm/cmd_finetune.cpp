@@ -21,18 +21,23 @@ void add_finetune_command(CLI::App& app) {
       "(token-classify) or a masked LM on your texts (mlm), as the Hugging Face Trainer does (AdamW, linear warmup "
       "and decay, clipping, gradient accumulation, dropout); writes a BertFor{SequenceClassification,"
       "TokenClassification,MaskedLM} folder that tfm classify / tfm fill-mask, tfm serve and transformers load, "
-      "with train_log.csv and loss.png. A stopped run continues with --resume");
+      "with train_log.csv and loss.png. A stopped run continues with --resume. --task embed fine-tunes a "
+      "sentence-transformers folder on anchor,positive[,negative] columns (MultipleNegativesRankingLoss, in-batch "
+      "negatives) or sentence1,sentence2,score (CosineSimilarityLoss) and writes a sentence-transformers folder "
+      "that tfm embed loads");
   cmd->add_option("--model", *model, "Model folder (config.json, model.safetensors or pytorch_model.bin, tokenizer)")
       ->required();
   cmd->add_option("--task", o->task,
                   "classify (columns text [, text_pair], label), token-classify (columns tokens, tags: JSON lists or "
                   "space-separated, one tag per word, on its first sub-token) or mlm (column text; BERT's 80/10/10 "
-                  "masking); embed is not implemented yet")
+                  "masking) or embed (a sentence-transformers folder; columns anchor, positive [, negative], or sentence1, "
+                  "sentence2, score)")
       ->capture_default_str();
   cmd->add_option("--train", o->train_file, "Training data: .csv, .tsv or .jsonl with the task's columns")->required();
   cmd->add_option("--eval", o->eval_file, "Evaluation data (same columns), after each epoch: accuracy and macro F1 "
                                           "(classify), token accuracy and seqeval entity F1 (token-classify), "
-                                          "perplexity (mlm); the best epoch is written");
+                                          "perplexity (mlm), retrieval accuracy@1 and MRR or Spearman (embed); "
+                                          "the best epoch is written");
   cmd->add_option("--out", o->out_dir, "Output folder: created, or empty (see --overwrite, --resume)")->required();
   cmd->add_flag("--resume", o->resume, "Continue the stopped run whose training state is in --out (same options)");
   cmd->add_option("--save-steps", o->save_steps, "Save the training state every N optimizer steps (0: at each "
@@ -108,8 +113,9 @@ void add_finetune_command(CLI::App& app) {
     const FinetuneSummary s = finetune(*model, *o);
     std::string labels_str;
     for (const auto& l : s.labels) labels_str += (labels_str.empty() ? "" : ", ") + l;
-    std::fprintf(stderr, "wrote %s (%s%s%lld steps on %lld examples in %.1f s", s.out_dir.c_str(),
-                 labels_str.empty() ? "" : "labels ", labels_str.empty() ? "" : (labels_str + "; ").c_str(),
+    if (!labels_str.empty()) labels_str = "labels " + labels_str + "; ";
+    if (!s.loss.empty()) labels_str = s.loss + "; ";  // --task embed: the loss instead of labels
+    std::fprintf(stderr, "wrote %s (%s%lld steps on %lld examples in %.1f s", s.out_dir.c_str(), labels_str.c_str(),
                  (long long)s.steps, (long long)s.train_examples, s.seconds);
     if (s.resumed_from_step > 0) std::fprintf(stderr, ", resumed from step %lld", (long long)s.resumed_from_step);
     if (s.eval_examples > 0) {

@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# Classification fine-tuning speed and memory of `tfm finetune --task classify` against the PyTorch reference
+# (bench/finetune_pytorch.py: BertModelRef + classifier, the Trainer's AdamW, clipping and schedule) in one run:
+# optimizer steps/s at batch 32, length 128 (no padding), THREADS threads, and each process's peak RSS
+# (/usr/bin/time). Sizes: BERT-base (hidden 768, 12 layers, 12 heads, intermediate 3072) and MiniLM (hidden 384,
+# 12 layers, 12 heads, intermediate 1536), vocabulary 30,522, random weights (`tfm encode --init random --save`),
+# dropout 0 on both sides. Goals (issue 25): >= 2x PyTorch fp32, >= 3x with bf16, peak RSS <= 0.5x PyTorch's.
+#   bench/finetune_peers.sh              # base and minilm
+#   SIZE=tiny bench/finetune_peers.sh    # a seconds-long check that the script works (hidden 64, 2 layers)
+# Environment: SIZE (comma-separated: base, minilm, tiny), STEPS (timed steps, default 5), THREADS (2), TFM
+# (build/tfm), TFM_DATA_DIR. tfm's steps/s is (STEPS steps) / (time of a STEPS+1-step run - time of a 1-step run),
+# so loading, tokenizing and writing the folder cancel out; PyTorch times its steps after one untimed step.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash bench/ensure_openblas.sh  # the PyTorch peer on OpenBLAS, one BLAS thread under its threads (bench/torch_blas.py)
+TFM=${TFM:-build/tfm}
+DATA=${TFM_DATA_DIR:-$(cd .. && pwd)/shared/data}
+THREADS=${THREADS:-2}
+STEPS=${STEPS:-5}
+SIZE=${SIZE:-base,minilm}
+BATCH=32
+LENGTH=128
+PY=/usr/bin/python3
+OUT=$(mktemp -d)
+trap 'rm -rf "$OUT"' EXIT
+[ -x "$TFM" ] || { echo "build first: make build" >&2; exit 1; }
+echo "machine: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores; threads $THREADS; batch $BATCH x length $LENGTH; $STEPS timed steps"
+
+# Texts of >= LENGTH word pieces: English sentences of fra.txt joined 100 at a time; labels alternate.
+awk -F'\t' -v n=$((BATCH * (STEPS + 1))) '
+  { line = line (k++ ? " " : "") $1 } k == 100 { print line "\t" (r++ % 2); line = ""; k = 0; if (r == n) exit }' \
+  "$DATA/fra-eng/fra.txt" > "$OUT/texts.tsv"
+[ "$(wc -l < "$OUT/texts.tsv")" -eq $((BATCH * (STEPS + 1))) ] || { echo "not enough text in $DATA" >&2; exit 1; }
+make_data() { { printf 'text\tlabel\n'; head -n "$1" "$OUT/texts.tsv"; } > "$2"; }
+make_data "$BATCH" "$OUT/one.tsv"
+make_data $((BATCH * (STEPS + 1))) "$OUT/many.tsv"
+PRECISIONS=fp32
+"$TFM" finetune --help 2>&1 | grep -q -- '--precision' && PRECISIONS="fp32 bf16"
+
+# tfm finetune on $1 (model) with data $2 and precision $3: "seconds peak_kb" (seconds from its summary line).
+tfm_run() {
+  local extra=()
+  [ "$3" != fp32 ] && extra=(--precision "$3")
+  rm -rf "$OUT/ft"
+  /usr/bin/time -o "$OUT/time.txt" -f '%M' "$TFM" finetune --task classify --model "$1" --train "$2" --out "$OUT/ft" \
+    --epochs 1 --batch-size "$BATCH" --max-length "$LENGTH" --lr 5e-5 --threads "$THREADS" --no-progress \
+    "${extra[@]}" 2> "$OUT/ft.err" || { cat "$OUT/ft.err" >&2; exit 1; }
+  echo "$(sed -n 's/.* in \([0-9.]*\) s.*/\1/p' "$OUT/ft.err") $(cat "$OUT/time.txt")"
+}
+
+for size in ${SIZE//,/ }; do
+  case $size in
+    base) H=768 NL=12 NH=12 I=3072 ;;
+    minilm) H=384 NL=12 NH=12 I=1536 ;;
+    tiny) H=64 NL=2 NH=2 I=128 ;;
+    *) echo "unknown SIZE '$size' (base, minilm, tiny)" >&2; exit 1 ;;
+  esac
+  cat > "$OUT/config.json" <<EOF
+{"architectures": ["BertModel"], "model_type": "bert", "vocab_size": 30522, "hidden_size": $H,
+ "num_hidden_layers": $NL, "num_attention_heads": $NH, "intermediate_size": $I, "hidden_act": "gelu",
+ "hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0, "max_position_embeddings": 512,
+ "type_vocab_size": 2, "initializer_range": 0.02, "layer_norm_eps": 1e-12, "pad_token_id": 0}
+EOF
+  rm -rf "$OUT/$size"
+  "$TFM" encode --model "$DATA/bert-base-uncased" --config "$OUT/config.json" --init random --seed 1 \
+    --save "$OUT/$size" "hello" > /dev/null 2>&1
+  torch_json=$(/usr/bin/time -o "$OUT/torch_time.txt" -f '%M' $PY bench/finetune_pytorch.py "$OUT/$size" \
+    --threads "$THREADS" --batch "$BATCH" --length "$LENGTH" --steps "$STEPS" --warmup 1)
+  torch_sps=$($PY -c "import json,sys; print(json.loads(sys.argv[1])['steps_per_s'])" "$torch_json")
+  torch_kb=$(cat "$OUT/torch_time.txt")
+  for prec in $PRECISIONS; do
+    read -r t1 _ <<< "$(tfm_run "$OUT/$size" "$OUT/one.tsv" "$prec")"
+    read -r tn kb <<< "$(tfm_run "$OUT/$size" "$OUT/many.tsv" "$prec")"
+    $PY - "$size" "$prec" "$t1" "$tn" "$kb" "$torch_sps" "$torch_kb" "$STEPS" <<'PYEOF'
+import sys
+size, prec, t1, tn, kb, tsps, tkb, steps = sys.argv[1:]
+sps = int(steps) / max(float(tn) - float(t1), 1e-9)
+ratio, mem = sps / float(tsps), float(kb) / float(tkb)
+goal = 3.0 if prec == "bf16" else 2.0
+print(f"{size:<7} {prec}  tfm {sps:7.3f} steps/s  pytorch fp32 {float(tsps):7.3f} steps/s  ratio {ratio:5.2f}x "
+      f"(goal >= {goal:.0f}x: {'met' if ratio >= goal else 'not met'})  peak RSS tfm {float(kb) / 1024:7.0f} MB  "
+      f"pytorch {float(tkb) / 1024:7.0f} MB  ratio {mem:4.2f}x (goal <= 0.5x: {'met' if mem <= 0.5 else 'not met'})")
+PYEOF
+  done
+  [ "$PRECISIONS" = fp32 ] && echo "$size bf16  n/a: tfm finetune has no --precision option in this build"
+done
