@@ -518,6 +518,59 @@ TEST(CliBadInput, EncodeNaNWeight) {
   EXPECT_FALSE(fs::exists(dir + "/o.npy"));
 }
 
+// The packed copy is what is checked (the file is read once, by the packing): an infinity in a Linear packed
+// alone (n == 1), in the fused QKV, and packed for each compute type, is refused naming the tensor and element.
+TEST(CliBadInput, NonFiniteWeightRefusedWhateverThePacking) {
+  ScopedDir tmp;
+  const std::string& dir = tmp.path;
+  std::string m = make_bert_dir(dir);
+  std::vector<std::pair<std::string, Tensor>> tensors;
+  {
+    SafeTensors st = SafeTensors::open(m + "/model.safetensors");
+    for (const auto& name : st.names()) tensors.emplace_back(name, st.get(name).clone());
+  }
+  for (auto& [name, t] : tensors) {
+    if (name.find("layer.1.intermediate.dense.weight") != std::string::npos) t.f32()[7] = INFINITY;
+  }
+  save_safetensors(m + "/model.safetensors", tensors);
+  for (const char* dtype : {"fp32", "bf16", "int8"}) {
+    RunResult r = run_tfm(dir, {"encode", "--model", m, "--text", "the cat", "--dtype", dtype, "-o", dir + "/o.npy"});
+    expect_clean_error(r, "intermediate.dense.weight' contains NaN or Inf at element 7");
+    EXPECT_FALSE(fs::exists(dir + "/o.npy")) << dtype;
+  }
+}
+
+// A `tfm convert --dtype bf16` folder is packed from its bf16 values as stored (no round trip through fp32): the
+// same packed weights, hence the same bytes out, as the fp32 folder packed for bf16 at load. A NaN stored in it
+// is refused naming the tensor.
+TEST(CliBadInput, Bf16FolderPacksAsStoredAndRefusesNaN) {
+  ScopedDir tmp;
+  const std::string& dir = tmp.path;
+  std::string m = make_bert_dir(dir);
+  const std::string b = dir + "/bf16";
+  RunResult c = run_tfm(dir, {"convert", "--model", m, "--dtype", "bf16", "--out", b});
+  ASSERT_EQ(c.exit_code, 0) << c.err;
+  RunResult r1 = run_tfm(dir, {"encode", "--model", m, "--text", "the cat sat", "--dtype", "bf16", "-o", dir + "/a.npy"});
+  RunResult r2 = run_tfm(dir, {"encode", "--model", b, "--text", "the cat sat", "--dtype", "bf16", "-o", dir + "/b.npy"});
+  ASSERT_EQ(r1.exit_code, 0) << r1.err;
+  ASSERT_EQ(r2.exit_code, 0) << r2.err;
+  EXPECT_TRUE(read_file(dir + "/a.npy") == read_file(dir + "/b.npy"));
+  // Poke a bf16 NaN (0x7fc0) into element 3 of layer 0's output.dense.weight, in place.
+  std::string bytes = read_file(b + "/model.safetensors");
+  uint64_t hlen = 0;
+  std::memcpy(&hlen, bytes.data(), 8);
+  const nlohmann::json h = nlohmann::json::parse(bytes.substr(8, hlen));
+  const std::string name = "encoder.layer.0.output.dense.weight";
+  ASSERT_TRUE(h.contains(name)) << h.dump();
+  ASSERT_EQ(h[name]["dtype"], "BF16");
+  const size_t at = 8 + hlen + h[name]["data_offsets"][0].get<size_t>() + 2 * 3;
+  bytes[at] = (char)0xc0, bytes[at + 1] = (char)0x7f;
+  write_file(b + "/model.safetensors", bytes);
+  RunResult r = run_tfm(dir, {"encode", "--model", b, "--text", "the cat", "--dtype", "bf16", "-o", dir + "/o.npy"});
+  expect_clean_error(r, "output.dense.weight' contains NaN or Inf at element 3");
+  EXPECT_FALSE(fs::exists(dir + "/o.npy"));
+}
+
 TEST(CliBadInput, ConfigSizesAreBoundedBeforeAllocating) {
   ScopedDir tmp;
   const std::string& dir = tmp.path;

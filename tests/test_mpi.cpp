@@ -27,6 +27,7 @@
 #include "dist/shard.h"
 #include "io/safetensors.h"
 #include "ops/dropout.h"
+#include "run_tfm.h"
 #include "test_util.h"
 
 using namespace tfm;
@@ -492,4 +493,215 @@ TEST(Mpi, HungRankIsEndedByTheCollectiveTimeout) {
   EXPECT_NE(rc, -1) << "the job must end by itself when a rank hangs";
   EXPECT_NE(rc, 0);
   EXPECT_NE(read_all(log).find("no answer from the other ranks"), std::string::npos) << read_all(log);
+}
+
+// Batch inference under mpirun (issue 24 item 6): `mpirun -np 2 tfm embed / translate --input FILE` give the one
+// process's output byte for byte (every rank takes whole chunks, so the batches are the same), each rank's own
+// shard with --output-shards, and a rank that fails or dies fails the job with no output file left.
+namespace {
+const std::string kIn = "--threads 1 -q ";
+
+std::string tfm_cmd(const std::string& args) { return std::string(TFM_BINARY) + " " + args; }
+
+// `n` lines cycling through st_mean's 8 sentences in a scrambled order; row i is sentence order[i].
+std::vector<int64_t> write_sentences(const std::string& path, int64_t n, const std::string& blank_every = "") {
+  std::vector<std::string> s;
+  std::istringstream in(read_all(test::fixture("st_mean/sentences.txt")));
+  for (std::string line; std::getline(in, line);) s.push_back(line);
+  std::vector<int64_t> order;
+  std::string text;
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t k = (i * 5 + i / 8) % 8;
+    order.push_back(k);
+    text += s[(size_t)k] + "\n";
+    if (!blank_every.empty() && i % 7 == 3) text += blank_every + "\n";
+  }
+  std::ofstream(path, std::ios::binary) << text;
+  return order;
+}
+
+// No file of the folder is a leftover of an interrupted write (write_file_atomic's NAME.tmp.PID).
+bool has_temp_files(const std::string& dir) {
+  for (const auto& e : fs::directory_iterator(dir))
+    if (e.path().filename().string().find(".tmp.") != std::string::npos) return true;
+  return false;
+}
+
+// Max |got - want[order[i]]| over the rows of an embed .npy against sentence-transformers' embeddings.
+double embed_error(const std::string& npy, const std::vector<int64_t>& order) {
+  SafeTensors e = SafeTensors::open(test::fixture("st_mean/expected.safetensors"));
+  Tensor want = e.get("embeddings");
+  const std::string bytes = read_all(npy);
+  const int64_t D = want.size(1);
+  if (bytes.size() != 128 + order.size() * D * sizeof(float)) return INFINITY;
+  const float* got = reinterpret_cast<const float*>(bytes.data() + 128);
+  double worst = 0;
+  for (size_t i = 0; i < order.size(); ++i)
+    for (int64_t k = 0; k < D; ++k)
+      worst = std::max(worst, (double)std::fabs(got[i * D + k] - want.f32()[order[i] * D + k]));
+  return worst;
+}
+}  // namespace
+
+TEST(MpiInfer, EmbedOnTwoRanksIsOneRanksOutputByteForByte) {
+  if (auto why = skip_reason(); !why.empty()) GTEST_SKIP() << why;
+  Dirs d("embed");
+  const std::string in = d.root + "/in.txt", model = test::fixture("st_mean");
+  const std::vector<int64_t> order = write_sentences(in, 45);
+  for (const std::string ext : {".npy", ".jsonl"}) {
+    const std::string args = "embed " + kIn + "--model " + model + " -i " + in + " --chunk-lines 4 --batch-size 3 -o ";
+    ASSERT_EQ(0, sh(tfm_cmd(args + d.root + "/one" + ext) + " 2> " + d.root + "/one.log")) << read_all(d.root + "/one.log");
+    ASSERT_EQ(0, sh(kMpirun + "-np 2 " + tfm_cmd(args + d.root + "/two" + ext) + " > " + d.root + "/two.log 2>&1"))
+        << read_all(d.root + "/two.log");
+    const std::string one = read_all(d.root + "/one" + ext), two = read_all(d.root + "/two" + ext);
+    ASSERT_FALSE(one.empty());
+    EXPECT_TRUE(one == two) << ext << ": 2 ranks wrote other bytes than 1 rank";
+    ASSERT_EQ(0, sh(kMpirun + "-np 3 " + tfm_cmd(args + d.root + "/three" + ext) + " > " + d.root + "/three.log 2>&1"))
+        << read_all(d.root + "/three.log");
+    EXPECT_TRUE(one == read_all(d.root + "/three" + ext)) << ext << ": 3 ranks wrote other bytes than 1 rank";
+  }
+  // The rows are sentence-transformers' (PyTorch reference, scripts/make_embed_fixtures.py).
+  EXPECT_LE(embed_error(d.root + "/two.npy", order), 1e-5);
+  // --skip-empty: the blank lines fall in both ranks' ranges; rows and OUT.lines.txt as one rank writes them.
+  write_sentences(in, 45, "  ");
+  const std::string args = "embed " + kIn + "--model " + model + " -i " + in + " --chunk-lines 4 --skip-empty -o ";
+  ASSERT_EQ(0, sh(tfm_cmd(args + d.root + "/s1.npy") + " 2> " + d.root + "/s1.log")) << read_all(d.root + "/s1.log");
+  ASSERT_EQ(0, sh(kMpirun + "-np 2 " + tfm_cmd(args + d.root + "/s2.npy") + " > " + d.root + "/s2.log 2>&1"))
+      << read_all(d.root + "/s2.log");
+  EXPECT_TRUE(read_all(d.root + "/s1.npy") == read_all(d.root + "/s2.npy"));
+  EXPECT_EQ(read_all(d.root + "/s1.lines.txt"), read_all(d.root + "/s2.lines.txt"));
+  EXPECT_LE(embed_error(d.root + "/s2.npy", order), 1e-5);
+  // The summary line (rank 0 alone) counts every rank's rows and skipped lines.
+  ASSERT_EQ(0, sh(kMpirun + "-np 2 " + tfm_cmd("embed --threads 1 --model " + model + " -i " + in +
+                                               " --chunk-lines 4 --skip-empty -o " + d.root + "/s3.npy") +
+                  " > " + d.root + "/s3.log 2>&1"));
+  const std::string log = read_all(d.root + "/s3.log");
+  EXPECT_NE(log.find("embedded 45 sentences"), std::string::npos) << log;
+  EXPECT_NE(log.find("skipped 6 empty lines"), std::string::npos) << log;
+  EXPECT_EQ(log.find("embedded", log.find("embedded") + 1), std::string::npos) << "one summary line: " << log;
+}
+
+TEST(MpiInfer, OutputShardsHoldEachRanksContiguousLines) {
+  if (auto why = skip_reason(); !why.empty()) GTEST_SKIP() << why;
+  Dirs d("shards");
+  const std::string in = d.root + "/in.txt", model = test::fixture("st_mean");
+  const std::vector<int64_t> order = write_sentences(in, 30);
+  const std::string args = "embed --threads 1 --model " + model + " -i " + in + " --chunk-lines 4 --output-shards -o ";
+  ASSERT_EQ(0, sh(kMpirun + "-np 2 " + tfm_cmd(args + d.root + "/e.npy") + " > " + d.root + "/run.log 2>&1"))
+      << read_all(d.root + "/run.log");
+  EXPECT_FALSE(fs::exists(d.root + "/e.npy"));
+  const std::string a = d.root + "/e-00001-of-00002.npy", b = d.root + "/e-00002-of-00002.npy";
+  ASSERT_TRUE(fs::exists(a) && fs::exists(b)) << read_all(d.root + "/run.log");
+  // Rank 0 names the line range of each shard; the shards are the first and the last rows, in order.
+  static const std::regex range_re(R"(\(lines 1-(\d+), (\d+)-30\))");
+  std::smatch m;
+  const std::string log = read_all(d.root + "/run.log");
+  ASSERT_TRUE(std::regex_search(log, m, range_re)) << log;
+  const int64_t split = std::stoll(m[1]);
+  EXPECT_EQ(std::stoll(m[2]), split + 1);
+  EXPECT_EQ(split % 4, 0) << "a shard ends at a chunk boundary";
+  EXPECT_GT(split, 4);
+  EXPECT_LT(split, 26) << "the bytes are split roughly in half";
+  EXPECT_LE(embed_error(a, std::vector<int64_t>(order.begin(), order.begin() + split)), 1e-5);
+  EXPECT_LE(embed_error(b, std::vector<int64_t>(order.begin() + split, order.end())), 1e-5);
+  // One process: one shard, the whole output.
+  ASSERT_EQ(0, sh(tfm_cmd(args + d.root + "/one.npy") + " 2> " + d.root + "/one.log")) << read_all(d.root + "/one.log");
+  EXPECT_LE(embed_error(d.root + "/one-00001-of-00001.npy", order), 1e-5);
+  // Translations too: the shards are the one output cut at the ranks' boundary.
+  const std::string src = d.root + "/src.txt";
+  {
+    std::ofstream f(src);
+    for (int i = 0; i < 1100; ++i) f << (i % 3 == 0 ? "go ." : i % 3 == 1 ? "i lost ." : "he's calm .") << "\n";
+  }
+  const std::string targs = "translate --threads 1 -q --model " + test::fixture("d2l_trained") + " --input " + src;
+  ASSERT_EQ(0, sh(tfm_cmd(targs + " -o " + d.root + "/t.txt") + " 2> " + d.root + "/t.log")) << read_all(d.root + "/t.log");
+  ASSERT_EQ(0, sh(kMpirun + "-np 2 " + tfm_cmd(targs + " --output-shards -o " + d.root + "/t.txt") + " > " + d.root +
+                  "/ts.log 2>&1"))
+      << read_all(d.root + "/ts.log");
+  const std::string ta = read_all(d.root + "/t-00001-of-00002.txt"), tb = read_all(d.root + "/t-00002-of-00002.txt");
+  EXPECT_FALSE(ta.empty());
+  EXPECT_FALSE(tb.empty());
+  EXPECT_TRUE(ta + tb == read_all(d.root + "/t.txt"));
+  EXPECT_EQ(std::count(ta.begin(), ta.end(), '\n') % 512, 0) << "rank 0's shard is whole 512-line chunks";
+}
+
+TEST(MpiInfer, TranslateOnTwoRanksIsOneRanksOutputByteForByte) {
+  if (auto why = skip_reason(); !why.empty()) GTEST_SKIP() << why;
+  Dirs d("translate");
+  // The PyTorch reference's greedy predictions of the d2l model (tests/fixtures/d2l_trained/predictions.json).
+  const nlohmann::json p = nlohmann::json::parse(read_all(test::fixture("d2l_trained/predictions.json")));
+  const std::string in = d.root + "/in.txt";
+  std::vector<std::string> want;
+  {
+    std::ofstream f(in);
+    const size_t n = p["predictions"].size();
+    for (size_t i = 0; i < 1300; ++i) {
+      const nlohmann::json& e = p["predictions"][(i * 7) % n];
+      f << e["src"].get<std::string>() << "\n";
+      want.push_back(e["pred"].get<std::string>());
+    }
+  }
+  const std::string args = "translate --threads 1 -q --model " + test::fixture("d2l_trained") + " --input " + in;
+  ASSERT_EQ(0, sh(tfm_cmd(args + " -o " + d.root + "/one.txt") + " 2> " + d.root + "/one.log"))
+      << read_all(d.root + "/one.log");
+  ASSERT_EQ(0, sh(kMpirun + "-np 2 " + tfm_cmd(args + " -o " + d.root + "/two.txt") + " > " + d.root + "/two.log 2>&1"))
+      << read_all(d.root + "/two.log");
+  const std::string one = read_all(d.root + "/one.txt"), two = read_all(d.root + "/two.txt");
+  EXPECT_TRUE(one == two) << "2 ranks wrote other bytes than 1 rank";
+  std::istringstream got(two);
+  size_t i = 0, same = 0;
+  for (std::string line; std::getline(got, line); ++i) same += i < want.size() && line == want[i];
+  EXPECT_EQ(i, want.size());
+  EXPECT_EQ(same, want.size()) << "translations differ from the PyTorch reference's predictions";
+  // To stdout (rank 0 writes it; the other ranks print nothing).
+  ASSERT_EQ(0, sh(kMpirun + "-np 2 " + tfm_cmd(args) + " > " + d.root + "/out.txt 2> " + d.root + "/err.log"))
+      << read_all(d.root + "/err.log");
+  EXPECT_TRUE(read_all(d.root + "/out.txt") == one);
+}
+
+TEST(MpiInfer, AFailingOrDyingRankFailsTheJobAndLeavesNoFile) {
+  if (auto why = skip_reason(); !why.empty()) GTEST_SKIP() << why;
+  Dirs d("fail");
+  const std::string in = d.root + "/in.txt", model = test::fixture("st_mean");
+  write_sentences(in, 40);
+  {  // line 38 (rank 1's range) is not UTF-8
+    std::ofstream f(in, std::ios::app);
+    f << "bad \xff\xfe line\nlast line\n";
+  }
+  const std::string args = "embed --threads 1 --model " + model + " -i " + in + " --chunk-lines 4 -o ";
+  int rc = sh("TFM_COLLECTIVE_TIMEOUT=60 " + kMpirun + "-np 2 " + tfm_cmd(args + d.root + "/o.npy") + " > " + d.root +
+              "/bad.log 2>&1");
+  EXPECT_NE(rc, 0);
+  std::string log = read_all(d.root + "/bad.log");
+  EXPECT_NE(log.find("tfm: error: rank 1 of 2: " + in + ": line 41: text is not valid UTF-8"), std::string::npos) << log;
+  EXPECT_FALSE(fs::exists(d.root + "/o.npy"));
+  // Shards: none is written when one rank fails.
+  rc = sh("TFM_COLLECTIVE_TIMEOUT=60 " + kMpirun + "-np 2 " + tfm_cmd(args + d.root + "/s.npy --output-shards") +
+          " > " + d.root + "/shards.log 2>&1");
+  EXPECT_NE(rc, 0);
+  EXPECT_FALSE(fs::exists(d.root + "/s-00001-of-00002.npy")) << read_all(d.root + "/shards.log");
+  EXPECT_FALSE(fs::exists(d.root + "/s-00002-of-00002.npy"));
+  // Rank 1 cannot read its model (MPMD: each rank its own command line).
+  write_sentences(in, 40);
+  test::link_folder(model, d.root + "/broken", {{"model.safetensors", ""}});
+  std::ofstream(d.root + "/broken/model.safetensors") << "not a safetensors file";
+  rc = sh("TFM_COLLECTIVE_TIMEOUT=60 " + kMpirun + "-np 1 " + tfm_cmd(args + d.root + "/m.npy") + " : -np 1 " +
+          tfm_cmd("embed --threads 1 --model " + d.root + "/broken -i " + in + " --chunk-lines 4 -o " + d.root + "/m.npy") +
+          " > " + d.root + "/model.log 2>&1");
+  EXPECT_NE(rc, 0);
+  log = read_all(d.root + "/model.log");
+  EXPECT_NE(log.find("tfm: error: rank 1 of 2: " + d.root + "/broken/model.safetensors"), std::string::npos) << log;
+  EXPECT_FALSE(fs::exists(d.root + "/m.npy"));
+  // Rank 1 dies (a process that ends without a word): mpirun ends the job; rank 0 writes nothing.
+  rc = sh("TFM_COLLECTIVE_TIMEOUT=60 " + kMpirun + "-np 1 " + tfm_cmd(args + d.root + "/k.npy") +
+          " : -np 1 sh -c 'kill -9 $$' > " + d.root + "/kill.log 2>&1");
+  EXPECT_NE(rc, 0) << read_all(d.root + "/kill.log");
+  EXPECT_FALSE(fs::exists(d.root + "/k.npy"));
+  EXPECT_FALSE(has_temp_files(d.root)) << "a partial output was left";
+  // Under mpirun the input must be a file each rank reads.
+  rc = sh(kMpirun + "-np 2 " + tfm_cmd("embed --threads 1 --model " + model + " -i - -o " + d.root + "/x.npy") + " < " +
+          in + " > " + d.root + "/stdin.log 2>&1");
+  EXPECT_NE(rc, 0);
+  EXPECT_NE(read_all(d.root + "/stdin.log").find("the input must be a file"), std::string::npos)
+      << read_all(d.root + "/stdin.log");
 }

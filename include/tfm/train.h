@@ -9,6 +9,8 @@
 #include <utility>
 #include <vector>
 
+#include "tfm/process_group.h"
+
 namespace tfm {
 
 /// What a progress callback receives: after every optimizer step (epoch_end false) and after each epoch's
@@ -40,13 +42,6 @@ struct TrainRunOptions {
   std::function<void(const TrainProgress&)> progress;
 };
 
-/// This process in a data-parallel run under mpirun: its rank and the number of processes (0 and 1 without mpirun
-/// or without MPI support). Only rank 0 writes files; the others should stay quiet.
-struct ProcessGroup {
-  int rank = 0;
-  int world_size = 1;
-};
-ProcessGroup process_group();
 
 /// The keys a recipe config may set (for `--set` validation and messages), "comment" included.
 std::vector<std::string> recipe_keys();

@@ -14,8 +14,6 @@
 
 namespace tfm {
 
-ProcessGroup process_group() { return ProcessGroup{dist::world().rank(), dist::world().world_size()}; }
-
 std::vector<std::string> recipe_keys() { return RecipeConfig::known_keys(); }
 
 void request_train_stop(int signo) { request_training_stop(signo); }

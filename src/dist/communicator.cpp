@@ -47,6 +47,14 @@ class SingleProcess final : public Communicator {
     std::fflush(stderr);
     std::_Exit(code);
   }
+  void send(const void*, int64_t, int dest, int, double) override {
+    throw std::logic_error("send to rank " + std::to_string(dest) + ": this process is the only rank");
+  }
+  void receive(void*, int64_t, int source, int, double) override {
+    throw std::logic_error("receive from rank " + std::to_string(source) + ": this process is the only rank");
+  }
+  void post_progress(int64_t, bool) override {}
+  bool poll_progress(std::vector<int64_t>&, std::vector<char>&) override { return false; }
 };
 
 #ifdef TFM_HAVE_MPI
@@ -88,6 +96,60 @@ class MpiCommunicator final : public Communicator {
     MPI_Abort(MPI_COMM_WORLD, code);
     std::_Exit(code);
   }
+  void send(const void* data, int64_t bytes, int dest, int tag, double wait_s) override {
+    for (int64_t off = 0; off < bytes || off == 0; off += chunk_elements()) {
+      const int count = (int)std::min<int64_t>(chunk_elements(), bytes - off);
+      MPI_Request req;
+      check(MPI_Isend((const char*)data + off, count, MPI_BYTE, dest, tag, MPI_COMM_WORLD, &req), "send");
+      wait(req, "send", wait_s);
+      if (bytes == 0) break;
+    }
+  }
+  void receive(void* data, int64_t bytes, int source, int tag, double wait_s) override {
+    for (int64_t off = 0; off < bytes || off == 0; off += chunk_elements()) {
+      const int count = (int)std::min<int64_t>(chunk_elements(), bytes - off);
+      MPI_Request req;
+      check(MPI_Irecv((char*)data + off, count, MPI_BYTE, source, tag, MPI_COMM_WORLD, &req), "receive");
+      wait(req, "receive", wait_s);
+      if (bytes == 0) break;
+    }
+  }
+  void post_progress(int64_t done, bool final) override {
+    if (rank_ == 0) return;
+    if (progress_pending_) {
+      int finished = 0;
+      check(MPI_Test(&progress_req_, &finished, MPI_STATUS_IGNORE), "progress report");
+      if (!finished && !final) return;  // the previous report is still in flight: skip this one
+      if (!finished) wait(progress_req_, "progress report");
+      progress_pending_ = false;
+    }
+    progress_msg_[0] = done;
+    progress_msg_[1] = final ? 1 : 0;
+    check(MPI_Isend(progress_msg_, 2, MPI_INT64_T, 0, kProgressTag, MPI_COMM_WORLD, &progress_req_), "progress report");
+    progress_pending_ = true;
+    if (final) {
+      wait(progress_req_, "progress report");
+      progress_pending_ = false;
+    }
+  }
+  bool poll_progress(std::vector<int64_t>& latest, std::vector<char>& final) override {
+    if (rank_ != 0) return false;
+    latest.resize((size_t)size_, 0);
+    final.resize((size_t)size_, 0);
+    bool any = false;
+    for (;;) {
+      int flag = 0;
+      MPI_Status st;
+      check(MPI_Iprobe(MPI_ANY_SOURCE, kProgressTag, MPI_COMM_WORLD, &flag, &st), "progress poll");
+      if (!flag) return any;
+      int64_t msg[2] = {0, 0};
+      check(MPI_Recv(msg, 2, MPI_INT64_T, st.MPI_SOURCE, kProgressTag, MPI_COMM_WORLD, MPI_STATUS_IGNORE),
+            "progress poll");
+      latest[(size_t)st.MPI_SOURCE] = msg[0];
+      if (msg[1]) final[(size_t)st.MPI_SOURCE] = 1;
+      any = true;
+    }
+  }
 
  private:
   void reduce(void* data, int64_t n, MPI_Datatype type, size_t elem) {
@@ -108,7 +170,8 @@ class MpiCommunicator final : public Communicator {
   }
   // Non-blocking collective + polling: the deadline turns a hung peer into an abort instead of a hang, and the
   // short sleeps leave the core to the peer when ranks share cores (--oversubscribe).
-  void wait(MPI_Request& req, const char* what) {
+  void wait(MPI_Request& req, const char* what, double wait_s = 0) {
+    const double limit = wait_s > 0 ? wait_s : timeout_s_;
     const auto start = std::chrono::steady_clock::now();
     for (int spins = 0;; ++spins) {
       int done = 0;
@@ -116,13 +179,16 @@ class MpiCommunicator final : public Communicator {
       if (done) return;
       if (spins > 2000) {
         std::this_thread::sleep_for(std::chrono::microseconds(50));
-        if (std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() > timeout_s_)
-          abort(3, std::string(what) + ": no answer from the other ranks for " + std::to_string((int)timeout_s_) +
+        if (std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() > limit)
+          abort(3, std::string(what) + ": no answer from the other ranks for " + std::to_string((int)limit) +
                        " s (a rank hung or died; TFM_COLLECTIVE_TIMEOUT sets the limit); ending the job");
       }
     }
   }
   int rank_ = 0, size_ = 1;
+  MPI_Request progress_req_ = MPI_REQUEST_NULL;
+  bool progress_pending_ = false;
+  int64_t progress_msg_[2] = {0, 0};
 };
 #endif
 

@@ -28,6 +28,23 @@ class Communicator {
   // Prints "tfm: error: <message>" (rank-prefixed when world_size > 1) and ends every rank with `code`.
   [[noreturn]] virtual void abort(int code, const std::string& message) = 0;
 
+  // Point to point, for batch jobs that gather their results on rank 0 (tfm embed / translate under mpirun):
+  // bytes[n] to rank `dest` / from rank `source`, matched by `tag` (>= 0, below kProgressTag), in chunks of at
+  // most chunk_elements() bytes. Both block until done or until wait_s seconds pass (<= 0: timeout_seconds()),
+  // then abort the job with a message. The one-process communicator has no peer and throws std::logic_error.
+  virtual void send(const void* data, int64_t bytes, int dest, int tag, double wait_s = 0) = 0;
+  virtual void receive(void* data, int64_t bytes, int source, int tag, double wait_s = 0) = 0;
+
+  // Progress of a batch job, summed on rank 0. A rank other than 0 reports its count of work done now and then
+  // with post_progress (non-blocking: a report is skipped while the previous one is still in flight; the
+  // `final` one waits for every earlier one and is always sent, blocking). Rank 0 calls poll_progress, which
+  // takes every report that has arrived without blocking: latest[r] is rank r's latest count (latest must have
+  // world_size() entries; entry 0 is left alone) and final[r] whether its final report came. Returns whether any
+  // report arrived. Both are no-ops with one process (and post_progress on rank 0).
+  virtual void post_progress(int64_t done, bool final) = 0;
+  virtual bool poll_progress(std::vector<int64_t>& latest, std::vector<char>& final) = 0;
+  static constexpr int kProgressTag = 1 << 14;
+
   void all_reduce_sum(std::vector<float>& v) { all_reduce_sum(v.data(), (int64_t)v.size()); }
   void all_reduce_sum(std::vector<double>& v) { all_reduce_sum(v.data(), (int64_t)v.size()); }
   // Broadcasts a string of any length (its size first).

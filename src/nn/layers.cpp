@@ -70,20 +70,53 @@ Linear Linear::load_packed(const std::vector<Vars>& parts, int64_t in, int64_t o
     l.packed = ops::PackedLinear::from_int8(qw.data(), scale.data(), bias.data(), in, n * out);
     return l;
   }
+  // The weights are read once, by the packing: the packed copy is checked for NaN / Inf instead of the file, and
+  // only when it fails is the file read again, for the message naming the tensor and the element (the checked
+  // get throws it; a bf16 weight that merely rounded to infinity passes there and loads as before).
+  auto check_weights = [&] {
+    for (int64_t i = 0; i < n; ++i) (void)parts[i].get("weight", {out, in});
+  };
+  std::vector<float> bias(n * out);
+  auto get_biases = [&] {  // after the weights, so that a missing weight is named first
+    for (int64_t i = 0; i < n; ++i) {
+      Param b = parts[i].get("bias", {out});
+      std::memcpy(bias.data() + i * out, b.data(), sizeof(float) * out);
+    }
+  };
+  if (ct == ops::ComputeType::BF16) {  // a `tfm convert --dtype bf16` folder: packed as stored, no fp32 round trip
+    std::vector<const uint16_t*> h(n);
+    int64_t stored = 0;
+    for (int64_t i = 0; i < n; ++i) stored += (h[i] = parts[i].get_bf16("weight", {out, in})) != nullptr;
+    if (stored == n) {
+      get_biases();
+      std::vector<uint16_t> joined;
+      if (n > 1) {
+        joined.resize(n * out * in);
+        for (int64_t i = 0; i < n; ++i) std::memcpy(joined.data() + i * out * in, h[i], sizeof(uint16_t) * out * in);
+      }
+      l.packed = ops::PackedLinear::from_bf16(n > 1 ? joined.data() : h[0], bias.data(), in, n * out);
+      if (!l.packed.all_finite()) check_weights();
+      for (int64_t i = 0; i < n; ++i) parts[i].release_bytes(h[i], sizeof(uint16_t) * out * in);
+      return l;
+    }
+  }
   if (n == 1) {
-    Linear p = load(parts[0], in, out);
-    l.packed = ops::PackedLinear(p.weight.data(), p.bias.data(), in, out, ct);
-    parts[0].release(p.weight);
+    Param w = parts[0].get_unchecked("weight", {out, in});
+    get_biases();
+    l.packed = ops::PackedLinear(w.data(), bias.data(), in, out, ct);
+    if (!l.packed.all_finite()) check_weights();
+    parts[0].release(w);
     return l;
   }
-  std::vector<float> weight(n * out * in), bias(n * out);
+  std::vector<float> weight(n * out * in);
   for (int64_t i = 0; i < n; ++i) {
-    Linear p = load(parts[i], in, out);
-    std::memcpy(weight.data() + i * out * in, p.weight.data(), sizeof(float) * out * in);
-    std::memcpy(bias.data() + i * out, p.bias.data(), sizeof(float) * out);
-    parts[i].release(p.weight);
+    Param w = parts[i].get_unchecked("weight", {out, in});
+    std::memcpy(weight.data() + i * out * in, w.data(), sizeof(float) * out * in);
+    parts[i].release(w);
   }
+  get_biases();
   l.packed = ops::PackedLinear(weight.data(), bias.data(), in, n * out, ct);
+  if (!l.packed.all_finite()) check_weights();
   return l;
 }
 

@@ -52,6 +52,18 @@ Param Vars::get(const std::string& leaf, const Shape& shape) const {
   return Param(source_->get(full, shape, aliases_of(full)));
 }
 
+Param Vars::get_unchecked(const std::string& leaf, const Shape& shape) const {
+  const std::string full = name(leaf);
+  if (store_) return Param(store_, store_->add(full, shape));
+  return Param(source_->get_unchecked(full, shape, aliases_of(full)));
+}
+
+const uint16_t* Vars::get_bf16(const std::string& leaf, const Shape& shape) const {
+  if (store_) return nullptr;
+  const std::string full = name(leaf);
+  return source_->get_bf16(full, shape, aliases_of(full));
+}
+
 bool Vars::has(const std::string& leaf) const {
   const std::string full = name(leaf);
   if (store_) return store_->index_of(full) >= 0;

@@ -89,6 +89,11 @@ class Vars {
   Param get(const std::string& leaf, const Shape& shape) const;
   // Whether `leaf` exists (a ParamStore: registered; a file: stored under the name or an alias).
   bool has(const std::string& leaf) const;
+  // get() without a file's NaN / Inf check, for weights about to be packed (WeightSource::get_unchecked); a
+  // ParamStore registers as get() does.
+  Param get_unchecked(const std::string& leaf, const Shape& shape) const;
+  // The raw bf16 values of `leaf` stored as BF16 (WeightSource::get_bf16), or null (always null for a ParamStore).
+  const uint16_t* get_bf16(const std::string& leaf, const Shape& shape) const;
   // Prequantised int8 weights (WeightSource::get_int8) of `leaf`, or null (always null for a ParamStore).
   const int8_t* get_int8(const std::string& leaf, const Shape& shape, const float** scale) const;
   // Tells a file-backed source that `p` has been copied (packed) and its pages need not stay resident.

@@ -7,7 +7,8 @@
 
 namespace tfm {
 
-Tensor SafeTensorsWeights::get(const std::string& name, const Shape& shape, const std::vector<std::string>& aliases) {
+std::string SafeTensorsWeights::find(const std::string& name, const Shape& shape,
+                                     const std::vector<std::string>& aliases) const {
   std::string found;
   if (st_.has(name)) {
     found = name;
@@ -30,10 +31,31 @@ Tensor SafeTensorsWeights::get(const std::string& name, const Shape& shape, cons
   if (st_.shape_of(found) != shape)
     throw std::runtime_error(st_.path() + ": tensor '" + found + "' has shape " + shape_str(st_.shape_of(found)) +
                              ", config expects " + shape_str(shape));
+  return found;
+}
+
+Tensor SafeTensorsWeights::get_unchecked(const std::string& name, const Shape& shape,
+                                         const std::vector<std::string>& aliases) {
+  const std::string found = find(name, shape, aliases);
   Tensor t = st_.get(found);
   if (t.dtype() != DType::F32)
     throw std::runtime_error(st_.path() + ": tensor '" + found + "' has dtype " + st_.dtype_of(found) +
                              ", expected a floating-point type");
+  return t;
+}
+
+const uint16_t* SafeTensorsWeights::get_bf16(const std::string& name, const Shape& shape,
+                                             const std::vector<std::string>& aliases) {
+  const std::string found = find(name, shape, aliases);
+  if (st_.dtype_of(found) != "BF16") return nullptr;
+  const unsigned char* p = st_.raw_data(found);
+  if (reinterpret_cast<uintptr_t>(p) % alignof(uint16_t) != 0) return nullptr;  // get() copies it then
+  return reinterpret_cast<const uint16_t*>(p);
+}
+
+Tensor SafeTensorsWeights::get(const std::string& name, const Shape& shape, const std::vector<std::string>& aliases) {
+  Tensor t = get_unchecked(name, shape, aliases);
+  const std::string found = find(name, shape, aliases);
   // PyTorch would propagate a NaN weight into every output; masked softmax and LayerNorm here can hide it and
   // return plausible but wrong numbers, so non-finite weights are refused up front.
   // Branch-free (it vectorises) and split over the OpenMP threads: the check reads every page of the file, and

@@ -20,6 +20,18 @@ class WeightSource {
   // Throws std::runtime_error: "<file>: missing tensor 'name' (also tried 'alias')" or
   // "<file>: tensor 'name' has shape [a, b], config expects [c, d]".
   virtual Tensor get(const std::string& name, const Shape& shape, const std::vector<std::string>& aliases = {}) = 0;
+  // get() without the check for NaN / Inf a file-backed source makes, for weights that are about to be packed:
+  // the packing reads every element anyway, and the packed copy is checked instead (nn::Linear::load_packed),
+  // so that the mapped file is read once. The caller must call get() for the message when the check fails.
+  virtual Tensor get_unchecked(const std::string& name, const Shape& shape, const std::vector<std::string>& aliases = {}) {
+    return get(name, shape, aliases);
+  }
+  // A weight stored as BF16 (`tfm convert --dtype bf16`): its raw bf16 values [shape] in place, or null when
+  // `name` (or an alias) is stored in another type (then get() converts it to fp32). Not checked for NaN / Inf.
+  // Valid while the source lives.
+  virtual const uint16_t* get_bf16(const std::string& name, const Shape& shape, const std::vector<std::string>& aliases) {
+    return nullptr;
+  }
   // Tells the source that `t` (from get()) has been copied into a packed layout and its memory is no longer
   // read; a file-backed source drops the pages from memory. Default: nothing.
   virtual void release(const Tensor& t) {}
@@ -42,6 +54,8 @@ class SafeTensorsWeights : public WeightSource {
  public:
   explicit SafeTensorsWeights(const std::string& path) : st_(SafeTensors::open(path)) {}
   Tensor get(const std::string& name, const Shape& shape, const std::vector<std::string>& aliases = {}) override;
+  Tensor get_unchecked(const std::string& name, const Shape& shape, const std::vector<std::string>& aliases = {}) override;
+  const uint16_t* get_bf16(const std::string& name, const Shape& shape, const std::vector<std::string>& aliases) override;
   void release(const Tensor& t) override {
     if (t.defined() && t.dtype() == DType::F32) st_.release_pages(t.f32(), t.nbytes());
   }
@@ -55,6 +69,8 @@ class SafeTensorsWeights : public WeightSource {
   ops::ComputeType stored_compute_type() const;
 
  private:
+  // The stored name of `name` or its first alias present, its shape checked; throws as get() does.
+  std::string find(const std::string& name, const Shape& shape, const std::vector<std::string>& aliases) const;
   SafeTensors st_;
   std::vector<Tensor> scales_;  // scales handed out by get_int8 (copies if the file was misaligned)
 };

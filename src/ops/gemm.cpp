@@ -7,6 +7,7 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <cfloat>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -396,6 +397,59 @@ PackedLinear PackedLinear::from_int8(const int8_t* weight, const float* weight_s
   PackedLinear p;
   p.impl_ = std::move(im);
   return p;
+}
+
+PackedLinear PackedLinear::from_bf16(const uint16_t* weight, const float* bias, int64_t in_features,
+                                     int64_t out_features) {
+  auto im = std::make_shared<Impl>();
+  im->in = in_features;
+  im->out = out_features;
+  im->ct = ComputeType::BF16;
+  if (bias) im->bias.assign(bias, bias + out_features);
+  im->fuse_bias = bias != nullptr;
+  im->pack(weight, dt::bf16);
+  PackedLinear p;
+  p.impl_ = std::move(im);
+  return p;
+}
+
+bool PackedLinear::all_finite() const {
+  if (!impl_) return true;
+  const Impl& im = *impl_;
+  int bad = 0;
+  for (float b : im.bias) bad |= !(std::fabs(b) <= FLT_MAX);
+  for (float s : im.w_scale) bad |= !(std::fabs(s) <= FLT_MAX);  // quantize_row's NaN marks a non-finite row
+  if (im.ct == ComputeType::I8) return !bad;
+  // The packed buffer (padding included, which oneDNN zero-fills) in chunks over the threads.
+  const size_t bytes = im.weights_md.get_size();
+  const unsigned char* p = static_cast<const unsigned char*>(im.weights.get_data_handle());
+  constexpr int64_t kChunk = 1 << 16;
+  if (im.ct == ComputeType::F32) {
+    const float* w = reinterpret_cast<const float*>(p);
+    const int64_t n = (int64_t)(bytes / sizeof(float)), chunks = (n + kChunk - 1) / kChunk;
+#pragma omp parallel for reduction(| : bad) schedule(static) if (chunks > 1)
+    for (int64_t c = 0; c < chunks; ++c) {
+      const float* q = w + c * kChunk;
+      const int64_t m = std::min(kChunk, n - c * kChunk);
+      int b = 0;
+#pragma omp simd reduction(| : b)
+      for (int64_t i = 0; i < m; ++i) b |= !(std::fabs(q[i]) <= FLT_MAX);
+      bad |= b;
+    }
+  } else {  // bf16: exponent bits all ones is an infinity or a NaN
+    const uint16_t* w = reinterpret_cast<const uint16_t*>(p);
+    const int64_t n = (int64_t)(bytes / sizeof(uint16_t)), chunks = (n + kChunk - 1) / kChunk;
+#pragma omp parallel for reduction(| : bad) schedule(static) if (chunks > 1)
+    for (int64_t c = 0; c < chunks; ++c) {
+      const uint16_t* q = w + c * kChunk;
+      const int64_t m = std::min(kChunk, n - c * kChunk);
+      int b = 0;
+#pragma omp simd reduction(| : b)
+      for (int64_t i = 0; i < m; ++i) b |= (q[i] & 0x7f80) == 0x7f80;
+      bad |= b;
+    }
+  }
+  return !bad;
 }
 
 int64_t PackedLinear::in_features() const { return impl_ ? impl_->in : 0; }

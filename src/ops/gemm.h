@@ -79,6 +79,12 @@ class PackedLinear {
   // Prequantised int8 weights (tfm convert): weight [out, in] s8, weight_scale [out] (w = weight * scale).
   static PackedLinear from_int8(const int8_t* weight, const float* weight_scale, const float* bias,
                                 int64_t in_features, int64_t out_features);
+  // bf16 weights as stored by `tfm convert --dtype bf16` (weight [out, in] raw bf16): packed for ComputeType
+  // BF16 as they are, without a round trip through fp32.
+  static PackedLinear from_bf16(const uint16_t* weight, const float* bias, int64_t in_features, int64_t out_features);
+  // Whether every packed weight (and scale and bias) is finite: one read of the packed copy, which the loader
+  // checks instead of the file it was packed from (a bf16 weight that rounded to infinity also counts).
+  bool all_finite() const;
   // out: [N, out_features] fp32, written; inp: [N, in_features] fp32.
   void forward(float* out, const float* inp, int64_t N, Epilogue epilogue = Epilogue::None) const;
 

@@ -1,9 +1,7 @@
 // tfm embed: sentence embeddings of every line of a file, as SentenceTransformer.encode() gives them.
 // Lines are read in chunks, tokenized in parallel, sorted by length into batches of similar lengths (little
 // padding), embedded, and written back in input order, so memory stays bounded for any number of lines.
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <zlib.h>
+// Under mpirun every rank embeds a contiguous run of chunks; rank 0 writes the one output (line_shards.h).
 #include <unistd.h>
 
 #include <algorithm>
@@ -21,90 +19,21 @@
 #include "io/atomic_file.h"
 #include "io/json_util.h"
 #include "io/text_file.h"
+#include "line_shards.h"
 #include "tfm/encoder.h"
+#include "tfm/process_group.h"
 
 namespace tfm::cli {
 
 namespace {
 
-// Reads lines ('\n' separated, one trailing '\r' removed) from a plain or gzip file or stdin (zlib reads both),
-// counting the file bytes consumed for the progress ETA. Lines may hold any byte, NUL included.
-struct LineReader {
-  gzFile gz = nullptr;
-  std::string name;
-  int64_t line_no = 0, bytes = 0, total_bytes = -1;  // total_bytes: -1 when unknown (a pipe)
-  std::string buf;
-  size_t pos = 0;
-  bool eof = false;
-  ~LineReader() {
-    if (gz) gzclose(gz);
-  }
-  void open(const std::string& path) {
-    int fd = 0;
-    if (path == "-") {
-      name = "<stdin>";
-      fd = dup(0);
-    } else {
-      name = path;
-      fd = ::open(path.c_str(), O_RDONLY);
-      if (fd < 0) throw std::runtime_error(path + ": cannot open: " + std::strerror(errno));
-    }
-    try {
-      check_not_folder(name, fd);  // io/text_file: the wording of classify / rerank / fill-mask (read_lines)
-    } catch (...) {
-      ::close(fd);
-      throw;
-    }
-    struct stat sb;
-    if (fstat(fd, &sb) == 0 && S_ISREG(sb.st_mode)) total_bytes = sb.st_size;
-    gz = gzdopen(fd, "rb");
-    if (!gz) {
-      ::close(fd);
-      throw std::runtime_error(name + ": cannot open");
-    }
-  }
-  bool next(std::string& line) {
-    for (;;) {
-      size_t nl = buf.find('\n', pos);
-      if (nl != std::string::npos) {
-        line.assign(buf, pos, nl - pos);
-        pos = nl + 1;
-        break;
-      }
-      if (eof) {
-        if (pos >= buf.size()) return false;
-        line.assign(buf, pos, std::string::npos);
-        pos = buf.size();
-        break;
-      }
-      buf.erase(0, pos);
-      pos = 0;
-      char tmp[1 << 16];
-      int n = gzread(gz, tmp, sizeof tmp);
-      if (n < 0) {
-        int err = 0;
-        throw std::runtime_error(name + ": read error: " + gzerror(gz, &err));
-      }
-      if (n == 0) eof = true;
-      buf.append(tmp, (size_t)n);
-      bytes = gzoffset(gz) >= 0 ? (int64_t)gzoffset(gz) : bytes + n;
-      if (n == 0) {  // a truncated .gz reads as end of file; gzerror tells
-        int err = 0;
-        const char* msg = gzerror(gz, &err);
-        if (err != Z_OK && err != Z_STREAM_END) throw std::runtime_error(name + ": read error: " + msg);
-      }
-    }
-    ++line_no;
-    if (!line.empty() && line.back() == '\r') line.pop_back();
-    return true;
-  }
-};
-
 // Output sink: .npy (header rewritten with the final row count at the end; needs a seekable file) or JSON lines.
+// header = false: the rows only (a rank's part under mpirun; write_npy_header writes the header before them).
 class Writer {
  public:
-  Writer(std::FILE* f, bool npy, int64_t dim, std::string name) : f_(f), npy_(npy), dim_(dim), name_(std::move(name)) {
-    if (npy_) write_header(0);
+  Writer(std::FILE* f, bool npy, int64_t dim, std::string name, bool header = true)
+      : f_(f), npy_(npy), header_(header), dim_(dim), name_(std::move(name)) {
+    if (npy_ && header_) write_header(0);
   }
   // line_no > 0: JSON lines name the input line the row comes from ({"line": N, "embedding": [...]}).
   void row(const float* v, int64_t line_no = 0) {
@@ -123,7 +52,7 @@ class Writer {
     ++rows_;
   }
   void finish() {
-    if (npy_) {
+    if (npy_ && header_) {
       if (std::fflush(f_) != 0 || std::fseek(f_, 0, SEEK_SET) != 0)
         throw std::runtime_error("cannot rewrite the .npy header (the output is not a seekable file; use .jsonl)");
       write_header(rows_);
@@ -132,8 +61,6 @@ class Writer {
     if (std::fflush(f_) != 0 || std::ferror(f_)) fail();
   }
   int64_t rows() const { return rows_; }
-
- private:
   // NPY v1.0 header of a fixed 128 bytes (room for any row count), so the final count fits in place.
   void write_header(int64_t rows) {
     std::string dict = "{'descr': '<f4', 'fortran_order': False, 'shape': (" + std::to_string(rows) + ", " +
@@ -149,11 +76,13 @@ class Writer {
     h += dict;
     if (std::fwrite(h.data(), 1, h.size(), f_) != h.size()) fail();
   }
+
+ private:
   [[noreturn]] void fail() {
     throw std::runtime_error("cannot write to " + name_ + ": " + std::strerror(errno ? errno : EIO));
   }
   std::FILE* f_;
-  bool npy_;
+  bool npy_, header_;
   int64_t dim_, rows_ = 0;
   std::string name_;
 };
@@ -198,8 +127,8 @@ struct Progress {
 void add_embed_command(CLI::App& app) {
   struct Opts {
     std::string model, input, output, pooling, prompt_name, prompt, dtype;  // "": as the folder stores it
-    bool normalize = false, skip_empty = false, quiet = false, no_prompt = false;
-    int64_t batch_tokens = 16384, batch_size = 128, max_length = 0, chunk_lines = 20000;
+    bool normalize = false, skip_empty = false, quiet = false, no_prompt = false, output_shards = false;
+    int64_t batch_tokens = 16384, batch_size = 128, max_length = 0, chunk_lines = 1024;
     int threads = 0;
   };
   auto o = std::make_shared<Opts>();
@@ -228,8 +157,14 @@ void add_embed_command(CLI::App& app) {
   cmd->add_option("--batch-size", o->batch_size, "Most sentences in one batch (default 128)")
       ->check(whole_range(1, 1 << 20));
   cmd->add_option("--chunk-lines", o->chunk_lines,
-                  "Lines read, sorted by length and embedded together (default 20000; bounds memory)")
+                  "Lines read, sorted by length and embedded together (default 1024; bounds memory). Under mpirun "
+                  "the unit the ranks share: each takes a contiguous run of chunks, balanced by bytes, so the output "
+                  "is byte for byte the one process's")
       ->check(whole_range(1, 1 << 24));
+  cmd->add_flag("--output-shards", o->output_shards,
+                "Under mpirun: each rank writes the rows of its own contiguous lines to OUT-0000R-of-0000N.EXT "
+                "(1-based rank, the Hugging Face shard naming) instead of rank 0 writing one OUT in input order; "
+                "kept only if every rank wrote its shard");
   cmd->add_flag("--skip-empty", o->skip_empty,
                 "Leave empty (or all-space) lines out instead of failing; so that rows can be matched to input lines, "
                 "each JSON line then has \"line\": N (1-based input line), and a .npy output gets OUT.lines.txt with "
@@ -276,15 +211,38 @@ void add_embed_command(CLI::App& app) {
     to.max_length = max_seq_length;  // cut to max_seq_length, as SentenceTransformer.encode()
     to.return_offsets = false;
 
+    // Under mpirun (or with --output-shards) every rank embeds a contiguous run of whole chunks (line_shards.h).
+    const ProcessGroup group = process_group();
+    const bool sharded = group.world_size > 1 || o->output_shards;
+    if (sharded && o->input == "-")
+      throw std::invalid_argument("--input -: under mpirun (or with --output-shards) the input must be a file that "
+                                  "every rank reads, not stdin");
+    if (o->output_shards && (out.empty() || out == "-"))
+      throw std::invalid_argument("--output-shards names each rank's file after --output; give --output FILE");
+    LinePlan plan;
+    if (sharded) plan = plan_lines(o->input, o->chunk_lines, [&](const std::string& l) {
+      return !(o->skip_empty && blank_line(l));
+    });
     LineReader in;
     in.open(o->input);
+    if (sharded) {
+      in.skip_to(plan.first_line(group.rank));
+      in.end_line = plan.end_line(group.rank);
+    }
     Progress progress;
-    progress.on = !o->quiet && isatty(2);
+    progress.on = !o->quiet && isatty(2) && group.rank == 0;
+    // Rows done so far; under mpirun rank 0 shows the sum over the ranks.
+    auto show = [&](int64_t done, int64_t bytes, bool final = false) {
+      if (!sharded) return progress.update(done, bytes, in.total_bytes, final);
+      if (group.rank != 0) return group::report_progress(done);
+      const int64_t sum = group::progress_sum(done);
+      progress.update(sum, sum, plan.total_counted, final);
+    };
     int64_t skipped = 0, truncated = 0;
     std::vector<int64_t> kept_lines;  // --skip-empty: the input line of each row
 
     auto run = [&](std::FILE* f) {
-      Writer w(f, fmt == "npy", D, out.empty() || out == "-" ? std::string("stdout") : out);
+      Writer w(f, fmt == "npy", D, out.empty() || out == "-" ? std::string("stdout") : out, /*header=*/!sharded);
       std::vector<std::string> lines;
       std::vector<int64_t> line_nos;
       std::string line;
@@ -298,7 +256,7 @@ void add_embed_command(CLI::App& app) {
             eof = true;
             break;
           }
-          if (line.find_first_not_of(" \t\v\f\r") == std::string::npos) {
+          if (blank_line(line)) {
             if (o->skip_empty) {
               ++skipped;
               continue;
@@ -358,7 +316,7 @@ void add_embed_command(CLI::App& app) {
           for (int64_t r = 0; r < B; ++r)
             std::memcpy(result.data() + order[s + r] * D, v.data() + r * D, sizeof(float) * D);
           s = e;
-          progress.update(w.rows() + s, chunk_start_bytes + (in.bytes - chunk_start_bytes) * s / n, in.total_bytes);
+          show(w.rows() + s, chunk_start_bytes + (in.bytes - chunk_start_bytes) * s / n);
         }
         for (int64_t i = 0; i < n; ++i) {
           const float* r = result.data() + i * D;
@@ -371,22 +329,43 @@ void add_embed_command(CLI::App& app) {
         }
       }
       w.finish();
-      progress.update(w.rows(), in.bytes, in.total_bytes, true);
+      if (!sharded) progress.update(w.rows(), in.bytes, in.total_bytes, true);
       return w.rows();
     };
+    auto lines_text = [](const std::vector<int64_t>& nos) {
+      std::string text;
+      for (int64_t n : nos) text += std::to_string(n) + "\n";
+      return text;
+    };
+    const bool lines_out = o->skip_empty && fmt == "npy";
+    auto lines_path = [](const std::string& npy) { return npy.substr(0, npy.size() - 4) + ".lines.txt"; };
 
     int64_t rows = 0;
-    if (out.empty() || out == "-") {
+    std::string lines_file, wrote = out;
+    if (!sharded && (out.empty() || out == "-")) {
       rows = run(stdout);
-    } else {
+    } else if (!sharded) {
       write_file_atomic(out, [&](std::FILE* f) { rows = run(f); });
+    } else {
+      RankOutput part;
+      const int64_t own = run(part.body());
+      part.counts = {own, skipped, truncated};
+      if (lines_out) part.side = lines_text(kept_lines);
+      const auto total = part.exchange(own, [&](int64_t sum) { progress.update(sum, sum, plan.total_counted); });
+      progress.update(total[0], total[0], plan.total_counted, true);
+      rows = total[0], skipped = total[1], truncated = total[2];
+      wrote = write_job_output(part, plan, out, o->output_shards, own, rows,
+                               fmt == "npy" ? std::function<void(std::FILE*, int64_t)>([&](std::FILE* f, int64_t n) {
+                                 Writer(f, true, D, out, false).write_header(n);
+                               })
+                                            : nullptr,
+                               lines_out ? std::function<std::string(const std::string&)>(lines_path) : nullptr);
+      if (lines_out && !o->output_shards) lines_file = lines_path(out);
+      if (group.rank != 0) return;
     }
-    std::string lines_file;
-    if (o->skip_empty && fmt == "npy") {
-      lines_file = out.substr(0, out.size() - 4) + ".lines.txt";
-      std::string text;
-      for (int64_t n : kept_lines) text += std::to_string(n) + "\n";
-      write_file_atomic(lines_file, text);
+    if (!sharded && lines_out) {
+      lines_file = lines_path(out);
+      write_file_atomic(lines_file, lines_text(kept_lines));
     }
     if (!o->quiet) {
       double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - progress.start).count();
@@ -396,7 +375,7 @@ void add_embed_command(CLI::App& app) {
                    skipped ? (", skipped " + fmt_count(skipped) + (skipped == 1 ? " empty line" : " empty lines")).c_str()
                            : "",
                    truncated ? (", " + fmt_count(truncated) + " at max_seq_length (truncated)").c_str() : "",
-                   out.empty() || out == "-" ? "" : ("; wrote " + out +
+                   out.empty() || out == "-" ? "" : ("; wrote " + wrote +
                                                      (lines_file.empty() ? "" : " and " + lines_file + " (input line of each row)"))
                                                         .c_str());
     }

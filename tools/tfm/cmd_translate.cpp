@@ -1,5 +1,6 @@
 // tfm translate: greedy or beam-search translation with a trained transformer_seq2seq folder; sentences from the
-// command line, stdin or --input (streamed: read in chunks, batched by length, written in input order).
+// command line, stdin or --input (streamed: read in chunks, batched by length, written in input order). Under
+// mpirun every rank translates a contiguous run of chunks of --input; rank 0 writes the output (line_shards.h).
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -18,6 +19,8 @@
 #include "io/atomic_file.h"
 #include "io/json_util.h"
 #include "io/plot.h"
+#include "line_shards.h"
+#include "tfm/process_group.h"
 #include "tfm/translator.h"
 
 namespace tfm::cli {
@@ -64,8 +67,10 @@ class Progress {
     printed_ = true;
     const double el = std::chrono::duration<double>(now - start_).count();
     char line[160];
-    int n = std::snprintf(line, sizeof line, "%zu sentences, %.1f sentences/s, %lld target tokens", sentences,
-                          el > 0 ? (double)sentences / el : 0.0, (long long)target_tokens);
+    int n = std::snprintf(line, sizeof line, "%zu sentences, %.1f sentences/s", sentences,
+                          el > 0 ? (double)sentences / el : 0.0);
+    if (target_tokens >= 0)  // under mpirun the other ranks' are not known: left out
+      n += std::snprintf(line + n, sizeof line - n, ", %lld target tokens", (long long)target_tokens);
     if (total_ > 0 && bytes_read > 0) {
       const double frac = std::min(1.0, (double)bytes_read / (double)total_);
       const double eta = frac > 0 ? el * (1 - frac) / frac : 0;
@@ -99,7 +104,7 @@ void add_translate_command(CLI::App& app) {
     bool quantize_output = false;
     std::string input, output, target_prefix;
     int64_t max_batch_tokens = 4096, max_steps = 0;
-    bool progress = false, scores = false;
+    bool progress = false, scores = false, output_shards = false;
     float repetition_penalty = 1.0f, sampling_topp = 1.0f, sampling_temperature = 1.0f;
     int64_t no_repeat_ngram_size = 0, min_length = 0, sampling_topk = 1;
     uint64_t seed = 0;
@@ -149,6 +154,10 @@ void add_translate_command(CLI::App& app) {
                   "read in chunks and written in input order as they finish (any size: memory stays bounded)");
   cmd->add_option("--output,-o", o->output,
                   "Write the translations to this file (written atomically: complete or not at all) instead of stdout");
+  cmd->add_flag("--output-shards", o->output_shards,
+                "Under mpirun: each rank writes the translations of its own contiguous lines to "
+                "OUT-0000R-of-0000N.EXT (1-based rank, the Hugging Face shard naming) instead of rank 0 writing one "
+                "OUT in input order; kept only if every rank wrote its shard");
   cmd->add_option("--max-batch-tokens", o->max_batch_tokens,
                   "Sentences of similar length are batched together up to this many source tokens (sentences x "
                   "longest) per batch")
@@ -368,6 +377,23 @@ void add_translate_command(CLI::App& app) {
 
     if (!o->sentences.empty() && !o->input.empty())
       throw std::invalid_argument("give sentences on the command line or --input " + o->input + ", not both");
+    // Under mpirun (or with --output-shards) every rank translates a contiguous run of the 512-line chunks.
+    const ProcessGroup group = process_group();
+    const bool sharded = group.world_size > 1 || o->output_shards;
+    constexpr size_t kChunkLines = 512;
+    LinePlan plan;
+    if (sharded) {
+      if (o->input.empty() || o->input == "-" || !o->sentences.empty())
+        throw std::invalid_argument("under mpirun (or with --output-shards) give --input FILE, a file every rank "
+                                    "reads (not stdin or sentences on the command line)");
+      if (o->output_shards && (o->output.empty() || o->output == "-"))
+        throw std::invalid_argument("--output-shards names each rank's file after --output; give --output FILE");
+      if (!o->attention_png.empty())
+        throw std::invalid_argument("--attention-png plots one sentence: run it without mpirun or --output-shards");
+      struct stat st {};
+      if (::stat(o->input.c_str(), &st) != 0) throw std::invalid_argument("--input " + o->input + ": no such file");
+      plan = plan_lines(o->input, kChunkLines, [](const std::string&) { return true; });
+    }
     if (!o->sentences.empty() && o->output.empty()) {
       translate(o->sentences, 1);
       return finish();
@@ -388,8 +414,17 @@ void add_translate_command(CLI::App& app) {
       }
       std::istream& in = from_stdin ? std::cin : file;
       const std::string in_name = from_stdin ? "stdin" : o->input;
-      Progress progress(o->progress || ::isatty(2), total_bytes);
-      constexpr size_t kChunkLines = 512;
+      Progress progress((o->progress || ::isatty(2)) && group.rank == 0, sharded ? plan.total_lines : total_bytes);
+      // Sentences done so far; under mpirun rank 0 shows the sum over the ranks.
+      auto show = [&](size_t done, int64_t bytes, bool last = false) {
+        if (!sharded) return progress.update(done, bytes, target_tokens, last);
+        if (group.rank != 0) return group::report_progress((int64_t)done);
+        const int64_t sum = group::progress_sum((int64_t)done);
+        progress.update((size_t)sum, sum, -1, last);
+      };
+      const int64_t first_line = sharded ? plan.first_line(group.rank) : 1;
+      const int64_t end_line = sharded ? plan.end_line(group.rank) : -1;
+      size_t done = 0;  // sentences of this rank translated
       auto run = [&](std::FILE* out) {
         size_t no = 0;
         int64_t bytes = 0;
@@ -406,23 +441,34 @@ void add_translate_command(CLI::App& app) {
           } else if (std::fflush(out) != 0 || std::ferror(out)) {
             throw std::runtime_error("cannot write the translations: " + std::string(std::strerror(errno)));
           }
+          done += chunk.size();
           chunk.clear();
-          progress.update(no, bytes, target_tokens);
+          show(sharded ? done : no, bytes);
         };
         if (!o->sentences.empty()) {  // sentences given on the command line, into --output
           for (const std::string& s : o->sentences) chunk.push_back(s), ++no;
         } else {
           std::string line;
-          while (read_line_capped(in, line, no + 1, in_name.c_str())) {
+          while ((end_line < 0 || (int64_t)no + 1 < end_line) && read_line_capped(in, line, no + 1, in_name.c_str())) {
             ++no;
             bytes += (int64_t)line.size() + 1;
+            if ((int64_t)no < first_line) continue;  // another rank's line
             chunk.push_back(line);
             if (chunk.size() == kChunkLines) flush_chunk();
           }
         }
         flush_chunk();
-        progress.update(no, total_bytes > 0 ? total_bytes : bytes, target_tokens, true);
+        if (!sharded) progress.update(no, total_bytes > 0 ? total_bytes : bytes, target_tokens, true);
       };
+      if (sharded) {
+        RankOutput part;
+        run(part.body());
+        part.counts = {(int64_t)done};
+        const auto total = part.exchange((int64_t)done, [&](int64_t sum) { progress.update((size_t)sum, sum, -1); });
+        progress.update((size_t)total[0], total[0], -1, true);
+        write_job_output(part, plan, o->output, o->output_shards, (int64_t)done, total[0], nullptr, nullptr);
+        return finish();
+      }
       if (o->output.empty()) {
         run(stdout);
         flush_stdout();

@@ -172,6 +172,8 @@ int main(int argc, char** argv) {
     std::fflush(stdout);
     return e.code;
   } catch (const std::exception& e) {
+    // Under mpirun the other ranks may be waiting for this one: end them all, with the message (rank-prefixed).
+    if (tfm::process_group().world_size > 1) tfm::group::abort(1, e.what());
     std::fprintf(stderr, "tfm: error: %s\n", e.what());
     return 1;
   }
