@@ -5,7 +5,8 @@
 //   cd scripts && npm install && node make_family_head_encodings.js
 //
 // Tokenizers: the byte-level BPE (RoBERTa-style: <s> A </s></s> B </s>, <mask>) and the WordPiece
-// (BERT / DistilBERT-style: [CLS] A [SEP] B [SEP], [MASK]) fixtures of make_tokenizer_engine_fixtures.js.
+// (BERT / DistilBERT-style: [CLS] A [SEP] B [SEP], [MASK]) fixtures of make_tokenizer_engine_fixtures.js, and
+// MPNet's (tests/fixtures/mpnet/tokenizer.json).
 const fs = require('fs');
 const path = require('path');
 const tk = require('tokenizers');
@@ -31,6 +32,17 @@ const SETS = {
                'A little girl climbing into a wooden playhouse.'],
     tag: ['A man in New York is riding a bike.', 'Two dogs play in the grass.'],
     fill: ['A man in a [MASK] shirt.', 'Two [MASK] are playing in the [MASK].', '[MASK] dog runs on the beach.'],
+    query: 'A man is riding a bike.',
+    passages: ['A man rides a bicycle down the street.', 'Two dogs play in the grass.',
+               'A woman is cooking dinner.', 'A boy on a bike jumps a ramp.'],
+  },
+  // MPNet's WordPiece (lower-cased, <s> A </s></s> B </s>, <mask>) of make_mpnet_tokenizer.js.
+  mpnet: {
+    file: path.join(FIX, 'mpnet', 'tokenizer.json'),
+    classify: ['A man in a blue shirt is standing on a ladder.', 'Two young, White males are outside near many bushes.',
+               'A little girl climbing into a wooden playhouse.'],
+    tag: ['A man in New York is riding a bike.', 'Two dogs play in the grass.'],
+    fill: ['A man in a <mask> shirt.', 'Two <mask> are playing in the <mask>.', '<mask> dog runs on the beach.'],
     query: 'A man is riding a bike.',
     passages: ['A man rides a bicycle down the street.', 'Two dogs play in the grass.',
                'A woman is cooking dinner.', 'A boy on a bike jumps a ramp.'],
