@@ -601,25 +601,9 @@ BERT_CONFIG = {
 
 
 def bert_weights(c, seed):
-    """BertModel's state dict (unprefixed names, with the pooler), random (std 0.3; LayerNorm around 1)."""
+    """BertModel's state dict (unprefixed names, with the pooler): RobertaModel's names are BERT's."""
     torch.manual_seed(seed)
-    H, I = c["hidden_size"], c["intermediate_size"]
-    g = lambda *s: torch.randn(*s) * 0.3  # noqa: E731
-    sd = {"embeddings.word_embeddings.weight": g(c["vocab_size"], H),
-          "embeddings.position_embeddings.weight": g(c["max_position_embeddings"], H),
-          "embeddings.token_type_embeddings.weight": g(c["type_vocab_size"], H),
-          "embeddings.LayerNorm.weight": 1 + 0.1 * torch.randn(H), "embeddings.LayerNorm.bias": 0.1 * torch.randn(H),
-          "pooler.dense.weight": g(H, H) / math.sqrt(H) * 3, "pooler.dense.bias": g(H)}
-    for l in range(c["num_hidden_layers"]):
-        p = f"encoder.layer.{l}."
-        for n, (o, i) in {"attention.self.query": (H, H), "attention.self.key": (H, H), "attention.self.value": (H, H),
-                          "attention.output.dense": (H, H), "intermediate.dense": (I, H), "output.dense": (H, I)}.items():
-            sd[p + n + ".weight"] = g(o, i) / math.sqrt(i) * 3
-            sd[p + n + ".bias"] = g(o)
-        for n in ("attention.output.LayerNorm", "output.LayerNorm"):
-            sd[p + n + ".weight"] = 1 + 0.1 * torch.randn(H)
-            sd[p + n + ".bias"] = 0.1 * torch.randn(H)
-    return sd
+    return rob.random_weights(Cfg(c))
 
 
 def bert_forward(c, sd, ids, token_type_ids):
