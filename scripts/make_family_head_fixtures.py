@@ -625,6 +625,23 @@ def family_folder(name, config, tensors, tokenizer_json, tokenizer_config):
     return d
 
 
+def lm_head(seed, H, V, names, word_embeddings, eps):
+    """A BERT-style masked-LM head (BertLMPredictionHead, RobertaLMHead, MPNetLMHead): random tensors under
+    names = (dense, layer norm, vocabulary bias), and its forward dense -> gelu -> LayerNorm(eps) -> decoder tied to
+    word_embeddings + bias."""
+    dense, norm, bias = names
+    g = torch.Generator().manual_seed(seed)
+    head = {dense + ".weight": torch.randn(H, H, generator=g) * 0.3, dense + ".bias": torch.randn(H, generator=g) * 0.3,
+            norm + ".weight": 1 + 0.1 * torch.randn(H, generator=g), norm + ".bias": 0.1 * torch.randn(H, generator=g),
+            bias: torch.randn(V, generator=g) * 0.5}
+
+    def forward(h):
+        x = F.gelu(lin(h, head[dense + ".weight"], head[dense + ".bias"]))
+        x = F.layer_norm(x, (H,), head[norm + ".weight"], head[norm + ".bias"], eps)
+        return x @ word_embeddings.T + head[bias]
+    return head, forward
+
+
 def write_classifier(d, enc, body, seq_head, labels):
     """expected.safetensors / expected.json of a two-label sequence classifier: per `classify` text the input ids,
     the body's last_hidden_state ("classify_hidden_<i>") and the logits; per (query, passage) pair the ids and
@@ -690,18 +707,8 @@ def make_bert(tok):
 
     cfg = dict(c, architectures=["BertForMaskedLM"])
     sd = bert_weights(cfg, 2311)
-    g = torch.Generator().manual_seed(2312)
-    head = {"cls.predictions.transform.dense.weight": torch.randn(H, H, generator=g) * 0.3,
-            "cls.predictions.transform.dense.bias": torch.randn(H, generator=g) * 0.3,
-            "cls.predictions.transform.LayerNorm.weight": 1 + 0.1 * torch.randn(H, generator=g),
-            "cls.predictions.transform.LayerNorm.bias": 0.1 * torch.randn(H, generator=g),
-            "cls.predictions.bias": torch.randn(V, generator=g) * 0.5}
-
-    def mlm_head(h):
-        x = F.gelu(lin(h, head["cls.predictions.transform.dense.weight"], head["cls.predictions.transform.dense.bias"]))
-        x = F.layer_norm(x, (H,), head["cls.predictions.transform.LayerNorm.weight"],
-                         head["cls.predictions.transform.LayerNorm.bias"], c["layer_norm_eps"])
-        return x @ sd["embeddings.word_embeddings.weight"].T + head["cls.predictions.bias"]
+    names = ("cls.predictions.transform.dense", "cls.predictions.transform.LayerNorm", "cls.predictions.bias")
+    head, mlm_head = lm_head(2312, H, V, names, sd["embeddings.word_embeddings.weight"], c["layer_norm_eps"])
 
     body_sd = {"bert." + k: v for k, v in sd.items() if not k.startswith("pooler.")}  # add_pooling_layer=False
     d = family_folder("bert_mlm", cfg, dict(body_sd, **head), tjson, tcfg)
@@ -748,17 +755,8 @@ def make_mpnet(tok):
     cfg = dict(c, architectures=["MPNetForMaskedLM"])
     torch.manual_seed(2331)
     sd = mp.random_weights(Cfg(cfg))
-    g = torch.Generator().manual_seed(2332)
-    mhead = {"lm_head.dense.weight": torch.randn(H, H, generator=g) * 0.3,
-             "lm_head.dense.bias": torch.randn(H, generator=g) * 0.3,
-             "lm_head.layer_norm.weight": 1 + 0.1 * torch.randn(H, generator=g),
-             "lm_head.layer_norm.bias": 0.1 * torch.randn(H, generator=g),
-             "lm_head.bias": torch.randn(V, generator=g) * 0.5}
-
-    def mlm_head(h):
-        x = F.gelu(lin(h, mhead["lm_head.dense.weight"], mhead["lm_head.dense.bias"]))
-        x = F.layer_norm(x, (H,), mhead["lm_head.layer_norm.weight"], mhead["lm_head.layer_norm.bias"], c["layer_norm_eps"])
-        return x @ sd["embeddings.word_embeddings.weight"].T + mhead["lm_head.bias"]
+    mhead, mlm_head = lm_head(2332, H, V, ("lm_head.dense", "lm_head.layer_norm", "lm_head.bias"),
+                              sd["embeddings.word_embeddings.weight"], c["layer_norm_eps"])
 
     d = family_folder("mpnet_mlm", cfg, dict(body_sd(sd), **mhead), tjson, tcfg)
     write_fill(d, tok, enc, body_of(sd), mlm_head, tok.token_to_id["<mask>"], tok.token_to_id["<pad>"], True)
