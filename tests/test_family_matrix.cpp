@@ -4,8 +4,9 @@
 // fp32 / bf16 / int8, against the PyTorch references of scripts/make_family_head_fixtures.py
 // (tests/fixtures/family_heads; the texts are encodings.json's, the ids Hugging Face tokenizers gave).
 // fp32 equals the reference (atol 1e-4); in bf16 / int8 every token vector and embedding keeps a cosine >= 0.9999 /
-// >= 0.999 to it, logits stay within 2% / 8% of the reference logits' norm and masked-LM probabilities within
-// 0.03 / 0.06. tfm.Encoder and tfm.Classifier: python/tests/test_family_matrix.py.
+// >= 0.999 to it, logits stay within 2% / 8% of the reference logits' norm (rerank's raw scores twice that) and
+// masked-LM probabilities within 0.03 / 0.06 where the reference has a clear winner. tfm.Encoder and
+// tfm.Classifier: python/tests/test_family_matrix.py.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -96,9 +97,10 @@ void expect_tokens(const float* got, const float* want, int64_t L, int64_t H, co
   for (int64_t l = 0; l < L; ++l) EXPECT_GE(cosine(got + l * H, want + l * H, H), dt.min_cosine) << at << " token " << l;
 }
 
-// Logits (or raw scores) against the reference.
+// Logits (or raw scores) against the reference; `scale` widens the bf16 / int8 bound (rerank's raw score of a
+// two-label cross-encoder is a difference of two logits, carrying both errors).
 void expect_logits(const std::vector<double>& got, const std::vector<double>& want, const Dtype& dt,
-                   const std::string& at) {
+                   const std::string& at, double scale = 1.0) {
   ASSERT_EQ(got.size(), want.size()) << at;
   double norm = 0, err = 0;
   for (size_t k = 0; k < want.size(); ++k) {
@@ -107,7 +109,7 @@ void expect_logits(const std::vector<double>& got, const std::vector<double>& wa
       EXPECT_NEAR(got[k], want[k], 1e-4 + 1e-4 * std::fabs(want[k])) << at << "[" << k << "]";
     }
   }
-  EXPECT_LE(std::sqrt(err), dt.logit_tol * std::max(1.0, std::sqrt(norm)) + 1e-4) << at;
+  EXPECT_LE(std::sqrt(err), scale * dt.logit_tol * std::max(1.0, std::sqrt(norm)) + 1e-4) << at;
 }
 
 std::vector<double> row(const Tensor& t, int64_t r) {
@@ -206,15 +208,20 @@ void expect_fill(const json& got, const float* logits, int64_t V, const Dtype& d
   for (int64_t v = 0; v < V; ++v) order[v] = v;
   std::partial_sort(order.begin(), order.begin() + 5, order.end(), [&](int64_t a, int64_t b) { return p[a] > p[b]; });
   ASSERT_TRUE(got.is_array() && got.size() == 5) << at << ": " << got.dump();
+  // bf16 / int8 are held to the reference only where it has a clear winner: between two near-equal candidates a
+  // small shift of their logits moves much probability from one to the other.
+  const bool fp32 = std::string(dt.name) == "fp32", clear = p[order[0]] > 1.5 * p[order[1]];
   for (size_t k = 0; k < 5; ++k) {
     const int64_t tok = got[k]["token"];
     ASSERT_TRUE(tok >= 0 && tok < V) << at;
-    EXPECT_NEAR(got[k]["score"].get<double>(), p[tok], dt.prob_tol) << at << " candidate " << k;
-    if (std::string(dt.name) == "fp32") {
+    if (fp32 || clear) {
+      EXPECT_NEAR(got[k]["score"].get<double>(), p[tok], dt.prob_tol) << at << " candidate " << k;
+    }
+    if (fp32) {
       EXPECT_EQ(tok, order[k]) << at << " candidate " << k;
     }
   }
-  if (p[order[0]] > 1.5 * p[order[1]]) {
+  if (clear) {
     EXPECT_EQ(got[0]["token"].get<int64_t>(), order[0]) << at;
   }
 }
@@ -297,7 +304,7 @@ void check_cli(const Family& f, const Reference& ref, const Dtype& dt, const std
     for (const auto& x : got) {
       const int64_t i = x["index"];
       expect_logits({x["score"].get<double>()}, {raw_pair_score(ref.pair_logits.at(i))}, dt,
-                    tag + " passage " + std::to_string(i));
+                    tag + " passage " + std::to_string(i), 2.0);
     }
   }
 }
@@ -314,7 +321,7 @@ void check_rerank_route(test::ServeProcess& s, const Reference& ref, const Dtype
   ASSERT_TRUE(got.is_array() && got.size() == ref.passages.size()) << got.dump();
   for (const auto& x : got)
     expect_logits({x["score"].get<double>()}, {raw_pair_score(ref.pair_logits.at(x["index"].get<int64_t>()))}, dt,
-                  tag + " /rerank");
+                  tag + " /rerank", 2.0);
 }
 
 void check_serve(const Family& f, const Reference& ref, const Dtype& dt) {
