@@ -263,6 +263,21 @@ def lin(x, w, b):
     return F.linear(x, w, b)
 
 
+def classification_head(seed, H, C, out_scale=0.8):
+    """RobertaClassificationHead / MPNetClassificationHead: random classifier.dense and classifier.out_proj
+    tensors, and its forward x = features[:, 0] -> dense -> tanh -> out_proj (dropouts off)."""
+    g = torch.Generator().manual_seed(seed)
+    head = {"classifier.dense.weight": torch.randn(H, H, generator=g) * 0.4,
+            "classifier.dense.bias": torch.randn(H, generator=g) * 0.1,
+            "classifier.out_proj.weight": torch.randn(C, H, generator=g) * out_scale,
+            "classifier.out_proj.bias": torch.randn(C, generator=g) * 0.1}
+
+    def forward(h):
+        x = torch.tanh(lin(h[:, 0], head["classifier.dense.weight"], head["classifier.dense.bias"]))
+        return lin(x, head["classifier.out_proj.weight"], head["classifier.out_proj.bias"])
+    return head, forward
+
+
 def make_roberta(tok):
     enc = ENC["bpe_bytelevel"]
     H = rob.CONFIG["hidden_size"]
@@ -275,15 +290,7 @@ def make_roberta(tok):
     cfg = dict(base, architectures=["RobertaForSequenceClassification"],
                id2label={str(i): l for i, l in enumerate(labels)}, label2id={l: i for i, l in enumerate(labels)})
     sd = roberta_body(2101, cfg)
-    g = torch.Generator().manual_seed(2102)
-    head = {"classifier.dense.weight": torch.randn(H, H, generator=g) * 0.4,
-            "classifier.dense.bias": torch.randn(H, generator=g) * 0.1,
-            "classifier.out_proj.weight": torch.randn(3, H, generator=g) * 0.8,
-            "classifier.out_proj.bias": torch.randn(3, generator=g) * 0.1}
-
-    def seq_head(h):
-        x = torch.tanh(lin(h[:, 0], head["classifier.dense.weight"], head["classifier.dense.bias"]))
-        return lin(x, head["classifier.out_proj.weight"], head["classifier.out_proj.bias"])
+    head, seq_head = classification_head(2102, H, 3)
 
     d = roberta_folder("roberta_seqcls", cfg, sd, head, "RobertaTokenizer")
     exp, logits = {}, []
@@ -732,21 +739,13 @@ def make_mpnet(tok):
                id2label={str(i): l for i, l in enumerate(labels)}, label2id={l: i for i, l in enumerate(labels)})
     torch.manual_seed(2321)
     sd = mp.random_weights(Cfg(cfg))
-    g = torch.Generator().manual_seed(2322)
-    head = {"classifier.dense.weight": torch.randn(H, H, generator=g) * 0.4,
-            "classifier.dense.bias": torch.randn(H, generator=g) * 0.1,
-            "classifier.out_proj.weight": torch.randn(2, H, generator=g) * 0.8,
-            "classifier.out_proj.bias": torch.randn(2, generator=g) * 0.1}
+    head, seq_head = classification_head(2322, H, 2)
 
     def body_of(sd):
         def body(e):
             with torch.no_grad():
                 return mp.MPNetRef(Cfg(cfg), sd).forward(torch.tensor([e["input_ids"]]))[0]
         return body
-
-    def seq_head(h):
-        x = torch.tanh(lin(h[:, 0], head["classifier.dense.weight"], head["classifier.dense.bias"]))
-        return lin(x, head["classifier.out_proj.weight"], head["classifier.out_proj.bias"])
 
     body_sd = lambda sd: {"mpnet." + k: v for k, v in sd.items() if not k.startswith("pooler.")}  # noqa: E731
     d = family_folder("mpnet_seqcls", cfg, dict(body_sd(sd), **head), tjson, tcfg)
