@@ -11,12 +11,15 @@
 # ceiling, peak RSS) and the issue-9 targets as met / NOT met.
 #
 # Usage: bench/encoder_peers.sh          (from the repository root; about 5-10 minutes on 2 idle cores)
-#        bench/encoder_peers.sh --family bert,roberta,mpnet   (or --family all)
+#        bench/encoder_peers.sh --family bert,roberta,mpnet,modernbert   (or --family all)
 #   Per family, a random checkpoint with its real tensor names (bench/family_peers.py make-weights; SIZE=base,
 #   or SIZE=tiny to check that the run works) through our forward (bench_encoder fp32 / bf16 / int8) and ONNX
 #   Runtime fp32 on the family's PyTorch reference exported with torch.onnx (bench/family_peers.py export), THREADS
 #   threads, in one run; a family without a reference in scripts/ yet (distilbert) is reported as skipped.
 #   Prints bench/family_peers.py's table (median ms, ratio to ONNX Runtime). SHAPES defaults to 1x128,8x128.
+#   modernbert (base: 22 layers, hidden 768, GeGLU 1152, vocabulary 50368, global attention every 3rd layer,
+#   local windows of 128) also runs one 1x8192 forward per dtype and prints its peak RSS against the weight bytes
+#   (model.safetensors, fp32; goal: below 2x).
 # Environment: THREADS (2), REPS (10), WARMUP (2), SHAPES (1x128,8x128,1x512,32x32), BUILD_DIR (build),
 #              WEIGHTS_DIR (reuse config.json + model.safetensors from `bert_pytorch.py make-weights DIR`),
 #              NODE_DIR (a folder with node_modules/onnxruntime-node; default: installed into /tmp/tfm-ort),
@@ -31,14 +34,14 @@ families=""
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --family)
-      [[ $# -ge 2 ]] || { echo "encoder_peers.sh: --family needs a name (bert, roberta, distilbert, mpnet, all)" >&2; exit 2; }
+      [[ $# -ge 2 ]] || { echo "encoder_peers.sh: --family needs a name (bert, roberta, distilbert, mpnet, modernbert, all)" >&2; exit 2; }
       families=$2; shift 2 ;;
     --family=*) families=${1#--family=}; shift ;;
     *) echo "encoder_peers.sh: unknown argument '$1' (usage: encoder_peers.sh [--family NAME[,NAME...] | all])" >&2
        exit 2 ;;
   esac
 done
-[[ "$families" == all ]] && families=bert,roberta,distilbert,mpnet
+[[ "$families" == all ]] && families=bert,roberta,distilbert,mpnet,modernbert
 bash bench/ensure_openblas.sh  # the PyTorch peer on OpenBLAS, one BLAS thread under its threads (bench/torch_blas.py)
 THREADS=${THREADS:-2}
 REPS=${REPS:-10}
@@ -86,6 +89,13 @@ if [[ -n "$families" ]]; then
     vocab=$($PY -c 'import json,sys; print(json.load(open(sys.argv[1]))["vocab_size"])' "$tmp/$fam/config.json")
     NODE_PATH="$NODE_DIR/node_modules" node bench/ort_bench.js "$tmp/$fam.onnx" "$THREADS" "$WARMUP" "$REPS" "$SHAPES" \
       "$vocab" | tee "$tmp/ort_$fam.jsonl" >&2
+    if [[ $fam == modernbert ]]; then  # long inputs: one 8,192-token forward per dtype, peak RSS against the weights
+      for dt in fp32 bf16 int8; do
+        echo "== $fam: transformer.cpp $dt, 1x8192 (peak memory)" >&2
+        "$BUILD_DIR/bench_encoder" "$tmp/$fam" --threads "$THREADS" --warmup 0 --reps 1 --shapes 1x8192 --dtype "$dt" \
+          | tee "$tmp/long_${fam}_$dt.jsonl" >&2
+      done
+    fi
     rm -f "$tmp/$fam.onnx" "$tmp/$fam/model.safetensors"  # the next family's files fit in /tmp
     done_families+=("$fam")
   done

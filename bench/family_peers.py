@@ -1,18 +1,19 @@
 """Model side of `bench/encoder_peers.sh --family` (Debian's /usr/bin/python3 with torch).
 
   family_peers.py make-weights FAMILY DIR [--size base|tiny]
-      a random checkpoint of FAMILY (bert, roberta, distilbert, mpnet) with the
+      a random checkpoint of FAMILY (bert, roberta, distilbert, mpnet, modernbert) with the
       real Hugging Face tensor names and config keys: config.json + model.safetensors. base = the family's base
       size (12 layers, hidden 768, its own vocabulary and position table); tiny = 2 layers, hidden 32 (for checking
       that the benchmark runs, not for numbers).
   family_peers.py export FAMILY DIR OUT.onnx
       the PyTorch reference of FAMILY (the fixture scripts' references: BertModelRef, RobertaRef, distil_forward,
-      MPNetRef) on
+      MPNetRef, ModernBertRef (eager attention)) on
       those weights, exported with torch.onnx.export (opset 14, dynamic batch and sequence axes), input input_ids,
       output last_hidden_state.
   family_peers.py table TMPDIR FAMILY[,FAMILY...]
       a Markdown table of ours_<family>_<dtype>.jsonl and ort_<family>.jsonl: median ms per shape and the ratio
-      to ONNX Runtime fp32.
+      to ONNX Runtime fp32; then, where long_<family>_<dtype>.jsonl exist (modernbert's 1x8192 forward), peak
+      RSS against the weight bytes (model.safetensors).
 """
 import argparse
 import json
@@ -39,6 +40,13 @@ FAMILY = {
     "mpnet": dict(model_type="mpnet", architectures=["MPNetForMaskedLM"], vocab_size=30527,
                   max_position_embeddings=514, layer_norm_eps=1e-5, pad_token_id=1,
                   relative_attention_num_buckets=32),
+}
+# ModernBERT-base (answerdotai/ModernBERT-base config.json): 22 layers, hidden 768, GeGLU of 1152, vocabulary 50368,
+# 8,192 positions, a global layer every 3rd, local windows of 128; no biases, LayerNorm without bias.
+MODERNBERT = {
+    "base": dict(hidden_size=768, num_hidden_layers=22, num_attention_heads=12, intermediate_size=1152,
+                 vocab_size=50368),
+    "tiny": dict(hidden_size=32, num_hidden_layers=4, num_attention_heads=4, intermediate_size=48, vocab_size=1000),
 }
 COMMON = dict(hidden_act="gelu", hidden_dropout_prob=0.1, attention_probs_dropout_prob=0.1, initializer_range=0.02,
               position_embedding_type="absolute")
@@ -67,6 +75,18 @@ def family_ref(family):
     if family == "mpnet":
         import make_mpnet_fixtures as mp
         return mp.random_weights, lambda c, sd: (lambda ids: mp.MPNetRef(c, sd).forward(ids)[0])
+    if family == "modernbert":
+        import make_modernbert_fixtures as mb
+
+        class Exportable(mb.ModernBertRef):
+            def masks(self, attention_mask, L):
+                """The reference's masks, the window applied with torch.where (opset 14 has no logical_not)."""
+                fmin = torch.finfo(torch.float32).min
+                glob = (1.0 - attention_mask[:, None, None, :].float()).expand(-1, 1, L, L) * fmin
+                rows = torch.arange(L).unsqueeze(0)
+                window = (torch.abs(rows - rows.T) <= self.c.local_attention // 2).unsqueeze(0).unsqueeze(0)
+                return glob, torch.where(window, glob, torch.full_like(glob, fmin))
+        return mb.random_weights, lambda c, sd: (lambda ids: Exportable(c, sd).forward(ids))
     if family == "distilbert":
         try:
             import make_family_head_fixtures as fh  # DistilBERT's reference (distil_weights, distil_forward)
@@ -76,10 +96,17 @@ def family_ref(family):
             return None
         return (lambda c: fh.distil_weights(vars(c), 0),
                 lambda c, sd: (lambda ids: fh.distil_forward(vars(c), sd, ids)))
-    raise SystemExit(f"family_peers.py: unknown family '{family}' (bert, roberta, distilbert, mpnet)")
+    raise SystemExit(f"family_peers.py: unknown family '{family}' (bert, roberta, distilbert, mpnet, modernbert)")
 
 
 def config_of(family, size):
+    if family == "modernbert":
+        import make_modernbert_fixtures as mb
+        special = (dict(pad_token_id=50283, bos_token_id=50281, eos_token_id=50282, cls_token_id=50281,
+                        sep_token_id=50282) if size == "base" else
+                   dict(pad_token_id=3, bos_token_id=0, eos_token_id=2, cls_token_id=0, sep_token_id=2))
+        return dict(mb.CONFIG, architectures=["ModernBertModel"], local_attention=128, global_attn_every_n_layers=3,
+                    **special, **MODERNBERT[size])
     if family == "distilbert":  # DistilBertConfig's own keys; distilbert-base-uncased: 6 layers of BERT-base's size
         z = SIZES[size]
         return dict(model_type="distilbert", architectures=["DistilBertModel"],
@@ -166,6 +193,24 @@ def table(args):
             ratio = lambda x: "-" if x is None or not o else f"{x / o:.2f}x"  # noqa: E731
             print(f"| {fam} | {shape[0]}x{shape[1]} | " + " | ".join(fmt(c) for c in cells) + f" | {fmt(o)} | " +
                   " | ".join(ratio(c) for c in cells) + " |")
+    long_rows = []
+    for fam in args.families.split(","):
+        for dt in ("fp32", "bf16", "int8"):
+            path = os.path.join(args.tmp, f"long_{fam}_{dt}.jsonl")
+            if not os.path.exists(path):
+                continue
+            for line in open(path):
+                j = json.loads(line)
+                if j.get("kind") == "encoder":
+                    long_rows.append((fam, dt, j))
+    if long_rows:
+        print()
+        print("| family | shape | dtype | ms | peak RSS MB | weights MB | peak / weights | goal < 2x |")
+        print("|---|---|---|---|---|---|---|---|")
+        for fam, dt, j in long_rows:
+            r = j["peak_rss_mb"] / j["weights_mb"]
+            print(f"| {fam} | {j['B']}x{j['L']} | {dt} | {j['median_ms']:.0f} | {j['peak_rss_mb']:.0f} | "
+                  f"{j['weights_mb']:.0f} | {r:.2f}x | {'met' if r < 2 else 'NOT met'} |")
 
 
 def main():

@@ -5,7 +5,8 @@
 //   cd scripts && npm install && node make_family_head_encodings.js
 //
 // Tokenizers: the byte-level BPE (RoBERTa-style: <s> A </s></s> B </s>, <mask>) and the WordPiece
-// (BERT / DistilBERT-style: [CLS] A [SEP] B [SEP], [MASK]) fixtures of make_tokenizer_engine_fixtures.js.
+// (BERT / DistilBERT-style: [CLS] A [SEP] B [SEP], [MASK]) fixtures of make_tokenizer_engine_fixtures.js, and
+// MPNet's (tests/fixtures/mpnet/tokenizer.json).
 const fs = require('fs');
 const path = require('path');
 const tk = require('tokenizers');
@@ -14,27 +15,22 @@ const ROOT = path.resolve(__dirname, '..');
 const FIX = path.join(ROOT, 'tests', 'fixtures');
 const OUT = path.join(FIX, 'family_heads', 'encodings.json');
 
+// The same texts for every tokenizer; fill-mask texts with the tokenizer's mask token.
+const TEXTS = {
+  classify: ['A man in a blue shirt is standing on a ladder.', 'Two young, White males are outside near many bushes.',
+             'A little girl climbing into a wooden playhouse.'],
+  tag: ['A man in New York is riding a bike.', 'Two dogs play in the grass.'],
+  query: 'A man is riding a bike.',
+  passages: ['A man rides a bicycle down the street.', 'Two dogs play in the grass.',
+             'A woman is cooking dinner.', 'A boy on a bike jumps a ramp.'],
+};
+const fill = (m) => [`A man in a ${m} shirt.`, `Two ${m} are playing in the ${m}.`, `${m} dog runs on the beach.`];
+
 const SETS = {
-  bpe_bytelevel: {
-    file: path.join(FIX, 'tokenizer', 'bpe_bytelevel', 'tokenizer.json'),
-    classify: ['A man in a blue shirt is standing on a ladder.', 'Two young, White males are outside near many bushes.',
-               'A little girl climbing into a wooden playhouse.'],
-    tag: ['A man in New York is riding a bike.', 'Two dogs play in the grass.'],
-    fill: ['A man in a <mask> shirt.', 'Two <mask> are playing in the <mask>.', '<mask> dog runs on the beach.'],
-    query: 'A man is riding a bike.',
-    passages: ['A man rides a bicycle down the street.', 'Two dogs play in the grass.',
-               'A woman is cooking dinner.', 'A boy on a bike jumps a ramp.'],
-  },
-  wordpiece: {
-    file: path.join(FIX, 'tokenizer', 'wordpiece', 'tokenizer.json'),
-    classify: ['A man in a blue shirt is standing on a ladder.', 'Two young, White males are outside near many bushes.',
-               'A little girl climbing into a wooden playhouse.'],
-    tag: ['A man in New York is riding a bike.', 'Two dogs play in the grass.'],
-    fill: ['A man in a [MASK] shirt.', 'Two [MASK] are playing in the [MASK].', '[MASK] dog runs on the beach.'],
-    query: 'A man is riding a bike.',
-    passages: ['A man rides a bicycle down the street.', 'Two dogs play in the grass.',
-               'A woman is cooking dinner.', 'A boy on a bike jumps a ramp.'],
-  },
+  bpe_bytelevel: { file: path.join(FIX, 'tokenizer', 'bpe_bytelevel', 'tokenizer.json'), ...TEXTS, fill: fill('<mask>') },
+  wordpiece: { file: path.join(FIX, 'tokenizer', 'wordpiece', 'tokenizer.json'), ...TEXTS, fill: fill('[MASK]') },
+  // MPNet's WordPiece (lower-cased, <s> A </s></s> B </s>, <mask>) of make_mpnet_tokenizer.js.
+  mpnet: { file: path.join(FIX, 'mpnet', 'tokenizer.json'), ...TEXTS, fill: fill('<mask>') },
 };
 
 async function encode(t, text, pair) {

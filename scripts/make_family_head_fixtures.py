@@ -42,6 +42,17 @@ model.safetensors, expected.safetensors, expected.json where a pipeline applies)
   distilbert_seqcls DistilBertForSequenceClassification, 2 labels (also rerank)
   distilbert_tokcls DistilBertForTokenClassification, 5 labels
   distilbert_mlm   DistilBertForMaskedLM (vocab_projector tied)
+  bert_seqcls      BertForSequenceClassification (classifier(pooler_output)), 2 labels (also rerank)
+  bert_mlm         BertForMaskedLM (cls.predictions, decoder tied)
+  mpnet_seqcls     MPNetForSequenceClassification, 2 labels (also rerank); MPNet's tokenizer (encodings "mpnet")
+  mpnet_mlm        MPNetForMaskedLM (lm_head, decoder tied)
+  modernbert_seqcls ModernBertForSequenceClassification (classifier_pooling cls), 2 labels (also rerank)
+  modernbert_mlm   ModernBertForMaskedLM (decoder tied, decoder.bias)
+The references of the last six: BertModelRef (../shared/reference/torch, modeling_bert.py), MPNetRef of
+make_mpnet_fixtures.py and ModernBertRef of make_modernbert_fixtures.py (each cross-checked in its own script); the
+head code below follows modeling_bert.py (BertForSequenceClassification, BertOnlyMLMHead), modeling_mpnet.py and
+modeling_modernbert.py. Their sequence classifiers (and roberta_seqcls / distilbert_seqcls) also store the body's
+last_hidden_state of every `classify` text ("classify_hidden_<i>" [1, L, H]) for encode / embed / serve / Python.
 expected.safetensors: "<set>_input_ids_<i>" [1, L] and "<set>_logits_<i>" per input (classification [1, C], token
 [1, L, C], masked LM [P, V] at the mask positions in order), plus "batch_input_ids" / "batch_attention_mask" /
 "batch_logits" for the `classify` texts right-padded with the config's pad_token_id.
@@ -61,6 +72,8 @@ import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
 import make_roberta_fixtures as rob  # noqa: E402  (RobertaRef, random_weights; also puts shared/ on the path)
+import make_modernbert_fixtures as mb  # noqa: E402  (ModernBertRef, random_weights, head)
+import make_mpnet_fixtures as mp  # noqa: E402  (MPNetRef, random_weights)
 import reference_modules as rm  # noqa: E402
 import st  # noqa: E402
 
@@ -250,6 +263,21 @@ def lin(x, w, b):
     return F.linear(x, w, b)
 
 
+def classification_head(seed, H, C, out_scale=0.8):
+    """RobertaClassificationHead / MPNetClassificationHead: random classifier.dense and classifier.out_proj
+    tensors, and its forward x = features[:, 0] -> dense -> tanh -> out_proj (dropouts off)."""
+    g = torch.Generator().manual_seed(seed)
+    head = {"classifier.dense.weight": torch.randn(H, H, generator=g) * 0.4,
+            "classifier.dense.bias": torch.randn(H, generator=g) * 0.1,
+            "classifier.out_proj.weight": torch.randn(C, H, generator=g) * out_scale,
+            "classifier.out_proj.bias": torch.randn(C, generator=g) * 0.1}
+
+    def forward(h):
+        x = torch.tanh(lin(h[:, 0], head["classifier.dense.weight"], head["classifier.dense.bias"]))
+        return lin(x, head["classifier.out_proj.weight"], head["classifier.out_proj.bias"])
+    return head, forward
+
+
 def make_roberta(tok):
     enc = ENC["bpe_bytelevel"]
     H = rob.CONFIG["hidden_size"]
@@ -262,22 +290,16 @@ def make_roberta(tok):
     cfg = dict(base, architectures=["RobertaForSequenceClassification"],
                id2label={str(i): l for i, l in enumerate(labels)}, label2id={l: i for i, l in enumerate(labels)})
     sd = roberta_body(2101, cfg)
-    g = torch.Generator().manual_seed(2102)
-    head = {"classifier.dense.weight": torch.randn(H, H, generator=g) * 0.4,
-            "classifier.dense.bias": torch.randn(H, generator=g) * 0.1,
-            "classifier.out_proj.weight": torch.randn(3, H, generator=g) * 0.8,
-            "classifier.out_proj.bias": torch.randn(3, generator=g) * 0.1}
-
-    def seq_head(h):
-        x = torch.tanh(lin(h[:, 0], head["classifier.dense.weight"], head["classifier.dense.bias"]))
-        return lin(x, head["classifier.out_proj.weight"], head["classifier.out_proj.bias"])
+    head, seq_head = classification_head(2102, H, 3)
 
     d = roberta_folder("roberta_seqcls", cfg, sd, head, "RobertaTokenizer")
     exp, logits = {}, []
     for i, e in enumerate(enc["classify"]):
         ids = torch.tensor([e["input_ids"]])
-        lg = seq_head(roberta_forward(cfg, sd, ids))
+        h = roberta_forward(cfg, sd, ids)
+        lg = seq_head(h)
         exp[f"classify_input_ids_{i}"], exp[f"classify_logits_{i}"] = npy(ids), npy(lg)
+        exp[f"classify_hidden_{i}"] = npy(h)
         logits.append(lg[0])
     ids, mask = padded(enc["classify"], cfg["pad_token_id"])
     blg = seq_head(roberta_forward(cfg, sd, ids, mask))
@@ -508,8 +530,10 @@ def make_distilbert(tok):
     exp, logits = {}, []
     for i, e in enumerate(enc["classify"]):
         ids1 = torch.tensor([e["input_ids"]])
-        lg = seq_head(distil_forward(cfg, sd, ids1))
+        h = distil_forward(cfg, sd, ids1)
+        lg = seq_head(h)
         exp[f"classify_input_ids_{i}"], exp[f"classify_logits_{i}"] = npy(ids1), npy(lg)
+        exp[f"classify_hidden_{i}"] = npy(h)
         logits.append(lg[0])
     blg = seq_head(distil_forward(cfg, sd, ids, mask))
     assert (blg - torch.stack(logits)).abs().max() < 1e-5
@@ -570,13 +594,233 @@ def make_distilbert(tok):
     return max(e1, e2)
 
 
+# ------------------------------------------------------------------------------------------------ BERT, MPNet, ModernBERT
+# One sequence classifier with two labels (classify and rerank) and one masked LM per family, so that every family
+# runs through the same commands (tests/test_family_matrix.cpp, python/tests/test_family_matrix.py).
+
+BERT_CONFIG = {
+    "architectures": ["BertModel"], "model_type": "bert", "vocab_size": 2505, "hidden_size": 32,
+    "num_hidden_layers": 2, "num_attention_heads": 4, "intermediate_size": 64, "max_position_embeddings": 40,
+    "type_vocab_size": 2, "layer_norm_eps": 1e-12, "hidden_act": "gelu", "pad_token_id": 0,
+    "position_embedding_type": "absolute", "hidden_dropout_prob": 0.1, "attention_probs_dropout_prob": 0.1,
+    "initializer_range": 0.02,
+}
+
+
+def bert_weights(c, seed):
+    """BertModel's state dict (unprefixed names, with the pooler): RobertaModel's names are BERT's."""
+    torch.manual_seed(seed)
+    return rob.random_weights(Cfg(c))
+
+
+def bert_forward(c, sd, ids, token_type_ids):
+    """BertModelRef (../shared/reference/torch, modeling_bert.py BertModel): (last_hidden_state, pooler_output)."""
+    bert = rm.BertModelRef(Cfg(c))
+    bert.load_state_dict(sd, strict=True)
+    bert.eval()
+    with torch.no_grad():
+        return bert(ids, token_type_ids, torch.ones_like(ids))
+
+
+def family_folder(name, config, tensors, tokenizer_json, tokenizer_config):
+    d = os.path.join(OUT, name)
+    os.makedirs(d, exist_ok=True)
+    save_json(config, os.path.join(d, "config.json"))
+    shutil.copyfile(tokenizer_json, os.path.join(d, "tokenizer.json"))
+    save_json(tokenizer_config, os.path.join(d, "tokenizer_config.json"))
+    st.save({k: npy(v) for k, v in tensors.items()}, os.path.join(d, "model.safetensors"))
+    return d
+
+
+def lm_head(seed, H, V, names, word_embeddings, eps):
+    """A BERT-style masked-LM head (BertLMPredictionHead, RobertaLMHead, MPNetLMHead): random tensors under
+    names = (dense, layer norm, vocabulary bias), and its forward dense -> gelu -> LayerNorm(eps) -> decoder tied to
+    word_embeddings + bias."""
+    dense, norm, bias = names
+    g = torch.Generator().manual_seed(seed)
+    head = {dense + ".weight": torch.randn(H, H, generator=g) * 0.3, dense + ".bias": torch.randn(H, generator=g) * 0.3,
+            norm + ".weight": 1 + 0.1 * torch.randn(H, generator=g), norm + ".bias": 0.1 * torch.randn(H, generator=g),
+            bias: torch.randn(V, generator=g) * 0.5}
+
+    def forward(h):
+        x = F.gelu(lin(h, head[dense + ".weight"], head[dense + ".bias"]))
+        x = F.layer_norm(x, (H,), head[norm + ".weight"], head[norm + ".bias"], eps)
+        return x @ word_embeddings.T + head[bias]
+    return head, forward
+
+
+def write_classifier(d, enc, body, seq_head, labels):
+    """expected.safetensors / expected.json of a two-label sequence classifier: per `classify` text the input ids,
+    the body's last_hidden_state ("classify_hidden_<i>") and the logits; per (query, passage) pair the ids and
+    logits; the pipeline's best label and the rerank order (softmax probability of label 1).
+    body(e) -> last_hidden_state [1, L, H] of an encodings.json entry."""
+    exp, logits, scores = {}, [], []
+    for i, e in enumerate(enc["classify"]):
+        h = body(e)
+        lg = seq_head(h)
+        exp[f"classify_input_ids_{i}"], exp[f"classify_hidden_{i}"] = npy(torch.tensor([e["input_ids"]])), npy(h)
+        exp[f"classify_logits_{i}"] = npy(lg)
+        logits.append(lg[0])
+    for i, e in enumerate(enc["pairs"]):
+        lg = seq_head(body(e))
+        exp[f"pairs_input_ids_{i}"], exp[f"pairs_logits_{i}"] = npy(torch.tensor([e["input_ids"]])), npy(lg)
+        scores.append(float(lg[0].softmax(-1)[1]))
+    st.save(exp, os.path.join(d, "expected.safetensors"))
+    order = sorted(range(len(scores)), key=lambda k: -scores[k])
+    save_json({"texts": [e["text"] for e in enc["classify"]], "results": classify_json(logits, labels),
+               "query": enc["query"], "passages": enc["passages"],
+               "ranking": [{"index": k, "score": scores[k]} for k in order]}, os.path.join(d, "expected.json"))
+
+
+def write_fill(d, tok, enc, body, mlm_head, mask_id, pad_id, cleanup):
+    """expected.safetensors / expected.json of a masked LM on the `fill` texts: ids, logits [P, V] at the masks."""
+    exp, lgs = {}, []
+    for i, e in enumerate(enc["fill"]):
+        h = body(e)[0]
+        pos = [k for k, t in enumerate(e["input_ids"]) if t == mask_id]
+        lg = mlm_head(h[pos])
+        exp[f"fill_input_ids_{i}"], exp[f"fill_logits_{i}"] = npy(torch.tensor([e["input_ids"]])), npy(lg)
+        lgs.append(lg)
+    st.save(exp, os.path.join(d, "expected.safetensors"))
+    save_json({"texts": [e["text"] for e in enc["fill"]],
+               "results": fill_json(tok, enc["fill"], lgs, mask_id, pad_id, cleanup)}, os.path.join(d, "expected.json"))
+
+
+def make_bert(tok):
+    """BertForSequenceClassification (classifier(pooler_output), token_type_ids from the pair encodings) and
+    BertForMaskedLM (cls.predictions.transform.{dense, gelu, LayerNorm} -> decoder tied to the word embeddings +
+    cls.predictions.bias), "bert."-prefixed, on the WordPiece tokenizer."""
+    enc, c = ENC["wordpiece"], BERT_CONFIG
+    H, V = c["hidden_size"], c["vocab_size"]
+    tjson = os.path.join(FIX, "tokenizer", "wordpiece", "tokenizer.json")
+    tcfg = {"tokenizer_class": "BertTokenizer", "do_lower_case": False, "mask_token": "[MASK]",
+            "clean_up_tokenization_spaces": True, "model_max_length": c["max_position_embeddings"]}
+    labels = ["NEGATIVE", "POSITIVE"]
+    cfg = dict(c, architectures=["BertForSequenceClassification"],
+               id2label={str(i): l for i, l in enumerate(labels)}, label2id={l: i for i, l in enumerate(labels)})
+    sd = bert_weights(cfg, 2301)
+    g = torch.Generator().manual_seed(2302)
+    head = {"classifier.weight": torch.randn(2, H, generator=g) * 0.8, "classifier.bias": torch.randn(2, generator=g) * 0.1}
+    pooled = {}
+
+    def body(e):
+        h, p = bert_forward(cfg, sd, torch.tensor([e["input_ids"]]), torch.tensor([e["token_type_ids"]]))
+        pooled["last"] = p
+        return h
+
+    d = family_folder("bert_seqcls", cfg, dict({"bert." + k: v for k, v in sd.items()}, **head), tjson, tcfg)
+    write_classifier(d, enc, body, lambda h: lin(pooled["last"], head["classifier.weight"], head["classifier.bias"]),
+                     labels)
+
+    cfg = dict(c, architectures=["BertForMaskedLM"])
+    sd = bert_weights(cfg, 2311)
+    names = ("cls.predictions.transform.dense", "cls.predictions.transform.LayerNorm", "cls.predictions.bias")
+    head, mlm_head = lm_head(2312, H, V, names, sd["embeddings.word_embeddings.weight"], c["layer_norm_eps"])
+
+    body_sd = {"bert." + k: v for k, v in sd.items() if not k.startswith("pooler.")}  # add_pooling_layer=False
+    d = family_folder("bert_mlm", cfg, dict(body_sd, **head), tjson, tcfg)
+    write_fill(d, tok, enc, lambda e: bert_forward(cfg, sd, torch.tensor([e["input_ids"]]),
+                                                   torch.tensor([e["token_type_ids"]]))[0],
+               mlm_head, tok.token_to_id["[MASK]"], tok.token_to_id["[PAD]"], True)
+
+
+def make_mpnet(tok):
+    """MPNetForSequenceClassification (MPNetClassificationHead on <s>, two labels) and MPNetForMaskedLM
+    (MPNetLMHead, decoder tied), "mpnet."-prefixed bodies without pooler, MPNetRef of make_mpnet_fixtures.py."""
+    enc = ENC["mpnet"]
+    c = mp.CONFIG
+    H, V = c["hidden_size"], c["vocab_size"]
+    tjson = os.path.join(FIX, "mpnet", "tokenizer.json")
+    tcfg = {"tokenizer_class": "MPNetTokenizer", "do_lower_case": True, "model_max_length": 62,
+            "mask_token": {"content": "<mask>", "lstrip": True, "normalized": False, "rstrip": False,
+                           "single_word": False, "special": True}}
+    labels = ["NEGATIVE", "POSITIVE"]
+    cfg = dict(c, architectures=["MPNetForSequenceClassification"],
+               id2label={str(i): l for i, l in enumerate(labels)}, label2id={l: i for i, l in enumerate(labels)})
+    torch.manual_seed(2321)
+    sd = mp.random_weights(Cfg(cfg))
+    head, seq_head = classification_head(2322, H, 2)
+
+    def body_of(sd):
+        def body(e):
+            with torch.no_grad():
+                return mp.MPNetRef(Cfg(cfg), sd).forward(torch.tensor([e["input_ids"]]))[0]
+        return body
+
+    body_sd = lambda sd: {"mpnet." + k: v for k, v in sd.items() if not k.startswith("pooler.")}  # noqa: E731
+    d = family_folder("mpnet_seqcls", cfg, dict(body_sd(sd), **head), tjson, tcfg)
+    write_classifier(d, enc, body_of(sd), seq_head, labels)
+
+    cfg = dict(c, architectures=["MPNetForMaskedLM"])
+    torch.manual_seed(2331)
+    sd = mp.random_weights(Cfg(cfg))
+    mhead, mlm_head = lm_head(2332, H, V, ("lm_head.dense", "lm_head.layer_norm", "lm_head.bias"),
+                              sd["embeddings.word_embeddings.weight"], c["layer_norm_eps"])
+
+    d = family_folder("mpnet_mlm", cfg, dict(body_sd(sd), **mhead), tjson, tcfg)
+    write_fill(d, tok, enc, body_of(sd), mlm_head, tok.token_to_id["<mask>"], tok.token_to_id["<pad>"], True)
+
+
+def make_modernbert(tok):
+    """ModernBertForSequenceClassification (classifier(head(h[:, 0])), classifier_pooling cls, two labels) and
+    ModernBertForMaskedLM (decoder(head(h)), decoder tied + decoder.bias), "model."-prefixed, ModernBertRef of
+    make_modernbert_fixtures.py (local_attention 8: the window matters on these 13- to 21-token inputs)."""
+    enc = ENC["bpe_bytelevel"]
+    c = mb.CONFIG
+    H, V = c["hidden_size"], c["vocab_size"]
+    tjson = os.path.join(FIX, "tokenizer", "bpe_bytelevel", "tokenizer.json")
+    tcfg = {"tokenizer_class": "PreTrainedTokenizerFast", "clean_up_tokenization_spaces": False,
+            "mask_token": {"content": "<mask>", "lstrip": True, "normalized": False, "rstrip": False,
+                           "single_word": False, "special": True}, "model_max_length": 8192}
+    labels = ["NEGATIVE", "POSITIVE"]
+    cfg = dict(c, architectures=["ModernBertForSequenceClassification"],
+               id2label={str(i): l for i, l in enumerate(labels)}, label2id={l: i for i, l in enumerate(labels)})
+
+    def weights(seed):
+        torch.manual_seed(seed)
+        sd = mb.random_weights(Cfg(cfg))
+        hsd = {"head.dense.weight": torch.randn(H, H) / math.sqrt(H), "head.norm.weight": 1 + 0.1 * torch.randn(H)}
+        return sd, hsd
+
+    def body_of(sd):
+        def body(e):
+            with torch.no_grad():
+                return mb.ModernBertRef(Cfg(cfg), sd).forward(torch.tensor([e["input_ids"]]))
+        return body
+
+    sd, hsd = weights(2341)
+    g = torch.Generator().manual_seed(2342)
+    cls = {"classifier.weight": torch.randn(2, H, generator=g) / math.sqrt(H) * 2,
+           "classifier.bias": torch.randn(2, generator=g) * 0.3}
+    tensors = dict({"model." + k: v for k, v in sd.items()}, **hsd, **cls)
+    d = family_folder("modernbert_seqcls", cfg, tensors, tjson, tcfg)
+    write_classifier(d, enc, body_of(sd),
+                     lambda h: lin(mb.head(Cfg(cfg), hsd, h[:, 0]), cls["classifier.weight"], cls["classifier.bias"]),
+                     labels)
+
+    cfg = dict(c, architectures=["ModernBertForMaskedLM"])
+    sd, hsd = weights(2351)
+    decoder_bias = torch.randn(V, generator=torch.Generator().manual_seed(2352)) * 0.3
+    tensors = dict({"model." + k: v for k, v in sd.items()}, **hsd)
+    tensors["decoder.bias"] = decoder_bias
+    d = family_folder("modernbert_mlm", cfg, tensors, tjson, tcfg)
+    write_fill(d, tok, enc, body_of(sd),
+               lambda h: F.linear(mb.head(Cfg(cfg), hsd, h), sd["embeddings.tok_embeddings.weight"], decoder_bias),
+               tok.token_to_id["<mask>"], tok.token_to_id["<pad>"], False)
+
+
 def main():
     bpe = Tok(os.path.join(FIX, "tokenizer", "bpe_bytelevel", "tokenizer.json"))
     wp = Tok(os.path.join(FIX, "tokenizer", "wordpiece", "tokenizer.json"))
+    mpt = Tok(os.path.join(FIX, "mpnet", "tokenizer.json"))
     check_decoder(bpe, "bpe_bytelevel")
     check_decoder(wp, "wordpiece")
+    check_decoder(mpt, "mpnet")
     make_roberta(bpe)
     err = make_distilbert(wp)
+    make_bert(wp)
+    make_mpnet(mpt)
+    make_modernbert(bpe)
     print(f"wrote {os.path.relpath(OUT, ROOT)}; DistilBertRef vs BertModelRef max |diff| {err:.2e}")
 
 

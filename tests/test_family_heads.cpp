@@ -21,10 +21,13 @@
 #include "models/encoder.h"
 #include "models/heads.h"
 #include "run_tfm.h"
+#include "cosine.h"
 #include "test_util.h"
 
 using namespace tfm;
+using tfm::test::cosine;
 using tfm::test::fixture;
+using tfm::test::min_row_cosine;
 using tfm::test::run_tfm_in;
 using tfm::test::TempFolder;
 using tfm::test::TfmRun;
@@ -64,25 +67,6 @@ void expect_json_near(const nlohmann::json& got, const nlohmann::json& want, dou
   } else {
     EXPECT_EQ(got, want) << at;
   }
-}
-
-double cosine(const float* a, const float* b, int64_t n) {
-  double ab = 0, aa = 0, bb = 0;
-  for (int64_t i = 0; i < n; ++i) ab += (double)a[i] * b[i], aa += (double)a[i] * a[i], bb += (double)b[i] * b[i];
-  return ab / std::sqrt(aa * bb);
-}
-
-// Smallest cosine over the rows of [N, C] tensors (rows with attention_mask 0 skipped when a mask is given).
-double min_row_cosine(const Tensor& a, const Tensor& b, const Tensor& mask = Tensor()) {
-  EXPECT_EQ(a.shape(), b.shape());
-  const int64_t C = a.size(-1), N = a.numel() / C;
-  double worst = 1.0;
-  for (int64_t n = 0; n < N; ++n) {
-    if (mask.defined() && mask.i64()[n] == 0) continue;
-    const double c = cosine(a.f32() + n * C, b.f32() + n * C, C);
-    if (!(c >= worst)) worst = std::isnan(c) ? -2.0 : c;
-  }
-  return worst;
 }
 
 // Positions (0, l) of `mask_id` in a [1, L] input.

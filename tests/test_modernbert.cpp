@@ -183,6 +183,50 @@ TEST(SlidingWindowAttention, GlobalLayersBlockwiseEqualNaive) {
   }
 }
 
+// An unpadded batch (seq_offsets): each sentence's rows equal the kernel run on that sentence alone, and the
+// reference's unpadded rows.
+TEST(SlidingWindowAttention, UnpaddedEqualsEachSentenceAloneOnEveryIsa) {
+  for (int64_t window : {0, 4, 64}) {
+    const std::vector<int64_t> lens = {5, 130, 0, 17, 250, 1};
+    const int64_t nh = 2, hd = 32, H = nh * hd, ld = 3 * H, B = (int64_t)lens.size();
+    std::vector<int64_t> off(B + 1, 0);
+    for (int64_t b = 0; b < B; ++b) off[b + 1] = off[b] + lens[b];
+    const int64_t T = off[B];
+    std::vector<float> qkv = randn(T * ld, 31 + window);
+    const float *q = qkv.data(), *k = q + H, *v = q + 2 * H;
+    ops::AttentionDims d;
+    d.batch = B, d.num_heads = nh, d.head_dim = hd, d.q_ld = d.k_ld = d.v_ld = ld, d.out_ld = H;
+    d.seq_offsets = off.data();
+    std::vector<float> ref(T * H, NAN);
+    ops::sliding_window_attention_ref(ref.data(), q, k, v, d, nullptr, window);
+    for (ops::KernelIsa isa : isas()) {
+      IsaScope scope(isa);
+      std::vector<float> got(T * H, NAN), alone(T * H, NAN);
+      ops::sliding_window_attention(got.data(), q, k, v, d, nullptr, window);
+      for (int64_t b = 0; b < B; ++b) {
+        ops::AttentionDims s = d;
+        s.seq_offsets = nullptr;
+        s.batch = 1, s.q_len = s.kv_len = lens[b];
+        const int64_t o = off[b];
+        ops::sliding_window_attention(alone.data() + o * H, q + o * ld, k + o * ld, v + o * ld, s, nullptr, window);
+      }
+      EXPECT_EQ(max_abs_diff(got, alone), 0.0) << ops::kernel_isa_name(isa) << " window " << window;
+      EXPECT_LE(max_abs_diff(got, ref), 2e-5) << ops::kernel_isa_name(isa) << " window " << window;
+    }
+  }
+  // With seq_offsets there is no key mask; decreasing offsets are refused.
+  std::vector<float> x(3 * 3 * 8, 0.5f), out(3 * 8), km(3, 1.0f);
+  std::vector<int64_t> off = {0, 2, 3};
+  ops::AttentionDims d;
+  d.batch = 2, d.num_heads = 2, d.head_dim = 4, d.seq_offsets = off.data();
+  EXPECT_THROW(ops::sliding_window_attention(out.data(), x.data(), x.data(), x.data(), d, km.data(), 1),
+               std::invalid_argument);
+  std::vector<int64_t> bad = {0, 3, 2};
+  d.seq_offsets = bad.data();
+  EXPECT_THROW(ops::sliding_window_attention(out.data(), x.data(), x.data(), x.data(), d, nullptr, 1),
+               std::invalid_argument);
+}
+
 TEST(SlidingWindowAttention, BadArgumentsAreRefused) {
   std::vector<float> x(64, 0.0f), out(64);
   ops::AttentionDims d;

@@ -35,7 +35,9 @@ struct VarlenCase {
   int64_t heads, head_dim;
 };
 
-void check_varlen_case(const VarlenCase& c, bool causal) {
+// bias: a [heads, L, L] score bias (AttentionMask::bias) shared by the sentences, read unpadded at each sentence's
+// own positions (bias_len L).
+void check_varlen_case(const VarlenCase& c, bool causal, bool bias) {
   const int64_t B = (int64_t)c.lens.size(), H = c.heads * c.head_dim, ld = 3 * H;
   int64_t L = 0;
   std::vector<int64_t> off(B + 1, 0);
@@ -63,6 +65,11 @@ void check_varlen_case(const VarlenCase& c, bool causal) {
   vd.seq_offsets = off.data();
   ops::AttentionMask vm;
   vm.causal = causal;
+  const std::vector<float> table = random_vec(c.heads * L * L, 5 + L, -2.0f, 2.0f);
+  if (bias) {
+    pm.bias = vm.bias = table.data();
+    vm.bias_len = L;
+  }
   const float* q = packed.data();
 
   // Reference per sentence (batch 1, its length) in double precision.
@@ -96,7 +103,8 @@ TEST(UnpaddedAttention, EqualsPaddedKeyMaskAndReferenceOverEveryIsa) {
   // head_dim 64 (BERT), 16, and 24 (a head_dim tail for both vector widths).
   for (const VarlenCase& c : {VarlenCase{{5, 33, 1, 70, 0, 128, 17}, 4, 64}, VarlenCase{{40, 3, 65}, 2, 16},
                               VarlenCase{{31, 32, 97}, 12, 24}, VarlenCase{{9}, 1, 64}})
-    for (bool causal : {false, true}) check_varlen_case(c, causal);
+    for (bool causal : {false, true})
+      for (bool bias : {false, true}) check_varlen_case(c, causal, bias);
 }
 
 TEST(UnpaddedAttention, ProbsDropoutAndPaddingMasksAreRefused) {
@@ -109,6 +117,15 @@ TEST(UnpaddedAttention, ProbsDropoutAndPaddingMasksAreRefused) {
   ops::AttentionMask m;
   m.key_mask = km.data();
   EXPECT_THROW(ops::attention_forward(out.data(), nullptr, x.data(), x.data(), x.data(), d, m), std::invalid_argument);
+  // A score bias only as one shared table at least as long as every sentence (bias_len).
+  std::vector<float> table(2 * 3 * 3, 0.1f);
+  ops::AttentionMask b;
+  b.bias = table.data();
+  EXPECT_THROW(ops::attention_forward(out.data(), nullptr, x.data(), x.data(), x.data(), d, b), std::invalid_argument);
+  b.bias_len = 2;  // the second sentence has 3 tokens
+  EXPECT_THROW(ops::attention_forward(out.data(), nullptr, x.data(), x.data(), x.data(), d, b), std::invalid_argument);
+  b.bias_len = 3;
+  EXPECT_NO_THROW(ops::attention_forward(out.data(), nullptr, x.data(), x.data(), x.data(), d, b));
   std::vector<int64_t> bad = {0, 3, 2};
   d.seq_offsets = bad.data();
   EXPECT_THROW(ops::attention_forward(out.data(), nullptr, x.data(), x.data(), x.data(), d, {}),
@@ -187,12 +204,16 @@ struct GoldenCase {
 
 }  // namespace
 
-// BERT (post-LN), RoBERTa (post-LN, positions from padding) and the tutorial encoder (pre-LN, chained
+// BERT (post-LN), RoBERTa (post-LN, positions from padding), MPNet (relative position bias per sentence),
+// ModernBERT (rotary positions and the sliding window per sentence) and the tutorial encoder (pre-LN, chained
 // LayerNorms): forward_unpadded's real tokens equal PyTorch's and the padded forward's, padding rows are 0 and
 // the pooler is unchanged, under every kernel ISA.
 TEST(UnpaddedEncoder, RealTokensMatchPaddedForwardAndPyTorchOverEveryIsa) {
   for (const GoldenCase& g : {GoldenCase{"bert", "bert/io.safetensors", "bert/model.safetensors", true},
                               GoldenCase{"roberta", "roberta/expected.safetensors", "roberta/model.safetensors", false},
+                              GoldenCase{"mpnet", "mpnet/expected.safetensors", "mpnet/model.safetensors", false},
+                              GoldenCase{"modernbert", "modernbert/expected.safetensors",
+                                         "modernbert/model.safetensors", false},
                               GoldenCase{"transformer_encoder", "transformer_encoder/io.safetensors",
                                          "transformer_encoder/model.safetensors", false}}) {
     SCOPED_TRACE(g.folder);
@@ -354,4 +375,50 @@ TEST(UnpaddedEncoder, RowsOfPaddingOnlyGiveZeros) {
   Tensor none = Tensor::from_i64(mask.shape(), std::vector<int64_t>(mask.numel(), 0));
   EncoderOutput empty = model->forward_unpadded(ids, tt, none);
   EXPECT_EQ(max_abs_padding(empty.last_hidden_state, none), 0.0);
+}
+
+// MPNet's relative bias and ModernBERT's rotary angles and window depend on j - i only: with left padding the
+// unpadded forward equals the padded one on the real tokens, and both equal the PyTorch reference's right-padded
+// rows. A row with a hole in its mask runs padded (equal as well), its padded rows 0 all the same.
+TEST(UnpaddedEncoder, RelativePositionFamiliesLeftPaddingAndHoles) {
+  for (const char* folder : {"mpnet", "modernbert"}) {
+    SCOPED_TRACE(folder);
+    auto model = load_encoder(fixture(folder));
+    auto io = SafeTensors::open(fixture(std::string(folder) + "/expected.safetensors"));
+    Tensor ids = io.get("input_ids"), mask = io.get("attention_mask"), want = io.get("last_hidden_state");
+    const int64_t B = ids.size(0), L = ids.size(1), H = want.size(2), pad = model->config().pad_token_id;
+    std::vector<int64_t> li(B * L, pad), lm(B * L, 0);
+    std::vector<float> shifted(B * L * H, 0.0f);  // the reference's rows moved to the end of each row
+    for (int64_t b = 0; b < B; ++b) {
+      int64_t n = 0;
+      for (int64_t l = 0; l < L; ++l) n += mask.i64()[b * L + l];
+      for (int64_t l = 0; l < n; ++l) {
+        const int64_t dst = b * L + L - n + l;
+        li[dst] = ids.i64()[b * L + l];
+        lm[dst] = 1;
+        std::copy(want.f32() + (b * L + l) * H, want.f32() + (b * L + l + 1) * H, shifted.begin() + dst * H);
+      }
+    }
+    Tensor lids = Tensor::from_i64({B, L}, li), lmask = Tensor::from_i64({B, L}, lm);
+    Tensor lwant = Tensor::from_f32({B, L, H}, shifted);
+    ASSERT_TRUE(has_padding(lmask));
+    std::vector<int64_t> hm(mask.i64(), mask.i64() + B * L);
+    hm[2] = 0;  // row 0: a hole at a real token
+    Tensor hmask = Tensor::from_i64({B, L}, hm);
+    for (ops::KernelIsa isa : isas()) {
+      IsaScope scope(isa);
+      EncoderOutput padded = model->forward(lids, Tensor(), lmask);
+      EncoderOutput un = model->forward_unpadded(lids, Tensor(), lmask);
+      EXPECT_LE(max_err_real(un.last_hidden_state, padded.last_hidden_state, lmask), 2e-5) << ops::kernel_isa_name(isa);
+      EXPECT_LE(max_err_real(un.last_hidden_state, lwant, lmask), 1e-4) << ops::kernel_isa_name(isa);
+      EXPECT_EQ(max_abs_padding(un.last_hidden_state, lmask), 0.0);
+      EncoderOutput hp = model->forward(ids, Tensor(), hmask);
+      EncoderOutput hu = model->forward_unpadded(ids, Tensor(), hmask);
+      EXPECT_LE(max_err_real(hu.last_hidden_state, hp.last_hidden_state, hmask), 2e-5) << ops::kernel_isa_name(isa);
+      EXPECT_EQ(max_abs_padding(hu.last_hidden_state, hmask), 0.0);
+    }
+    // A batch of padding only.
+    Tensor none = Tensor::from_i64({B, L}, std::vector<int64_t>(B * L, 0));
+    EXPECT_EQ(max_abs_padding(model->forward_unpadded(ids, Tensor(), none).last_hidden_state, none), 0.0);
+  }
 }

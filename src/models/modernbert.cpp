@@ -10,6 +10,7 @@
 #include "models/checkpoint_weights.h"
 #include "nn/layers.h"
 #include "nn/params.h"
+#include "nn/transformer_block.h"
 #include "ops/attention.h"
 #include "ops/embedding.h"
 #include "ops/local_attention.h"
@@ -169,29 +170,98 @@ class ModernBert : public EncoderModel {
 
   EncoderOutput forward(const Tensor& input_ids, const Tensor& token_type_ids, const Tensor& attention_mask,
                         bool all_layers) const override {
+    return run(input_ids, token_type_ids, attention_mask, all_layers, /*unpadded=*/false);
+  }
+  // The real tokens only, as modeling_modernbert.py's unpadded (flash-attention) path: every layer on the T real
+  // tokens, rotary angles at each token's column in the padded row, global attention and the sliding window
+  // inside each sentence. Equal to forward on the real tokens when each row's real tokens are one run (the window
+  // and the rotary products depend on j - i only); a row with a hole in its mask runs padded.
+  EncoderOutput forward_unpadded(const Tensor& input_ids, const Tensor& token_type_ids,
+                                 const Tensor& attention_mask) const override {
+    return run(input_ids, token_type_ids, attention_mask, false, /*unpadded=*/true);
+  }
+
+  const ModernBertConfig& modernbert_config() const { return m_; }
+
+ private:
+  EncoderOutput run(const Tensor& input_ids, const Tensor& token_type_ids, const Tensor& attention_mask,
+                    bool all_layers, bool unpadded) const {
     const EncoderConfig& c = config_;
     // token_type_ids are checked for shape and range as for every encoder, then ignored.
     std::vector<float> key_mask = detail::check_encoder_inputs(c, input_ids, token_type_ids, attention_mask);
-    const int64_t B = input_ids.size(0), L = input_ids.size(1), H = c.hidden_size, I = c.intermediate_size;
-    const int64_t N = B * L, NL = c.num_hidden_layers, nh = c.num_attention_heads, hd = c.head_dim();
+    const int64_t B = input_ids.size(0), L = input_ids.size(1), H = c.hidden_size;
+    const int64_t N = B * L, NL = c.num_hidden_layers;
     bool padded = false;
     for (float v : key_mask) padded |= v == 0.0f;
-    const float* km = padded ? key_mask.data() : nullptr;
-
+    // Unpadded: the real tokens gathered row after row; rows[t] is token t's padded row, start[b] the column of
+    // row b's first real token (its rotary offset).
+    const bool gather = unpadded && padded && nn::real_tokens_contiguous(key_mask.data(), B, L);
+    std::vector<int64_t> rows, offsets, start;
+    std::vector<int64_t> ids(input_ids.i64(), input_ids.i64() + N);
+    if (gather) {
+      offsets.assign(B + 1, 0);
+      start.assign(B, 0);
+      for (int64_t b = 0; b < B; ++b) {
+        for (int64_t l = L - 1; l >= 0; --l)
+          if (key_mask[b * L + l] != 0.0f) start[b] = l;
+        for (int64_t l = 0; l < L; ++l)
+          if (key_mask[b * L + l] != 0.0f) rows.push_back(b * L + l);
+        offsets[b + 1] = (int64_t)rows.size();
+      }
+      for (size_t t = 0; t < rows.size(); ++t) ids[t] = ids[rows[t]];
+      ids.resize(rows.size());
+    }
+    const int64_t T = gather ? (int64_t)rows.size() : N;
     EncoderOutput out;
+    if (T == 0) {  // nothing but padding
+      out.last_hidden_state = Tensor::zeros({B, L, H});
+      return out;
+    }
+
     Tensor hs;
     if (all_layers) hs = Tensor::empty({NL + 1, B, L, H});
     Tensor x = Tensor::empty({B, L, H});
-    float* X = x.f32();
+    std::vector<float> packed(gather ? T * H : 0);
+    float* X = gather ? packed.data() : x.f32();
     {
       OpTimer t("embeddings");
-      ops::embedding_forward(X, input_ids.i64(), tok_.data(), N, c.vocab_size, H);
-      emb_norm_.forward_inference(X, X, N);
+      ops::embedding_forward(X, ids.data(), tok_.data(), T, c.vocab_size, H);
+      emb_norm_.forward_inference(X, X, T);
     }
     if (all_layers) std::memcpy(hs.f32(), X, sizeof(float) * N * H);
+    Stack st{B, L, padded && !gather ? key_mask.data() : nullptr, gather ? offsets.data() : nullptr,
+             gather ? start.data() : nullptr};
+    layers_forward(X, T, st, all_layers ? hs.f32() + N * H : nullptr);
+    final_norm_.forward_inference(X, X, T);
+    if (gather) {  // scattered back; padded rows 0
+      float* Y = x.f32();
+      std::memset(Y, 0, sizeof(float) * N * H);
+      for (int64_t t = 0; t < T; ++t) std::memcpy(Y + rows[t] * H, X + t * H, sizeof(float) * H);
+    } else if (unpadded) {  // ran padded (a hole in a row's mask): the padded rows 0 all the same
+      for (int64_t n = 0; n < N; ++n)
+        if (key_mask[n] == 0.0f) std::memset(X + n * H, 0, sizeof(float) * H);
+    }
+    out.last_hidden_state = x;
+    out.hidden_states = hs;
+    return out;
+  }
 
+  // The layout the layers run on: a padded batch [B, L] (key_mask or null), or an unpadded one (offsets [B + 1]
+  // into the gathered rows, start[b] the padded column of sentence b's first token).
+  struct Stack {
+    int64_t B, L;
+    const float* key_mask;
+    const int64_t* offsets;
+    const int64_t* start;
+  };
+
+  // Every layer in place on X [n, H] (n = B * L padded, T unpadded). hidden_states (padded only): slot l holds layer
+  // l's output [B, L, H].
+  void layers_forward(float* X, int64_t n, const Stack& st, float* hidden_states) const {
+    const EncoderConfig& c = config_;
+    const int64_t B = st.B, L = st.L, H = c.hidden_size, I = c.intermediate_size;
+    const int64_t nh = c.num_attention_heads, hd = c.head_dim(), half = hd / 2;
     // Rotary tables [L, head_dim / 2] of the two thetas (only those some layer uses).
-    const int64_t half = hd / 2;
     std::vector<float> gcos, gsin, lcos, lsin;
     bool any_global = false, any_local = false;
     for (const Layer& ly : layers_) (ly.global ? any_global : any_local) = true;
@@ -203,8 +273,7 @@ class ModernBert : public EncoderModel {
       lcos.resize(L * half), lsin.resize(L * half);
       ops::rotary_tables(lcos.data(), lsin.data(), L, hd, m_.local_rope_theta);
     }
-
-    std::vector<float> h(N * H), qkv(N * 3 * H), ctx(N * H), a(N * H), inter(N * 2 * I), gated(N * I);
+    std::vector<float> h(n * H), qkv(n * 3 * H), ctx(n * H), a(n * H), inter(n * 2 * I), gated(n * I);
     ops::AttentionDims dims;
     dims.batch = B;
     dims.q_len = dims.kv_len = L;
@@ -212,22 +281,29 @@ class ModernBert : public EncoderModel {
     dims.head_dim = hd;
     dims.q_ld = dims.k_ld = dims.v_ld = 3 * H;
     dims.out_ld = H;
+    dims.seq_offsets = st.offsets;
     ops::AttentionMask mask;
-    mask.key_mask = km;
+    mask.key_mask = st.key_mask;
     const int64_t window = m_.local_attention / 2;
-    for (int64_t l = 0; l < NL; ++l) {
+    for (int64_t l = 0; l < (int64_t)layers_.size(); ++l) {
       const Layer& ly = layers_[l];
       const float* in = X;
       if (ly.has_attn_norm) {
-        ly.attn_norm.forward_inference(h.data(), X, N);
+        ly.attn_norm.forward_inference(h.data(), X, n);
         in = h.data();
       }
-      ly.wqkv.forward_inference(qkv.data(), in, N);
+      ly.wqkv.forward_inference(qkv.data(), in, n);
       const float* cs = ly.global ? gcos.data() : lcos.data();
       const float* sn = ly.global ? gsin.data() : lsin.data();
       {
-        OpTimer t("rotary");
-        ops::rotary_apply(qkv.data(), B, L, 2 * nh, hd, 3 * H, cs, sn);  // q and k: the first 2H columns
+        OpTimer t("rotary");  // q and k: the first 2H columns
+        if (!st.offsets) {
+          ops::rotary_apply(qkv.data(), B, L, 2 * nh, hd, 3 * H, cs, sn);
+        } else {
+          for (int64_t b = 0; b < B; ++b)  // sentence b at its padded columns start[b] ..
+            ops::rotary_apply(qkv.data() + st.offsets[b] * 3 * H, 1, st.offsets[b + 1] - st.offsets[b], 2 * nh, hd,
+                              3 * H, cs + st.start[b] * half, sn + st.start[b] * half);
+        }
       }
       const float *q = qkv.data(), *k = q + H, *v = q + 2 * H;
       {
@@ -235,26 +311,19 @@ class ModernBert : public EncoderModel {
         if (ly.global)
           ops::attention_forward(ctx.data(), nullptr, q, k, v, dims, mask);
         else
-          ops::sliding_window_attention(ctx.data(), q, k, v, dims, km, window);
+          ops::sliding_window_attention(ctx.data(), q, k, v, dims, st.key_mask, window);
       }
-      ly.wo.forward_inference(a.data(), ctx.data(), N);
-      ly.mlp_norm.add_forward_inference(h.data(), X, a.data(), X, N);  // X += attention; h = mlp_norm(X)
-      ly.wi.forward_inference(inter.data(), h.data(), N);
-      geglu(gated.data(), inter.data(), N, I);
-      ly.mlp_wo.forward_inference(a.data(), gated.data(), N);
-#pragma omp parallel for if (N * H > 65536)
-      for (int64_t n = 0; n < N * H; ++n) X[n] += a[n];
-      if (all_layers) std::memcpy(hs.f32() + (l + 1) * N * H, X, sizeof(float) * N * H);
+      ly.wo.forward_inference(a.data(), ctx.data(), n);
+      ly.mlp_norm.add_forward_inference(h.data(), X, a.data(), X, n);  // X += attention; h = mlp_norm(X)
+      ly.wi.forward_inference(inter.data(), h.data(), n);
+      geglu(gated.data(), inter.data(), n, I);
+      ly.mlp_wo.forward_inference(a.data(), gated.data(), n);
+#pragma omp parallel for if (n * H > 65536)
+      for (int64_t i = 0; i < n * H; ++i) X[i] += a[i];
+      if (hidden_states) std::memcpy(hidden_states + l * n * H, X, sizeof(float) * n * H);
     }
-    final_norm_.forward_inference(X, X, N);
-    out.last_hidden_state = x;
-    out.hidden_states = hs;
-    return out;
   }
 
-  const ModernBertConfig& modernbert_config() const { return m_; }
-
- private:
   // gated [N, I] = act(inter[:, :I]) * inter[:, I:] (ModernBertMLP: input, gate = Wi(x).chunk(2, dim=-1)).
   void geglu(float* gated, const float* inter, int64_t N, int64_t I) const {
     OpTimer t("geglu");

@@ -93,6 +93,18 @@ class MPNet : public EncoderModel {
 
   EncoderOutput forward(const Tensor& input_ids, const Tensor& /*token_type_ids: MPNet has none*/,
                         const Tensor& attention_mask, bool all_layers) const override {
+    return run(input_ids, attention_mask, all_layers, /*unpadded=*/false);
+  }
+  // The real tokens only (nn::encoder_stack_inference): the relative bias is read at each sentence's own positions,
+  // which equals the padded forward's bias(j - i) whenever a row's real tokens are one run (otherwise the stack
+  // runs padded).
+  EncoderOutput forward_unpadded(const Tensor& input_ids, const Tensor& /*token_type_ids*/,
+                                 const Tensor& attention_mask) const override {
+    return run(input_ids, attention_mask, false, /*unpadded=*/true);
+  }
+
+ private:
+  EncoderOutput run(const Tensor& input_ids, const Tensor& attention_mask, bool all_layers, bool unpadded) const {
     const EncoderConfig& c = config_;
     std::vector<float> key_mask = detail::check_encoder_inputs(c, input_ids, Tensor(), attention_mask);
     const int64_t B = input_ids.size(0), L = input_ids.size(1), H = c.hidden_size;
@@ -132,17 +144,8 @@ class MPNet : public EncoderModel {
         }
     }
     t_bias.stop();
-    ops::AttentionMask mask;
-    bool padded = false;
-    for (float m : key_mask) padded |= m == 0.0f;
-    if (padded) mask.key_mask = key_mask.data();
-    mask.bias = bias.data();
-    mask.bias_batch_stride = 0;
-    nn::BlockScratch scratch;
-    for (int64_t l = 0; l < NL; ++l) {
-      layers_[l].forward_inference(X, B, L, mask, scratch);
-      if (all_layers) std::memcpy(hs.f32() + (l + 1) * N * H, X, sizeof(float) * N * H);
-    }
+    nn::encoder_stack_inference(layers_, X, B, L, key_mask.data(), unpadded, all_layers ? hs.f32() : nullptr,
+                                bias.data());
     // MPNetPooler: tanh(dense(x[:, 0])), when the checkpoint has one.
     if (pooler_.weight.defined()) {
       OpTimer t("pooler");
@@ -158,7 +161,6 @@ class MPNet : public EncoderModel {
     return out;
   }
 
- private:
   // create_position_ids_from_input_ids(input_ids, padding_idx 1), [B * L]; refuses rows past the position table.
   std::vector<int64_t> positions_from_padding(const int64_t* ids, int64_t B, int64_t L) const {
     const int64_t P = config_.max_position_embeddings;

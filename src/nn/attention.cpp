@@ -80,7 +80,7 @@ void MultiHeadAttention::forward_inference(float* out, const float* x, int64_t B
 }
 
 void MultiHeadAttention::forward_inference(float* out, const float* x, const Varlen& seqs, float* qkv_buf,
-                                           float* ctx_buf) const {
+                                           float* ctx_buf, const ops::AttentionMask& mask) const {
   const int64_t H = hidden_size, T = seqs.tokens();
   {
     OpTimer t("qkv_gemm");
@@ -93,7 +93,7 @@ void MultiHeadAttention::forward_inference(float* out, const float* x, const Var
     dims.out_ld = H;
     dims.seq_offsets = seqs.offsets;
     dims.bf16 = bf16_attention(qkv.packed.compute_type());
-    ops::attention_forward(ctx_buf, nullptr, qkv_buf, qkv_buf + H, qkv_buf + 2 * H, dims, ops::AttentionMask{});
+    ops::attention_forward(ctx_buf, nullptr, qkv_buf, qkv_buf + H, qkv_buf + 2 * H, dims, mask);
   }
   OpTimer t("attn_out_gemm");
   output.forward_inference(out, ctx_buf, T);

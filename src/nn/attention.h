@@ -42,7 +42,10 @@ struct MultiHeadAttention {
                          float* qkv_buf, float* ctx_buf) const;
   // The same on an unpadded batch: x, out [T, H] (T = seqs.tokens()); qkv_buf [T, 3H], ctx_buf [T, H]. Each
   // sentence's rows equal forward_inference's rows for it in a padded batch with a key_mask of its length.
-  void forward_inference(float* out, const float* x, const Varlen& seqs, float* qkv_buf, float* ctx_buf) const;
+  // mask: empty, causal, or a score bias shared by the sentences (AttentionMask::bias_len; MPNet's relative
+  // position bias), as ops::attention_forward takes for an unpadded batch.
+  void forward_inference(float* out, const float* x, const Varlen& seqs, float* qkv_buf, float* ctx_buf,
+                         const ops::AttentionMask& mask = {}) const;
 
   // One decoder step of self-attention. x: [R, H] this step's inputs; their keys and values are written to
   // rows `new_k`, `new_v` ([R, H] inside the cache buffers kv.k, kv.v), then each row attends over kv.

@@ -199,14 +199,25 @@ void EncoderBlock::forward_inference(float* X, int64_t B, int64_t L, const ops::
   });
 }
 
-void EncoderBlock::forward_inference(float* X, const Varlen& seqs, BlockScratch& s, const LayerNorm* next_norm) const {
+void EncoderBlock::forward_inference(float* X, const Varlen& seqs, BlockScratch& s, const LayerNorm* next_norm,
+                                     const ops::AttentionMask& mask) const {
   block_inference(*this, X, seqs.tokens(), s, next_norm, [&](float* out, const float* x) {
-    attention.forward_inference(out, x, seqs, s.qkv.data(), s.ctx.data());
+    attention.forward_inference(out, x, seqs, s.qkv.data(), s.ctx.data(), mask);
   });
 }
 
+bool real_tokens_contiguous(const float* key_mask, int64_t B, int64_t L) {
+  for (int64_t b = 0; b < B; ++b) {
+    int64_t runs = 0;
+    for (int64_t i = 0; i < L; ++i)
+      runs += key_mask[b * L + i] != 0.0f && (i == 0 || key_mask[b * L + i - 1] == 0.0f);
+    if (runs > 1) return false;
+  }
+  return true;
+}
+
 void encoder_stack_inference(const std::vector<EncoderBlock>& layers, float* X, int64_t B, int64_t L,
-                             const float* key_mask, bool unpadded, float* hidden_states) {
+                             const float* key_mask, bool unpadded, float* hidden_states, const float* score_bias) {
   const int64_t NL = (int64_t)layers.size();
   if (NL == 0) return;
   const int64_t H = layers[0].attention.hidden_size, N = B * L;
@@ -215,9 +226,12 @@ void encoder_stack_inference(const std::vector<EncoderBlock>& layers, float* X, 
     for (int64_t i = 0; i < N && !padded; ++i) padded = key_mask[i] == 0.0f;
   const bool pre_ln = layers[0].norm_first;
   BlockScratch s;  // activation buffers, reused by every layer
-  if (!(padded && unpadded)) {
+  // A relative bias read at positions inside the sentence needs the real tokens of each row in one run.
+  const bool zero_padded_rows = padded && unpadded && score_bias && !real_tokens_contiguous(key_mask, B, L);
+  if (!(padded && unpadded) || zero_padded_rows) {
     ops::AttentionMask mask;
     if (padded) mask.key_mask = key_mask;
+    mask.bias = score_bias;  // [heads, L, L], bias_batch_stride 0: shared by the batch rows
     if (pre_ln) {  // pre-LN layers chain their LayerNorms: s.h holds the next layer's norm1(x) on entry
       s.h.resize(N * H);
       layers[0].norm1.forward_inference(s.h.data(), X, N);
@@ -226,6 +240,13 @@ void encoder_stack_inference(const std::vector<EncoderBlock>& layers, float* X, 
       layers[l].forward_inference(X, B, L, mask, s, pre_ln && l + 1 < NL ? &layers[l + 1].norm1 : nullptr);
       if (hidden_states) std::memcpy(hidden_states + (l + 1) * N * H, X, sizeof(float) * N * H);
     }
+    if (zero_padded_rows)  // the unpadded contract: padded rows 0
+      for (int64_t n = 0; n < N; ++n)
+        if (key_mask[n] == 0.0f) {
+          std::memset(X + n * H, 0, sizeof(float) * H);
+          for (int64_t l = 0; hidden_states && l < NL; ++l)
+            std::memset(hidden_states + ((l + 1) * N + n) * H, 0, sizeof(float) * H);
+        }
     return;
   }
   // Unpadded: the real tokens gathered in order, sentence after sentence; rows[t] is token t's padded row.
@@ -258,8 +279,11 @@ void encoder_stack_inference(const std::vector<EncoderBlock>& layers, float* X, 
     s.h.resize(T * H);
     layers[0].norm1.forward_inference(s.h.data(), P, T);
   }
+  ops::AttentionMask bias;
+  bias.bias = score_bias;
+  bias.bias_len = score_bias ? L : 0;  // each sentence at its own positions 0 .. len - 1 of the [heads, L, L] table
   for (int64_t l = 0; l < NL; ++l) {
-    layers[l].forward_inference(P, seqs, s, pre_ln && l + 1 < NL ? &layers[l + 1].norm1 : nullptr);
+    layers[l].forward_inference(P, seqs, s, pre_ln && l + 1 < NL ? &layers[l + 1].norm1 : nullptr, bias);
     if (hidden_states) scatter(hidden_states + (l + 1) * N * H);
   }
   scatter(X);

@@ -52,7 +52,9 @@ struct EncoderBlock {
   // The same on an unpadded batch X [T, H] (nn/attention.h Varlen; T = seqs.tokens()): the GEMMs, LayerNorms
   // and activations run on the T real tokens, attention per sentence. Sentence b's rows equal the padded call's
   // rows for it (key_mask marking its tokens). Pre-LN: s.h [T, H] as above.
-  void forward_inference(float* X, const Varlen& seqs, BlockScratch& s, const LayerNorm* next_norm = nullptr) const;
+  // mask: as MultiHeadAttention's unpadded forward_inference takes it (a shared score bias, or causal).
+  void forward_inference(float* X, const Varlen& seqs, BlockScratch& s, const LayerNorm* next_norm = nullptr,
+                         const ops::AttentionMask& mask = {}) const;
 
   // Saved state.
   Residual r1, r2;
@@ -66,9 +68,18 @@ struct EncoderBlock {
 // position, padding included). unpadded = true and some padding: the real tokens are gathered (in row order,
 // sentence after sentence, any mask pattern) and every layer runs on them only (Varlen); the rows of X at
 // padded positions are then written 0, the real rows equal the padded call's. hidden_states: [NL + 1, B, L, H]
-// or null: slot l + 1 receives layer l's output in the same layout (slot 0, the embeddings, is the caller's). Thread-safe.
+// or null: slot l + 1 receives layer l's output in the same layout (slot 0, the embeddings, is the caller's).
+// score_bias: null, or [heads, L, L] added to every layer's attention scores for every batch row (MPNet's relative
+// position bias, ops::AttentionMask::bias); it must depend on j - i only. Unpadded, each sentence reads it at its
+// own positions (bias_len L), which equals the padded result when each row's real tokens are one run; a row with
+// a hole in its mask makes the stack run padded (and still zero the padded rows). Thread-safe.
 void encoder_stack_inference(const std::vector<EncoderBlock>& layers, float* X, int64_t B, int64_t L,
-                             const float* key_mask, bool unpadded, float* hidden_states = nullptr);
+                             const float* key_mask, bool unpadded, float* hidden_states = nullptr,
+                             const float* score_bias = nullptr);
+
+// Whether every row of key_mask [B, L] (1 = real token) holds its real tokens as one contiguous run (right or
+// left padding, no holes): then positions relative inside a row are the same padded and unpadded.
+bool real_tokens_contiguous(const float* key_mask, int64_t B, int64_t L);
 
 // One decoder layer's cached keys and values for incremental decoding (decode/decoder_cache.h holds one per layer
 // and the row indices).

@@ -213,7 +213,7 @@ TFM_ALWAYS_INLINE void flash_task(const FlashArgs& a, int64_t bh, int64_t i_begi
         const float* km = mk.key_mask ? mk.key_mask + b * Lk + j0 : nullptr;
         const float* gm = mk.mask ? mk.mask + (b * Lq + i) * Lk + j0 : nullptr;
         if (mk.bias) {  // S += bias[b, h, i, j0 .. j0 + nvis)
-          const float* br = mk.bias + b * mk.bias_batch_stride + (h * Lq + i) * Lk + j0;
+          const float* br = mk.bias_row(b, h, i, Lq, Lk) + j0;
 #pragma omp simd
           for (int64_t j = 0; j < nvis; ++j) s[j] += br[j];
         }
@@ -503,7 +503,7 @@ TFM_BF16_INLINE void flash_bf16_body(const FlashArgs& a, int64_t bh, int64_t i_b
         }
         __m512 s[NV];
         __m512 mx = ninf;
-        const float* br = mk.bias ? mk.bias + b * mk.bias_batch_stride + (h * Lq + i) * Lk + j0 : nullptr;
+        const float* br = mk.bias ? mk.bias_row(b, h, i, Lq, Lk) + j0 : nullptr;
         for (int u = 0; u < NV; ++u) {
           const __mmask16 vu = (__mmask16)(vis >> (16 * u));
           s[u] = _mm512_loadu_ps(S + r * BK + u * W);
@@ -613,11 +613,12 @@ void head_via_gemm(float* ob, float* P, float* dropped, const float* qb, const f
     return;
   }
   gemm(false, true, Lq, Lk, Dh, d.scale, qb, d.q_ld, kb, d.k_ld, 0.0f, P, Lk);  // S = scale * Q K^T  [Lq, Lk]
-  if (mask.bias) {  // S += bias[b, h]
-    const float* bias = mask.bias + b * mask.bias_batch_stride + h * Lq * Lk;
+  if (mask.bias)  // S += bias[b, h]
+    for (int64_t i = 0; i < Lq; ++i) {
+      const float* br = mask.bias_row(b, h, i, Lq, Lk);
 #pragma omp simd
-    for (int64_t x = 0; x < Lq * Lk; ++x) P[x] += bias[x];
-  }
+      for (int64_t j = 0; j < Lk; ++j) P[i * Lk + j] += br[j];
+    }
   for (int64_t i = 0; i < Lq; ++i) masked_softmax_row(P + i * Lk, b, i, Lq, Lk, mask);
   const float* A = P;
   if (M) {
@@ -644,7 +645,11 @@ void attention_varlen(float* out, const float* q, const float* k, const float* v
   for (int64_t b = 0; b < d.batch; ++b) {
     const int64_t len = off[b + 1] - off[b];
     if (len < 0) throw std::invalid_argument("attention_forward: seq_offsets must be non-decreasing");
-    const int64_t chunk = len > kBlockedMinKeys && H < 8 ? 64 : (len > 0 ? len : 1);  // chunk 64 only when blocked
+    if (mask.bias && len > mask.bias_len)
+      throw std::invalid_argument("attention_forward: sentence of " + std::to_string(len) +
+                                  " tokens is longer than the score bias table (bias_len " +
+                                  std::to_string(mask.bias_len) + ")");
+    const int64_t chunk = len > kBlockedMinKeys && H < 8 ? 64 : (len > 0 ? len : 1);
     for (int64_t h = 0; h < H; ++h)
       for (int64_t i0 = 0; i0 < len; i0 += chunk) tasks.push_back({b, h, i0, i0 + chunk < len ? i0 + chunk : len});
     work += H * len * len * d.head_dim;
@@ -674,7 +679,7 @@ void attention_varlen(float* out, const float* q, const float* k, const float* v
         scratch.resize(len * len);
         const int64_t Dh = d.head_dim;
         head_via_gemm(os + tk.h * Dh, scratch.data(), nullptr, qs + tk.h * Dh, ks + tk.h * Dh, vs + tk.h * Dh, s,
-                      mask, 0, nullptr);
+                      mask, 0, nullptr, tk.h);
       }
     }
   }
@@ -691,8 +696,9 @@ void attention_forward(float* out, float* probs, const float* q, const float* k,
       throw std::invalid_argument("attention_forward: an unpadded batch (seq_offsets) takes no probs or dropout");
     if (mask.query_mask || mask.key_mask || mask.mask || mask.valid_lens)
       throw std::invalid_argument("attention_forward: an unpadded batch (seq_offsets) takes only a causal mask");
-    if (mask.bias)  // its [heads, Lq, Lk] layout is a padded batch's
-      throw std::invalid_argument("attention_forward: an unpadded batch (seq_offsets) takes no score bias");
+    if (mask.bias && (mask.bias_len <= 0 || mask.bias_batch_stride != 0))  // [heads, Lq, Lk] is a padded layout
+      throw std::invalid_argument("attention_forward: an unpadded batch (seq_offsets) takes a score bias only as "
+                                  "one shared table (bias_len set, bias_batch_stride 0)");
     attention_varlen(out, q, k, v, d, mask);
     return;
   }
@@ -783,7 +789,7 @@ void attention_forward_ref(float* out, float* probs, const float* q, const float
           double acc = 0;
           for (int64_t c = 0; c < Dh; ++c)
             acc += (double)q[(b * Lq + i) * d.q_ld + h * Dh + c] * k[b * d.k_bs + j * d.k_ld + h * Dh + c];
-          const double bias = mask.bias ? mask.bias[b * mask.bias_batch_stride + (h * Lq + i) * Lk + j] : 0.0;
+          const double bias = mask.bias ? mask.bias_row(b, h, i, Lq, Lk)[j] : 0.0;
           s[j] = mask.visible(b, i, j, Lq, Lk) ? acc * d.scale + bias : -INFINITY;
           mx = std::fmax(mx, s[j]);
         }

@@ -27,6 +27,17 @@ struct AttentionMask {
   // [heads, Lq, Lk] table shared by every batch row (PyTorch's expand over the batch). Null: no bias.
   const float* bias = nullptr;
   int64_t bias_batch_stride = 0;
+  // 0: the table's rows are this call's [heads, Lq, Lk]. Else the table is [heads, bias_len, bias_len] and
+  // element (b, h, i, j) is bias[b * bias_batch_stride + (h * bias_len + i) * bias_len + j]: one table of the
+  // longest sentence shared by the sentences of an unpadded batch (AttentionDims::seq_offsets; i, j are then
+  // positions inside the sentence), bias_len >= every length.
+  int64_t bias_len = 0;
+
+  // The bias of (b, h, query i) over keys 0 .. Lk - 1 (bias must be set).
+  const float* bias_row(int64_t b, int64_t h, int64_t i, int64_t Lq, int64_t Lk) const {
+    const int64_t rq = bias_len ? bias_len : Lq, rk = bias_len ? bias_len : Lk;
+    return bias + b * bias_batch_stride + (h * rq + i) * rk;
+  }
 
   bool any() const { return query_mask || key_mask || mask || valid_lens || causal; }
   // Number of leading keys that can be visible for row (b, i) before per-element masks apply.
@@ -44,7 +55,8 @@ struct AttentionDims {
   // out hold the `batch` sentences' tokens concatenated, sentence b being rows [seq_offsets[b],
   // seq_offsets[b + 1]) of each, and its queries attend to its own keys only (self-attention: its query and key
   // counts are both its length). [batch + 1], non-decreasing, seq_offsets[0] = 0. q_len / kv_len are then
-  // ignored, k_bs / v_bs too, and the mask may only be causal (the other forms index a padded [B, L] layout).
+  // ignored, k_bs / v_bs too, and the mask may only be causal (the other forms index a padded [B, L] layout) or
+  // a score bias with bias_len set and bias_batch_stride 0 (AttentionMask::bias_len).
   const int64_t* seq_offsets = nullptr;
   // A bf16 (or int8) model's attention (torch.autocast(bfloat16) order): the blocked kernel rounds q (scaled),
   // k, the softmax weights and v to bf16 for its two products and accumulates in fp32 with AVX512-BF16 dot

@@ -1,5 +1,6 @@
 #include "ops/local_attention.h"
 
+#include <algorithm>
 #include <cmath>
 #include <stdexcept>
 #include <vector>
@@ -45,12 +46,15 @@ TFM_ALWAYS_INLINE void band_task(const BandArgs& a, int64_t bh, int64_t i_begin,
   using V = typename Vec<W>::type;
   constexpr int BK = NV * W;
   const AttentionDims& d = a.d;
-  const int64_t nh = d.num_heads, L = d.q_len, Dh = d.head_dim, w = a.window;
+  const int64_t nh = d.num_heads, Dh = d.head_dim, w = a.window;
   const int64_t b = bh / nh, h = bh % nh;
-  const float* qb = a.q + b * L * d.q_ld + h * Dh;
-  const float* kb = a.k + b * L * d.k_ld + h * Dh;
-  const float* vb = a.v + b * L * d.v_ld + h * Dh;
-  float* ob = a.out + b * L * d.out_ld + h * Dh;
+  // Sentence b: rows [row0, row0 + L) (an unpadded batch's offsets, else the dense [B, L] layout).
+  const int64_t row0 = d.seq_offsets ? d.seq_offsets[b] : b * d.q_len;
+  const int64_t L = d.seq_offsets ? d.seq_offsets[b + 1] - row0 : d.q_len;
+  const float* qb = a.q + row0 * d.q_ld + h * Dh;
+  const float* kb = a.k + row0 * d.k_ld + h * Dh;
+  const float* vb = a.v + row0 * d.v_ld + h * Dh;
+  float* ob = a.out + row0 * d.out_ld + h * Dh;
   const float* km = a.key_mask ? a.key_mask + b * L : nullptr;
   sc.kt.resize(Dh * BK);
   sc.qs.resize(R * Dh);
@@ -177,8 +181,15 @@ TFM_TARGET_AVX512 void band_task_avx512(const BandArgs& a, int64_t bh, int64_t i
   band_task<16, 4, 6>(a, bh, i0, i1, sc);
 }
 
-AttentionDims checked(const AttentionDims& in, int64_t window) {
+AttentionDims checked(const AttentionDims& in, const float* key_mask, int64_t window) {
   AttentionDims d = in;
+  if (d.seq_offsets) {
+    if (key_mask) throw std::invalid_argument("sliding_window_attention: an unpadded batch (seq_offsets) takes no key_mask");
+    for (int64_t b = 0; b < d.batch; ++b)
+      if (d.seq_offsets[b + 1] < d.seq_offsets[b])
+        throw std::invalid_argument("sliding_window_attention: seq_offsets must be non-decreasing");
+    d.q_len = d.kv_len = 0;  // per sentence
+  }
   if (d.q_len != d.kv_len)
     throw std::invalid_argument("sliding_window_attention: q_len (" + std::to_string(d.q_len) +
                                 ") must equal kv_len (" + std::to_string(d.kv_len) + ")");
@@ -197,41 +208,50 @@ AttentionDims checked(const AttentionDims& in, int64_t window) {
 
 void sliding_window_attention(float* out, const float* q, const float* k, const float* v, const AttentionDims& dims,
                               const float* key_mask, int64_t window) {
-  const AttentionDims d = checked(dims, window);
-  const int64_t BH = d.batch * d.num_heads, L = d.q_len;
-  if (BH * L == 0) return;
+  const AttentionDims d = checked(dims, key_mask, window);
   constexpr int64_t kChunk = 120;  // queries per task: a multiple of both tile heights (3 and 6)
-  const int64_t nchunk = (L + kChunk - 1) / kChunk;
+  struct Task {
+    int64_t bh, i0, i1;
+  };
+  std::vector<Task> tasks;
+  int64_t work = 0;
+  for (int64_t b = 0; b < d.batch; ++b) {
+    const int64_t L = d.seq_offsets ? d.seq_offsets[b + 1] - d.seq_offsets[b] : d.q_len;
+    for (int64_t h = 0; h < d.num_heads; ++h)
+      for (int64_t i0 = 0; i0 < L; i0 += kChunk) tasks.push_back({b * d.num_heads + h, i0, std::min(i0 + kChunk, L)});
+    work += d.num_heads * L * std::min(2 * window + 1, L) * d.head_dim;
+  }
+  const int64_t ntask = (int64_t)tasks.size();
+  if (ntask == 0) return;
   auto fn = kernel_isa() == KernelIsa::Avx512 ? band_task_avx512 : band_task_avx2;
   const BandArgs a{q, k, v, out, key_mask, d, window};
-  const int64_t span = 2 * window + 1 < L ? 2 * window + 1 : L;
-#pragma omp parallel if (BH * nchunk > 1 && BH * L * span * d.head_dim > 65536)
+#pragma omp parallel if (ntask > 1 && work > 65536)
   {
     BandScratch sc;
 #pragma omp for schedule(static)
-    for (int64_t t = 0; t < BH * nchunk; ++t) {
-      const int64_t bh = t / nchunk, i0 = (t % nchunk) * kChunk;
-      fn(a, bh, i0, i0 + kChunk < L ? i0 + kChunk : L, sc);
-    }
+    for (int64_t t = 0; t < ntask; ++t) fn(a, tasks[t].bh, tasks[t].i0, tasks[t].i1, sc);
   }
 }
 
 void sliding_window_attention_ref(float* out, const float* q, const float* k, const float* v,
                                   const AttentionDims& dims, const float* key_mask, int64_t window) {
-  const AttentionDims d = checked(dims, window);
-  const int64_t L = d.q_len, Dh = d.head_dim;
-  std::vector<double> s(L), acc(Dh);
-  for (int64_t b = 0; b < d.batch; ++b)
+  const AttentionDims d = checked(dims, key_mask, window);
+  const int64_t Dh = d.head_dim;
+  std::vector<double> s, acc(Dh);
+  for (int64_t b = 0; b < d.batch; ++b) {
+    const int64_t row0 = d.seq_offsets ? d.seq_offsets[b] : b * d.q_len;  // as band_task
+    const int64_t L = d.seq_offsets ? d.seq_offsets[b + 1] - row0 : d.q_len;
+    s.resize(L);
     for (int64_t h = 0; h < d.num_heads; ++h)
       for (int64_t i = 0; i < L; ++i) {
-        const float* qi = q + (b * L + i) * d.q_ld + h * Dh;
+        const float* qi = q + (row0 + i) * d.q_ld + h * Dh;
         double mx = -INFINITY;
         for (int64_t j = 0; j < L; ++j) {
           const bool vis = (i - j <= window && j - i <= window) && (!key_mask || key_mask[b * L + j] != 0.0f);
           s[j] = -INFINITY;
           if (!vis) continue;
           double dot = 0;
-          const float* kj = k + (b * L + j) * d.k_ld + h * Dh;
+          const float* kj = k + (row0 + j) * d.k_ld + h * Dh;
           for (int64_t c = 0; c < Dh; ++c) dot += (double)qi[c] * kj[c];
           s[j] = dot * d.scale;
           mx = s[j] > mx ? s[j] : mx;
@@ -243,12 +263,13 @@ void sliding_window_attention_ref(float* out, const float* q, const float* k, co
             if (s[j] == -INFINITY) continue;
             const double p = std::exp(s[j] - mx);
             sum += p;
-            const float* vj = v + (b * L + j) * d.v_ld + h * Dh;
+            const float* vj = v + (row0 + j) * d.v_ld + h * Dh;
             for (int64_t c = 0; c < Dh; ++c) acc[c] += p * vj[c];
           }
-        float* o = out + (b * L + i) * d.out_ld + h * Dh;
+        float* o = out + (row0 + i) * d.out_ld + h * Dh;
         for (int64_t c = 0; c < Dh; ++c) o[c] = sum > 0 ? (float)(acc[c] / sum) : 0.0f;
       }
+  }
 }
 
 }  // namespace tfm::ops

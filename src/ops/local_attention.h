@@ -19,7 +19,11 @@ namespace tfm::ops {
 // zeros (Hugging Face gives a uniform average over the window then, as every entry is float32 min).
 // Blocked online softmax per (batch, head, tile of queries): the tile walks only the key blocks of its window
 // (AVX-512: 6 queries x 64 keys; AVX2: 3 x 32), running max and sum per query, vectorised for kernel_isa().
-// Throws std::invalid_argument for q_len != kv_len, a negative window or non-zero batch strides.
+// Unpadded batch (dims.seq_offsets, ops/attention.h): q, k, v, out hold the sentences' rows concatenated, each
+// sentence attends inside itself (positions counted from its first row), q_len / kv_len are ignored and key_mask
+// must be null.
+// Throws std::invalid_argument for q_len != kv_len, a negative window, non-zero batch strides, or a key_mask or
+// decreasing offsets with seq_offsets.
 void sliding_window_attention(float* out, const float* q, const float* k, const float* v, const AttentionDims& dims,
                               const float* key_mask, int64_t window);
 

@@ -97,26 +97,29 @@ class EncoderEmbedding : public EmbeddingModel {
 
 std::unique_ptr<EmbeddingModel> load_sentence_transformer_embedding(const std::string& dir, const std::string& pooling,
                                                                      const std::string& prompt_name, bool no_prompt,
-                                                                     int threads) {
+                                                                     int threads, const std::string& dtype) {
   EncoderOptions o;
   o.threads = threads;
+  o.dtype = dtype;
   o.pooling = pooling;
   o.prompt_name = prompt_name;
   o.no_prompt = no_prompt;
   return std::make_unique<EncoderEmbedding>(dir, o);
 }
 
-std::unique_ptr<EmbeddingModel> load_encoder_embedding(const std::string& dir, const std::string& pooling, int threads) {
+std::unique_ptr<EmbeddingModel> load_encoder_embedding(const std::string& dir, const std::string& pooling, int threads,
+                                                       const std::string& dtype) {
   EncoderOptions o;
   o.threads = threads;
+  o.dtype = dtype;
   o.pooling = pooling;
   return std::make_unique<EncoderEmbedding>(dir, o);
 }
 
 // ------------------------------------------------------------------------------------------ translation
 
-TranslationBackend::TranslationBackend(const std::string& dir, int threads)
-    : tr_(dir, TranslatorOptions{threads, "fp32", false}) {}
+TranslationBackend::TranslationBackend(const std::string& dir, int threads, const std::string& dtype)
+    : tr_(dir, TranslatorOptions{threads, dtype.empty() ? "fp32" : dtype, false}) {}
 
 std::vector<int64_t> TranslationBackend::encode_source(const std::string& text, bool truncate) const {
   SourceEncoding e = tr_.encode_source(text);

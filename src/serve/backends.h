@@ -53,7 +53,9 @@ class EmbeddingModel {
 // tfm::EmbedOptions::pooling (mean over attention_mask, sentence-transformers' default, [CLS], max, ...), through
 // tfm::Encoder. Throws
 // what tfm::Encoder's constructor throws, and std::runtime_error for a folder without a tokenizer.
-std::unique_ptr<EmbeddingModel> load_encoder_embedding(const std::string& dir, const std::string& pooling, int threads);
+// dtype: tfm::EncoderOptions::dtype ("": as the folder stores it).
+std::unique_ptr<EmbeddingModel> load_encoder_embedding(const std::string& dir, const std::string& pooling, int threads,
+                                                       const std::string& dtype = "");
 
 // A sentence-transformers folder (modules.json): SentenceTransformer.encode's embeddings (Pooling, Dense,
 // Normalize as the folder says; its default prompt unless no_prompt or another prompt_name). Inputs longer than
@@ -62,7 +64,7 @@ std::unique_ptr<EmbeddingModel> load_encoder_embedding(const std::string& dir, c
 // tfm::Encoder's constructor throws.
 std::unique_ptr<EmbeddingModel> load_sentence_transformer_embedding(const std::string& dir, const std::string& pooling,
                                                                      const std::string& prompt_name, bool no_prompt,
-                                                                     int threads);
+                                                                     int threads, const std::string& dtype = "");
 
 // A transformer_seq2seq folder through tfm::Translator, as `tfm translate` reads it (word vocabularies or a joint
 // SentencePiece model).
@@ -70,7 +72,8 @@ class TranslationBackend {
  public:
   // threads: per call, on the calling thread (0: OMP_NUM_THREADS, else all cores). Throws what tfm::Translator's
   // constructor throws.
-  TranslationBackend(const std::string& dir, int threads);
+  // dtype: tfm::TranslatorOptions::dtype ("": fp32).
+  TranslationBackend(const std::string& dir, int threads, const std::string& dtype = "");
   // Source ids with <eos>. A sentence over max_source_tokens() throws ApiError 422 naming the limit, unless
   // truncate (then cut to the limit). Words outside a word vocabulary are read as <unk>.
   std::vector<int64_t> encode_source(const std::string& text, bool truncate) const;

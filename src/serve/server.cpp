@@ -292,10 +292,11 @@ class Server {
   void load() {
     debug_delay();
     if (translation_) {
-      for (Pair& p : pairs_) p.backend = std::make_unique<TranslationBackend>(p.model, o_.threads);
+      for (Pair& p : pairs_) p.backend = std::make_unique<TranslationBackend>(p.model, o_.threads, o_.dtype);
       translator_ = pairs_.front().backend.get();
     } else if (std::filesystem::exists(o_.model + "/modules.json")) {
-      embedder_ = load_sentence_transformer_embedding(o_.model, o_.pooling, o_.prompt_name, o_.no_prompt, o_.threads);
+      embedder_ = load_sentence_transformer_embedding(o_.model, o_.pooling, o_.prompt_name, o_.no_prompt, o_.threads,
+                                                      o_.dtype);
     } else {
       // A sequence-classification checkpoint (classifier or cross-encoder) answers /predict and /rerank.
       // A masked-LM checkpoint answers /embed_sparse (SPLADE).
@@ -305,10 +306,11 @@ class Server {
       } catch (const std::exception&) {  // no head (or unreadable): the embedder's load reports a broken folder
       }
       const bool has_head = head == TaskHead::SequenceClassification;
-      if (has_head) head_ = std::make_unique<Classifier>(o_.model, ClassifierOptions{o_.threads});
-      if (head == TaskHead::MaskedLM) sparse_ = std::make_unique<MaskFiller>(o_.model, ClassifierOptions{o_.threads});
+      if (has_head) head_ = std::make_unique<Classifier>(o_.model, ClassifierOptions{o_.threads, o_.dtype});
+      if (head == TaskHead::MaskedLM)
+        sparse_ = std::make_unique<MaskFiller>(o_.model, ClassifierOptions{o_.threads, o_.dtype});
       try {
-        embedder_ = load_encoder_embedding(o_.model, o_.pooling.empty() ? "mean" : o_.pooling, o_.threads);
+        embedder_ = load_encoder_embedding(o_.model, o_.pooling.empty() ? "mean" : o_.pooling, o_.threads, o_.dtype);
       } catch (const std::exception& e) {
         if (!head_ && !sparse_) throw;
         embed_error_ = e.what();  // the head still serves /predict and /rerank
@@ -316,9 +318,11 @@ class Server {
     }
     if (head_) head_max_length_ = head_->max_position_embeddings();
     if (sparse_) head_max_length_ = std::max(head_max_length_, sparse_->max_position_embeddings());
-    // The compute type of the Linear layers: an encoder folder from `tfm convert --dtype int8` runs in int8 (as
-    // its file is stored: metadata tfm_dtype), everything else in fp32.
-    if (!translation_) {
+    // The compute type of the Linear layers: --dtype, else an encoder folder from `tfm convert --dtype int8` runs in
+    // int8 (as its file is stored: metadata tfm_dtype), everything else in fp32.
+    if (!o_.dtype.empty()) {
+      dtype_ = o_.dtype;
+    } else if (!translation_) {
       std::string st = o_.model + "/model.safetensors";
       std::error_code ec;
       if (!std::filesystem::exists(st, ec)) st = o_.model + "/0_Transformer/model.safetensors";

@@ -38,6 +38,8 @@ struct ServeOptions {
                                           // origin such as https://example.com), and CORS preflights answered
   bool access_log = true;                 // one line per request on stderr
   int threads = 0;                        // OpenMP threads of the model thread (0: OMP_NUM_THREADS, else all cores)
+  std::string dtype;                      // encoders: compute type of the Linear layers, "fp32" / "bf16" / "int8"
+                                          // ("": as the folder stores it, int8 after `tfm convert --dtype int8`)
 };
 
 // Listens, loads the model in the background (/health answers 503 until it is ready), serves until SIGTERM or

@@ -61,6 +61,7 @@ void add_serve_command(CLI::App& app) {
                   "Access-Control-Allow-Origin on every answer, CORS preflight (OPTIONS) answered");
   cmd->add_flag("--quiet", o->quiet, "No access log (one line per request on stderr)");
   add_threads_option(cmd, o->threads);
+  add_dtype_option(cmd, o->s.dtype);
   cmd->callback([o] {
     if (o->s.host.empty()) throw CLI::ValidationError("--host is empty");
     if (o->s.cors_allow_origin.find_first_of("\r\n ,") != std::string::npos)
