@@ -17,7 +17,7 @@ Training (PyTorch on one thread, seeded; ~4 minutes on a loaded 2-core machine):
 (the short ones; Tatoeba, CC-BY 2.0 FR), Marian's tokenization (source pieces + </s>; labels: target pieces +
 </s>; decoder input: pad (decoder_start_token_id) + labels[:-1]), cross-entropy with label smoothing 0.1, Adam
 (0.9, 0.98) with linear warm-up to 1e-3 over 200 steps then inverse square root, batches of ~2,000 tokens
-bucketed by length, a fixed number of steps (STEPS), dropout 0.1 on embeddings / sublayer outputs (training only;
+bucketed by length, a fixed number of steps (STEPS), dropout 0.1 on the sublayer outputs (training only;
 the saved model is the eval-mode reference). The pad row of the embedding is kept zero (nn.Embedding padding_idx).
 A rerun with another torch / BLAS build may give slightly different weights; the expected values are always those
 of the saved weights.

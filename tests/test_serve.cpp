@@ -1475,14 +1475,17 @@ TEST(ServeHf, TranslateMarianAndM2M100) {
                    json{{"q", src}, {"source", "en"}, {"target", "fr"}, {"beam_size", 1}}.dump());
     ASSERT_EQ(b.status, 200) << b.body;
     EXPECT_EQ(b.j()["translatedText"].get<std::vector<std::string>>(), greedy);
-    const json sample = {{"q", src}, {"target", "fr"}, {"sampling_topk", 0}, {"sampling_temperature", 1.5}, {"seed", 5}};
+    const json sample = {
+        {"q", src}, {"target", "fr"}, {"sampling_topk", 0}, {"sampling_temperature", 1.5}, {"seed", 5}};
     Reply c1 = http("POST", s.url("/translate"), sample.dump()), c2 = http("POST", s.url("/translate"), sample.dump());
     ASSERT_EQ(c1.status, 200) << c1.body;
     EXPECT_EQ(c1.j()["translatedText"], c2.j()["translatedText"]);
     Reply d = http("POST", s.url("/translate"),
-                   json{{"q", src}, {"target", "fr"}, {"beam_size", 3}, {"length_penalty", 0.6}, {"early_stopping", false},
-                        {"no_repeat_ngram_size", 3}, {"repetition_penalty", 1.1}, {"min_length", 2},
-                        {"max_new_tokens", 20}, {"bad_words", json::array({"chat"})}, {"bad_words_ids", {{5}}}}
+                   json{{"q", src}, {"target", "fr"}, {"beam_size", 3}, {"length_penalty", 0.6},
+                        {"early_stopping", false}, {"forced_eos", false}, {"no_repeat_ngram_size", 3},
+                        {"repetition_penalty", 1.1}, {"min_length", 2},
+                        {"max_new_tokens", 20}, {"bad_words", json::array({"chat"})},
+                        {"bad_words_ids", json::array({json::array({5})})}}
                        .dump());
     ASSERT_EQ(d.status, 200) << d.body;
     EXPECT_EQ(d.j()["translatedText"].size(), src.size());

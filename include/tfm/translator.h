@@ -57,6 +57,9 @@ struct TranslateOptions {
   std::string source_lang;  ///< M2M100 / NLLB source language (empty: tokenizer_config.json's src_lang)
   /// transformers' early_stopping: "true", "false" or "never"; empty = generation_config.json's.
   std::string early_stopping;
+  /// transformers' forced_eos_token_id (ForcedEOSTokenLogitsProcessor: </s> forced at the last step): -1 =
+  /// generation_config.json's, 0 = off, 1 = on (the folder's eos_token_id).
+  int forced_eos = -1;
 
   /// Hugging Face logits processors (transformers' generate, applied in its order: repetition penalty, no-repeat
   /// n-grams, bad words, min length), to the raw logits in greedy decoding and sampling and to each beam's

@@ -92,4 +92,4 @@ def test_sampling_on_a_hugging_face_folder_is_seeded():
     with pytest.raises(ValueError, match="needs beam_size 1"):
         tr.translate_batch(src, sampling_topk=5, beam_size=2)
     assert tr.translate_batch(src, early_stopping="never", beam_size=2, no_repeat_ngram_size=2,
-                              repetition_penalty=1.2, min_length=3, bad_words_ids=[[5]])
+                              repetition_penalty=1.2, min_length=3, bad_words_ids=[[5]], forced_eos=False)

@@ -191,6 +191,10 @@ struct Translator::Impl {
         throw std::invalid_argument("early_stopping must be true, false or never, got '" + o.early_stopping + "'");
     }
     if (o.min_length > 0) over["min_length"] = o.min_length;
+    if (o.forced_eos < -1 || o.forced_eos > 1)
+      throw std::invalid_argument("forced_eos must be -1 (the model's), 0 or 1, got " + std::to_string(o.forced_eos));
+    if (o.forced_eos == 0) over["forced_eos_token_id"] = nullptr;
+    if (o.forced_eos == 1) over["forced_eos_token_id"] = gen->eos_token_id;
     if (hf_tok->kind() != TranslationTokenizer::Kind::kMarian) {
       const std::string lang = o.target_lang.empty() ? hf_tok->default_target_lang() : o.target_lang;
       if (!lang.empty()) over["forced_bos_token_id"] = hf_tok->language_id(lang);
@@ -223,8 +227,8 @@ struct Translator::Impl {
 
   DecodeOptions decode_options(const TranslateOptions& o0) const {
     if (hf()) return hf_decode_options(o0);
-    if (!o0.target_lang.empty() || !o0.source_lang.empty() || !o0.early_stopping.empty())
-      throw std::invalid_argument("target_lang, source_lang and early_stopping apply to Hugging Face "
+    if (!o0.target_lang.empty() || !o0.source_lang.empty() || !o0.early_stopping.empty() || o0.forced_eos != -1)
+      throw std::invalid_argument("target_lang, source_lang, early_stopping and forced_eos apply to Hugging Face "
                                   "translation folders (Marian, M2M100, NLLB) only");
     TranslateOptions o = o0;
     if (o.beam_size == 0) o.beam_size = 1;

@@ -273,7 +273,7 @@ TranslateRequest parse_translate_request(std::string_view body, const RequestLim
   only_fields(j, {"q", "source", "target", "format", "beam_size", "alternatives", "api_key", "truncate",
                   "sampling_topk", "sampling_topp", "sampling_temperature", "seed", "repetition_penalty",
                   "no_repeat_ngram_size", "min_length", "target_prefix", "length_penalty", "early_stopping",
-                  "max_new_tokens", "bad_words", "bad_words_ids"});
+                  "max_new_tokens", "bad_words", "bad_words_ids", "forced_eos"});
   TranslateRequest r;
   r.q = string_or_list(j, "q", limits, r.single);
   r.source = string_or(j, "source", "auto");
@@ -338,6 +338,11 @@ TranslateRequest parse_translate_request(std::string_view body, const RequestLim
       throw validation_error("`early_stopping` must be true, false or \"never\"");
     r.generation = true;
   }
+  if (auto it = j.find("forced_eos"); it != j.end() && !it->is_null()) {
+    if (!it->is_boolean()) throw validation_error("`forced_eos` must be true or false");
+    r.forced_eos = it->get<bool>() ? 1 : 0;
+    r.generation = true;
+  }
   if (auto it = j.find("bad_words"); it != j.end() && !it->is_null()) {
     if (!it->is_array() || !std::all_of(it->begin(), it->end(), [](const json& e) { return e.is_string(); }))
       throw validation_error("`bad_words` must be a list of strings (target texts never generated)");
@@ -347,8 +352,9 @@ TranslateRequest parse_translate_request(std::string_view body, const RequestLim
   if (auto it = j.find("bad_words_ids"); it != j.end() && !it->is_null()) {
     bool ok = it->is_array();
     for (const json& w : ok ? *it : json::array()) {
-      ok = w.is_array() && !w.empty() &&
-           std::all_of(w.begin(), w.end(), [](const json& e) { return e.is_number_integer() && e.get<int64_t>() >= 0; });
+      ok = w.is_array() && !w.empty() && std::all_of(w.begin(), w.end(), [](const json& e) {
+             return e.is_number_integer() && e.get<int64_t>() >= 0;
+           });
       if (!ok) break;
       r.bad_words_ids.push_back(w.get<std::vector<int64_t>>());
     }

@@ -104,13 +104,14 @@ struct TranslateRequest {
   // Generation fields (CTranslate2 / Hugging Face names, as tfm::TranslateOptions): "sampling_topk",
   // "sampling_topp", "sampling_temperature", "seed", "repetition_penalty", "no_repeat_ngram_size", "min_length",
   // "target_prefix" (a string for every q, or a list aligned with q), "length_penalty", "early_stopping" (true,
-  // false or "never"), "max_new_tokens" (tfm::TranslateOptions::max_steps), "bad_words" (target texts) and
+  // false or "never"), "forced_eos" (true / false), "max_new_tokens" (tfm::TranslateOptions::max_steps), "bad_words" (target texts) and
   // "bad_words_ids" (lists of target ids). `generation` is true when any is given.
   bool generation = false;
   int64_t sampling_topk = 1, no_repeat_ngram_size = 0, min_length = 0, max_new_tokens = 0;
   double sampling_topp = 1, sampling_temperature = 1, repetition_penalty = 1;
   double length_penalty = NAN;  // NaN: the model's
   std::string early_stopping;   // "" (the model's), "true", "false", "never"
+  int forced_eos = -1;          // "forced_eos": -1 (the model's), 0 (false), 1 (true)
   std::vector<std::string> bad_words;
   std::vector<std::vector<int64_t>> bad_words_ids;
   uint64_t seed = 0;

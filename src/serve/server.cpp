@@ -997,6 +997,7 @@ class Server {
                     o.max_steps = r.max_new_tokens;
                     o.length_penalty = (float)r.length_penalty;
                     o.early_stopping = r.early_stopping;
+                    o.forced_eos = r.forced_eos;
                     o.bad_words_ids = r.bad_words_ids;
                     for (const std::string& w : r.bad_words) {
                       std::vector<int64_t> ids = backend.encode_target(w);
