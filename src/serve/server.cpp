@@ -1058,8 +1058,10 @@ class Server {
                  for (const Pair& p : pairs_)  // a multilingual folder: each of its languages into the others
                    for (const std::string& code : p.languages) {
                      auto it = std::find_if(out.begin(), out.end(), [&](const json& e) { return e["code"] == code; });
-                     if (it == out.end()) it = out.insert(out.end(), {{"code", code}, {"name", language_name(code)},
-                                                                      {"targets", json::array()}});
+                     if (it == out.end()) {
+                       out.push_back({{"code", code}, {"name", language_name(code)}, {"targets", json::array()}});
+                       it = out.end() - 1;
+                     }
                      for (const std::string& t : p.languages)
                        if (t != code && std::find((*it)["targets"].begin(), (*it)["targets"].end(), t) ==
                                             (*it)["targets"].end())
