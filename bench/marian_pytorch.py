@@ -8,8 +8,8 @@ reference generate over it.
 make-folder: transformers' MarianConfig of the OPUS-MT models (d_model 512, 6 + 6 layers, 8 heads, FFN 2048, swish,
 post-LN, scale_embedding, tied embeddings; vocabulary 59,514 as Helsinki-NLP/opus-mt-en-fr, pad last),
 weights drawn N(0, 0.02) (seed 0), HF tensor names (model.shared.weight, model.encoder.layers.N.self_attn.q_proj...,
-final_logits_bias; positions not stored). One joint SentencePiece unigram model (Debian's spm_train, 8,000 pieces on
-SPM_TEXT) is saved as source.spm and target.spm; vocab.json maps its pieces, then filler tokens up to the vocabulary
+final_logits_bias; positions not stored). One joint SentencePiece unigram model (Debian's spm_train, up to 8,000
+pieces on SPM_TEXT) is saved as source.spm and target.spm; vocab.json maps its pieces, then filler tokens up to the vocabulary
 size, "<pad>" last.
 
 generate: the sentences of INPUT in batches of --batch (sorted by length), torch.inference_mode, torch threads from
@@ -82,7 +82,7 @@ def make_folder(out, text):
     subprocess.run(["spm_train", f"--input={text}", f"--model_prefix={prefix}", "--vocab_size=8000",
                     "--model_type=unigram", "--character_coverage=1.0", "--input_sentence_size=200000",
                     "--shuffle_input_sentence=true", "--bos_id=-1", "--eos_id=-1", "--unk_id=0",
-                    "--minloglevel=2"], check=True)
+                    "--hard_vocab_limit=false", "--minloglevel=2"], check=True)  # fra-eng English: ~7,200
     pieces = [line.split("\t")[0] for line in open(prefix + ".vocab", encoding="utf-8")]
     vocab = {"</s>": 0, "<unk>": 1}
     for p in pieces:

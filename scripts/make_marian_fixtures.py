@@ -345,17 +345,20 @@ def beam_search(model, src, gen):
 
 
 # ------------------------------------------------------------------------------------------------ folders
-def build_marian(out):
-    en, fr = read_pairs(30000)
-    src_pieces = spm_train(en, os.path.join(out, "source"), 200, "unigram")
-    tgt_pieces = spm_train(fr, os.path.join(out, "target"), 200, "unigram")
+def build_marian(out, spm_size=200, dims=None, n_pairs=30000, codes=True):
+    """The Marian folder's tokenizer files and config; `dims` overrides config keys (the trained fixture's sizes).
+    codes: multi-target ">>fra<<" / ">>spa<<" tokens and a source piece missing from vocab.json (read as <unk>)."""
+    en, fr = read_pairs(n_pairs)
+    src_pieces = spm_train(en, os.path.join(out, "source"), spm_size, "unigram")
+    tgt_pieces = spm_train(fr, os.path.join(out, "target"), spm_size, "unigram")
     os.replace(os.path.join(out, "source.model"), os.path.join(out, "source.spm"))
     os.replace(os.path.join(out, "target.model"), os.path.join(out, "target.spm"))
     vocab = {"</s>": 0, "<unk>": 1}
-    for p in src_pieces + tgt_pieces + [">>fra<<", ">>spa<<"]:
+    for p in src_pieces + tgt_pieces + ([">>fra<<", ">>spa<<"] if codes else []):
         if p not in vocab and p not in ("<s>", "</s>", "<unk>"):
             vocab[p] = len(vocab)
-    del vocab[src_pieces[5]]  # a piece the spm knows but vocab.json lacks: read as <unk>
+    if codes:
+        del vocab[src_pieces[5]]  # a piece the spm knows but vocab.json lacks: read as <unk>
     vocab = {k: i for i, k in enumerate(vocab)}
     vocab["<pad>"] = len(vocab)
     V, pad = len(vocab), vocab["<pad>"]
@@ -367,8 +370,9 @@ def build_marian(out):
               "share_encoder_decoder_embeddings": True, "normalize_before": False, "static_position_embeddings": True,
               "tie_word_embeddings": True, "add_bias_logits": False, "normalize_embedding": False,
               "num_beams": 4, "max_length": 24, "dropout": 0.1, "attention_dropout": 0.0}
+    config.update(dims or {})
     gen = {"bad_words_ids": [[pad]], "bos_token_id": 0, "decoder_start_token_id": pad, "eos_token_id": 0,
-           "forced_eos_token_id": 0, "max_length": 24, "num_beams": 4, "pad_token_id": pad}
+           "forced_eos_token_id": 0, "max_length": config["max_length"], "num_beams": 4, "pad_token_id": pad}
     json.dump(vocab, open(os.path.join(out, "vocab.json"), "w", encoding="utf-8"), ensure_ascii=False, indent=1)
     json.dump({"source_lang": "en", "target_lang": "fr", "model_max_length": 512, "separate_vocabs": False,
                "tokenizer_class": "MarianTokenizer", "eos_token": "</s>", "unk_token": "<unk>", "pad_token": "<pad>"},
@@ -389,7 +393,7 @@ def build_marian(out):
         # convert_tokens_to_string: decode_pieces, then "▁" (of pieces target.spm lacks) -> " ", stripped
         return spm_decode(os.path.join(out, "target.spm"), pieces).replace("\u2581", " ").strip()
 
-    sources = SOURCES + [">>fra<< I want to know why."]
+    sources = SOURCES + ([">>fra<< I want to know why."] if codes else [])
     return config, gen, encode, decode, sources, fr
 
 
@@ -461,8 +465,14 @@ def write_folder(name, seed):
     model = Seq2Seq(config)
     randomize(model, 23)
     model.eval()
+    save_expected(out, name, write_expected(out, name, model, config, gen, encode, decode, sources, fr, forced_bos))
+
+
+def write_expected(out, name, model, config, gen, encode, decode, sources, fr, forced_bos):
+    """Writes model.safetensors, config.json, generation_config.json and expected.safetensors of `model`; returns
+    expected.json's object (save_expected writes it)."""
     sd = model.state_dict_hf()
-    if name == "marian":  # HF saves the sinusoidal table of the encoder (computed again at load)
+    if name.startswith("marian"):  # HF saves the sinusoidal table of the encoder (computed again at load)
         sd["model.encoder.embed_positions.weight"] = model.pos.numpy()
     st.save(sd, os.path.join(out, "model.safetensors"), metadata={"format": "pt"})
     json.dump(config, open(os.path.join(out, "config.json"), "w"), indent=1)
@@ -515,8 +525,12 @@ def write_folder(name, seed):
             case["runs"].append(run)
         cases.append(case)
     meta = {"generation_config": gen, "forced_bos_token_id": forced_bos, "cases": cases}
+    return meta
+
+
+def save_expected(out, name, meta):
     json.dump(meta, open(os.path.join(out, "expected.json"), "w", encoding="utf-8"), ensure_ascii=False, indent=1)
-    print(name, "V", config["vocab_size"], "greedy", [c["runs"][0]["text"] for c in cases][:2])
+    print(name, "greedy", [c["runs"][0]["text"] for c in meta["cases"]][:2])
 
 
 if __name__ == "__main__":

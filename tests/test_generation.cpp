@@ -88,6 +88,57 @@ TEST(LogitsProcessors, MatchTheHuggingFaceProcessors) {
   EXPECT_GT(changed, 50);
 }
 
+// Sampling draws from the distribution the warpers define (HF: softmax of TemperatureLogitsWarper, TopKLogitsWarper
+// and TopPLogitsWarper's scores, the reference's expected scores here): 40,000 seeded draws per row; a token the
+// reference filtered (-inf) is never drawn, the others' frequencies lie within 5 standard deviations of their
+// probability. Deterministic for the seed: a failure is a wrong distribution, not chance.
+TEST(LogitsProcessors, SamplingFollowsTheWarpedDistribution) {
+  const auto fx = load_json("generation/processors.json");
+  int rows = 0;
+  for (const auto& c : fx["cases"]) {
+    if (!c["do_sample"].get<bool>()) continue;
+    SCOPED_TRACE(c["name"].get<std::string>());
+    const int64_t V = c["vocab_size"];
+    tfm::LogitsProcessorOptions o = options_of(c["options"], c["eos_id"]);
+    o.do_sample = true;
+    o.seed = 17;
+    tfm::LogitsProcessor p(o, V);
+    const auto ids = c["input_ids"].get<std::vector<std::vector<int64_t>>>();
+    const int64_t B = (int64_t)ids.size();
+    std::vector<int64_t> src(B, 5), vl(B, 1);
+    for (int64_t b = 0; b < B; ++b) src[b] = 4 + b;
+    p.start(B, src.data(), vl.data(), 1);
+    for (int64_t b = 0; b < B; ++b) {
+      std::vector<double> prob(V, 0.0);
+      double mx = -INFINITY, total = 0;
+      for (int64_t v = 0; v < V; ++v)
+        if (!c["expected"][b][v].is_null()) mx = std::max(mx, c["expected"][b][v].get<double>());
+      for (int64_t v = 0; v < V; ++v)
+        if (!c["expected"][b][v].is_null()) total += prob[v] = std::exp(c["expected"][b][v].get<double>() - mx);
+      for (double& q : prob) q /= total;
+      constexpr int kDraws = 40000;
+      std::vector<int> count(V, 0);
+      const std::vector<float> scores = c["scores"][b].get<std::vector<float>>();
+      for (int n = 0; n < kDraws; ++n) {
+        std::vector<float> x = scores;
+        p.process(ids[b].data(), (int64_t)ids[b].size(), x.data());
+        ++count.at(p.next_token(b, x.data()));
+      }
+      for (int64_t v = 0; v < V; ++v) {
+        const double f = (double)count[v] / kDraws;
+        if (prob[v] == 0) {
+          EXPECT_EQ(count[v], 0) << "row " << b << " token " << v << " was filtered by the reference";
+        } else {
+          EXPECT_NEAR(f, prob[v], 5 * std::sqrt(prob[v] * (1 - prob[v]) / kDraws) + 1e-9)
+              << "row " << b << " token " << v;
+        }
+      }
+      ++rows;
+    }
+  }
+  EXPECT_GE(rows, 10);
+}
+
 TEST(LogitsProcessors, BadOptionsAreRefusedWithTheirValue) {
   auto refused = [](tfm::LogitsProcessorOptions o, const std::string& needle) {
     try {

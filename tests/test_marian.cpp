@@ -3,13 +3,16 @@
 // tests/fixtures/{marian,m2m100,nllb}).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
 #include <vector>
 
 #include "decode/generation_config.h"
+#include "decode/logits_process.h"
 #include "decode/search.h"
 #include "io/json_util.h"
 #include "io/safetensors.h"
@@ -73,14 +76,18 @@ TEST_P(HfSeq2Seq, GenerateMatchesReference) {
       if (!ex["forced_bos_token_id"].is_null()) gen["forced_bos_token_id"] = ex["forced_bos_token_id"];
       for (auto it = run["options"].begin(); it != run["options"].end(); ++it) gen[it.key()] = it.value();
       const GenerationConfig g = GenerationConfig::from_json(config, gen, "expected.json");
-      const DecodeOptions opt = g.decode_options();
+      DecodeOptions opt = g.decode_options();
+      // bad_words_ids and min_length: the logits processor (HF's NoBadWords / MinLength processors).
+      LogitsProcessor proc(g.processor_options(), model->config().tgt_vocab_size);
+      opt.logits_processor = &proc;
       const std::string what = GetParam() + " '" + c["source"].get<std::string>() + "' " + run["options"].dump();
       const auto want = run["tokens"].get<std::vector<std::vector<int64_t>>>();
       auto hyps = beam_search_hypotheses(*model, src.data(), &vl, 1, vl, opt)[0];
       if (g.num_beams == 1) {
         ASSERT_EQ(hyps.size(), 1u) << what;
         EXPECT_EQ(hyps[0].tokens, want[0]) << what;
-        EXPECT_EQ(greedy_decode(*model, src.data(), &vl, 1, vl, opt)[0], want[0]) << what;
+        // HF's greedy search: the processors on the logits.
+        EXPECT_EQ(generate_greedy(*model, src.data(), &vl, 1, vl, opt, &proc)[0].tokens, want[0]) << what;
       } else {
         const auto scores = run["scores"].get<std::vector<double>>();
         ASSERT_EQ(hyps.size(), want.size()) << what;
@@ -96,7 +103,8 @@ TEST_P(HfSeq2Seq, GenerateMatchesReference) {
   EXPECT_GT(runs, 20);
 }
 
-INSTANTIATE_TEST_SUITE_P(Folders, HfSeq2Seq, ::testing::Values("marian", "m2m100", "nllb"));
+// marian_trained: scripts/make_marian_trained_fixture.py (trained on fra-eng: real sentences, real </s>).
+INSTANTIATE_TEST_SUITE_P(Folders, HfSeq2Seq, ::testing::Values("marian", "m2m100", "nllb", "marian_trained"));
 
 TEST(HfSeq2SeqConfig, RejectsWhatItCannotRun) {
   nlohmann::json j = load_json_file(fixture("marian") + "/config.json");
@@ -263,3 +271,170 @@ TEST_P(HfSeq2Seq, ReducedPrecisionAndConvert) {
 }
 
 }  // namespace
+
+// ------------------------------------------------------------------ the trained Marian folder
+// tests/fixtures/marian_trained (scripts/make_marian_trained_fixture.py): a small Marian trained on fra-eng with
+// the PyTorch reference, its expected outputs from the reference's generate.
+namespace {
+nlohmann::json trained_expected() { return load_json_file(fixture("marian_trained") + "/expected.json"); }
+}  // namespace
+
+// Greedy and beam outputs end with </s> well before max_length, as the reference's did, and equal them: greedy
+// exactly, the beam's best never scoring below the reference's best.
+TEST(TrainedMarian, HypothesesEndWithEosBeforeMaxLength) {
+  const nlohmann::json ex = trained_expected();
+  const int64_t max_steps = ex["generation_config"]["max_length"].get<int64_t>() - 1;
+  Translator tr(fixture("marian_trained"));
+  std::vector<std::string> src;
+  for (const auto& c : ex["cases"]) src.push_back(c["source"]);
+  TranslateOptions o;
+  o.num_hypotheses = ex["generation_config"]["num_beams"].get<int64_t>();
+  const auto beam = tr.translate_batch(src, o);
+  o = TranslateOptions{};
+  o.beam_size = 1;
+  const auto greedy = tr.translate_batch(src, o);
+  for (size_t i = 0; i < src.size(); ++i) {
+    const auto& runs = ex["cases"][i]["runs"];
+    for (int k : {0, 1})  // the reference ended these with </s> (its hypotheses are shorter than the limit)
+      for (const auto& t : runs[k]["tokens"]) EXPECT_LT((int64_t)t.size() + 1, max_steps) << src[i];
+    EXPECT_EQ(greedy[i].ids, runs[0]["tokens"][0].get<std::vector<int64_t>>()) << src[i];
+    EXPECT_TRUE(greedy[i].finished) << src[i];
+    ASSERT_FALSE(beam[i].hypotheses.empty()) << src[i];
+    for (const Translation& h : beam[i].hypotheses) {
+      EXPECT_TRUE(h.finished) << src[i] << ": " << h.text;
+      EXPECT_LT((int64_t)h.ids.size() + 1, max_steps) << src[i];
+    }
+    EXPECT_GE(beam[i].score, runs[1]["scores"][0].get<double>() - 1e-4) << src[i];
+    EXPECT_EQ(beam[i].text, runs[1]["text"].get<std::string>()) << src[i];
+  }
+}
+
+// Simple sentences come out as one of the French translations fra.txt gives for them (the reference's greedy
+// outputs, which the fixture script checked against fra.txt).
+TEST(TrainedMarian, SimpleSentencesComeOutInFrench) {
+  const nlohmann::json ex = trained_expected();
+  ASSERT_GE(ex["french"].size(), 6u);
+  Translator tr(fixture("marian_trained"));
+  TranslateOptions o;
+  o.beam_size = 1;
+  std::vector<std::string> src;
+  for (const auto& f : ex["french"]) src.push_back(f["source"]);
+  const auto got = tr.translate_batch(src, o);
+  for (size_t i = 0; i < src.size(); ++i) {
+    const auto& f = ex["french"][i];
+    EXPECT_EQ(got[i].text, f["greedy"].get<std::string>()) << src[i];
+    const auto refs = f["translations"].get<std::vector<std::string>>();
+    EXPECT_NE(std::find(refs.begin(), refs.end(), got[i].text), refs.end()) << src[i] << " -> " << got[i].text;
+  }
+}
+
+// Through the CLI: greedy (--beam 1) and the folder's defaults (beam 4) print the reference's translations.
+TEST(TrainedMarian, CliTranslatesLikeTheReference) {
+  const nlohmann::json ex = trained_expected();
+  std::string input, greedy, beam;
+  for (const auto& c : ex["cases"]) {
+    input += c["source"].get<std::string>() + "\n";
+    greedy += c["runs"][0]["text"].get<std::string>() + "\n";
+    beam += c["runs"][1]["text"].get<std::string>() + "\n";
+  }
+  TempFolder tmp;
+  TfmRun r = run_tfm_in(tmp.path, {"translate", "--model", fixture("marian_trained"), "--threads", "1", "--beam", "1"},
+                        input);
+  ASSERT_EQ(r.exit_code, 0) << r.describe();
+  EXPECT_EQ(r.out, greedy);
+  r = run_tfm_in(tmp.path, {"translate", "--model", fixture("marian_trained"), "--threads", "1"}, input);
+  ASSERT_EQ(r.exit_code, 0) << r.describe();
+  EXPECT_EQ(r.out, beam);
+  // --attention-png on a Hugging Face folder.
+  r = run_tfm_in(tmp.path, {"translate", "--model", fixture("marian_trained"), "--threads", "1", "--attention-png",
+                            tmp.path + "/att.png", "Thank you."});
+  ASSERT_EQ(r.exit_code, 0) << r.describe();
+  EXPECT_TRUE(std::filesystem::exists(tmp.path + "/att.png"));
+}
+
+// Sampling on a Hugging Face folder (transformers' do_sample on greedy search): reproducible for a seed whatever
+// the batch, other seeds give other samples, top-k 1 is greedy; refused with a beam.
+TEST(TrainedMarian, SamplingIsSeeded) {
+  const nlohmann::json ex = trained_expected();
+  Translator tr(fixture("marian_trained"));
+  std::vector<std::string> src;
+  for (const auto& c : ex["cases"]) src.push_back(c["source"]);
+  TranslateOptions o;
+  o.sampling_topk = 0;
+  o.sampling_temperature = 1.5f;
+  o.seed = 5;
+  const auto a = tr.translate_batch(src, o), b = tr.translate_batch(src, o);
+  const auto alone = tr.translate_batch({src[2]}, o);
+  o.seed = 6;
+  const auto c = tr.translate_batch(src, o);
+  int differ = 0;
+  for (size_t i = 0; i < src.size(); ++i) {
+    EXPECT_EQ(a[i].ids, b[i].ids) << src[i];
+    differ += a[i].ids != c[i].ids;
+  }
+  EXPECT_EQ(alone[0].ids, a[2].ids);
+  EXPECT_GT(differ, 0);
+  o.sampling_topk = 5;
+  o.sampling_topp = 0.9f;
+  o.sampling_temperature = 1.0f;
+  EXPECT_EQ(tr.translate_batch(src, o)[0].ids, tr.translate_batch(src, o)[0].ids);
+  o.beam_size = 3;
+  EXPECT_THROW(tr.translate_batch(src, o), std::invalid_argument);
+  // top-k 1 through the sampler: the greedy search.
+  o = TranslateOptions{};
+  o.sampling_topk = 1;
+  o.beam_size = 1;
+  const auto greedy = tr.translate_batch(src, o);
+  for (size_t i = 0; i < src.size(); ++i)
+    EXPECT_EQ(greedy[i].ids, ex["cases"][i]["runs"][0]["tokens"][0].get<std::vector<int64_t>>());
+  // The CLI's --sampling-* flags give the same samples.
+  std::string input, want;
+  o = TranslateOptions{};
+  o.sampling_topk = 0;
+  o.sampling_temperature = 1.5f;
+  o.seed = 5;
+  for (size_t i = 0; i < src.size(); ++i) input += src[i] + "\n", want += a[i].text + "\n";
+  TempFolder tmp;
+  TfmRun r = run_tfm_in(tmp.path, {"translate", "--model", fixture("marian_trained"), "--threads", "1",
+                                   "--sampling-topk", "0", "--sampling-temperature", "1.5", "--seed", "5"},
+                        input);
+  ASSERT_EQ(r.exit_code, 0) << r.describe();
+  EXPECT_EQ(r.out, want);
+}
+
+// Target texts on Hugging Face folders: score_batch (CTranslate2's score_batch) gives the greedy search's
+// log-probability of its own output; a target prefix starts the translation; bad words are never generated.
+TEST(TrainedMarian, ScoreTargetPrefixAndBadWords) {
+  const nlohmann::json ex = trained_expected();
+  Translator tr(fixture("marian_trained"));
+  TranslateOptions o;
+  o.beam_size = 1;
+  o.return_scores = true;
+  int scored = 0;
+  for (const auto& f : ex["french"]) {  // outputs whose text encodes back to the same pieces
+    const std::string src = f["source"];
+    const auto g = tr.translate_batch({src}, o);
+    if (tr.encode_target(g[0].text) != g[0].ids) continue;
+    const auto sc = tr.score_batch({src}, {g[0].text});
+    ASSERT_EQ(sc[0].log_probs.size(), g[0].ids.size() + 1) << src;
+    // The search's logp renormalises without the banned <pad> (bad_words_ids [[pad]]): equal up to its mass.
+    EXPECT_NEAR(sc[0].cumulated_score, g[0].logp, 1e-3) << src;
+    EXPECT_LE(sc[0].cumulated_score, g[0].logp + 1e-6) << src;
+    EXPECT_EQ(sc[0].tokens.back(), "</s>");
+    ++scored;
+  }
+  EXPECT_GE(scored, 3);
+  const std::string src = ex["french"][0]["source"];
+  const auto g = tr.translate_batch({src}, o);
+  o.return_scores = false;
+  o.target_prefix = {"Je"};
+  const auto p = tr.translate_batch({"I'm tired."}, o);
+  EXPECT_EQ(p[0].text.rfind("Je", 0), 0u) << p[0].text;
+  o.target_prefix.clear();
+  ASSERT_FALSE(g[0].ids.empty());
+  EXPECT_FALSE(tr.encode_target(g[0].text).empty());
+  o.bad_words_ids = {{g[0].ids[0]}};  // the greedy output's first token
+  const auto bad = tr.translate_batch({src}, o);
+  ASSERT_FALSE(bad[0].ids.empty());
+  EXPECT_NE(bad[0].ids[0], g[0].ids[0]) << bad[0].text;
+}

@@ -1308,3 +1308,75 @@ TEST(ServeFields, TranslateTakesFormBodies) {
 
 }  // namespace
 }  // namespace tfm
+
+namespace tfm {
+namespace {
+using nlohmann::json;
+
+// Hugging Face translation folders through /translate: the trained Marian (tests/fixtures/marian_trained) gives the
+// reference generate's translations, greedy and with the folder's beam; every generation field is taken per
+// request (sampling reproducible for a seed). An M2M100 folder serves every pair of its languages: `target` is its
+// forced first token (forced_bos_token_id), /languages lists them.
+TEST(ServeHf, TranslateMarianAndM2M100) {
+  {
+    const json ex = json::parse(std::ifstream(test::fixture("marian_trained/expected.json")));
+    std::vector<std::string> src, greedy, beam;
+    for (const auto& c : ex["cases"]) {
+      src.push_back(c["source"]);
+      greedy.push_back(c["runs"][0]["text"]);
+      beam.push_back(c["runs"][1]["text"]);
+    }
+    ServeProcess s({"--model", test::fixture("marian_trained")});
+    ASSERT_GT(s.port(), 0) << s.log();
+    ASSERT_TRUE(s.wait_ready()) << s.log();
+    Reply a = http("POST", s.url("/translate"), json{{"q", src}, {"source", "en"}, {"target", "fr"}}.dump());
+    ASSERT_EQ(a.status, 200) << a.body;
+    EXPECT_EQ(a.j()["translatedText"].get<std::vector<std::string>>(), beam);
+    Reply b = http("POST", s.url("/translate"),
+                   json{{"q", src}, {"source", "en"}, {"target", "fr"}, {"beam_size", 1}}.dump());
+    ASSERT_EQ(b.status, 200) << b.body;
+    EXPECT_EQ(b.j()["translatedText"].get<std::vector<std::string>>(), greedy);
+    const json sample = {
+        {"q", src}, {"target", "fr"}, {"sampling_topk", 0}, {"sampling_temperature", 1.5}, {"seed", 5}};
+    Reply c1 = http("POST", s.url("/translate"), sample.dump()), c2 = http("POST", s.url("/translate"), sample.dump());
+    ASSERT_EQ(c1.status, 200) << c1.body;
+    EXPECT_EQ(c1.j()["translatedText"], c2.j()["translatedText"]);
+    Reply d = http("POST", s.url("/translate"),
+                   json{{"q", src}, {"target", "fr"}, {"beam_size", 3}, {"length_penalty", 0.6},
+                        {"early_stopping", false}, {"forced_eos", false}, {"no_repeat_ngram_size", 3},
+                        {"repetition_penalty", 1.1}, {"min_length", 2},
+                        {"max_new_tokens", 20}, {"bad_words", json::array({"chat"})},
+                        {"bad_words_ids", json::array({json::array({5})})}}
+                       .dump());
+    ASSERT_EQ(d.status, 200) << d.body;
+    EXPECT_EQ(d.j()["translatedText"].size(), src.size());
+    expect_error(http("POST", s.url("/translate"), R"({"q": "Hi.", "target": "fr", "early_stopping": "soon"})"), 422,
+                 "validation", "`early_stopping` must be true, false or \"never\"");
+  }
+  const json ex = json::parse(std::ifstream(test::fixture("m2m100/expected.json")));
+  ServeProcess s({"--model", test::fixture("m2m100")});
+  ASSERT_GT(s.port(), 0) << s.log();
+  ASSERT_TRUE(s.wait_ready()) << s.log();
+  const json langs = http("GET", s.url("/languages")).j();
+  auto fr = std::find_if(langs.begin(), langs.end(), [](const json& e) { return e["code"] == "fr"; });
+  ASSERT_NE(fr, langs.end()) << langs.dump();
+  const auto targets = (*fr)["targets"].get<std::vector<std::string>>();
+  EXPECT_NE(std::find(targets.begin(), targets.end(), "de"), targets.end());
+  EXPECT_NE(std::find(targets.begin(), targets.end(), "en"), targets.end());
+  EXPECT_EQ(std::find(targets.begin(), targets.end(), "fr"), targets.end());
+  EXPECT_GE(langs.size(), 100u);
+  std::vector<std::string> src, want;
+  for (const auto& c : ex["cases"]) src.push_back(c["source"]), want.push_back(c["runs"][1]["text"]);
+  // The fixture's reference forced __fr__ (forced_bos_token_id); a LibreTranslate request says target "fr".
+  Reply a = http("POST", s.url("/translate"), json{{"q", src}, {"source", "en"}, {"target", "fr"}}.dump());
+  ASSERT_EQ(a.status, 200) << a.body;
+  EXPECT_EQ(a.j()["translatedText"].get<std::vector<std::string>>(), want);
+  Reply de = http("POST", s.url("/translate"), json{{"q", src}, {"source", "en"}, {"target", "de"}}.dump());
+  ASSERT_EQ(de.status, 200) << de.body;
+  EXPECT_EQ(de.j()["translatedText"].size(), src.size());
+  expect_error(http("POST", s.url("/translate"), R"({"q": "Run!", "source": "en", "target": "xx"})"), 422,
+               "validation", "`target` 'xx' is not supported");
+}
+
+}  // namespace
+}  // namespace tfm

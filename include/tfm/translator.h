@@ -49,13 +49,17 @@ struct TranslateOptions {
   /// beam_size; CTranslate2's num_hypotheses, transformers' num_return_sequences).
   int64_t num_hypotheses = 1;
   // ---- Hugging Face folders only (std::invalid_argument for our models when set)
-  /// Target language: M2M100 "fr" or "__fr__", NLLB "fra_Latn" (its token is forced first: forced_bos_token_id);
+  /// Target language: M2M100 "fr" or "__fr__", NLLB "fra_Latn" or "fr" (its token is forced first:
+  /// forced_bos_token_id; with target_prefix and in score_batch it is the targets' first token, as in HF's labels);
   /// Marian multi-target models "fra" (">>fra<<" is prepended to each source that has no ">>xx<<" code).
   /// Empty: tokenizer_config.json's tgt_lang (M2M100 / NLLB), none (Marian).
   std::string target_lang;
   std::string source_lang;  ///< M2M100 / NLLB source language (empty: tokenizer_config.json's src_lang)
   /// transformers' early_stopping: "true", "false" or "never"; empty = generation_config.json's.
   std::string early_stopping;
+  /// transformers' forced_eos_token_id (ForcedEOSTokenLogitsProcessor: </s> forced at the last step): -1 =
+  /// generation_config.json's, 0 = off, 1 = on (the folder's eos_token_id).
+  int forced_eos = -1;
 
   /// Hugging Face logits processors (transformers' generate, applied in its order: repetition penalty, no-repeat
   /// n-grams, bad words, min length), to the raw logits in greedy decoding and sampling and to each beam's
@@ -68,8 +72,13 @@ struct TranslateOptions {
   int64_t min_length = 0;
   /// Random sampling (CTranslate2's names; beam_size 1 only): a token is drawn from the sampling_topk best
   /// (0 = the whole vocabulary; 1 = greedy decoding, the default) after the temperature and, when sampling_topp < 1,
-  /// the nucleus (top-p) filter. Each sentence has its own std::mt19937_64 stream seeded by (seed, its source ids):
-  /// reproducible for a seed, whatever the batch; not torch's generator.
+  /// the nucleus (top-p) filter (HF's TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper, in that order,
+  /// after the processors). Each sentence has its own std::mt19937_64 stream seeded by (seed, its source ids):
+  /// reproducible for a seed, whatever the batch; not torch's generator. Hugging Face folders: transformers'
+  /// do_sample with top_k = sampling_topk, on greedy search (the folder's num_beams is not used unless beam_size
+  /// is given, which then must be 1); sampling_topk 1 leaves generation_config.json's do_sample / top_k / top_p /
+  /// temperature as they are (sampling_topp and sampling_temperature other than 1 override its top_p and
+  /// temperature).
   int64_t sampling_topk = 1;
   float sampling_topp = 1.0f;        ///< (0, 1]
   float sampling_temperature = 1.0f; ///< > 0
@@ -178,6 +187,14 @@ class Translator {
   /// max_len - 1.
   std::vector<ScoringResult> score_batch(const std::vector<std::string>& sources,
                                          const std::vector<std::string>& targets) const;
+
+  /// Multilingual folders: the codes TranslateOptions::target_lang / source_lang take, one per language, sorted
+  /// (M2M100 "fr"; NLLB the ISO 639-1 code of common languages, "fr" for fra_Latn, which is taken too, else its
+  /// code; Marian multi-target "fra" of its ">>fra<<" tokens). Empty for a single-pair model.
+  std::vector<std::string> languages() const;
+  /// Whether a folder whose config.json has this model_type is a translation folder Translator loads
+  /// ("transformer_seq2seq", "marian", "m2m_100").
+  static bool handles_model_type(const std::string& model_type);
 
   int64_t num_steps() const;  ///< the model's default decoding limit (tokens)
   int64_t num_layers() const;  ///< encoder (= decoder) layers

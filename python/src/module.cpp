@@ -455,7 +455,8 @@ PYBIND11_MODULE(_tfm, m) {
              float sampling_temperature, uint64_t seed, float repetition_penalty, int64_t no_repeat_ngram_size,
              int64_t min_length, const std::vector<std::vector<int64_t>>& bad_words_ids,
              const py::object& target_prefix, int64_t num_hypotheses, const std::string& target_lang,
-             const std::string& source_lang) -> py::list {
+             const std::string& source_lang, const std::string& early_stopping,
+             const py::object& forced_eos) -> py::list {
             tfm::TranslateOptions o;
             o.sampling_topk = sampling_topk;
             o.sampling_topp = sampling_topp;
@@ -477,6 +478,8 @@ PYBIND11_MODULE(_tfm, m) {
             o.num_hypotheses = num_hypotheses;
             o.target_lang = target_lang;
             o.source_lang = source_lang;
+            o.early_stopping = early_stopping;
+            if (!forced_eos.is_none()) o.forced_eos = py::cast<bool>(forced_eos) ? 1 : 0;
             std::vector<std::string> s = string_list(sentences, "sentences");
             std::vector<tfm::Translation> r;
             {
@@ -506,19 +509,23 @@ PYBIND11_MODULE(_tfm, m) {
           py::arg("seed") = 0, py::arg("repetition_penalty") = 1.0f, py::arg("no_repeat_ngram_size") = 0,
           py::arg("min_length") = 0, py::arg("bad_words_ids") = std::vector<std::vector<int64_t>>{},
           py::arg("target_prefix") = py::none(), py::arg("num_hypotheses") = 1, py::arg("target_lang") = "",
-          py::arg("source_lang") = "",
+          py::arg("source_lang") = "", py::arg("early_stopping") = "", py::arg("forced_eos") = py::none(),
           "Translate a list of sentences: a list of str, or with return_scores a list of (text, score); with "
           "num_hypotheses > 1 each item is the list of the n best (str or (text, score)), best first. beam_size 0 "
           "and length_penalty NaN: the model's defaults (generation_config.json for Hugging Face folders; greedy and "
           "0 otherwise). Our models: score = log p(text + <eos>) / ((5 + length) / 6) ** length_penalty (natural "
           "log; length in tokens with <eos>), length_penalty needs beam_size > 1 or return_scores (ValueError "
           "otherwise). Hugging Face folders (Marian, M2M100, NLLB): score = log p / length ** length_penalty as "
-          "transformers' generate; target_lang 'fr' / 'fra_Latn' (forced first token) or Marian's '>>fra<<' code. "
+          "transformers' generate (greedy: log p); early_stopping 'true' / 'false' / 'never' ('' = "
+          "generation_config.json's); forced_eos True / False (None = the folder's forced_eos_token_id); target_lang 'fr' / 'fra_Latn' (forced first token) or Marian's '>>fra<<' code; "
+          "sampling is do_sample with top_k = sampling_topk on greedy search. "
           "disable_unk=True never generates <unk> (CTranslate2's disable_unk). CTranslate2's sampling: sampling_topk (1 = greedy, 0 = all "
           "tokens; beam_size 1), sampling_topp, sampling_temperature, seed (per-sentence streams: reproducible). "
           "Hugging Face processors: repetition_penalty, no_repeat_ngram_size, min_length (start token counted), "
           "bad_words_ids (lists of target ids). target_prefix: None or one str per sentence ('' or None = none) that "
           "the translation starts with (autocompletion)")
+      .def_property_readonly("languages", &tfm::Translator::languages,
+                             "Multilingual folders (M2M100, NLLB): the codes target_lang / source_lang take; else []")
       .def(
           "score_batch",
           [](const tfm::Translator& t, const py::object& sources, const py::object& targets) -> py::list {

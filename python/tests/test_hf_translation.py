@@ -47,10 +47,49 @@ def test_cli_equals_python():
 
 def test_errors():
     tr = tfm.Translator(os.path.join(FIXTURES, "nllb"), threads=1)
-    with pytest.raises(ValueError, match="unknown language 'fr'"):
-        tr.translate_batch(["Run!"], target_lang="fr")
+    with pytest.raises(ValueError, match="unknown language 'xx'"):
+        tr.translate_batch(["Run!"], target_lang="xx")
+    # NLLB takes the ISO 639-1 code of its languages too (LibreTranslate clients send "fr").
+    assert tr.translate_batch(["Run!"], target_lang="fr") == tr.translate_batch(["Run!"], target_lang="fra_Latn")
+    assert "fr" in tr.languages and "ace_Arab" in tr.languages
     with pytest.raises(ValueError, match="num_hypotheses must be from 1 to beam_size"):
         tr.translate_batch(["Run!"], beam_size=2, num_hypotheses=3)
     d2l = tfm.Translator(os.path.join(FIXTURES, "d2l_trained"), threads=1)
     with pytest.raises(ValueError, match="apply to Hugging Face translation folders"):
         d2l.translate_batch(["go ."], target_lang="fr")
+
+
+def test_trained_marian_greedy_beam_and_french():
+    """tests/fixtures/marian_trained (scripts/make_marian_trained_fixture.py): trained on fra-eng."""
+    ex = expected("marian_trained")
+    tr = tfm.Translator(os.path.join(FIXTURES, "marian_trained"), threads=1)
+    sources = [c["source"] for c in ex["cases"]]
+    assert tr.translate_batch(sources, beam_size=1) == [c["runs"][0]["text"] for c in ex["cases"]]
+    got = tr.translate_batch(sources, return_scores=True)
+    for c, (text, score) in zip(ex["cases"], got):
+        assert text == c["runs"][1]["text"]
+        assert score >= c["runs"][1]["scores"][0] - 1e-4
+    french = tr.translate_batch([f["source"] for f in ex["french"]], beam_size=1)
+    for f, text in zip(ex["french"], french):
+        assert text == f["greedy"] and text in f["translations"]
+    assert tr.languages == []
+
+
+def test_sampling_on_a_hugging_face_folder_is_seeded():
+    ex = expected("marian_trained")
+    tr = tfm.Translator(os.path.join(FIXTURES, "marian_trained"), threads=1)
+    src = [c["source"] for c in ex["cases"]]
+    kw = dict(sampling_topk=0, sampling_temperature=1.5, seed=5)
+    a = tr.translate_batch(src, **kw)
+    assert a == tr.translate_batch(src, **kw)
+    assert a != tr.translate_batch(src, sampling_topk=0, sampling_temperature=1.5, seed=6)
+    # the same samples as the CLI's --sampling-* flags
+    out = run_cli("translate", "--model", os.path.join(FIXTURES, "marian_trained"), "--threads", "1",
+                  "--sampling-topk", "0", "--sampling-temperature", "1.5", "--seed", "5", *src).stdout
+    assert out.splitlines() == a
+    assert tr.translate_batch(src, sampling_topk=5, sampling_topp=0.9, seed=1) == \
+        tr.translate_batch(src, sampling_topk=5, sampling_topp=0.9, seed=1)
+    with pytest.raises(ValueError, match="needs beam_size 1"):
+        tr.translate_batch(src, sampling_topk=5, beam_size=2)
+    assert tr.translate_batch(src, early_stopping="never", beam_size=2, no_repeat_ngram_size=2,
+                              repetition_penalty=1.2, min_length=3, bad_words_ids=[[5]], forced_eos=False)

@@ -103,9 +103,7 @@ struct Translator::Impl {
   // Target text as the decoder reads it (no <eos>): SentencePiece pieces, or d2l-preprocessed words (<unk> for
   // words outside the target vocabulary).
   std::vector<int64_t> encode_target(const std::string& text) const {
-    if (hf())
-      throw std::invalid_argument("target texts (target_prefix, bad words as text) are not supported for Hugging "
-                                  "Face folders yet; give token ids");
+    if (hf()) return hf_tok->encode_target(text);
     if (subword()) return spm->encode(text);
     const std::string pre = preprocess_nmt(text);
     std::vector<int64_t> ids;
@@ -117,14 +115,19 @@ struct Translator::Impl {
     return ids;
   }
 
-  // The HF processors and sampling of `o`; nullptr when none is on.
+  // The HF processors and sampling of `o` (Hugging Face folders: with generation_config.json's); nullptr when
+  // none is on.
   std::unique_ptr<LogitsProcessor> logits_processor(const TranslateOptions& o) const {
     const bool sample = o.sampling_topk != 1;
     if (o.sampling_topk < 0)
       throw std::invalid_argument("sampling_topk must be >= 0 (0 = whole vocabulary, 1 = greedy), got " +
                                   std::to_string(o.sampling_topk));
-    if (sample && hf())
-      throw std::invalid_argument("random sampling is not supported for Hugging Face folders yet");
+    if (hf()) {
+      const GenerationConfig g = hf_generation(o);
+      auto proc = std::make_unique<LogitsProcessor>(g.processor_options(o.seed), model->config().tgt_vocab_size);
+      if (!g.do_sample && !proc->has_processors()) return nullptr;
+      return proc;
+    }
     if (sample && o.beam_size > 1)
       throw std::invalid_argument("random sampling (sampling_topk " + std::to_string(o.sampling_topk) +
                                   ") needs beam_size 1, got " + std::to_string(o.beam_size));
@@ -144,14 +147,32 @@ struct Translator::Impl {
     return proc;
   }
 
-  // Hugging Face folders: generation_config.json with the options given.
-  DecodeOptions hf_decode_options(const TranslateOptions& o) const {
+  // Hugging Face folders: generation_config.json with the options given (transformers' keys: num_beams,
+  // length_penalty, max_new_tokens, early_stopping, min_length, forced_bos_token_id, repetition_penalty,
+  // no_repeat_ngram_size, bad_words_ids (appended to the folder's), do_sample / top_k / top_p / temperature).
+  GenerationConfig hf_generation(const TranslateOptions& o) const {
     const Seq2SeqConfig& c = model->config();
     nlohmann::json over = nlohmann::json::object();
     if (o.beam_size < 0 || o.beam_size > 64)
       throw std::invalid_argument("beam_size must be from 1 to 64 (0: the model's), got " +
                                   std::to_string(o.beam_size));
     if (o.beam_size > 0) over["num_beams"] = o.beam_size;
+    // Sampling (CTranslate2's sampling_topk != 1) is transformers' do_sample with top_k (0 = all tokens), on
+    // greedy search: the folder's num_beams does not apply unless beam_size is given (then it is refused below).
+    if (o.sampling_topk != 1) {
+      over["do_sample"] = true;
+      over["top_k"] = o.sampling_topk;
+      if (o.beam_size == 0) over["num_beams"] = 1;
+    }
+    if (o.sampling_topp != 1.0f) over["top_p"] = o.sampling_topp;
+    if (o.sampling_temperature != 1.0f) over["temperature"] = o.sampling_temperature;
+    if (o.repetition_penalty != 1.0f) over["repetition_penalty"] = o.repetition_penalty;
+    if (o.no_repeat_ngram_size != 0) over["no_repeat_ngram_size"] = o.no_repeat_ngram_size;
+    if (!o.bad_words_ids.empty()) {
+      std::vector<std::vector<int64_t>> bad = gen->bad_words_ids;
+      bad.insert(bad.end(), o.bad_words_ids.begin(), o.bad_words_ids.end());
+      over["bad_words_ids"] = bad;
+    }
     if (!std::isnan(o.length_penalty)) {
       if (!std::isfinite(o.length_penalty))
         throw std::invalid_argument("length_penalty must be a finite number, got " + std::to_string(o.length_penalty));
@@ -170,6 +191,10 @@ struct Translator::Impl {
         throw std::invalid_argument("early_stopping must be true, false or never, got '" + o.early_stopping + "'");
     }
     if (o.min_length > 0) over["min_length"] = o.min_length;
+    if (o.forced_eos < -1 || o.forced_eos > 1)
+      throw std::invalid_argument("forced_eos must be -1 (the model's), 0 or 1, got " + std::to_string(o.forced_eos));
+    if (o.forced_eos == 0) over["forced_eos_token_id"] = nullptr;
+    if (o.forced_eos == 1) over["forced_eos_token_id"] = gen->eos_token_id;
     if (hf_tok->kind() != TranslationTokenizer::Kind::kMarian) {
       const std::string lang = o.target_lang.empty() ? hf_tok->default_target_lang() : o.target_lang;
       if (!lang.empty()) over["forced_bos_token_id"] = hf_tok->language_id(lang);
@@ -182,10 +207,18 @@ struct Translator::Impl {
     } catch (const std::runtime_error& e) {
       throw std::invalid_argument(e.what());
     }
+    if (g.do_sample && g.num_beams > 1)
+      throw std::invalid_argument("random sampling (sampling_topk " + std::to_string(o.sampling_topk) +
+                                  ") needs beam_size 1, got " + std::to_string(g.num_beams));
     if (o.num_hypotheses < 1 || o.num_hypotheses > g.num_beams)
       throw std::invalid_argument("num_hypotheses must be from 1 to beam_size (" + std::to_string(g.num_beams) +
                                   "), got " + std::to_string(o.num_hypotheses));
-    DecodeOptions opt = g.decode_options();
+    return g;
+  }
+
+  DecodeOptions hf_decode_options(const TranslateOptions& o) const {
+    const Seq2SeqConfig& c = model->config();
+    DecodeOptions opt = hf_generation(o).decode_options();
     // Positions exist for max_position_embeddings tokens (the decoder start included).
     opt.max_steps = std::min<int64_t>(opt.max_steps, c.max_len);
     if (o.disable_unk) opt.banned_ids.push_back(hf_tok->unk_id());
@@ -194,8 +227,8 @@ struct Translator::Impl {
 
   DecodeOptions decode_options(const TranslateOptions& o0) const {
     if (hf()) return hf_decode_options(o0);
-    if (!o0.target_lang.empty() || !o0.source_lang.empty() || !o0.early_stopping.empty())
-      throw std::invalid_argument("target_lang, source_lang and early_stopping apply to Hugging Face "
+    if (!o0.target_lang.empty() || !o0.source_lang.empty() || !o0.early_stopping.empty() || o0.forced_eos != -1)
+      throw std::invalid_argument("target_lang, source_lang, early_stopping and forced_eos apply to Hugging Face "
                                   "translation folders (Marian, M2M100, NLLB) only");
     TranslateOptions o = o0;
     if (o.beam_size == 0) o.beam_size = 1;
@@ -227,14 +260,18 @@ struct Translator::Impl {
     return opt;
   }
 
-  // One sentence's target prefix ids (sentence i, 0-based, in messages).
-  std::vector<int64_t> target_prefix(const std::string& text, size_t i) const {
+  // One sentence's target prefix ids (sentence i, 0-based, in messages). M2M100 / NLLB: the target language token
+  // (`forced_bos`, the decoder's first token) before a non-empty prefix, as their labels start with it.
+  std::vector<int64_t> target_prefix(const std::string& text, size_t i, int64_t forced_bos = -1) const {
     if (auto bad = find_invalid_utf8(text))
       throw std::invalid_argument("target_prefix " + std::to_string(i + 1) + ": invalid UTF-8 at byte offset " +
                                   std::to_string(*bad));
     std::string t = text;
     while (!t.empty() && (t.back() == '\r' || t.back() == '\n' || t.back() == ' ' || t.back() == '\t')) t.pop_back();
-    return t.empty() ? std::vector<int64_t>{} : encode_target(t);
+    if (t.empty()) return {};
+    std::vector<int64_t> ids = encode_target(t);
+    if (hf() && forced_bos >= 0) ids.insert(ids.begin(), forced_bos);
+    return ids;
   }
 
   void check_source(const std::vector<int64_t>& src, size_t i) const {
@@ -272,9 +309,9 @@ struct Translator::Impl {
       std::vector<std::vector<int64_t>> prefix;  // this batch's target prefixes, or none
       if (!prefixes.empty())
         for (size_t k = 0; k < n; ++k) prefix.push_back(prefixes[order[s + k]]);
-      // HF's greedy / sampling with processors (Hugging Face folders: beam search with beam 1, which applies the
-      // folder's forced tokens too)
-      if (opt.beam_size == 1 && (proc || !prefix.empty()) && !opt.hf) {
+      // HF's greedy / sampling with processors on the logits (Hugging Face folders always: greedy search, with
+      // the folder's forced tokens)
+      if (opt.beam_size == 1 && (proc || !prefix.empty() || opt.hf)) {
         auto res = generate_greedy(*model, ids.data(), vl.data(), (int64_t)n, Ls, opt, proc.get(), prefix);
         for (size_t k = 0; k < n; ++k) {
           Translation& t = *outs[order[s + k]];
@@ -391,6 +428,12 @@ int64_t Translator::num_steps() const {
                      : impl_->model->config().num_steps;
 }
 const std::string& Translator::model_type() const { return impl_->model_type; }
+std::vector<std::string> Translator::languages() const {
+  return impl_->hf() ? impl_->hf_tok->language_codes() : std::vector<std::string>{};
+}
+bool Translator::handles_model_type(const std::string& model_type) {
+  return model_type == "transformer_seq2seq" || is_hf_seq2seq_type(model_type);
+}
 bool Translator::subword() const { return impl_->subword(); }
 const std::string& Translator::dtype() const { return impl_->dtype; }
 
@@ -440,7 +483,7 @@ std::vector<Translation> Translator::translate_batch(const std::vector<std::stri
     src[i] = I.encode(text, &o).ids;
     todo.push_back(&src[i]);
     outs.push_back(&out[i]);
-    if (!o.target_prefix.empty()) prefixes.push_back(I.target_prefix(o.target_prefix[i], i));
+    if (!o.target_prefix.empty()) prefixes.push_back(I.target_prefix(o.target_prefix[i], i, opt.forced_bos_id));
   }
   std::lock_guard<std::mutex> lock(I.mu);
   api::apply_threads(I.threads);
@@ -463,7 +506,7 @@ std::vector<Translation> Translator::translate_ids(const std::vector<std::vector
     I.check_source(sources[i], i);
     srcs.push_back(&sources[i]);
     outs.push_back(&out[i]);
-    if (!o.target_prefix.empty()) prefixes.push_back(I.target_prefix(o.target_prefix[i], i));
+    if (!o.target_prefix.empty()) prefixes.push_back(I.target_prefix(o.target_prefix[i], i, opt.forced_bos_id));
   }
   std::lock_guard<std::mutex> lock(I.mu);
   api::apply_threads(I.threads);
@@ -540,6 +583,7 @@ std::vector<ScoringResult> Translator::score_batch(const std::vector<std::string
     }
     src[i] = I.encode(trimmed(sources[i])).ids;
     tgt[i] = I.encode_target(trimmed(targets[i]));
+    if (I.hf() && opt.forced_bos_id >= 0) tgt[i].insert(tgt[i].begin(), opt.forced_bos_id);  // M2M100 / NLLB labels
     if ((int64_t)tgt[i].size() > max_target)
       throw std::invalid_argument("target " + std::to_string(i + 1) + " has " + std::to_string(tgt[i].size()) +
                                   " tokens, more than the model's max_len - 1 = " + std::to_string(max_target));

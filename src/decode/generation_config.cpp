@@ -11,6 +11,12 @@ int64_t int_of(const nlohmann::json& j, const char* key, int64_t fallback, const
     throw std::runtime_error(file + ": key '" + key + "' must be an integer, found " + j[key].dump());
   return j[key].get<int64_t>();
 }
+double num_of(const nlohmann::json& j, const char* key, double fallback, const std::string& file) {
+  if (!j.contains(key) || j[key].is_null()) return fallback;
+  if (!j[key].is_number())
+    throw std::runtime_error(file + ": key '" + key + "' must be a number, found " + j[key].dump());
+  return j[key].get<double>();
+}
 }  // namespace
 
 GenerationConfig GenerationConfig::from_json(const nlohmann::json& config, const nlohmann::json& generation,
@@ -21,10 +27,16 @@ GenerationConfig GenerationConfig::from_json(const nlohmann::json& config, const
   GenerationConfig g;
   g.raw = j;
   g.num_beams = int_of(j, "num_beams", 1, file);
-  if (j.contains("length_penalty") && !j["length_penalty"].is_null()) {
-    if (!j["length_penalty"].is_number())
-      throw std::runtime_error(file + ": key 'length_penalty' must be a number, found " + j["length_penalty"].dump());
-    g.length_penalty = j["length_penalty"].get<double>();
+  g.length_penalty = num_of(j, "length_penalty", 1.0, file);
+  g.repetition_penalty = num_of(j, "repetition_penalty", 1.0, file);
+  g.temperature = num_of(j, "temperature", 1.0, file);
+  g.top_p = num_of(j, "top_p", 1.0, file);
+  g.top_k = int_of(j, "top_k", 50, file);
+  g.no_repeat_ngram_size = int_of(j, "no_repeat_ngram_size", 0, file);
+  if (j.contains("do_sample") && !j["do_sample"].is_null()) {
+    if (!j["do_sample"].is_boolean())
+      throw std::runtime_error(file + ": key 'do_sample' must be true or false, found " + j["do_sample"].dump());
+    g.do_sample = j["do_sample"].get<bool>();
   }
   if (j.contains("early_stopping") && !j["early_stopping"].is_null()) {
     const auto& e = j["early_stopping"];
@@ -79,15 +91,27 @@ DecodeOptions GenerationConfig::decode_options() const {
   o.length_penalty = (float)length_penalty;
   o.early_stopping = early_stopping;
   o.max_steps = max_steps();
-  o.min_length = min_length;
   o.bos_id = decoder_start_token_id;
   o.eos_id = eos_token_id;
   o.forced_bos_id = forced_bos_token_id;
   o.forced_eos_id = forced_eos_token_id;
-  for (const auto& w : bad_words_ids)
-    if (w.size() == 1) o.banned_ids.push_back(w[0]);
   o.position_mode = PositionMode::kAbsolute;
   return o;
+}
+
+LogitsProcessorOptions GenerationConfig::processor_options(uint64_t seed) const {
+  LogitsProcessorOptions p;
+  p.repetition_penalty = (float)repetition_penalty;
+  p.no_repeat_ngram_size = no_repeat_ngram_size;
+  p.bad_words_ids = bad_words_ids;
+  p.min_length = min_length;
+  p.eos_id = eos_token_id;
+  p.do_sample = do_sample;
+  p.temperature = (float)temperature;
+  p.top_k = top_k;
+  p.top_p = (float)top_p;
+  p.seed = seed;
+  return p;
 }
 
 }  // namespace tfm

@@ -209,6 +209,7 @@ std::vector<Hypothesis> generate_greedy(Seq2SeqModel& model, const int64_t* src,
           ids.insert(ids.end(), h.tokens.begin(), h.tokens.end());
           processor->process(ids.data(), (int64_t)ids.size(), x);
         }
+        if (opt.hf) apply_logits_processors(x, 1, V, t, opt);  // forced BOS / EOS after them, as HF
         std::copy_n(x, V, row.data());
         log_softmax_inplace(row.data(), V);
         tok = processor ? processor->next_token(b, x) : std::max_element(x, x + V) - x;

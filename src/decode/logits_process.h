@@ -83,7 +83,9 @@ class LogitsProcessor {
 // hold no <eos> (std::invalid_argument otherwise). `processor` may be null (plain greedy).
 // Returns one Hypothesis per row: tokens (prefix included, <eos> excluded), logp = sum over the steps of
 // log_softmax(processed logits)[token] (natural log; the raw model log-probs at the prefix steps and without
-// processors), score = logp, finished = ended in <eos>.
+// processors), score = logp, finished = ended in <eos>. With opt.hf (Hugging Face folders, HF's greedy search /
+// sampling) the built-in processors of apply_logits_processors (forced BOS / EOS, banned ids) follow `processor`'s
+// on the logits of every step that is not a prefix step.
 std::vector<Hypothesis> generate_greedy(Seq2SeqModel& model, const int64_t* src, const int64_t* src_valid_len,
                                         int64_t B, int64_t Ls, const DecodeOptions& opt, LogitsProcessor* processor,
                                         const std::vector<std::vector<int64_t>>& target_prefix = {});

@@ -122,11 +122,10 @@ void apply_logits_processors(float* scores, int64_t rows, int64_t V, int64_t ste
     if (id < 0 || id >= V) return;
     for (int64_t r = 0; r < rows; ++r) scores[r * V + id] = -INFINITY;
   };
-  if (step + 1 < opt.min_length) ban(opt.eos_id);              // MinLengthLogitsProcessor (cur_len = step + 1)
+  for (int64_t id : opt.banned_ids) ban(id);                    // disable_unk (as NoBadWordsLogitsProcessor)
+  ban(opt.suppress_id);
   if (step == 0) only(opt.forced_bos_id);                       // ForcedBOSTokenLogitsProcessor
   if (step == opt.max_steps - 1) only(opt.forced_eos_id);       // ForcedEOSTokenLogitsProcessor
-  for (int64_t id : opt.banned_ids) ban(id);                    // NoBadWordsLogitsProcessor, single tokens
-  ban(opt.suppress_id);
 }
 
 double gnmt_length_penalty(int64_t length, double alpha) {
@@ -273,10 +272,9 @@ std::vector<std::vector<Hypothesis>> beam_search_hypotheses(Seq2SeqModel& model,
       logits.resize(R * V);
       decode_step(model, cache, last.data(), logits.data(), opt.position_mode);
       decode_profile::Timer tm(decode_profile::kLogSoftmaxTopK);
-      if (opt.hf) {  // transformers: log_softmax, then the processors on the log-probabilities
+      if (opt.hf) {  // transformers: log_softmax, then the processors on the log-probabilities (below)
 #pragma omp parallel for schedule(static) if (R * V >= (1 << 16))
         for (int64_t r = 0; r < R; ++r) log_softmax_row(logits.data() + r * V, V);
-        apply_logits_processors(logits.data(), R, V, t, opt);
       } else {
         suppress_token(logits.data(), R, V, opt.suppress_id);
       }
@@ -304,9 +302,10 @@ std::vector<std::vector<Hypothesis>> beam_search_hypotheses(Seq2SeqModel& model,
           thread_local std::vector<int64_t> ids;
           ids.assign(1, opt.bos_id);
           ids.insert(ids.end(), row_tokens[r]->begin(), row_tokens[r]->end());
-          if (!opt.hf) log_softmax_inplace(x, V);  // hf: done above, with the built-in processors
+          if (!opt.hf) log_softmax_inplace(x, V);  // hf: done above
           opt.logits_processor->process(ids.data(), (int64_t)ids.size(), x);
         }
+        if (opt.hf && f < 0) apply_logits_processors(x, 1, V, t, opt);  // after them, as HF orders ForcedBOS / EOS
         lse[r] = row_candidates(x, V, M, row_logp[r], row_cand[r], processed || opt.hf);
         if (f >= 0) row_cand[r].assign(1, {row_logp[r] + ((double)x[f] - lse[r]), f});  // target prefix
       }

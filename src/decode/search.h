@@ -34,18 +34,17 @@ struct DecodeOptions {
   // processed logits, stopping at <eos>). length_penalty may be any finite number.
   bool hf = false;
   EarlyStopping early_stopping = EarlyStopping::kFalse;
-  // Logits processors (each applied at every step of greedy and beam search, in this order; HF's order in
-  // _get_logits_processor): MinLength: <eos> is -inf while step + 1 < min_length (min_length counts the decoder
-  // start token, as max_length = max_steps + 1 does); ForcedBOS: at step 0 every token but forced_bos_id is -inf
-  // and it is 0; ForcedEOS: the same for forced_eos_id at the last step (max_steps - 1); banned_ids (single-token
-  // bad_words_ids): -inf. -1 / empty: off.
-  int64_t min_length = 0;
+  // Built-in processors (apply_logits_processors; with hf at every step of greedy and beam search, after
+  // `logits_processor`, which holds repetition penalty, no-repeat n-grams, bad words and min length: HF's order in
+  // _get_logits_processor): banned_ids (disable_unk's <unk>): -inf; ForcedBOS: at step 0 every token but
+  // forced_bos_id is -inf and it is 0; ForcedEOS: the same for forced_eos_id at the last step (max_steps - 1).
+  // -1 / empty: off.
   int64_t forced_bos_id = -1, forced_eos_id = -1;
   std::vector<int64_t> banned_ids;
   // Beam search only (greedy and sampling with processors: generate_greedy in decode/logits_process.h).
   // Hugging Face logits processors applied to each beam's log-softmax scores (input_ids = <bos> + the beam's
   // tokens) before the candidates are ranked, as HF's beam search does; a beam's logp then sums processed scores.
-  // nullptr = none.
+  // nullptr = none. Its min_length is the one min length rule (HF's MinLengthLogitsProcessor).
   const LogitsProcessor* logits_processor = nullptr;
   // Per sentence [N] target tokens forced first (CTranslate2's target_prefix; empty list = none), each shorter
   // than max_steps, without <eos>. The forced steps add the model's log-probability (processors not applied).
@@ -55,9 +54,10 @@ struct DecodeOptions {
 // Hugging Face's length penalty: length ** alpha (BeamHypotheses.add divides the sum of log-probabilities by it).
 double hf_length_penalty(int64_t length, double alpha);
 
-// Applies the processors of `opt` (MinLength, ForcedBOS, ForcedEOS, banned ids, suppress_id) to scores [rows, V]
-// at decoding step `step` (0 = the token after the decoder start). Greedy search passes logits, beam search
-// log-probabilities (as transformers does). Other processors hook in here.
+// Applies the built-in processors of `opt` (banned ids and suppress_id: -inf; then ForcedBOS, ForcedEOS, as
+// transformers orders NoBadWords before them) to scores [rows, V] at decoding step `step` (0 = the token after the
+// decoder start). Greedy search passes logits, beam search log-probabilities (as transformers does), each after
+// opt.logits_processor's processors.
 void apply_logits_processors(float* scores, int64_t rows, int64_t V, int64_t step, const DecodeOptions& opt);
 
 // Scoring used by beam search (Wu et al. 2016, "Google's Neural Machine Translation System", eq. 14, without the

@@ -121,13 +121,22 @@ std::unique_ptr<EmbeddingModel> load_encoder_embedding(const std::string& dir, c
 TranslationBackend::TranslationBackend(const std::string& dir, int threads, const std::string& dtype)
     : tr_(dir, TranslatorOptions{threads, dtype.empty() ? "fp32" : dtype, false}) {}
 
-std::vector<int64_t> TranslationBackend::encode_source(const std::string& text, bool truncate) const {
-  SourceEncoding e = tr_.encode_source(text);
+std::vector<int64_t> TranslationBackend::encode_source(const std::string& text, bool truncate,
+                                                      const TranslateOptions& options) const {
+  SourceEncoding e = tr_.encode_source(text, options);
   if (e.full_length > tr_.max_source_tokens() && !truncate)
     throw validation_error("input is longer than the model's limit of " + std::to_string(tr_.max_source_tokens()) +
                            " source tokens (with <eos>); send \"truncate\": true or start the server with "
                            "--auto-truncate");
   return std::move(e.ids);
+}
+
+std::vector<int64_t> TranslationBackend::encode_target(const std::string& text) const {
+  try {
+    return tr_.encode_target(text);
+  } catch (const std::invalid_argument& e) {
+    throw validation_error(e.what());
+  }
 }
 
 std::vector<std::string> TranslationBackend::translate(const std::vector<const std::vector<int64_t>*>& sources,

@@ -75,8 +75,13 @@ class TranslationBackend {
   // dtype: tfm::TranslatorOptions::dtype ("": fp32).
   TranslationBackend(const std::string& dir, int threads, const std::string& dtype = "");
   // Source ids with <eos>. A sentence over max_source_tokens() throws ApiError 422 naming the limit, unless
-  // truncate (then cut to the limit). Words outside a word vocabulary are read as <unk>.
-  std::vector<int64_t> encode_source(const std::string& text, bool truncate) const;
+  // truncate (then cut to the limit). Words outside a word vocabulary are read as <unk>. `options`: the source
+  // and target languages of multilingual folders (Translator::encode_source).
+  std::vector<int64_t> encode_source(const std::string& text, bool truncate, const TranslateOptions& options = {}) const;
+  // Target ids of a text (bad words), as Translator::encode_target; ApiError 422 for invalid UTF-8.
+  std::vector<int64_t> encode_target(const std::string& text) const;
+  // Multilingual folders (M2M100, NLLB): the language codes they take (Translator::languages); else empty.
+  std::vector<std::string> languages() const { return tr_.languages(); }
   int64_t max_source_tokens() const { return tr_.max_source_tokens(); }
   // Translations of a batch of sources (greedy when beam_size == 1).
   std::vector<std::string> translate(const std::vector<const std::vector<int64_t>*>& sources, int64_t beam_size) const;

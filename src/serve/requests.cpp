@@ -272,7 +272,8 @@ TranslateRequest parse_translate_request(std::string_view body, const RequestLim
   json j = parse_object(body);
   only_fields(j, {"q", "source", "target", "format", "beam_size", "alternatives", "api_key", "truncate",
                   "sampling_topk", "sampling_topp", "sampling_temperature", "seed", "repetition_penalty",
-                  "no_repeat_ngram_size", "min_length", "target_prefix"});
+                  "no_repeat_ngram_size", "min_length", "target_prefix", "length_penalty", "early_stopping",
+                  "max_new_tokens", "bad_words", "bad_words_ids", "forced_eos"});
   TranslateRequest r;
   r.q = string_or_list(j, "q", limits, r.single);
   r.source = string_or(j, "source", "auto");
@@ -321,6 +322,45 @@ TranslateRequest parse_translate_request(std::string_view body, const RequestLim
   number("sampling_topp", 0, 1, r.sampling_topp);
   number("sampling_temperature", 0, 1000, r.sampling_temperature);
   number("repetition_penalty", 0, 100, r.repetition_penalty);
+  whole("max_new_tokens", 1, 100000, r.max_new_tokens);
+  if (auto it = j.find("length_penalty"); it != j.end() && !it->is_null()) {
+    if (!it->is_number() || !(std::fabs(it->get<double>()) <= 100))
+      throw validation_error("`length_penalty` must be a number from -100 to 100");
+    r.length_penalty = it->get<double>();
+    r.generation = true;
+  }
+  if (auto it = j.find("early_stopping"); it != j.end() && !it->is_null()) {
+    if (it->is_boolean())
+      r.early_stopping = it->get<bool>() ? "true" : "false";
+    else if (it->is_string() && it->get<std::string>() == "never")
+      r.early_stopping = "never";
+    else
+      throw validation_error("`early_stopping` must be true, false or \"never\"");
+    r.generation = true;
+  }
+  if (auto it = j.find("forced_eos"); it != j.end() && !it->is_null()) {
+    if (!it->is_boolean()) throw validation_error("`forced_eos` must be true or false");
+    r.forced_eos = it->get<bool>() ? 1 : 0;
+    r.generation = true;
+  }
+  if (auto it = j.find("bad_words"); it != j.end() && !it->is_null()) {
+    if (!it->is_array() || !std::all_of(it->begin(), it->end(), [](const json& e) { return e.is_string(); }))
+      throw validation_error("`bad_words` must be a list of strings (target texts never generated)");
+    for (const json& e : *it) r.bad_words.push_back(e.get<std::string>());
+    r.generation = true;
+  }
+  if (auto it = j.find("bad_words_ids"); it != j.end() && !it->is_null()) {
+    bool ok = it->is_array();
+    for (const json& w : ok ? *it : json::array()) {
+      ok = w.is_array() && !w.empty() && std::all_of(w.begin(), w.end(), [](const json& e) {
+             return e.is_number_integer() && e.get<int64_t>() >= 0;
+           });
+      if (!ok) break;
+      r.bad_words_ids.push_back(w.get<std::vector<int64_t>>());
+    }
+    if (!ok) throw validation_error("`bad_words_ids` must be a list of non-empty lists of target token ids");
+    r.generation = true;
+  }
   if (auto it = j.find("target_prefix"); it != j.end() && !it->is_null()) {
     if (it->is_string()) {
       r.target_prefix.assign(r.q.size(), it->get<std::string>());

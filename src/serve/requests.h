@@ -2,6 +2,7 @@
 // shapes follow the APIs existing clients speak: text-embeddings-inference (/embed, /embed_all, /tokenize),
 // OpenAI (/v1/embeddings) and LibreTranslate (/translate).
 #pragma once
+#include <cmath>
 #include <cstdint>
 #include <optional>
 #include <stdexcept>
@@ -102,10 +103,17 @@ struct TranslateRequest {
   std::optional<bool> truncate;  // unset: the server's --auto-truncate
   // Generation fields (CTranslate2 / Hugging Face names, as tfm::TranslateOptions): "sampling_topk",
   // "sampling_topp", "sampling_temperature", "seed", "repetition_penalty", "no_repeat_ngram_size", "min_length",
-  // and "target_prefix" (a string for every q, or a list aligned with q). `generation` is true when any is given.
+  // "target_prefix" (a string for every q, or a list aligned with q), "length_penalty", "early_stopping" (true,
+  // false or "never"), "forced_eos" (true / false), "max_new_tokens" (tfm::TranslateOptions::max_steps), "bad_words" (target texts) and
+  // "bad_words_ids" (lists of target ids). `generation` is true when any is given.
   bool generation = false;
-  int64_t sampling_topk = 1, no_repeat_ngram_size = 0, min_length = 0;
+  int64_t sampling_topk = 1, no_repeat_ngram_size = 0, min_length = 0, max_new_tokens = 0;
   double sampling_topp = 1, sampling_temperature = 1, repetition_penalty = 1;
+  double length_penalty = NAN;  // NaN: the model's
+  std::string early_stopping;   // "" (the model's), "true", "false", "never"
+  int forced_eos = -1;          // "forced_eos": -1 (the model's), 0 (false), 1 (true)
+  std::vector<std::string> bad_words;
+  std::vector<std::vector<int64_t>> bad_words_ids;
   uint64_t seed = 0;
   std::vector<std::string> target_prefix;  // empty or [q.size()]
 };

@@ -186,7 +186,7 @@ class Server {
     const std::string config_path = o.model + "/config.json";
     const json cj = load_json_file(config_path);
     model_type_ = json_string_or(cj, "model_type", "bert", config_path);
-    translation_ = model_type_ == "transformer_seq2seq";
+    translation_ = Translator::handles_model_type(model_type_);
     // Any family the library loads is served; its check names the supported model types.
     if (!translation_) Encoder::check_config(config_path);
     if (!o.extra_models.empty() && !translation_)
@@ -292,7 +292,10 @@ class Server {
   void load() {
     debug_delay();
     if (translation_) {
-      for (Pair& p : pairs_) p.backend = std::make_unique<TranslationBackend>(p.model, o_.threads, o_.dtype);
+      for (Pair& p : pairs_) {
+        p.backend = std::make_unique<TranslationBackend>(p.model, o_.threads, o_.dtype);
+        p.languages = p.backend->languages();  // M2M100 / NLLB: every pair of these
+      }
       translator_ = pairs_.front().backend.get();
     } else if (std::filesystem::exists(o_.model + "/modules.json")) {
       embedder_ = load_sentence_transformer_embedding(o_.model, o_.pooling, o_.prompt_name, o_.no_prompt, o_.threads,
@@ -962,11 +965,18 @@ class Server {
                                            "(send 0 or leave it out)");
                   const size_t pair = route(r.source, r.target);
                   TranslationBackend& backend = *pairs_[pair].backend;
+                  // A multilingual folder translates into `target` (its forced first token) from `source`.
+                  TranslateOptions langs;
+                  const bool multilingual = !pairs_[pair].languages.empty();
+                  if (multilingual && pairs_[pair].speaks(r.target)) {
+                    langs.target_lang = r.target;
+                    if (pairs_[pair].speaks(r.source)) langs.source_lang = r.source;
+                  }
                   const auto t0 = std::chrono::steady_clock::now();
                   std::vector<Task> tasks(r.q.size());
                   for (size_t i = 0; i < r.q.size(); ++i) {
                     try {
-                      tasks[i].ids = backend.encode_source(r.q[i], r.truncate.value_or(o_.auto_truncate));
+                      tasks[i].ids = backend.encode_source(r.q[i], r.truncate.value_or(o_.auto_truncate), langs);
                     } catch (const ApiError& e) {
                       throw validation_error(std::string("`q") + (r.single ? "" : "[" + std::to_string(i) + "]") +
                                              "`: " + e.what());
@@ -978,8 +988,8 @@ class Server {
                   metrics_.observe_tokenization(seconds_since(t0));
                   // Generation fields: this request's tasks batch on their own, with its options.
                   int64_t key = 0;
-                  if (r.generation) {
-                    TranslateOptions o;
+                  if (r.generation || multilingual) {
+                    TranslateOptions o = langs;
                     o.beam_size = r.beam_size;
                     o.sampling_topk = r.sampling_topk;
                     o.sampling_topp = (float)r.sampling_topp;
@@ -988,6 +998,16 @@ class Server {
                     o.repetition_penalty = (float)r.repetition_penalty;
                     o.no_repeat_ngram_size = r.no_repeat_ngram_size;
                     o.min_length = r.min_length;
+                    o.max_steps = r.max_new_tokens;
+                    o.length_penalty = (float)r.length_penalty;
+                    o.early_stopping = r.early_stopping;
+                    o.forced_eos = r.forced_eos;
+                    o.bad_words_ids = r.bad_words_ids;
+                    for (const std::string& w : r.bad_words) {
+                      std::vector<int64_t> ids = backend.encode_target(w);
+                      if (ids.empty()) throw validation_error("`bad_words`: '" + w + "' has no target token");
+                      o.bad_words_ids.push_back(std::move(ids));
+                    }
                     if (o.sampling_topk != 1 && o.beam_size > 1)
                       throw validation_error("`sampling_topk` " + std::to_string(o.sampling_topk) +
                                              " samples one token a step; it needs `beam_size` 1");
@@ -1039,6 +1059,18 @@ class Server {
                    else
                      (*it)["targets"].push_back(p.target);
                  }
+                 for (const Pair& p : pairs_)  // a multilingual folder: each of its languages into the others
+                   for (const std::string& code : p.languages) {
+                     auto it = std::find_if(out.begin(), out.end(), [&](const json& e) { return e["code"] == code; });
+                     if (it == out.end()) {
+                       out.push_back({{"code", code}, {"name", language_name(code)}, {"targets", json::array()}});
+                       it = out.end() - 1;
+                     }
+                     for (const std::string& t : p.languages)
+                       if (t != code && std::find((*it)["targets"].begin(), (*it)["targets"].end(), t) ==
+                                            (*it)["targets"].end())
+                         (*it)["targets"].push_back(t);
+                   }
                  for (const Pair& p : pairs_) {  // every language served, a target-only one without targets
                    auto it = std::find_if(out.begin(), out.end(), [&](const json& e) { return e["code"] == p.target; });
                    if (it == out.end())
@@ -1077,6 +1109,13 @@ class Server {
     for (size_t i = 0; i < pairs_.size(); ++i) {
       source_known |= pairs_[i].source == source;
       if ((source == "auto" || pairs_[i].source == source) && pairs_[i].target == target) return i;
+    }
+    for (size_t i = 0; i < pairs_.size(); ++i) {  // multilingual folders: any of their languages
+      const Pair& p = pairs_[i];
+      if (p.languages.empty()) continue;
+      served += ", " + std::to_string(p.languages.size()) + " languages (" + p.model + ")";
+      source_known |= p.speaks(source);
+      if ((source == "auto" || p.speaks(source)) && p.speaks(target) && source != target) return i;
     }
     if (!source_known)
       throw validation_error("`source` '" + source + "' is not supported: " + what + served + " (GET /languages)");
@@ -1132,6 +1171,13 @@ class Server {
   struct Pair {
     std::string model, source, target;
     std::unique_ptr<TranslationBackend> backend;
+    // A multilingual folder's language codes (M2M100 / NLLB, filled when it loads): it serves any source ->
+    // target of them other than the fixed pairs, the target passed on as TranslateOptions::target_lang
+    // (forced_bos_token_id). Empty: the pair source -> target only.
+    std::vector<std::string> languages;
+    bool speaks(const std::string& code) const {
+      return std::find(languages.begin(), languages.end(), code) != languages.end();
+    }
   };
   std::vector<Pair> pairs_;
   std::mutex custom_mu_;

@@ -218,6 +218,15 @@ std::vector<int64_t> TranslationTokenizer::encode_source(const std::string& text
   return ids;
 }
 
+std::vector<int64_t> TranslationTokenizer::encode_target(const std::string& text) const {
+  std::vector<std::string> pieces;
+  const auto status = (tgt_sp_ ? *tgt_sp_ : *src_sp_).Encode(text, &pieces);
+  if (!status.ok()) throw std::invalid_argument("SentencePiece: " + status.ToString());
+  std::vector<int64_t> ids;
+  for (const std::string& p : pieces) ids.push_back(piece_id(p, true));
+  return ids;
+}
+
 std::string TranslationTokenizer::decode(const std::vector<int64_t>& ids) const {
   std::vector<std::string> pieces;
   for (int64_t id : ids) {
@@ -241,10 +250,49 @@ std::string TranslationTokenizer::decode(const std::vector<int64_t>& ids) const 
   return b == std::string::npos ? "" : r.substr(b, e - b + 1);
 }
 
+namespace {
+// NLLB-200's codes (FLORES-200: ISO 639-3 + script) of languages with an ISO 639-1 code, for LibreTranslate
+// clients that send "fr".
+const std::map<std::string, std::string>& nllb_iso639_1() {
+  static const std::map<std::string, std::string> m = {
+      {"af", "afr_Latn"}, {"am", "amh_Ethi"}, {"ar", "arb_Arab"}, {"az", "azj_Latn"}, {"be", "bel_Cyrl"},
+      {"bg", "bul_Cyrl"}, {"bn", "ben_Beng"}, {"bs", "bos_Latn"}, {"ca", "cat_Latn"}, {"cs", "ces_Latn"},
+      {"cy", "cym_Latn"}, {"da", "dan_Latn"}, {"de", "deu_Latn"}, {"el", "ell_Grek"}, {"en", "eng_Latn"},
+      {"eo", "epo_Latn"}, {"es", "spa_Latn"}, {"et", "est_Latn"}, {"eu", "eus_Latn"}, {"fa", "pes_Arab"},
+      {"fi", "fin_Latn"}, {"fr", "fra_Latn"}, {"ga", "gle_Latn"}, {"gl", "glg_Latn"}, {"gu", "guj_Gujr"},
+      {"he", "heb_Hebr"}, {"hi", "hin_Deva"}, {"hr", "hrv_Latn"}, {"hu", "hun_Latn"}, {"hy", "hye_Armn"},
+      {"id", "ind_Latn"}, {"is", "isl_Latn"}, {"it", "ita_Latn"}, {"ja", "jpn_Jpan"}, {"ka", "kat_Geor"},
+      {"kk", "kaz_Cyrl"}, {"ko", "kor_Hang"}, {"lt", "lit_Latn"}, {"lv", "lvs_Latn"}, {"mk", "mkd_Cyrl"},
+      {"ml", "mal_Mlym"}, {"mr", "mar_Deva"}, {"ms", "zsm_Latn"}, {"nl", "nld_Latn"}, {"no", "nob_Latn"},
+      {"pl", "pol_Latn"}, {"pt", "por_Latn"}, {"ro", "ron_Latn"}, {"ru", "rus_Cyrl"}, {"sk", "slk_Latn"},
+      {"sl", "slv_Latn"}, {"sq", "als_Latn"}, {"sr", "srp_Cyrl"}, {"sv", "swe_Latn"}, {"sw", "swh_Latn"},
+      {"ta", "tam_Taml"}, {"te", "tel_Telu"}, {"th", "tha_Thai"}, {"tr", "tur_Latn"}, {"uk", "ukr_Cyrl"},
+      {"ur", "urd_Arab"}, {"vi", "vie_Latn"}, {"zh", "zho_Hans"}};
+  return m;
+}
+}  // namespace
+
+std::vector<std::string> TranslationTokenizer::language_codes() const {
+  std::vector<std::string> out;
+  for (const auto& [token, id] : languages_) {
+    std::string c = token;
+    if (kind_ == Kind::kM2M100 && c.size() > 4 && c.rfind("__", 0) == 0) c = c.substr(2, c.size() - 4);
+    if (kind_ == Kind::kMarian && c.size() > 4 && c.rfind(">>", 0) == 0) c = c.substr(2, c.size() - 4);
+    if (kind_ == Kind::kNllb)
+      for (const auto& [iso, nllb] : nllb_iso639_1())
+        if (nllb == token) c = iso;
+    out.push_back(c);
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
 int64_t TranslationTokenizer::language_id(const std::string& code) const {
   std::vector<std::string> tries{code};
   if (kind_ == Kind::kM2M100) tries.push_back("__" + code + "__");
   if (kind_ == Kind::kMarian) tries.push_back(">>" + code + "<<");
+  if (kind_ == Kind::kNllb)
+    if (auto it = nllb_iso639_1().find(code); it != nllb_iso639_1().end()) tries.push_back(it->second);
   for (const auto& t : tries) {
     auto it = languages_.find(t);
     if (it != languages_.end()) return it->second;

@@ -37,6 +37,11 @@ class TranslationTokenizer {
   // models); throws std::invalid_argument when vocab.json lacks that token.
   std::vector<int64_t> encode_source(const std::string& text, const std::string& src_lang = "",
                                      const std::string& target_lang = "") const;
+  // Target ids of `text` as the decoder reads them (as the tokenizer's text_target, without </s> and without a
+  // language code): target.spm pieces through target_vocab.json / vocab.json (Marian), the folder's
+  // SentencePiece pieces and id map (M2M100, NLLB); <unk> for a piece the map lacks. Throws std::invalid_argument
+  // when SentencePiece fails.
+  std::vector<int64_t> encode_target(const std::string& text) const;
   // Text of target ids, special tokens skipped.
   std::string decode(const std::vector<int64_t>& ids) const;
   // The token of a target id (for attention plots).
@@ -46,6 +51,10 @@ class TranslationTokenizer {
   // std::invalid_argument naming the code and a few known ones.
   int64_t language_id(const std::string& code) const;
   bool has_languages() const { return !languages_.empty(); }
+  // The codes language_id takes, one per language, sorted: M2M100 "fr"; NLLB the ISO 639-1 code of the common
+  // languages ("fr" for fra_Latn; language_id takes both) and the NLLB code of the others; Marian multi-target the
+  // ">>xx<<" tokens' "xx"; empty for a single-language model.
+  std::vector<std::string> language_codes() const;
   int64_t unk_id() const { return unk_; }
   int64_t eos_id() const { return eos_; }
   const std::string& default_source_lang() const { return src_lang_; }

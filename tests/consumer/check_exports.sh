@@ -8,7 +8,7 @@ fail=0
 # Each public class / function of include/tfm is there.
 for want in 'tfm::version()' 'tfm::train(' 'tfm::bleu::corpus(' 'tfm::bleu::sentence(' 'tfm::Tokenizer::Tokenizer(' \
             'tfm::Encoder::Encoder(' 'tfm::Encoder::embed(' 'tfm::Classifier::Classifier(' 'tfm::Translator::Translator(' \
-            'tfm::Translator::translate_batch(' 'tfm::convert(' 'tfm::train_d2l(' 'tfm::process_group(' 'tfm::group::shard(' 'tfm::recipe_keys' 'tfm::TokenClassifier::tag(' 'tfm::MaskFiller::fill(' 'tfm::detect_task_head(' 'tfm::finetune(' 'tfm::resolve_model(' 'typeinfo for tfm::FileNotFoundError'; do
+            'tfm::Translator::translate_batch(' 'tfm::Translator::handles_model_type(' 'tfm::convert(' 'tfm::train_d2l(' 'tfm::process_group(' 'tfm::group::shard(' 'tfm::recipe_keys' 'tfm::TokenClassifier::tag(' 'tfm::MaskFiller::fill(' 'tfm::detect_task_head(' 'tfm::finetune(' 'tfm::resolve_model(' 'typeinfo for tfm::FileNotFoundError'; do
   if ! grep -qF -- "$want" <<<"$syms"; then echo "missing export: $want"; fail=1; fi
 done
 # Nothing else: internals (tfm::Tensor, tfm::ops, tfm::serve, ...), oneDNN / nlohmann / httplib / std instances.

@@ -97,7 +97,7 @@ void add_translate_command(CLI::App& app) {
     bool suppress_unk = false;
     float length_penalty = 0.0f;
     int64_t num_hypotheses = 1;
-    std::string target_lang, source_lang, early_stopping;
+    std::string target_lang, source_lang, early_stopping, forced_eos;
     bool quiet = false;
     int threads = 0;
     std::string dtype = "fp32";
@@ -140,6 +140,10 @@ void add_translate_command(CLI::App& app) {
   cmd->add_option("--early-stopping", o->early_stopping,
                   "Hugging Face folders: transformers' early_stopping for beam search (default: generation_config.json's)")
       ->check(CLI::IsMember({"true", "false", "never"}));
+  cmd->add_option("--forced-eos", o->forced_eos,
+                  "Hugging Face folders: force </s> at the last step (transformers' forced_eos_token_id; default: "
+                  "generation_config.json's)")
+      ->check(CLI::IsMember({"true", "false"}));
   cmd->add_flag("--suppress-unk", o->suppress_unk,
                 "Never generate <unk> (CTranslate2's disable_unk): greedy and beam search pick the best other token");
   cmd->add_option("--attention-png", o->attention_png,
@@ -222,7 +226,7 @@ void add_translate_command(CLI::App& app) {
       if (cmd->count("--length-penalty") && o->beam <= 1)
         throw CLI::ValidationError("--length-penalty applies to beam search only; give --beam N (N > 1) as well");
       if (o->length_penalty < 0) throw CLI::ValidationError("--length-penalty: the GNMT alpha must be >= 0");
-      for (const char* f : {"--target-lang", "--source-lang", "--early-stopping"})
+      for (const char* f : {"--target-lang", "--source-lang", "--early-stopping", "--forced-eos"})
         if (cmd->count(f))
           throw CLI::ValidationError(std::string(f) + " applies to Hugging Face folders (Marian, M2M100, NLLB) only");
     }
@@ -234,6 +238,7 @@ void add_translate_command(CLI::App& app) {
     opt.target_lang = o->target_lang;
     opt.source_lang = o->source_lang;
     opt.early_stopping = o->early_stopping;
+    if (!o->forced_eos.empty()) opt.forced_eos = o->forced_eos == "true" ? 1 : 0;
     opt.return_scores = o->scores;
     opt.max_steps = o->max_steps;
     opt.repetition_penalty = o->repetition_penalty;
