@@ -48,6 +48,9 @@ model.safetensors, expected.safetensors, expected.json where a pipeline applies)
   mpnet_mlm        MPNetForMaskedLM (lm_head, decoder tied)
   modernbert_seqcls ModernBertForSequenceClassification (classifier_pooling cls), 2 labels (also rerank)
   modernbert_mlm   ModernBertForMaskedLM (decoder tied, decoder.bias)
+  mpnet_tokcls     MPNetForTokenClassification, 5 labels
+  modernbert_tokcls ModernBertForTokenClassification (classifier(head(h)) per token), 5 labels
+  camembert_seqcls roberta_seqcls's weights as CamembertForSequenceClassification (model_type camembert)
 The references of the last six: BertModelRef (../shared/reference/torch, modeling_bert.py), MPNetRef of
 make_mpnet_fixtures.py and ModernBertRef of make_modernbert_fixtures.py (each cross-checked in its own script); the
 head code below follows modeling_bert.py (BertForSequenceClassification, BertOnlyMLMHead), modeling_mpnet.py and
@@ -309,8 +312,17 @@ def make_roberta(tok):
     save_json({"texts": [e["text"] for e in enc["classify"]], "results": classify_json(logits, labels)},
               os.path.join(d, "expected.json"))
 
+    # --- CamemBERT: modeling_camembert.py is modeling_roberta.py under other names (CamembertModel,
+    # CamembertForSequenceClassification with RobertaClassificationHead); the same weights under model_type
+    # "camembert" and the "roberta." prefix (CamembertPreTrainedModel.base_model_prefix is "roberta").
+    cfg = dict(cfg, model_type="camembert", architectures=["CamembertForSequenceClassification"])
+    d = roberta_folder("camembert_seqcls", cfg, sd, head, "CamembertTokenizer")
+    st.save(exp, os.path.join(d, "expected.safetensors"))
+    save_json({"texts": [e["text"] for e in enc["classify"]], "results": classify_json(logits, labels)},
+              os.path.join(d, "expected.json"))
+
     # --- token classification
-    tl = ["O", "B-LOC", "I-LOC", "B-PER", "I-PER"]
+    tl = TAGS
     cfg = dict(base, architectures=["RobertaForTokenClassification"],
                id2label={str(i): l for i, l in enumerate(tl)}, label2id={l: i for i, l in enumerate(tl)})
     sd = roberta_body(2111, cfg)
@@ -672,6 +684,22 @@ def write_classifier(d, enc, body, seq_head, labels):
                "ranking": [{"index": k, "score": scores[k]} for k in order]}, os.path.join(d, "expected.json"))
 
 
+def write_tagger(d, enc, body, tok_head, labels):
+    """expected.safetensors / expected.json of a token classifier on the `tag` texts: ids and logits [1, L, C] per
+    text, and the token-classification pipeline's entities (aggregation none). body(e) -> [1, L, H]."""
+    exp, lgs = {}, []
+    for i, e in enumerate(enc["tag"]):
+        lg = tok_head(body(e))
+        exp[f"tag_input_ids_{i}"], exp[f"tag_logits_{i}"] = npy(torch.tensor([e["input_ids"]])), npy(lg)
+        lgs.append(lg)
+    st.save(exp, os.path.join(d, "expected.safetensors"))
+    save_json({"texts": [e["text"] for e in enc["tag"]], "entities": tag_json(enc["tag"], lgs, labels)},
+              os.path.join(d, "expected.json"))
+
+
+TAGS = ["O", "B-LOC", "I-LOC", "B-PER", "I-PER"]
+
+
 def write_fill(d, tok, enc, body, mlm_head, mask_id, pad_id, cleanup):
     """expected.safetensors / expected.json of a masked LM on the `fill` texts: ids, logits [P, V] at the masks."""
     exp, lgs = {}, []
@@ -760,6 +788,16 @@ def make_mpnet(tok):
     d = family_folder("mpnet_mlm", cfg, dict(body_sd(sd), **mhead), tjson, tcfg)
     write_fill(d, tok, enc, body_of(sd), mlm_head, tok.token_to_id["<mask>"], tok.token_to_id["<pad>"], True)
 
+    # MPNetForTokenClassification: classifier(dropout(sequence_output)), five labels.
+    cfg = dict(c, architectures=["MPNetForTokenClassification"],
+               id2label={str(i): l for i, l in enumerate(TAGS)}, label2id={l: i for i, l in enumerate(TAGS)})
+    torch.manual_seed(2341)
+    sd = mp.random_weights(Cfg(cfg))
+    g = torch.Generator().manual_seed(2342)
+    thead = {"classifier.weight": torch.randn(5, H, generator=g) * 1.2, "classifier.bias": torch.randn(5, generator=g)}
+    d = family_folder("mpnet_tokcls", cfg, dict(body_sd(sd), **thead), tjson, tcfg)
+    write_tagger(d, enc, body_of(sd), lambda h: lin(h, thead["classifier.weight"], thead["classifier.bias"]), TAGS)
+
 
 def make_modernbert(tok):
     """ModernBertForSequenceClassification (classifier(head(h[:, 0])), classifier_pooling cls, two labels) and
@@ -807,6 +845,18 @@ def make_modernbert(tok):
     write_fill(d, tok, enc, body_of(sd),
                lambda h: F.linear(mb.head(Cfg(cfg), hsd, h), sd["embeddings.tok_embeddings.weight"], decoder_bias),
                tok.token_to_id["<mask>"], tok.token_to_id["<pad>"], False)
+
+    # ModernBertForTokenClassification: classifier(drop(head(last_hidden_state))) on every token, five labels.
+    cfg = dict(c, architectures=["ModernBertForTokenClassification"],
+               id2label={str(i): l for i, l in enumerate(TAGS)}, label2id={l: i for i, l in enumerate(TAGS)})
+    sd, hsd = weights(2361)
+    g = torch.Generator().manual_seed(2362)
+    tcls = {"classifier.weight": torch.randn(5, H, generator=g) / math.sqrt(H) * 2,
+            "classifier.bias": torch.randn(5, generator=g) * 0.3}
+    d = family_folder("modernbert_tokcls", cfg, dict({"model." + k: v for k, v in sd.items()}, **hsd, **tcls),
+                      tjson, tcfg)
+    write_tagger(d, enc, body_of(sd),
+                 lambda h: lin(mb.head(Cfg(cfg), hsd, h), tcls["classifier.weight"], tcls["classifier.bias"]), TAGS)
 
 
 def main():

@@ -83,8 +83,10 @@ struct Folder {
   const char* name;
   const char* tokenizer;  // encodings.json set
 };
-const Folder kSeqCls[] = {{"roberta_seqcls", "bpe_bytelevel"}, {"distilbert_seqcls", "wordpiece"}};
-const Folder kTokCls[] = {{"roberta_tokcls", "bpe_bytelevel"}, {"distilbert_tokcls", "wordpiece"}};
+const Folder kSeqCls[] = {{"roberta_seqcls", "bpe_bytelevel"}, {"distilbert_seqcls", "wordpiece"},
+                          {"camembert_seqcls", "bpe_bytelevel"}};
+const Folder kTokCls[] = {{"roberta_tokcls", "bpe_bytelevel"}, {"distilbert_tokcls", "wordpiece"},
+                          {"mpnet_tokcls", "mpnet"}, {"modernbert_tokcls", "bpe_bytelevel"}};
 const Folder kMlm[] = {{"roberta_mlm", "bpe_bytelevel"}, {"distilbert_mlm", "wordpiece"}};
 
 }  // namespace

@@ -1246,7 +1246,7 @@ TEST(ServeFields, HttpHygieneAndOpenApi) {
   EXPECT_EQ(plain.terminate(), 0) << plain.log();
 }
 
-// LibreTranslate clients post forms too; alternatives beyond 0 are refused (one translation per text).
+// LibreTranslate clients post forms too; alternatives are the beam's n-best list.
 TEST(ServeFields, TranslateTakesFormBodies) {
   ServeProcess s({"--model", test::fixture("d2l_trained"), "--quiet", "--api-key", "k"});
   ASSERT_TRUE(s.wait_ready()) << s.log();
@@ -1298,7 +1298,24 @@ TEST(ServeFields, TranslateTakesFormBodies) {
   ASSERT_EQ(r.status, 200) << r.body;
   EXPECT_EQ(r.j()["translatedText"], want);
   EXPECT_EQ(r.j()["alternatives"], json::array());
-  expect_error(http("POST", s.url("/translate"), json({{"q", src}, {"target", "fr"}, {"alternatives", 3}}).dump(),
+  // alternatives N: the beam's next N hypotheses (num_return_sequences N + 1, beam N + 1), as the CLI's n-best list.
+  test::TempFolder t;
+  const test::TfmRun nbest = test::run_tfm_in(
+      t.path, {"translate", "--model", test::fixture("d2l_trained"), "--beam", "3", "--num-hypotheses", "3"}, src + "\n");
+  ASSERT_EQ(nbest.exit_code, 0) << nbest.describe();
+  std::vector<std::string> lines;
+  std::istringstream nb(nbest.out);
+  for (std::string line; std::getline(nb, line);) lines.push_back(line);
+  ASSERT_EQ(lines.size(), 3u) << nbest.out;
+  r = http("POST", s.url("/translate"), json({{"q", src}, {"target", "fr"}, {"alternatives", 2}}).dump(), auth);
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(r.j()["translatedText"], lines[0]);
+  EXPECT_EQ(r.j()["alternatives"], json::array({lines[1], lines[2]}));
+  r = http("POST", s.url("/translate"), json({{"q", {src, src}}, {"target", "fr"}, {"alternatives", 2}}).dump(), auth);
+  ASSERT_EQ(r.status, 200) << r.body;
+  const json two = json::array({lines[1], lines[2]});
+  EXPECT_EQ(r.j()["alternatives"], json::array({two, two}));
+  expect_error(http("POST", s.url("/translate"), json({{"q", src}, {"target", "fr"}, {"alternatives", 64}}).dump(),
                     auth),
                422, "validation", "alternatives");
   expect_error(http("POST", s.url("/translate"), json({{"q", src}, {"target", "fr"}, {"colour", 1}}).dump(), auth),

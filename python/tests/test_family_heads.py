@@ -31,7 +31,7 @@ def cosine_rows(a, b):
     return (a * b).sum(-1) / np.linalg.norm(a, axis=-1) / np.linalg.norm(b, axis=-1)
 
 
-@pytest.mark.parametrize("name", ["roberta_seqcls", "distilbert_seqcls"])
+@pytest.mark.parametrize("name", ["roberta_seqcls", "distilbert_seqcls", "camembert_seqcls"])
 def test_classifier_loads_every_family(name):
     e, want = expected(name), pipeline(name)
     c = tfm.Classifier(folder(name), threads=1)
@@ -62,7 +62,7 @@ def test_xlm_roberta_cross_encoder_loads():
     assert abs(c.classify([want["query"]])[0]["score"] - 1 / (1 + np.exp(-logit))) < 1e-6
 
 
-@pytest.mark.parametrize("name", ["roberta_tokcls", "distilbert_tokcls"])
+@pytest.mark.parametrize("name", ["roberta_tokcls", "distilbert_tokcls", "mpnet_tokcls", "modernbert_tokcls"])
 def test_token_classifier_loads_every_family(name):
     want = pipeline(name)
     t = tfm.TokenClassifier(folder(name), threads=1)

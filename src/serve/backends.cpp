@@ -145,16 +145,16 @@ std::vector<std::string> TranslationBackend::translate(const std::vector<const s
   for (auto* s : sources) src.push_back(*s);
   TranslateOptions o;
   o.beam_size = beam_size;
-  return translate(sources, o);
+  std::vector<std::string> out;
+  for (Translation& t : translate(sources, o)) out.push_back(std::move(t.text));
+  return out;
 }
 
-std::vector<std::string> TranslationBackend::translate(const std::vector<const std::vector<int64_t>*>& sources,
+std::vector<Translation> TranslationBackend::translate(const std::vector<const std::vector<int64_t>*>& sources,
                                                        const TranslateOptions& options) const {
   std::vector<std::vector<int64_t>> src;
   for (auto* s : sources) src.push_back(*s);
-  std::vector<std::string> out;
-  for (Translation& t : tr_.translate_ids(src, options)) out.push_back(std::move(t.text));
-  return out;
+  return tr_.translate_ids(src, options);
 }
 
 nlohmann::json TranslationBackend::attention(const std::vector<int64_t>& source) const {

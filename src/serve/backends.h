@@ -85,8 +85,9 @@ class TranslationBackend {
   int64_t max_source_tokens() const { return tr_.max_source_tokens(); }
   // Translations of a batch of sources (greedy when beam_size == 1).
   std::vector<std::string> translate(const std::vector<const std::vector<int64_t>*>& sources, int64_t beam_size) const;
-  // The same with every option of tfm::TranslateOptions (a /translate request's generation fields).
-  std::vector<std::string> translate(const std::vector<const std::vector<int64_t>*>& sources,
+  // The same with every option of tfm::TranslateOptions (a /translate request's generation fields); with
+  // num_hypotheses > 1 each Translation holds its n-best list in `hypotheses`.
+  std::vector<Translation> translate(const std::vector<const std::vector<int64_t>*>& sources,
                                      const TranslateOptions& options) const;
   // Greedy translation of one source plus every layer's attention, for the web page:
   // {"translatedText", "source_tokens" [Ls], "target_tokens" [T], "num_layers", "num_heads",

@@ -45,6 +45,7 @@ struct Task {
   // Results, written by the runner.
   std::vector<float> vector;        // pooled embedding [D] or token embeddings [tokens, H]
   std::string text;                 // translation
+  std::vector<std::string> alternatives;  // translation with num_hypotheses > 1: the 2nd.. best hypotheses
   std::string json;                 // attention (web page)
   std::shared_ptr<RequestState> state;
   std::chrono::steady_clock::time_point queued;

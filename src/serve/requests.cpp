@@ -287,8 +287,9 @@ TranslateRequest parse_translate_request(std::string_view body, const RequestLim
     r.beam_size = it->get<int64_t>();
   }
   if (auto it = j.find("alternatives"); it != j.end() && !it->is_null()) {
-    if (!it->is_number_integer() || it->get<int64_t>() < 0)
-      throw validation_error("`alternatives` must be a whole number >= 0");
+    if (!it->is_number_integer() || it->get<int64_t>() < 0 || it->get<int64_t>() >= max_beam_size)
+      throw validation_error("`alternatives` must be a whole number from 0 to " + std::to_string(max_beam_size - 1) +
+                             " (the beam holds at most " + std::to_string(max_beam_size) + " hypotheses)");
     r.alternatives = it->get<int64_t>();
   }
   r.api_key = string_or(j, "api_key", "");

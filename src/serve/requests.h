@@ -90,7 +90,8 @@ struct DecodeRequest {
 DecodeRequest parse_decode_request(std::string_view body, const RequestLimits& limits);
 
 // LibreTranslate /translate: "q" string or list, "source", "target", optional "beam_size" (1..max_beam_size),
-// "format" ("text" only), "alternatives" (0 only: the model gives one translation), "api_key" (the server's key
+// "format" ("text" only), "alternatives" (0..max_beam_size - 1: the beam's next best hypotheses after the
+// translation, num_return_sequences = alternatives + 1, the beam at least that wide), "api_key" (the server's key
 // when it has one). A JSON object, or the same fields as a form (application/x-www-form-urlencoded or
 // multipart/form-data) turned into one by form_to_json.
 struct TranslateRequest {

@@ -401,13 +401,17 @@ class Server {
       for (Task* t : batch) prefix |= !t->target_prefix.empty();
       if (prefix)
         for (Task* t : batch) c.second.target_prefix.push_back(t->target_prefix);
-      std::vector<std::string> out;
+      std::vector<Translation> out;
       try {
         out = pairs_[c.first].backend->translate(src, c.second);
       } catch (const std::invalid_argument& e) {  // an option the Translator refuses (sampling with a beam, ...)
         throw validation_error(e.what());
       }
-      for (size_t i = 0; i < batch.size(); ++i) batch[i]->text = std::move(out[i]);
+      for (size_t i = 0; i < batch.size(); ++i) {
+        batch[i]->text = std::move(out[i].text);
+        for (size_t h = 1; h < out[i].hypotheses.size(); ++h)
+          batch[i]->alternatives.push_back(std::move(out[i].hypotheses[h].text));
+      }
     } else {
       std::vector<const std::vector<int64_t>*> src;
       for (Task* t : batch) src.push_back(&t->ids);
@@ -959,10 +963,6 @@ class Server {
       add("POST", "/translate", "LibreTranslate /translate (JSON or form body)",
           guard([this](const httplib::Request& req, httplib::Response& res) {
                   TranslateRequest r = parse_translate_request(translate_body(req), limits_, o_.max_beam_size);
-                  if (r.alternatives > 0)
-                    throw validation_error("`alternatives` " + std::to_string(r.alternatives) +
-                                           " is not supported: this server gives one translation per text "
-                                           "(send 0 or leave it out)");
                   const size_t pair = route(r.source, r.target);
                   TranslationBackend& backend = *pairs_[pair].backend;
                   // A multilingual folder translates into `target` (its forced first token) from `source`.
@@ -988,9 +988,13 @@ class Server {
                   metrics_.observe_tokenization(seconds_since(t0));
                   // Generation fields: this request's tasks batch on their own, with its options.
                   int64_t key = 0;
-                  if (r.generation || multilingual) {
+                  if (r.generation || multilingual || r.alternatives > 0) {
                     TranslateOptions o = langs;
                     o.beam_size = r.beam_size;
+                    if (r.alternatives > 0) {  // LibreTranslate's alternatives: the beam's next best hypotheses
+                      o.num_hypotheses = r.alternatives + 1;
+                      o.beam_size = std::max(o.beam_size, o.num_hypotheses);
+                    }
                     o.sampling_topk = r.sampling_topk;
                     o.sampling_topp = (float)r.sampling_topp;
                     o.sampling_temperature = (float)r.sampling_temperature;
@@ -1029,11 +1033,11 @@ class Server {
                   json alt = json::array();
                   if (r.single) {
                     json out = {{"translatedText", tasks[0].text}};
-                    if (r.alternatives == 0 && has_field(req, "alternatives")) out["alternatives"] = alt;
+                    if (has_field(req, "alternatives")) out["alternatives"] = tasks[0].alternatives;
                     return send_json(res, 200, out);
                   }
                   json out = json::array();
-                  for (Task& t : tasks) out.push_back(t.text), alt.push_back(json::array());
+                  for (Task& t : tasks) out.push_back(t.text), alt.push_back(t.alternatives);
                   json body = {{"translatedText", out}};
                   if (has_field(req, "alternatives")) body["alternatives"] = alt;
                   send_json(res, 200, body);
