@@ -119,7 +119,7 @@ struct FinetuneSummary {
 /// eval accuracy@1 (ties: MRR), or by Spearman correlation for scored pairs. out_dir is again a
 /// sentence-transformers folder (modules.json, the Pooling config, sentence_bert_config.json, the Transformer's
 /// config.json, model.safetensors with BertModel names, tokenizer files) that `tfm embed` loads, and train_log.csv
-/// (resume, precision bf16 and gradient accumulation are not implemented for embed yet).
+/// (embed refuses resume, save_steps, precision bf16 and gradient_accumulation_steps > 1 with std::invalid_argument).
 FinetuneSummary finetune(const std::string& model_dir, const FinetuneOptions& options);
 
 }  // namespace tfm
