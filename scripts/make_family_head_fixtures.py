@@ -433,6 +433,12 @@ def distil_weights(c, seed):
 
 def distil_forward(c, sd, input_ids, attention_mask=None):
     """modeling_distilbert.py DistilBertModel.forward (eval mode): last_hidden_state [B, L, dim]."""
+    with torch.no_grad():
+        return distil_body(c, sd, input_ids, attention_mask)
+
+
+def distil_body(c, sd, input_ids, attention_mask=None):
+    """distil_forward with autograd (training mode at dropout 0; make_finetune_family_fixtures.py)."""
     B, L = input_ids.shape
     H, nh = c["dim"], c["n_heads"]
     hd = H // nh
@@ -441,7 +447,7 @@ def distil_forward(c, sd, input_ids, attention_mask=None):
     lin_ = lambda x, n: F.linear(x, sd[n + ".weight"], sd[n + ".bias"])  # noqa: E731
     ln = lambda x, n: F.layer_norm(x, (H,), sd[n + ".weight"], sd[n + ".bias"], EPS)  # noqa: E731
     act = {"gelu": F.gelu, "relu": F.relu}[c["activation"]]
-    with torch.no_grad():
+    if True:
         pos = torch.arange(L).unsqueeze(0)
         x = F.embedding(input_ids, sd["embeddings.word_embeddings.weight"]) + \
             F.embedding(pos, sd["embeddings.position_embeddings.weight"])

@@ -129,12 +129,9 @@ def mlm_steps():
     ]
 
 
-def run(model, sd, steps, name):
-    model.load_state_dict({k: torch.from_numpy(np.array(v)) for k, v in sd.items()}, strict=False)
-    model.train()
-    params = [(n, p) for n, p in model.named_parameters() if not n.startswith("bert.pooler.")]
-    missing = {n for n, _ in params} - set(sd) - ({"bert." + k for k in sd})
-    assert not missing, missing
+def trainer_steps(params, loss_of, steps):
+    """The Trainer's optimizer steps over `params` [(name, tensor)], loss_of(batch) a micro-batch's loss. Returns
+    the fixture's tensors (the batches, step0.grad.<name>), the micro-batch losses, gradient norms and rates."""
     no_decay = [n for n, _ in params if n.endswith(".bias") or "LayerNorm" in n]
     groups = [dict(params=[p for n, p in params if n not in no_decay], weight_decay=HYPER["weight_decay"]),
               dict(params=[p for n, p in params if n in no_decay], weight_decay=0.0)]
@@ -148,7 +145,7 @@ def run(model, sd, steps, name):
         for j, b in enumerate(micro):
             for key, v in b.items():
                 out[f"step{k}.micro{j}.{key}"] = v
-            loss = model(b["input_ids"], b["token_type_ids"], b["attention_mask"], b["labels"])
+            loss = loss_of(b)
             (loss / len(micro)).backward()  # Trainer.training_step: loss / gradient_accumulation_steps
             losses.append(loss.item())
         if k == 0:
@@ -160,8 +157,12 @@ def run(model, sd, steps, name):
         sched.step()
         norms.append(norm.item())
     assert any(n > HYPER["max_grad_norm"] for n in norms), norms  # clipping is exercised
-    for n, p in params:
-        out["final." + n] = p.detach()
+    return out, losses, norms, lrs
+
+
+def save_steps(out, losses, norms, lrs, out_dir, name, hyper):
+    """Writes <out_dir>/<name>_steps.safetensors (`out` with micro_loss, grad_norm, lr) and <name>_hyper.json
+    (HYPER and `hyper`)."""
     out["micro_loss"] = torch.tensor(losses)
     out["grad_norm"] = torch.tensor(norms)
     out["lr"] = torch.tensor(lrs)
@@ -169,11 +170,27 @@ def run(model, sd, steps, name):
     for k, v in out.items():
         a = v.detach().numpy()
         arrays[k] = np.ascontiguousarray(a.astype(np.float32 if a.dtype.kind == "f" else np.int64))
-    st.save(arrays, os.path.join(FIX, "finetune", f"{name}_steps.safetensors"))
-    with open(os.path.join(FIX, "finetune", f"{name}_hyper.json"), "w") as f:
-        json.dump(dict(HYPER, parameters=len(params)), f, indent=2)
+    os.makedirs(out_dir, exist_ok=True)
+    path = os.path.join(out_dir, f"{name}_steps.safetensors")
+    st.save(arrays, path)
+    assert os.path.getsize(path) < 2 << 20, path
+    with open(os.path.join(out_dir, f"{name}_hyper.json"), "w") as f:
+        json.dump(dict(HYPER, **hyper), f, indent=2)
         f.write("\n")
     print(name, "losses", losses, "norms", norms, "lrs", lrs)
+
+
+def run(model, sd, steps, name):
+    model.load_state_dict({k: torch.from_numpy(np.array(v)) for k, v in sd.items()}, strict=False)
+    model.train()
+    params = [(n, p) for n, p in model.named_parameters() if not n.startswith("bert.pooler.")]
+    missing = {n for n, _ in params} - set(sd) - ({"bert." + k for k in sd})
+    assert not missing, missing
+    out, losses, norms, lrs = trainer_steps(
+        params, lambda b: model(b["input_ids"], b["token_type_ids"], b["attention_mask"], b["labels"]), steps)
+    for n, p in params:
+        out["final." + n] = p.detach()
+    save_steps(out, losses, norms, lrs, os.path.join(FIX, "finetune"), name, dict(parameters=len(params)))
 
 
 def main():

@@ -4,11 +4,14 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
+#include <vector>
 #include <string>
 
 #include <nlohmann/json.hpp>
 
 #include "core/tensor.h"
+#include "io/safetensors.h"
 #include "train/finetune.h"
 #include "test_util.h"
 
@@ -23,7 +26,10 @@ inline ::testing::AssertionResult close_to(const float* got, const Tensor& want,
 
 // The key projection's bias adds q . b_k to every score of a query row, which softmax cancels: its gradient is 0
 // in exact arithmetic, rounding noise on both sides (and Adam turns that noise into steps of +-lr).
-inline bool is_key_bias(const std::string& name) { return name.find("attention.self.key.bias") != std::string::npos; }
+inline bool is_key_bias(const std::string& name) {
+  return name.find("attention.self.key.bias") != std::string::npos ||  // BERT, RoBERTa
+         name.find("attention.k_lin.bias") != std::string::npos;       // DistilBERT
+}
 
 // The hyperparameters a fixture script wrote (hyper.json's keys are FinetuneHyperparameters' names); dropout 0, as
 // the references run without it (torch's RNG is not ours).
@@ -39,6 +45,69 @@ inline FinetuneHyperparameters hyperparameters_from_json(const nlohmann::json& j
   hp.total_steps = j["total_steps"];
   hp.dropout = 0.0f;
   return hp;
+}
+
+// The batch a fixture script wrote under `p` ("step0.micro0."): input_ids, token_type_ids, attention_mask, labels.
+inline FinetuneBatch finetune_batch_at(const SafeTensors& st, const std::string& p) {
+  Tensor ids = st.get(p + "input_ids"), tt = st.get(p + "token_type_ids"), mask = st.get(p + "attention_mask"),
+         labels = st.get(p + "labels");
+  FinetuneBatch b;
+  b.B = ids.size(0);
+  b.L = ids.size(1);
+  b.input_ids.assign(ids.i64(), ids.i64() + ids.numel());
+  b.token_type_ids.assign(tt.i64(), tt.i64() + tt.numel());
+  for (int64_t i = 0; i < mask.numel(); ++i) b.attention_mask.push_back((float)mask.i64()[i]);
+  b.labels.assign(labels.i64(), labels.i64() + labels.numel());
+  return b;
+}
+
+// The fixture's three optimizer steps ([1 micro-batch], [2 micro-batches accumulated], [1 micro-batch], as
+// make_finetune_task_fixtures.py / make_finetune_family_fixtures.py write them): each micro-batch's loss, every
+// gradient of the first step ("step0.grad.<name>"), each step's gradient norm and learning rate, and every
+// parameter after the steps ("final.<name>"). `trained`: the number of trained tensors the script counted;
+// `frozen`: tensors that must get no gradient and stay as loaded.
+inline void check_finetune_steps(FinetuneModel& t, const SafeTensors& st, int64_t trained,
+                                 const std::vector<std::string>& frozen = {}) {
+  auto is_frozen = [&](const std::string& n) { return std::find(frozen.begin(), frozen.end(), n) != frozen.end(); };
+  Tensor micro_loss = st.get("micro_loss"), norm = st.get("grad_norm"), lr = st.get("lr");
+  int m = 0;
+  for (int k = 0; k < 3; ++k) {
+    const int micros = k == 1 ? 2 : 1;
+    t.params().zero_grad();
+    for (int j = 0; j < micros; ++j, ++m) {
+      const FinetuneBatch b = finetune_batch_at(st, "step" + std::to_string(k) + ".micro" + std::to_string(j) + ".");
+      const double l = t.accumulate_gradients(b, 1.0f / (float)micros, /*dropout=*/false);
+      EXPECT_NEAR(l, micro_loss.f32()[m], 2e-5 * std::fabs(micro_loss.f32()[m])) << "step " << k << " micro " << j;
+    }
+    if (k == 0) {
+      int checked = 0;
+      for (const auto& e : t.params().entries()) {
+        const float* g = t.params().all_grad().data() + e.offset;
+        if (is_key_bias(e.name) || is_frozen(e.name)) {
+          const float tol = is_frozen(e.name) ? 0.0f : 1e-5f;
+          for (int64_t i = 0; i < e.numel; ++i) ASSERT_LE(std::fabs(g[i]), tol) << e.name;
+        } else {
+          EXPECT_TRUE(close_to(g, st.get("step0.grad." + e.name), 3e-5)) << e.name;
+        }
+        checked += !is_frozen(e.name);
+      }
+      EXPECT_EQ(checked, trained);
+    }
+    EXPECT_NEAR(t.optimizer_step(), norm.f32()[k], 1e-4 * norm.f32()[k]) << "step " << k;
+    EXPECT_NEAR(t.last_lr(), lr.f32()[k], 1e-9) << "step " << k;
+  }
+  int compared = 0;
+  for (const auto& e : t.params().entries()) {
+    if (is_key_bias(e.name)) continue;
+    const Tensor want = st.get("final." + e.name);
+    if (is_frozen(e.name)) {  // exactly as loaded
+      EXPECT_EQ(0, std::memcmp(t.params().all_data().data() + e.offset, want.f32(), sizeof(float) * e.numel)) << e.name;
+    } else {
+      EXPECT_TRUE(close_to(t.params().all_data().data() + e.offset, want, 3e-5)) << e.name;
+    }
+    ++compared;
+  }
+  EXPECT_EQ(compared, trained + (int64_t)frozen.size() - 2);
 }
 
 }  // namespace tfm::test

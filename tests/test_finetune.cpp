@@ -21,17 +21,7 @@ using test::fixture;
 using test::is_key_bias;
 
 ClassificationBatch batch_of(const SafeTensors& st, int k) {
-  const std::string p = "batch" + std::to_string(k) + ".";
-  Tensor ids = st.get(p + "input_ids"), tt = st.get(p + "token_type_ids"), mask = st.get(p + "attention_mask"),
-         labels = st.get(p + "labels");
-  ClassificationBatch b;
-  b.B = ids.size(0);
-  b.L = ids.size(1);
-  b.input_ids.assign(ids.i64(), ids.i64() + ids.numel());
-  b.token_type_ids.assign(tt.i64(), tt.i64() + tt.numel());
-  for (int64_t i = 0; i < mask.numel(); ++i) b.attention_mask.push_back((float)mask.i64()[i]);
-  b.labels.assign(labels.i64(), labels.i64() + labels.numel());
-  return b;
+  return test::finetune_batch_at(st, "batch" + std::to_string(k) + ".");
 }
 
 FinetuneHyperparameters fixture_hyper() {

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "eval/seqeval.h"
+#include "finetune_test_util.h"
 #include "io/json_util.h"
 #include "io/safetensors.h"
 #include "models/checkpoint_weights.h"
@@ -26,78 +27,16 @@ namespace {
 
 using test::fixture;
 
-FinetuneBatch batch_at(const SafeTensors& st, const std::string& p) {
-  Tensor ids = st.get(p + "input_ids"), tt = st.get(p + "token_type_ids"), mask = st.get(p + "attention_mask"),
-         labels = st.get(p + "labels");
-  FinetuneBatch b;
-  b.B = ids.size(0);
-  b.L = ids.size(1);
-  b.input_ids.assign(ids.i64(), ids.i64() + ids.numel());
-  b.token_type_ids.assign(tt.i64(), tt.i64() + tt.numel());
-  for (int64_t i = 0; i < mask.numel(); ++i) b.attention_mask.push_back((float)mask.i64()[i]);
-  b.labels.assign(labels.i64(), labels.i64() + labels.numel());
-  return b;
-}
+FinetuneBatch batch_at(const SafeTensors& st, const std::string& p) { return test::finetune_batch_at(st, p); }
 
 FinetuneHyperparameters hyper(const std::string& name, int64_t* parameters) {
   const nlohmann::json j = load_json_file(fixture("finetune/" + name));
-  FinetuneHyperparameters hp;
-  hp.learning_rate = j["learning_rate"];
-  hp.weight_decay = j["weight_decay"];
-  hp.adam_beta1 = j["adam_beta1"];
-  hp.adam_beta2 = j["adam_beta2"];
-  hp.adam_epsilon = j["adam_epsilon"];
-  hp.max_grad_norm = j["max_grad_norm"];
-  hp.warmup_steps = j["warmup_steps"];
-  hp.total_steps = j["total_steps"];
-  hp.dropout = 0.0f;  // the reference runs without dropout (torch's RNG is not ours)
   *parameters = j["parameters"];
-  return hp;
+  return test::hyperparameters_from_json(j);
 }
 
-::testing::AssertionResult close_to(const float* got, const Tensor& want, double rel) {
-  double scale = 0;
-  for (int64_t i = 0; i < want.numel(); ++i) scale = std::max(scale, (double)std::fabs(want.f32()[i]));
-  return test::all_close(got, want.f32(), want.numel(), (float)(rel * std::max(scale, 1e-3)));
-}
-
-bool is_key_bias(const std::string& name) { return name.find("attention.self.key.bias") != std::string::npos; }
-
-// The fixture's three optimizer steps: [1 micro-batch], [2 micro-batches accumulated], [1 micro-batch].
 void check_steps(FinetuneModel& t, const SafeTensors& st, int64_t parameters) {
-  Tensor micro_loss = st.get("micro_loss"), norm = st.get("grad_norm"), lr = st.get("lr");
-  int m = 0;
-  for (int k = 0; k < 3; ++k) {
-    const int micros = k == 1 ? 2 : 1;
-    t.params().zero_grad();
-    for (int j = 0; j < micros; ++j, ++m) {
-      const FinetuneBatch b = batch_at(st, "step" + std::to_string(k) + ".micro" + std::to_string(j) + ".");
-      const double l = t.accumulate_gradients(b, 1.0f / (float)micros, /*dropout=*/false);
-      EXPECT_NEAR(l, micro_loss.f32()[m], 2e-5 * std::fabs(micro_loss.f32()[m])) << "step " << k << " micro " << j;
-    }
-    if (k == 0) {
-      int checked = 0;
-      for (const auto& e : t.params().entries()) {
-        const float* g = t.params().all_grad().data() + e.offset;
-        if (is_key_bias(e.name)) {
-          for (int64_t i = 0; i < e.numel; ++i) EXPECT_LE(std::fabs(g[i]), 1e-5f) << e.name;
-        } else {
-          EXPECT_TRUE(close_to(g, st.get("step0.grad." + e.name), 3e-5)) << e.name;
-        }
-        ++checked;
-      }
-      EXPECT_EQ(checked, parameters);
-    }
-    EXPECT_NEAR(t.optimizer_step(), norm.f32()[k], 1e-4 * norm.f32()[k]) << "step " << k;
-    EXPECT_NEAR(t.last_lr(), lr.f32()[k], 1e-9) << "step " << k;
-  }
-  int compared = 0;
-  for (const auto& e : t.params().entries()) {
-    if (is_key_bias(e.name)) continue;
-    EXPECT_TRUE(close_to(t.params().all_data().data() + e.offset, st.get("final." + e.name), 3e-5)) << e.name;
-    ++compared;
-  }
-  EXPECT_EQ(compared, parameters - 2);
+  test::check_finetune_steps(t, st, parameters);
 }
 
 TEST(FinetuneTasks, TokenClassificationStepsWithAccumulationMatchPyTorch) {

@@ -225,7 +225,10 @@ std::vector<Example> read_text_examples(const std::string& path, const Table& t,
 
 // token-classify: tokenizer(words, is_split_into_words=True, truncation=True, max_length) and
 // tokenize_and_align_labels (label_all_tokens=False): each word tokenized on its own, the sub-tokens concatenated
-// between the post-processor's special tokens, the word's label on its first sub-token, -100 elsewhere.
+// between the post-processor's special tokens, the word's label on its first sub-token, -100 elsewhere. A word is
+// tokenized as it would be after a space (the tokens of "a " + word less those of "a"): what run_ner.py's
+// add_prefix_space=True gives byte-level BPE (RoBERTa: "Ġparis", as in a sentence); WordPiece and SentencePiece
+// tokenize a word alike either way.
 std::vector<Example> read_token_examples(const std::string& path, const Table& t, const FinetuneOptions& o,
                                          const Tokenizer& tok, const std::map<std::string, int64_t>& label_id) {
   const int64_t wc = require_column(t, path, o.tokens_column), gc = require_column(t, path, o.tags_column);
@@ -237,6 +240,7 @@ std::vector<Example> read_token_examples(const std::string& path, const Table& t
   TokenizeOptions word_opts;
   word_opts.add_special_tokens = false;
   word_opts.return_offsets = false;
+  const size_t lead_word = tok.encode("a", word_opts).input_ids.size();
   std::vector<Example> out;
   for (size_t r = 0; r < t.rows.size(); ++r) {
     const std::string where = path + ": line " + std::to_string(t.line_of_row[r]);
@@ -258,14 +262,14 @@ std::vector<Example> read_token_examples(const std::string& path, const Table& t
       const int64_t y = label_id_of(label_id, tags[w], where);
       TextEncoding e;
       try {
-        e = tok.encode(words[w], word_opts);
+        e = tok.encode("a " + words[w], word_opts);
       } catch (const std::invalid_argument& ex2) {
         throw std::invalid_argument(where + ": " + ex2.what());
       }
-      for (size_t k = 0; k < e.input_ids.size() && ex.ids.size() - lead < room; ++k) {
+      for (size_t k = lead_word; k < e.input_ids.size() && ex.ids.size() - lead < room; ++k) {
         ex.ids.push_back(e.input_ids[k]);
         ex.types.push_back(0);
-        ex.labels.push_back(k == 0 ? y : kIgnoreLabel);
+        ex.labels.push_back(k == lead_word ? y : kIgnoreLabel);
         ex.special.push_back(false);
       }
     }
@@ -453,16 +457,22 @@ std::string fmt(double v) {
 
 // ---------------------------------------------------------------- output folder and training state
 
+// The head a task trains: classify, token-classify, mlm.
+HeadKind head_kind_of(const std::string& task) {
+  return task == "classify"         ? HeadKind::SequenceClassification
+         : task == "token-classify" ? HeadKind::TokenClassification
+                                    : HeadKind::MaskedLM;
+}
+
 // The Hugging Face folder: config.json, model.safetensors, the tokenizer files (each written atomically).
 void write_model_folder(const std::string& model_dir, const FinetuneOptions& o, const nlohmann::json& cfg_json,
                         const std::vector<std::string>& labels, nn::ParamStore& params) {
   std::error_code ec;
   fs::create_directories(o.out_dir);
   nlohmann::json out_cfg = cfg_json;
-  if (o.task == "mlm") {
-    out_cfg["architectures"] = {"BertForMaskedLM"};
-  } else {
-    out_cfg["architectures"] = {o.task == "classify" ? "BertForSequenceClassification" : "BertForTokenClassification"};
+  out_cfg["architectures"] = {
+      finetune_architecture(json_string_or(cfg_json, "model_type", "bert", model_dir + "/config.json"), head_kind_of(o.task))};
+  if (o.task != "mlm") {
     nlohmann::json id2label = nlohmann::json::object(), label2id = nlohmann::json::object();
     for (size_t i = 0; i < labels.size(); ++i) {
       id2label[std::to_string(i)] = labels[i];
@@ -473,7 +483,8 @@ void write_model_folder(const std::string& model_dir, const FinetuneOptions& o, 
     if (out_cfg.contains("num_labels")) out_cfg["num_labels"] = (int64_t)labels.size();
   }
   write_file_atomic(o.out_dir + "/config.json", out_cfg.dump(2) + "\n");
-  for (const char* f : {"tokenizer.json", "tokenizer_config.json", "vocab.txt", "special_tokens_map.json"})
+  for (const char* f : {"tokenizer.json", "tokenizer_config.json", "vocab.txt", "special_tokens_map.json", "vocab.json",
+                        "merges.txt", "sentencepiece.bpe.model", "added_tokens.json"})
     if (fs::is_regular_file(model_dir + "/" + f, ec)) write_file_atomic(o.out_dir + "/" + f, read_bytes(model_dir + "/" + f));
   save_safetensors(o.out_dir + "/model.safetensors", params.named_tensors(), {{"format", "pt"}});
 }
@@ -620,9 +631,7 @@ FinetuneSummary finetune(const std::string& model_dir, const FinetuneOptions& o)
   const std::string cfg_path = model_dir + "/config.json";
   const nlohmann::json cfg_json = load_json_file(cfg_path);
   const EncoderConfig config = EncoderConfig::from_json(cfg_json, cfg_path);
-  if (config.model_type != "bert")
-    throw std::invalid_argument(model_dir + ": model_type '" + config.model_type +
-                                "': fine-tuning supports bert so far");
+  check_finetune_family(config.model_type, model_dir);
   const Tokenizer tok(model_dir);
   const Table train = read_table(o.train_file);
   FinetuneSummary summary;
@@ -645,9 +654,11 @@ FinetuneSummary finetune(const std::string& model_dir, const FinetuneOptions& o)
   const int64_t micro_per_epoch = ((int64_t)train_ex.size() + o.batch_size - 1) / o.batch_size;
   const int64_t accum = o.gradient_accumulation_steps;
   const int64_t steps_per_epoch = (micro_per_epoch + accum - 1) / accum;
-  // BertFor*Classification: classifier_dropout if set, else hidden_dropout_prob (the body's dropout).
-  const FinetuneHyperparameters hp = api::finetune_hyperparameters(
-      o, steps_per_epoch * o.epochs, json_number_or(cfg_json, "hidden_dropout_prob", 0.1, cfg_path));
+  // The family's dropouts (finetune_dropouts): the body's, and the head's (classifier_dropout and the like).
+  const HeadKind kind = head_kind_of(o.task);
+  const auto [body_dropout, head_dropout] = finetune_dropouts(cfg_json, kind, cfg_path);
+  FinetuneHyperparameters hp = api::finetune_hyperparameters(o, steps_per_epoch * o.epochs, body_dropout);
+  hp.head_dropout = head_dropout;
   const double init_range = json_number_or(cfg_json, "initializer_range", 0.02, cfg_path);
   CheckpointWeights weights(model_dir);
   std::unique_ptr<FinetuneModel> model;

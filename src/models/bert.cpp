@@ -1,5 +1,6 @@
 #include "models/bert.h"
 
+#include <algorithm>
 #include <cstring>
 #include <stdexcept>
 #include <string>
@@ -35,36 +36,19 @@ std::vector<std::string> bert_aliases(const std::string& name) {
 
 // One BertLayer under `vb` ("encoder.layer.N"): attention.self.{query,key,value} (packed into one GEMM),
 // attention.output.{dense,LayerNorm}, intermediate.dense, output.{dense,LayerNorm}; post-LN.
-// trainable: every Linear a parameter of vb's ParamStore (query, key and value apart, as training's
-// MultiHeadAttention::forward takes them); otherwise packed for inference in `ct`.
-nn::EncoderBlock bert_layer_of(const nn::Vars& vb, const EncoderConfig& c, ops::ComputeType ct, bool trainable) {
-  const int64_t H = c.hidden_size, I = c.intermediate_size;
-  const float eps = (float)c.layer_norm_eps;
-  const nn::Vars self = vb.prefix("attention.self");
-  nn::EncoderBlock b;
-  b.attention.num_heads = c.num_attention_heads;
-  b.attention.hidden_size = H;
-  auto linear = [&](const std::vector<nn::Vars>& parts, int64_t in, int64_t out) {
-    return trainable ? nn::Linear::load(parts[0], in, out) : nn::Linear::load_packed(parts, in, out, ct);
-  };
-  if (trainable) {
-    b.attention.query = linear({self.prefix("query")}, H, H);
-    b.attention.key = linear({self.prefix("key")}, H, H);
-    b.attention.value = linear({self.prefix("value")}, H, H);
-  } else {
-    b.attention.qkv = linear({self.prefix("query"), self.prefix("key"), self.prefix("value")}, H, H);
-  }
-  b.attention.output = linear({vb.prefix("attention.output.dense")}, H, H);
-  b.norm1 = nn::LayerNorm::load(vb.prefix("attention.output.LayerNorm"), H, eps);
-  b.ffn.linear1 = linear({vb.prefix("intermediate.dense")}, H, I);
-  b.ffn.linear2 = linear({vb.prefix("output.dense")}, I, H);
-  b.ffn.act = ops::parse_activation(c.hidden_act);
-  b.norm2 = nn::LayerNorm::load(vb.prefix("output.LayerNorm"), H, eps);
-  b.norm_first = false;
-  return b;
+// trainable: as detail::BertVariant::layer.
+nn::EncoderBlock bert_layer(const nn::Vars& vb, const EncoderConfig& c, ops::ComputeType ct, bool trainable) {
+  const detail::PostLnLayerNames names = {"attention.self.query", "attention.self.key", "attention.self.value",
+                                          "attention.output.dense", "attention.output.LayerNorm", "intermediate.dense",
+                                          "output.dense", "output.LayerNorm"};
+  return detail::post_ln_layer(vb, c, ct, trainable, names, (float)c.layer_norm_eps);
 }
-nn::EncoderBlock bert_layer(const nn::Vars& vb, const EncoderConfig& c, ops::ComputeType ct) {
-  return bert_layer_of(vb, c, ct, /*trainable=*/false);
+
+void check_padding_positions(const EncoderConfig& c, const detail::BertVariant& variant) {
+  if (variant.positions_from_padding && (c.pad_token_id < 0 || c.pad_token_id >= c.max_position_embeddings))
+    throw std::runtime_error("config: pad_token_id " + std::to_string(c.pad_token_id) +
+                             " is outside [0, max_position_embeddings = " + std::to_string(c.max_position_embeddings) +
+                             "); RoBERTa position ids start at pad_token_id + 1");
 }
 
 class Bert : public EncoderModel {
@@ -72,10 +56,7 @@ class Bert : public EncoderModel {
   Bert(const EncoderConfig& c, WeightSource& w, ops::ComputeType ct, const detail::BertVariant& variant)
       : positions_from_padding_(variant.positions_from_padding) {
     config_ = c;
-    if (positions_from_padding_ && (c.pad_token_id < 0 || c.pad_token_id >= c.max_position_embeddings))
-      throw std::runtime_error("config: pad_token_id " + std::to_string(c.pad_token_id) +
-                               " is outside [0, max_position_embeddings = " + std::to_string(c.max_position_embeddings) +
-                               "); RoBERTa position ids start at pad_token_id + 1");
+    check_padding_positions(c, variant);
     const int64_t H = c.hidden_size;
     const nn::Vars vb(w, variant.aliases ? variant.aliases : bert_aliases);
     const nn::Vars emb = vb.prefix("embeddings");
@@ -88,7 +69,8 @@ class Bert : public EncoderModel {
     for (const nn::Param* t : {&word_, &pos_, &type_})
       if (t->defined()) vb.release(*t);
     auto layer = variant.layer ? variant.layer : bert_layer;
-    for (int64_t l = 0; l < c.num_hidden_layers; ++l) layers_.push_back(layer(vb.prefix(variant.layers).prefix(l), c, ct));
+    for (int64_t l = 0; l < c.num_hidden_layers; ++l)
+      layers_.push_back(layer(vb.prefix(variant.layers).prefix(l), c, ct, /*trainable=*/false));
     // BertForMaskedLM / BertForTokenClassification checkpoints have no pooler: load it only when present.
     if (vb.has("pooler.dense.weight")) pooler_ = nn::Linear::load(vb.prefix("pooler.dense"), H, H);
   }
@@ -113,7 +95,7 @@ class Bert : public EncoderModel {
     const int64_t N = B * L, NL = c.num_hidden_layers;
     const int64_t* ids = input_ids.i64();
     std::vector<int64_t> position_ids;  // empty: 0..L-1 in every row (BERT)
-    if (positions_from_padding_) position_ids = positions_from_padding(ids, B, L);
+    if (positions_from_padding_) position_ids = detail::position_ids_from_padding(c, ids, B, L, c.pad_token_id);
     EncoderOutput out;
     Tensor hs;
     if (all_layers) hs = Tensor::empty({NL + 1, B, L, H});
@@ -154,27 +136,6 @@ class Bert : public EncoderModel {
     return out;
   }
 
-  // modeling_roberta.py create_position_ids_from_input_ids: cumsum(ids != pad) * (ids != pad) + pad, [B * L].
-  // Throws std::invalid_argument when a row of L tokens would need a position past max_position_embeddings.
-  std::vector<int64_t> positions_from_padding(const int64_t* ids, int64_t B, int64_t L) const {
-    const int64_t pad = config_.pad_token_id, P = config_.max_position_embeddings;
-    if (pad + L >= P)
-      throw std::invalid_argument("sequence of " + std::to_string(L) + " tokens needs position " +
-                                  std::to_string(pad + L) + ", past max_position_embeddings (" + std::to_string(P) +
-                                  ") with pad_token_id " + std::to_string(pad) + "; truncate the input to " +
-                                  std::to_string(P - pad - 1) + " tokens");
-    std::vector<int64_t> position_ids(B * L);
-    for (int64_t b = 0; b < B; ++b) {
-      int64_t count = 0;
-      for (int64_t l = 0; l < L; ++l) {
-        const bool real = ids[b * L + l] != pad;
-        count += real;
-        position_ids[b * L + l] = real ? pad + count : pad;
-      }
-    }
-    return position_ids;
-  }
-
   bool positions_from_padding_ = false;
   nn::Param word_, pos_, type_;
   nn::LayerNorm emb_ln_;
@@ -183,6 +144,53 @@ class Bert : public EncoderModel {
 };
 
 }  // namespace
+
+nn::EncoderBlock detail::post_ln_layer(const nn::Vars& vb, const EncoderConfig& c, ops::ComputeType ct, bool trainable,
+                                       const PostLnLayerNames& n, float eps) {
+  const int64_t H = c.hidden_size, I = c.intermediate_size;
+  nn::EncoderBlock b;
+  b.attention.num_heads = c.num_attention_heads;
+  b.attention.hidden_size = H;
+  auto linear = [&](const std::vector<nn::Vars>& parts, int64_t in, int64_t out) {
+    return trainable ? nn::Linear::load(parts[0], in, out) : nn::Linear::load_packed(parts, in, out, ct);
+  };
+  if (trainable) {
+    b.attention.query = linear({vb.prefix(n.query)}, H, H);
+    b.attention.key = linear({vb.prefix(n.key)}, H, H);
+    b.attention.value = linear({vb.prefix(n.value)}, H, H);
+  } else {
+    b.attention.qkv = linear({vb.prefix(n.query), vb.prefix(n.key), vb.prefix(n.value)}, H, H);
+  }
+  b.attention.output = linear({vb.prefix(n.output)}, H, H);
+  b.norm1 = nn::LayerNorm::load(vb.prefix(n.norm1), H, eps);
+  b.ffn.linear1 = linear({vb.prefix(n.linear1)}, H, I);
+  b.ffn.linear2 = linear({vb.prefix(n.linear2)}, I, H);
+  b.ffn.act = ops::parse_activation(c.hidden_act);
+  b.norm2 = nn::LayerNorm::load(vb.prefix(n.norm2), H, eps);
+  b.norm_first = false;
+  return b;
+}
+
+// modeling_roberta.py create_position_ids_from_input_ids: cumsum(ids != pad) * (ids != pad) + pad, [B * L].
+std::vector<int64_t> detail::position_ids_from_padding(const EncoderConfig& c, const int64_t* ids, int64_t B,
+                                                       int64_t L, int64_t pad, const char* pad_name) {
+  const int64_t P = c.max_position_embeddings;
+  if (pad + L >= P)
+    throw std::invalid_argument("sequence of " + std::to_string(L) + " tokens needs position " +
+                                std::to_string(pad + L) + ", past max_position_embeddings (" + std::to_string(P) +
+                                ") with " + pad_name + " " + std::to_string(pad) + "; truncate the input to " +
+                                std::to_string(P - pad - 1) + " tokens");
+  std::vector<int64_t> position_ids(B * L);
+  for (int64_t b = 0; b < B; ++b) {
+    int64_t count = 0;
+    for (int64_t l = 0; l < L; ++l) {
+      const bool real = ids[b * L + l] != pad;
+      count += real;
+      position_ids[b * L + l] = real ? pad + count : pad;
+    }
+  }
+  return position_ids;
+}
 
 namespace {
 std::optional<HeadKind> detect_bert_head(const CheckpointWeights& w) {
@@ -228,20 +236,32 @@ FamilyHeads bert_heads() { return {detect_bert_head, load_bert_head}; }
 // ---------------------------------------------------------------- BertTrainable
 
 BertTrainable::BertTrainable(nn::ParamStore& store, const EncoderConfig& c, bool pooler, const std::string& prefix)
-    : config_(c), prefix_(prefix) {
+    : BertTrainable(store, c, [&] {
+        detail::BertVariant v;
+        v.prefix = prefix.c_str();  // read by the delegated constructor only (it copies prefix_)
+        return v;
+      }(), pooler) {}
+
+BertTrainable::BertTrainable(nn::ParamStore& store, const EncoderConfig& c, const detail::BertVariant& variant,
+                             bool pooler)
+    : config_(c), variant_(variant), prefix_(variant.prefix) {
+  variant_.prefix = nullptr;  // prefix_ holds it (the caller's string may not outlive this constructor)
+  check_padding_positions(c, variant);
   const int64_t H = c.hidden_size;
   nn::Vars vb(store);
-  if (!prefix.empty()) vb = vb.prefix(prefix.substr(0, prefix.size() - (prefix.back() == '.' ? 1 : 0)));
+  if (!prefix_.empty()) vb = vb.prefix(prefix_.substr(0, prefix_.size() - (prefix_.back() == '.' ? 1 : 0)));
   const nn::Vars emb = vb.prefix("embeddings");
   word_ = emb.prefix("word_embeddings").get("weight", {c.vocab_size, H});
   pos_ = emb.prefix("position_embeddings").get("weight", {c.max_position_embeddings, H});
-  type_ = emb.prefix("token_type_embeddings").get("weight", {c.type_vocab_size, H});
+  if (variant.token_type_embeddings) type_ = emb.prefix("token_type_embeddings").get("weight", {c.type_vocab_size, H});
   emb_ln_ = nn::LayerNorm::load(emb.prefix("LayerNorm"), H, (float)c.layer_norm_eps);
+  auto layer = variant.layer ? variant.layer : bert_layer;
   for (int64_t l = 0; l < c.num_hidden_layers; ++l)
-    layers_.push_back(bert_layer_of(vb.prefix("encoder.layer").prefix(l), c, ops::ComputeType::F32, /*trainable=*/true));
+    layers_.push_back(layer(vb.prefix(variant.layers).prefix(l), c, ops::ComputeType::F32, /*trainable=*/true));
   if (pooler) pooler_ = nn::Linear::load(vb.prefix("pooler.dense"), H, H);
   for (const auto& e : store.entries())
-    if (e.name.compare(0, prefix.size(), prefix) == 0) names_.push_back(e.name);
+    if (e.name.compare(0, prefix_.size(), prefix_) == 0) names_.push_back(e.name);
+  if (!variant.trainable_position_embeddings) frozen_.push_back(prefix_ + "embeddings.position_embeddings.weight");
 }
 
 void BertTrainable::load(nn::ParamStore& store, WeightSource& weights) const {
@@ -249,8 +269,9 @@ void BertTrainable::load(nn::ParamStore& store, WeightSource& weights) const {
     const std::string name = full.substr(prefix_.size());
     const int64_t i = store.index_of(full);
     const Shape& shape = store.entries()[i].shape;
-    std::vector<std::string> aliases = bert_aliases(name);
-    if (!prefix_.empty() && prefix_ != "bert.") aliases.insert(aliases.begin(), full);
+    std::vector<std::string> aliases = variant_.aliases ? variant_.aliases(name) : bert_aliases(name);
+    if (!prefix_.empty() && std::find(aliases.begin(), aliases.end(), full) == aliases.end())
+      aliases.insert(aliases.begin(), full);
     Tensor t = weights.get(name, shape, aliases);
     std::memcpy(store.data(i), t.f32(), sizeof(float) * t.numel());
   }
@@ -263,13 +284,21 @@ void BertTrainable::forward(const nn::Context& ctx, const int64_t* input_ids, co
   if (L > c.max_position_embeddings)
     throw std::invalid_argument("sequence of " + std::to_string(L) + " tokens is longer than max_position_embeddings (" +
                                 std::to_string(c.max_position_embeddings) + ")");
+  for (int64_t n = 0; n < N; ++n)
+    if (input_ids[n] < 0 || input_ids[n] >= c.vocab_size)
+      throw std::invalid_argument("input_ids value " + std::to_string(input_ids[n]) + " is outside [0, vocab_size = " +
+                                  std::to_string(c.vocab_size) + ")");
   B_ = B;
   L_ = L;
   ids_.assign(input_ids, input_ids + N);
   types_.assign(N, 0);
-  if (token_type_ids) types_.assign(token_type_ids, token_type_ids + N);
-  positions_.resize(N);
-  for (int64_t n = 0; n < N; ++n) positions_[n] = n % L;
+  if (token_type_ids && type_.defined()) types_.assign(token_type_ids, token_type_ids + N);
+  if (variant_.positions_from_padding) {
+    positions_ = detail::position_ids_from_padding(c, input_ids, B, L, c.pad_token_id);
+  } else {
+    positions_.resize(N);
+    for (int64_t n = 0; n < N; ++n) positions_[n] = n % L;
+  }
   for (int64_t n = 0; n < N; ++n)
     if (types_[n] < 0 || types_[n] >= c.type_vocab_size)
       throw std::invalid_argument("token_type_ids value " + std::to_string(types_[n]) + " is outside [0, " +
@@ -280,8 +309,10 @@ void BertTrainable::forward(const nn::Context& ctx, const int64_t* input_ids, co
   ops::embedding_forward(emb_sum_.data(), ids_.data(), word_.data(), N, c.vocab_size, H);
   ops::embedding_forward(tmp_.data(), positions_.data(), pos_.data(), N, c.max_position_embeddings, H);
   for (int64_t i = 0; i < N * H; ++i) emb_sum_[i] += tmp_[i];
-  ops::embedding_forward(tmp_.data(), types_.data(), type_.data(), N, c.type_vocab_size, H);
-  for (int64_t i = 0; i < N * H; ++i) emb_sum_[i] += tmp_[i];
+  if (type_.defined()) {
+    ops::embedding_forward(tmp_.data(), types_.data(), type_.data(), N, c.type_vocab_size, H);
+    for (int64_t i = 0; i < N * H; ++i) emb_sum_[i] += tmp_[i];
+  }
   x0_.resize(N * H);
   emb_ln_.forward(x0_.data(), emb_sum_.data(), N);
   emb_drop_.clear();
@@ -349,8 +380,8 @@ void BertTrainable::backward(const float* dlast, const float* dpooled) {
   tmp_.resize(N * H);
   emb_ln_.backward(tmp_.data(), dx_.data());
   ops::embedding_backward(word_.grad(), tmp_.data(), ids_.data(), N, H);
-  ops::embedding_backward(pos_.grad(), tmp_.data(), positions_.data(), N, H);
-  ops::embedding_backward(type_.grad(), tmp_.data(), types_.data(), N, H);
+  if (variant_.trainable_position_embeddings) ops::embedding_backward(pos_.grad(), tmp_.data(), positions_.data(), N, H);
+  if (type_.defined()) ops::embedding_backward(type_.grad(), tmp_.data(), types_.data(), N, H);
 }
 
 std::unique_ptr<EncoderModel> make_bert(const EncoderConfig& config, WeightSource& weights, ops::ComputeType dtype) {

@@ -28,21 +28,76 @@ std::unique_ptr<EncoderModel> make_bert(const EncoderConfig& config, WeightSourc
 // cls.predictions.bias). Tensor names as BertFor*.state_dict() writes them.
 FamilyHeads bert_heads();
 
-// BertModel for training (fine-tuning): make_bert's composition (the same bert_layer) with every tensor a
-// trainable entry of an nn::ParamStore, named as BertModel.state_dict() names it after `prefix` ("bert." in the
-// BertFor* checkpoints, e.g. "bert.encoder.layer.0.attention.self.query.weight"), so that the store saves as a
-// Hugging Face checkpoint. Forward and backward match modeling_bert.py's BertModel in training mode: dropout p
-// (nn::Context::dropout, HF hidden_dropout_prob) after the embeddings' LayerNorm, on the attention probabilities,
-// and on each sublayer's output before its residual LayerNorm.
+namespace detail {
+// What a family built from BERT's embeddings and post-LN layers changes (RoBERTa, XLM-RoBERTa, CamemBERT,
+// DistilBERT): the inference model (make_bert_variant) and the trainable one (BertTrainable) read it alike.
+struct BertVariant {
+  // The names to try, in order, after a tensor's own name (the "bert." prefix and LayerNorm.gamma/beta when null).
+  std::vector<std::string> (*aliases)(const std::string& name) = nullptr;
+  // The body's prefix in the family's *For* checkpoints (base_model_prefix + "."): "bert.", "roberta.",
+  // "distilbert."; BertTrainable registers its parameters under it.
+  const char* prefix = "bert.";
+  // Where the layers are ("encoder.layer" -> "encoder.layer.N") and how one is read from its prefix (null: BERT's
+  // BertLayer names). trainable: every Linear a parameter of vb's ParamStore, query, key and value apart (as
+  // training's MultiHeadAttention::forward takes them); otherwise packed for inference in `ct`.
+  const char* layers = "encoder.layer";
+  nn::EncoderBlock (*layer)(const nn::Vars& vb, const EncoderConfig& config, ops::ComputeType ct,
+                            bool trainable) = nullptr;
+  // false: no embeddings.token_type_embeddings (DistilBERT); forward then ignores token_type_ids.
+  bool token_type_embeddings = true;
+  // false: position ids 0..L-1 (BERT). true: modeling_roberta.py create_position_ids_from_input_ids (a non-pad
+  // token gets pad_token_id + its count of non-pad tokens so far, a pad token pad_token_id); the constructor
+  // throws std::runtime_error for a pad_token_id outside [0, max_position_embeddings), forward throws
+  // std::invalid_argument when pad_token_id + seq_len reaches max_position_embeddings.
+  bool positions_from_padding = false;
+  // false: the position table is a constant in training (DistilBERT with sinusoidal_pos_embds:
+  // create_sinusoidal_embeddings sets requires_grad False): BertTrainable gives it no gradient and lists it in
+  // frozen_names(), which the fine-tuning optimizer leaves as loaded.
+  bool trainable_position_embeddings = true;
+};
+// create_position_ids_from_input_ids(ids [B, L], padding_idx) -> [B * L] (RoBERTa: padding_idx = pad_token_id;
+// MPNet: 1). Throws std::invalid_argument when padding_idx + L reaches max_position_embeddings (the message names
+// the padding index as `pad_name` and says how far to truncate).
+std::vector<int64_t> position_ids_from_padding(const EncoderConfig& config, const int64_t* ids, int64_t B, int64_t L,
+                                               int64_t padding_idx, const char* pad_name = "pad_token_id");
+// The Linear and LayerNorm names of one post-LN encoder layer, relative to the layer's prefix.
+struct PostLnLayerNames {
+  const char *query, *key, *value, *output, *norm1, *linear1, *linear2, *norm2;
+};
+// One post-LN layer (BertLayer, DistilBERT's TransformerBlock) under `vb` with `names`: hidden_act, LayerNorm
+// `eps`; trainable as BertVariant::layer says.
+nn::EncoderBlock post_ln_layer(const nn::Vars& vb, const EncoderConfig& config, ops::ComputeType ct, bool trainable,
+                               const PostLnLayerNames& names, float eps);
+// make_bert with `variant`'s names and position ids.
+std::unique_ptr<EncoderModel> make_bert_variant(const EncoderConfig& config, WeightSource& weights,
+                                                ops::ComputeType dtype, const BertVariant& variant);
+}  // namespace detail
+
+// BertModel for training (fine-tuning), and the families of detail::BertVariant (RobertaModel, XLMRobertaModel,
+// CamembertModel, DistilBertModel): make_bert's composition (the same layer readers) with every tensor a
+// trainable entry of an nn::ParamStore, named as the family's *For* checkpoints name it: the prefix ("bert.",
+// "roberta.", "distilbert.") then the base model's state_dict name (e.g.
+// "roberta.encoder.layer.0.attention.self.query.weight", "distilbert.transformer.layer.0.attention.q_lin.weight"),
+// so that the store saves as a Hugging Face checkpoint. Forward and backward match the modeling file's base model
+// in training mode: dropout p (nn::Context::dropout: HF hidden_dropout_prob; DistilBERT's dropout, its
+// attention_dropout taken equal) after the embeddings' LayerNorm, on the attention probabilities, and on each
+// sublayer's output before its residual LayerNorm (DistilBERT: the feed-forward's only). Position ids and token
+// types as the variant says.
 class BertTrainable {
  public:
-  // Registers the parameters in `store` (finalize the store after every module has registered, then load()).
+  // BERT, its parameters under `prefix` ("bert.", or "" for a bare BertModel folder).
   BertTrainable(nn::ParamStore& store, const EncoderConfig& config, bool pooler, const std::string& prefix = "bert.");
-  // Copies every parameter from `weights`, names with or without the "bert." prefix and LayerNorm.gamma/beta
-  // accepted (as make_bert). Throws std::runtime_error naming a missing tensor or a wrong shape.
+  // A family of `variant`, its parameters under variant.prefix. Registers the parameters in `store` (finalize
+  // the store after every module has registered, then load()). Throws std::runtime_error for a pad_token_id
+  // outside [0, max_position_embeddings) when positions come from padding.
+  BertTrainable(nn::ParamStore& store, const EncoderConfig& config, const detail::BertVariant& variant, bool pooler);
+  // Copies every parameter from `weights`, names with or without the prefix (and the variant's aliases; BERT's:
+  // LayerNorm.gamma/beta) accepted, as make_bert / make_bert_variant read them. Throws std::runtime_error naming
+  // a missing tensor or a wrong shape.
   void load(nn::ParamStore& store, WeightSource& weights) const;
-  // Saving forward. input_ids, token_type_ids (null: all 0): [B, L]; key_mask [B, L] (1 real, 0 padding; null:
-  // none). Throws std::invalid_argument for ids or types out of range, or L > max_position_embeddings.
+  // Saving forward. input_ids, token_type_ids (null: all 0; ignored without token type embeddings): [B, L];
+  // key_mask [B, L] (1 real, 0 padding; null: none). Throws std::invalid_argument for ids or types out of range,
+  // or a sequence longer than the position table allows.
   void forward(const nn::Context& ctx, const int64_t* input_ids, const int64_t* token_type_ids, const float* key_mask,
                int64_t B, int64_t L);
   const float* last_hidden_state() const;                   // [B, L, H] of the last forward
@@ -56,11 +111,16 @@ class BertTrainable {
   void set_precision(ops::ComputeType precision);
   // The store names this module registered (prefix included).
   const std::vector<std::string>& names() const { return names_; }
+  // The registered names that get no gradient (DistilBERT's sinusoidal position table); empty otherwise.
+  const std::vector<std::string>& frozen_names() const { return frozen_; }
+  // The prefix of the registered names ("bert.", "roberta.", "distilbert.", or "").
+  const std::string& prefix() const { return prefix_; }
 
  private:
   EncoderConfig config_;
+  detail::BertVariant variant_;
   std::string prefix_;
-  std::vector<std::string> names_;
+  std::vector<std::string> names_, frozen_;
   nn::Param word_, pos_, type_;
   nn::LayerNorm emb_ln_;
   std::vector<nn::EncoderBlock> layers_;
@@ -71,27 +131,4 @@ class BertTrainable {
   std::vector<float> emb_sum_, emb_ln_out_, emb_drop_, x0_, key_mask_, cls_, pooled_, dx_, tmp_;
   ops::AttentionMask mask_;
 };
-
-namespace detail {
-// What a family built from BERT's embeddings and post-LN layers changes (RoBERTa, XLM-RoBERTa, CamemBERT,
-// DistilBERT).
-struct BertVariant {
-  // The names to try, in order, after a tensor's own name (the "bert." prefix and LayerNorm.gamma/beta when null).
-  std::vector<std::string> (*aliases)(const std::string& name) = nullptr;
-  // Where the layers are ("encoder.layer" -> "encoder.layer.N") and how one is read from its prefix (null: BERT's
-  // BertLayer names).
-  const char* layers = "encoder.layer";
-  nn::EncoderBlock (*layer)(const nn::Vars& vb, const EncoderConfig& config, ops::ComputeType ct) = nullptr;
-  // false: no embeddings.token_type_embeddings (DistilBERT); forward then ignores token_type_ids.
-  bool token_type_embeddings = true;
-  // false: position ids 0..L-1 (BERT). true: modeling_roberta.py create_position_ids_from_input_ids (a non-pad
-  // token gets pad_token_id + its count of non-pad tokens so far, a pad token pad_token_id); the constructor
-  // throws std::runtime_error for a pad_token_id outside [0, max_position_embeddings), forward throws
-  // std::invalid_argument when pad_token_id + seq_len reaches max_position_embeddings.
-  bool positions_from_padding = false;
-};
-// make_bert with `variant`'s names and position ids.
-std::unique_ptr<EncoderModel> make_bert_variant(const EncoderConfig& config, WeightSource& weights,
-                                                ops::ComputeType dtype, const BertVariant& variant);
-}  // namespace detail
 }  // namespace tfm

@@ -17,21 +17,13 @@ constexpr float kLayerNormEps = 1e-12f;  // modeling_distilbert.py: every nn.Lay
 // Base-model names, then the "distilbert."-prefixed names of the DistilBertFor* checkpoints.
 std::vector<std::string> distilbert_aliases(const std::string& name) { return {"distilbert." + name}; }
 
-// One TransformerBlock under `vb` ("transformer.layer.N"): post-LN, as BertLayer, under DistilBERT's names.
-nn::EncoderBlock distilbert_layer(const nn::Vars& vb, const EncoderConfig& c, ops::ComputeType ct) {
-  const int64_t H = c.hidden_size, I = c.intermediate_size;
-  const nn::Vars att = vb.prefix("attention");
-  nn::EncoderBlock b;
-  b.attention.num_heads = c.num_attention_heads;
-  b.attention.hidden_size = H;
-  b.attention.qkv = nn::Linear::load_packed({att.prefix("q_lin"), att.prefix("k_lin"), att.prefix("v_lin")}, H, H, ct);
-  b.attention.output = nn::Linear::load_packed({att.prefix("out_lin")}, H, H, ct);
-  b.norm1 = nn::LayerNorm::load(vb.prefix("sa_layer_norm"), H, kLayerNormEps);
-  b.ffn.linear1 = nn::Linear::load_packed({vb.prefix("ffn.lin1")}, H, I, ct);
-  b.ffn.linear2 = nn::Linear::load_packed({vb.prefix("ffn.lin2")}, I, H, ct);
-  b.ffn.act = ops::parse_activation(c.hidden_act);
-  b.norm2 = nn::LayerNorm::load(vb.prefix("output_layer_norm"), H, kLayerNormEps);
-  b.norm_first = false;
+// One TransformerBlock under `vb` ("transformer.layer.N"): post-LN, as BertLayer, under DistilBERT's names; no
+// dropout on the attention output (sa_layer_norm(out_lin(context) + x)). trainable: as detail::BertVariant::layer.
+nn::EncoderBlock distilbert_layer(const nn::Vars& vb, const EncoderConfig& c, ops::ComputeType ct, bool trainable) {
+  const detail::PostLnLayerNames names = {"attention.q_lin", "attention.k_lin", "attention.v_lin", "attention.out_lin",
+                                          "sa_layer_norm",   "ffn.lin1",        "ffn.lin2",        "output_layer_norm"};
+  nn::EncoderBlock b = detail::post_ln_layer(vb, c, ct, trainable, names, kLayerNormEps);
+  b.attention_output_dropout = false;
   return b;
 }
 
@@ -90,14 +82,21 @@ nlohmann::json distilbert_config_as_bert(const nlohmann::json& j, const std::str
   return b;
 }
 
-std::unique_ptr<EncoderModel> make_distilbert(const EncoderConfig& config, WeightSource& weights,
-                                              ops::ComputeType dtype) {
+detail::BertVariant detail::distilbert_variant(const EncoderConfig& config) {
   detail::BertVariant variant;
   variant.aliases = distilbert_aliases;
+  variant.prefix = "distilbert.";
   variant.layers = "transformer.layer";
   variant.layer = distilbert_layer;
   variant.token_type_embeddings = false;
-  return detail::make_bert_variant(config, weights, dtype, variant);
+  variant.trainable_position_embeddings =
+      !json_bool_or(config.json, "sinusoidal_pos_embds", false, config.source.empty() ? "config.json" : config.source);
+  return variant;
+}
+
+std::unique_ptr<EncoderModel> make_distilbert(const EncoderConfig& config, WeightSource& weights,
+                                              ops::ComputeType dtype) {
+  return detail::make_bert_variant(config, weights, dtype, detail::distilbert_variant(config));
 }
 
 FamilyHeads distilbert_heads() { return {detect_distilbert_head, load_distilbert_head}; }

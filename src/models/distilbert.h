@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "models/bert.h"
 #include "models/encoder.h"
 #include "models/head_layout.h"
 
@@ -33,5 +34,11 @@ std::unique_ptr<EncoderModel> make_distilbert(const EncoderConfig& config, Weigh
 // activation -> vocab_layer_norm (eps 1e-12) -> vocab_projector, its weight tied to the word embeddings unless
 // stored).
 FamilyHeads distilbert_heads();
+
+namespace detail {
+// DistilBERT's detail::BertVariant (models/bert.h): its layer names, no token types, names with or without
+// "distilbert."; the position table frozen in training when config.json has sinusoidal_pos_embds true.
+BertVariant distilbert_variant(const EncoderConfig& config);
+}  // namespace detail
 
 }  // namespace tfm

@@ -110,7 +110,7 @@ class MPNet : public EncoderModel {
     const int64_t B = input_ids.size(0), L = input_ids.size(1), H = c.hidden_size;
     const int64_t N = B * L, NL = c.num_hidden_layers, NH = c.num_attention_heads;
     const int64_t* ids = input_ids.i64();
-    const std::vector<int64_t> position_ids = positions_from_padding(ids, B, L);
+    const std::vector<int64_t> position_ids = detail::position_ids_from_padding(config_, ids, B, L, kPaddingIdx, "MPNet's padding_idx");
     EncoderOutput out;
     Tensor hs;
     if (all_layers) hs = Tensor::empty({NL + 1, B, L, H});
@@ -162,25 +162,6 @@ class MPNet : public EncoderModel {
   }
 
   // create_position_ids_from_input_ids(input_ids, padding_idx 1), [B * L]; refuses rows past the position table.
-  std::vector<int64_t> positions_from_padding(const int64_t* ids, int64_t B, int64_t L) const {
-    const int64_t P = config_.max_position_embeddings;
-    if (kPaddingIdx + L >= P)
-      throw std::invalid_argument("sequence of " + std::to_string(L) + " tokens needs position " +
-                                  std::to_string(kPaddingIdx + L) + ", past max_position_embeddings (" +
-                                  std::to_string(P) + ") with MPNet's padding_idx 1; truncate the input to " +
-                                  std::to_string(P - kPaddingIdx - 1) + " tokens");
-    std::vector<int64_t> position_ids(B * L);
-    for (int64_t b = 0; b < B; ++b) {
-      int64_t count = 0;
-      for (int64_t l = 0; l < L; ++l) {
-        const bool real = ids[b * L + l] != kPaddingIdx;
-        count += real;
-        position_ids[b * L + l] = real ? kPaddingIdx + count : kPaddingIdx;
-      }
-    }
-    return position_ids;
-  }
-
   nn::Param word_, pos_, rel_bias_;
   nn::LayerNorm emb_ln_;
   std::vector<nn::EncoderBlock> layers_;

@@ -58,11 +58,16 @@ HeadLayout detail::load_lm_style_head(HeadKind kind, const EncoderConfig& c, Che
 FamilyHeads roberta_heads() { return {detect_roberta_head, load_roberta_head}; }
 
 // modeling_roberta.py: RobertaEmbeddings (positions from padding_idx) in front of BERT's encoder and pooler.
-std::unique_ptr<EncoderModel> make_roberta(const EncoderConfig& config, WeightSource& weights, ops::ComputeType dtype) {
+detail::BertVariant detail::roberta_variant() {
   detail::BertVariant variant;
   variant.aliases = roberta_aliases;
+  variant.prefix = "roberta.";
   variant.positions_from_padding = true;
-  return detail::make_bert_variant(config, weights, dtype, variant);
+  return variant;
+}
+
+std::unique_ptr<EncoderModel> make_roberta(const EncoderConfig& config, WeightSource& weights, ops::ComputeType dtype) {
+  return detail::make_bert_variant(config, weights, dtype, detail::roberta_variant());
 }
 
 }  // namespace tfm

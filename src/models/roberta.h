@@ -5,6 +5,7 @@
 #include <optional>
 #include <string>
 
+#include "models/bert.h"
 #include "models/encoder.h"
 #include "models/head_layout.h"
 
@@ -31,6 +32,9 @@ std::unique_ptr<EncoderModel> make_roberta(const EncoderConfig& config, WeightSo
 FamilyHeads roberta_heads();
 
 namespace detail {
+// RoBERTa's detail::BertVariant (models/bert.h): BERT's layers, position ids from padding, names with or without
+// "roberta." (also XLMRobertaModel's and CamembertModel's: base_model_prefix "roberta").
+BertVariant roberta_variant();
 // The heads RobertaFor* and MPNetFor* share (modeling_roberta.py / modeling_mpnet.py): sequence classification
 // classifier.dense + tanh + classifier.out_proj on <s>; token classification classifier; masked LM lm_head.dense,
 // gelu, lm_head.layer_norm, lm_head.decoder (tied to base_prefix + "embeddings.word_embeddings.weight", or the

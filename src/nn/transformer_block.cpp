@@ -117,15 +117,17 @@ void EncoderBlock::forward(const Context& ctx, const float* x, int64_t B, int64_
   H = attention.hidden_size;
   N = B * L;
   for (Buf* b : {&attn_out, &Y, &ffn_out, &out}) b->resize(N * H);
+  Context sub1 = ctx;  // the attention sublayer's residual dropout
+  if (!attention_output_dropout) sub1.dropout = 0.0f;
   if (!norm_first) {
     attention.forward(ctx, attn_out.data(), x, x, B, L, L, mask);
-    post_forward(ctx, r1, norm1, Y.data(), x, attn_out.data(), N);
+    post_forward(sub1, r1, norm1, Y.data(), x, attn_out.data(), N);
     ffn.forward(ctx, ffn_out.data(), Y.data(), N);
     post_forward(ctx, r2, norm2, out.data(), Y.data(), ffn_out.data(), N);
   } else {
     const float* h = pre_norm(r1, norm1, x, N);
     attention.forward(ctx, attn_out.data(), h, h, B, L, L, mask);
-    pre_residual(ctx, r1, Y.data(), attn_out.data());
+    pre_residual(sub1, r1, Y.data(), attn_out.data());
     const float* h2 = pre_norm(r2, norm2, Y.data(), N);
     ffn.forward(ctx, ffn_out.data(), h2, N);
     pre_residual(ctx, r2, out.data(), ffn_out.data());

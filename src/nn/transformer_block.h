@@ -36,6 +36,9 @@ struct EncoderBlock {
   LayerNorm norm1, norm2;  // post-LN: after attention and after the FFN; pre-LN: before them
   FeedForward ffn;
   bool norm_first = false;
+  // false: no dropout on the attention sublayer's output before its residual (DistilBERT's TransformerBlock:
+  // sa_layer_norm(out_lin(context) + x)); the attention probabilities and the feed-forward output keep theirs.
+  bool attention_output_dropout = true;
 
   // Saving forward: x [B, L, H] (alive until backward); the result is `out`.
   void forward(const Context& ctx, const float* x, int64_t B, int64_t L, const ops::AttentionMask& mask);

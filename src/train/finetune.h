@@ -1,24 +1,35 @@
 // Fine-tuning an encoder with a task head, as the Hugging Face Trainer does it: AdamW (torch.optim.AdamW, no
 // weight decay on biases and LayerNorm weights), get_linear_schedule_with_warmup, clip_grad_norm_ before each
 // step, gradient accumulation (each micro-batch's loss divided by the number of micro-batches of the step).
-// The heads of modeling_bert.py:
-//  - BertForSequenceClassification: logits = classifier(dropout(pooler_output)), loss = mean cross-entropy over
-//    the batch;
-//  - BertForTokenClassification: logits = classifier(dropout(last_hidden_state)) per token, loss = mean
+// The families: BERT, RoBERTa, XLM-RoBERTa, CamemBERT and DistilBERT (the body: models/bert.h BertTrainable with
+// the family's detail::BertVariant). The heads, as each modeling_*.py writes them (dropout p: the head's):
+//  - sequence classification, loss = mean cross-entropy over the batch:
+//      BertForSequenceClassification: classifier(dropout(pooler_output));
+//      RobertaForSequenceClassification (XLM-R, CamemBERT): RobertaClassificationHead on <s>:
+//        out_proj(dropout(tanh(dense(dropout(h[:, 0]))))), tensors classifier.dense.*, classifier.out_proj.*;
+//      DistilBertForSequenceClassification: classifier(dropout(ReLU(pre_classifier(h[:, 0])))), p
+//        seq_classif_dropout;
+//  - token classification: classifier(dropout(last_hidden_state)) per token (every family), loss = mean
 //    cross-entropy over the tokens whose label is not -100 (CrossEntropyLoss's ignore_index);
-//  - BertForMaskedLM: logits = BertOnlyMLMHead(last_hidden_state) (transform dense, hidden_act, LayerNorm, then the
-//    decoder tied to the word embeddings plus cls.predictions.bias), loss as token classification's.
+//  - masked LM: transform dense, activation, LayerNorm, then the decoder tied to the word embeddings plus its own
+//    bias; loss as token classification's. BertOnlyMLMHead (cls.predictions.transform.{dense, LayerNorm},
+//    hidden_act, cls.predictions.bias), RobertaLMHead (lm_head.{dense, layer_norm}, gelu, lm_head.bias),
+//    DistilBertForMaskedLM (vocab_transform, activation, vocab_layer_norm, vocab_projector.bias).
 //
-// Layout: the pieces every task shares (FinetuneHyperparameters, FinetuneOptimizer, FinetuneModel's step and
-// accumulation) come first; each task is a FinetuneModel subclass with its own forward and backward.
+// Layout: the pieces every task shares (FinetuneHyperparameters, FinetuneOptimizer, FinetuneModel: body, head,
+// step and accumulation) come first; each task is a thin FinetuneModel subclass choosing the rows the head reads
+// and their labels.
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <nlohmann/json.hpp>
+#include <utility>
 #include <string>
 #include <vector>
 
 #include "core/rng.h"
 #include "models/bert.h"
+#include "models/head_layout.h"
 #include "nn/params.h"
 #include "train/optim.h"
 
@@ -40,9 +51,27 @@ struct FinetuneHyperparameters {
   double learning_rate = 5e-5, weight_decay = 0.0, adam_beta1 = 0.9, adam_beta2 = 0.999, adam_epsilon = 1e-8;
   double max_grad_norm = 1.0;  // <= 0: no clipping
   int64_t warmup_steps = 0, total_steps = 1;  // optimizer steps (after gradient accumulation)
-  float dropout = 0.1f;        // config.json hidden_dropout_prob (classifier_dropout when set, as HF)
+  float dropout = 0.1f;        // the body's p (finetune_dropouts: hidden_dropout_prob; DistilBERT dropout)
+  float head_dropout = -1.0f;  // the head's p (classifier_dropout, DistilBERT seq_classif_dropout); < 0: dropout
   uint64_t seed = 42;
 };
+
+// ---------------------------------------------------------------- the families
+
+// The config.json model_types fine-tuning takes, for messages: "bert, roberta, xlm-roberta, camembert, distilbert".
+const char* finetune_families();
+// Throws std::invalid_argument "<where>: model_type 'mpnet' cannot be fine-tuned yet (supported: bert, ...)"
+// for a model_type outside finetune_families().
+void check_finetune_family(const std::string& model_type, const std::string& where);
+// The dropout of a family's *For<kind> model in training, from config.json: body = hidden_dropout_prob (default
+// 0.1; DistilBERT: dropout, default 0.1); head = classifier_dropout when set, else the body's (DistilBERT
+// sequence classification: seq_classif_dropout, default 0.2; token classification: dropout); masked LM heads have
+// none (head = body, unused). Throws std::runtime_error naming `file` for a value that is not a number in [0, 1).
+std::pair<float, float> finetune_dropouts(const nlohmann::json& config, HeadKind kind, const std::string& file);
+// Hugging Face's class name for the family and head ("RobertaForTokenClassification",
+// "XLMRobertaForSequenceClassification", "DistilBertForMaskedLM", ...), config.json "architectures" of a saved
+// folder. Throws std::invalid_argument as check_finetune_family.
+std::string finetune_architecture(const std::string& model_type, HeadKind kind);
 
 // ---------------------------------------------------------------- shared by every task
 
@@ -66,7 +95,10 @@ nn::Context training_context(const FinetuneHyperparameters& hp, Rng& rng, bool d
 // groups: weight_decay, and 0 for is_no_decay_parameter) at learning_rate * linear_warmup_factor(steps()).
 class FinetuneOptimizer {
  public:
-  FinetuneOptimizer(const nn::ParamStore& store, const FinetuneHyperparameters& hp);
+  // frozen: names of parameters that are not trained (requires_grad False: no decay, no update; their gradient
+  // must stay 0).
+  FinetuneOptimizer(const nn::ParamStore& store, const FinetuneHyperparameters& hp,
+                    const std::vector<std::string>& frozen = {});
   // One step on the gradients in `store`. Returns the gradient norm before clipping. Throws std::runtime_error
   // when it is not finite (the parameters are left unchanged).
   double step(nn::ParamStore& store);
@@ -83,10 +115,14 @@ class FinetuneOptimizer {
   double last_lr_ = 0;
 };
 
-// A BERT body and a task head in one ParamStore (Hugging Face names), trained by a FinetuneOptimizer.
+struct TrainingHead;  // the task head's stages (train/finetune.cpp)
+
+// An encoder body of a family in finetune_families() and a task head in one ParamStore (Hugging Face names: the
+// family's prefix, e.g. "roberta.encoder.layer.0...", and the head's, e.g. "classifier.out_proj.weight"),
+// trained by a FinetuneOptimizer.
 class FinetuneModel {
  public:
-  virtual ~FinetuneModel() = default;
+  virtual ~FinetuneModel();
   // Forward (dropout when `dropout`) and backward of `batch`, adding scale * d(loss)/d(parameter) to the store's
   // gradients (gradient accumulation: scale = 1 / micro-batches of the step). Returns the batch's loss (nats,
   // unscaled). Throws std::invalid_argument for arrays that do not match [B, L] or a label out of range.
@@ -108,51 +144,62 @@ class FinetuneModel {
   // std::invalid_argument for int8 and std::runtime_error when BF16 is asked on a CPU without bf16 instructions.
   void set_precision(ops::ComputeType precision);
   Rng& dropout_rng() { return rng_; }  // dropout masks are drawn from it (its state is part of a checkpoint)
+  // config.json "architectures" of the trained model (finetune_architecture).
+  const std::string& architecture() const { return architecture_; }
+  // The parameters that are not trained (BertTrainable::frozen_names), saved as loaded.
+  const std::vector<std::string>& frozen_parameters() const { return body_->frozen_names(); }
 
  protected:
-  explicit FinetuneModel(const FinetuneHyperparameters& hp) : hp_(hp), rng_(hp.seed) {}
-  // After the store is finalized and loaded: creates the optimizer.
-  void make_optimizer() { opt_ = std::make_unique<FinetuneOptimizer>(store_, hp_); }
+  // The body of config.model_type's family (check_finetune_family) and its head of `kind` (out: num_labels;
+  // masked LM: vocab_size) in the store, loaded from `weights`; the head's tensors from the checkpoint where it
+  // stores them with their shapes (from_pretrained with ignore_mismatched_sizes), the others initialised as
+  // _init_weights does from hp.seed (Linear weights N(0, initializer_range), biases 0, LayerNorm 1 and 0). Then
+  // the optimizer. Throws std::runtime_error naming a missing body tensor, std::invalid_argument for another
+  // family or num_labels < 1.
+  FinetuneModel(const EncoderConfig& config, WeightSource& weights, HeadKind kind, int64_t num_labels,
+                const FinetuneHyperparameters& hp, double initializer_range);
+  // The body's forward on `batch`, then the head on `rows` of its output (positions b * L + l of
+  // last_hidden_state; ignored when the head reads the pooler output, one row per sequence): logits_ [M, out].
+  void forward_rows(const FinetuneBatch& batch, const std::vector<int64_t>& rows, bool dropout);
+  // The mean cross-entropy of logits_ against targets [M] (kIgnoreLabel rows left out), its gradient times `scale`
+  // back through the head and the body. Returns the loss (0, no gradient, when no row is labelled).
+  double backward_rows(const std::vector<int64_t>& targets, float scale);
   nn::Context train_context(bool dropout);
-  // The body and the head's Linears, for set_precision (registered by each task's constructor).
-  BertTrainable* body_base_ = nullptr;
-  std::vector<nn::Linear*> head_linears_;
+  EncoderConfig config_;
   FinetuneHyperparameters hp_;
   nn::ParamStore store_;
+  std::unique_ptr<BertTrainable> body_;
+  std::unique_ptr<TrainingHead> head_;
   std::unique_ptr<FinetuneOptimizer> opt_;
   Rng rng_;
+  std::string architecture_;
+  int64_t out_features_ = 0;
+  std::vector<int64_t> rows_;  // the rows of the last forward_rows
+  int64_t tokens_ = 0;         // B * L of the last forward_rows
+  std::vector<float> logits_;  // [M, out] of the last forward_rows
 };
 
 // ---------------------------------------------------------------- the tasks
 
-// BertForSequenceClassification in training: the body (models/bert.h BertTrainable, names "bert.*") and
-// "classifier.weight" [num_labels, H], "classifier.bias" [num_labels] in one ParamStore.
+// *ForSequenceClassification in training (see the top of the file for each family's head).
 class SequenceClassificationTrainer : public FinetuneModel {
  public:
-  // Loads the body from `weights` (BertModel or BertFor* names). The classifier is read from the checkpoint when it
-  // holds one of num_labels rows (continued fine-tuning); otherwise initialised as BertPreTrainedModel._init_weights
-  // does (weight N(0, initializer_range), bias 0) from `hp.seed`. Throws std::runtime_error naming a missing tensor
-  // or a checkpoint without pooler weights.
+  // Loads the body from `weights` (the base model's or the *For* names). Throws std::runtime_error naming a
+  // missing tensor, or (BERT) a checkpoint without pooler weights.
   SequenceClassificationTrainer(const EncoderConfig& config, WeightSource& weights, int64_t num_labels,
                                 const FinetuneHyperparameters& hp, double initializer_range = 0.02);
   // labels [B]: mean cross-entropy over the batch.
   double accumulate_gradients(const FinetuneBatch& batch, float scale, bool dropout) override;
   // logits [B, num_labels] without dropout (evaluation).
   std::vector<float> logits(const ClassificationBatch& batch);
-  int64_t num_labels() const { return num_labels_; }
+  int64_t num_labels() const { return out_features_; }
 
  private:
-  void forward(const ClassificationBatch& batch, bool dropout);
-  EncoderConfig config_;
-  int64_t num_labels_;
-  std::unique_ptr<BertTrainable> body_;
-  nn::Linear classifier_;
-  std::vector<float> pooled_drop_, drop_mask_, logits_;
+  void forward(const FinetuneBatch& batch, bool dropout);
 };
 
-// BertForTokenClassification in training: the body without pooler ("bert.*") and "classifier.weight"
-// [num_labels, H], "classifier.bias" [num_labels]. The classifier is loaded or initialised as
-// SequenceClassificationTrainer's; a pooler in the checkpoint is not used (add_pooling_layer=False).
+// *ForTokenClassification in training: the body without pooler (add_pooling_layer=False; a pooler in the
+// checkpoint is not used) and "classifier.weight" [num_labels, H], "classifier.bias" [num_labels].
 class TokenClassificationTrainer : public FinetuneModel {
  public:
   TokenClassificationTrainer(const EncoderConfig& config, WeightSource& weights, int64_t num_labels,
@@ -161,24 +208,16 @@ class TokenClassificationTrainer : public FinetuneModel {
   double accumulate_gradients(const FinetuneBatch& batch, float scale, bool dropout) override;
   // logits [B, L, num_labels] without dropout (evaluation).
   std::vector<float> logits(const FinetuneBatch& batch);
-  int64_t num_labels() const { return num_labels_; }
+  int64_t num_labels() const { return out_features_; }
 
  private:
   void forward(const FinetuneBatch& batch, bool dropout);
-  EncoderConfig config_;
-  int64_t num_labels_;
-  std::unique_ptr<BertTrainable> body_;
-  nn::Linear classifier_;
-  std::vector<float> hidden_drop_, drop_mask_, logits_;
 };
 
-// BertForMaskedLM in training: the body without pooler ("bert.*"), "cls.predictions.transform.dense.{weight,bias}"
-// [H, H] / [H], "cls.predictions.transform.LayerNorm.{weight,bias}" [H] and "cls.predictions.bias" [vocab_size];
-// the decoder's weight is "bert.embeddings.word_embeddings.weight" (tied: its gradient is the sum of the embedding
-// lookup's and the decoder's), as BertLMPredictionHead with tie_word_embeddings. The head is read from the
-// checkpoint (BertForMaskedLM / BertForPreTraining files; "cls.predictions.decoder.bias" also accepted for the
-// bias) or, when absent, initialised as _init_weights does (dense N(0, initializer_range), biases 0, LayerNorm
-// 1 and 0).
+// *ForMaskedLM in training: the body without pooler and the family's LM head, its decoder's weight the word
+// embeddings ("bert.embeddings.word_embeddings.weight", "roberta.", "distilbert."; tied: its gradient is the sum
+// of the embedding lookup's and the decoder's, as with tie_word_embeddings); a stored untied decoder weight is not
+// used. Also accepted for the bias: "cls.predictions.decoder.bias" (BERT), "lm_head.decoder.bias" (RoBERTa).
 class MaskedLMTrainer : public FinetuneModel {
  public:
   MaskedLMTrainer(const EncoderConfig& config, WeightSource& weights, const FinetuneHyperparameters& hp,
@@ -190,15 +229,9 @@ class MaskedLMTrainer : public FinetuneModel {
   double loss_sum(const FinetuneBatch& batch, int64_t* count);
 
  private:
-  // Forward of the labelled positions; fills rows_ and logits_ [M, V].
+  // Forward of the labelled positions; fills rows_, targets_ and logits_ [M, V].
   void forward(const FinetuneBatch& batch, bool dropout);
-  EncoderConfig config_;
-  std::unique_ptr<BertTrainable> body_;
-  nn::Linear transform_, decoder_;  // decoder_: weight = the word embeddings, bias = cls.predictions.bias
-  nn::LayerNorm transform_ln_;
-  ops::Activation act_ = ops::Activation::Gelu;
-  std::vector<int64_t> rows_, targets_;  // labelled positions b * L + l and their labels
-  std::vector<float> gathered_, pre_act_, act_out_, normed_, logits_;
+  std::vector<int64_t> targets_;
 };
 
 // DataCollatorForLanguageModeling.torch_mask_tokens (mlm_probability, 80/10/10) on one batch, in place:
