@@ -101,6 +101,37 @@ INSTANTIATE_TEST_SUITE_P(
       return n;
     });
 
+// Central differences through the new head stages: RobertaClassificationHead's tanh, DistilBERT's
+// pre_classifier + ReLU, RobertaLMHead's gelu + layer_norm and the tied decoder (dropout off).
+TEST(FinetuneFamilies, NewHeadStagesBackwardMatchesFiniteDifferences) {
+  FinetuneHyperparameters hp;
+  hp.dropout = 0;
+  {
+    const SafeTensors st = SafeTensors::open(fixture("finetune_family/roberta_seqcls_steps.safetensors"));
+    CheckpointWeights w(fixture("family_heads/roberta_seqcls"));
+    SequenceClassificationTrainer t(config_of("roberta_seqcls"), w, 3, hp);
+    test::check_finetune_finite_differences(t, test::finetune_batch_at(st, "step0.micro0."),
+                                            {"classifier.dense.weight", "classifier.dense.bias",
+                                             "classifier.out_proj.weight", "roberta.embeddings.position_embeddings.weight"});
+  }
+  {
+    const SafeTensors st = SafeTensors::open(fixture("finetune_family/distilbert_seqcls_steps.safetensors"));
+    CheckpointWeights w(fixture("family_heads/distilbert_seqcls"));
+    SequenceClassificationTrainer t(config_of("distilbert_seqcls"), w, 2, hp);
+    test::check_finetune_finite_differences(t, test::finetune_batch_at(st, "step0.micro0."),
+                                            {"pre_classifier.weight", "pre_classifier.bias", "classifier.weight",
+                                             "distilbert.transformer.layer.0.attention.q_lin.weight"});
+  }
+  {
+    const SafeTensors st = SafeTensors::open(fixture("finetune_family/roberta_mlm_steps.safetensors"));
+    CheckpointWeights w(fixture("family_heads/roberta_mlm"));
+    MaskedLMTrainer t(config_of("roberta_mlm"), w, hp);
+    test::check_finetune_finite_differences(t, test::finetune_batch_at(st, "step0.micro0."),
+                                            {"lm_head.dense.weight", "lm_head.layer_norm.weight", "lm_head.bias",
+                                             "roberta.embeddings.word_embeddings.weight"});
+  }
+}
+
 // No token types in DistilBERT, no pooler where the family's head reads h[:, 0], and the tied decoders are not
 // separate tensors.
 TEST(FinetuneFamilies, StoresHoldTheFamilysTensorsOnly) {

@@ -61,28 +61,8 @@ TEST(FinetuneTasks, MaskedLMStepsWithTiedDecoderMatchPyTorch) {
   check_steps(t, st, parameters);
 }
 
-// Central differences of the loss against the analytic gradient for a few entries of every head tensor (and the
-// tied word embeddings), dropout off.
 void check_finite_differences(FinetuneModel& t, const FinetuneBatch& b, const std::vector<std::string>& names) {
-  t.compute_gradients(b, /*dropout=*/false);
-  const std::vector<float> grad = t.params().all_grad();
-  std::vector<float>& p = t.params().all_data();
-  for (const std::string& name : names) {
-    const int64_t e = t.params().index_of(name);
-    ASSERT_GE(e, 0) << name;
-    const auto& entry = t.params().entries()[e];
-    for (int64_t k = 0; k < 4; ++k) {
-      const int64_t i = entry.offset + (k * 7919) % entry.numel;
-      const float keep = p[i], h = 1e-2f;
-      p[i] = keep + h;
-      const double up = t.compute_gradients(b, false);
-      p[i] = keep - h;
-      const double down = t.compute_gradients(b, false);
-      p[i] = keep;
-      const double fd = (up - down) / (2.0 * h);
-      EXPECT_NEAR(grad[i], fd, 3e-3 + 0.03 * std::fabs(fd)) << name << " [" << i - entry.offset << "]";
-    }
-  }
+  test::check_finetune_finite_differences(t, b, names);
 }
 
 TEST(FinetuneTasks, NewHeadsBackwardMatchesFiniteDifferences) {

@@ -1,7 +1,8 @@
 /// @file tfm/finetune.h
-/// Fine-tuning an encoder checkpoint (`tfm finetune`): a Hugging Face BERT folder becomes a
-/// BertForSequenceClassification (task "classify"), BertForTokenClassification ("token-classify") or
-/// BertForMaskedLM ("mlm") folder that `tfm classify`, `tfm fill-mask`, `tfm serve` and transformers load, trained
+/// Fine-tuning an encoder checkpoint (`tfm finetune`): a Hugging Face BERT, RoBERTa, XLM-RoBERTa, CamemBERT or
+/// DistilBERT folder becomes a *ForSequenceClassification (task "classify"), *ForTokenClassification
+/// ("token-classify") or *ForMaskedLM ("mlm") folder of its family (e.g. RobertaForTokenClassification) that
+/// `tfm classify`, `tfm fill-mask`, `tfm serve` and transformers load, trained
 /// as the Hugging Face Trainer trains it (AdamW without decay on biases and LayerNorm weights, linear warmup and
 /// decay, clip_grad_norm_, gradient accumulation, dropout from config.json, cross-entropy), with the best epoch
 /// kept, train_log.csv and loss.png, and resumable after a stop.
@@ -102,11 +103,14 @@ struct FinetuneSummary {
   double seconds = 0;
 };
 
-/// Fine-tunes the model folder `model_dir` (model_type bert: a BertModel, BertForPreTraining or BertFor*
-/// checkpoint; classify needs pooler weights) and writes out_dir: config.json (architectures
-/// ["BertForSequenceClassification"] / ["BertForTokenClassification"] with id2label and label2id, or
-/// ["BertForMaskedLM"]), model.safetensors with Hugging Face names ("bert.*", "classifier.*" / "cls.predictions.*",
-/// the masked-LM decoder tied to the word embeddings and not stored), the tokenizer files, train_log.csv (a row per
+/// Fine-tunes the model folder `model_dir` (model_type bert, roberta, xlm-roberta, camembert or distilbert: the base
+/// model or any of its *For* checkpoints; BERT's classify needs pooler weights; other model_types are refused with
+/// std::invalid_argument naming the supported ones) and writes out_dir: config.json (architectures
+/// ["<Family>ForSequenceClassification"] / ["<Family>ForTokenClassification"] with id2label and label2id, or
+/// ["<Family>ForMaskedLM"]), model.safetensors with the family's Hugging Face names ("bert.*" / "roberta.*" /
+/// "distilbert.*", the head's "classifier.*", "classifier.out_proj.*", "pre_classifier.*", "cls.predictions.*",
+/// "lm_head.*", "vocab_*"; the masked-LM decoder tied to the word embeddings and not stored), the tokenizer files,
+/// train_log.csv (a row per
 /// optimizer step: step, epoch, loss, lr, grad_norm, and the eval metrics on each epoch's last step) and loss.png
 /// (train and eval loss per epoch). With an eval file the model files are rewritten whenever an epoch beats the
 /// best so far. Throws std::invalid_argument for bad options or data (an unknown column, a label not in `labels`,
