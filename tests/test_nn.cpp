@@ -167,6 +167,33 @@ INSTANTIATE_TEST_SUITE_P(PostAndPreLN, NnBlockGrad,
                                            BlockCase{false, ops::Activation::GeluTanh},
                                            BlockCase{true, ops::Activation::GeluTanh}));
 
+// attention_output_dropout = false (DistilBERT's TransformerBlock): the attention sublayer's residual gets no
+// dropout mask, the feed-forward's still does, and backward runs on that saved state.
+TEST(NnBlock, AttentionOutputDropoutCanBeOff) {
+  for (bool norm_first : {false, true}) {
+    nn::ParamStore store;
+    nn::EncoderBlock blk = make_encoder_block(store, norm_first, ops::Activation::Gelu);
+    randomise(store, 12);
+    const int64_t B = 2, L = 5;
+    const auto x = random_vec(B * L * H, 13);
+    nn::Context ctx;
+    ctx.grad = true;
+    ctx.dropout = 0.5f;
+    Rng rng(3);
+    ctx.rng = &rng;
+    blk.forward(ctx, x.data(), B, L, ops::AttentionMask{});
+    EXPECT_FALSE(blk.r1.drop.empty());
+    blk.attention_output_dropout = false;
+    blk.forward(ctx, x.data(), B, L, ops::AttentionMask{});
+    EXPECT_TRUE(blk.r1.drop.empty());
+    EXPECT_FALSE(blk.r2.drop.empty());
+    std::vector<float> dx(B * L * H, 0.0f);
+    const std::vector<float> dout = random_vec(B * L * H, 14);
+    blk.backward(dout.data(), dx.data());  // runs on the saved state without the attention mask
+    for (float v : dx) ASSERT_TRUE(std::isfinite(v));
+  }
+}
+
 // The inference path (fused QKV product, residual + LayerNorm in one pass, activation fused into the first FFN
 // product; pre-LN chaining the next layer's norm) gives the saving forward's result.
 TEST(NnBlock, EncoderInferenceMatchesSavingForward) {
