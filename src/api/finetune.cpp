@@ -471,7 +471,7 @@ void write_model_folder(const std::string& model_dir, const FinetuneOptions& o, 
   fs::create_directories(o.out_dir);
   nlohmann::json out_cfg = cfg_json;
   out_cfg["architectures"] = {
-      finetune_architecture(json_string_or(cfg_json, "model_type", "bert", model_dir + "/config.json"), head_kind_of(o.task))};
+      trained_architecture(json_string_or(cfg_json, "model_type", "bert", model_dir + "/config.json"), head_kind_of(o.task))};
   if (o.task != "mlm") {
     nlohmann::json id2label = nlohmann::json::object(), label2id = nlohmann::json::object();
     for (size_t i = 0; i < labels.size(); ++i) {
@@ -654,9 +654,9 @@ FinetuneSummary finetune(const std::string& model_dir, const FinetuneOptions& o)
   const int64_t micro_per_epoch = ((int64_t)train_ex.size() + o.batch_size - 1) / o.batch_size;
   const int64_t accum = o.gradient_accumulation_steps;
   const int64_t steps_per_epoch = (micro_per_epoch + accum - 1) / accum;
-  // The family's dropouts (finetune_dropouts): the body's, and the head's (classifier_dropout and the like).
+  // The family's dropouts (training_dropouts): the body's, and the head's (classifier_dropout and the like).
   const HeadKind kind = head_kind_of(o.task);
-  const auto [body_dropout, head_dropout] = finetune_dropouts(cfg_json, kind, cfg_path);
+  const auto [body_dropout, head_dropout] = training_dropouts(cfg_json, kind, cfg_path);
   FinetuneHyperparameters hp = api::finetune_hyperparameters(o, steps_per_epoch * o.epochs, body_dropout);
   hp.head_dropout = head_dropout;
   const double init_range = json_number_or(cfg_json, "initializer_range", 0.02, cfg_path);

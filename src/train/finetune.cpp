@@ -118,23 +118,23 @@ const Family& family_of(const std::string& model_type, const std::string& where)
   for (const Family& f : families())
     if (model_type == f.model_type) return f;
   throw std::invalid_argument(where + ": model_type '" + model_type + "' cannot be fine-tuned yet (supported: " +
-                              finetune_families() + ")");
+                              trainable_model_types() + ")");
 }
 
 }  // namespace
 
-const char* finetune_families() { return "bert, roberta, xlm-roberta, camembert, distilbert"; }
+const char* trainable_model_types() { return "bert, roberta, xlm-roberta, camembert, distilbert"; }
 
 void check_finetune_family(const std::string& model_type, const std::string& where) { family_of(model_type, where); }
 
-std::string finetune_architecture(const std::string& model_type, HeadKind kind) {
+std::string trained_architecture(const std::string& model_type, HeadKind kind) {
   const char* task = kind == HeadKind::SequenceClassification ? "ForSequenceClassification"
                      : kind == HeadKind::TokenClassification  ? "ForTokenClassification"
                                                               : "ForMaskedLM";
   return std::string(family_of(model_type, "config.json").class_stem) + task;
 }
 
-std::pair<float, float> finetune_dropouts(const nlohmann::json& config, HeadKind kind, const std::string& file) {
+std::pair<float, float> training_dropouts(const nlohmann::json& config, HeadKind kind, const std::string& file) {
   auto p = [&](const char* key, double fallback) {
     const double v = json_number_or(config, key, fallback, file);
     if (!(v >= 0 && v < 1)) throw std::runtime_error(file + ": key '" + std::string(key) + "' must be in [0, 1)");
@@ -380,7 +380,7 @@ FinetuneModel::FinetuneModel(const EncoderConfig& config, WeightSource& weights,
   const Family& family = family_of(config.model_type, config.source.empty() ? "config.json" : config.source);
   if (kind != HeadKind::MaskedLM && num_labels < 1) throw std::invalid_argument("num_labels must be at least 1");
   out_features_ = kind == HeadKind::MaskedLM ? config.vocab_size : num_labels;
-  architecture_ = finetune_architecture(config.model_type, kind);
+  architecture_ = trained_architecture(config.model_type, kind);
   const detail::BertVariant variant = family.variant(config);
   auto head = std::make_unique<TrainingHead>(TrainingHead::of(config, variant.prefix, kind, out_features_));
   const bool pooler = head->input == HeadInput::PoolerOutput && kind == HeadKind::SequenceClassification;

@@ -51,7 +51,7 @@ struct FinetuneHyperparameters {
   double learning_rate = 5e-5, weight_decay = 0.0, adam_beta1 = 0.9, adam_beta2 = 0.999, adam_epsilon = 1e-8;
   double max_grad_norm = 1.0;  // <= 0: no clipping
   int64_t warmup_steps = 0, total_steps = 1;  // optimizer steps (after gradient accumulation)
-  float dropout = 0.1f;        // the body's p (finetune_dropouts: hidden_dropout_prob; DistilBERT dropout)
+  float dropout = 0.1f;        // the body's p (training_dropouts: hidden_dropout_prob; DistilBERT dropout)
   float head_dropout = -1.0f;  // the head's p (classifier_dropout, DistilBERT seq_classif_dropout); < 0: dropout
   uint64_t seed = 42;
 };
@@ -59,19 +59,19 @@ struct FinetuneHyperparameters {
 // ---------------------------------------------------------------- the families
 
 // The config.json model_types fine-tuning takes, for messages: "bert, roberta, xlm-roberta, camembert, distilbert".
-const char* finetune_families();
+const char* trainable_model_types();
 // Throws std::invalid_argument "<where>: model_type 'mpnet' cannot be fine-tuned yet (supported: bert, ...)"
-// for a model_type outside finetune_families().
+// for a model_type outside trainable_model_types().
 void check_finetune_family(const std::string& model_type, const std::string& where);
 // The dropout of a family's *For<kind> model in training, from config.json: body = hidden_dropout_prob (default
 // 0.1; DistilBERT: dropout, default 0.1); head = classifier_dropout when set, else the body's (DistilBERT
 // sequence classification: seq_classif_dropout, default 0.2; token classification: dropout); masked LM heads have
 // none (head = body, unused). Throws std::runtime_error naming `file` for a value that is not a number in [0, 1).
-std::pair<float, float> finetune_dropouts(const nlohmann::json& config, HeadKind kind, const std::string& file);
+std::pair<float, float> training_dropouts(const nlohmann::json& config, HeadKind kind, const std::string& file);
 // Hugging Face's class name for the family and head ("RobertaForTokenClassification",
 // "XLMRobertaForSequenceClassification", "DistilBertForMaskedLM", ...), config.json "architectures" of a saved
 // folder. Throws std::invalid_argument as check_finetune_family.
-std::string finetune_architecture(const std::string& model_type, HeadKind kind);
+std::string trained_architecture(const std::string& model_type, HeadKind kind);
 
 // ---------------------------------------------------------------- shared by every task
 
@@ -117,7 +117,7 @@ class FinetuneOptimizer {
 
 struct TrainingHead;  // the task head's stages (train/finetune.cpp)
 
-// An encoder body of a family in finetune_families() and a task head in one ParamStore (Hugging Face names: the
+// An encoder body of a family in trainable_model_types() and a task head in one ParamStore (Hugging Face names: the
 // family's prefix, e.g. "roberta.encoder.layer.0...", and the head's, e.g. "classifier.out_proj.weight"),
 // trained by a FinetuneOptimizer.
 class FinetuneModel {
@@ -144,7 +144,7 @@ class FinetuneModel {
   // std::invalid_argument for int8 and std::runtime_error when BF16 is asked on a CPU without bf16 instructions.
   void set_precision(ops::ComputeType precision);
   Rng& dropout_rng() { return rng_; }  // dropout masks are drawn from it (its state is part of a checkpoint)
-  // config.json "architectures" of the trained model (finetune_architecture).
+  // config.json "architectures" of the trained model (trained_architecture).
   const std::string& architecture() const { return architecture_; }
   // The parameters that are not trained (BertTrainable::frozen_names), saved as loaded.
   const std::vector<std::string>& frozen_parameters() const { return body_->frozen_names(); }
