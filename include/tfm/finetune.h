@@ -71,6 +71,11 @@ struct FinetuneOptions {
   int64_t max_length = 128;          ///< texts are truncated to this many tokens (special tokens included; embed:
                                      ///< at most the folder's max_seq_length)
   double mlm_probability = 0.15;     ///< mlm: DataCollatorForLanguageModeling.mlm_probability, in (0, 1)
+  /// mlm: run_mlm.py without --line_by_line: every text tokenized whole (special tokens included), each run of
+  /// 1,000 consecutive texts concatenated and cut into blocks of max_length tokens, each run's remainder dropped
+  /// (group_texts under datasets.map's batch of 1,000); the blocks are the examples. false: a row an example,
+  /// truncated to max_length (--line_by_line). Eval texts are grouped alike.
+  bool group_texts = false;
   uint64_t seed = 42;                ///< shuffling, dropout, masking, a new head's initialisation
   /// Training state (weights, AdamW moments, step, random generators, log) saved to out_dir/trainer_state.safetensors
   /// every save_steps optimizer steps (0: at each epoch's end only; always at each epoch's end), removed when
