@@ -493,6 +493,34 @@ void write_model_folder(const std::string& model_dir, const FinetuneOptions& o, 
   save_safetensors(o.out_dir + "/model.safetensors", params.named_tensors(), {{"format", "pt"}});
 }
 
+}  // namespace
+
+namespace api {
+
+// The options a checkpoint must have been written with to be resumed.
+nlohmann::json run_fingerprint(const FinetuneOptions& o, int64_t train_examples, const std::vector<std::string>& labels) {
+  return {{"task", o.task},
+          {"train_examples", train_examples},
+          {"epochs", o.epochs},
+          {"batch_size", o.batch_size},
+          {"gradient_accumulation_steps", o.gradient_accumulation_steps},
+          {"learning_rate", o.learning_rate},
+          {"weight_decay", o.weight_decay},
+          {"warmup_ratio", o.warmup_ratio},
+          {"warmup_steps", o.warmup_steps},
+          {"max_grad_norm", o.max_grad_norm},
+          {"max_length", o.max_length},
+          {"mlm_probability", o.mlm_probability},
+          {"group_texts", o.group_texts},
+          {"seed", o.seed},
+          {"precision", o.precision},
+          {"labels", labels}};
+}
+
+}  // namespace api
+
+namespace {
+
 // Where a run stands: what a checkpoint stores besides the weights and AdamW's moments.
 struct RunState {
   int64_t epoch = 1;                 // the current epoch (1-based)
@@ -638,28 +666,149 @@ FinetuneBatch batch_rows(FinetuneBatch&& b, int64_t r0, int64_t r1) {
   return s;
 }
 
+// finetune() on this process (one rank of an mpirun job, or the only one).
+FinetuneSummary finetune_on_this_rank(const std::string& model_dir, const FinetuneOptions& o) {
+  const auto t0 = std::chrono::steady_clock::now();
+  check_options(o);
+  api::require_dir(model_dir, "model folder");
+  if (o.task != "embed") {  // a sentence-transformers folder may keep its Transformer in a subfolder
+    api::require_file(model_dir + "/config.json");
+    api::require_weights(model_dir);
+  }
+  api::require_file(o.train_file);
+  if (!o.eval_file.empty()) api::require_file(o.eval_file);
+  const std::string state_path = o.out_dir + "/" + kStateFile;
+  std::error_code ec;
+  dist::Communicator& comm = dist::world();
+  const int world_size = comm.world_size(), rank = comm.rank();
+  if (rank != 0) {
+    // Only rank 0 reads or writes out_dir (it may not even be shared with the other ranks' hosts).
+  } else if (o.resume) {
+    if (!fs::is_regular_file(state_path, ec))
+      throw std::invalid_argument("--resume: " + o.out_dir + " has no training state (" + kStateFile + ") to resume from");
+  } else if (fs::exists(o.out_dir, ec)) {
+    if (!fs::is_directory(o.out_dir, ec)) throw std::invalid_argument("--out '" + o.out_dir + "' is a file");
+    if (!fs::is_empty(o.out_dir, ec) && !o.overwrite)
+      throw std::invalid_argument("--out '" + o.out_dir +
+                                  "' already exists and is not an empty folder; choose a new folder, pass --overwrite, "
+                                  "or --resume a stopped run");
+    if (fs::equivalent(o.out_dir, model_dir, ec))
+      throw std::invalid_argument("--out is the model folder itself; choose another folder");
+  }
+  api::apply_threads(o.threads);
+  if (o.task == "embed") return api::finetune_embed(model_dir, o);
+  const std::string cfg_path = model_dir + "/config.json";
+  const nlohmann::json cfg_json = load_json_file(cfg_path);
+  const EncoderConfig config = EncoderConfig::from_json(cfg_json, cfg_path);
+  if (config.model_type != "bert")
+    throw std::invalid_argument(model_dir + ": model_type '" + config.model_type +
+                                "': fine-tuning supports bert so far");
+  const Tokenizer tok(model_dir);
+  const Table train = read_table(o.train_file);
+  FinetuneSummary summary;
+  if (o.task != "mlm") summary.labels = label_set(o, cfg_json, seen_labels(o, train),
+                                                  o.task == "classify" ? o.label_column : o.tags_column);
+  std::map<std::string, int64_t> label_id;
+  for (size_t i = 0; i < summary.labels.size(); ++i) label_id[summary.labels[i]] = (int64_t)i;
+  const std::vector<Example> train_ex = read_examples(o.train_file, train, o, tok, label_id);
+  std::vector<Example> eval_ex;
+  if (!o.eval_file.empty()) eval_ex = read_examples(o.eval_file, read_table(o.eval_file), o, tok, label_id);
+  summary.train_examples = (int64_t)train_ex.size();
+  summary.eval_examples = (int64_t)eval_ex.size();
+  int64_t mask_id = -1;
+  if (o.task == "mlm") {
+    for (const char* m : {"[MASK]", "<mask>"})
+      if (mask_id < 0) mask_id = tok.token_to_id(m);
+    if (mask_id < 0) throw std::invalid_argument(model_dir + ": the tokenizer has no mask token ([MASK]); mlm needs one");
+  }
+
+  const int64_t micro_per_epoch = ((int64_t)train_ex.size() + o.batch_size - 1) / o.batch_size;
+  const int64_t accum = o.gradient_accumulation_steps;
+  const int64_t steps_per_epoch = (micro_per_epoch + accum - 1) / accum;
+  // BertFor*Classification: classifier_dropout if set, else hidden_dropout_prob (the body's dropout).
+  const FinetuneHyperparameters hp = api::finetune_hyperparameters(
+      o, steps_per_epoch * o.epochs, json_number_or(cfg_json, "hidden_dropout_prob", 0.1, cfg_path));
+  const double init_range = json_number_or(cfg_json, "initializer_range", 0.02, cfg_path);
+  CheckpointWeights weights(model_dir);
+  std::unique_ptr<FinetuneModel> model;
+  SequenceClassificationTrainer* seqcls = nullptr;
+  TokenClassificationTrainer* tokcls = nullptr;
+  MaskedLMTrainer* mlm = nullptr;
+  const int64_t C = (int64_t)summary.labels.size();
+  if (o.task == "classify") {
+    model = std::make_unique<SequenceClassificationTrainer>(config, weights, C, hp, init_range);
+    seqcls = static_cast<SequenceClassificationTrainer*>(model.get());
+  } else if (o.task == "token-classify") {
+    model = std::make_unique<TokenClassificationTrainer>(config, weights, C, hp, init_range);
+    tokcls = static_cast<TokenClassificationTrainer*>(model.get());
+  } else {
+    model = std::make_unique<MaskedLMTrainer>(config, weights, hp, init_range);
+    mlm = static_cast<MaskedLMTrainer*>(model.get());
+  }
+  model->set_precision(o.precision == "bf16" ? ops::ComputeType::BF16 : ops::ComputeType::F32);
+  const int64_t pad_id = config.pad_token_id;
+  const int64_t eval_batch = std::max<int64_t>(o.batch_size, 32);
+  // mlm: the eval texts masked once, from a generator of their own.
+  std::vector<FinetuneBatch> eval_mlm;
+  if (mlm && !eval_ex.empty()) {
+    Rng eval_rng(o.seed ^ 0x9e3779b97f4a7c15ull);
+    for (size_t s = 0; s < eval_ex.size(); s += (size_t)eval_batch) {
+      std::vector<bool> special;
+      FinetuneBatch b = make_batch(eval_ex, range_of(s, std::min(eval_ex.size(), s + (size_t)eval_batch)), pad_id, &special);
+      mask_tokens_for_mlm(b, special, mask_id, config.vocab_size, o.mlm_probability, eval_rng);
+      eval_mlm.push_back(std::move(b));
+    }
+  }
+  auto evaluate = [&]() -> EvalResult {
+    if (seqcls) return evaluate_classify(*seqcls, eval_ex, eval_batch, pad_id);
+    if (tokcls) return evaluate_tokens(*tokcls, eval_ex, eval_batch, pad_id, summary.labels);
+    return evaluate_mlm(*mlm, eval_mlm);
+  };
+
+  api::FinetuneTask task;
+  task.params = &model->params();
+  task.optimizer = &model->optimizer();
+  task.dropout_rng = &model->dropout_rng();
+  task.num_examples = (int64_t)train_ex.size();
+  task.eval_columns = eval_columns(o.task);
+  task.has_eval = !eval_ex.empty();
+  task.micro_step = [&](const std::vector<int64_t>& idx, float scale, Rng& data_rng, RowKeys& keys) -> double {
+    // The whole micro-batch (and its masking) on every rank, then this rank's rows, balanced by tokens; the
+    // share's mean loss weighted by its fraction of the micro-batch's loss terms (rows, or labelled tokens).
+    std::vector<bool> special;
+    FinetuneBatch b = make_batch(train_ex, idx, pad_id, mlm ? &special : nullptr);
+    if (mlm) mask_tokens_for_mlm(b, special, mask_id, config.vocab_size, o.mlm_probability, data_rng);
+    std::vector<int64_t> tokens;
+    for (int64_t i : idx) tokens.push_back((int64_t)train_ex[i].ids.size());
+    const auto [r0, r1] = dist::shard_range(tokens, world_size, rank);
+    const int64_t total = loss_terms(b, 0, b.B), mine = loss_terms(b, r0, r1);
+    if (mine == 0) return 0.0;  // nothing of the loss here (an empty share, or no labelled token)
+    keys.rows.assign(idx.begin() + r0, idx.begin() + r1);
+    keys.calls = 0;
+    const double share = (double)mine / (double)total;
+    return share * model->accumulate_gradients(batch_rows(std::move(b), r0, r1), scale * (float)share, /*dropout=*/true);
+  };
+  task.evaluate = evaluate;
+  task.write_model = [&] { write_model_folder(model_dir, o, cfg_json, summary.labels, model->params()); };
+  api::run_finetune_loop(o, task, api::run_fingerprint(o, summary.train_examples, summary.labels), summary);
+  summary.out_dir = o.out_dir;
+  summary.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return summary;
+}
+
 }  // namespace
 
-namespace api {
-
-nlohmann::json run_fingerprint(const FinetuneOptions& o, int64_t train_examples, const std::vector<std::string>& labels) {
-  return {{"task", o.task},
-          {"train_examples", train_examples},
-          {"epochs", o.epochs},
-          {"batch_size", o.batch_size},
-          {"gradient_accumulation_steps", o.gradient_accumulation_steps},
-          {"learning_rate", o.learning_rate},
-          {"weight_decay", o.weight_decay},
-          {"warmup_ratio", o.warmup_ratio},
-          {"warmup_steps", o.warmup_steps},
-          {"max_grad_norm", o.max_grad_norm},
-          {"max_length", o.max_length},
-          {"mlm_probability", o.mlm_probability},
-          {"group_texts", o.group_texts},
-          {"seed", o.seed},
-          {"precision", o.precision},
-          {"labels", labels}};
+FinetuneSummary finetune(const std::string& model_dir, const FinetuneOptions& o) {
+  try {
+    return finetune_on_this_rank(model_dir, o);
+  } catch (const std::exception& e) {
+    // Under mpirun the other ranks would wait in a collective: end them all now, with the message.
+    if (dist::world().world_size() > 1) dist::world().abort(1, e.what());
+    throw;
+  }
 }
+
+namespace api {
 
 void run_finetune_loop(const FinetuneOptions& o, const FinetuneTask& task, const nlohmann::json& fingerprint,
                        FinetuneSummary& summary) {
@@ -841,149 +990,5 @@ void run_finetune_loop(const FinetuneOptions& o, const FinetuneTask& task, const
 }
 
 }  // namespace api
-
-namespace {
-
-// finetune() on this process (one rank of an mpirun job, or the only one).
-FinetuneSummary finetune_on_this_rank(const std::string& model_dir, const FinetuneOptions& o) {
-  const auto t0 = std::chrono::steady_clock::now();
-  check_options(o);
-  api::require_dir(model_dir, "model folder");
-  if (o.task != "embed") {  // a sentence-transformers folder may keep its Transformer in a subfolder
-    api::require_file(model_dir + "/config.json");
-    api::require_weights(model_dir);
-  }
-  api::require_file(o.train_file);
-  if (!o.eval_file.empty()) api::require_file(o.eval_file);
-  const std::string state_path = o.out_dir + "/" + kStateFile;
-  std::error_code ec;
-  dist::Communicator& comm = dist::world();
-  const int world_size = comm.world_size(), rank = comm.rank();
-  if (rank != 0) {
-    // Only rank 0 reads or writes out_dir (it may not even be shared with the other ranks' hosts).
-  } else if (o.resume) {
-    if (!fs::is_regular_file(state_path, ec))
-      throw std::invalid_argument("--resume: " + o.out_dir + " has no training state (" + kStateFile + ") to resume from");
-  } else if (fs::exists(o.out_dir, ec)) {
-    if (!fs::is_directory(o.out_dir, ec)) throw std::invalid_argument("--out '" + o.out_dir + "' is a file");
-    if (!fs::is_empty(o.out_dir, ec) && !o.overwrite)
-      throw std::invalid_argument("--out '" + o.out_dir +
-                                  "' already exists and is not an empty folder; choose a new folder, pass --overwrite, "
-                                  "or --resume a stopped run");
-    if (fs::equivalent(o.out_dir, model_dir, ec))
-      throw std::invalid_argument("--out is the model folder itself; choose another folder");
-  }
-  api::apply_threads(o.threads);
-  if (o.task == "embed") return api::finetune_embed(model_dir, o);
-  const std::string cfg_path = model_dir + "/config.json";
-  const nlohmann::json cfg_json = load_json_file(cfg_path);
-  const EncoderConfig config = EncoderConfig::from_json(cfg_json, cfg_path);
-  if (config.model_type != "bert")
-    throw std::invalid_argument(model_dir + ": model_type '" + config.model_type +
-                                "': fine-tuning supports bert so far");
-  const Tokenizer tok(model_dir);
-  const Table train = read_table(o.train_file);
-  FinetuneSummary summary;
-  if (o.task != "mlm") summary.labels = label_set(o, cfg_json, seen_labels(o, train),
-                                                  o.task == "classify" ? o.label_column : o.tags_column);
-  std::map<std::string, int64_t> label_id;
-  for (size_t i = 0; i < summary.labels.size(); ++i) label_id[summary.labels[i]] = (int64_t)i;
-  const std::vector<Example> train_ex = read_examples(o.train_file, train, o, tok, label_id);
-  std::vector<Example> eval_ex;
-  if (!o.eval_file.empty()) eval_ex = read_examples(o.eval_file, read_table(o.eval_file), o, tok, label_id);
-  summary.train_examples = (int64_t)train_ex.size();
-  summary.eval_examples = (int64_t)eval_ex.size();
-  int64_t mask_id = -1;
-  if (o.task == "mlm") {
-    for (const char* m : {"[MASK]", "<mask>"})
-      if (mask_id < 0) mask_id = tok.token_to_id(m);
-    if (mask_id < 0) throw std::invalid_argument(model_dir + ": the tokenizer has no mask token ([MASK]); mlm needs one");
-  }
-
-  const int64_t micro_per_epoch = ((int64_t)train_ex.size() + o.batch_size - 1) / o.batch_size;
-  const int64_t accum = o.gradient_accumulation_steps;
-  const int64_t steps_per_epoch = (micro_per_epoch + accum - 1) / accum;
-  // BertFor*Classification: classifier_dropout if set, else hidden_dropout_prob (the body's dropout).
-  const FinetuneHyperparameters hp = api::finetune_hyperparameters(
-      o, steps_per_epoch * o.epochs, json_number_or(cfg_json, "hidden_dropout_prob", 0.1, cfg_path));
-  const double init_range = json_number_or(cfg_json, "initializer_range", 0.02, cfg_path);
-  CheckpointWeights weights(model_dir);
-  std::unique_ptr<FinetuneModel> model;
-  SequenceClassificationTrainer* seqcls = nullptr;
-  TokenClassificationTrainer* tokcls = nullptr;
-  MaskedLMTrainer* mlm = nullptr;
-  const int64_t C = (int64_t)summary.labels.size();
-  if (o.task == "classify") {
-    model = std::make_unique<SequenceClassificationTrainer>(config, weights, C, hp, init_range);
-    seqcls = static_cast<SequenceClassificationTrainer*>(model.get());
-  } else if (o.task == "token-classify") {
-    model = std::make_unique<TokenClassificationTrainer>(config, weights, C, hp, init_range);
-    tokcls = static_cast<TokenClassificationTrainer*>(model.get());
-  } else {
-    model = std::make_unique<MaskedLMTrainer>(config, weights, hp, init_range);
-    mlm = static_cast<MaskedLMTrainer*>(model.get());
-  }
-  model->set_precision(o.precision == "bf16" ? ops::ComputeType::BF16 : ops::ComputeType::F32);
-  const int64_t pad_id = config.pad_token_id;
-  const int64_t eval_batch = std::max<int64_t>(o.batch_size, 32);
-  // mlm: the eval texts masked once, from a generator of their own.
-  std::vector<FinetuneBatch> eval_mlm;
-  if (mlm && !eval_ex.empty()) {
-    Rng eval_rng(o.seed ^ 0x9e3779b97f4a7c15ull);
-    for (size_t s = 0; s < eval_ex.size(); s += (size_t)eval_batch) {
-      std::vector<bool> special;
-      FinetuneBatch b = make_batch(eval_ex, range_of(s, std::min(eval_ex.size(), s + (size_t)eval_batch)), pad_id, &special);
-      mask_tokens_for_mlm(b, special, mask_id, config.vocab_size, o.mlm_probability, eval_rng);
-      eval_mlm.push_back(std::move(b));
-    }
-  }
-  auto evaluate = [&]() -> EvalResult {
-    if (seqcls) return evaluate_classify(*seqcls, eval_ex, eval_batch, pad_id);
-    if (tokcls) return evaluate_tokens(*tokcls, eval_ex, eval_batch, pad_id, summary.labels);
-    return evaluate_mlm(*mlm, eval_mlm);
-  };
-
-  api::FinetuneTask task;
-  task.params = &model->params();
-  task.optimizer = &model->optimizer();
-  task.dropout_rng = &model->dropout_rng();
-  task.num_examples = (int64_t)train_ex.size();
-  task.eval_columns = eval_columns(o.task);
-  task.has_eval = !eval_ex.empty();
-  task.micro_step = [&](const std::vector<int64_t>& idx, float scale, Rng& data_rng, RowKeys& keys) -> double {
-    // The whole micro-batch (and its masking) on every rank, then this rank's rows, balanced by tokens; the
-    // share's mean loss weighted by its fraction of the micro-batch's loss terms (rows, or labelled tokens).
-    std::vector<bool> special;
-    FinetuneBatch b = make_batch(train_ex, idx, pad_id, mlm ? &special : nullptr);
-    if (mlm) mask_tokens_for_mlm(b, special, mask_id, config.vocab_size, o.mlm_probability, data_rng);
-    std::vector<int64_t> tokens;
-    for (int64_t i : idx) tokens.push_back((int64_t)train_ex[i].ids.size());
-    const auto [r0, r1] = dist::shard_range(tokens, world_size, rank);
-    const int64_t total = loss_terms(b, 0, b.B), mine = loss_terms(b, r0, r1);
-    if (mine == 0) return 0.0;  // nothing of the loss here (an empty share, or no labelled token)
-    keys.rows.assign(idx.begin() + r0, idx.begin() + r1);
-    keys.calls = 0;
-    const double share = (double)mine / (double)total;
-    return share * model->accumulate_gradients(batch_rows(std::move(b), r0, r1), scale * (float)share, /*dropout=*/true);
-  };
-  task.evaluate = evaluate;
-  task.write_model = [&] { write_model_folder(model_dir, o, cfg_json, summary.labels, model->params()); };
-  api::run_finetune_loop(o, task, api::run_fingerprint(o, summary.train_examples, summary.labels), summary);
-  summary.out_dir = o.out_dir;
-  summary.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  return summary;
-}
-
-}  // namespace
-
-FinetuneSummary finetune(const std::string& model_dir, const FinetuneOptions& o) {
-  try {
-    return finetune_on_this_rank(model_dir, o);
-  } catch (const std::exception& e) {
-    // Under mpirun the other ranks would wait in a collective: end them all now, with the message.
-    if (dist::world().world_size() > 1) dist::world().abort(1, e.what());
-    throw;
-  }
-}
 
 }  // namespace tfm
