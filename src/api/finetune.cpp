@@ -722,9 +722,7 @@ FinetuneSummary finetune_on_this_rank(const std::string& model_dir, const Finetu
     if (mask_id < 0) throw std::invalid_argument(model_dir + ": the tokenizer has no mask token ([MASK]); mlm needs one");
   }
 
-  const int64_t micro_per_epoch = ((int64_t)train_ex.size() + o.batch_size - 1) / o.batch_size;
-  const int64_t accum = o.gradient_accumulation_steps;
-  const int64_t steps_per_epoch = (micro_per_epoch + accum - 1) / accum;
+  const int64_t steps_per_epoch = api::finetune_steps_per_epoch(o, (int64_t)train_ex.size());
   // BertFor*Classification: classifier_dropout if set, else hidden_dropout_prob (the body's dropout).
   const FinetuneHyperparameters hp = api::finetune_hyperparameters(
       o, steps_per_epoch * o.epochs, json_number_or(cfg_json, "hidden_dropout_prob", 0.1, cfg_path));
@@ -821,7 +819,7 @@ void run_finetune_loop(const FinetuneOptions& o, const FinetuneTask& task, const
   if (trace_dist) std::fprintf(stderr, "rank %d pid %d\n", comm.rank(), (int)getpid());
   const int64_t micro_per_epoch = (task.num_examples + o.batch_size - 1) / o.batch_size;
   const int64_t accum = o.gradient_accumulation_steps;
-  const int64_t steps_per_epoch = (micro_per_epoch + accum - 1) / accum;
+  const int64_t steps_per_epoch = finetune_steps_per_epoch(o, task.num_examples);
   nn::ParamStore& params = *task.params;
   FinetuneOptimizer& opt = *task.optimizer;
   TrainerParts parts{params, opt, *task.dropout_rng};

@@ -7,7 +7,6 @@
 #include <cmath>
 #include <filesystem>
 #include <numeric>
-#include <sstream>
 #include <stdexcept>
 
 #include "api/common.h"
@@ -42,6 +41,11 @@ FinetuneHyperparameters finetune_hyperparameters(const FinetuneOptions& o, int64
   hp.dropout = (float)dropout;
   hp.seed = o.seed;
   return hp;
+}
+
+int64_t finetune_steps_per_epoch(const FinetuneOptions& o, int64_t examples) {
+  const int64_t micro = (examples + o.batch_size - 1) / o.batch_size;
+  return (micro + o.gradient_accumulation_steps - 1) / o.gradient_accumulation_steps;
 }
 
 namespace {
@@ -280,8 +284,7 @@ FinetuneSummary finetune_embed(const std::string& model_dir, const FinetuneOptio
   summary.train_examples = (int64_t)train.examples.size();
   summary.eval_examples = (int64_t)eval.examples.size();
 
-  const int64_t micro_per_epoch = (summary.train_examples + o.batch_size - 1) / o.batch_size;
-  const int64_t steps_per_epoch = (micro_per_epoch + o.gradient_accumulation_steps - 1) / o.gradient_accumulation_steps;
+  const int64_t steps_per_epoch = finetune_steps_per_epoch(o, summary.train_examples);
   const FinetuneHyperparameters hp = finetune_hyperparameters(
       o, steps_per_epoch * o.epochs, json_number_or(cfg_json, "hidden_dropout_prob", 0.1, cfg_path));
   CheckpointWeights weights(lay.transformer_dir);

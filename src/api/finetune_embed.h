@@ -19,6 +19,9 @@ namespace tfm::api {
 // else ceil(warmup_ratio * total_steps); `dropout` (config.json hidden_dropout_prob) and o.seed.
 FinetuneHyperparameters finetune_hyperparameters(const FinetuneOptions& o, int64_t total_steps, double dropout);
 
+// Optimizer steps an epoch: ceil(ceil(examples / o.batch_size) / o.gradient_accumulation_steps).
+int64_t finetune_steps_per_epoch(const FinetuneOptions& o, int64_t examples);
+
 // One evaluation: train_log.csv's eval columns by name, in the task's column order, and what picks the best epoch.
 struct EvalResult {
   std::vector<std::pair<std::string, double>> metrics;

@@ -57,7 +57,7 @@ void add_finetune_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--epochs", o->epochs, "Passes over the training data")->capture_default_str()
       ->check(whole_range(1, 100000));
-  cmd->add_option("--batch-size", o->batch_size, "Examples per micro-batch")->capture_default_str()
+  cmd->add_option("--batch-size", o->batch_size, "Examples per micro-batch (under mpirun: of all ranks together)")->capture_default_str()
       ->check(whole_range(1, 65536));
   cmd->add_option("--gradient-accumulation-steps", o->gradient_accumulation_steps,
                   "Micro-batches per optimizer step (each loss divided by their number)")
