@@ -17,10 +17,11 @@ get_linear_schedule_with_warmup, clip_grad_norm_ before each step. torch skips p
 clip_grad_norm_ and AdamW, so the pooler is left as it was. Dropout is 0 (torch's RNG cannot be matched).
 
 Writes tests/fixtures/finetune_embed/steps.safetensors with, for each run R (mnrl: mean + Normalize, pairs then
-triplets; cosine: CosineSimilarityLoss; cls: cls pooling without Normalize; e2e: the CLI's run below):
+triplets; cosine: CosineSimilarityLoss; cls: cls pooling without Normalize; accum: two steps of two
+micro-batches each (gradient accumulation); e2e: the CLI's run below):
   R.batch{k}.col{c} [B, L_c] token ids (each column padded on its own, [PAD] = 0), R.batch{k}.scores [B],
   R.loss [K], R.grad_norm [K], R.lr [K], R.step0.grad.<name> (first step, before clipping), R.final.<name>
-  (every trained parameter after the K steps); e2e has only loss, lr and final (the CLI test reads the first two
+  (every trained parameter after the K steps); accum has R.batch{k}.micro{j}.col{c}, loss, lr and final; e2e has only loss, lr and final (the CLI test reads the first two
   from train_log.csv); e2e.embeddings [S, 32]: the trained model's embeddings of
   e2e_sentences.txt. Also hyper.json, and e2e_train.csv (anchor, positive, negative texts) that the CLI test trains
   on for three epochs of one batch (MultipleNegativesRankingLoss does not depend on the order of the rows in a
@@ -119,17 +120,24 @@ def run(name, sd, cfg, pooling, normalize, loss, batches, hyper, out, detail=Tru
     sched = torch.optim.lr_scheduler.LambdaLR(
         opt, lambda s: linear_schedule(s, hyper["warmup_steps"], hyper["total_steps"]))
     losses, norms, lrs = [], [], []
-    for k, (cols, scores) in enumerate(batches):
-        ids = [pad(c) for c in cols]
-        if detail:
-            for c, t in enumerate(ids):
-                out[f"{name}.batch{k}.col{c}"] = t
-            if scores is not None:
-                out[f"{name}.batch{k}.scores"] = torch.tensor(scores)
+    for k, step in enumerate(batches):
+        # A step is one batch, or a list of micro-batches (gradient accumulation: the Trainer's training_step
+        # divides each micro-batch's loss by their number and backpropagates it; the gradients add up).
+        micro = step if isinstance(step, list) else [step]
         opt.zero_grad()
-        reps = [model(t) for t in ids]  # one forward per column, as SentenceTransformer does
-        value = mnrl(reps, hyper["scale"]) if loss == "mnrl" else cosine_loss(reps, torch.tensor(scores))
-        value.backward()
+        total = 0.0
+        for j, (cols, scores) in enumerate(micro):
+            ids = [pad(c) for c in cols]
+            key = f"{name}.batch{k}" if len(micro) == 1 and not isinstance(step, list) else f"{name}.batch{k}.micro{j}"
+            if detail or isinstance(step, list):
+                for c, t in enumerate(ids):
+                    out[f"{key}.col{c}"] = t
+                if scores is not None:
+                    out[f"{key}.scores"] = torch.tensor(scores)
+            reps = [model(t) for t in ids]  # one forward per column, as SentenceTransformer does
+            value = mnrl(reps, hyper["scale"]) if loss == "mnrl" else cosine_loss(reps, torch.tensor(scores))
+            (value / len(micro)).backward()
+            total += value.item() / len(micro)
         assert all(p.grad is None for n, p in params if n.startswith("pooler.")), "the pooler got a gradient"
         if k == 0 and detail:
             for n, p in params:
@@ -139,7 +147,7 @@ def run(name, sd, cfg, pooling, normalize, loss, batches, hyper, out, detail=Tru
         lrs.append(opt.param_groups[0]["lr"])
         opt.step()
         sched.step()
-        losses.append(value.item())
+        losses.append(total)
         norms.append(norm.item())
     for n, p in params:
         moved = not torch.equal(p.detach(), torch.from_numpy(np.array(sd[n])))
@@ -190,6 +198,11 @@ def main():
          (cols([r[:2] for r in scored2]), [r[2] for r in scored2])], HYPER, out)
     run("cls", sd, cfg, "cls", False, "mnrl", [(cols(pairs2), None), (cols(triplets), None)], HYPER, out)
 
+    # Gradient accumulation (plain, not CachedMultipleNegativesRankingLoss): two steps of two micro-batches each,
+    # every micro-batch with its own in-batch negatives.
+    run("accum", sd, cfg, "mean", True, "mnrl",
+        [[(cols(pairs), None), (cols(pairs2), None)], [(cols(triplets), None), (cols(pairs[:2]), None)]], HYPER, out,
+        detail=False)
     # The CLI run: three epochs of one batch of four triplets.
     e2e = [("the cat sat on the mat.", "a cat is on the mat", "the dog is in the house"),
            ("paris is the capital of france.", "the capital of france is paris", "london is in england"),

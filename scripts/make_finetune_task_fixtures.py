@@ -22,8 +22,10 @@ Writes tests/fixtures/finetune/{token,mlm}_steps.safetensors: step{k}.micro{j}.{
 attention_mask,labels}, micro_loss[M] (every micro-batch's unscaled loss, in order), grad_norm[K], lr[K],
 step0.grad.<name> (every parameter's gradient in the first step, before clipping), final.<name> (every parameter
 after the K steps); and {token,mlm}_hyper.json.
-Run: /usr/bin/python3 scripts/make_finetune_task_fixtures.py
+Also finetune/group_texts.{csv,safetensors} for --group-texts (group_texts_fixture below).
+Run: /usr/bin/python3 scripts/make_finetune_task_fixtures.py [--group-texts-only]
 """
+import itertools
 import json
 import os
 import sys
@@ -193,8 +195,55 @@ def run(model, sd, steps, name):
     save_steps(out, losses, norms, lrs, os.path.join(FIX, "finetune"), name, dict(parameters=len(params)))
 
 
+def group_texts(examples, max_seq_length):
+    """run_mlm.py's group_texts (transformers/examples/pytorch/language-modeling, without --line_by_line)."""
+    concatenated = {k: list(itertools.chain(*examples[k])) for k in examples.keys()}
+    total_length = len(concatenated[list(examples.keys())[0]])
+    # run_mlm.py drops the small remainder (a batch shorter than max_seq_length in all stays one short block)
+    if total_length >= max_seq_length:
+        total_length = (total_length // max_seq_length) * max_seq_length
+    return {k: [t[i:i + max_seq_length] for i in range(0, total_length, max_seq_length)]
+            for k, t in concatenated.items()}
+
+
+def group_texts_fixture():
+    """--group-texts: 1,002 texts of heads_mlm's vocabulary tokenized as BertTokenizer does (make_embed_fixtures.Tok:
+    [CLS] text [SEP], special_tokens_mask 1 on both), then run_mlm.py's group_texts under datasets.map(batched=True)
+    with its default batch_size 1000: the first 1,000 texts grouped into blocks of 8 with their remainder dropped,
+    then the last 2 (6 tokens in all: one short block). Writes finetune/group_texts.csv (column text) and
+    finetune/group_texts.safetensors: input_ids, token_type_ids, special_tokens_mask (the blocks concatenated) and
+    lengths [blocks]."""
+    sys.path.insert(0, HERE)
+    from make_embed_fixtures import Tok, load_vocab
+    tok = Tok(load_vocab(os.path.join(FIX, "heads_mlm", "vocab.txt")))
+    words = ("the cat sat on the mat the dog is in the park people live in london the capital of france is paris "
+             "the man has a red car friends watch football").split()
+    texts = [" ".join(words[(7 * i) % len(words):(7 * i) % len(words) + 1 + (i % 5)]) for i in range(1000)]
+    texts += ["hello", "paris"]
+    blocks = {"input_ids": [], "token_type_ids": [], "special_tokens_mask": []}
+    for first in range(0, len(texts), 1000):  # datasets.map(batched=True, batch_size=1000)
+        enc = {"input_ids": [], "token_type_ids": [], "special_tokens_mask": []}
+        for t in texts[first:first + 1000]:
+            ids, tt, _ = tok.encode(t)
+            enc["input_ids"].append(ids)
+            enc["token_type_ids"].append(tt)
+            enc["special_tokens_mask"].append([1] + [0] * (len(ids) - 2) + [1])
+        for k, v in group_texts(enc, 8).items():
+            blocks[k] += v
+    assert len(blocks["input_ids"][-1]) == 6 and all(len(b) == 8 for b in blocks["input_ids"][:-1])
+    arrays = {k: np.array(list(itertools.chain(*v)), dtype=np.int64) for k, v in blocks.items()}
+    arrays["lengths"] = np.array([len(b) for b in blocks["input_ids"]], dtype=np.int64)
+    st.save(arrays, os.path.join(FIX, "finetune", "group_texts.safetensors"))
+    with open(os.path.join(FIX, "finetune", "group_texts.csv"), "w") as f:
+        f.write("text\n" + "\n".join(texts) + "\n")
+    print("group_texts:", len(texts), "texts,", len(blocks["input_ids"]), "blocks")
+
+
 def main():
     os.makedirs(os.path.join(FIX, "finetune"), exist_ok=True)
+    group_texts_fixture()
+    if "--group-texts-only" in sys.argv:
+        return
     d = os.path.join(FIX, "heads_tokcls")
     cfg = json.load(open(os.path.join(d, "config.json")))
     run(BertForTokenClassificationRef(cfg, len(cfg["id2label"])), st.load(os.path.join(d, "model.safetensors")),

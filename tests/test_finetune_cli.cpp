@@ -107,9 +107,8 @@ TEST(FinetuneCli, BadDataAndOptionsAreOneLineErrors) {
     return test::run_tfm_in(t.path, args);
   };
   test::expect_one_line_error(run({"--train", t.path + "/train.csv", "--label-column", "y"}), "no column 'y'");
-  test::expect_one_line_error(
-      run({"--train", t.path + "/train.csv", "--task", "embed", "--gradient-accumulation-steps", "2"}),
-      "--task embed does not support --gradient-accumulation-steps yet");
+  test::expect_one_line_error(run({"--train", t.path + "/train.csv", "--group-texts"}),
+                              "--group-texts concatenates the texts of masked-LM training; it is for --task mlm only");
   test::expect_one_line_error(run({"--train", t.path + "/train.csv", "--labels", "neg,neutral"}),
                               "label 'pos' is not in the label set");
   test::spit(t.path + "/bad.csv", "text,label\n\"a cat,pos\n");

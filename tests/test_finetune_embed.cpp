@@ -7,6 +7,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <sstream>
 #include <string>
 
@@ -15,6 +16,8 @@
 #include "models/checkpoint_weights.h"
 #include "models/encoder.h"
 #include "models/sentence_transformer.h"
+#include "ops/gemm.h"
+#include "ops/gemm_bf16.h"
 #include "run_tfm.h"
 #include "finetune_test_util.h"
 #include "test_util.h"
@@ -37,8 +40,15 @@ FinetuneHyperparameters hyper(const std::string& which) {
 }
 
 // The columns of fixture batch k (each padded on its own, as sentence-transformers runs them) padded into one.
-SentenceBatch batch_of(const std::string& run, int k) {
-  const std::string p = run + ".batch" + std::to_string(k) + ".";
+SentenceBatch batch_at(const std::string& p);
+SentenceBatch batch_of(const std::string& run, int k) { return batch_at(run + ".batch" + std::to_string(k) + "."); }
+// Micro-batch j of step k of a gradient-accumulation run.
+SentenceBatch micro_batch_of(const std::string& run, int k, int j) {
+  return batch_at(run + ".batch" + std::to_string(k) + ".micro" + std::to_string(j) + ".");
+}
+
+// The batch whose tensors' names start with p ("R.batchK." or "R.batchK.microJ.").
+SentenceBatch batch_at(const std::string& p) {
   SentenceBatch b;
   std::vector<Tensor> cols;
   while (steps().has(p + "col" + std::to_string(cols.size()))) cols.push_back(steps().get(p + "col" + std::to_string(cols.size())));
@@ -119,6 +129,54 @@ TEST(FinetuneEmbed, CosineSimilarityStepsMatchPyTorch) {
 
 TEST(FinetuneEmbed, ClsPoolingWithoutNormalizeMatchesPyTorch) {
   check_run("cls", PoolingConfig::from_names("cls"), false, EmbeddingLoss::MultipleNegativesRanking, 2);
+}
+
+// Gradient accumulation as the Trainer does it: each micro-batch's loss divided by their number (every
+// micro-batch with its own in-batch negatives), the gradients summed, one clipped AdamW step.
+TEST(FinetuneEmbed, GradientAccumulationStepsMatchPyTorch) {
+  const EncoderConfig c = EncoderConfig::load(fixture("st_mean/config.json"));
+  CheckpointWeights w(fixture("st_mean"));
+  SentenceEmbeddingTrainer t(c, w, PoolingConfig::from_names("mean"), true, EmbeddingLoss::MultipleNegativesRanking,
+                             hyper("steps"));
+  const Tensor losses = steps().get("accum.loss"), lr = steps().get("accum.lr");
+  for (int k = 0; k < 2; ++k) {
+    t.params().zero_grad();
+    double loss = 0;
+    for (int j = 0; j < 2; ++j) loss += t.accumulate_gradients(micro_batch_of("accum", k, j), 0.5f, false) / 2;
+    EXPECT_NEAR(loss, losses.f32()[k], 1e-5 * std::fabs(losses.f32()[k]) + 1e-7) << "step " << k;
+    t.optimizer().step(t.params());
+    EXPECT_NEAR(t.last_lr(), lr.f32()[k], 1e-9) << "step " << k;
+  }
+  for (const auto& e : t.params().entries())
+    if (!is_key_bias(e.name))
+      EXPECT_TRUE(close_to(t.params().all_data().data() + e.offset, steps().get("accum.final." + e.name), 5e-5))
+          << e.name;
+}
+
+// --precision bf16: the Transformer's products in bf16, fp32 master weights: steps close to fp32's.
+TEST(FinetuneEmbed, Bf16StepsStayCloseToFp32) {
+  if (!ops::has_bf16_gemm()) GTEST_SKIP() << "no bf16 instructions on this CPU (" << ops::cpu_isa_name() << ")";
+  const EncoderConfig c = EncoderConfig::load(fixture("st_mean/config.json"));
+  CheckpointWeights w(fixture("st_mean"));
+  auto make = [&] {
+    return std::make_unique<SentenceEmbeddingTrainer>(c, w, PoolingConfig::from_names("mean"), true,
+                                                      EmbeddingLoss::MultipleNegativesRanking, hyper("steps"));
+  };
+  auto f32 = make(), b16 = make();
+  b16->set_precision(ops::ComputeType::BF16);
+  EXPECT_THROW(b16->set_precision(ops::ComputeType::I8), std::invalid_argument);
+  for (int k = 0; k < 3; ++k) {
+    const SentenceBatch b = batch_of("mnrl", k);
+    const double l32 = f32->train_step(b), l16 = b16->train_step(b);
+    EXPECT_NEAR(l16, l32, 0.02 * std::fabs(l32) + 1e-3) << "step " << k;
+    EXPECT_NE(l16, l32) << "bf16 products round differently";
+  }
+  double diff = 0, scale = 0;
+  for (size_t i = 0; i < f32->params().all_data().size(); ++i) {
+    diff = std::max(diff, (double)std::fabs(f32->params().all_data()[i] - b16->params().all_data()[i]));
+    scale = std::max(scale, (double)std::fabs(f32->params().all_data()[i]));
+  }
+  EXPECT_LE(diff, 0.02 * scale);
 }
 
 // d(loss)/d(input) of a scalar function against central differences (double accumulation inside the losses keeps
@@ -260,10 +318,10 @@ TEST(FinetuneEmbedCli, TrainsAsPyTorchAndWritesAFolderThatTfmEmbedLoads) {
                         "vocab.txt", "tokenizer_config.json", "sentence_bert_config.json",
                         "config_sentence_transformers.json", "train_log.csv"})
     EXPECT_TRUE(std::filesystem::exists(out + "/" + f)) << f;
-  // train_log.csv: one step an epoch, so each epoch's loss is the reference's step loss.
+  // train_log.csv: a row per step (one an epoch), as the other tasks'.
   std::string header;
   const auto rows = csv_rows(out + "/train_log.csv", &header);
-  EXPECT_EQ(header, "epoch,step,train_loss,lr,eval_loss,eval_accuracy,eval_mrr");
+  EXPECT_EQ(header, "step,epoch,loss,lr,grad_norm,eval_loss,eval_accuracy,eval_mrr");
   const Tensor loss = steps().get("e2e.loss"), lr = steps().get("e2e.lr");
   ASSERT_EQ(rows.size(), 3u);
   for (int k = 0; k < 3; ++k) {
@@ -330,10 +388,11 @@ TEST(FinetuneEmbedCli, EvaluatesRetrievalAndScoredPairs) {
   EXPECT_NE(r.err.find("eval_spearman 1.0000"), std::string::npos) << r.err;
   std::string header;
   const auto rows = csv_rows(t.path + "/sts/train_log.csv", &header);
-  EXPECT_EQ(header, "epoch,step,train_loss,lr,eval_loss,eval_spearman");
-  ASSERT_EQ(rows.size(), 2u);
-  EXPECT_GE(rows[1][5], -1.0);
-  EXPECT_LE(rows[1][5], 1.0);
+  EXPECT_EQ(header, "step,epoch,loss,lr,grad_norm,eval_loss,eval_spearman");
+  ASSERT_EQ(rows.size(), 4u);  // 2 steps an epoch; the eval columns on each epoch's last
+  EXPECT_TRUE(rows[2].size() < 7 || std::isnan(rows[2][6]));
+  EXPECT_GE(rows[3][6], -1.0);
+  EXPECT_LE(rows[3][6], 1.0);
 }
 
 TEST(FinetuneEmbedCli, BadDataAndFoldersAreOneLineErrors) {

@@ -6,12 +6,14 @@
 
 #include <cmath>
 #include <filesystem>
+#include <sstream>
 #include <string>
 
 #include "eval/seqeval.h"
 #include "finetune_test_util.h"
 #include "io/json_util.h"
 #include "io/safetensors.h"
+#include "io/table.h"
 #include "models/checkpoint_weights.h"
 #include "models/encoder.h"
 #include "ops/gemm_bf16.h"
@@ -20,7 +22,9 @@
 #include "test_util.h"
 #include "tfm/classifier.h"
 #include "tfm/finetune.h"
+#include "tfm/tokenizer.h"
 #include "train/finetune.h"
+#include "train/group_texts.h"
 
 namespace tfm {
 namespace {
@@ -400,6 +404,89 @@ TEST(FinetuneTasks, TokenClassificationResumeIsBitExact) {
   o.learning_rate = 3e-3;
   o.threads = 1;
   expect_resume_bit_exact(fixture("heads_tokcls"), o, 6);  // 36 rows: 5 steps an epoch; saved at 5, resumed from 5
+}
+
+}  // namespace
+}  // namespace tfm
+
+namespace tfm {
+namespace {
+
+// --task embed resumes as the other tasks do: with gradient accumulation and a state saved every step.
+TEST(FinetuneTasks, EmbedResumeWithAccumulationIsBitExact) {
+  test::TempFolder t;
+  std::ostringstream train;
+  train << "anchor,positive,negative\n";
+  const char* a[] = {"the cat sat on the mat.", "paris is the capital of france.", "two men are playing football",
+                     "what time is it?"};
+  const char* p[] = {"a cat is on the mat", "the capital of france is paris", "men playing football", "the time"};
+  for (int r = 0; r < 2; ++r)
+    for (int i = 0; i < 4; ++i) train << a[i] << "," << p[i] << "," << p[(i + 1 + r) % 4] << "\n";
+  test::spit(t.path + "/train.csv", train.str());
+  FinetuneOptions o;
+  o.task = "embed";
+  o.train_file = t.path + "/train.csv";  // 8 triplets, batch 2, accumulation 2: 2 steps an epoch
+  o.eval_file = t.path + "/train.csv";
+  o.out_dir = t.path + "/run";
+  o.epochs = 3;
+  o.batch_size = 2;
+  o.gradient_accumulation_steps = 2;
+  o.save_steps = 3;
+  o.learning_rate = 1e-3;
+  o.threads = 1;
+  expect_resume_bit_exact(fixture("st_mean"), o, 5);  // saved at 2, 3 and 4 (epoch ends and step 3); resumed from 4
+}
+
+// --group-texts: the blocks of run_mlm.py's group_texts (the fixture script's Python copy of it) from our
+// tokenization of the same texts, 1,000 texts per map batch.
+TEST(FinetuneTasks, GroupTextsCutsTheBlocksOfRunMlm) {
+  const SafeTensors st = SafeTensors::open(fixture("finetune/group_texts.safetensors"));
+  const Table table = read_table(fixture("finetune/group_texts.csv"));
+  const Tokenizer tok(fixture("heads_mlm"));
+  std::vector<TokenizedText> texts;
+  for (const auto& row : table.rows) {
+    const TextEncoding e = tok.encode(row[0]);
+    texts.push_back({e.input_ids, e.token_type_ids, e.special});
+  }
+  ASSERT_EQ(texts.size(), 1002u);
+  const std::vector<TokenizedText> blocks = group_texts(texts, 8);
+  const Tensor lengths = st.get("lengths"), ids = st.get("input_ids"), types = st.get("token_type_ids"),
+               special = st.get("special_tokens_mask");
+  ASSERT_EQ((int64_t)blocks.size(), lengths.numel());
+  int64_t at = 0;
+  for (size_t b = 0; b < blocks.size(); ++b) {
+    ASSERT_EQ((int64_t)blocks[b].input_ids.size(), lengths.i64()[b]) << "block " << b;
+    for (size_t i = 0; i < blocks[b].input_ids.size(); ++i, ++at) {
+      ASSERT_EQ(blocks[b].input_ids[i], ids.i64()[at]) << "block " << b << " token " << i;
+      ASSERT_EQ(blocks[b].token_type_ids[i], types.i64()[at]) << "block " << b << " token " << i;
+      ASSERT_EQ(blocks[b].special_tokens_mask[i], special.i64()[at] != 0) << "block " << b << " token " << i;
+    }
+  }
+  EXPECT_EQ(at, ids.numel());
+  EXPECT_EQ(blocks.back().input_ids.size(), 6u);  // the last map batch: 2 texts, one short block
+  EXPECT_THROW(group_texts(texts, 0), std::invalid_argument);
+  texts[3].special_tokens_mask.pop_back();
+  EXPECT_THROW(group_texts(texts, 8), std::invalid_argument);
+}
+
+TEST(FinetuneTasks, GroupTextsTrainsOnTheBlocks) {
+  test::TempFolder t;
+  FinetuneOptions o;
+  o.task = "mlm";
+  o.train_file = fixture("finetune/group_texts.csv");
+  o.out_dir = t.path + "/run";
+  o.group_texts = true;
+  o.max_length = 8;
+  o.epochs = 1;
+  o.batch_size = 128;
+  o.threads = 1;
+  const FinetuneSummary s = finetune(fixture("heads_mlm"), o);
+  EXPECT_EQ(s.train_examples, SafeTensors::open(fixture("finetune/group_texts.safetensors")).get("lengths").numel());
+  EXPECT_EQ(s.steps, (s.train_examples + 127) / 128);
+  o.group_texts = false;  // a row an example
+  o.out_dir = t.path + "/lines";
+  o.epochs = 1;
+  EXPECT_EQ(finetune(fixture("heads_mlm"), o).train_examples, 1002);
 }
 
 }  // namespace

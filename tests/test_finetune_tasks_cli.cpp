@@ -174,6 +174,30 @@ TEST(FinetuneTasksCli, Bf16ClassifierTrainsAndLoads) {
   ASSERT_EQ(c.exit_code, 0) << c.describe();
 }
 
+// --task embed takes the other tasks' run options: accumulation, saved states, bf16 (where the CPU has it); the
+// folder it writes loads in tfm embed, and a stopped run's state resumes.
+TEST(FinetuneTasksCli, EmbedTakesAccumulationSaveStepsPrecisionAndResume) {
+  test::TempFolder t;
+  const std::string out = t.path + "/o";
+  std::vector<std::string> args = {"finetune", "--task", "embed", "--model", fixture("st_mean"), "--train",
+                                   fixture("finetune_embed/e2e_train.csv"), "--eval",
+                                   fixture("finetune_embed/e2e_train.csv"), "--out", out, "--epochs", "2",
+                                   "--batch-size", "2", "--gradient-accumulation-steps", "2", "--save-steps", "1",
+                                   "--threads", "1", "--no-progress"};
+  if (ops::has_bf16_gemm()) args.insert(args.end(), {"--precision", "bf16"});
+  test::TfmRun r = test::run_tfm_in(t.path, args);
+  ASSERT_EQ(r.exit_code, 0) << r.describe();
+  EXPECT_NE(r.err.find("MultipleNegativesRankingLoss; 2 steps on 4 examples"), std::string::npos) << r.err;
+  EXPECT_EQ(eval_rows_of(out + "/train_log.csv", 8).size(), 2u);  // step,epoch,loss,lr,grad_norm + 3 eval columns
+  EXPECT_TRUE(std::filesystem::exists(out + "/loss.png"));
+  EXPECT_FALSE(std::filesystem::exists(out + "/trainer_state.safetensors"));  // removed once the run completed
+  test::TfmRun e = test::run_tfm_in(t.path, {"embed", "--model", out, "--input",
+                                             fixture("finetune_embed/e2e_sentences.txt"), "--quiet"});
+  ASSERT_EQ(e.exit_code, 0) << e.describe();
+  args.push_back("--resume");
+  test::expect_one_line_error(test::run_tfm_in(t.path, args), "has no training state");
+}
+
 TEST(FinetuneTasksCli, BadDataAndOptionsAreOneLineErrors) {
   test::TempFolder t;
   auto run = [&](const std::string& task, const std::string& data, std::vector<std::string> extra = {}) {

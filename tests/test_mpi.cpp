@@ -1,6 +1,7 @@
 // Data-parallel training over Open MPI (src/dist, train_recipe under mpirun): the token-count shards, dropout
 // masks keyed by sentence, 2 ranks == 1 rank, replicas identical after every step, rank 1 writes nothing, TCP
-// on loopback, a killed or hung rank ends the job, and --resume continues. Launched as
+// on loopback, a killed or hung rank ends the job, and --resume continues; the same for tfm finetune's four
+// tasks (MpiFinetune.*). Launched as
 // `mpirun --oversubscribe --bind-to none --allow-run-as-root -np 2` with one OpenMP thread per rank on a tiny
 // model (each run takes seconds). Skipped, saying why, where mpirun is missing or tfm was built without MPI (and
 // the two-namespace test where network namespaces cannot be made).
@@ -28,6 +29,7 @@
 #include "io/safetensors.h"
 #include "ops/dropout.h"
 #include "run_tfm.h"
+#include "tfm/finetune.h"
 #include "test_util.h"
 
 using namespace tfm;
@@ -704,4 +706,215 @@ TEST(MpiInfer, AFailingOrDyingRankFailsTheJobAndLeavesNoFile) {
   EXPECT_NE(rc, 0);
   EXPECT_NE(read_all(d.root + "/stdin.log").find("the input must be a file"), std::string::npos)
       << read_all(d.root + "/stdin.log");
+}
+
+// Data-parallel fine-tuning (issue 25): `mpirun -np 2 tfm finetune` on each task equals one process on the same
+// global batches (dropout on: its masks are keyed by example), rank 1 writes nothing, a rank that fails or dies
+// fails the run, and a one-process run's saved state resumes on two ranks.
+namespace {
+
+std::string tfm_finetune(const std::string& args) {
+  return std::string(TFM_BINARY) + " finetune --threads 1 --no-progress " + args;
+}
+
+// Largest |a - b| over the tensors of two safetensors files but the key biases (their gradient is rounding
+// noise, which AdamW scales to +-lr a step; see tests/finetune_test_util.h); infinity when the names differ.
+double max_weight_diff(const std::string& a_path, const std::string& b_path) {
+  const SafeTensors a = SafeTensors::open(a_path), b = SafeTensors::open(b_path);
+  if (a.names() != b.names() || a.names().empty()) return INFINITY;
+  double worst = 0;
+  for (const auto& n : a.names()) {
+    if (n.find("attention.self.key.bias") != std::string::npos) continue;
+    const Tensor x = a.get(n), y = b.get(n);
+    if (x.numel() != y.numel()) return INFINITY;
+    for (int64_t i = 0; i < x.numel(); ++i) worst = std::max(worst, (double)std::fabs(x.f32()[i] - y.f32()[i]));
+  }
+  return worst;
+}
+
+// Column `col` of every row of a train_log.csv but its header.
+std::vector<double> log_column(const std::string& path, size_t col) {
+  std::istringstream in(read_all(path));
+  std::string line;
+  std::getline(in, line);
+  std::vector<double> v;
+  while (std::getline(in, line)) {
+    std::istringstream cells(line);
+    std::string cell;
+    for (size_t c = 0; c <= col && std::getline(cells, cell, ','); ++c) {
+    }
+    v.push_back(std::stod(cell));
+  }
+  return v;
+}
+
+// One process, then 2 ranks (rank 1 given another --out, which must stay unwritten), with the same `args`;
+// the weights of `weights` (relative to --out) and every step's loss must agree.
+void expect_two_ranks_match_one(const Dirs& d, const std::string& args, const std::string& weights = "model.safetensors") {
+  ASSERT_EQ(0, sh(tfm_finetune(args + " --out " + d.root + "/one") + " > " + d.root + "/one.log 2>&1"))
+      << read_all(d.root + "/one.log");
+  const std::string two = "TFM_TRACE_DIST=1 " + kMpirun + "-np 1 " + tfm_finetune(args + " --out " + d.root + "/two") +
+                          " : -np 1 " + tfm_finetune(args + " --out " + d.root + "/rank1_out");
+  ASSERT_EQ(0, sh("cd " + d.root + " && " + two + " > " + d.root + "/two.log 2>&1")) << read_all(d.root + "/two.log");
+  EXPECT_FALSE(fs::exists(d.root + "/rank1_out")) << "rank 1 must not write (or create) its --out";
+  const double diff = max_weight_diff(d.root + "/one/" + weights, d.root + "/two/" + weights);
+  std::printf("max |2 ranks - 1 rank| of the fine-tuned weights: %.3g\n", diff);
+  EXPECT_LE(diff, 2e-5);
+  const std::vector<double> l1 = log_column(d.root + "/one/train_log.csv", 2),
+                            l2 = log_column(d.root + "/two/train_log.csv", 2);
+  ASSERT_EQ(l1.size(), l2.size());
+  ASSERT_GE(l1.size(), 4u);
+  for (size_t i = 0; i < l1.size(); ++i) EXPECT_NEAR(l1[i], l2[i], 1e-5 * (1 + std::fabs(l1[i]))) << "step " << i + 1;
+  // Replicas identical after every step, and both ranks held a share of some steps.
+  const Trace t = parse_trace(read_all(d.root + "/two.log"));
+  for (int64_t s = 1; s <= (int64_t)l1.size(); ++s) {
+    ASSERT_TRUE(t.hashes.count({s, 0}) && t.hashes.count({s, 1})) << "no replica hash for step " << s;
+    EXPECT_EQ(t.hashes.at({s, 0}), t.hashes.at({s, 1})) << "replicas differ after step " << s;
+  }
+  EXPECT_EQ(read_all(d.root + "/two.log").find("wrote "), read_all(d.root + "/two.log").rfind("wrote "))
+      << "only rank 0 reports";
+}
+
+void write_classify_data(const std::string& dir) {
+  const char* subjects[] = {"the cat", "the dog", "the man", "the house", "the park", "people"};
+  const char* fillers[] = {"is", "is very", "has a"};
+  std::ostringstream train;
+  train << "text,label\n";
+  int i = 0;
+  for (const char* s : subjects)
+    for (const char* f : fillers) {
+      const bool pos = (i++ % 2) == 0;
+      train << '"' << s << ' ' << f << ' ' << (pos ? "good" : "bad") << "\"," << (pos ? "pos" : "neg") << "\n";
+    }
+  std::ofstream(dir + "/train.csv") << train.str();
+  std::ofstream(dir + "/eval.csv") << "text,label\nthe car is good,pos\nthe car is bad,neg\n";
+}
+
+}  // namespace
+
+TEST(MpiFinetune, ClassifyOnTwoRanksMatchesOneProcess) {
+  if (auto why = skip_reason(); !why.empty()) GTEST_SKIP() << why;
+  Dirs d("ft_cls");
+  write_classify_data(d.root);
+  // 18 rows, batch 5 (shares of 2 and 3 rows), accumulation 2: the last step of an epoch has one micro-batch.
+  expect_two_ranks_match_one(d, "--model " + test::fixture("heads_seqcls") + " --train " + d.root + "/train.csv --eval " +
+                                    d.root + "/eval.csv --epochs 2 --batch-size 5 --gradient-accumulation-steps 2 "
+                                    "--lr 1e-3 --warmup-steps 1 --weight-decay 0.01 --seed 3");
+}
+
+TEST(MpiFinetune, TokenClassifyOnTwoRanksMatchesOneProcess) {
+  if (auto why = skip_reason(); !why.empty()) GTEST_SKIP() << why;
+  Dirs d("ft_tok");
+  std::ostringstream train;
+  const char* locs[] = {"paris", "london", "england", "france"};
+  const char* pers[] = {"man", "friends", "men"};
+  for (const char* p : pers)
+    for (const char* l : locs) {
+      train << "{\"tokens\": [\"the\", \"" << p << "\", \"is\", \"in\", \"" << l
+            << "\"], \"tags\": [\"O\", \"B-PER\", \"O\", \"O\", \"B-LOC\"]}\n";
+      train << "{\"tokens\": [\"" << l << "\", \"has\", \"a\", \"park\"], \"tags\": [\"B-LOC\", \"O\", \"O\", \"O\"]}\n";
+    }
+  std::ofstream(d.root + "/train.jsonl") << train.str();
+  // Labelled tokens differ between the shares: each share's mean is weighted by its count of them.
+  expect_two_ranks_match_one(d, "--task token-classify --model " + test::fixture("heads_tokcls") + " --train " + d.root +
+                                    "/train.jsonl --epochs 2 --batch-size 7 --lr 1e-3 --seed 5");
+}
+
+TEST(MpiFinetune, MaskedLMOnTwoRanksMatchesOneProcess) {
+  if (auto why = skip_reason(); !why.empty()) GTEST_SKIP() << why;
+  Dirs d("ft_mlm");
+  std::ostringstream train;
+  train << "text\n";
+  const char* s[] = {"the cat sat on the mat", "the dog is in the park", "people live in london",
+                     "the capital of france is paris", "the man has a red car", "friends watch football"};
+  for (int r = 0; r < 3; ++r)
+    for (const char* t : s) train << t << "\n";
+  std::ofstream(d.root + "/train.csv") << train.str();
+  // The masks are drawn for the whole micro-batch on every rank, so they are one process's.
+  expect_two_ranks_match_one(d, "--task mlm --model " + test::fixture("heads_mlm") + " --train " + d.root +
+                                    "/train.csv --eval " + d.root + "/train.csv --epochs 2 --batch-size 6 "
+                                    "--gradient-accumulation-steps 2 --mlm-probability 0.3 --lr 1e-3 --seed 2");
+}
+
+TEST(MpiFinetune, EmbedOnTwoRanksMatchesOneProcessOnTheGlobalBatch) {
+  if (auto why = skip_reason(); !why.empty()) GTEST_SKIP() << why;
+  Dirs d("ft_emb");
+  const char* a[] = {"the cat sat on the mat.", "paris is the capital of france.", "two men are playing football",
+                     "what time is it?", "the dog is in the house", "people live in the red house"};
+  const char* p[] = {"a cat is on the mat", "the capital of france is paris", "men playing football", "the time",
+                     "a dog in a house", "people in a red house"};
+  std::ostringstream train;
+  train << "anchor,positive,negative\n";
+  for (int r = 0; r < 2; ++r)
+    for (int i = 0; i < 6; ++i) train << a[i] << "," << p[i] << "," << p[(i + 1 + r) % 6] << "\n";
+  std::ofstream(d.root + "/train.csv") << train.str();
+  // MultipleNegativesRankingLoss over the gathered embeddings: every anchor's negatives are the candidates of the
+  // whole batch of 4, as one process (gather_across_devices=True).
+  expect_two_ranks_match_one(d, "--task embed --model " + test::fixture("st_mean") + " --train " + d.root +
+                                    "/train.csv --eval " + d.root + "/train.csv --epochs 2 --batch-size 4 "
+                                    "--lr 1e-3 --seed 4");
+}
+
+TEST(MpiFinetune, AFailingRankFailsTheRunWithItsMessage) {
+  if (auto why = skip_reason(); !why.empty()) GTEST_SKIP() << why;
+  Dirs d("ft_fail");
+  write_classify_data(d.root);
+  const std::string args = "--model " + test::fixture("heads_seqcls") + " --epochs 2 --batch-size 4 --out " + d.root + "/o";
+  // Rank 1 alone cannot read its training file; rank 0 would wait for it in the first collective.
+  const int rc = sh("TFM_COLLECTIVE_TIMEOUT=60 " + kMpirun + "-np 1 " + tfm_finetune(args + " --train " + d.root +
+                    "/train.csv") + " : -np 1 " + tfm_finetune(args + " --train " + d.root + "/missing.csv") + " > " +
+                    d.root + "/run.log 2>&1");
+  EXPECT_NE(rc, 0);
+  EXPECT_NE(read_all(d.root + "/run.log").find("rank 1 of 2: " + d.root + "/missing.csv"), std::string::npos)
+      << read_all(d.root + "/run.log");
+  EXPECT_FALSE(fs::exists(d.root + "/o/model.safetensors"));
+}
+
+TEST(MpiFinetune, KilledRankEndsTheRun) {
+  if (auto why = skip_reason(); !why.empty()) GTEST_SKIP() << why;
+  Dirs d("ft_kill");
+  write_classify_data(d.root);
+  const std::string log = d.root + "/run.log", state = d.root + "/run/trainer_state.safetensors";
+  pid_t job = spawn("TFM_TRACE_DIST=1 " + kMpirun + "-np 2 " +
+                    tfm_finetune("--model " + test::fixture("heads_seqcls") + " --train " + d.root +
+                                 "/train.csv --epochs 100000 --batch-size 4 --save-steps 1 --out " + d.root + "/run") +
+                    " > " + log + " 2>&1");
+  pid_t rank1 = wait_for_rank1(log, state, 120);
+  ASSERT_GT(rank1, 0) << read_all(log);
+  ASSERT_EQ(0, kill(rank1, SIGKILL));
+  const int rc = wait_for(job, 60);
+  EXPECT_NE(rc, -1) << "the job must end by itself once a rank died";
+  EXPECT_NE(rc, 0) << "a job that lost a rank must exit non-zero";
+  EXPECT_FALSE(fs::exists(d.root + "/run/model.safetensors"));
+}
+
+TEST(MpiFinetune, TwoRanksResumeAOneProcessState) {
+  if (auto why = skip_reason(); !why.empty()) GTEST_SKIP() << why;
+  Dirs d("ft_resume");
+  write_classify_data(d.root);
+  FinetuneOptions o;
+  o.train_file = d.root + "/train.csv";
+  o.eval_file = d.root + "/eval.csv";
+  o.epochs = 3;
+  o.batch_size = 4;  // 5 steps an epoch
+  o.learning_rate = 1e-3;
+  o.save_steps = 2;
+  o.threads = 1;
+  o.out_dir = d.root + "/whole";
+  finetune(test::fixture("heads_seqcls"), o);
+  o.out_dir = d.root + "/stopped";
+  o.progress = [](const FinetuneProgress& p) {
+    if (!p.epoch_end && p.step == 7) throw std::runtime_error("stopped");
+  };
+  EXPECT_THROW(finetune(test::fixture("heads_seqcls"), o), std::runtime_error);  // saved at 2, 4, 5 and 6
+  ASSERT_TRUE(fs::exists(o.out_dir + "/trainer_state.safetensors"));
+  ASSERT_EQ(0, sh(kMpirun + "-np 2 " + tfm_finetune("--model " + test::fixture("heads_seqcls") + " --train " +
+                                                   o.train_file + " --eval " + o.eval_file + " --epochs 3 "
+                                                   "--batch-size 4 --lr 1e-3 --save-steps 2 --resume --out " +
+                                                   o.out_dir) + " > " + d.root + "/resume.log 2>&1"))
+      << read_all(d.root + "/resume.log");
+  EXPECT_NE(read_all(d.root + "/resume.log").find("resumed from step 6"), std::string::npos)
+      << read_all(d.root + "/resume.log");
+  EXPECT_LE(max_weight_diff(d.root + "/whole/model.safetensors", o.out_dir + "/model.safetensors"), 2e-5);
+  EXPECT_EQ(log_column(d.root + "/whole/train_log.csv", 0), log_column(o.out_dir + "/train_log.csv", 0));
 }

@@ -5,7 +5,7 @@
 /// `tfm classify`, `tfm fill-mask`, `tfm serve` and transformers load, trained
 /// as the Hugging Face Trainer trains it (AdamW without decay on biases and LayerNorm weights, linear warmup and
 /// decay, clip_grad_norm_, gradient accumulation, dropout from config.json, cross-entropy), with the best epoch
-/// kept, train_log.csv and loss.png, and resumable after a stop.
+/// kept, train_log.csv and loss.png, and resumable after a stop; data-parallel under mpirun.
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -44,9 +44,10 @@ struct FinetuneOptions {
   /// (BertForTokenClassification: columns tokens (the words: a JSON list, or words separated by spaces) and tags
   /// (one label per word, same forms); each word's label on its first sub-token, -100 on the others and on special
   /// tokens, as transformers' run_ner tokenize_and_align_labels), or "mlm" (BertForMaskedLM: column text, one
-  /// example a row; DataCollatorForLanguageModeling's masking, drawn anew each epoch), or "embed" (a
-  /// sentence-transformers folder: columns anchor, positive [, negative] train with MultipleNegativesRankingLoss
-  /// and in-batch negatives, columns sentence1, sentence2, score with CosineSimilarityLoss).
+  /// example a row, or blocks of the concatenated texts with group_texts; DataCollatorForLanguageModeling's
+  /// masking, drawn anew each epoch), or "embed" (a sentence-transformers folder: columns anchor, positive
+  /// [, negative] train with MultipleNegativesRankingLoss and in-batch negatives, columns sentence1, sentence2,
+  /// score with CosineSimilarityLoss).
   std::string task = "classify";
   std::string train_file;  ///< .csv / .tsv / .jsonl with a header (or keys) with the task's columns
   /// Optional, same columns: evaluated after every epoch; the best epoch is kept (classify: by accuracy, ties the
@@ -61,9 +62,12 @@ struct FinetuneOptions {
   /// labels sorted (numerically when all are integers).
   std::vector<std::string> labels;
   int64_t epochs = 3;                ///< TrainingArguments.num_train_epochs
-  int64_t batch_size = 16;           ///< per_device_train_batch_size (examples per micro-batch)
+  /// Examples per micro-batch: per_device_train_batch_size of one process; under mpirun the global micro-batch,
+  /// split across the ranks (so the run does not depend on the number of ranks).
+  int64_t batch_size = 16;
   /// TrainingArguments.gradient_accumulation_steps: micro-batches per optimizer step, each one's loss divided by
-  /// the number of micro-batches of its step (the last step of an epoch may have fewer).
+  /// the number of micro-batches of its step (the last step of an epoch may have fewer). embed: plain accumulation
+  /// of the losses, each micro-batch with its own in-batch negatives (not CachedMultipleNegativesRankingLoss).
   int64_t gradient_accumulation_steps = 1;
   double learning_rate = 5e-5, weight_decay = 0.0, adam_beta1 = 0.9, adam_beta2 = 0.999, adam_epsilon = 1e-8;
   double max_grad_norm = 1.0;        ///< <= 0: no clipping
@@ -72,6 +76,11 @@ struct FinetuneOptions {
   int64_t max_length = 128;          ///< texts are truncated to this many tokens (special tokens included; embed:
                                      ///< at most the folder's max_seq_length)
   double mlm_probability = 0.15;     ///< mlm: DataCollatorForLanguageModeling.mlm_probability, in (0, 1)
+  /// mlm: run_mlm.py without --line_by_line: every text tokenized whole (special tokens included), each run of
+  /// 1,000 consecutive texts concatenated and cut into blocks of max_length tokens, each run's remainder dropped
+  /// (group_texts under datasets.map's batch of 1,000); the blocks are the examples. false: a row an example,
+  /// truncated to max_length (--line_by_line). Eval texts are grouped alike.
+  bool group_texts = false;
   uint64_t seed = 42;                ///< shuffling, dropout, masking, a new head's initialisation
   /// Training state (weights, AdamW moments, step, random generators, log) saved to out_dir/trainer_state.safetensors
   /// every save_steps optimizer steps (0: at each epoch's end only; always at each epoch's end), removed when
@@ -122,8 +131,20 @@ struct FinetuneSummary {
 /// MultipleNegativesRankingLoss with scale 20 and cos_sim, or CosineSimilarityLoss); the best epoch is chosen by
 /// eval accuracy@1 (ties: MRR), or by Spearman correlation for scored pairs. out_dir is again a
 /// sentence-transformers folder (modules.json, the Pooling config, sentence_bert_config.json, the Transformer's
-/// config.json, model.safetensors with BertModel names, tokenizer files) that `tfm embed` loads, and train_log.csv
-/// (embed refuses resume, save_steps, precision bf16 and gradient_accumulation_steps > 1 with std::invalid_argument).
+/// config.json, model.safetensors with BertModel names, tokenizer files) that `tfm embed` loads, train_log.csv and
+/// loss.png; resume, save_steps, precision and gradient accumulation as the other tasks.
+///
+/// Under mpirun (a build with MPI) the ranks train data-parallel, as `tfm train`'s recipe: every rank reads the
+/// model and data files, computes its share of each global micro-batch (split by token count), and one all-reduce
+/// per optimizer step sums the gradients; clipping and AdamW run on every rank, so replicas stay identical. Dropout
+/// masks are keyed by (seed, step, example), the same whichever rank holds an example. Only rank 0 reads and
+/// writes out_dir (the state to resume, which it sends the others, the model folder, the logs), evaluates and
+/// calls `progress`; the others get the metrics, so every rank returns the same summary. The run equals one
+/// process on the same global batches within floating-point reduction tolerance. embed gathers every rank's
+/// embeddings before the loss, so an anchor's in-batch negatives are the candidates of the whole global batch, as
+/// one process has them (sentence-transformers' MultipleNegativesRankingLoss(gather_across_devices=True); its
+/// default under DDP gives each device's batch its own negatives). An exception on any rank ends every rank with
+/// its message (exit code 1); a rank that dies ends the job (mpirun).
 FinetuneSummary finetune(const std::string& model_dir, const FinetuneOptions& options);
 
 }  // namespace tfm

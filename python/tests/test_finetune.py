@@ -35,8 +35,10 @@ def test_finetune_equals_cli_and_reports_progress(tmp_path):
 def test_finetune_errors_are_value_errors(tmp_path):
     (tmp_path / "train.csv").write_text(TRAIN)
     model = f"{FIX}/heads_seqcls"
-    with pytest.raises(ValueError, match="--task embed does not support --resume yet"):
+    with pytest.raises(ValueError, match="has no training state"):
         tfm.finetune(model, str(tmp_path / "train.csv"), str(tmp_path / "o"), task="embed", resume=True)
+    with pytest.raises(ValueError, match="it is for --task mlm only"):
+        tfm.finetune(model, str(tmp_path / "train.csv"), str(tmp_path / "o"), group_texts=True)
     with pytest.raises(ValueError, match="label 'pos' is not in the label set"):
         tfm.finetune(model, str(tmp_path / "train.csv"), str(tmp_path / "o"), labels=["neg", "x"])
     with pytest.raises(FileNotFoundError):

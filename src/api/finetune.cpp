@@ -1,7 +1,11 @@
 #include "tfm/finetune.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -16,6 +20,8 @@
 #include "api/common.h"
 #include "api/finetune_embed.h"
 #include "core/rng.h"
+#include "dist/communicator.h"
+#include "dist/shard.h"
 #include "eval/seqeval.h"
 #include "io/atomic_file.h"
 #include "io/json_util.h"
@@ -26,6 +32,7 @@
 #include "models/encoder.h"
 #include "tfm/tokenizer.h"
 #include "train/finetune.h"
+#include "train/group_texts.h"
 
 namespace fs = std::filesystem;
 
@@ -71,15 +78,8 @@ void check_options(const FinetuneOptions& o) {
   if (!(o.mlm_probability > 0 && o.mlm_probability < 1)) throw std::invalid_argument("mlm_probability must be in (0, 1)");
   if (o.max_length < (o.task == "token-classify" ? 3 : 2))
     throw std::invalid_argument("max_length must be at least " + std::string(o.task == "token-classify" ? "3" : "2"));
-  if (o.task == "embed") {  // the sentence-embedding trainer (api/finetune_embed.cpp) has none of these yet
-    const char* unsupported = o.resume                            ? "--resume"
-                              : o.save_steps > 0                  ? "--save-steps"
-                              : o.precision != "fp32"             ? "--precision bf16"
-                              : o.gradient_accumulation_steps > 1 ? "--gradient-accumulation-steps"
-                                                                  : nullptr;
-    if (unsupported)
-      throw std::invalid_argument(std::string("--task embed does not support ") + unsupported + " yet");
-  }
+  if (o.group_texts && o.task != "mlm")
+    throw std::invalid_argument("--group-texts concatenates the texts of masked-LM training; it is for --task mlm only");
   api::check_threads(o.threads);
 }
 
@@ -195,7 +195,8 @@ Example from_encoding(const TextEncoding& e) {
   return ex;
 }
 
-// classify: text [, text_pair] and label; mlm: text.
+// classify: text [, text_pair] and label; mlm: text (a row an example, or with group_texts blocks of max_length
+// tokens cut from the concatenated texts).
 std::vector<Example> read_text_examples(const std::string& path, const Table& t, const FinetuneOptions& o,
                                         const Tokenizer& tok, const std::map<std::string, int64_t>& label_id) {
   const bool classify = o.task == "classify";
@@ -203,7 +204,7 @@ std::vector<Example> read_text_examples(const std::string& path, const Table& t,
   const int64_t pc = classify ? t.column(o.text_pair_column) : -1;
   const int64_t lc = classify ? require_column(t, path, o.label_column) : -1;
   TokenizeOptions to;
-  to.max_length = o.max_length;
+  to.max_length = o.group_texts ? 0 : o.max_length;  // group_texts: no truncation, blocks of max_length
   to.return_offsets = false;
   std::vector<Example> out;
   for (size_t r = 0; r < t.rows.size(); ++r) {
@@ -218,6 +219,21 @@ std::vector<Example> read_text_examples(const std::string& path, const Table& t,
     }
     Example ex = from_encoding(e);
     if (classify) ex.labels = {label_id_of(label_id, t.rows[r][lc], where)};
+    out.push_back(std::move(ex));
+  }
+  if (!o.group_texts) return out;
+  std::vector<TokenizedText> texts(out.size());
+  for (size_t i = 0; i < out.size(); ++i) {
+    texts[i].input_ids = std::move(out[i].ids);
+    texts[i].token_type_ids = std::move(out[i].types);
+    texts[i].special_tokens_mask = std::move(out[i].special);
+  }
+  out.clear();
+  for (TokenizedText& b : group_texts(texts, o.max_length)) {
+    Example ex;
+    ex.ids = std::move(b.input_ids);
+    ex.types = std::move(b.token_type_ids);
+    ex.special = std::move(b.special_tokens_mask);
     out.push_back(std::move(ex));
   }
   return out;
@@ -325,11 +341,7 @@ std::vector<int64_t> range_of(size_t begin, size_t end) {
 
 // ---------------------------------------------------------------- evaluation
 
-struct EvalResult {
-  std::vector<std::pair<std::string, double>> metrics;  // train_log.csv's eval columns, in order
-  double loss = 0, accuracy = 0, macro_f1 = 0;
-  double score = 0;  // higher is better (the best epoch's choice; ties: the lower loss)
-};
+using api::EvalResult;
 
 double log_softmax_nll(const float* z, int64_t C, int64_t y) {
   const double mx = *std::max_element(z, z + C);
@@ -379,6 +391,7 @@ EvalResult evaluate_classify(SequenceClassificationTrainer& t, const std::vector
   }
   e.macro_f1 = f1 / (double)present.size();
   e.score = e.accuracy;
+  e.tie = -e.loss;
   e.metrics = {{"eval_loss", e.loss}, {"eval_accuracy", e.accuracy}, {"eval_macro_f1", e.macro_f1}};
   return e;
 }
@@ -414,6 +427,7 @@ EvalResult evaluate_tokens(TokenClassificationTrainer& t, const std::vector<Exam
   e.accuracy = count ? (double)correct / (double)count : 0.0;
   const SeqevalScores sq = seqeval_scores(gold_seqs, pred_seqs);
   e.score = sq.f1;
+  e.tie = -e.loss;
   e.metrics = {{"eval_loss", e.loss},      {"eval_accuracy", e.accuracy}, {"eval_precision", sq.precision},
                {"eval_recall", sq.recall}, {"eval_f1", sq.f1}};
   return e;
@@ -430,6 +444,7 @@ EvalResult evaluate_mlm(MaskedLMTrainer& t, const std::vector<FinetuneBatch>& ba
   EvalResult e;
   e.loss = count ? loss / (double)count : 0.0;
   e.score = -e.loss;
+  e.tie = -e.loss;
   e.metrics = {{"eval_loss", e.loss}, {"eval_perplexity", std::exp(e.loss)}};
   return e;
 }
@@ -489,6 +504,10 @@ void write_model_folder(const std::string& model_dir, const FinetuneOptions& o, 
   save_safetensors(o.out_dir + "/model.safetensors", params.named_tensors(), {{"format", "pt"}});
 }
 
+}  // namespace
+
+namespace api {
+
 // The options a checkpoint must have been written with to be resumed.
 nlohmann::json run_fingerprint(const FinetuneOptions& o, int64_t train_examples, const std::vector<std::string>& labels) {
   return {{"task", o.task},
@@ -503,10 +522,15 @@ nlohmann::json run_fingerprint(const FinetuneOptions& o, int64_t train_examples,
           {"max_grad_norm", o.max_grad_norm},
           {"max_length", o.max_length},
           {"mlm_probability", o.mlm_probability},
+          {"group_texts", o.group_texts},
           {"seed", o.seed},
           {"precision", o.precision},
           {"labels", labels}};
 }
+
+}  // namespace api
+
+namespace {
 
 // Where a run stands: what a checkpoint stores besides the weights and AdamW's moments.
 struct RunState {
@@ -517,66 +541,46 @@ struct RunState {
   int64_t epoch_steps = 0;
   std::string log;                   // train_log.csv so far
   std::vector<double> epoch_train, epoch_eval;  // loss.png's curves
-  double best_score = -INFINITY, best_loss = INFINITY;
+  double best_score = -INFINITY, best_tie = -INFINITY;
   int64_t best_epoch = 0;
   std::vector<std::pair<std::string, double>> best_metrics;
 };
 
-void save_state(const std::string& path, FinetuneModel& m, const RunState& s, const Rng& mask_rng,
-                const nlohmann::json& fingerprint) {
-  nn::ParamStore& p = m.params();
-  auto tensors = p.named_tensors();
-  Adam& adam = m.optimizer().adam();
-  tensors.emplace_back("optimizer.exp_avg", Tensor::view_of(adam.exp_avg().data(), {p.total()}, DType::F32, nullptr));
-  tensors.emplace_back("optimizer.exp_avg_sq",
-                       Tensor::view_of(adam.exp_avg_sq().data(), {p.total()}, DType::F32, nullptr));
+// The trainer's part of a training state: its parameters, AdamW (moments, step, last rate) and dropout generator.
+struct TrainerParts {
+  nn::ParamStore& params;
+  FinetuneOptimizer& optimizer;
+  Rng& dropout_rng;
+};
+
+nlohmann::json state_json(const TrainerParts& m, const RunState& s, const Rng& mask_rng,
+                          const nlohmann::json& fingerprint) {
   nlohmann::json best = nlohmann::json::array();
   for (const auto& [k, v] : s.best_metrics) best.push_back({k, v});
-  const nlohmann::json st = {{"fingerprint", fingerprint},
-                             {"step", m.steps()},
-                             {"last_lr", m.last_lr()},
-                             {"epoch", s.epoch},
-                             {"micro", s.micro},
-                             {"shuffle_at_epoch", s.shuffle_at_epoch},
-                             {"dropout_rng", m.dropout_rng().state()},
-                             {"mask_rng", mask_rng.state()},
-                             {"epoch_loss", s.epoch_loss},
-                             {"epoch_steps", s.epoch_steps},
-                             {"log", s.log},
-                             {"epoch_train", s.epoch_train},
-                             {"epoch_eval", s.epoch_eval},
-                             {"best_score", std::isfinite(s.best_score) ? nlohmann::json(s.best_score) : nlohmann::json()},
-                             {"best_loss", std::isfinite(s.best_loss) ? nlohmann::json(s.best_loss) : nlohmann::json()},
-                             {"best_epoch", s.best_epoch},
-                             {"best_metrics", best}};
-  save_safetensors(path, tensors, {{"format", "pt"}, {"tfm_trainer_state", st.dump()}});
+  auto finite_or_null = [](double v) { return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(); };
+  return {{"fingerprint", fingerprint},
+          {"step", m.optimizer.steps()},
+          {"last_lr", m.optimizer.last_lr()},
+          {"epoch", s.epoch},
+          {"micro", s.micro},
+          {"shuffle_at_epoch", s.shuffle_at_epoch},
+          {"dropout_rng", m.dropout_rng.state()},
+          {"mask_rng", mask_rng.state()},
+          {"epoch_loss", s.epoch_loss},
+          {"epoch_steps", s.epoch_steps},
+          {"log", s.log},
+          {"epoch_train", s.epoch_train},
+          {"epoch_eval", s.epoch_eval},
+          {"best_score", finite_or_null(s.best_score)},
+          {"best_tie", finite_or_null(s.best_tie)},
+          {"best_epoch", s.best_epoch},
+          {"best_metrics", best}};
 }
 
-void load_state(const std::string& path, FinetuneModel& m, RunState& s, Rng& mask_rng, const nlohmann::json& fingerprint) {
-  const SafeTensors file = SafeTensors::open(path);
-  if (!file.metadata().contains("tfm_trainer_state"))
-    throw std::invalid_argument(path + ": not a tfm finetune training state");
-  const nlohmann::json st = nlohmann::json::parse(file.metadata()["tfm_trainer_state"].get<std::string>());
-  const nlohmann::json& saved = st.at("fingerprint");
-  for (auto& [k, v] : fingerprint.items())
-    if (!saved.contains(k) || saved[k] != v)
-      throw std::invalid_argument("--resume: " + path + " was written with " + k + " " +
-                                  (saved.contains(k) ? saved[k].dump() : "(none)") + ", this run has " + v.dump() +
-                                  "; pass the same options, or drop --resume");
-  nn::ParamStore& p = m.params();
-  for (const auto& e : p.entries()) {
-    Tensor t = file.get(e.name);
-    if (t.numel() != e.numel) throw std::invalid_argument(path + ": tensor " + e.name + " has another shape");
-    std::memcpy(p.data(p.index_of(e.name)), t.f32(), sizeof(float) * e.numel);
-  }
-  Adam& adam = m.optimizer().adam();
-  for (auto [name, dst] : {std::pair{"optimizer.exp_avg", &adam.exp_avg()}, std::pair{"optimizer.exp_avg_sq", &adam.exp_avg_sq()}}) {
-    Tensor t = file.get(name);
-    if (t.numel() != p.total()) throw std::invalid_argument(path + ": " + name + " has another size");
-    std::memcpy(dst->data(), t.f32(), sizeof(float) * p.total());
-  }
-  m.optimizer().restore(st.at("step").get<int64_t>(), st.at("last_lr").get<double>());
-  m.dropout_rng().set_state(st.at("dropout_rng").get<std::string>());
+// The inverse of state_json (the optimizer's step and rate, the generators and the run's position and history).
+void apply_state_json(const nlohmann::json& st, TrainerParts& m, RunState& s, Rng& mask_rng) {
+  m.optimizer.restore(st.at("step").get<int64_t>(), st.at("last_lr").get<double>());
+  m.dropout_rng.set_state(st.at("dropout_rng").get<std::string>());
   mask_rng.set_state(st.at("mask_rng").get<std::string>());
   s.epoch = st.at("epoch");
   s.micro = st.at("micro");
@@ -587,10 +591,49 @@ void load_state(const std::string& path, FinetuneModel& m, RunState& s, Rng& mas
   s.epoch_train = st.at("epoch_train").get<std::vector<double>>();
   s.epoch_eval = st.at("epoch_eval").get<std::vector<double>>();
   s.best_score = st.at("best_score").is_null() ? -INFINITY : st.at("best_score").get<double>();
-  s.best_loss = st.at("best_loss").is_null() ? INFINITY : st.at("best_loss").get<double>();
+  s.best_tie = st.at("best_tie").is_null() ? -INFINITY : st.at("best_tie").get<double>();
   s.best_epoch = st.at("best_epoch");
   s.best_metrics.clear();
   for (const auto& kv : st.at("best_metrics")) s.best_metrics.emplace_back(kv[0].get<std::string>(), kv[1].get<double>());
+}
+
+void save_state(const std::string& path, const TrainerParts& m, const RunState& s, const Rng& mask_rng,
+                const nlohmann::json& fingerprint) {
+  nn::ParamStore& p = m.params;
+  auto tensors = p.named_tensors();
+  Adam& adam = m.optimizer.adam();
+  tensors.emplace_back("optimizer.exp_avg", Tensor::view_of(adam.exp_avg().data(), {p.total()}, DType::F32, nullptr));
+  tensors.emplace_back("optimizer.exp_avg_sq",
+                       Tensor::view_of(adam.exp_avg_sq().data(), {p.total()}, DType::F32, nullptr));
+  save_safetensors(path, tensors, {{"format", "pt"}, {"tfm_trainer_state", state_json(m, s, mask_rng, fingerprint).dump()}});
+}
+
+// Reads the parameters and AdamW's moments of the state at `path` into m and returns the rest (state_json's
+// object) after checking that it was written with `fingerprint`.
+nlohmann::json load_state(const std::string& path, TrainerParts& m, const nlohmann::json& fingerprint) {
+  const SafeTensors file = SafeTensors::open(path);
+  if (!file.metadata().contains("tfm_trainer_state"))
+    throw std::invalid_argument(path + ": not a tfm finetune training state");
+  const nlohmann::json st = nlohmann::json::parse(file.metadata()["tfm_trainer_state"].get<std::string>());
+  const nlohmann::json& saved = st.at("fingerprint");
+  for (auto& [k, v] : fingerprint.items())
+    if (!saved.contains(k) || saved[k] != v)
+      throw std::invalid_argument("--resume: " + path + " was written with " + k + " " +
+                                  (saved.contains(k) ? saved[k].dump() : "(none)") + ", this run has " + v.dump() +
+                                  "; pass the same options, or drop --resume");
+  nn::ParamStore& p = m.params;
+  for (const auto& e : p.entries()) {
+    Tensor t = file.get(e.name);
+    if (t.numel() != e.numel) throw std::invalid_argument(path + ": tensor " + e.name + " has another shape");
+    std::memcpy(p.data(p.index_of(e.name)), t.f32(), sizeof(float) * e.numel);
+  }
+  Adam& adam = m.optimizer.adam();
+  for (auto [name, dst] : {std::pair{"optimizer.exp_avg", &adam.exp_avg()}, std::pair{"optimizer.exp_avg_sq", &adam.exp_avg_sq()}}) {
+    Tensor t = file.get(name);
+    if (t.numel() != p.total()) throw std::invalid_argument(path + ": " + name + " has another size");
+    std::memcpy(dst->data(), t.f32(), sizeof(float) * p.total());
+  }
+  return st;
 }
 
 void write_log_and_plot(const std::string& out_dir, const RunState& s) {
@@ -600,9 +643,42 @@ void write_log_and_plot(const std::string& out_dir, const RunState& s) {
   if (!s.epoch_train.empty()) write_line_plot(out_dir + "/loss.png", plot);
 }
 
-}  // namespace
+// The number of terms of a batch's mean loss in rows [r0, r1): the rows (labels [B]), or their labelled tokens
+// (labels [B, L]).
+int64_t loss_terms(const FinetuneBatch& b, int64_t r0, int64_t r1) {
+  if ((int64_t)b.labels.size() != b.B * b.L || b.L == 0) return r1 - r0;
+  int64_t n = 0;
+  for (int64_t i = r0 * b.L; i < r1 * b.L; ++i) n += b.labels[i] != kIgnoreLabel;
+  return n;
+}
 
-FinetuneSummary finetune(const std::string& model_dir, const FinetuneOptions& o) {
+// Rows [r0, r1) of a padded batch, padded to their own longest row (the whole batch when that is all of it).
+FinetuneBatch batch_rows(FinetuneBatch&& b, int64_t r0, int64_t r1) {
+  if (r0 == 0 && r1 == b.B) return std::move(b);
+  const bool per_token = (int64_t)b.labels.size() == b.B * b.L && b.L > 0;
+  int64_t L = 1;
+  for (int64_t r = r0; r < r1; ++r)
+    for (int64_t l = b.L - 1; l >= L; --l)
+      if (b.attention_mask[r * b.L + l] != 0.0f) {
+        L = l + 1;
+        break;
+      }
+  FinetuneBatch s;
+  s.B = r1 - r0;
+  s.L = L;
+  for (int64_t r = r0; r < r1; ++r) {
+    const int64_t at = r * b.L;
+    s.input_ids.insert(s.input_ids.end(), b.input_ids.begin() + at, b.input_ids.begin() + at + L);
+    s.token_type_ids.insert(s.token_type_ids.end(), b.token_type_ids.begin() + at, b.token_type_ids.begin() + at + L);
+    s.attention_mask.insert(s.attention_mask.end(), b.attention_mask.begin() + at, b.attention_mask.begin() + at + L);
+    if (per_token) s.labels.insert(s.labels.end(), b.labels.begin() + at, b.labels.begin() + at + L);
+  }
+  if (!per_token) s.labels.assign(b.labels.begin() + r0, b.labels.begin() + r1);
+  return s;
+}
+
+// finetune() on this process (one rank of an mpirun job, or the only one).
+FinetuneSummary finetune_on_this_rank(const std::string& model_dir, const FinetuneOptions& o) {
   const auto t0 = std::chrono::steady_clock::now();
   check_options(o);
   api::require_dir(model_dir, "model folder");
@@ -614,7 +690,11 @@ FinetuneSummary finetune(const std::string& model_dir, const FinetuneOptions& o)
   if (!o.eval_file.empty()) api::require_file(o.eval_file);
   const std::string state_path = o.out_dir + "/" + kStateFile;
   std::error_code ec;
-  if (o.resume) {
+  dist::Communicator& comm = dist::world();
+  const int world_size = comm.world_size(), rank = comm.rank();
+  if (rank != 0) {
+    // Only rank 0 reads or writes out_dir (it may not even be shared with the other ranks' hosts).
+  } else if (o.resume) {
     if (!fs::is_regular_file(state_path, ec))
       throw std::invalid_argument("--resume: " + o.out_dir + " has no training state (" + kStateFile + ") to resume from");
   } else if (fs::exists(o.out_dir, ec)) {
@@ -651,9 +731,7 @@ FinetuneSummary finetune(const std::string& model_dir, const FinetuneOptions& o)
     if (mask_id < 0) throw std::invalid_argument(model_dir + ": the tokenizer has no mask token ([MASK]); mlm needs one");
   }
 
-  const int64_t micro_per_epoch = ((int64_t)train_ex.size() + o.batch_size - 1) / o.batch_size;
-  const int64_t accum = o.gradient_accumulation_steps;
-  const int64_t steps_per_epoch = (micro_per_epoch + accum - 1) / accum;
+  const int64_t steps_per_epoch = api::finetune_steps_per_epoch(o, (int64_t)train_ex.size());
   // The family's dropouts (training_dropouts): the body's, and the head's (classifier_dropout and the like).
   const HeadKind kind = head_kind_of(o.task);
   const auto [body_dropout, head_dropout] = training_dropouts(cfg_json, kind, cfg_path);
@@ -696,26 +774,100 @@ FinetuneSummary finetune(const std::string& model_dir, const FinetuneOptions& o)
     return evaluate_mlm(*mlm, eval_mlm);
   };
 
-  const nlohmann::json fingerprint = run_fingerprint(o, summary.train_examples, summary.labels);
+  api::FinetuneTask task;
+  task.params = &model->params();
+  task.optimizer = &model->optimizer();
+  task.dropout_rng = &model->dropout_rng();
+  task.num_examples = (int64_t)train_ex.size();
+  task.eval_columns = eval_columns(o.task);
+  task.has_eval = !eval_ex.empty();
+  task.micro_step = [&](const std::vector<int64_t>& idx, float scale, Rng& data_rng, RowKeys& keys) -> double {
+    // The whole micro-batch (and its masking) on every rank, then this rank's rows, balanced by tokens; the
+    // share's mean loss weighted by its fraction of the micro-batch's loss terms (rows, or labelled tokens).
+    std::vector<bool> special;
+    FinetuneBatch b = make_batch(train_ex, idx, pad_id, mlm ? &special : nullptr);
+    if (mlm) mask_tokens_for_mlm(b, special, mask_id, config.vocab_size, o.mlm_probability, data_rng);
+    std::vector<int64_t> tokens;
+    for (int64_t i : idx) tokens.push_back((int64_t)train_ex[i].ids.size());
+    const auto [r0, r1] = dist::shard_range(tokens, world_size, rank);
+    const int64_t total = loss_terms(b, 0, b.B), mine = loss_terms(b, r0, r1);
+    if (mine == 0) return 0.0;  // nothing of the loss here (an empty share, or no labelled token)
+    keys.rows.assign(idx.begin() + r0, idx.begin() + r1);
+    keys.calls = 0;
+    const double share = (double)mine / (double)total;
+    return share * model->accumulate_gradients(batch_rows(std::move(b), r0, r1), scale * (float)share, /*dropout=*/true);
+  };
+  task.evaluate = evaluate;
+  task.write_model = [&] { write_model_folder(model_dir, o, cfg_json, summary.labels, model->params()); };
+  api::run_finetune_loop(o, task, api::run_fingerprint(o, summary.train_examples, summary.labels), summary);
+  summary.out_dir = o.out_dir;
+  summary.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return summary;
+}
+
+}  // namespace
+
+FinetuneSummary finetune(const std::string& model_dir, const FinetuneOptions& o) {
+  try {
+    return finetune_on_this_rank(model_dir, o);
+  } catch (const std::exception& e) {
+    // Under mpirun the other ranks would wait in a collective: end them all now, with the message.
+    if (dist::world().world_size() > 1) dist::world().abort(1, e.what());
+    throw;
+  }
+}
+
+namespace api {
+
+void run_finetune_loop(const FinetuneOptions& o, const FinetuneTask& task, const nlohmann::json& fingerprint,
+                       FinetuneSummary& summary) {
+  dist::Communicator& comm = dist::world();
+  const int world_size = comm.world_size();
+  const bool lead = comm.rank() == 0;
+  const std::string state_path = o.out_dir + "/" + kStateFile;
+  // TFM_TRACE_DIST=1, as the recipe: each rank's pid, and its parameters' hash after every step (checked equal).
+  const bool trace_dist = std::getenv("TFM_TRACE_DIST") && std::string(std::getenv("TFM_TRACE_DIST")) == "1";
+  if (trace_dist) std::fprintf(stderr, "rank %d pid %d\n", comm.rank(), (int)getpid());
+  const int64_t micro_per_epoch = (task.num_examples + o.batch_size - 1) / o.batch_size;
+  const int64_t accum = o.gradient_accumulation_steps;
+  const int64_t steps_per_epoch = finetune_steps_per_epoch(o, task.num_examples);
+  nn::ParamStore& params = *task.params;
+  FinetuneOptimizer& opt = *task.optimizer;
+  TrainerParts parts{params, opt, *task.dropout_rng};
   Rng shuffle(o.seed), mask_rng(o.seed + 1);
   RunState rs;
-  const std::vector<std::string> cols = eval_columns(o.task);
+  const std::vector<std::string>& cols = task.eval_columns;
   rs.log = "step,epoch,loss,lr,grad_norm";
   for (const auto& c : cols) rs.log += "," + c;
   rs.log += "\n";
   rs.shuffle_at_epoch = shuffle.state();
-  if (o.resume) {
-    load_state(state_path, *model, rs, mask_rng, fingerprint);
+  if (o.resume) {  // rank 0 reads the state; every rank applies it
+    std::string st = lead ? load_state(state_path, parts, fingerprint).dump() : std::string();
+    if (world_size > 1) {
+      comm.broadcast(st, 0);
+      comm.broadcast(opt.adam().exp_avg(), 0);
+      comm.broadcast(opt.adam().exp_avg_sq(), 0);
+    }
+    apply_state_json(nlohmann::json::parse(st), parts, rs, mask_rng);
     shuffle.set_state(rs.shuffle_at_epoch);
-    summary.resumed_from_step = model->steps();
+    summary.resumed_from_step = opt.steps();
   }
+  if (world_size > 1) comm.broadcast(params.all_data(), 0);  // rank 0's weights on every rank
   auto save = [&] {
+    if (!lead) return;
     fs::create_directories(o.out_dir);
-    save_state(state_path, *model, rs, mask_rng, fingerprint);
+    save_state(state_path, parts, rs, mask_rng, fingerprint);
     write_log_and_plot(o.out_dir, rs);
   };
+  // Dropout masks keyed by (seed, step, micro-batch of the step, row): the same whichever rank holds a row.
+  RowKeys keys;
+  task.dropout_rng->set_row_keys(&keys);
+  struct Unkey {
+    Rng* rng;
+    ~Unkey() { rng->set_row_keys(nullptr); }
+  } unkey{task.dropout_rng};
 
-  std::vector<int64_t> order(train_ex.size());
+  std::vector<int64_t> order(task.num_examples);
   for (; rs.epoch <= o.epochs; ++rs.epoch) {
     rs.shuffle_at_epoch = shuffle.state();
     std::iota(order.begin(), order.end(), 0);
@@ -725,34 +877,45 @@ FinetuneSummary finetune(const std::string& model_dir, const FinetuneOptions& o)
     while (rs.micro < micro_per_epoch) {
       // One optimizer step over the next (up to) `accum` micro-batches, each loss divided by their number.
       const int64_t group = std::min(accum, micro_per_epoch - rs.micro);
-      model->params().zero_grad();
+      params.zero_grad();
       double step_loss = 0;
       for (int64_t g = 0; g < group; ++g, ++rs.micro) {
         std::vector<int64_t> idx(order.begin() + rs.micro * o.batch_size,
                                  order.begin() + std::min<int64_t>((int64_t)order.size(), (rs.micro + 1) * o.batch_size));
-        std::vector<bool> special;
-        FinetuneBatch b = make_batch(train_ex, idx, pad_id, mlm ? &special : nullptr);
-        if (mlm) mask_tokens_for_mlm(b, special, mask_id, config.vocab_size, o.mlm_probability, mask_rng);
-        const double loss = model->accumulate_gradients(b, 1.0f / (float)group, /*dropout=*/true);
-        if (!std::isfinite(loss))
-          throw std::runtime_error("the training loss is not finite (" + std::to_string(loss) + ") at step " +
-                                   std::to_string(model->steps() + 1));
-        step_loss += loss / (double)group;
-        seen += (int64_t)idx.size();
+        keys.key = (o.seed + 1) * 0x9E3779B97F4A7C15ull ^ (uint64_t)(opt.steps() + 1) * 0xD1B54A32D192ED03ull ^
+                   (uint64_t)(g + 1) * 0x94D049BB133111EBull;
+        step_loss += task.micro_step(idx, 1.0f / (float)group, mask_rng, keys) / (double)group;
+        seen += (int64_t)idx.size();  // the global micro-batch: every rank's share
       }
-      const double norm = model->optimizer_step();
+      if (world_size > 1) {
+        comm.all_reduce_sum(params.all_grad());
+        comm.all_reduce_sum(&step_loss, 1);
+      }
+      if (!std::isfinite(step_loss))
+        throw std::runtime_error("the training loss is not finite (" + std::to_string(step_loss) + ") at step " +
+                                 std::to_string(opt.steps() + 1));
+      const double norm = opt.step(params);
+      if (trace_dist) {
+        uint64_t h = dist::fnv1a(params.all_data().data(), params.total() * (int64_t)sizeof(float)), h0 = h;
+        std::fprintf(stderr, "replica-hash step %lld rank %d %016llx\n", (long long)opt.steps(), comm.rank(),
+                     (unsigned long long)h);
+        comm.broadcast(&h0, sizeof h0, 0);
+        if (h0 != h)
+          throw std::runtime_error("replicas diverged at step " + std::to_string(opt.steps()) + ": rank " +
+                                   std::to_string(comm.rank()) + "'s parameters differ from rank 0's");
+      }
       rs.epoch_loss += step_loss;
       ++rs.epoch_steps;
       const bool epoch_done = rs.micro == micro_per_epoch;
-      std::string row = std::to_string(model->steps()) + "," + fmt((double)model->steps() / (double)steps_per_epoch) +
-                        "," + fmt(step_loss) + "," + fmt(model->last_lr()) + "," + fmt(norm);
+      std::string row = std::to_string(opt.steps()) + "," + fmt((double)opt.steps() / (double)steps_per_epoch) +
+                        "," + fmt(step_loss) + "," + fmt(opt.last_lr()) + "," + fmt(norm);
       FinetuneProgress p;
       p.epoch = rs.epoch;
       p.epochs = o.epochs;
-      p.step = model->steps();
-      p.total_steps = hp.total_steps;
+      p.step = opt.steps();
+      p.total_steps = steps_per_epoch * o.epochs;
       p.train_loss = rs.epoch_loss / (double)rs.epoch_steps;
-      p.lr = model->last_lr();
+      p.lr = opt.last_lr();
       const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - te).count();
       p.examples_per_sec = sec > 0 ? (double)seen / sec : 0;
       FinetuneProgress pe = p;
@@ -761,20 +924,34 @@ FinetuneSummary finetune(const std::string& model_dir, const FinetuneOptions& o)
         rs.epoch_train.push_back(summary.final_train_loss);
         pe.epoch_end = true;
         pe.train_loss = summary.final_train_loss;
-        if (!eval_ex.empty()) {
-          const EvalResult e = evaluate();
+        if (task.has_eval) {
+          EvalResult e;
+          if (lead) e = task.evaluate();
+          if (world_size > 1) {  // rank 0's metrics on every rank, so that all agree on the best epoch
+            std::vector<double> v = {e.loss, e.accuracy, e.macro_f1, e.score, e.tie};
+            for (const auto& kv : e.metrics) v.push_back(kv.second);
+            v.resize(5 + cols.size());
+            comm.broadcast(v.data(), (int64_t)(v.size() * sizeof(double)), 0);
+            e.loss = v[0], e.accuracy = v[1], e.macro_f1 = v[2], e.score = v[3], e.tie = v[4];
+            e.metrics.clear();
+            for (size_t c = 0; c < cols.size(); ++c) e.metrics.emplace_back(cols[c], v[5 + c]);
+          }
           for (const auto& [k, v] : e.metrics) row += "," + fmt(v);
           rs.epoch_eval.push_back(e.loss);
           pe.eval_loss = e.loss;
           pe.eval_accuracy = e.accuracy;
           pe.eval_macro_f1 = e.macro_f1;
           pe.eval_metrics = e.metrics;
-          if (e.score > rs.best_score || (e.score == rs.best_score && e.loss < rs.best_loss)) {
+          for (const auto& [k, v] : e.metrics) {
+            if (k == "eval_mrr") pe.eval_mrr = v;
+            if (k == "eval_spearman") pe.eval_spearman = v;
+          }
+          if (e.score > rs.best_score || (e.score == rs.best_score && e.tie > rs.best_tie)) {
             rs.best_score = e.score;
-            rs.best_loss = e.loss;
+            rs.best_tie = e.tie;
             rs.best_epoch = rs.epoch;
             rs.best_metrics = e.metrics;
-            write_model_folder(model_dir, o, cfg_json, summary.labels, model->params());
+            if (lead) task.write_model();
           }
         } else {
           for (size_t c = 0; c < cols.size(); ++c) row += ",";
@@ -794,28 +971,33 @@ FinetuneSummary finetune(const std::string& model_dir, const FinetuneOptions& o)
           save();
           --rs.epoch;
         }
-      } else if (o.save_steps > 0 && model->steps() % o.save_steps == 0) {
+      } else if (o.save_steps > 0 && opt.steps() % o.save_steps == 0) {
         save();
       }
-      if (o.progress) o.progress(p);
-      if (epoch_done && o.progress) o.progress(pe);
+      if (o.progress && lead) o.progress(p);
+      if (epoch_done && o.progress && lead) o.progress(pe);
       if (epoch_done) break;
     }
   }
-  summary.steps = model->steps();
-  if (eval_ex.empty()) write_model_folder(model_dir, o, cfg_json, summary.labels, model->params());
-  write_log_and_plot(o.out_dir, rs);
-  fs::remove(state_path, ec);
+  summary.steps = opt.steps();
+  if (lead) {
+    if (!task.has_eval) task.write_model();
+    write_log_and_plot(o.out_dir, rs);
+    std::error_code ec;
+    fs::remove(state_path, ec);
+  }
+  if (world_size > 1) comm.barrier();  // every rank returns once rank 0's files are complete
   summary.best_epoch = rs.best_epoch;
   summary.best_eval_metrics = rs.best_metrics;
   for (const auto& [k, v] : rs.best_metrics) {
     if (k == "eval_loss") summary.best_eval_loss = v;
     if (k == "eval_accuracy") summary.best_eval_accuracy = v;
     if (k == "eval_macro_f1") summary.best_eval_macro_f1 = v;
+    if (k == "eval_mrr") summary.best_eval_mrr = v;
+    if (k == "eval_spearman") summary.best_eval_spearman = v;
   }
-  summary.out_dir = o.out_dir;
-  summary.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  return summary;
 }
+
+}  // namespace api
 
 }  // namespace tfm

@@ -7,11 +7,12 @@
 #include <cmath>
 #include <filesystem>
 #include <numeric>
-#include <sstream>
 #include <stdexcept>
 
 #include "api/common.h"
 #include "core/rng.h"
+#include "dist/communicator.h"
+#include "dist/shard.h"
 #include "io/atomic_file.h"
 #include "io/json_util.h"
 #include "io/safetensors.h"
@@ -40,6 +41,11 @@ FinetuneHyperparameters finetune_hyperparameters(const FinetuneOptions& o, int64
   hp.dropout = (float)dropout;
   hp.seed = o.seed;
   return hp;
+}
+
+int64_t finetune_steps_per_epoch(const FinetuneOptions& o, int64_t examples) {
+  const int64_t micro = (examples + o.batch_size - 1) / o.batch_size;
+  return (micro + o.gradient_accumulation_steps - 1) / o.gradient_accumulation_steps;
 }
 
 namespace {
@@ -278,79 +284,78 @@ FinetuneSummary finetune_embed(const std::string& model_dir, const FinetuneOptio
   summary.train_examples = (int64_t)train.examples.size();
   summary.eval_examples = (int64_t)eval.examples.size();
 
-  const int64_t steps_per_epoch = (summary.train_examples + o.batch_size - 1) / o.batch_size;
+  const int64_t steps_per_epoch = finetune_steps_per_epoch(o, summary.train_examples);
   const FinetuneHyperparameters hp = finetune_hyperparameters(
       o, steps_per_epoch * o.epochs, json_number_or(cfg_json, "hidden_dropout_prob", 0.1, cfg_path));
   CheckpointWeights weights(lay.transformer_dir);
   SentenceEmbeddingTrainer trainer(config, weights, lay.pooling, lay.normalize, train.loss, hp);
+  trainer.set_precision(o.precision == "bf16" ? ops::ComputeType::BF16 : ops::ComputeType::F32);
   const int64_t pad_id = std::max<int64_t>(0, config.pad_token_id);
+  dist::Communicator& comm = dist::world();
+  const int world_size = comm.world_size(), rank = comm.rank();
 
-  Rng shuffle(o.seed);
-  std::vector<int64_t> order(train.examples.size());
-  std::vector<float> best;
-  double best_key = -INFINITY, best_tie = -INFINITY;
-  std::string log = mnrl ? "epoch,step,train_loss,lr,eval_loss,eval_accuracy,eval_mrr\n"
-                         : "epoch,step,train_loss,lr,eval_loss,eval_spearman\n";
-  FinetuneProgress p;
-  p.epochs = o.epochs;
-  p.total_steps = hp.total_steps;
-  for (int64_t epoch = 1; epoch <= o.epochs; ++epoch) {
-    std::iota(order.begin(), order.end(), 0);
-    for (size_t i = order.size(); i > 1; --i) std::swap(order[i - 1], order[shuffle.below(i)]);  // Fisher-Yates
-    double loss_sum = 0;
-    const auto te = std::chrono::steady_clock::now();
-    p.epoch = epoch;
-    p.epoch_end = false;
-    for (int64_t s = 0; s < steps_per_epoch; ++s) {
-      std::vector<int64_t> idx(order.begin() + s * o.batch_size,
-                               order.begin() + std::min<int64_t>((int64_t)order.size(), (s + 1) * o.batch_size));
-      loss_sum += trainer.train_step(make_batch(train, idx, 0, train.columns.size(), pad_id));
-      p.step = trainer.steps();
-      p.train_loss = loss_sum / (double)(s + 1);
-      p.lr = trainer.last_lr();
-      const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - te).count();
-      p.examples_per_sec = sec > 0 ? (double)std::min<int64_t>(summary.train_examples, (s + 1) * o.batch_size) / sec : 0;
-      if (o.progress) o.progress(p);
+  FinetuneTask task;
+  task.params = &trainer.params();
+  task.optimizer = &trainer.optimizer();
+  task.dropout_rng = &trainer.dropout_rng();
+  task.num_examples = summary.train_examples;
+  task.eval_columns = mnrl ? std::vector<std::string>{"eval_loss", "eval_accuracy", "eval_mrr"}
+                           : std::vector<std::string>{"eval_loss", "eval_spearman"};
+  task.has_eval = !eval.examples.empty();
+  const int64_t columns = (int64_t)train.columns.size(), D = trainer.dimension();
+  task.micro_step = [&](const std::vector<int64_t>& idx, float scale, Rng&, RowKeys& keys) -> double {
+    // This rank's examples (balanced by tokens) through the model; every rank's embeddings gathered (a sum of
+    // zero-padded copies: exact); the loss of the whole micro-batch, so that each anchor's in-batch negatives are
+    // every candidate of the global micro-batch (MultipleNegativesRankingLoss(gather_across_devices=True)); each
+    // rank backpropagates its own rows. Rank 0 reports the loss.
+    const int64_t B = (int64_t)idx.size();
+    std::vector<int64_t> tokens;
+    for (int64_t i : idx) {
+      int64_t n = 0;
+      for (const auto& ids : train.examples[i].ids) n += (int64_t)ids.size();
+      tokens.push_back(n);
     }
-    summary.final_train_loss = loss_sum / (double)steps_per_epoch;
-    p.epoch_end = true;
-    std::ostringstream row;
-    row.precision(8);
-    row << epoch << ',' << trainer.steps() << ',' << summary.final_train_loss << ',' << trainer.last_lr() << ',';
-    if (!eval.examples.empty()) {
-      const EmbedEval e = evaluate(trainer, eval, std::max<int64_t>(o.batch_size, 32), pad_id);
-      p.eval_loss = e.loss;
-      p.eval_accuracy = e.accuracy;
-      p.eval_mrr = e.mrr;
-      p.eval_spearman = e.spearman;
-      if (mnrl) p.eval_metrics = {{"eval_loss", e.loss}, {"eval_accuracy", e.accuracy}, {"eval_mrr", e.mrr}};
-      else p.eval_metrics = {{"eval_loss", e.loss}, {"eval_spearman", e.spearman}};
-      row << e.loss << ',';
-      if (mnrl) row << e.accuracy << ',' << e.mrr;
-      else row << e.spearman;
-      const double key = mnrl ? e.accuracy : e.spearman, tie = mnrl ? e.mrr : -e.loss;
-      if (key > best_key || (key == best_key && tie > best_tie)) {
-        best_key = key;
-        best_tie = tie;
-        best = trainer.params().all_data();
-        summary.best_epoch = epoch;
-        summary.best_eval_loss = e.loss;
-        summary.best_eval_accuracy = e.accuracy;
-        summary.best_eval_mrr = e.mrr;
-        summary.best_eval_spearman = e.spearman;
-        summary.best_eval_metrics = p.eval_metrics;
-      }
+    const auto [r0, r1] = dist::shard_range(tokens, world_size, rank);
+    const std::vector<int64_t> mine(idx.begin() + r0, idx.begin() + r1);
+    const int64_t b = (int64_t)mine.size();
+    std::vector<float> all(columns * B * D, 0.0f);
+    if (b > 0) {
+      keys.rows.clear();
+      for (int64_t c = 0; c < columns; ++c)
+        for (int64_t i : mine) keys.rows.push_back((uint64_t)i * (uint64_t)columns + (uint64_t)c);
+      keys.calls = 0;
+      const std::vector<float>& emb = trainer.forward_embeddings(make_batch(train, mine, 0, columns, pad_id), true);
+      for (int64_t c = 0; c < columns; ++c)
+        std::copy(emb.begin() + c * b * D, emb.begin() + (c + 1) * b * D, all.begin() + (c * B + r0) * D);
+    }
+    comm.all_reduce_sum(all.data(), (int64_t)all.size());
+    std::vector<float> scores, demb(all.size());
+    for (int64_t i : idx) scores.push_back(train.examples[i].score);
+    const double loss = trainer.loss_of_embeddings(all.data(), B, columns, mnrl ? nullptr : scores.data(), demb.data());
+    if (b > 0) {
+      std::vector<float> own(columns * b * D);
+      for (int64_t c = 0; c < columns; ++c)
+        std::copy(demb.begin() + (c * B + r0) * D, demb.begin() + (c * B + r1) * D, own.begin() + c * b * D);
+      trainer.backward_embeddings(own.data(), scale);
+    }
+    return rank == 0 ? loss : 0.0;
+  };
+  task.evaluate = [&] {
+    const EmbedEval e = evaluate(trainer, eval, std::max<int64_t>(o.batch_size, 32), pad_id);
+    EvalResult r;
+    r.loss = e.loss;
+    r.accuracy = e.accuracy;
+    if (mnrl) {
+      r.metrics = {{"eval_loss", e.loss}, {"eval_accuracy", e.accuracy}, {"eval_mrr", e.mrr}};
+      r.score = e.accuracy, r.tie = e.mrr;
     } else {
-      row << (mnrl ? ",," : ",");
-      summary.best_epoch = epoch;
+      r.metrics = {{"eval_loss", e.loss}, {"eval_spearman", e.spearman}};
+      r.score = e.spearman, r.tie = -e.loss;
     }
-    log += row.str() + "\n";
-    if (o.progress) o.progress(p);
-  }
-  summary.steps = trainer.steps();
-  if (!best.empty()) trainer.params().all_data() = best;
-  write_folder(model_dir, lay, o.out_dir, trainer);
-  write_file_atomic(o.out_dir + "/train_log.csv", log);
+    return r;
+  };
+  task.write_model = [&] { write_folder(model_dir, lay, o.out_dir, trainer); };
+  run_finetune_loop(o, task, run_fingerprint(o, summary.train_examples, {summary.loss}), summary);
   summary.out_dir = o.out_dir;
   summary.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return summary;

@@ -7,6 +7,7 @@
 
 #include "ops/cross_entropy.h"
 #include "ops/gemm.h"
+#include "ops/gemm_bf16.h"
 
 namespace tfm {
 
@@ -189,6 +190,8 @@ void SentenceEmbeddingTrainer::forward(const SentenceBatch& batch, bool dropout)
   body_->forward(ctx, batch.input_ids.data(), batch.token_type_ids.empty() ? nullptr : batch.token_type_ids.data(),
                  batch.attention_mask.data(), N, L);
   mask_ = batch.attention_mask;
+  rows_ = N;
+  L_ = L;
   pooled_.resize(N * D);
   pooling_forward(pooling_, body_->last_hidden_state(), mask_.data(), N, L, H, pooled_.data());
   emb_ = pooled_;
@@ -201,23 +204,53 @@ std::vector<float> SentenceEmbeddingTrainer::embed(const SentenceBatch& batch) {
   return emb_;
 }
 
-double SentenceEmbeddingTrainer::compute_gradients(const SentenceBatch& batch, bool dropout) {
-  const int64_t B = batch.B, N = batch.rows(), L = batch.L, H = config_.hidden_size, D = dimension();
-  if (loss_ == EmbeddingLoss::MultipleNegativesRanking && batch.columns < 2)
-    throw std::invalid_argument("MultipleNegativesRankingLoss needs (anchor, positive [, negative]) columns");
-  if (loss_ == EmbeddingLoss::CosineSimilarity && (batch.columns != 2 || (int64_t)batch.scores.size() != B))
-    throw std::invalid_argument("CosineSimilarityLoss needs (sentence1, sentence2) columns and a score per pair");
-  store_.zero_grad();
+const std::vector<float>& SentenceEmbeddingTrainer::forward_embeddings(const SentenceBatch& batch, bool dropout) {
   forward(batch, dropout);
-  std::vector<float> demb(N * D);
-  const double loss = loss_ == EmbeddingLoss::MultipleNegativesRanking
-                          ? multiple_negatives_ranking_loss(emb_.data(), B, batch.columns, D, scale_, demb.data())
-                          : cosine_similarity_loss(emb_.data(), batch.scores.data(), B, D, demb.data());
+  return emb_;
+}
+
+namespace {
+
+void check_loss_columns(EmbeddingLoss loss, int64_t columns, bool has_scores) {
+  if (loss == EmbeddingLoss::MultipleNegativesRanking && columns < 2)
+    throw std::invalid_argument("MultipleNegativesRankingLoss needs (anchor, positive [, negative]) columns");
+  if (loss == EmbeddingLoss::CosineSimilarity && (columns != 2 || !has_scores))
+    throw std::invalid_argument("CosineSimilarityLoss needs (sentence1, sentence2) columns and a score per pair");
+}
+
+}  // namespace
+
+double SentenceEmbeddingTrainer::loss_of_embeddings(const float* emb, int64_t B, int64_t columns, const float* scores,
+                                                    float* demb) const {
+  check_loss_columns(loss_, columns, scores != nullptr);
+  return loss_ == EmbeddingLoss::MultipleNegativesRanking
+             ? multiple_negatives_ranking_loss(emb, B, columns, dimension(), scale_, demb)
+             : cosine_similarity_loss(emb, scores, B, dimension(), demb);
+}
+
+void SentenceEmbeddingTrainer::backward_embeddings(const float* demb_in, float scale) {
+  const int64_t N = rows_, L = L_, H = config_.hidden_size, D = dimension();
+  std::vector<float> demb(demb_in, demb_in + N * D);
+  if (scale != 1.0f)
+    for (float& g : demb) g *= scale;
   if (normalize_) l2_normalize_backward(demb.data(), demb.data(), emb_.data(), norms_.data(), N, D, 1e-12f);
   std::vector<float> dh(N * L * H);
   pooling_backward(pooling_, demb.data(), body_->last_hidden_state(), mask_.data(), N, L, H, dh.data());
   body_->backward(dh.data(), nullptr);
+}
+
+double SentenceEmbeddingTrainer::accumulate_gradients(const SentenceBatch& batch, float scale, bool dropout) {
+  check_loss_columns(loss_, batch.columns, (int64_t)batch.scores.size() == batch.B);
+  forward(batch, dropout);
+  std::vector<float> demb(emb_.size());
+  const double loss = loss_of_embeddings(emb_.data(), batch.B, batch.columns, batch.scores.data(), demb.data());
+  backward_embeddings(demb.data(), scale);
   return loss;
+}
+
+double SentenceEmbeddingTrainer::compute_gradients(const SentenceBatch& batch, bool dropout) {
+  store_.zero_grad();
+  return accumulate_gradients(batch, 1.0f, dropout);
 }
 
 double SentenceEmbeddingTrainer::train_step(const SentenceBatch& batch) {
@@ -225,6 +258,12 @@ double SentenceEmbeddingTrainer::train_step(const SentenceBatch& batch) {
   if (!std::isfinite(loss)) throw std::runtime_error("the training loss is not finite (" + std::to_string(loss) + ")");
   opt_->step(store_);
   return loss;
+}
+
+void SentenceEmbeddingTrainer::set_precision(ops::ComputeType precision) {
+  if (precision == ops::ComputeType::I8) throw std::invalid_argument("training precision must be fp32 or bf16, not int8");
+  if (precision == ops::ComputeType::BF16) ops::require_bf16_gemm();
+  body_->set_precision(precision);
 }
 
 std::vector<std::pair<std::string, Tensor>> SentenceEmbeddingTrainer::state_dict() {

@@ -85,6 +85,21 @@ class SentenceEmbeddingTrainer {
   double train_step(const SentenceBatch& batch);
   // Forward and backward only (gradients zeroed first, then left in params()): the loss.
   double compute_gradients(const SentenceBatch& batch, bool dropout = true);
+  // Forward and backward of `batch`, adding scale * d(loss)/d(parameter) to the gradients (gradient accumulation:
+  // scale = 1 / micro-batches of the step). Returns the batch's loss (unscaled).
+  double accumulate_gradients(const SentenceBatch& batch, float scale, bool dropout);
+
+  // The two halves of accumulate_gradients, for a loss whose batch spans ranks (data-parallel training gathers
+  // every rank's embeddings, computes the loss of the whole batch and backpropagates each rank's own rows):
+  // forward_embeddings runs the forward of `batch` (dropout when `dropout`), keeps what the backward needs and
+  // returns the embeddings [batch.rows(), dimension()]; backward_embeddings adds scale * the gradient that demb
+  // [batch.rows(), dimension()] (d(loss)/d(embeddings) of that forward) sends to the parameters.
+  const std::vector<float>& forward_embeddings(const SentenceBatch& batch, bool dropout);
+  void backward_embeddings(const float* demb, float scale);
+  // The trainer's loss over embeddings emb [columns * B, D] (SentenceBatch row order) and, for
+  // CosineSimilarityLoss, scores [B]; writes d(loss)/d(emb) to demb [columns * B, D]. Throws
+  // std::invalid_argument for columns or scores the loss cannot take.
+  double loss_of_embeddings(const float* emb, int64_t B, int64_t columns, const float* scores, float* demb) const;
   // Sentence embeddings [rows, dimension()] of every row of `batch`, without dropout (SentenceTransformer.encode).
   std::vector<float> embed(const SentenceBatch& batch);
 
@@ -95,6 +110,12 @@ class SentenceEmbeddingTrainer {
   int64_t steps() const { return opt_->steps(); }
   double last_lr() const { return opt_->last_lr(); }
   EmbeddingLoss loss() const { return loss_; }
+  FinetuneOptimizer& optimizer() { return *opt_; }
+  Rng& dropout_rng() { return rng_; }  // dropout masks are drawn from it (its state is part of a checkpoint)
+  // TrainingArguments(bf16=True) on CPU: the Transformer module's Linear products in `precision` (F32, or BF16:
+  // bf16 operands, fp32 accumulation), parameters, gradients and AdamW state staying fp32. Throws
+  // std::invalid_argument for int8 and std::runtime_error when BF16 is asked on a CPU without bf16 instructions.
+  void set_precision(ops::ComputeType precision);
 
  private:
   void forward(const SentenceBatch& batch, bool dropout);
@@ -109,8 +130,9 @@ class SentenceEmbeddingTrainer {
   std::unique_ptr<FinetuneOptimizer> opt_;
   std::vector<std::pair<std::string, Tensor>> pooler_;
   Rng rng_;
-  // Saved by forward: the mask, pooled vectors, Normalize's norms and the embeddings.
+  // Saved by forward: the mask, pooled vectors, Normalize's norms and the embeddings, and the batch's shape.
   std::vector<float> mask_, pooled_, norms_, emb_;
+  int64_t rows_ = 0, L_ = 0;
 };
 
 }  // namespace tfm

@@ -7,6 +7,7 @@
 #include "cli_util.h"
 #include "commands.h"
 #include "tfm/finetune.h"
+#include "tfm/process_group.h"
 
 namespace tfm::cli {
 
@@ -25,7 +26,8 @@ void add_finetune_command(CLI::App& app) {
       "with train_log.csv and loss.png. A stopped run continues with --resume. --task embed fine-tunes a "
       "sentence-transformers folder on anchor,positive[,negative] columns (MultipleNegativesRankingLoss, in-batch "
       "negatives) or sentence1,sentence2,score (CosineSimilarityLoss) and writes a sentence-transformers folder "
-      "that tfm embed loads");
+      "that tfm embed loads. Under mpirun the ranks train data-parallel on shards of each --batch-size batch, equal to "
+      "one process; rank 0 writes --out");
   cmd->add_option("--model", *model, "Model folder (config.json, model.safetensors or pytorch_model.bin, tokenizer)")
       ->required();
   cmd->add_option("--task", o->task,
@@ -56,13 +58,16 @@ void add_finetune_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--epochs", o->epochs, "Passes over the training data")->capture_default_str()
       ->check(whole_range(1, 100000));
-  cmd->add_option("--batch-size", o->batch_size, "Examples per micro-batch")->capture_default_str()
+  cmd->add_option("--batch-size", o->batch_size, "Examples per micro-batch (under mpirun: of all ranks together)")->capture_default_str()
       ->check(whole_range(1, 65536));
   cmd->add_option("--gradient-accumulation-steps", o->gradient_accumulation_steps,
                   "Micro-batches per optimizer step (each loss divided by their number)")
       ->capture_default_str()->check(whole_range(1, 65536));
   cmd->add_option("--mlm-probability", o->mlm_probability, "mlm: the fraction of tokens chosen for masking")
       ->capture_default_str()->check(in_range(1e-6, 0.999999));
+  cmd->add_flag("--group-texts", o->group_texts,
+                "mlm: concatenate the texts (each run of 1,000) and cut them into blocks of --max-length tokens, as "
+                "run_mlm.py without --line_by_line (default: a row an example, truncated)");
   cmd->add_option("--lr", o->learning_rate, "Peak learning rate of AdamW")->capture_default_str()
       ->check(positive_up_to(1));
   cmd->add_option("--weight-decay", o->weight_decay, "AdamW weight decay (not on biases and LayerNorm weights)")
@@ -111,7 +116,8 @@ void add_finetune_command(CLI::App& app) {
                        p.train_loss, p.lr, p.examples_per_sec);
         }
       };
-    const FinetuneSummary s = finetune(*model, *o);
+    const FinetuneSummary s = finetune(*model, *o);  // under mpirun an error ends every rank
+    if (process_group().rank != 0) return;            // rank 0 reports
     std::string labels_str;
     for (const auto& l : s.labels) labels_str += (labels_str.empty() ? "" : ", ") + l;
     if (!labels_str.empty()) labels_str = "labels " + labels_str + "; ";
