@@ -3,7 +3,12 @@
 //   - attention: the GEMM + scores path (what a caller asking for probs gets, and main's inference path before
 //     the blocked kernel) vs the blocked online softmax on the AVX-512 and AVX2 copies;
 //   - add + LayerNorm: a separate add loop then layer_norm_forward vs add_layer_norm_forward per ISA;
-//   - GELU (activation_forward) per ISA.
+//   - GELU (activation_forward) per ISA;
+//   - the producers of a GEMM input (issue 24): add + LayerNorm then the product's own conversion pass
+//     (prepare_input) vs layer_norm_forward_to writing bf16 / s8 rows in the same pass; the int8 FFN-in product
+//     with GELU writing fp32 then the FFN-out's quantisation pass vs forward_to writing the s8 rows in its
+//     epilogue (and the product alone, no epilogue, for the epilogue's cost); bf16 the same with oneDNN writing
+//     bf16.
 // Usage: bench_kernels (no arguments); prints one line per op and shape, ratios to the first variant.
 // set_kernel_isa(Avx512) throws on a CPU without AVX-512.
 #include <algorithm>
@@ -15,6 +20,8 @@
 #include "core/threading.h"
 #include "ops/activation.h"
 #include "ops/attention.h"
+#include "ops/gemm.h"
+#include "ops/gemm_bf16.h"
 #include "ops/isa.h"
 #include "ops/layer_norm.h"
 using namespace tfm::ops;
@@ -64,6 +71,24 @@ int main() {
     run(t, {{"add;LN", [&] { std::vector<float>& a = y; for (int64_t i = 0; i < N * D; ++i) a[i] = x[i] + r[i]; layer_norm_forward(a.data(), nullptr, nullptr, a.data(), w.data(), b.data(), N, D, 1e-12f); }},
             {"fused-avx512", [&] { set_kernel_isa(KernelIsa::Avx512); add_layer_norm_forward(y.data(), nullptr, x.data(), r.data(), w.data(), b.data(), N, D, 1e-12f); }},
             {"fused-avx2", [&] { set_kernel_isa(KernelIsa::Avx2); add_layer_norm_forward(y.data(), nullptr, x.data(), r.data(), w.data(), b.data(), N, D, 1e-12f); }}});
+    for (ComputeType ct : {ComputeType::BF16, ComputeType::I8}) {
+      PreparedInput q;
+      snprintf(t, sizeof t, "add+LN -> %s [%ld,%ld]", compute_type_name(ct), (long)B, (long)L);
+      set_kernel_isa(KernelIsa::Avx512);
+      run(t, {{"LN;convert", [&] { add_layer_norm_forward(y.data(), nullptr, x.data(), r.data(), w.data(), b.data(), N, D, 1e-12f); prepare_input(q, ct, y.data(), N, D); }},
+              {"fused", [&] { layer_norm_forward_to(y.data(), nullptr, x.data(), r.data(), w.data(), b.data(), N, D, 1e-12f, ct, q); }}});
+      if (ct == ComputeType::BF16 && !has_bf16_gemm()) continue;
+      std::vector<float> wi(3072 * D), bi(3072), h(N * 3072);
+      for (auto& e : wi) e = (rand() / (float)RAND_MAX - 0.5f) * 0.1f;
+      for (auto& e : bi) e = rand() / (float)RAND_MAX - 0.5f;
+      PackedLinear ffn_in(wi.data(), bi.data(), D, 3072, ct);
+      PreparedInput xq, hq;
+      prepare_input(xq, ct, x.data(), N, D);
+      snprintf(t, sizeof t, "%s FFN-in+GELU [%ld,%ld]", compute_type_name(ct), (long)B, (long)L);
+      run(t, {{"fp32-out;convert", [&] { ffn_in.forward(h.data(), xq, Epilogue::Gelu); prepare_input(hq, ct, h.data(), N, 3072); }},
+              {"fused", [&] { ffn_in.forward_to(hq, ct, h.data(), nullptr, &xq, N, Epilogue::Gelu); }},
+              {"no-act", [&] { ffn_in.forward(h.data(), xq, Epilogue::None); }}});
+    }
     std::vector<float> g(N * 3072), go(N * 3072);
     for (auto& e : g) e = (rand() / (float)RAND_MAX - 0.5f) * 6;
     snprintf(t, sizeof t, "GELU [%ld,%ld]x3072", (long)B, (long)L);

@@ -2,6 +2,7 @@
 // AVX-512 (ops/isa.h): add + LayerNorm, blocked online-softmax attention, GELU.
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <map>
 #include <vector>
 
@@ -10,6 +11,7 @@
 #include "models/encoder.h"
 #include "ops/activation.h"
 #include "ops/attention.h"
+#include "ops/gemm.h"
 #include "ops/isa.h"
 #include "ops/layer_norm.h"
 #include "core/profile.h"
@@ -75,6 +77,56 @@ TEST(FusedKernels, AddLayerNormMatchesReferenceOnOddSizes) {
         EXPECT_TRUE(all_close(out, ref, 2e-5f, 2e-5f));
       }
   }
+}
+
+// add + LayerNorm (and plain LayerNorm) writing its output also as the next product's input (bf16, or s8 with a
+// scale per row): on both ISA copies, the fp32 output is the plain call's bit for bit, the prepared rows are
+// prepare_input's of that output bit for bit, and against the plain references (layer_norm_forward_ref, then
+// prepare_input_ref) within one bf16 ulp / one s8 step. A row holding a NaN gives scale NaN and zeros there only.
+TEST(FusedKernels, LayerNormWritesTheProductInputOnBothIsas) {
+  using tfm::test::prepared_close;
+  for (KernelIsa isa : isas()) {
+    IsaScope scope(isa);
+    for (int64_t N : {1, 9, 64})  // 64 x 768 runs in parallel chunks
+      for (int64_t C : {17, 768})
+        for (ComputeType ct : {ComputeType::BF16, ComputeType::I8})
+          for (bool residual : {true, false}) {
+            SCOPED_TRACE(std::string(kernel_isa_name(isa)) + " N=" + std::to_string(N) + " C=" + std::to_string(C) +
+                         " " + compute_type_name(ct) + (residual ? " add" : " plain"));
+            auto x = random_vec(N * C, 70 + C, -2.0f, 3.0f), r = random_vec(N * C, 71 + N, -1.0f, 1.0f);
+            auto w = random_vec(C, 72), b = random_vec(C, 73);
+            for (int64_t n = 0; n < N; ++n)  // rows of different magnitude: a scale from the wrong row shows
+              for (int64_t c = 0; c < C; ++c) x[n * C + c] *= 1.0f + (float)(n % 4);
+            if (N > 1) x[C + 3] = NAN;  // row 1
+            std::vector<float> want(N * C), out(N * C), sum(N * C), sum_want(N * C);
+            const float* res = residual ? r.data() : nullptr;
+            if (residual)
+              add_layer_norm_forward(want.data(), sum_want.data(), x.data(), res, w.data(), b.data(), N, C, 1e-5f);
+            else
+              layer_norm_forward(want.data(), nullptr, nullptr, x.data(), w.data(), b.data(), N, C, 1e-5f);
+            PreparedInput q, from_out, ref;
+            layer_norm_forward_to(out.data(), sum.data(), x.data(), res, w.data(), b.data(), N, C, 1e-5f, ct, q);
+            EXPECT_EQ(std::memcmp(out.data(), want.data(), sizeof(float) * N * C), 0);  // NaN rows too
+            if (residual) EXPECT_EQ(std::memcmp(sum.data(), sum_want.data(), sizeof(float) * N * C), 0);
+            prepare_input(from_out, ct, out.data(), N, C);
+            EXPECT_TRUE(prepared_close(q, from_out));
+            std::vector<float> xs(N * C), lref(N * C);
+            for (int64_t i = 0; i < N * C; ++i) xs[i] = x[i] + (residual ? r[i] : 0.0f);
+            layer_norm_forward_ref(lref.data(), xs.data(), w.data(), b.data(), N, C, 1e-5f);
+            prepare_input_ref(ref, ct, lref.data(), N, C);
+            EXPECT_TRUE(prepared_close(q, ref, 1, 1, 2e-5f));
+            if (ct == ComputeType::I8 && N > 1) {
+              EXPECT_TRUE(std::isnan(q.scale[1]));
+              for (int64_t c = 0; c < C; ++c) ASSERT_EQ(q.s8[C + c], 0);
+              EXPECT_TRUE(std::isfinite(q.scale[0]));
+            }
+          }
+  }
+  PreparedInput q;  // F32: the plain call, nothing prepared
+  std::vector<float> x = random_vec(8 * 16, 80), w(16, 1.0f), b(16, 0.0f), out(8 * 16);
+  layer_norm_forward_to(out.data(), nullptr, x.data(), nullptr, w.data(), b.data(), 8, 16, 1e-5f, ComputeType::F32, q);
+  EXPECT_EQ(q.ct, ComputeType::F32);
+  EXPECT_FALSE(q.holds(ComputeType::F32, 8, 16));
 }
 
 // ---------------------------------------------------------------- GELU (per-ISA copies)

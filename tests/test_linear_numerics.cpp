@@ -248,3 +248,116 @@ TEST(Int8Linear, NonFiniteActivationGivesNaNRowsNotFiniteAnswers) {
     }
   }
 }
+
+// ---- GEMM inputs written by their producer (ops/gemm.h PreparedInput, PackedLinear::forward_to)
+
+namespace {
+struct FusedQuantScope {
+  bool saved = fused_quantisation();
+  explicit FusedQuantScope(bool on) { set_fused_quantisation(on); }
+  ~FusedQuantScope() { set_fused_quantisation(saved); }
+};
+}  // namespace
+
+// On both ISA copies: a product read from a prepared input equals the product of the fp32 rows it was prepared
+// from, bit for bit (a NaN row included); forward_to's output equals forward() followed by prepare_input (bit for
+// bit from an int8 product, whose epilogue and prepare_input share one row kernel; within one bf16 ulp from a bf16
+// product, whose bf16 output oneDNN rounds itself), for every pairing of bf16 and int8 products.
+TEST(Int8Linear, PreparedInputAndForwardToMatchTheFp32PathOnBothIsas) {
+  using tfm::test::prepared_close;
+  Int8Scales per_token(Int8ActivationScales::PerToken);
+  FusedQuantScope fused(true);
+  Int8Case c;
+  c.x[2 * c.I + 5] = NAN;
+  for (KernelIsa isa : tfm::test::isas()) {
+    tfm::test::IsaScope scope(isa);
+    for (ComputeType ct : {ComputeType::BF16, ComputeType::I8}) {
+      PackedLinear lin(c.w.data(), c.b.data(), c.I, c.O, ct);
+      ASSERT_EQ(lin.input_type(), ct);
+      PreparedInput px;
+      prepare_input(px, ct, c.x.data(), c.N, c.I);
+      for (Epilogue ep : {Epilogue::None, Epilogue::Gelu, Epilogue::GeluTanh, Epilogue::Relu}) {
+        SCOPED_TRACE(std::string(kernel_isa_name(isa)) + " " + compute_type_name(ct) + " epilogue " +
+                     std::to_string((int)ep));
+        std::vector<float> y(c.N * c.O), yp(c.N * c.O), work(c.N * c.O);
+        lin.forward(y.data(), c.x.data(), c.N, ep);
+        lin.forward(yp.data(), px, ep);
+        EXPECT_EQ(std::memcmp(y.data(), yp.data(), sizeof(float) * y.size()), 0);
+        for (ComputeType next_ct : {ComputeType::BF16, ComputeType::I8})
+          for (bool from_prepared : {false, true}) {
+            PreparedInput next, want;
+            lin.forward_to(next, next_ct, work.data(), c.x.data(), from_prepared ? &px : nullptr, c.N, ep);
+            prepare_input(want, next_ct, y.data(), c.N, c.O);
+            EXPECT_TRUE(prepared_close(next, want, ct == ComputeType::BF16 ? 1 : 0, 0, 0.0f))
+                << "next " << compute_type_name(next_ct) << " from prepared " << from_prepared;
+          }
+      }
+    }
+  }
+}
+
+// The fused int8 epilogue (dequantisation, bias, activation and the next product's s8 rows in one pass) against
+// the plain reference built here: the documented quantisation of weights and inputs, exact integer sums,
+// activation_forward_ref, then prepare_input_ref. Within one s8 step (the activations' fast erf / tanh and fp32
+// rounding can move a value across a half), scales within 1e-5, on both ISA copies.
+TEST(Int8Linear, FusedEpilogueToNextInputMatchesThePlainReference) {
+  using tfm::test::prepared_close;
+  Int8Scales per_token(Int8ActivationScales::PerToken);
+  FusedQuantScope fused(true);
+  Int8Case c;
+  std::vector<std::vector<int>> qw(c.O);
+  std::vector<float> sw(c.O), acc_scaled(c.N * c.O);
+  for (int64_t o = 0; o < c.O; ++o) sw[o] = quantise(qw[o], c.w.data() + o * c.I, c.I);
+  for (int64_t n = 0; n < c.N; ++n) {
+    std::vector<int> qx;
+    const float sx = quantise(qx, c.x.data() + n * c.I, c.I);
+    for (int64_t o = 0; o < c.O; ++o) {
+      int64_t acc = 0;
+      for (int64_t i = 0; i < c.I; ++i) acc += (int64_t)qx[i] * qw[o][i];
+      acc_scaled[n * c.O + o] = (float)((double)acc * sx * sw[o] + c.b[o]);
+    }
+  }
+  PackedLinear lin(c.w.data(), c.b.data(), c.I, c.O, ComputeType::I8);
+  for (KernelIsa isa : tfm::test::isas()) {
+    tfm::test::IsaScope scope(isa);
+    for (auto [ep, act] : {std::pair{Epilogue::Gelu, Activation::Gelu}, std::pair{Epilogue::GeluTanh, Activation::GeluTanh},
+                           std::pair{Epilogue::Silu, Activation::Silu}}) {
+      std::vector<float> yr(c.N * c.O), work(c.N * c.O);
+      activation_forward_ref(yr.data(), acc_scaled.data(), c.N * c.O, act);
+      PreparedInput next, ref;
+      prepare_input_ref(ref, ComputeType::I8, yr.data(), c.N, c.O);
+      lin.forward_to(next, ComputeType::I8, work.data(), c.x.data(), nullptr, c.N, ep);
+      EXPECT_TRUE(prepared_close(next, ref, 0, 1, 1e-5f)) << kernel_isa_name(isa) << " epilogue " << (int)ep;
+    }
+  }
+}
+
+// What a product takes prepared: its own type per token; fp32 (nothing) for fp32, per-tensor int8 and with the
+// fusion off; a mismatched prepared input is refused with std::invalid_argument, as is forward_to an fp32 input.
+TEST(Int8Linear, PreparedInputTypeFollowsTheScalesAndTheSwitch) {
+  Int8Case c;
+  PackedLinear i8(c.w.data(), c.b.data(), c.I, c.O, ComputeType::I8);
+  PackedLinear f32(c.w.data(), c.b.data(), c.I, c.O, ComputeType::F32);
+  PreparedInput px;
+  prepare_input(px, ComputeType::I8, c.x.data(), c.N, c.I);
+  std::vector<float> y(c.N * c.O), work(c.N * c.O);
+  {
+    FusedQuantScope fused(true);
+    Int8Scales per_token(Int8ActivationScales::PerToken);
+    EXPECT_EQ(i8.input_type(), ComputeType::I8);
+    EXPECT_EQ(f32.input_type(), ComputeType::F32);
+    EXPECT_EQ(PackedLinear().input_type(), ComputeType::F32);
+    EXPECT_THROW(f32.forward(y.data(), px), std::invalid_argument);
+    PreparedInput narrow;
+    prepare_input(narrow, ComputeType::I8, c.x.data(), c.N * 2, c.I / 2);
+    EXPECT_THROW(i8.forward(y.data(), narrow), std::invalid_argument);
+    PreparedInput next;
+    EXPECT_THROW(i8.forward_to(next, ComputeType::F32, work.data(), c.x.data(), nullptr, c.N), std::invalid_argument);
+    Int8Scales per_tensor(Int8ActivationScales::PerTensor);
+    EXPECT_EQ(i8.input_type(), ComputeType::F32);
+    EXPECT_THROW(i8.forward(y.data(), px), std::invalid_argument);
+  }
+  FusedQuantScope off(false);
+  Int8Scales per_token(Int8ActivationScales::PerToken);
+  EXPECT_EQ(i8.input_type(), ComputeType::F32);
+}

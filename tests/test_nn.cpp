@@ -13,6 +13,9 @@
 #include "nn/params.h"
 #include "nn/transformer_block.h"
 #include "nn/weights.h"
+#include "ops/gemm.h"
+#include "ops/gemm_bf16.h"
+#include "ops/isa.h"
 #include "test_util.h"
 
 namespace tfm {
@@ -61,6 +64,19 @@ nn::DecoderBlock make_decoder_block(nn::ParamStore& store, bool norm_first, ops:
   b.norm3 = nn::LayerNorm::load(vb.prefix("norm3"), H, 1e-5f);
   b.norm_first = norm_first;
   return b;
+}
+// The inference layout of an encoder block: the fused QKV product and every Linear packed in ct.
+void pack_for_inference(nn::EncoderBlock& blk, ops::ComputeType ct) {
+  nn::MultiHeadAttention& a = blk.attention;
+  std::vector<float> w(3 * H * H), bias(3 * H);
+  int64_t i = 0;
+  for (const nn::Linear* l : {&a.query, &a.key, &a.value}) {
+    std::memcpy(w.data() + i * H * H, l->weight.data(), sizeof(float) * H * H);
+    std::memcpy(bias.data() + i * H, l->bias.data(), sizeof(float) * H);
+    ++i;
+  }
+  a.qkv = nn::Linear::from_weights(w.data(), bias.data(), H, 3 * H, ct);
+  for (nn::Linear* l : {&a.output, &blk.ffn.linear1, &blk.ffn.linear2}) l->pack(ct);
 }
 // Random values; LayerNorm weights near 1 so the blocks stay well conditioned.
 void randomise(nn::ParamStore& store, uint64_t seed) {
@@ -210,16 +226,7 @@ TEST(NnBlock, EncoderInferenceMatchesSavingForward) {
     blk.forward(nn::Context{}, x.data(), B, L, mask);
     const std::vector<float> expected = blk.out;
 
-    nn::MultiHeadAttention& a = blk.attention;
-    std::vector<float> w(3 * H * H), bias(3 * H);
-    int64_t i = 0;
-    for (const nn::Linear* l : {&a.query, &a.key, &a.value}) {
-      std::memcpy(w.data() + i * H * H, l->weight.data(), sizeof(float) * H * H);
-      std::memcpy(bias.data() + i * H, l->bias.data(), sizeof(float) * H);
-      ++i;
-    }
-    a.qkv = nn::Linear::from_weights(w.data(), bias.data(), H, 3 * H, ops::ComputeType::F32);
-    for (nn::Linear* l : {&a.output, &blk.ffn.linear1, &blk.ffn.linear2}) l->pack(ops::ComputeType::F32);
+    pack_for_inference(blk, ops::ComputeType::F32);
     std::vector<float> X = x;
     nn::BlockScratch s;
     if (norm_first) {  // on entry s.h holds norm1(x); without a next norm only the residual is added
@@ -229,6 +236,48 @@ TEST(NnBlock, EncoderInferenceMatchesSavingForward) {
     blk.forward_inference(X.data(), B, L, mask, s);
     EXPECT_TRUE(all_close(X, expected, 2e-5f, 2e-5f)) << "norm_first " << norm_first;
   }
+}
+
+// The stack with every GEMM input written by the kernel producing it (LayerNorms and the first FFN product write
+// bf16 or s8 rows with their scales; ops::set_fused_quantisation, the default) against the same stack with each
+// product converting its fp32 input itself: int8 bit for bit (the same row kernels), bf16 within the rounding of
+// oneDNN's own bf16 output of the first FFN product. Post-LN and pre-LN (LayerNorms chained across layers), padded
+// and unpadded, on both ISA copies.
+TEST(NnBlock, FusedQuantisationLeavesTheStackOutputUnchanged) {
+  const bool saved = ops::fused_quantisation();
+  for (ops::KernelIsa isa : test::isas()) {
+    test::IsaScope scope(isa);
+    for (bool norm_first : {false, true})
+      for (ops::ComputeType ct : {ops::ComputeType::BF16, ops::ComputeType::I8}) {
+        if (ct == ops::ComputeType::BF16 && !ops::has_bf16_gemm()) continue;
+        nn::ParamStore stores[3];
+        std::vector<nn::EncoderBlock> layers;
+        for (int l = 0; l < 3; ++l) {
+          layers.push_back(make_encoder_block(stores[l], norm_first, ops::Activation::Gelu));
+          randomise(stores[l], 30 + l);
+          pack_for_inference(layers.back(), ct);
+        }
+        const int64_t B = 2, L = 40;
+        std::vector<float> key_mask(B * L, 1.0f);
+        for (int64_t j = 25; j < L; ++j) key_mask[L + j] = 0.0f;
+        const auto x = random_vec(B * L * H, 31);
+        for (bool unpadded : {false, true}) {
+          SCOPED_TRACE(std::string(ops::kernel_isa_name(isa)) + (norm_first ? " pre-LN " : " post-LN ") +
+                       ops::compute_type_name(ct) + (unpadded ? " unpadded" : " padded"));
+          std::vector<float> fused = x, plain = x;
+          ops::set_fused_quantisation(true);
+          nn::encoder_stack_inference(layers, fused.data(), B, L, key_mask.data(), unpadded);
+          ops::set_fused_quantisation(false);
+          nn::encoder_stack_inference(layers, plain.data(), B, L, key_mask.data(), unpadded);
+          if (ct == ops::ComputeType::I8)
+            EXPECT_EQ(std::memcmp(fused.data(), plain.data(), sizeof(float) * fused.size()), 0);
+          else
+            EXPECT_TRUE(all_close(fused, plain, 2e-2f, 2e-2f));
+          EXPECT_FALSE(all_close(fused, x, 1e-3f));  // the layers ran
+        }
+      }
+  }
+  ops::set_fused_quantisation(saved);
 }
 
 // The decoder's incremental step over the KV cache gives, position by position, the teacher-forced forward.

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "core/rng.h"
+#include "ops/gemm.h"
 #include "ops/isa.h"
 
 namespace tfm::test {
@@ -62,6 +63,33 @@ inline ::testing::AssertionResult all_close(const std::vector<float>& a, const s
                                             float rtol = 0.0f) {
   if (a.size() != b.size()) return ::testing::AssertionFailure() << "size " << a.size() << " vs " << b.size();
   return all_close(a.data(), b.data(), a.size(), atol, rtol);
+}
+
+// Two GEMM inputs prepared in the same type (ops/gemm.h PreparedInput): equal shapes; bf16 bits within max_ulps
+// of each other; s8 values within max_q of each other, with scales within relative scale_rtol (NaN matching NaN).
+// All zero: bit for bit.
+inline ::testing::AssertionResult prepared_close(const ops::PreparedInput& a, const ops::PreparedInput& b,
+                                                 int max_ulps = 0, int max_q = 0, float scale_rtol = 0.0f) {
+  if (a.ct != b.ct || a.rows != b.rows || a.cols != b.cols)
+    return ::testing::AssertionFailure() << "type/shape " << (int)a.ct << " [" << a.rows << ", " << a.cols << "] vs "
+                                         << (int)b.ct << " [" << b.rows << ", " << b.cols << "]";
+  const int64_t n = a.rows * a.cols;
+  if (a.ct == ops::ComputeType::BF16) {
+    for (int64_t i = 0; i < n; ++i)
+      if (std::abs((int)(int16_t)a.bf16[i] - (int)(int16_t)b.bf16[i]) > max_ulps)
+        return ::testing::AssertionFailure() << "bf16 element " << i << ": " << a.bf16[i] << " vs " << b.bf16[i];
+  } else if (a.ct == ops::ComputeType::I8) {
+    for (int64_t r = 0; r < a.rows; ++r) {
+      const float sa = a.scale[r], sb = b.scale[r];
+      if (std::isnan(sa) != std::isnan(sb) || (!std::isnan(sa) && std::fabs(sa - sb) > scale_rtol * std::fabs(sb)))
+        return ::testing::AssertionFailure() << "scale of row " << r << ": " << sa << " vs " << sb;
+    }
+    for (int64_t i = 0; i < n; ++i)
+      if (std::abs((int)a.s8[i] - (int)b.s8[i]) > max_q)
+        return ::testing::AssertionFailure() << "s8 element " << i << " (row " << i / a.cols << "): " << (int)a.s8[i]
+                                             << " vs " << (int)b.s8[i];
+  }
+  return ::testing::AssertionSuccess();
 }
 
 }  // namespace tfm::test

@@ -61,11 +61,12 @@ void MultiHeadAttention::backward(const float* dout, float* dxq, float* dxkv) {
 }
 
 void MultiHeadAttention::forward_inference(float* out, const float* x, int64_t B_, int64_t L,
-                                           const ops::AttentionMask& mask, float* qkv_buf, float* ctx_buf) const {
+                                           const ops::AttentionMask& mask, float* qkv_buf, float* ctx_buf,
+                                           const ops::PreparedInput* xq) const {
   const int64_t H = hidden_size, N = B_ * L;
   {
     OpTimer t("qkv_gemm");
-    qkv.forward_inference(qkv_buf, x, N);
+    qkv.forward_inference(qkv_buf, x, N, ops::Epilogue::None, xq);
   }
   {
     OpTimer t("attention");
@@ -80,11 +81,12 @@ void MultiHeadAttention::forward_inference(float* out, const float* x, int64_t B
 }
 
 void MultiHeadAttention::forward_inference(float* out, const float* x, const Varlen& seqs, float* qkv_buf,
-                                           float* ctx_buf, const ops::AttentionMask& mask) const {
+                                           float* ctx_buf, const ops::AttentionMask& mask,
+                                           const ops::PreparedInput* xq) const {
   const int64_t H = hidden_size, T = seqs.tokens();
   {
     OpTimer t("qkv_gemm");
-    qkv.forward_inference(qkv_buf, x, T);
+    qkv.forward_inference(qkv_buf, x, T, ops::Epilogue::None, xq);
   }
   {
     OpTimer t("attention");

@@ -37,15 +37,16 @@ struct MultiHeadAttention {
 
   // Self-attention on the fused packed qkv, nothing saved. x, out: [B, L, H]; qkv_buf: [B * L, 3H] and
   // ctx_buf: [B * L, H] scratch. Thread-safe. With qkv packed in bf16 the attention products run in bf16 too
-  // (ops::AttentionDims::bf16).
+  // (ops::AttentionDims::bf16). xq: null, or x already in the qkv product's input type (ops::PreparedInput,
+  // used when it holds [B * L, H] of qkv's input_type(); the same result).
   void forward_inference(float* out, const float* x, int64_t B, int64_t L, const ops::AttentionMask& mask,
-                         float* qkv_buf, float* ctx_buf) const;
+                         float* qkv_buf, float* ctx_buf, const ops::PreparedInput* xq = nullptr) const;
   // The same on an unpadded batch: x, out [T, H] (T = seqs.tokens()); qkv_buf [T, 3H], ctx_buf [T, H]. Each
   // sentence's rows equal forward_inference's rows for it in a padded batch with a key_mask of its length.
   // mask: empty, causal, or a score bias shared by the sentences (AttentionMask::bias_len; MPNet's relative
   // position bias), as ops::attention_forward takes for an unpadded batch.
   void forward_inference(float* out, const float* x, const Varlen& seqs, float* qkv_buf, float* ctx_buf,
-                         const ops::AttentionMask& mask = {}) const;
+                         const ops::AttentionMask& mask = {}, const ops::PreparedInput* xq = nullptr) const;
 
   // One decoder step of self-attention. x: [R, H] this step's inputs; their keys and values are written to
   // rows `new_k`, `new_v` ([R, H] inside the cache buffers kv.k, kv.v), then each row attends over kv.

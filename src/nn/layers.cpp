@@ -191,6 +191,11 @@ void LayerNorm::forward_inference(float* out, const float* inp, int64_t N) const
   ops::layer_norm_forward(out, nullptr, nullptr, inp, weight.data(), bias.data(), N, C, eps);
 }
 
+void LayerNorm::forward_inference_to(float* out, float* sum_out, const float* y, const float* residual, int64_t N,
+                                     ops::ComputeType ct, ops::PreparedInput& prepared) const {
+  ops::layer_norm_forward_to(out, sum_out, y, residual, weight.data(), bias.data(), N, C, eps, ct, prepared);
+}
+
 void LayerNorm::add_forward_inference(float* out, float* sum_out, const float* y, const float* residual,
                                       int64_t N) const {
   ops::add_layer_norm_forward(out, sum_out, y, residual, weight.data(), bias.data(), N, C, eps);
@@ -246,13 +251,30 @@ void FeedForward::backward(const float* dout, float* dx) {
   linear1.backward(dx, da.data(), x, N);
 }
 
-void FeedForward::forward_inference(float* out, const float* x_, float* hidden, int64_t N_) const {
+void FeedForward::forward_inference(float* out, const float* x_, float* hidden, int64_t N_,
+                                    const ops::PreparedInput* xq, ops::PreparedInput* hq) const {
+  const ops::ComputeType next = linear2.input_type();
+  const bool to_next = hq && next != ops::ComputeType::F32 && linear1.packed.defined();
   {
     OpTimer t("ffn_in_gemm_act");
-    linear1.forward_inference(hidden, x_, N_, ops::epilogue_of(act));  // bias + activation fused
+    if (to_next) {  // bias, activation and the second product's input conversion fused into the first product
+      const bool use_xq = xq && xq->holds(linear1.input_type(), N_, linear1.in_features);
+      linear1.packed.forward_to(*hq, next, hidden, x_, use_xq ? xq : nullptr, N_, ops::epilogue_of(act));
+    } else {
+      linear1.forward_inference(hidden, x_, N_, ops::epilogue_of(act), xq);  // bias + activation fused
+    }
   }
   OpTimer t("ffn_out_gemm");
-  linear2.forward_inference(out, hidden, N_);
+  linear2.forward_inference(out, hidden, N_, ops::Epilogue::None, to_next ? hq : nullptr);
+}
+
+void Linear::forward_inference(float* out, const float* inp, int64_t N, ops::Epilogue act,
+                               const ops::PreparedInput* prepared) const {
+  if (prepared && packed.defined() && prepared->holds(packed.input_type(), N, in_features)) {
+    packed.forward(out, *prepared, act);
+    return;
+  }
+  forward_inference(out, inp, N, act);
 }
 
 // ---------------------------------------------------------------- Embedding

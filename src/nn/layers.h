@@ -64,6 +64,13 @@ struct Linear {
     ctx.packed = true;
     forward(ctx, out, inp, N, act);
   }
+  // The same, reading `prepared` instead of inp when it holds inp [N, in_features] in input_type() (the same
+  // result, without the product's own conversion pass); otherwise inp. prepared may be null.
+  void forward_inference(float* out, const float* inp, int64_t N, ops::Epilogue act,
+                         const ops::PreparedInput* prepared) const;
+  // The type in which this Linear's inference product wants its input prepared (ops::PackedLinear::input_type()):
+  // F32 (nothing to prepare) when unpacked.
+  ops::ComputeType input_type() const { return packed.input_type(); }
   // dinp [N, in] = dout W (added when accumulate, written otherwise; skipped when null);
   // dweight += dout^T inp; dbias += column sums of dout. inp: the forward's input [N, in].
   void backward(float* dinp, const float* dout, const float* inp, int64_t N, bool accumulate = true) const;
@@ -85,6 +92,10 @@ struct LayerNorm {
   // out = LayerNorm(y + residual) in one pass; sum_out, when non-null, receives y + residual (the pre-LN
   // residual stream). out and sum_out may each alias y or residual.
   void add_forward_inference(float* out, float* sum_out, const float* y, const float* residual, int64_t N) const;
+  // forward_inference (residual null) or add_forward_inference that also writes out's rows as the input of a
+  // product taking ct (Linear::input_type()) into `prepared` (ops::layer_norm_forward_to; ct F32: plain call).
+  void forward_inference_to(float* out, float* sum_out, const float* y, const float* residual, int64_t N,
+                            ops::ComputeType ct, ops::PreparedInput& prepared) const;
   // Saving forward: inp [N, C] must stay alive until backward.
   void forward(float* out, const float* inp, int64_t N);
   // dinp [N, C] written (added when accumulate, through `scratch`); dweight, dbias accumulated.
@@ -106,7 +117,12 @@ struct FeedForward {
   // dx [N, H] added to (+=).
   void backward(const float* dout, float* dx);
   // Inference on packed weights, the bias and activation fused into the first product; hidden: [N, I] scratch.
-  void forward_inference(float* out, const float* x, float* hidden, int64_t N) const;
+  // xq: null, or x already in linear1's input type (used when it holds x). hq: null, or where the first product
+  // writes its output in linear2's input type when linear2 takes one (ops::PackedLinear::forward_to: the
+  // activation's output quantised or rounded in the same pass, no fp32 round trip); hidden is then scratch whose
+  // contents are unspecified. The same result either way.
+  void forward_inference(float* out, const float* x, float* hidden, int64_t N, const ops::PreparedInput* xq = nullptr,
+                         ops::PreparedInput* hq = nullptr) const;
 };
 
 // torch.nn.Embedding, scaled and with a position table added (d2l's TransformerEncoder: embedding(x) *

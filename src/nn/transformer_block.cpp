@@ -158,10 +158,13 @@ namespace {
 
 // The inference body of an encoder block on n token rows; attend(out, x) is the self-attention sublayer (padded
 // batch or unpadded).
+// Every LayerNorm whose output feeds a product also writes it in that product's input type (BlockScratch's
+// PreparedInputs), and the first FFN product writes the second's input: the products convert nothing themselves.
 template <class Attend>
 void block_inference(const EncoderBlock& blk, float* X, int64_t n, BlockScratch& s, const LayerNorm* next_norm,
                      Attend&& attend) {
   const int64_t Hd = blk.attention.hidden_size, I = blk.ffn.linear1.out_features;
+  const ops::ComputeType ffn_in = blk.ffn.linear1.input_type();
   s.qkv.resize(n * 3 * Hd);
   s.ctx.resize(n * Hd);
   s.inter.resize(n * I);
@@ -169,24 +172,26 @@ void block_inference(const EncoderBlock& blk, float* X, int64_t n, BlockScratch&
     // a = LN1(W_o attention(x) + x); x = LN2(FFN(a) + a)
     s.a.resize(n * Hd);
     float* a = s.a.data();
-    attend(a, X);
+    attend(a, X, &s.xq);
+    s.xq.clear();  // used once: X changes below
     {
       OpTimer t("add_layernorm");
-      blk.norm1.add_forward_inference(a, nullptr, a, X, n);
+      blk.norm1.forward_inference_to(a, nullptr, a, X, n, ffn_in, s.aq);
     }
-    blk.ffn.forward_inference(X, a, s.inter.data(), n);
+    blk.ffn.forward_inference(X, a, s.inter.data(), n, &s.aq, &s.hq);
     OpTimer t("add_layernorm");
-    blk.norm2.add_forward_inference(X, nullptr, X, a, n);
+    blk.norm2.forward_inference_to(X, nullptr, X, a, n, s.next_input, s.xq);
     return;
   }
   // x = x + attention(LN1(x)); x = x + FFN(LN2(x)). Each residual add is fused into the LayerNorm that follows
   // it: x += f and h = LN(x) in one pass (the sum written back into x).
   float* h = s.h.data();
-  attend(h, h);
-  blk.norm2.add_forward_inference(h, X, X, h, n);  // x += attention; h = LN2(x)
-  blk.ffn.forward_inference(h, h, s.inter.data(), n);
+  attend(h, h, &s.xq);
+  s.xq.clear();
+  blk.norm2.forward_inference_to(h, X, X, h, n, ffn_in, s.aq);  // x += attention; h = LN2(x)
+  blk.ffn.forward_inference(h, h, s.inter.data(), n, &s.aq, &s.hq);
   if (next_norm) {
-    next_norm->add_forward_inference(h, X, X, h, n);  // x += FFN; h = LN1'(x)
+    next_norm->forward_inference_to(h, X, X, h, n, s.next_input, s.xq);  // x += FFN; h = LN1'(x)
   } else {
     for (int64_t i = 0; i < n * Hd; ++i) X[i] += h[i];
   }
@@ -196,17 +201,24 @@ void block_inference(const EncoderBlock& blk, float* X, int64_t n, BlockScratch&
 
 void EncoderBlock::forward_inference(float* X, int64_t B, int64_t L, const ops::AttentionMask& mask, BlockScratch& s,
                                      const LayerNorm* next_norm) const {
-  block_inference(*this, X, B * L, s, next_norm, [&](float* out, const float* x) {
-    attention.forward_inference(out, x, B, L, mask, s.qkv.data(), s.ctx.data());
+  block_inference(*this, X, B * L, s, next_norm, [&](float* out, const float* x, const ops::PreparedInput* xq) {
+    attention.forward_inference(out, x, B, L, mask, s.qkv.data(), s.ctx.data(), xq);
   });
 }
 
 void EncoderBlock::forward_inference(float* X, const Varlen& seqs, BlockScratch& s, const LayerNorm* next_norm,
                                      const ops::AttentionMask& mask) const {
-  block_inference(*this, X, seqs.tokens(), s, next_norm, [&](float* out, const float* x) {
-    attention.forward_inference(out, x, seqs, s.qkv.data(), s.ctx.data(), mask);
+  block_inference(*this, X, seqs.tokens(), s, next_norm, [&](float* out, const float* x, const ops::PreparedInput* xq) {
+    attention.forward_inference(out, x, seqs, s.qkv.data(), s.ctx.data(), mask, xq);
   });
 }
+
+namespace {
+// The input type layer l + 1's QKV product takes (F32 after the last layer).
+ops::ComputeType next_qkv_input(const std::vector<EncoderBlock>& layers, size_t l) {
+  return l + 1 < layers.size() ? layers[l + 1].attention.qkv.input_type() : ops::ComputeType::F32;
+}
+}  // namespace
 
 bool real_tokens_contiguous(const float* key_mask, int64_t B, int64_t L) {
   for (int64_t b = 0; b < B; ++b) {
@@ -236,9 +248,11 @@ void encoder_stack_inference(const std::vector<EncoderBlock>& layers, float* X, 
     mask.bias = score_bias;  // [heads, L, L], bias_batch_stride 0: shared by the batch rows
     if (pre_ln) {  // pre-LN layers chain their LayerNorms: s.h holds the next layer's norm1(x) on entry
       s.h.resize(N * H);
-      layers[0].norm1.forward_inference(s.h.data(), X, N);
+      layers[0].norm1.forward_inference_to(s.h.data(), nullptr, X, nullptr, N, layers[0].attention.qkv.input_type(),
+                                           s.xq);
     }
     for (int64_t l = 0; l < NL; ++l) {
+      s.next_input = next_qkv_input(layers, l);
       layers[l].forward_inference(X, B, L, mask, s, pre_ln && l + 1 < NL ? &layers[l + 1].norm1 : nullptr);
       if (hidden_states) std::memcpy(hidden_states + (l + 1) * N * H, X, sizeof(float) * N * H);
     }
@@ -279,12 +293,14 @@ void encoder_stack_inference(const std::vector<EncoderBlock>& layers, float* X, 
   for (int64_t t = 0; t < T; ++t) std::memcpy(P + t * H, X + rows[t] * H, sizeof(float) * H);
   if (pre_ln) {
     s.h.resize(T * H);
-    layers[0].norm1.forward_inference(s.h.data(), P, T);
+    layers[0].norm1.forward_inference_to(s.h.data(), nullptr, P, nullptr, T, layers[0].attention.qkv.input_type(),
+                                         s.xq);
   }
   ops::AttentionMask bias;
   bias.bias = score_bias;
   bias.bias_len = score_bias ? L : 0;  // each sentence at its own positions 0 .. len - 1 of the [heads, L, L] table
   for (int64_t l = 0; l < NL; ++l) {
+    s.next_input = next_qkv_input(layers, l);
     layers[l].forward_inference(P, seqs, s, pre_ln && l + 1 < NL ? &layers[l + 1].norm1 : nullptr, bias);
     if (hidden_states) scatter(hidden_states + (l + 1) * N * H);
   }

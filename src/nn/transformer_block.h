@@ -29,6 +29,14 @@ struct Residual {
 // Scratch of the inference paths, reused across layers and calls.
 struct BlockScratch {
   Buf h, qkv, ctx, a, inter;
+  // GEMM inputs already in their product's input type (ops::PreparedInput), written by the LayerNorm or the
+  // product that made them, so that no product converts an fp32 input of its own: xq the QKV product's input
+  // (X post-LN, h pre-LN; written by the previous layer's last LayerNorm, or the stack's first one), aq the FFN
+  // input, hq the FFN hidden activations. Each is used where it holds the right shape and type.
+  ops::PreparedInput xq, aq, hq;
+  // What the block's last LayerNorm prepares for the next layer's QKV product (its qkv input_type(); F32: none,
+  // as for the last layer). Set by the caller before each layer.
+  ops::ComputeType next_input = ops::ComputeType::F32;
 };
 
 struct EncoderBlock {

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <stdexcept>
 
+#include "ops/activation_impl.h"
 #include "ops/isa.h"
 #include "ops/vec_math.h"
 
@@ -18,36 +19,10 @@ Activation parse_activation(const std::string& name) {
 }
 
 namespace {
-constexpr float kInvSqrt2 = 0.70710678118654752f;
-constexpr float kSqrt2OverPi = 0.79788456080286536f;
-}  // namespace
+using detail::act_impl;
+using detail::kInvSqrt2;
+using detail::kSqrt2OverPi;
 
-namespace {
-
-// Elements [i0, i1) of act(inp) into out, per ISA (ops/isa.h).
-TFM_ALWAYS_INLINE void act_impl(float* out, const float* inp, int64_t i0, int64_t i1, Activation act) {
-  switch (act) {
-    case Activation::Gelu:
-#pragma omp simd
-      for (int64_t i = i0; i < i1; ++i) out[i] = 0.5f * inp[i] * (1.0f + vm::fast_erf(inp[i] * kInvSqrt2));
-      break;
-    case Activation::GeluTanh:
-#pragma omp simd
-      for (int64_t i = i0; i < i1; ++i) {
-        float x = inp[i];
-        out[i] = 0.5f * x * (1.0f + vm::fast_tanh(kSqrt2OverPi * (x + 0.044715f * x * x * x)));
-      }
-      break;
-    case Activation::Relu:
-#pragma omp simd
-      for (int64_t i = i0; i < i1; ++i) out[i] = inp[i] < 0.0f ? 0.0f : inp[i];  // NaN stays NaN, as torch.relu
-      break;
-    case Activation::Silu:
-#pragma omp simd
-      for (int64_t i = i0; i < i1; ++i) out[i] = inp[i] / (1.0f + vm::fast_exp(-inp[i]));
-      break;
-  }
-}
 void act_avx2(float* out, const float* inp, int64_t i0, int64_t i1, Activation act) {
   act_impl(out, inp, i0, i1, act);
 }

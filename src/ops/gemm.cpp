@@ -1,10 +1,11 @@
 #include "ops/gemm.h"
 #include "ops/dnnl_context.h"
 #include "ops/gemm_bf16.h"
+#include "ops/activation_impl.h"
+#include "ops/isa.h"
+#include "ops/quantize_row.h"
 
 #include <oneapi/dnnl/dnnl.h>
-
-#include <immintrin.h>
 
 #include <algorithm>
 #include <cfloat>
@@ -160,85 +161,37 @@ dnnl::stream& cpu_stream() { return dnnl_cpu_stream(); }
 dt weight_type(ComputeType ct) { return ct == ComputeType::F32 ? dt::f32 : ct == ComputeType::BF16 ? dt::bf16 : dt::s8; }
 dt src_type(ComputeType ct) { return weight_type(ct); }  // s8 activations: symmetric per-token quantisation
 
-// Round-to-nearest-even fp32 -> bf16, as torch's .to(torch.bfloat16) (NaN kept quiet).
-// ---- symmetric int8 quantisation: q = round_half_even(x / scale) clamped to [-127, 127], scale = max|x| / 127
-// (1 for an all-zero input). Two kernels: AVX-512 (chosen at run time) and the x86-64-v3 baseline (omp simd).
-
-// max |x[i]|, or NaN when x holds a NaN or an infinity (x * 0 is NaN exactly for those; fmax alone would drop a
-// NaN). Every caller turns a NaN scale into NaN outputs, as the fp32 product gives, never a finite answer.
-float absmax_v3(const float* x, int64_t n) {
-  float mx = 0.0f, bad = 0.0f;
-#pragma omp simd reduction(max : mx) reduction(+ : bad)
-  for (int64_t i = 0; i < n; ++i) {
-    mx = std::fmax(mx, std::fabs(x[i]));
-    bad += x[i] * 0.0f;
-  }
-  return bad == 0.0f ? mx : NAN;
+// ---- symmetric int8 quantisation (ops/quantize_row.h): q = round_half_even(x / scale) clamped to [-127, 127],
+// scale = max|x| / 127 (1 for an all-zero input); each kernel in two copies, chosen by kernel_isa() (ops/isa.h).
+float absmax_avx2(const float* x, int64_t n) { return detail::row_absmax(x, n); }
+TFM_TARGET_AVX512 float absmax_avx512(const float* x, int64_t n) { return detail::row_absmax(x, n); }
+void quantize_avx2(int8_t* q, const float* x, int64_t n, float inv) { detail::quantize_s8(q, x, n, inv); }
+TFM_TARGET_AVX512 void quantize_avx512(int8_t* q, const float* x, int64_t n, float inv) {
+  detail::quantize_s8(q, x, n, inv);
+}
+// Rows [r0, r1) of p from x (p.cols floats a row).
+void prepare_rows_avx2(PreparedInput& p, const float* x, int64_t r0, int64_t r1) {
+  for (int64_t r = r0; r < r1; ++r) detail::prepare_row(p, r, x + r * p.cols);
+}
+TFM_TARGET_AVX512 void prepare_rows_avx512(PreparedInput& p, const float* x, int64_t r0, int64_t r1) {
+  for (int64_t r = r0; r < r1; ++r) detail::prepare_row(p, r, x + r * p.cols);
 }
 
-void quantize_v3(int8_t* q, const float* x, int64_t n, float inv) {
-  // Adding and subtracting 1.5 * 2^23 rounds to nearest even without a libm call, so the loop vectorises.
-  constexpr float kRound = 12582912.0f;
-#pragma omp simd
-  for (int64_t i = 0; i < n; ++i) {
-    float r = (x[i] * inv + kRound) - kRound;
-    r = std::fmin(127.0f, std::fmax(-127.0f, r));
-    q[i] = (int8_t)r;
-  }
-}
-
-__attribute__((target("avx512f,avx512bw,avx512vl"))) float absmax_avx512(const float* x, int64_t n) {
-  const __m512 zero = _mm512_setzero_ps();
-  __m512 m0 = zero, m1 = zero, bad = zero;
-  int64_t i = 0;
-  for (; i + 32 <= n; i += 32) {
-    const __m512 a = _mm512_loadu_ps(x + i), b = _mm512_loadu_ps(x + i + 16);
-    m0 = _mm512_max_ps(m0, _mm512_abs_ps(a));
-    m1 = _mm512_max_ps(m1, _mm512_abs_ps(b));
-    bad = _mm512_add_ps(bad, _mm512_add_ps(_mm512_mul_ps(a, zero), _mm512_mul_ps(b, zero)));
-  }
-  for (; i < n; i += 16) {
-    const __mmask16 k = n - i >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - i)) - 1);
-    const __m512 a = _mm512_maskz_loadu_ps(k, x + i);
-    m0 = _mm512_max_ps(m0, _mm512_abs_ps(a));
-    bad = _mm512_add_ps(bad, _mm512_mul_ps(a, zero));
-  }
-  // max_ps returns its second operand when either is NaN, so it can drop a NaN; `bad` (a sum of x * 0) cannot.
-  if (_mm512_reduce_add_ps(bad) != 0.0f) return NAN;
-  return _mm512_reduce_max_ps(_mm512_max_ps(m0, m1));
-}
-
-__attribute__((target("avx512f,avx512bw,avx512vl"))) void quantize_avx512(int8_t* q, const float* x, int64_t n, float inv) {
-  const __m512 s = _mm512_set1_ps(inv);
-  const __m512i lo = _mm512_set1_epi32(-127), hi = _mm512_set1_epi32(127);
-  for (int64_t i = 0; i < n; i += 16) {
-    const __mmask16 k = n - i >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - i)) - 1);
-    // cvtps_epi32 rounds to nearest even (the default MXCSR mode), as the baseline kernel does.
-    __m512i v = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_maskz_loadu_ps(k, x + i), s));
-    v = _mm512_min_epi32(_mm512_max_epi32(v, lo), hi);
-    _mm_mask_storeu_epi8(q + i, k, _mm512_cvtepi32_epi8(v));
-  }
-}
-
-bool use_avx512() {
-  static const bool yes = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl");
-  return yes;
-}
-inline float absmax(const float* x, int64_t n) { return use_avx512() ? absmax_avx512(x, n) : absmax_v3(x, n); }
+bool avx512() { return kernel_isa() == KernelIsa::Avx512; }
+inline float absmax(const float* x, int64_t n) { return avx512() ? absmax_avx512(x, n) : absmax_avx2(x, n); }
 inline void quantize(int8_t* q, const float* x, int64_t n, float inv) {
-  use_avx512() ? quantize_avx512(q, x, n, inv) : quantize_v3(q, x, n, inv);
+  avx512() ? quantize_avx512(q, x, n, inv) : quantize_avx2(q, x, n, inv);
 }
-inline float scale_of(float mx) { return mx > 0.0f ? mx / 127.0f : 1.0f; }
 
-// Quantises one row with its own scale; returns the scale, NaN (and q all 0) when the row holds a NaN or an
-// infinity, so that the row's outputs come out NaN.
+// Quantises one row with its own scale (detail::quantize_row_s8): returns the scale, NaN (q all 0) for a row
+// holding a NaN or an infinity.
 inline float quantize_row(int8_t* q, const float* x, int64_t n) {
   const float mx = absmax(x, n);
   if (!std::isfinite(mx)) {
     std::memset(q, 0, (size_t)n);
     return NAN;
   }
-  const float scale = scale_of(mx);
+  const float scale = detail::s8_scale_of(mx);
   quantize(q, x, n, 1.0f / scale);
   return scale;
 }
@@ -258,11 +211,46 @@ float quantize_tensor(int8_t* q, const float* x, int64_t n) {
     else bad = 1;
   }
   if (bad) return NAN;
-  const float scale = scale_of(mx), inv = 1.0f / scale;
+  const float scale = detail::s8_scale_of(mx), inv = 1.0f / scale;
 #pragma omp parallel for if (chunks > 4)
   for (int64_t c = 0; c < chunks; ++c) quantize(q + c * kChunk, x + c * kChunk, std::min(kChunk, n - c * kChunk), inv);
   return scale;
 }
+
+// Rows [n0, n1) of the per-token int8 epilogue on y [*, O] (the int32 sums arriving as fp32), in place:
+// y = act(y * (rs[n] * ws[o]) + bias[o]) while the row is in cache, then row n of next from it when non-null.
+TFM_ALWAYS_INLINE void dequant_rows(float* y, int64_t n0, int64_t n1, int64_t O, const float* rs, const float* ws,
+                                    const float* bias, Epilogue ep, PreparedInput* next) {
+  const Activation act = activation_of(ep);
+  for (int64_t n = n0; n < n1; ++n) {
+    float* r = y + n * O;
+    const float s = rs[n];
+    if (bias) {
+#pragma omp simd
+      for (int64_t o = 0; o < O; ++o) r[o] = r[o] * (s * ws[o]) + bias[o];
+    } else {
+#pragma omp simd
+      for (int64_t o = 0; o < O; ++o) r[o] = r[o] * (s * ws[o]);
+    }
+    if (ep != Epilogue::None) detail::act_impl(r, r, 0, O, act);
+    if (next) detail::prepare_row(*next, n, r);
+  }
+}
+using DequantRows = void (*)(float*, int64_t, int64_t, int64_t, const float*, const float*, const float*, Epilogue,
+                             PreparedInput*);
+void dequant_rows_avx2(float* y, int64_t n0, int64_t n1, int64_t O, const float* rs, const float* ws,
+                       const float* bias, Epilogue ep, PreparedInput* next) {
+  dequant_rows(y, n0, n1, O, rs, ws, bias, ep, next);
+}
+TFM_TARGET_AVX512 void dequant_rows_avx512(float* y, int64_t n0, int64_t n1, int64_t O, const float* rs,
+                                           const float* ws, const float* bias, Epilogue ep, PreparedInput* next) {
+  dequant_rows(y, n0, n1, O, rs, ws, bias, ep, next);
+}
+
+std::atomic<bool> g_fused_quant{[] {
+  const char* e = std::getenv("TFM_FUSED_QUANT");
+  return !(e && std::string(e) == "0");
+}()};
 
 // Activation scales (see set_int8_activation_scales): per token unless TFM_INT8_ACT=tensor at start-up.
 // Per token is the default because it keeps each row's result independent of the other rows of the call (a
@@ -299,11 +287,13 @@ struct PackedLinear::Impl {
   std::vector<float> bias;     // [out] or empty
   std::vector<float> w_scale;  // [out], int8 only
   bool fuse_bias = false;      // bias as a matmul argument (fp32/bf16); int8 adds it in the dequant pass
-  // key: (rows * 8 + epilogue) * 2 + fused -> the primitive and its scratchpad layout
+  // key: ((rows * 8 + epilogue) * 2 + fused) * 2 + bf16 output -> the primitive and its scratchpad layout
   mutable MatmulCache<int64_t> cache;
 
   memory::desc src_md(int64_t M) const { return memory::desc({M, in}, src_type(ct), tag::ab); }
-  memory::desc dst_md(int64_t M) const { return memory::desc({M, out}, dt::f32, tag::ab); }
+  memory::desc dst_md(int64_t M, bool bf16_dst = false) const {
+    return memory::desc({M, out}, bf16_dst ? dt::bf16 : dt::f32, tag::ab);
+  }
 
   // The primitive for M rows. Weights are described by the packed layout chosen at load; oneDNN's choice of
   // layout does not depend on M for these kernels, and if it did, the explicit layout would still be honoured.
@@ -311,16 +301,17 @@ struct PackedLinear::Impl {
   // given at run time), bias (a binary add) and activation all run inside the matmul. Not run-time output scales
   // (DNNL_RUNTIME_F32_VAL): oneDNN 2.6's brgemm/AMX matmul refuses them and falls back to its reference kernel,
   // ~100x slower; nor a per-row binary multiply ({M, 1}: same fallback), hence one scale per tensor.
-  // fused: ct is I8 and activations have one scale per tensor.
+  // fused: ct is I8 and activations have one scale per tensor. bf16_dst: ct is BF16 and the output is written in
+  // bf16 (rounded to nearest even by oneDNN after the post-ops), the next product's input.
   // The scratchpad is the caller's (scratchpad_mode::user): with oneDNN's default library-owned one, threads
   // running one primitive at once (Python threads sharing an Encoder, tfm serve) corrupted some outputs.
-  dnnl::matmul primitive(int64_t M, Epilogue ep, bool fused, memory::desc& scratchpad) const {
-    const int64_t key = (M * 8 + (int64_t)ep) * 2 + fused;
-    CachedMatmul m = cache.get(key, [&] { return make_primitive(M, ep, fused); });
+  dnnl::matmul primitive(int64_t M, Epilogue ep, bool fused, bool bf16_dst, memory::desc& scratchpad) const {
+    const int64_t key = ((M * 8 + (int64_t)ep) * 2 + fused) * 2 + bf16_dst;
+    CachedMatmul m = cache.get(key, [&] { return make_primitive(M, ep, fused, bf16_dst); });
     scratchpad = m.scratchpad;
     return m.matmul;
   }
-  CachedMatmul make_primitive(int64_t M, Epilogue ep, bool fused) const {
+  CachedMatmul make_primitive(int64_t M, Epilogue ep, bool fused, bool bf16_dst) const {
     dnnl::primitive_attr attr;
     attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
     if (fused) {
@@ -338,11 +329,16 @@ struct PackedLinear::Impl {
     } else if (ct != ComputeType::I8) {
       attr.set_post_ops(make_post_ops(ep));  // per-token int8 applies its activation after dequantisation
     }
-    auto d = fuse_bias ? dnnl::matmul::desc(src_md(M), weights_md, memory::desc({1, out}, dt::f32, tag::ab), dst_md(M))
-                       : dnnl::matmul::desc(src_md(M), weights_md, dst_md(M));
+    auto d = fuse_bias ? dnnl::matmul::desc(src_md(M), weights_md, memory::desc({1, out}, dt::f32, tag::ab),
+                                            dst_md(M, bf16_dst))
+                       : dnnl::matmul::desc(src_md(M), weights_md, dst_md(M, bf16_dst));
     dnnl::matmul::primitive_desc pd(d, attr, cpu_engine());
     return CachedMatmul{dnnl::matmul(pd), pd.scratchpad_desc()};
   }
+
+  void convert(const float* inp, int64_t N, const void*& src, const float*& rs, const float*& cs) const;
+  void run(float* out_f32, uint16_t* out_bf16, const void* src, const float* row_scale, const float* col_scale,
+           int64_t N, Epilogue ep, PreparedInput* next) const;
 
   // Picks the layout and reorders `src` (plain [out, in] of type `src_dt`) into it.
   void pack(const void* src, dt src_dt) {
@@ -456,75 +452,188 @@ int64_t PackedLinear::in_features() const { return impl_ ? impl_->in : 0; }
 int64_t PackedLinear::out_features() const { return impl_ ? impl_->out : 0; }
 ComputeType PackedLinear::compute_type() const { return impl_ ? impl_->ct : ComputeType::F32; }
 
-void PackedLinear::forward(float* out, const float* inp, int64_t N, Epilogue ep) const {
-  if (N <= 0) return;
-  const Impl& im = *impl_;
-  const int64_t K = im.in, O = im.out;
-  thread_local std::vector<uint16_t> bf16_buf;
-  thread_local std::vector<int8_t> s8_buf;
-  thread_local std::vector<float> row_scale, col_scale;
-  const void* src = inp;
-  bool fused = im.ct == ComputeType::I8 && !g_int8_per_token.load(std::memory_order_relaxed);
-  if (im.ct == ComputeType::BF16) {
-    uint16_t* b = scratch(bf16_buf, (size_t)N * K);
-#pragma omp parallel for if (N * K > 65536)
-    for (int64_t i = 0; i < N * K; ++i) b[i] = to_bf16(inp[i]);
-    src = b;
-  } else if (im.ct == ComputeType::I8) {
-    int8_t* q = scratch(s8_buf, (size_t)N * K);
-    if (fused) {
-      const float xs = quantize_tensor(q, inp, N * K);
-      if (std::isnan(xs)) {
-        fused = false;  // a NaN or infinity in the input: per row below, so that only its rows are NaN
-      } else {
-        float* cs = scratch(col_scale, (size_t)O);
-        for (int64_t o = 0; o < O; ++o) cs[o] = xs * im.w_scale[o];
-      }
-    }
-    if (!fused) {
-      float* rs = scratch(row_scale, (size_t)N);
-#pragma omp parallel for if (N * K > 65536)
-      for (int64_t n = 0; n < N; ++n) rs[n] = quantize_row(q + n * K, inp + n * K, K);
-    }
-    src = q;
-  }
+// The product of an input already in the matmul's type: src [N, in] (fp32, bf16 or s8), row_scale [N] for per-token
+// int8, col_scale [out] for per-tensor int8 (fused); writes out_f32 [N, out], or out_bf16 (ct BF16 only), and, for
+// per-token int8, the epilogue's rows into next when non-null.
+void PackedLinear::Impl::run(float* out_f32, uint16_t* out_bf16, const void* src, const float* row_scale,
+                             const float* col_scale, int64_t N, Epilogue ep, PreparedInput* next) const {
+  const int64_t O = out;
+  const bool fused = col_scale != nullptr;
   memory::desc scratch_md;
-  dnnl::matmul prim = im.primitive(N, ep, fused, scratch_md);
+  dnnl::matmul prim = primitive(N, ep, fused, out_bf16 != nullptr, scratch_md);
   thread_local std::vector<uint8_t> scratch_buf;
-  memory src_m(im.src_md(N), cpu_engine(), const_cast<void*>(src));
-  memory dst_m(im.dst_md(N), cpu_engine(), out);
-  std::unordered_map<int, memory> args = {{DNNL_ARG_SRC, src_m}, {DNNL_ARG_WEIGHTS, im.weights}, {DNNL_ARG_DST, dst_m}};
+  memory src_m(src_md(N), cpu_engine(), const_cast<void*>(src));
+  memory dst_m(dst_md(N, out_bf16 != nullptr), cpu_engine(), out_bf16 ? (void*)out_bf16 : (void*)out_f32);
+  std::unordered_map<int, memory> args = {{DNNL_ARG_SRC, src_m}, {DNNL_ARG_WEIGHTS, weights}, {DNNL_ARG_DST, dst_m}};
   memory bias_m;
-  if (!im.bias.empty())
-    bias_m = memory(memory::desc({1, O}, dt::f32, tag::ab), cpu_engine(), const_cast<float*>(im.bias.data()));
-  if (im.fuse_bias) args.emplace(DNNL_ARG_BIAS, bias_m);
+  if (!bias.empty())
+    bias_m = memory(memory::desc({1, O}, dt::f32, tag::ab), cpu_engine(), const_cast<float*>(bias.data()));
+  if (fuse_bias) args.emplace(DNNL_ARG_BIAS, bias_m);
   if (fused) {
     args.emplace(DNNL_ARG_ATTR_MULTIPLE_POST_OP(0) | DNNL_ARG_SRC_1,
-                 memory(memory::desc({1, O}, dt::f32, tag::ab), cpu_engine(), col_scale.data()));
-    if (!im.bias.empty()) args.emplace(DNNL_ARG_ATTR_MULTIPLE_POST_OP(1) | DNNL_ARG_SRC_1, bias_m);
+                 memory(memory::desc({1, O}, dt::f32, tag::ab), cpu_engine(), const_cast<float*>(col_scale)));
+    if (!bias.empty()) args.emplace(DNNL_ARG_ATTR_MULTIPLE_POST_OP(1) | DNNL_ARG_SRC_1, bias_m);
   }
   if (scratch_md.get_size() > 0)
     args.emplace(DNNL_ARG_SCRATCHPAD, memory(scratch_md, cpu_engine(), scratch(scratch_buf, scratch_md.get_size())));
   prim.execute(cpu_stream(), args);
   cpu_stream().wait();
-  if (im.ct == ComputeType::I8 && !fused) {
-    // out = act(acc * x_scale[n] * w_scale[o] + bias[o]) (the int32 sums arrive converted to fp32), one row at a
-    // time while it is in cache: the activation of a row (<= 65536 elements) runs on the calling thread, without
-    // a parallel region of its own; wider rows take the whole-output call (it parallelises itself).
-    const float* rs = row_scale.data();
-    const float* ws = im.w_scale.data();
-    const float* bias = im.bias.empty() ? nullptr : im.bias.data();
-    const Activation act = activation_of(ep);
-    const bool act_per_row = ep != Epilogue::None && O <= 65536;
-#pragma omp parallel for if (N * O > 65536)
-    for (int64_t n = 0; n < N; ++n) {
-      float* y = out + n * O;
-      const float s = rs[n];
-#pragma omp simd
-      for (int64_t o = 0; o < O; ++o) y[o] = y[o] * (s * ws[o]) + (bias ? bias[o] : 0.0f);
-      if (act_per_row) activation_forward(y, y, O, act);
+  if (ct != ComputeType::I8 || fused) return;
+  // out = act(acc * x_scale[n] * w_scale[o] + bias[o]) (the int32 sums arrive converted to fp32), then the next
+  // product's input row, one row at a time while it is in cache, on the calling thread per chunk of rows. A single
+  // row wider than 65536 takes its activation from the whole-output call instead (it parallelises itself).
+  const float* b = bias.empty() ? nullptr : bias.data();
+  const DequantRows fn = avx512() ? dequant_rows_avx512 : dequant_rows_avx2;
+  const bool act_per_row = ep == Epilogue::None || O <= 65536 || next;
+  const Epilogue row_ep = act_per_row ? ep : Epilogue::None;
+  const int64_t chunk = std::max<int64_t>(1, 16384 / O);
+#pragma omp parallel for schedule(static) if (N * O > 65536)
+  for (int64_t n0 = 0; n0 < N; n0 += chunk)
+    fn(out_f32, n0, std::min(N, n0 + chunk), O, row_scale, w_scale.data(), b, row_ep, next);
+  if (!act_per_row) activation_forward(out_f32, out_f32, N * O, activation_of(ep));
+}
+
+// fp32 input [N, in] in the matmul's type: src (inp itself for F32, else a thread-local buffer), and the int8
+// scales: row_scale [N] per token, or col_scale [out] (x_scale * w_scale[o]) per tensor.
+void PackedLinear::Impl::convert(const float* inp, int64_t N, const void*& src, const float*& rs,
+                                 const float*& cs) const {
+  const int64_t K = in, O = out;
+  thread_local std::vector<uint16_t> bf16_buf;
+  thread_local std::vector<int8_t> s8_buf;
+  thread_local std::vector<float> row_scale, col_scale;
+  src = inp;
+  rs = cs = nullptr;
+  if (ct == ComputeType::BF16) {
+    uint16_t* b = scratch(bf16_buf, (size_t)N * K);
+#pragma omp parallel for if (N * K > 65536)
+    for (int64_t i = 0; i < N * K; ++i) b[i] = to_bf16(inp[i]);
+    src = b;
+  } else if (ct == ComputeType::I8) {
+    int8_t* q = scratch(s8_buf, (size_t)N * K);
+    if (!g_int8_per_token.load(std::memory_order_relaxed)) {
+      const float xs = quantize_tensor(q, inp, N * K);
+      if (!std::isnan(xs)) {  // else a NaN or infinity in the input: per row below, so that only its rows are NaN
+        float* c = scratch(col_scale, (size_t)O);
+        for (int64_t o = 0; o < O; ++o) c[o] = xs * w_scale[o];
+        cs = c;
+      }
     }
-    if (ep != Epilogue::None && !act_per_row) activation_forward(out, out, N * O, act);
+    if (!cs) {
+      float* r = scratch(row_scale, (size_t)N);
+#pragma omp parallel for if (N * K > 65536)
+      for (int64_t n = 0; n < N; ++n) r[n] = quantize_row(q + n * K, inp + n * K, K);
+      rs = r;
+    }
+    src = q;
+  }
+}
+
+void PackedLinear::forward(float* out, const float* inp, int64_t N, Epilogue ep) const {
+  if (N <= 0) return;
+  const void* src;
+  const float *rs, *cs;
+  impl_->convert(inp, N, src, rs, cs);
+  impl_->run(out, nullptr, src, rs, cs, N, ep, nullptr);
+}
+
+ComputeType PackedLinear::input_type() const {
+  if (!impl_ || !g_fused_quant.load(std::memory_order_relaxed)) return ComputeType::F32;
+  if (impl_->ct == ComputeType::I8 && !g_int8_per_token.load(std::memory_order_relaxed)) return ComputeType::F32;
+  return impl_->ct;
+}
+
+namespace {
+void check_prepared(const PreparedInput& in, ComputeType want, int64_t K) {
+  if (want == ComputeType::F32 || in.ct != want || in.cols != K || in.rows < 0)
+    throw std::invalid_argument(std::string("PackedLinear: prepared input of type ") + compute_type_name(in.ct) +
+                                " and " + std::to_string(in.cols) + " columns for a product taking " +
+                                compute_type_name(want) + " and " + std::to_string(K));
+}
+// The matmul's source and per-row scales (I8) held by `in`.
+void prepared_src(const PreparedInput& in, const void*& src, const float*& rs) {
+  const bool s8 = in.ct == ComputeType::I8;
+  src = s8 ? (const void*)in.s8.data() : (const void*)in.bf16.data();
+  rs = s8 ? in.scale.data() : nullptr;
+}
+}  // namespace
+
+void PackedLinear::forward(float* out, const PreparedInput& in, Epilogue ep) const {
+  check_prepared(in, input_type(), in_features());
+  if (in.rows == 0) return;
+  const void* src;
+  const float* rs;
+  prepared_src(in, src, rs);
+  impl_->run(out, nullptr, src, rs, nullptr, in.rows, ep, nullptr);
+}
+
+void PackedLinear::forward_to(PreparedInput& next, ComputeType next_ct, float* work, const float* inp,
+                              const PreparedInput* in, int64_t N, Epilogue ep) const {
+  if (next_ct == ComputeType::F32)
+    throw std::invalid_argument("PackedLinear::forward_to: the next product takes fp32 (use forward)");
+  if (in) {
+    check_prepared(*in, input_type(), in_features());
+    N = in->rows;
+  }
+  const Impl& im = *impl_;
+  next.reset(next_ct, N, im.out);
+  if (N <= 0) return;
+  const void* src;
+  const float *rs = nullptr, *cs = nullptr;
+  if (in)
+    prepared_src(*in, src, rs);
+  else
+    im.convert(inp, N, src, rs, cs);
+  if (im.ct == ComputeType::BF16 && next_ct == ComputeType::BF16) {
+    im.run(nullptr, next.bf16.data(), src, nullptr, nullptr, N, ep, nullptr);  // oneDNN writes bf16
+  } else if (im.ct == ComputeType::I8 && !cs) {
+    im.run(work, nullptr, src, rs, nullptr, N, ep, &next);  // the per-row epilogue writes next
+  } else {
+    im.run(work, nullptr, src, rs, cs, N, ep, nullptr);
+    prepare_input(next, next_ct, work, N, im.out);
+  }
+}
+
+void PreparedInput::reset(ComputeType t, int64_t r, int64_t c) {
+  ct = t;
+  rows = t == ComputeType::F32 ? 0 : r;
+  cols = t == ComputeType::F32 ? 0 : c;
+  if (t == ComputeType::BF16 && (int64_t)bf16.size() < r * c) bf16.resize((size_t)(r * c));
+  if (t == ComputeType::I8) {
+    if ((int64_t)s8.size() < r * c) s8.resize((size_t)(r * c));
+    if ((int64_t)scale.size() < r) scale.resize((size_t)r);
+  }
+}
+
+void prepare_input_ref(PreparedInput& dst, ComputeType ct, const float* x, int64_t rows, int64_t cols) {
+  dst.reset(ct, rows, cols);
+  for (int64_t r = 0; r < rows && ct != ComputeType::F32; ++r) {
+    const float* v = x + r * cols;
+    if (ct == ComputeType::BF16) {
+      for (int64_t c = 0; c < cols; ++c) dst.bf16[r * cols + c] = to_bf16(v[c]);
+      continue;
+    }
+    float mx = 0.0f;
+    bool finite = true;
+    for (int64_t c = 0; c < cols; ++c) {
+      finite = finite && std::isfinite(v[c]);
+      mx = std::max(mx, std::fabs(v[c]));
+    }
+    const float scale = !finite ? NAN : mx > 0.0f ? mx / 127.0f : 1.0f;
+    dst.scale[r] = scale;
+    for (int64_t c = 0; c < cols; ++c)
+      dst.s8[r * cols + c] = finite ? (int8_t)std::clamp(std::nearbyint(v[c] / scale), -127.0f, 127.0f) : 0;
+  }
+}
+
+void prepare_input(PreparedInput& dst, ComputeType ct, const float* x, int64_t rows, int64_t cols) {
+  dst.reset(ct, rows, cols);
+  if (ct == ComputeType::F32 || rows <= 0) return;
+  const bool wide = kernel_isa() == KernelIsa::Avx512;
+  const int64_t chunk = std::max<int64_t>(1, 16384 / std::max<int64_t>(cols, 1));
+#pragma omp parallel for schedule(static) if (rows * cols > 65536)
+  for (int64_t r0 = 0; r0 < rows; r0 += chunk) {
+    const int64_t r1 = std::min(rows, r0 + chunk);
+    wide ? prepare_rows_avx512(dst, x, r0, r1) : prepare_rows_avx2(dst, x, r0, r1);
   }
 }
 
@@ -532,6 +641,8 @@ void PackedLinear::forward(float* out, const float* inp, int64_t N, Epilogue ep)
 
 namespace tfm::ops {
 void set_int8_activation_scales(Int8ActivationScales s) { g_int8_per_token = s == Int8ActivationScales::PerToken; }
+void set_fused_quantisation(bool on) { g_fused_quant = on; }
+bool fused_quantisation() { return g_fused_quant; }
 Int8ActivationScales int8_activation_scales() {
   return g_int8_per_token ? Int8ActivationScales::PerToken : Int8ActivationScales::PerTensor;
 }

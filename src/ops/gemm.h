@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "ops/activation.h"
 
@@ -47,6 +48,40 @@ std::string onednn_version();
 enum class Int8ActivationScales { PerTensor, PerToken };
 void set_int8_activation_scales(Int8ActivationScales s);
 Int8ActivationScales int8_activation_scales();
+
+// Whether the producers of a GEMM's input (add + LayerNorm, the first FFN product) write it in the product's
+// input type (PreparedInput) on the inference path, process-wide: on by default, off when TFM_FUSED_QUANT=0 at
+// start-up (then every PackedLinear converts its fp32 input itself: the same values, one more pass; benchmarks
+// compare the two). Set it before running forward passes, not concurrently with them.
+void set_fused_quantisation(bool on);
+bool fused_quantisation();
+
+// An activation matrix [rows, cols] already in a PackedLinear's input type (PackedLinear::input_type()), written
+// by the kernel that produced the activations while each row was in cache, so that the product reads it without
+// a conversion pass. It holds exactly what PackedLinear::forward computes from the fp32 rows:
+//   BF16: bf16 bits, round to nearest even (to_bf16);
+//   I8:   s8 values with one scale per row (scale = max |x| / 127, 1 for an all-zero row; q = x / scale rounded
+//         half to even, clamped to [-127, 127]); a row holding a NaN or an infinity has scale NaN and q all 0.
+// ct F32 means nothing is held.
+struct PreparedInput {
+  ComputeType ct = ComputeType::F32;
+  int64_t rows = 0, cols = 0;
+  std::vector<uint16_t> bf16;  // [rows, cols] when ct is BF16
+  std::vector<int8_t> s8;      // [rows, cols] when ct is I8
+  std::vector<float> scale;    // [rows] when ct is I8
+  // Sizes the buffers for ct (contents unspecified until written); F32 marks it empty.
+  void reset(ComputeType ct, int64_t rows, int64_t cols);
+  void clear() { reset(ComputeType::F32, 0, 0); }
+  bool holds(ComputeType t, int64_t r, int64_t c) const {
+    return ct != ComputeType::F32 && ct == t && rows == r && cols == c;
+  }
+};
+// dst = x [rows, cols] (row-major fp32) in type ct, the plain conversion (parallel over rows, vectorised for
+// kernel_isa()). The reference every fused producer is tested against.
+void prepare_input(PreparedInput& dst, ComputeType ct, const float* x, int64_t rows, int64_t cols);
+// The same in plain scalar code (std::nearbyint of x / scale for s8): the reference the fast kernels are tested
+// against (s8 values may differ by one where x / scale and x * (1 / scale) round to different sides of a half).
+void prepare_input_ref(PreparedInput& dst, ComputeType ct, const float* x, int64_t rows, int64_t cols);
 
 // Optional activation applied to the product (torch.nn.Linear followed by it).
 enum class Epilogue { None, Relu, Gelu, GeluTanh, Silu };
@@ -87,6 +122,21 @@ class PackedLinear {
   bool all_finite() const;
   // out: [N, out_features] fp32, written; inp: [N, in_features] fp32.
   void forward(float* out, const float* inp, int64_t N, Epilogue epilogue = Epilogue::None) const;
+
+  // The type forward(const PreparedInput&) takes: BF16 for a BF16 product, I8 for an I8 product with per-token
+  // activation scales (the default); F32, meaning "give fp32", for an F32 product, for I8 per tensor (its scale
+  // needs the whole tensor), when fused_quantisation() is off, and when undefined.
+  ComputeType input_type() const;
+  // out: [in.rows, out_features] fp32, written, from an input already in input_type() (in.cols ==
+  // in_features). The same result as forward() on the fp32 rows `in` was made from. Throws
+  // std::invalid_argument when `in` does not match.
+  void forward(float* out, const PreparedInput& in, Epilogue epilogue = Epilogue::None) const;
+  // The product written as the next PackedLinear's input: next [N, out_features] in next_ct (that product's
+  // input_type(), BF16 or I8; F32 throws std::invalid_argument), bit for bit what forward() followed by
+  // prepare_input gives. The input is `in` when non-null, else inp [N, in_features] fp32. work: [N,
+  // out_features] fp32 scratch (overwritten; unused when both products are BF16: the matmul writes bf16).
+  void forward_to(PreparedInput& next, ComputeType next_ct, float* work, const float* inp, const PreparedInput* in,
+                  int64_t N, Epilogue epilogue = Epilogue::None) const;
 
   bool defined() const { return impl_ != nullptr; }
   int64_t in_features() const;

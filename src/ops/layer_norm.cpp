@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "ops/isa.h"
+#include "ops/quantize_row.h"
 
 namespace tfm::ops {
 namespace {
@@ -11,7 +12,7 @@ namespace {
 // Rows [n0, n1) of LayerNorm(x + residual) (residual null: LayerNorm(x)). One body, compiled per ISA.
 TFM_ALWAYS_INLINE void ln_rows(float* out, float* sum_out, float* mean, float* rstd, const float* inp,
                                const float* res, const float* weight, const float* bias, int64_t n0, int64_t n1,
-                               int64_t C, float eps) {
+                               int64_t C, float eps, PreparedInput* q) {
   for (int64_t n = n0; n < n1; ++n) {
     const float* x = inp + n * C;
     const float* r = res ? res + n * C : nullptr;
@@ -53,34 +54,37 @@ TFM_ALWAYS_INLINE void ln_rows(float* out, float* sum_out, float* mean, float* r
 #pragma omp simd
       for (int64_t c = 0; c < C; ++c) y[c] = (x[c] + r[c] - m) * rs * weight[c] + bias[c];
     }
+    if (q) detail::prepare_row(*q, n, y);  // the next product's input, from the row while it is in L1
     if (mean) mean[n] = m;
     if (rstd) rstd[n] = rs;
   }
 }
 
 using LnRows = void (*)(float*, float*, float*, float*, const float*, const float*, const float*, const float*,
-                        int64_t, int64_t, int64_t, float);
+                        int64_t, int64_t, int64_t, float, PreparedInput*);
 void ln_rows_avx2(float* out, float* sum_out, float* mean, float* rstd, const float* inp, const float* res,
-                  const float* weight, const float* bias, int64_t n0, int64_t n1, int64_t C, float eps) {
-  ln_rows(out, sum_out, mean, rstd, inp, res, weight, bias, n0, n1, C, eps);
+                  const float* weight, const float* bias, int64_t n0, int64_t n1, int64_t C, float eps,
+                  PreparedInput* q) {
+  ln_rows(out, sum_out, mean, rstd, inp, res, weight, bias, n0, n1, C, eps, q);
 }
 TFM_TARGET_AVX512 void ln_rows_avx512(float* out, float* sum_out, float* mean, float* rstd, const float* inp,
                                       const float* res, const float* weight, const float* bias, int64_t n0,
-                                      int64_t n1, int64_t C, float eps) {
-  ln_rows(out, sum_out, mean, rstd, inp, res, weight, bias, n0, n1, C, eps);
+                                      int64_t n1, int64_t C, float eps, PreparedInput* q) {
+  ln_rows(out, sum_out, mean, rstd, inp, res, weight, bias, n0, n1, C, eps, q);
 }
 
 void ln_dispatch(float* out, float* sum_out, float* mean, float* rstd, const float* inp, const float* res,
-                 const float* weight, const float* bias, int64_t N, int64_t C, float eps) {
+                 const float* weight, const float* bias, int64_t N, int64_t C, float eps,
+                 PreparedInput* q = nullptr) {
   LnRows fn = kernel_isa() == KernelIsa::Avx512 ? ln_rows_avx512 : ln_rows_avx2;
   if (N * C <= 32768 || N < 2) {
-    fn(out, sum_out, mean, rstd, inp, res, weight, bias, 0, N, C, eps);
+    fn(out, sum_out, mean, rstd, inp, res, weight, bias, 0, N, C, eps, q);
     return;
   }
   const int64_t chunk = 8;  // rows per task: one call per chunk, not per row
 #pragma omp parallel for schedule(static)
   for (int64_t n0 = 0; n0 < N; n0 += chunk)
-    fn(out, sum_out, mean, rstd, inp, res, weight, bias, n0, n0 + chunk < N ? n0 + chunk : N, C, eps);
+    fn(out, sum_out, mean, rstd, inp, res, weight, bias, n0, n0 + chunk < N ? n0 + chunk : N, C, eps, q);
 }
 
 }  // namespace
@@ -93,6 +97,14 @@ void layer_norm_forward(float* out, float* mean, float* rstd, const float* inp, 
 void add_layer_norm_forward(float* out, float* sum_out, const float* x, const float* residual, const float* weight,
                             const float* bias, int64_t N, int64_t C, float eps) {
   ln_dispatch(out, sum_out, nullptr, nullptr, x, residual, weight, bias, N, C, eps);
+}
+
+void layer_norm_forward_to(float* out, float* sum_out, const float* x, const float* residual, const float* weight,
+                           const float* bias, int64_t N, int64_t C, float eps, ComputeType ct,
+                           PreparedInput& prepared) {
+  prepared.reset(ct, N, C);
+  ln_dispatch(out, residual ? sum_out : nullptr, nullptr, nullptr, x, residual, weight, bias, N, C, eps,
+              ct == ComputeType::F32 ? nullptr : &prepared);
 }
 
 void layer_norm_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,

@@ -2,6 +2,8 @@
 #pragma once
 #include <cstdint>
 
+#include "ops/gemm.h"
+
 namespace tfm::ops {
 // out[N, C] = (inp - mean) * rstd * weight + bias. mean[N], rstd[N] are saved for backward when non-null.
 // In-place (out == inp) allowed.
@@ -14,6 +16,13 @@ void layer_norm_forward(float* out, float* mean, float* rstd, const float* inp, 
 // Vectorised for kernel_isa() (ops/isa.h).
 void add_layer_norm_forward(float* out, float* sum_out, const float* x, const float* residual, const float* weight,
                             const float* bias, int64_t N, int64_t C, float eps);
+// add_layer_norm_forward (residual non-null) or LayerNorm(x) (residual null; sum_out ignored) that also writes its
+// output rows, each while it is in cache, as the input of a following product taking ct (PackedLinear::input_type()):
+// prepared is reset to [N, C] of ct and holds exactly what prepare_input(prepared, ct, out, N, C) gives. ct F32:
+// the plain call (prepared emptied). out itself is written in fp32 as well (the residual stream needs it).
+void layer_norm_forward_to(float* out, float* sum_out, const float* x, const float* residual, const float* weight,
+                           const float* bias, int64_t N, int64_t C, float eps, ComputeType ct,
+                           PreparedInput& prepared);
 // dinp[N, C] written; dweight[C], dbias[C] accumulated (+=).
 void layer_norm_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                          const float* weight, const float* mean, const float* rstd, int64_t N, int64_t C);
