@@ -4,6 +4,7 @@
 #include <stdexcept>
 
 #include "core/profile.h"
+#include "core/threading.h"
 #include "ops/dropout.h"
 #include "ops/embedding.h"
 #include "ops/gemm_bf16.h"
@@ -130,6 +131,7 @@ void Linear::forward(const Context& ctx, float* out, const float* inp, int64_t N
     return;
   }
   if (ctx.grad && precision == ops::ComputeType::BF16 && N > 0) {
+    SerialScope serial(serial_below(N * out_features * in_features));
     float beta = 0.0f;
     if (bias.defined()) {
       const float* b = bias.data();
@@ -154,6 +156,7 @@ void Linear::backward(float* dinp, const float* dout, const float* inp, int64_t 
   }
   // dout feeds both products: converted to bf16 once.
   const int64_t in = in_features, out = out_features;
+  SerialScope serial(serial_below(N * out * in));
   thread_local std::vector<uint16_t> dout16, w16, inp16;
   if (dout16.size() < (size_t)(N * out)) dout16.resize(N * out);
   if (inp16.size() < (size_t)(N * in)) inp16.resize(N * in);
