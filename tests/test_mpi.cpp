@@ -371,6 +371,36 @@ TEST(Mpi, TwoRanksSumToTheOneRankGradientAtEveryStep) {
   }
 }
 
+// Validation shared out by batch over the ranks (batch k on rank k mod 2): the loss and BLEU of every row, as one
+// rank computes them (the weights agree within the 2-rank tolerance, so the values do to within it).
+TEST(Mpi, SharedValidationGivesOneRanksLossAndBleu) {
+  if (auto why = skip_reason(); !why.empty()) GTEST_SKIP() << why;
+  Dirs d("valid");
+  const std::string cfg = write_config(d.root, 0, 1, 80);  // small batches: several validation batches
+  ASSERT_EQ(0, sh(tfm_train("--config " + cfg + " --out " + d.root + "/one") + " 2> " + d.root + "/one.log"))
+      << read_all(d.root + "/one.log");
+  ASSERT_EQ(0, sh(kMpirun + "-np 2 " + tfm_train("--config " + cfg + " --out " + d.root + "/two") + " > " + d.root +
+                  "/two.log 2>&1"))
+      << read_all(d.root + "/two.log");
+  auto last_row = [&](const std::string& dir) {  // epoch,step,train_loss,valid_loss,valid_bleu,...
+    std::istringstream in(read_all(dir + "/train_log.csv"));
+    std::string line, last;
+    while (std::getline(in, line))
+      if (!line.empty()) last = line;
+    std::vector<std::string> f;
+    std::stringstream ss(last);
+    for (std::string x; std::getline(ss, x, ',');) f.push_back(x);
+    return f;
+  };
+  const auto one = last_row(d.root + "/one"), two = last_row(d.root + "/two");
+  ASSERT_GE(one.size(), 5u);
+  ASSERT_EQ(one.size(), two.size());
+  EXPECT_EQ(one[0], "1");
+  EXPECT_NEAR(std::stod(two[3]), std::stod(one[3]), 1e-4 * std::fabs(std::stod(one[3]))) << "valid_loss";
+  EXPECT_EQ(two[4], one[4]) << "valid_bleu";
+  EXPECT_GT(std::stod(one[3]), 0.0);
+}
+
 // Batches of one or two sentences: some steps give rank 1 nothing; it must still join every collective.
 TEST(Mpi, EmptyShareStillJoinsTheCollectives) {
   if (auto why = skip_reason(); !why.empty()) GTEST_SKIP() << why;
