@@ -27,6 +27,7 @@
 #include "dist/communicator.h"
 #include "dist/shard.h"
 #include "io/safetensors.h"
+#include "models/seq2seq.h"
 #include "ops/dropout.h"
 #include "run_tfm.h"
 #include "tfm/finetune.h"
@@ -176,6 +177,90 @@ TEST(MpiShards, DisjointCompleteAndBalancedByTokens) {
   EXPECT_THROW(dist::shard_range({1, 2}, 2, 2), std::invalid_argument);
 }
 
+// A communicator of 2 "ranks" that records the non-blocking sums it is asked to start (and sums nothing).
+struct RecordingComm final : dist::Communicator {
+  std::vector<std::pair<int64_t, int64_t>> started;  // [begin, end) offsets into `base`, in start order
+  const float* base = nullptr;
+  int progressed = 0, waited = 0;
+  int rank() const override { return 0; }
+  int world_size() const override { return 2; }
+  void all_reduce_sum(float*, int64_t) override { ADD_FAILURE() << "blocking all-reduce"; }
+  void all_reduce_sum(double*, int64_t) override {}
+  void start_all_reduce_sum(float* data, int64_t n) override { started.push_back({data - base, data - base + n}); }
+  void progress() override { ++progressed; }
+  void wait_all() override { ++waited; }
+  void broadcast(void*, int64_t, int) override {}
+  void barrier() override {}
+  [[noreturn]] void abort(int, const std::string& m) override { throw std::runtime_error(m); }
+  void send(const void*, int64_t, int, int, double) override {}
+  void receive(void*, int64_t, int, int, double) override {}
+  void post_progress(int64_t, bool) override {}
+  bool poll_progress(std::vector<int64_t>&, std::vector<char>&) override { return false; }
+};
+
+TEST(MpiBuckets, StartFromTheEndAsTheyBecomeFinalAndCoverTheBufferOnce) {
+  std::vector<float> g(25);
+  RecordingComm comm;
+  comm.base = g.data();
+  dist::BucketedAllReduce sum(comm, g.data(), 25, 10);  // buckets [15, 25), [5, 15), [0, 5)
+  sum.ready_from(20);  // no whole bucket final yet
+  EXPECT_TRUE(comm.started.empty());
+  sum.ready_from(15);
+  ASSERT_EQ(comm.started.size(), 1u);
+  EXPECT_EQ(comm.started[0], (std::pair<int64_t, int64_t>{15, 25}));
+  sum.ready_from(3);  // [5, 15) is final, [0, 5) not yet
+  ASSERT_EQ(comm.started.size(), 2u);
+  EXPECT_EQ(comm.started[1], (std::pair<int64_t, int64_t>{5, 15}));
+  EXPECT_EQ(comm.waited, 0);
+  sum.finish();
+  ASSERT_EQ(comm.started.size(), 3u);
+  EXPECT_EQ(comm.started[2], (std::pair<int64_t, int64_t>{0, 5}));
+  EXPECT_EQ(comm.waited, 1);
+  EXPECT_GE(comm.progressed, 3);
+  EXPECT_THROW(dist::BucketedAllReduce(comm, g.data(), 25, 0), std::invalid_argument);
+  EXPECT_THROW(dist::BucketedAllReduce(comm, g.data(), 25, dist::Communicator::chunk_elements() + 1),
+               std::invalid_argument);
+}
+
+// Each offset forward_backward reports must be final: the gradients from it on equal the finished backward's,
+// for both block layouts and with the tied embedding (offset 0, finished last).
+TEST(MpiBuckets, ReportedGradientsAreFinalInBothLayouts) {
+  for (bool pre_ln : {false, true}) {
+    Seq2SeqConfig c;
+    c.src_vocab_size = c.tgt_vocab_size = 23;
+    c.num_layers = 3;
+    c.norm_first = pre_ln;
+    c.shared_embeddings = pre_ln;
+    c.dropout = 0.0;
+    Seq2SeqModel m(c);
+    Rng rng(7);
+    m.init(rng);
+    const int64_t B = 3, L = 5;
+    std::vector<int64_t> src(B * L), dec(B * L), lab(B * L), svl = {5, 3, 4}, tvl = {4, 5, 2};
+    for (int64_t i = 0; i < B * L; ++i) src[i] = 3 + i % 19, lab[i] = 4 + (i * 7) % 18, dec[i] = i % L ? lab[i - 1] : 1;
+    Seq2SeqBatch b{src.data(), svl.data(), dec.data(), lab.data(), tvl.data(), B, L, L};
+    nn::ParamStore& P = m.params();
+    std::vector<std::pair<int64_t, std::vector<float>>> seen;  // offset, gradients [offset, n) at that moment
+    P.zero_grad();
+    m.forward_backward(b, nullptr, 0.1f, true, 0, [&](int64_t off) {
+      seen.push_back({off, std::vector<float>(P.all_grad().begin() + off, P.all_grad().end())});
+    });
+    ASSERT_GE(seen.size(), (size_t)(2 * c.num_layers + 1)) << "pre_ln " << pre_ln;
+    EXPECT_EQ(seen.back().first, 0);
+    for (size_t k = 0; k < seen.size(); ++k) {
+      if (k) {
+        EXPECT_LT(seen[k].first, seen[k - 1].first) << "offsets decrease";
+      }
+      const std::vector<float> final_part(P.all_grad().begin() + seen[k].first, P.all_grad().end());
+      EXPECT_EQ(seen[k].second, final_part) << "pre_ln " << pre_ln << ": gradients from offset " << seen[k].first
+                                            << " changed after they were reported final";
+    }
+    double sq = 0;
+    for (float x : P.all_grad()) sq += (double)x * x;
+    EXPECT_GT(sq, 0.0);
+  }
+}
+
 TEST(MpiShards, KeyedDropoutMaskFollowsTheSentenceNotTheBatchOrPadding) {
   // Sentence 42 in a batch with sentence 7, padded to L = 5, and alone, padded to L = 3: its first 3 positions
   // must get the same mask; so must its attention weights (heads 2) for the positions both layouts hold.
@@ -246,6 +331,11 @@ TEST(Mpi, TwoRanksMatchOneRankAndKeepIdenticalReplicas) {
     nonempty1 += !t2.shards.at({s, 1}).empty();
   }
   EXPECT_GT(nonempty1, 10) << "rank 1 should hold about half of most batches";
+  // The gradient sum ran in several buckets, overlapping the backward pass (dist::BucketedAllReduce).
+  std::smatch m;
+  const std::string log2 = read_all(d.root + "/two.log");
+  ASSERT_TRUE(std::regex_search(log2, m, std::regex(R"(gradient buckets rank 0: (\d+) of)"))) << log2;
+  EXPECT_GT(std::stoll(m[1]), 1);
 }
 
 // The gradient of each step, not only its direction: with clipping off, Adam's first moment after step t is
@@ -281,6 +371,36 @@ TEST(Mpi, TwoRanksSumToTheOneRankGradientAtEveryStep) {
       EXPECT_LE(std::sqrt(diff / norm), 1e-4) << name;
     }
   }
+}
+
+// Validation shared out by batch over the ranks (batch k on rank k mod 2): the loss and BLEU of every row, as one
+// rank computes them (the weights agree within the 2-rank tolerance, so the values do to within it).
+TEST(Mpi, SharedValidationGivesOneRanksLossAndBleu) {
+  if (auto why = skip_reason(); !why.empty()) GTEST_SKIP() << why;
+  Dirs d("valid");
+  const std::string cfg = write_config(d.root, 0, 1, 80);  // small batches: several validation batches
+  ASSERT_EQ(0, sh(tfm_train("--config " + cfg + " --out " + d.root + "/one") + " 2> " + d.root + "/one.log"))
+      << read_all(d.root + "/one.log");
+  ASSERT_EQ(0, sh(kMpirun + "-np 2 " + tfm_train("--config " + cfg + " --out " + d.root + "/two") + " > " + d.root +
+                  "/two.log 2>&1"))
+      << read_all(d.root + "/two.log");
+  auto last_row = [&](const std::string& dir) {  // epoch,step,train_loss,valid_loss,valid_bleu,...
+    std::istringstream in(read_all(dir + "/train_log.csv"));
+    std::string line, last;
+    while (std::getline(in, line))
+      if (!line.empty()) last = line;
+    std::vector<std::string> f;
+    std::stringstream ss(last);
+    for (std::string x; std::getline(ss, x, ',');) f.push_back(x);
+    return f;
+  };
+  const auto one = last_row(d.root + "/one"), two = last_row(d.root + "/two");
+  ASSERT_GE(one.size(), 5u);
+  ASSERT_EQ(one.size(), two.size());
+  EXPECT_EQ(one[0], "1");
+  EXPECT_NEAR(std::stod(two[3]), std::stod(one[3]), 1e-4 * std::fabs(std::stod(one[3]))) << "valid_loss";
+  EXPECT_EQ(two[4], one[4]) << "valid_bleu";
+  EXPECT_GT(std::stod(one[3]), 0.0);
 }
 
 // Batches of one or two sentences: some steps give rank 1 nothing; it must still join every collective.

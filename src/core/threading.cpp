@@ -17,3 +17,16 @@ void set_num_threads(int n) {
 }
 int get_num_threads() { return omp_get_max_threads(); }
 }  // namespace tfm
+
+namespace tfm {
+SerialScope::SerialScope(bool active) {
+  if (!active) return;
+  const int n = omp_get_max_threads();
+  if (n <= 1) return;
+  saved_ = n;
+  omp_set_num_threads(1);
+}
+SerialScope::~SerialScope() {
+  if (saved_) omp_set_num_threads(saved_);
+}
+}  // namespace tfm

@@ -32,6 +32,30 @@ void Communicator::broadcast(std::string& s, int root) {
   if (n > 0) broadcast(s.data(), n, root);
 }
 
+BucketedAllReduce::BucketedAllReduce(Communicator& comm, float* data, int64_t n, int64_t bucket_elements)
+    : comm_(comm), data_(data), n_(n), bucket_(bucket_elements), next_end_(n) {
+  if (bucket_elements < 1 || bucket_elements > Communicator::chunk_elements())
+    throw std::invalid_argument("BucketedAllReduce: bucket_elements " + std::to_string(bucket_elements) +
+                                " is outside [1, " + std::to_string(Communicator::chunk_elements()) + "]");
+}
+
+void BucketedAllReduce::ready_from(int64_t offset) {
+  if (comm_.world_size() == 1) return;
+  // Whole buckets of [offset, n) that have not started: bucket k covers [n - (k + 1) b, n - k b), clipped at 0.
+  while (next_end_ > 0 && std::max<int64_t>(next_end_ - bucket_, 0) >= offset) {
+    const int64_t begin = std::max<int64_t>(next_end_ - bucket_, 0);
+    comm_.start_all_reduce_sum(data_ + begin, next_end_ - begin);
+    next_end_ = begin;
+  }
+  comm_.progress();
+}
+
+void BucketedAllReduce::finish() {
+  if (comm_.world_size() == 1) return;
+  ready_from(0);
+  comm_.wait_all();
+}
+
 namespace {
 
 class SingleProcess final : public Communicator {
@@ -40,6 +64,9 @@ class SingleProcess final : public Communicator {
   int world_size() const override { return 1; }
   void all_reduce_sum(float*, int64_t) override {}
   void all_reduce_sum(double*, int64_t) override {}
+  void start_all_reduce_sum(float*, int64_t) override {}
+  void progress() override {}
+  void wait_all() override {}
   void broadcast(void*, int64_t, int) override {}
   void barrier() override {}
   [[noreturn]] void abort(int code, const std::string& message) override {
@@ -77,6 +104,22 @@ class MpiCommunicator final : public Communicator {
   int world_size() const override { return size_; }
   void all_reduce_sum(float* data, int64_t n) override { reduce(data, n, MPI_FLOAT, sizeof(float)); }
   void all_reduce_sum(double* data, int64_t n) override { reduce(data, n, MPI_DOUBLE, sizeof(double)); }
+  void start_all_reduce_sum(float* data, int64_t n) override {
+    if (n > chunk_elements()) throw std::invalid_argument("start_all_reduce_sum: more than chunk_elements()");
+    pending_.push_back(MPI_REQUEST_NULL);
+    check(MPI_Iallreduce(MPI_IN_PLACE, data, (int)n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD, &pending_.back()),
+          "all-reduce");
+  }
+  void progress() override {
+    if (pending_.empty()) return;
+    int done = 0;
+    check(MPI_Testall((int)pending_.size(), pending_.data(), &done, MPI_STATUSES_IGNORE), "all-reduce");
+    if (done) pending_.clear();
+  }
+  void wait_all() override {
+    for (MPI_Request& r : pending_) wait(r, "all-reduce");
+    pending_.clear();
+  }
   void broadcast(void* data, int64_t bytes, int root) override {
     for (int64_t off = 0; off < bytes; off += chunk_elements()) {
       const int count = (int)std::min<int64_t>(chunk_elements(), bytes - off);
@@ -187,6 +230,7 @@ class MpiCommunicator final : public Communicator {
   }
   int rank_ = 0, size_ = 1;
   MPI_Request progress_req_ = MPI_REQUEST_NULL;
+  std::vector<MPI_Request> pending_;  // started non-blocking sums, in start order
   bool progress_pending_ = false;
   int64_t progress_msg_[2] = {0, 0};
 };

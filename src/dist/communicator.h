@@ -22,6 +22,14 @@ class Communicator {
   // a + b on both (commutative), so replicas stay bit-identical.
   virtual void all_reduce_sum(float* data, int64_t n) = 0;
   virtual void all_reduce_sum(double* data, int64_t n) = 0;
+  // Non-blocking all_reduce_sum of float data[n], n <= chunk_elements(): starts the sum (every rank must start
+  // the same sums in the same order) and returns at once; data must stay untouched until wait_all(). MPI moves
+  // non-blocking collectives on only inside MPI calls, so progress() (cheap, never blocks) should be called now
+  // and then while computing; wait_all() blocks until every started sum is done (deadline as for the blocking
+  // calls). The sums are those all_reduce_sum makes of the same ranges. One process: all three do nothing.
+  virtual void start_all_reduce_sum(float* data, int64_t n) = 0;
+  virtual void progress() = 0;
+  virtual void wait_all() = 0;
   // Rank `root`'s bytes[n] copied to every rank (n must agree on every rank).
   virtual void broadcast(void* data, int64_t bytes, int root) = 0;
   virtual void barrier() = 0;
@@ -57,6 +65,30 @@ class Communicator {
 
  protected:
   double timeout_s_ = 600;
+};
+
+// Sums a flat buffer (a model's gradients) over the ranks in buckets started while it is still being written, as
+// PyTorch DDP's reducer does: the backward pass completes gradients from the last parameters to the first, so
+// the buffer is cut from its end into buckets of bucket_elements (the last, lowest one shorter), and each bucket's
+// sum starts as soon as ready_from() says it is final, overlapping the rest of the backward pass. Bucket bounds
+// depend only on n and bucket_elements, so every rank starts the same sums in the same order whenever its own
+// backward pass reaches them. Each element is summed once over the ranks, as one all_reduce_sum of the whole
+// buffer sums it (with 2 ranks a + b: bit-identical; with more, the library may associate the sum differently
+// for a bucket than for the whole buffer, the same on every rank).
+class BucketedAllReduce {
+ public:
+  // data[n] is summed; bucket_elements in [1, Communicator::chunk_elements()] (std::invalid_argument otherwise).
+  BucketedAllReduce(Communicator& comm, float* data, int64_t n, int64_t bucket_elements);
+  // data[offset, n) is final on this rank: starts every not yet started bucket inside it (highest first) and
+  // lets started ones progress. offset may only decrease from call to call.
+  void ready_from(int64_t offset);
+  // Starts the remaining buckets and waits for all: data then holds the sums.
+  void finish();
+
+ private:
+  Communicator& comm_;
+  float* data_;
+  int64_t n_, bucket_, next_end_;  // buckets [.., next_end_) are not started yet
 };
 
 // The process-wide communicator: MPI (initialised on first use, finalised at exit) when built with MPI and

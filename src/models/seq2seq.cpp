@@ -301,9 +301,17 @@ void Seq2SeqModel::forward_train(const Seq2SeqBatch& b, const nn::Context& ctx) 
 }
 
 LossResult Seq2SeqModel::forward_backward(const Seq2SeqBatch& b, Rng* rng, float label_smoothing, bool token_mean,
-                                          int64_t token_denominator) {
+                                          int64_t token_denominator,
+                                          const std::function<void(int64_t offset)>& grads_ready) {
   Train& t = *t_;
   const Seq2SeqConfig& c = config_;
+  // The d2l layout registers parameters in forward order (embedding, encoder blocks, [encoder norm], [target
+  // embedding], decoder blocks, [decoder norm], dense) and the backward visits them in reverse, the tied
+  // embedding (offset 0) last: once a module's backward is done, every gradient from its first parameter on is.
+  const bool report = grads_ready && c.family == "d2l";
+  auto ready_from = [&](const nn::Param& first) {
+    if (report) grads_ready(first.grad() - params_.all_grad().data());
+  };
   const int64_t B = b.batch, Ls = b.src_len, Lt = b.tgt_len, H = c.num_hiddens, V = c.tgt_vocab_size;
   check_ids(b.labels, B * Lt, V, "label");
   nn::Context ctx;
@@ -345,12 +353,15 @@ LossResult Seq2SeqModel::forward_backward(const Seq2SeqBatch& b, Rng* rng, float
     resize_zero(t.dx_b, B * Lt * H);
     m_.decoder[i].backward(t.dx_a.data(), t.dx_b.data(), t.d_enc_out.data());
     t.dx_a.swap(t.dx_b);
+    ready_from(m_.decoder[i].attention1.query.weight);
   }
   m_.tgt_embedding.backward(t.dx_a.data());
+  if (!c.shared_embeddings) ready_from(m_.tgt_embedding.weight);
   // Backward through the encoder.
   if (c.norm_first) {
     resize_zero(t.dx_a, B * Ls * H);
     m_.encoder_norm.backward(t.dx_a.data(), t.d_enc_out.data(), /*accumulate=*/true);
+    ready_from(m_.encoder_norm.weight);
   } else {
     t.dx_a = t.d_enc_out;
   }
@@ -358,8 +369,10 @@ LossResult Seq2SeqModel::forward_backward(const Seq2SeqBatch& b, Rng* rng, float
     resize_zero(t.dx_b, B * Ls * H);
     m_.encoder[i].backward(t.dx_a.data(), t.dx_b.data());
     t.dx_a.swap(t.dx_b);
+    ready_from(m_.encoder[i].attention.query.weight);
   }
   m_.src_embedding.backward(t.dx_a.data());
+  if (grads_ready) grads_ready(0);
   return r;
 }
 

@@ -8,6 +8,7 @@
 // MHA is d2l's: W_q, W_k, W_v, W_o without bias, dropout on the attention weights.
 // Parameter names are the PyTorch state_dict names of reference_modules.EncoderDecoder.
 #pragma once
+#include <functional>
 #include <memory>
 #include <set>
 #include <nlohmann/json.hpp>
@@ -130,8 +131,13 @@ class Seq2SeqModel {
   // LossResult.loss_sum is then that mean. token_denominator > 0 divides by it instead of this batch's valid
   // tokens (data-parallel training: each rank's shard divides by the global batch's count, so the summed
   // gradients are the global batch's).
+  // grads_ready, when set, is told during the backward pass that every gradient at flat offsets >= offset of
+  // params().all_grad() is final (offsets decreasing, the last call 0), so a data-parallel trainer can start
+  // summing them over the ranks while the rest runs (dist::BucketedAllReduce). A Hugging Face family's layout is
+  // not in backward order: it hears only the final 0.
   LossResult forward_backward(const Seq2SeqBatch& batch, Rng* dropout_rng, float label_smoothing = 0.0f,
-                              bool token_mean = false, int64_t token_denominator = 0);
+                              bool token_mean = false, int64_t token_denominator = 0,
+                              const std::function<void(int64_t offset)>& grads_ready = nullptr);
   // Teacher-forced forward without dropout or gradients (fp32 products). Returns logits [B, Lt, tgt_vocab_size].
   Tensor forward_logits(const Seq2SeqBatch& batch);
 

@@ -4,6 +4,7 @@
 #include <stdexcept>
 
 #include "core/profile.h"
+#include "core/threading.h"
 #include "ops/dropout.h"
 #include "ops/embedding.h"
 #include "ops/gemm_bf16.h"
@@ -130,14 +131,24 @@ void Linear::forward(const Context& ctx, float* out, const float* inp, int64_t N
     return;
   }
   if (ctx.grad && precision == ops::ComputeType::BF16 && N > 0) {
+    SerialScope serial(serial_below(N * out_features * in_features));
     float beta = 0.0f;
     if (bias.defined()) {
       const float* b = bias.data();
       for (int64_t n = 0; n < N; ++n) std::memcpy(out + n * out_features, b, sizeof(float) * out_features);
       beta = 1.0f;
     }
-    ops::gemm_bf16(false, true, N, out_features, in_features, 1.0f, inp, in_features, weight.data(), in_features,
-                   beta, out, out_features);
+    // The operands converted once, kept for backward: the same bits ops::gemm_bf16 would convert them to.
+    Bf16Operands& s = bf16_saved;
+    s.inp.resize(N * in_features);
+    s.weight.resize(out_features * in_features);
+    ops::convert_to_bf16(s.inp.data(), inp, N, in_features, in_features);
+    ops::convert_to_bf16(s.weight.data(), weight.data(), out_features, in_features, in_features);
+    s.inp_src = inp;
+    s.weight_src = weight.data();
+    s.N = N;
+    ops::gemm_bf16_converted(false, true, N, out_features, in_features, 1.0f, s.inp.data(), s.weight.data(), beta,
+                             out, out_features);
   } else {
     ops::linear_forward(out, inp, weight.data(), bias.defined() ? bias.data() : nullptr, N, in_features,
                         out_features);
@@ -152,20 +163,30 @@ void Linear::backward(float* dinp, const float* dout, const float* inp, int64_t 
                          in_features, out_features, accumulate);
     return;
   }
-  // dout feeds both products: converted to bf16 once.
+  // dout feeds both products: converted to bf16 once; inp and the weight as the forward converted them (again
+  // only when this backward's operands are not the forward's).
   const int64_t in = in_features, out = out_features;
-  thread_local std::vector<uint16_t> dout16, w16, inp16;
-  if (dout16.size() < (size_t)(N * out)) dout16.resize(N * out);
-  if (inp16.size() < (size_t)(N * in)) inp16.resize(N * in);
-  ops::convert_to_bf16(dout16.data(), dout, N, out, out);
-  ops::convert_to_bf16(inp16.data(), inp, N, in, in);
-  if (dinp) {
-    if (w16.size() < (size_t)(out * in)) w16.resize(out * in);
-    ops::convert_to_bf16(w16.data(), weight.data(), out, in, in);
-    ops::gemm_bf16_converted(false, false, N, in, out, 1.0f, dout16.data(), w16.data(), accumulate ? 1.0f : 0.0f,
-                             dinp, in);
+  SerialScope serial(serial_below(N * out * in));
+  Bf16Operands& s = bf16_saved;
+  if (s.inp_src != inp || s.N != N) {
+    s.inp.resize(N * in);
+    ops::convert_to_bf16(s.inp.data(), inp, N, in, in);
+    s.inp_src = inp;
+    s.N = N;
   }
-  ops::gemm_bf16_converted(true, false, out, in, N, 1.0f, dout16.data(), inp16.data(), 1.0f, weight.grad(), in);
+  if (dinp && s.weight_src != weight.data()) {
+    s.weight.resize(out * in);
+    ops::convert_to_bf16(s.weight.data(), weight.data(), out, in, in);
+    s.weight_src = weight.data();
+  }
+  thread_local std::vector<uint16_t> dout16;
+  if (dout16.size() < (size_t)(N * out)) dout16.resize(N * out);
+  ops::convert_to_bf16(dout16.data(), dout, N, out, out);
+  if (dinp)
+    ops::gemm_bf16_converted(false, false, N, in, out, 1.0f, dout16.data(), s.weight.data(), accumulate ? 1.0f : 0.0f,
+                             dinp, in);
+  ops::gemm_bf16_converted(true, false, out, in, N, 1.0f, dout16.data(), s.inp.data(), 1.0f, weight.grad(), in);
+  s.inp_src = s.weight_src = nullptr;  // used: a later backward without a forward converts afresh
   if (bias.defined()) {
     float* db = bias.grad();
     for (int64_t n = 0; n < N; ++n) {

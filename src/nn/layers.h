@@ -39,6 +39,14 @@ struct Linear {
   int64_t in_features = 0, out_features = 0;
   ops::ComputeType precision = ops::ComputeType::F32;  // of the parameter products (F32 or BF16)
   ops::PackedLinear packed;                            // inference weights; undefined until pack()
+  // bf16 training: the forward's operands as converted to bf16, reused by backward (each converted once a step).
+  // Written by a training forward (ctx.grad, precision BF16), which is therefore not thread-safe.
+  struct Bf16Operands {
+    std::vector<uint16_t> inp, weight;  // [N, in_features], [out_features, in_features]
+    const float *inp_src = nullptr, *weight_src = nullptr;
+    int64_t N = -1;
+  };
+  mutable Bf16Operands bf16_saved;
 
   // "<vb>.weight" [out, in] and, when has_bias, "<vb>.bias" [out].
   static Linear load(const Vars& vb, int64_t in, int64_t out, bool has_bias = true);

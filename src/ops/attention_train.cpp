@@ -3,6 +3,7 @@
 #include <cmath>
 #include <vector>
 
+#include "core/threading.h"
 #include "ops/vec_math.h"
 
 namespace tfm::ops {
@@ -35,7 +36,7 @@ template <int D>
 void forward_heads(float* out, float* probs, const float* q, const float* k, const float* v, const Resolved& d,
                    const AttentionMask& mask, const float* dropout_mask) {
   const int64_t Lq = d.Lq, Lk = d.Lk;
-#pragma omp parallel for schedule(static) if (d.B * d.H * Lq * Lk * D > 32768)
+#pragma omp parallel for schedule(static) if (parallel_worth_macs(2 * d.B * d.H * Lq * Lk * D))
   for (int64_t bh = 0; bh < d.B * d.H; ++bh) {
     const int64_t b = bh / d.H, h = bh % d.H;
     const float* qb = q + b * Lq * d.q_ld + h * D;
@@ -82,7 +83,7 @@ template <int D>
 void backward_heads(float* dq, float* dk, float* dv, const float* dout, const float* probs, const float* q,
                     const float* k, const float* v, const Resolved& d, const float* dropout_mask) {
   const int64_t Lq = d.Lq, Lk = d.Lk;
-#pragma omp parallel for schedule(static) if (d.B * d.H * Lq * Lk * D > 32768)
+#pragma omp parallel for schedule(static) if (parallel_worth_macs(2 * d.B * d.H * Lq * Lk * D))
   for (int64_t bh = 0; bh < d.B * d.H; ++bh) {
     thread_local std::vector<float> row;
     if ((int64_t)row.size() < Lk) row.resize(Lk);

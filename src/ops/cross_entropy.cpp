@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "core/threading.h"
 #include "ops/vec_math.h"
 
 namespace tfm::ops {
@@ -10,7 +11,7 @@ namespace tfm::ops {
 // the simd lanes as partial sums (relative error ~1e-6 at V = 8000, far below the loss's own noise).
 void cross_entropy_forward_backward(float* loss, float* dlogits, const float* logits, const int64_t* labels,
                                     const float* weight, int64_t N, int64_t V, float eps) {
-#pragma omp parallel for if (N * V > 65536)
+#pragma omp parallel for if (parallel_worth(N * V))
   for (int64_t n = 0; n < N; ++n) {
     const float* x = logits + n * V;
     float* g = dlogits + n * V;

@@ -1,5 +1,6 @@
 #include "ops/matmul.h"
 
+#include "core/threading.h"
 #include "ops/gemm.h"
 
 namespace tfm::ops {
@@ -10,11 +11,12 @@ void linear_forward(float* out, const float* inp, const float* weight, const flo
   float beta = 0.0f;
   if (bias) {
     // Seed out with the bias so the GEMM adds onto it (beta = 1): one pass over out instead of two.
-#pragma omp parallel for if (N * out_features > 65536)
+#pragma omp parallel for if (parallel_worth(N * out_features))
     for (int64_t n = 0; n < N; ++n)
       for (int64_t o = 0; o < out_features; ++o) out[n * out_features + o] = bias[o];
     beta = 1.0f;
   }
+  SerialScope serial(serial_below(N * out_features * in_features));
   gemm(false, true, N, out_features, in_features, 1.0f, inp, in_features, weight, in_features, beta, out, out_features);
 }
 
@@ -22,6 +24,7 @@ void linear_backward(float* dinp, float* dweight, float* dbias, const float* dou
                      const float* weight, int64_t N, int64_t in_features, int64_t out_features,
                      bool accumulate_dinp) {
   if (N == 0) return;
+  SerialScope serial(serial_below(N * out_features * in_features));  // both products have this size
   if (dinp)
     gemm(false, false, N, in_features, out_features, 1.0f, dout, out_features, weight, in_features,
          accumulate_dinp ? 1.0f : 0.0f, dinp, in_features);

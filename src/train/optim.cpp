@@ -3,6 +3,8 @@
 #include <cmath>
 #include <stdexcept>
 
+#include "core/threading.h"
+
 namespace tfm {
 
 void Adam::step(nn::ParamStore& params, float lr, float grad_scale) {
@@ -22,7 +24,7 @@ void Adam::step(nn::ParamStore& params, float lr, float grad_scale) {
   const float decay = opt_.decoupled_weight_decay ? 1.0f - lr * wd : 1.0f;
   const float l2 = opt_.decoupled_weight_decay ? 0.0f : wd;
   auto update = [&](int64_t begin, int64_t end, float decay_i, float l2_i) {
-#pragma omp parallel for simd schedule(static) if (end - begin > 65536)
+#pragma omp parallel for simd schedule(static) if (parallel_worth(end - begin))
     for (int64_t i = begin; i < end; ++i) {
       const float pi = p[i];
       const float gi = g[i] * grad_scale + l2_i * pi;

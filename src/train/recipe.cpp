@@ -285,29 +285,73 @@ struct Validation {
   double loss = 0, bleu = 0;
 };
 
+// Validation loss and BLEU, the batches shared out over the ranks (batch k on rank k mod world_size): every rank
+// returns the values one process computes alone, bit for bit. Per-batch losses travel in batch order (an all-reduce
+// of vectors that are zero except at a rank's own batches adds only zeros) and are summed in that order; the
+// hypotheses go to rank 0, which scores BLEU and broadcasts it.
 Validation validate(Seq2SeqModel& model, const SubwordModel& spm, const Encoded& valid,
-                    const std::vector<std::vector<int64_t>>& batches, int64_t num_steps) {
+                    const std::vector<std::vector<int64_t>>& batches, int64_t num_steps, dist::Communicator& comm) {
+  const int rank = comm.rank(), world = comm.world_size();
+  const int64_t nb = (int64_t)batches.size();
   Validation v;
-  double loss = 0;
-  int64_t ntok = 0;
+  std::vector<double> batch_loss(nb, 0.0), batch_tok(nb, 0.0);
   BatchArrays a;
   std::vector<std::string> hyps(valid.src.size());
   DecodeOptions opt;
   opt.max_steps = num_steps;
   opt.bos_id = spm.bos_id();
   opt.eos_id = spm.eos_id();
-  for (const auto& rows : batches) {
+  for (int64_t k = rank; k < nb; k += world) {
+    const std::vector<int64_t>& rows = batches[k];
     fill_batch(a, valid, rows, spm.pad_id(), spm.bos_id());
     // Loss without dropout or smoothing; gradients are computed and discarded by the caller's zero_grad.
     LossResult r = model.forward_backward(a.view, nullptr, 0.0f, /*token_mean=*/false);
-    loss += r.token_loss_sum;
-    ntok += r.num_tokens;
+    batch_loss[k] = r.token_loss_sum;
+    batch_tok[k] = (double)r.num_tokens;
     auto out = greedy_decode(model, a.src.data(), a.src_valid.data(), a.view.batch, a.view.src_len, opt);
     for (size_t b = 0; b < rows.size(); ++b) hyps[rows[b]] = spm.decode(out[b]);
   }
   model.params().zero_grad();
-  v.loss = loss / std::max<int64_t>(ntok, 1);
-  v.bleu = corpus_bleu(hyps, valid.tgt_text).score;
+  if (world > 1) {
+    comm.all_reduce_sum(batch_loss);
+    comm.all_reduce_sum(batch_tok);
+    // Each rank's hypotheses to rank 0: lengths, then the bytes, of its batches' rows in batch order.
+    constexpr int kTag = 7;
+    for (int src = 1; src < world; ++src) {
+      if (rank != 0 && rank != src) continue;
+      std::vector<int64_t> lens;
+      std::string bytes;
+      for (int64_t k = src; k < nb; k += world)
+        for (int64_t row : batches[k]) {
+          lens.push_back(rank == 0 ? 0 : (int64_t)hyps[row].size());
+          if (rank != 0) bytes += hyps[row];
+        }
+      if (lens.empty()) continue;
+      if (rank == src) {
+        int64_t total = (int64_t)bytes.size();
+        comm.send(lens.data(), (int64_t)(lens.size() * sizeof(int64_t)), 0, kTag);
+        comm.send(&total, sizeof total, 0, kTag);
+        if (total > 0) comm.send(bytes.data(), total, 0, kTag);
+        continue;
+      }
+      int64_t total = 0;
+      comm.receive(lens.data(), (int64_t)(lens.size() * sizeof(int64_t)), src, kTag);
+      comm.receive(&total, sizeof total, src, kTag);
+      bytes.resize((size_t)total);
+      if (total > 0) comm.receive(bytes.data(), total, src, kTag);
+      size_t at = 0, i = 0;
+      for (int64_t k = src; k < nb; k += world)
+        for (int64_t row : batches[k]) {
+          hyps[row] = bytes.substr(at, (size_t)lens[i]);
+          at += (size_t)lens[i++];
+        }
+    }
+  }
+  double loss = 0, ntok = 0;
+  for (int64_t k = 0; k < nb; ++k) loss += batch_loss[k], ntok += batch_tok[k];
+  v.loss = loss / std::max<double>(ntok, 1.0);
+  if (rank == 0) v.bleu = corpus_bleu(hyps, valid.tgt_text).score;
+  if (world > 1) comm.broadcast(&v.bleu, sizeof v.bleu, 0);
   return v;
 }
 
@@ -445,6 +489,14 @@ RecipeResult train_recipe(const RecipeConfig& cfg_in, const std::string& out, bo
 }
 
 namespace {
+
+// Gradient all-reduce buckets (dist::BucketedAllReduce): an eighth of the parameters, between 1 Ki and 1 Mi floats
+// (4 MiB), so that the Multi30k model's 30 MB of gradients start in 8 sums, the first after the last decoder
+// block's backward (PyTorch DDP's buckets are 25 MB, for models a hundred times larger), and a test-size model
+// still uses several.
+int64_t gradient_bucket_elements(int64_t parameters) {
+  return std::clamp<int64_t>(parameters / 8, int64_t(1) << 10, int64_t(1) << 20);
+}
 
 RecipeResult run_recipe(const RecipeConfig& cfg_in, const std::string& out, bool resume, bool progress,
                          const std::function<void(const RecipeProgress&)>& on_progress, bool* wrote) {
@@ -660,6 +712,11 @@ RecipeResult run_recipe(const RecipeConfig& cfg_in, const std::string& out, bool
   BatchArrays a;
   std::vector<int64_t> shard_tokens;
   const bool tty = isatty(2);
+  if (trace_dist && world_size > 1) {
+    const int64_t b = gradient_bucket_elements(P.total());
+    std::fprintf(stderr, "gradient buckets rank %d: %lld of %lld floats\n", rank, (long long)((P.total() + b - 1) / b),
+                 (long long)b);
+  }
   RecipeResult res;
   auto now_s = [&] { return elapsed_before + std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count(); };
   bool stop = false;
@@ -686,18 +743,21 @@ RecipeResult run_recipe(const RecipeConfig& cfg_in, const std::string& out, bool
       }
       P.zero_grad();
       LossResult r;
+      // The gradient sum over the ranks, bucket by bucket while the backward pass still runs.
+      dist::BucketedAllReduce grad_sum(comm, P.all_grad().data(), P.total(), gradient_bucket_elements(P.total()));
       if (!shard.empty()) {  // an empty share still joins the all-reduce below
         fill_batch(a, train, shard, spm.pad_id(), spm.bos_id());
         drop_keys.key = (cfg.seed + 1) * 0x9E3779B97F4A7C15ull ^ (uint64_t)(step + 1) * 0xD1B54A32D192ED03ull;
         drop_keys.rows.assign(shard.begin(), shard.end());
         drop_keys.calls = 0;
-        r = model.forward_backward(a.view, &dropout_rng, cfg.label_smoothing, /*token_mean=*/true, global_tgt);
+        r = model.forward_backward(a.view, &dropout_rng, cfg.label_smoothing, /*token_mean=*/true, global_tgt,
+                                   [&](int64_t offset) { grad_sum.ready_from(offset); });
       }
       // Any rank over the time limit, or asked to stop by a signal, stops every rank (after this step).
       bool time_up = cfg.time_limit_minutes > 0 && now_s() > cfg.time_limit_minutes * 60;
       int stop_signal = g_stop_signal.load();
       if (world_size > 1) {
-        comm.all_reduce_sum(P.all_grad());
+        grad_sum.finish();
         std::vector<double> sums = {r.loss_sum, r.token_loss_sum, (double)r.num_tokens, time_up ? 1.0 : 0.0,
                                     (double)stop_signal};
         comm.all_reduce_sum(sums);
@@ -771,13 +831,7 @@ RecipeResult run_recipe(const RecipeConfig& cfg_in, const std::string& out, bool
     if (stop) break;
     if (progress && tty) std::fprintf(stderr, "\n");
     // End of epoch: validation, best model, early stopping, logs, checkpoint.
-    Validation v;
-    if (lead) v = validate(model, spm, valid, valid_batches, cfg.num_steps);  // once, on rank 0
-    if (world_size > 1) {
-      double vb[2] = {v.loss, v.bleu};
-      comm.broadcast(vb, sizeof vb, 0);
-      v.loss = vb[0], v.bleu = vb[1];
-    }
+    const Validation v = validate(model, spm, valid, valid_batches, cfg.num_steps, comm);  // shared by the ranks
     const double ep_s = ep_seconds();
     log_rows.push_back({{"epoch", epoch}, {"step", step}, {"train_loss", ep_loss / std::max<int64_t>(ep_tok, 1)},
                         {"valid_loss", v.loss}, {"valid_bleu", v.bleu},
