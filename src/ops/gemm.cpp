@@ -14,6 +14,7 @@
 #include <atomic>
 #include <mutex>
 #include <oneapi/dnnl/dnnl.hpp>
+#include <shared_mutex>
 #include <stdexcept>
 #include <string>
 #include <unordered_map>
@@ -299,11 +300,25 @@ struct PackedLinear::Impl {
   std::vector<float> bias;     // [out] or empty
   std::vector<float> w_scale;  // [out], int8 only
   bool fuse_bias = false;      // bias as a matmul argument (fp32/bf16); int8 adds it in the dequant pass
-  // key: (rows * 8 + epilogue) * 2 + fused -> the primitive and its scratchpad layout
+  // key: ((rows * 8 + epilogue) * 2 + fused) * 2 + plain -> the primitive and its scratchpad layout
   mutable MatmulCache<int64_t> cache;
+
+  // PackedLinear::lazy until packed: the parts [part_out, in] of type weight_type(ct) where the owner keeps them.
+  // pack_mu: shared by the forwards that multiply by the parts, exclusive for packing (which then drops them).
+  mutable std::shared_mutex pack_mu;
+  mutable std::atomic<bool> packed{true};
+  mutable std::atomic<int64_t> plain_calls{0};
+  std::vector<const void*> plain;
+  int64_t part_out = 0;
+  std::shared_ptr<const void> owner;
+  std::function<void()> after_pack;
 
   memory::desc src_md(int64_t M) const { return memory::desc({M, in}, src_type(ct), tag::ab); }
   memory::desc dst_md(int64_t M) const { return memory::desc({M, out}, dt::f32, tag::ab); }
+  // A part's weights in place: W[part_out, in] row-major is the [in, part_out] matrix in "ba" order; its output
+  // columns are a slice of the [M, out] output.
+  memory::desc plain_md() const { return memory::desc({in, part_out}, weight_type(ct), tag::ba); }
+  memory::desc plain_dst_md(int64_t M) const { return memory::desc({M, part_out}, dt::f32, memory::dims{out, 1}); }
 
   // The primitive for M rows. Weights are described by the packed layout chosen at load; oneDNN's choice of
   // layout does not depend on M for these kernels, and if it did, the explicit layout would still be honoured.
@@ -314,19 +329,22 @@ struct PackedLinear::Impl {
   // fused: ct is I8 and activations have one scale per tensor.
   // The scratchpad is the caller's (scratchpad_mode::user): with oneDNN's default library-owned one, threads
   // running one primitive at once (Python threads sharing an Encoder, tfm serve) corrupted some outputs.
-  dnnl::matmul primitive(int64_t M, Epilogue ep, bool fused, memory::desc& scratchpad) const {
-    const int64_t key = (M * 8 + (int64_t)ep) * 2 + fused;
-    CachedMatmul m = cache.get(key, [&] { return make_primitive(M, ep, fused); });
+  // plain: the product by one part in place (lazy weights); an empty matmul when oneDNN would run its reference
+  // kernel for that layout (the caller packs instead).
+  dnnl::matmul primitive(int64_t M, Epilogue ep, bool fused, bool plain, memory::desc& scratchpad) const {
+    const int64_t key = ((M * 8 + (int64_t)ep) * 2 + fused) * 2 + plain;
+    CachedMatmul m = cache.get(key, [&] { return make_primitive(M, ep, fused, plain); });
     scratchpad = m.scratchpad;
     return m.matmul;
   }
-  CachedMatmul make_primitive(int64_t M, Epilogue ep, bool fused) const {
+  CachedMatmul make_primitive(int64_t M, Epilogue ep, bool fused, bool plain) const {
+    const int64_t O = plain ? part_out : out;
     dnnl::primitive_attr attr;
     attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
     if (fused) {
       dnnl::post_ops po;
-      po.append_binary(dnnl::algorithm::binary_mul, memory::desc({1, out}, dt::f32, tag::ab));
-      if (!bias.empty()) po.append_binary(dnnl::algorithm::binary_add, memory::desc({1, out}, dt::f32, tag::ab));
+      po.append_binary(dnnl::algorithm::binary_mul, memory::desc({1, O}, dt::f32, tag::ab));
+      if (!bias.empty()) po.append_binary(dnnl::algorithm::binary_add, memory::desc({1, O}, dt::f32, tag::ab));
       dnnl::post_ops act = make_post_ops(ep);
       if (act.len() > 0) {
         dnnl::algorithm alg;
@@ -338,10 +356,31 @@ struct PackedLinear::Impl {
     } else if (ct != ComputeType::I8) {
       attr.set_post_ops(make_post_ops(ep));  // per-token int8 applies its activation after dequantisation
     }
-    auto d = fuse_bias ? dnnl::matmul::desc(src_md(M), weights_md, memory::desc({1, out}, dt::f32, tag::ab), dst_md(M))
-                       : dnnl::matmul::desc(src_md(M), weights_md, dst_md(M));
+    const memory::desc w_md = plain ? plain_md() : weights_md, d_md = plain ? plain_dst_md(M) : dst_md(M);
+    auto d = fuse_bias ? dnnl::matmul::desc(src_md(M), w_md, memory::desc({1, O}, dt::f32, tag::ab), d_md)
+                       : dnnl::matmul::desc(src_md(M), w_md, d_md);
     dnnl::matmul::primitive_desc pd(d, attr, cpu_engine());
+    if (plain && std::string(pd.impl_info_str()).rfind("ref", 0) == 0) return CachedMatmul{};
     return CachedMatmul{dnnl::matmul(pd), pd.scratchpad_desc()};
+  }
+
+  // Packs a lazy one's parts (joined into one [out, in] matrix first when there are several), then drops them.
+  void pack_parts() {
+    std::unique_lock<std::shared_mutex> lock(pack_mu);
+    if (packed.load(std::memory_order_relaxed)) return;
+    const size_t esize = ct == ComputeType::F32 ? 4 : ct == ComputeType::BF16 ? 2 : 1;
+    const size_t part_bytes = esize * (size_t)(part_out * in);
+    std::vector<unsigned char> joined;
+    if (plain.size() > 1) {
+      joined.resize(part_bytes * plain.size());
+      for (size_t i = 0; i < plain.size(); ++i) std::memcpy(joined.data() + i * part_bytes, plain[i], part_bytes);
+    }
+    pack(plain.size() > 1 ? joined.data() : plain[0], weight_type(ct));
+    packed.store(true, std::memory_order_release);
+    plain.clear();
+    if (after_pack) after_pack();
+    after_pack = nullptr;
+    owner.reset();
   }
 
   // Picks the layout and reorders `src` (plain [out, in] of type `src_dt`) into it.
@@ -413,20 +452,45 @@ PackedLinear PackedLinear::from_bf16(const uint16_t* weight, const float* bias, 
   return p;
 }
 
-bool PackedLinear::all_finite() const {
-  if (!impl_) return true;
-  const Impl& im = *impl_;
-  int bad = 0;
-  for (float b : im.bias) bad |= !(std::fabs(b) <= FLT_MAX);
-  for (float s : im.w_scale) bad |= !(std::fabs(s) <= FLT_MAX);  // quantize_row's NaN marks a non-finite row
-  if (im.ct == ComputeType::I8) return !bad;
-  // The packed buffer (padding included, which oneDNN zero-fills) in chunks over the threads.
-  const size_t bytes = im.weights_md.get_size();
-  const unsigned char* p = static_cast<const unsigned char*>(im.weights.get_data_handle());
+PackedLinear PackedLinear::lazy(std::vector<const void*> parts, const float* weight_scale, const float* bias,
+                                int64_t in_features, int64_t part_out, ComputeType ct, std::shared_ptr<const void> owner,
+                                std::function<void()> after_pack) {
+  auto im = std::make_shared<Impl>();
+  const int64_t out = (int64_t)parts.size() * part_out;
+  im->in = in_features;
+  im->out = out;
+  im->ct = ct;
+  im->part_out = part_out;
+  if (bias) im->bias.assign(bias, bias + out);
+  if (ct == ComputeType::I8) im->w_scale.assign(weight_scale, weight_scale + out);
+  im->fuse_bias = bias && ct != ComputeType::I8;
+  im->plain = std::move(parts);
+  im->owner = std::move(owner);
+  im->after_pack = std::move(after_pack);
+  im->packed = false;
+  memory::desc unused;
+  // A probe for the kernel (and the CPU's support of `ct`): primitive creation throws when there is none.
+  bool fast = false;
+  try {
+    fast = static_cast<bool>(im->primitive(1, Epilogue::None, false, true, unused));
+  } catch (const dnnl::error&) {
+  }
+  if (!fast) im->pack_parts();  // throws the one-line message when there is no kernel for ct at all
+  PackedLinear p;
+  p.impl_ = std::move(im);
+  return p;
+}
+
+bool PackedLinear::is_packed() const { return !impl_ || impl_->packed.load(std::memory_order_acquire); }
+
+namespace {
+// Whether w[n] (fp32, or raw bf16 when bf16) holds no NaN and no infinity, in chunks over the threads.
+bool finite_weights(const void* data, int64_t n, bool bf16) {
   constexpr int64_t kChunk = 1 << 16;
-  if (im.ct == ComputeType::F32) {
-    const float* w = reinterpret_cast<const float*>(p);
-    const int64_t n = (int64_t)(bytes / sizeof(float)), chunks = (n + kChunk - 1) / kChunk;
+  const int64_t chunks = (n + kChunk - 1) / kChunk;
+  int bad = 0;
+  if (!bf16) {
+    const float* w = static_cast<const float*>(data);
 #pragma omp parallel for reduction(| : bad) schedule(static) if (chunks > 1)
     for (int64_t c = 0; c < chunks; ++c) {
       const float* q = w + c * kChunk;
@@ -437,8 +501,7 @@ bool PackedLinear::all_finite() const {
       bad |= b;
     }
   } else {  // bf16: exponent bits all ones is an infinity or a NaN
-    const uint16_t* w = reinterpret_cast<const uint16_t*>(p);
-    const int64_t n = (int64_t)(bytes / sizeof(uint16_t)), chunks = (n + kChunk - 1) / kChunk;
+    const uint16_t* w = static_cast<const uint16_t*>(data);
 #pragma omp parallel for reduction(| : bad) schedule(static) if (chunks > 1)
     for (int64_t c = 0; c < chunks; ++c) {
       const uint16_t* q = w + c * kChunk;
@@ -451,6 +514,29 @@ bool PackedLinear::all_finite() const {
   }
   return !bad;
 }
+}  // namespace
+
+bool PackedLinear::all_finite() const {
+  if (!impl_) return true;
+  const Impl& im = *impl_;
+  int bad = 0;
+  for (float b : im.bias) bad |= !(std::fabs(b) <= FLT_MAX);
+  for (float s : im.w_scale) bad |= !(std::fabs(s) <= FLT_MAX);  // quantize_row's NaN marks a non-finite row
+  if (bad) return false;
+  if (im.ct == ComputeType::I8) return true;
+  const bool bf16 = im.ct == ComputeType::BF16;
+  {
+    std::shared_lock<std::shared_mutex> lock(im.pack_mu);
+    if (!im.packed.load(std::memory_order_relaxed)) {
+      for (const void* part : im.plain)
+        if (!finite_weights(part, im.part_out * im.in, bf16)) return false;
+      return true;
+    }
+  }
+  // The packed buffer (padding included, which oneDNN zero-fills).
+  const size_t bytes = im.weights_md.get_size();
+  return finite_weights(im.weights.get_data_handle(), (int64_t)(bytes / (bf16 ? 2 : 4)), bf16);
+}
 
 int64_t PackedLinear::in_features() const { return impl_ ? impl_->in : 0; }
 int64_t PackedLinear::out_features() const { return impl_ ? impl_->out : 0; }
@@ -458,7 +544,7 @@ ComputeType PackedLinear::compute_type() const { return impl_ ? impl_->ct : Comp
 
 void PackedLinear::forward(float* out, const float* inp, int64_t N, Epilogue ep) const {
   if (N <= 0) return;
-  const Impl& im = *impl_;
+  Impl& im = *impl_;  // shared, thread-safe: only the packing of lazy weights changes it, under pack_mu
   const int64_t K = im.in, O = im.out;
   thread_local std::vector<uint16_t> bf16_buf;
   thread_local std::vector<int8_t> s8_buf;
@@ -488,25 +574,48 @@ void PackedLinear::forward(float* out, const float* inp, int64_t N, Epilogue ep)
     }
     src = q;
   }
-  memory::desc scratch_md;
-  dnnl::matmul prim = im.primitive(N, ep, fused, scratch_md);
-  thread_local std::vector<uint8_t> scratch_buf;
-  memory src_m(im.src_md(N), cpu_engine(), const_cast<void*>(src));
-  memory dst_m(im.dst_md(N), cpu_engine(), out);
-  std::unordered_map<int, memory> args = {{DNNL_ARG_SRC, src_m}, {DNNL_ARG_WEIGHTS, im.weights}, {DNNL_ARG_DST, dst_m}};
-  memory bias_m;
-  if (!im.bias.empty())
-    bias_m = memory(memory::desc({1, O}, dt::f32, tag::ab), cpu_engine(), const_cast<float*>(im.bias.data()));
-  if (im.fuse_bias) args.emplace(DNNL_ARG_BIAS, bias_m);
-  if (fused) {
-    args.emplace(DNNL_ARG_ATTR_MULTIPLE_POST_OP(0) | DNNL_ARG_SRC_1,
-                 memory(memory::desc({1, O}, dt::f32, tag::ab), cpu_engine(), col_scale.data()));
-    if (!im.bias.empty()) args.emplace(DNNL_ARG_ATTR_MULTIPLE_POST_OP(1) | DNNL_ARG_SRC_1, bias_m);
+  // Lazy weights: the first call multiplies by them in place, the next one packs them (PackedLinear::lazy).
+  std::shared_lock<std::shared_mutex> plain_lock;
+  bool plain = false;
+  if (!im.packed.load(std::memory_order_acquire)) {
+    if (im.plain_calls.fetch_add(1, std::memory_order_relaxed) > 0) {
+      im.pack_parts();
+    } else {
+      plain_lock = std::shared_lock<std::shared_mutex>(im.pack_mu);
+      plain = !im.packed.load(std::memory_order_relaxed);
+      if (!plain) plain_lock.unlock();
+    }
   }
-  if (scratch_md.get_size() > 0)
-    args.emplace(DNNL_ARG_SCRATCHPAD, memory(scratch_md, cpu_engine(), scratch(scratch_buf, scratch_md.get_size())));
-  prim.execute(cpu_stream(), args);
+  memory::desc scratch_md;
+  dnnl::matmul prim = im.primitive(N, ep, fused, plain, scratch_md);
+  if (plain && !prim) {  // no fast kernel for the plain layout at this row count
+    plain_lock.unlock();
+    im.pack_parts();
+    plain = false;
+    prim = im.primitive(N, ep, fused, false, scratch_md);
+  }
+  thread_local std::vector<uint8_t> scratch_buf;
+  const int64_t parts = plain ? (int64_t)im.plain.size() : 1, PO = plain ? im.part_out : O;
+  memory src_m(im.src_md(N), cpu_engine(), const_cast<void*>(src));
+  const memory::desc row_md({1, PO}, dt::f32, tag::ab);
+  for (int64_t p = 0; p < parts; ++p) {  // one product per part of lazy weights, each into its output columns
+    memory dst_m(plain ? im.plain_dst_md(N) : im.dst_md(N), cpu_engine(), out + p * PO);
+    memory w_m = plain ? memory(im.plain_md(), cpu_engine(), const_cast<void*>(im.plain[p])) : im.weights;
+    std::unordered_map<int, memory> args = {{DNNL_ARG_SRC, src_m}, {DNNL_ARG_WEIGHTS, w_m}, {DNNL_ARG_DST, dst_m}};
+    memory bias_m;
+    if (!im.bias.empty()) bias_m = memory(row_md, cpu_engine(), const_cast<float*>(im.bias.data() + p * PO));
+    if (im.fuse_bias) args.emplace(DNNL_ARG_BIAS, bias_m);
+    if (fused) {
+      args.emplace(DNNL_ARG_ATTR_MULTIPLE_POST_OP(0) | DNNL_ARG_SRC_1,
+                   memory(row_md, cpu_engine(), col_scale.data() + p * PO));
+      if (!im.bias.empty()) args.emplace(DNNL_ARG_ATTR_MULTIPLE_POST_OP(1) | DNNL_ARG_SRC_1, bias_m);
+    }
+    if (scratch_md.get_size() > 0)
+      args.emplace(DNNL_ARG_SCRATCHPAD, memory(scratch_md, cpu_engine(), scratch(scratch_buf, scratch_md.get_size())));
+    prim.execute(cpu_stream(), args);
+  }
   cpu_stream().wait();
+  if (plain_lock.owns_lock()) plain_lock.unlock();
   if (im.ct == ComputeType::I8 && !fused) {
     // out = act(acc * x_scale[n] * w_scale[o] + bias[o]) (the int32 sums arrive converted to fp32), one row at a
     // time while it is in cache: the activation of a row (<= 65536 elements) runs on the calling thread, without
