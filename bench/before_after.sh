@@ -6,7 +6,8 @@
 #   bench/before_after.sh OLD_DIR NEW_DIR [THREADS]
 #
 # OLD_DIR and NEW_DIR hold `tfm` and `bench_encoder` (a build folder, or copies of the two binaries).
-# Environment: SHAPES (default 1x128,8x128), REPS (10), ROUNDS (2: old, new, old, new). Run on an idle machine.
+# Environment: SHAPES (default 1x128,8x128), REPS (10), ROUNDS (2: old, new, old, new), START_RUNS (10: whole-process
+# `tfm encode` runs per side). Run on an idle machine.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OLD=${1:?usage: bench/before_after.sh OLD_DIR NEW_DIR [THREADS]}
@@ -46,6 +47,17 @@ for dt in fp32 bf16 int8; do
     echo "| encoder $dt [$B, $L] median ms | $o | $n | $(awk -v o="$o" -v n="$n" 'BEGIN {printf "%.3f", n / o}') |"
   done
 done
+# Whole-process `tfm encode` of one sentence (load + tokenize + one forward), START_RUNS times each, alternating.
+cp "$DATA/bert-base-uncased/vocab.txt" "$DATA/bert-base-uncased/tokenizer_config.json" "$tmp/bert/"
+for r in $(seq "${START_RUNS:-10}"); do
+  for side in old new; do
+    dir=$OLD; [ $side = new ] && dir=$NEW
+    /usr/bin/time -f "$side %e" "$dir/tfm" encode --model "$tmp/bert" --threads "$THREADS" \
+      --text "the quick brown fox jumps over the lazy dog" -o "$tmp/start.npy" > /dev/null 2>> "$tmp/start.txt"
+  done
+done
+o=$(grep '^old ' "$tmp/start.txt" | cut -d' ' -f2 | median); n=$(grep '^new ' "$tmp/start.txt" | cut -d' ' -f2 | median)
+echo "| whole-process tfm encode, one sentence, fp32, median s | $o | $n | $(awk -v o="$o" -v n="$n" 'BEGIN {printf "%.3f", n / o}') |"
 for r in $(seq "$ROUNDS"); do
   for side in old new; do
     dir=$OLD; [ $side = new ] && dir=$NEW

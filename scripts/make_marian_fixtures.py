@@ -208,6 +208,26 @@ class Seq2Seq(torch.nn.Module):
             sd["final_logits_bias"] = self.final_logits_bias
         return {k: v.detach().numpy().astype(np.float32) for k, v in sd.items()}
 
+    def load_state_dict_hf(self, sd):
+        """The inverse of state_dict_hf: copies the arrays of `sd` (name -> numpy array, any float dtype) into the
+        parameters; the sinusoidal table (model.encoder.embed_positions.weight) is computed, not read."""
+        own = {k: v for k, v in self.state_dict_hf().items()}
+        missing = sorted(set(own) - set(sd))
+        assert not missing, f"missing tensors {missing}"
+        with torch.no_grad():
+            self.shared.weight.copy_(torch.from_numpy(np.asarray(sd["model.shared.weight"], np.float32)))
+            for side, layers in (("encoder", self.enc_layers), ("decoder", self.dec_layers)):
+                for i, l in enumerate(layers):
+                    pre = f"model.{side}.layers.{i}."
+                    l.load_state_dict({k: torch.from_numpy(np.asarray(sd[pre + k], np.float32))
+                                       for k in l.state_dict()})
+            if self.m2m:
+                for side, n in (("encoder", self.enc_norm), ("decoder", self.dec_norm)):
+                    n.load_state_dict({k: torch.from_numpy(np.asarray(sd[f"model.{side}.layer_norm.{k}"], np.float32))
+                                       for k in n.state_dict()})
+            else:
+                self.final_logits_bias.copy_(torch.from_numpy(np.asarray(sd["final_logits_bias"], np.float32)))
+
     def encode(self, src, src_mask):  # src_mask: [B, Ls] 1 = token
         x = self.shared(src) * self.scale + self.positions(src)
         m = (1.0 - src_mask[:, None, None, :].float()) * torch.finfo(torch.float32).min
@@ -377,6 +397,15 @@ def build_marian(out, spm_size=200, dims=None, n_pairs=30000, codes=True):
     json.dump({"source_lang": "en", "target_lang": "fr", "model_max_length": 512, "separate_vocabs": False,
                "tokenizer_class": "MarianTokenizer", "eos_token": "</s>", "unk_token": "<unk>", "pad_token": "<pad>"},
               open(os.path.join(out, "tokenizer_config.json"), "w"), indent=1)
+    encode, decode = marian_codec(out, vocab)
+    sources = SOURCES + ([">>fra<< I want to know why."] if codes else [])
+    return config, gen, encode, decode, sources, fr
+
+
+def marian_codec(out, vocab):
+    """encode(text) -> source ids (MarianTokenizer: an optional ">>xx<<" code, source.spm pieces, </s>) and
+    decode(ids) -> text (target.spm) of the Marian folder `out` with vocabulary `vocab` (piece -> id)."""
+    pad = vocab["<pad>"]
 
     def encode(text):
         code = []
@@ -393,8 +422,7 @@ def build_marian(out, spm_size=200, dims=None, n_pairs=30000, codes=True):
         # convert_tokens_to_string: decode_pieces, then "▁" (of pieces target.spm lacks) -> " ", stripped
         return spm_decode(os.path.join(out, "target.spm"), pieces).replace("\u2581", " ").strip()
 
-    sources = SOURCES + ([">>fra<< I want to know why."] if codes else [])
-    return config, gen, encode, decode, sources, fr
+    return encode, decode
 
 
 def build_m2m(out, nllb):
@@ -468,12 +496,19 @@ def write_folder(name, seed):
     save_expected(out, name, write_expected(out, name, model, config, gen, encode, decode, sources, fr, forced_bos))
 
 
-def write_expected(out, name, model, config, gen, encode, decode, sources, fr, forced_bos):
+def write_expected(out, name, model, config, gen, encode, decode, sources, fr, forced_bos, weight_dtype=np.float32):
     """Writes model.safetensors, config.json, generation_config.json and expected.safetensors of `model`; returns
-    expected.json's object (save_expected writes it)."""
+    expected.json's object (save_expected writes it). weight_dtype np.float16 stores the weights as F16: the model's
+    parameters must then already hold F16-representable values (the expected values are the model's)."""
     sd = model.state_dict_hf()
     if name.startswith("marian"):  # HF saves the sinusoidal table of the encoder (computed again at load)
         sd["model.encoder.embed_positions.weight"] = model.pos.numpy()
+    if weight_dtype != np.float32:
+        for k, v in sd.items():
+            assert k == "model.encoder.embed_positions.weight" or np.array_equal(v.astype(weight_dtype).astype(v.dtype), v), \
+                f"{k} is not representable in {np.dtype(weight_dtype).name}"
+        # the sinusoidal table stays F32: a loader that reads it (instead of computing it) gets the reference's
+        sd = {k: v if k == "model.encoder.embed_positions.weight" else v.astype(weight_dtype) for k, v in sd.items()}
     st.save(sd, os.path.join(out, "model.safetensors"), metadata={"format": "pt"})
     json.dump(config, open(os.path.join(out, "config.json"), "w"), indent=1)
     json.dump(gen, open(os.path.join(out, "generation_config.json"), "w"), indent=1)

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """A small *trained* Marian folder (issue 23): tests/fixtures/marian_trained.
 
-    /usr/bin/python3 scripts/make_marian_trained_fixture.py        # a few minutes on one thread
+    /usr/bin/python3 scripts/make_marian_trained_fixture.py               # trains: ~35 minutes on one thread
+    /usr/bin/python3 scripts/make_marian_trained_fixture.py --from-saved  # seconds: no training (see below)
 
 The random fixtures of make_marian_fixtures.py test the arithmetic; this one has outputs that are real French
 sentences ending with </s> well before max_length, so that greedy / beam search and the end-of-sentence logic are
@@ -21,6 +22,12 @@ bucketed by length, a fixed number of steps (STEPS), dropout 0.1 on the sublayer
 the saved model is the eval-mode reference). The pad row of the embedding is kept zero (nn.Embedding padding_idx).
 A rerun with another torch / BLAS build may give slightly different weights; the expected values are always those
 of the saved weights.
+
+The weights are stored as F16 (the fixture stays under 2 MB): the trained fp32 weights are rounded to F16 (round to
+nearest even) and every expected value is computed by the reference from the rounded weights. --from-saved skips
+the tokenizer training and the model training: it reads the folder's model.safetensors (F32 or F16), vocab.json,
+config.json and generation_config.json, rounds the weights to F16 and writes model.safetensors and every expected
+file again from them.
 
 Writes the folder files as make_marian_fixtures.write_expected does (expected.safetensors: teacher-forced logits;
 expected.json: tokenized sources, greedy and beam runs with scores) plus expected.json["french"]: simple English
@@ -149,8 +156,31 @@ def main():
     model.eval()
     with torch.no_grad():
         model.shared.weight[pad].zero_()
+    write_expected(out, model, config, gen, encode, decode, fr_all)
 
-    meta = mm.write_expected(out, NAME, model, config, gen, encode, decode, SOURCES, fr_all, None)
+
+def from_saved():
+    """Re-derives the folder's weights (rounded to F16) and expected files from its saved model, without training."""
+    import json
+    out = os.path.join(mm.FIX, NAME)
+    load = lambda f: json.load(open(os.path.join(out, f), encoding="utf-8"))  # noqa: E731
+    config, gen, vocab = load("config.json"), load("generation_config.json"), load("vocab.json")
+    encode, decode = mm.marian_codec(out, vocab)
+    _, fr_all = mm.read_pairs(N_PAIRS)
+    model = mm.Seq2Seq(config)
+    model.load_state_dict_hf(mm.st.load(os.path.join(out, "model.safetensors")))
+    model.eval()
+    write_expected(out, model, config, gen, encode, decode, fr_all)
+
+
+def write_expected(out, model, config, gen, encode, decode, fr_all):
+    """Rounds the model's weights to F16, then writes the folder's model.safetensors (F16) and expected files."""
+    import numpy as np
+    with torch.no_grad():
+        for p in list(model.parameters()) + [model.final_logits_bias]:
+            p.copy_(p.half().float())
+    meta = mm.write_expected(out, NAME, model, config, gen, encode, decode, SOURCES, fr_all, None,
+                             weight_dtype=np.float16)
     refs = {}
     with open(mm.DATA, encoding="utf-8") as f:
         for line in f:
@@ -171,4 +201,4 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    from_saved() if "--from-saved" in sys.argv[1:] else main()

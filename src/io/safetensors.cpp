@@ -190,13 +190,23 @@ const SafeTensors::Entry& SafeTensors::entry(const std::string& name) const {
                            std::to_string(entries_.size()) + " tensors: " + listing + ")");
 }
 
-void SafeTensors::release_pages(const void* data, size_t bytes) const {
-  const auto base = reinterpret_cast<uintptr_t>(mapping_.get()), p = reinterpret_cast<uintptr_t>(data);
-  if (!base || p < base || p + bytes > base + map_size_) return;
+namespace {
+void release_mapped_pages(const void* mapping, size_t map_size, const void* data, size_t bytes) {
+  const auto base = reinterpret_cast<uintptr_t>(mapping), p = reinterpret_cast<uintptr_t>(data);
+  if (!base || p < base || p + bytes > base + map_size) return;
   const uintptr_t page = (uintptr_t)::sysconf(_SC_PAGESIZE);
   const uintptr_t begin = (p + page - 1) / page * page, end = (p + bytes) / page * page;
   // Only untouched copy-on-write pages exist here (nothing writes weights), so dropping them loses nothing.
   if (end > begin) ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
+}
+}  // namespace
+
+void SafeTensors::release_pages(const void* data, size_t bytes) const {
+  release_mapped_pages(mapping_.get(), map_size_, data, bytes);
+}
+
+std::function<void()> SafeTensors::page_releaser(const void* data, size_t bytes) const {
+  return [mapping = mapping_, size = map_size_, data, bytes] { release_mapped_pages(mapping.get(), size, data, bytes); };
 }
 
 std::vector<std::string> SafeTensors::names() const {

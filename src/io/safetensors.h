@@ -3,6 +3,7 @@
 // {"name": {"dtype": "F32", "shape": [..], "data_offsets": [begin, end]}, ..., "__metadata__": {str: str}},
 // then the data section; offsets are bytes relative to the start of the data section.
 #pragma once
+#include <functional>
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -41,6 +42,9 @@ class SafeTensors {
   // (madvise MADV_DONTNEED; a later read faults them in from the file again). Called once a tensor has been
   // copied into a packed layout, so the model's peak RSS holds each weight once. No-op for other memory.
   void release_pages(const void* data, size_t bytes) const;
+  // release_pages for later: a function that drops those pages when called, and keeps the mapping alive until
+  // then (valid after this object is gone). A no-op function for memory outside the mapping.
+  std::function<void()> page_releaser(const void* data, size_t bytes) const;
   // The stored bytes of `name` (any dtype, e.g. the I8 weights of `tfm convert --dtype int8`), inside the
   // mapping: valid while this object or a tensor from get() lives. Throws like get() if missing.
   const unsigned char* raw_data(const std::string& name) const { return data_ + entry(name).begin; }

@@ -1,6 +1,8 @@
 #include "nn/layers.h"
 
 #include <cstring>
+#include <functional>
+#include <memory>
 #include <stdexcept>
 
 #include "core/profile.h"
@@ -100,6 +102,26 @@ Linear Linear::load_packed(const std::vector<Vars>& parts, int64_t in, int64_t o
       for (int64_t i = 0; i < n; ++i) parts[i].release_bytes(h[i], sizeof(uint16_t) * out * in);
       return l;
     }
+  }
+  if (ct == ops::ComputeType::F32) {
+    // fp32 weights are used where they lie (the mapped file) and packed only when used again
+    // (ops::PackedLinear::lazy): a model loaded to run once never allocates or reorders a packed copy. The packed
+    // Linear keeps the weights' tensors alive until then, and releases their file pages once it has packed them.
+    auto held = std::make_shared<std::vector<Param>>();
+    std::vector<const void*> w(n);
+    std::vector<std::function<void()>> releasers(n);
+    for (int64_t i = 0; i < n; ++i) {
+      held->push_back(parts[i].get_unchecked("weight", {out, in}));
+      w[i] = held->back().data();
+      releasers[i] = parts[i].releaser(held->back());
+    }
+    get_biases();
+    l.packed = ops::PackedLinear::lazy(std::move(w), nullptr, bias.data(), in, out, ct, held,
+                                       [releasers = std::move(releasers)] {
+                                         for (const auto& r : releasers) r();
+                                       });
+    if (!l.packed.all_finite()) check_weights();
+    return l;
   }
   if (n == 1) {
     Param w = parts[0].get_unchecked("weight", {out, in});

@@ -51,7 +51,9 @@ struct Linear {
   // "<vb>.weight" [out, in] and, when has_bias, "<vb>.bias" [out].
   static Linear load(const Vars& vb, int64_t in, int64_t out, bool has_bias = true);
   // An inference-only Linear: the Linears under `parts` (same in_features, `out` rows each) stacked along
-  // out_features and packed in `ct`; their file pages are released. Parts stored prequantised by
+  // out_features and packed in `ct`; their file pages are released. fp32 weights for ct F32 are checked for
+  // NaN / Inf in place and packed only at their second use (ops::PackedLinear::lazy: the first forward multiplies
+  // by the file's pages, and a model that runs once never copies them). Parts stored prequantised by
   // `tfm convert --dtype int8` (I8 + "<name>_scale") are used as stored for ct int8, and dequantised
   // (w = q * scale of the row) and packed in `ct` otherwise.
   static Linear load_packed(const std::vector<Vars>& parts, int64_t in, int64_t out, ops::ComputeType ct);

@@ -79,6 +79,11 @@ const int8_t* Vars::get_int8(const std::string& leaf, const Shape& shape, const 
   return source_->get_int8(full, shape, aliases_of(full), scale);
 }
 
+std::function<void()> Vars::releaser(const Param& p) const {
+  if (!source_) return [] {};
+  return source_->releaser(p.tensor());
+}
+
 void Vars::release(const Param& p) const {
   if (source_) source_->release(p.tensor());
 }

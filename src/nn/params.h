@@ -10,6 +10,7 @@
 //    random initialisation; no gradients.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -98,6 +99,8 @@ class Vars {
   const int8_t* get_int8(const std::string& leaf, const Shape& shape, const float** scale) const;
   // Tells a file-backed source that `p` has been copied (packed) and its pages need not stay resident.
   void release(const Param& p) const;
+  // release(p) for later, callable after the source is gone (WeightSource::releaser).
+  std::function<void()> releaser(const Param& p) const;
   void release_bytes(const void* data, size_t bytes) const;
 
  private:

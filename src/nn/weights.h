@@ -1,5 +1,6 @@
 // Named parameter tensors of a model, from a safetensors file or a seeded random initialisation.
 #pragma once
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -35,6 +36,9 @@ class WeightSource {
   // Tells the source that `t` (from get()) has been copied into a packed layout and its memory is no longer
   // read; a file-backed source drops the pages from memory. Default: nothing.
   virtual void release(const Tensor& t) {}
+  // release(t) for later, callable after the source is gone (a lazily packed weight releases its pages when it
+  // is packed). Default: a function that does nothing.
+  virtual std::function<void()> releaser(const Tensor& t) { return [] {}; }
   // Whether `name` can be had, so optional parts (BERT's pooler, a tied decoder) load only when present.
   // A random source creates anything, so it has every name.
   virtual bool has(const std::string& name) const { return true; }
@@ -58,6 +62,10 @@ class SafeTensorsWeights : public WeightSource {
   const uint16_t* get_bf16(const std::string& name, const Shape& shape, const std::vector<std::string>& aliases) override;
   void release(const Tensor& t) override {
     if (t.defined() && t.dtype() == DType::F32) st_.release_pages(t.f32(), t.nbytes());
+  }
+  std::function<void()> releaser(const Tensor& t) override {
+    if (!t.defined() || t.dtype() != DType::F32) return [] {};
+    return st_.page_releaser(t.f32(), t.nbytes());
   }
   bool has(const std::string& name) const override { return st_.has(name); }
   const int8_t* get_int8(const std::string& name, const Shape& shape, const std::vector<std::string>& aliases,

@@ -15,6 +15,7 @@
 #include <atomic>
 #include <mutex>
 #include <oneapi/dnnl/dnnl.hpp>
+#include <shared_mutex>
 #include <stdexcept>
 #include <string>
 #include <unordered_map>
@@ -287,13 +288,28 @@ struct PackedLinear::Impl {
   std::vector<float> bias;     // [out] or empty
   std::vector<float> w_scale;  // [out], int8 only
   bool fuse_bias = false;      // bias as a matmul argument (fp32/bf16); int8 adds it in the dequant pass
-  // key: ((rows * 8 + epilogue) * 2 + fused) * 2 + bf16 output -> the primitive and its scratchpad layout
+  // key: (((rows * 8 + epilogue) * 2 + fused) * 2 + bf16 output) * 2 + in place -> the primitive and its
+  // scratchpad layout
   mutable MatmulCache<int64_t> cache;
+
+  // PackedLinear::lazy until packed: the parts [part_out, in] of type weight_type(ct) where the owner keeps them.
+  // pack_mu: shared by the forwards that multiply by the parts, exclusive for packing (which then drops them).
+  mutable std::shared_mutex pack_mu;
+  mutable std::atomic<bool> packed{true};
+  mutable std::atomic<int64_t> plain_calls{0};
+  std::vector<const void*> plain;
+  int64_t part_out = 0;
+  std::shared_ptr<const void> owner;
+  std::function<void()> after_pack;
 
   memory::desc src_md(int64_t M) const { return memory::desc({M, in}, src_type(ct), tag::ab); }
   memory::desc dst_md(int64_t M, bool bf16_dst = false) const {
     return memory::desc({M, out}, bf16_dst ? dt::bf16 : dt::f32, tag::ab);
   }
+  // A part's weights in place: W[part_out, in] row-major is the [in, part_out] matrix in "ba" order; its output
+  // columns are a slice of the [M, out] output (fp32).
+  memory::desc plain_md() const { return memory::desc({in, part_out}, weight_type(ct), tag::ba); }
+  memory::desc plain_dst_md(int64_t M) const { return memory::desc({M, part_out}, dt::f32, memory::dims{out, 1}); }
 
   // The primitive for M rows. Weights are described by the packed layout chosen at load; oneDNN's choice of
   // layout does not depend on M for these kernels, and if it did, the explicit layout would still be honoured.
@@ -305,19 +321,23 @@ struct PackedLinear::Impl {
   // bf16 (rounded to nearest even by oneDNN after the post-ops), the next product's input.
   // The scratchpad is the caller's (scratchpad_mode::user): with oneDNN's default library-owned one, threads
   // running one primitive at once (Python threads sharing an Encoder, tfm serve) corrupted some outputs.
-  dnnl::matmul primitive(int64_t M, Epilogue ep, bool fused, bool bf16_dst, memory::desc& scratchpad) const {
-    const int64_t key = ((M * 8 + (int64_t)ep) * 2 + fused) * 2 + bf16_dst;
-    CachedMatmul m = cache.get(key, [&] { return make_primitive(M, ep, fused, bf16_dst); });
+  // in_place: the product by one part of lazy weights where they lie (fp32 output); an empty matmul when oneDNN
+  // would run its reference kernel for that layout (the caller packs instead).
+  dnnl::matmul primitive(int64_t M, Epilogue ep, bool fused, bool bf16_dst, bool in_place,
+                         memory::desc& scratchpad) const {
+    const int64_t key = (((M * 8 + (int64_t)ep) * 2 + fused) * 2 + bf16_dst) * 2 + in_place;
+    CachedMatmul m = cache.get(key, [&] { return make_primitive(M, ep, fused, bf16_dst, in_place); });
     scratchpad = m.scratchpad;
     return m.matmul;
   }
-  CachedMatmul make_primitive(int64_t M, Epilogue ep, bool fused, bool bf16_dst) const {
+  CachedMatmul make_primitive(int64_t M, Epilogue ep, bool fused, bool bf16_dst, bool in_place) const {
+    const int64_t O = in_place ? part_out : out;
     dnnl::primitive_attr attr;
     attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
     if (fused) {
       dnnl::post_ops po;
-      po.append_binary(dnnl::algorithm::binary_mul, memory::desc({1, out}, dt::f32, tag::ab));
-      if (!bias.empty()) po.append_binary(dnnl::algorithm::binary_add, memory::desc({1, out}, dt::f32, tag::ab));
+      po.append_binary(dnnl::algorithm::binary_mul, memory::desc({1, O}, dt::f32, tag::ab));
+      if (!bias.empty()) po.append_binary(dnnl::algorithm::binary_add, memory::desc({1, O}, dt::f32, tag::ab));
       dnnl::post_ops act = make_post_ops(ep);
       if (act.len() > 0) {
         dnnl::algorithm alg;
@@ -329,16 +349,37 @@ struct PackedLinear::Impl {
     } else if (ct != ComputeType::I8) {
       attr.set_post_ops(make_post_ops(ep));  // per-token int8 applies its activation after dequantisation
     }
-    auto d = fuse_bias ? dnnl::matmul::desc(src_md(M), weights_md, memory::desc({1, out}, dt::f32, tag::ab),
-                                            dst_md(M, bf16_dst))
-                       : dnnl::matmul::desc(src_md(M), weights_md, dst_md(M, bf16_dst));
+    const memory::desc w_md = in_place ? plain_md() : weights_md;
+    const memory::desc d_md = in_place ? plain_dst_md(M) : dst_md(M, bf16_dst);
+    auto d = fuse_bias ? dnnl::matmul::desc(src_md(M), w_md, memory::desc({1, O}, dt::f32, tag::ab), d_md)
+                       : dnnl::matmul::desc(src_md(M), w_md, d_md);
     dnnl::matmul::primitive_desc pd(d, attr, cpu_engine());
+    if (plain && std::string(pd.impl_info_str()).rfind("ref", 0) == 0) return CachedMatmul{};
     return CachedMatmul{dnnl::matmul(pd), pd.scratchpad_desc()};
   }
 
   void convert(const float* inp, int64_t N, const void*& src, const float*& rs, const float*& cs) const;
   void run(float* out_f32, uint16_t* out_bf16, const void* src, const float* row_scale, const float* col_scale,
            int64_t N, Epilogue ep, PreparedInput* next) const;
+
+  // Packs a lazy one's parts (joined into one [out, in] matrix first when there are several), then drops them.
+  void pack_parts() {
+    std::unique_lock<std::shared_mutex> lock(pack_mu);
+    if (packed.load(std::memory_order_relaxed)) return;
+    const size_t esize = ct == ComputeType::F32 ? 4 : ct == ComputeType::BF16 ? 2 : 1;
+    const size_t part_bytes = esize * (size_t)(part_out * in);
+    std::vector<unsigned char> joined;
+    if (plain.size() > 1) {
+      joined.resize(part_bytes * plain.size());
+      for (size_t i = 0; i < plain.size(); ++i) std::memcpy(joined.data() + i * part_bytes, plain[i], part_bytes);
+    }
+    pack(plain.size() > 1 ? joined.data() : plain[0], weight_type(ct));
+    packed.store(true, std::memory_order_release);
+    plain.clear();
+    if (after_pack) after_pack();
+    after_pack = nullptr;
+    owner.reset();
+  }
 
   // Picks the layout and reorders `src` (plain [out, in] of type `src_dt`) into it.
   void pack(const void* src, dt src_dt) {
@@ -409,20 +450,45 @@ PackedLinear PackedLinear::from_bf16(const uint16_t* weight, const float* bias, 
   return p;
 }
 
-bool PackedLinear::all_finite() const {
-  if (!impl_) return true;
-  const Impl& im = *impl_;
-  int bad = 0;
-  for (float b : im.bias) bad |= !(std::fabs(b) <= FLT_MAX);
-  for (float s : im.w_scale) bad |= !(std::fabs(s) <= FLT_MAX);  // quantize_row's NaN marks a non-finite row
-  if (im.ct == ComputeType::I8) return !bad;
-  // The packed buffer (padding included, which oneDNN zero-fills) in chunks over the threads.
-  const size_t bytes = im.weights_md.get_size();
-  const unsigned char* p = static_cast<const unsigned char*>(im.weights.get_data_handle());
+PackedLinear PackedLinear::lazy(std::vector<const void*> parts, const float* weight_scale, const float* bias,
+                                int64_t in_features, int64_t part_out, ComputeType ct, std::shared_ptr<const void> owner,
+                                std::function<void()> after_pack) {
+  auto im = std::make_shared<Impl>();
+  const int64_t out = (int64_t)parts.size() * part_out;
+  im->in = in_features;
+  im->out = out;
+  im->ct = ct;
+  im->part_out = part_out;
+  if (bias) im->bias.assign(bias, bias + out);
+  if (ct == ComputeType::I8) im->w_scale.assign(weight_scale, weight_scale + out);
+  im->fuse_bias = bias && ct != ComputeType::I8;
+  im->plain = std::move(parts);
+  im->owner = std::move(owner);
+  im->after_pack = std::move(after_pack);
+  im->packed = false;
+  memory::desc unused;
+  // A probe for the kernel (and the CPU's support of `ct`): primitive creation throws when there is none.
+  bool fast = false;
+  try {
+    fast = static_cast<bool>(im->primitive(1, Epilogue::None, false, true, unused));
+  } catch (const dnnl::error&) {
+  }
+  if (!fast) im->pack_parts();  // throws the one-line message when there is no kernel for ct at all
+  PackedLinear p;
+  p.impl_ = std::move(im);
+  return p;
+}
+
+bool PackedLinear::is_packed() const { return !impl_ || impl_->packed.load(std::memory_order_acquire); }
+
+namespace {
+// Whether w[n] (fp32, or raw bf16 when bf16) holds no NaN and no infinity, in chunks over the threads.
+bool finite_weights(const void* data, int64_t n, bool bf16) {
   constexpr int64_t kChunk = 1 << 16;
-  if (im.ct == ComputeType::F32) {
-    const float* w = reinterpret_cast<const float*>(p);
-    const int64_t n = (int64_t)(bytes / sizeof(float)), chunks = (n + kChunk - 1) / kChunk;
+  const int64_t chunks = (n + kChunk - 1) / kChunk;
+  int bad = 0;
+  if (!bf16) {
+    const float* w = static_cast<const float*>(data);
 #pragma omp parallel for reduction(| : bad) schedule(static) if (chunks > 1)
     for (int64_t c = 0; c < chunks; ++c) {
       const float* q = w + c * kChunk;
@@ -433,8 +499,7 @@ bool PackedLinear::all_finite() const {
       bad |= b;
     }
   } else {  // bf16: exponent bits all ones is an infinity or a NaN
-    const uint16_t* w = reinterpret_cast<const uint16_t*>(p);
-    const int64_t n = (int64_t)(bytes / sizeof(uint16_t)), chunks = (n + kChunk - 1) / kChunk;
+    const uint16_t* w = static_cast<const uint16_t*>(data);
 #pragma omp parallel for reduction(| : bad) schedule(static) if (chunks > 1)
     for (int64_t c = 0; c < chunks; ++c) {
       const uint16_t* q = w + c * kChunk;
@@ -447,6 +512,29 @@ bool PackedLinear::all_finite() const {
   }
   return !bad;
 }
+}  // namespace
+
+bool PackedLinear::all_finite() const {
+  if (!impl_) return true;
+  const Impl& im = *impl_;
+  int bad = 0;
+  for (float b : im.bias) bad |= !(std::fabs(b) <= FLT_MAX);
+  for (float s : im.w_scale) bad |= !(std::fabs(s) <= FLT_MAX);  // quantize_row's NaN marks a non-finite row
+  if (bad) return false;
+  if (im.ct == ComputeType::I8) return true;
+  const bool bf16 = im.ct == ComputeType::BF16;
+  {
+    std::shared_lock<std::shared_mutex> lock(im.pack_mu);
+    if (!im.packed.load(std::memory_order_relaxed)) {
+      for (const void* part : im.plain)
+        if (!finite_weights(part, im.part_out * im.in, bf16)) return false;
+      return true;
+    }
+  }
+  // The packed buffer (padding included, which oneDNN zero-fills).
+  const size_t bytes = im.weights_md.get_size();
+  return finite_weights(im.weights.get_data_handle(), (int64_t)(bytes / (bf16 ? 2 : 4)), bf16);
+}
 
 int64_t PackedLinear::in_features() const { return impl_ ? impl_->in : 0; }
 int64_t PackedLinear::out_features() const { return impl_ ? impl_->out : 0; }
@@ -454,30 +542,56 @@ ComputeType PackedLinear::compute_type() const { return impl_ ? impl_->ct : Comp
 
 // The product of an input already in the matmul's type: src [N, in] (fp32, bf16 or s8), row_scale [N] for per-token
 // int8, col_scale [out] for per-tensor int8 (fused); writes out_f32 [N, out], or out_bf16 (ct BF16 only), and, for
-// per-token int8, the epilogue's rows into next when non-null.
+// per-token int8, the epilogue's rows into next when non-null. Lazy weights: the first call multiplies by them in
+// place (fp32 output), the next one packs them (PackedLinear::lazy).
 void PackedLinear::Impl::run(float* out_f32, uint16_t* out_bf16, const void* src, const float* row_scale,
                              const float* col_scale, int64_t N, Epilogue ep, PreparedInput* next) const {
   const int64_t O = out;
-  const bool fused = col_scale != nullptr;
-  memory::desc scratch_md;
-  dnnl::matmul prim = primitive(N, ep, fused, out_bf16 != nullptr, scratch_md);
-  thread_local std::vector<uint8_t> scratch_buf;
-  memory src_m(src_md(N), cpu_engine(), const_cast<void*>(src));
-  memory dst_m(dst_md(N, out_bf16 != nullptr), cpu_engine(), out_bf16 ? (void*)out_bf16 : (void*)out_f32);
-  std::unordered_map<int, memory> args = {{DNNL_ARG_SRC, src_m}, {DNNL_ARG_WEIGHTS, weights}, {DNNL_ARG_DST, dst_m}};
-  memory bias_m;
-  if (!bias.empty())
-    bias_m = memory(memory::desc({1, O}, dt::f32, tag::ab), cpu_engine(), const_cast<float*>(bias.data()));
-  if (fuse_bias) args.emplace(DNNL_ARG_BIAS, bias_m);
-  if (fused) {
-    args.emplace(DNNL_ARG_ATTR_MULTIPLE_POST_OP(0) | DNNL_ARG_SRC_1,
-                 memory(memory::desc({1, O}, dt::f32, tag::ab), cpu_engine(), const_cast<float*>(col_scale)));
-    if (!bias.empty()) args.emplace(DNNL_ARG_ATTR_MULTIPLE_POST_OP(1) | DNNL_ARG_SRC_1, bias_m);
+  const bool fused = col_scale != nullptr, bf16_dst = out_bf16 != nullptr;
+  // Packing lazy weights is the one change a product makes to the shared Impl; it runs under pack_mu.
+  Impl& self = const_cast<Impl&>(*this);
+  std::shared_lock<std::shared_mutex> plain_lock;
+  bool in_place = false;
+  if (!packed.load(std::memory_order_acquire)) {
+    if (bf16_dst || plain_calls.fetch_add(1, std::memory_order_relaxed) > 0) {
+      self.pack_parts();
+    } else {
+      plain_lock = std::shared_lock<std::shared_mutex>(pack_mu);
+      in_place = !packed.load(std::memory_order_relaxed);
+      if (!in_place) plain_lock.unlock();
+    }
   }
-  if (scratch_md.get_size() > 0)
-    args.emplace(DNNL_ARG_SCRATCHPAD, memory(scratch_md, cpu_engine(), scratch(scratch_buf, scratch_md.get_size())));
-  prim.execute(cpu_stream(), args);
+  memory::desc scratch_md;
+  dnnl::matmul prim = primitive(N, ep, fused, bf16_dst, in_place, scratch_md);
+  if (in_place && !prim) {  // no fast kernel for the plain layout at this row count
+    plain_lock.unlock();
+    self.pack_parts();
+    in_place = false;
+    prim = primitive(N, ep, fused, bf16_dst, false, scratch_md);
+  }
+  thread_local std::vector<uint8_t> scratch_buf;
+  const int64_t parts = in_place ? (int64_t)plain.size() : 1, PO = in_place ? part_out : O;
+  memory src_m(src_md(N), cpu_engine(), const_cast<void*>(src));
+  const memory::desc row_md({1, PO}, dt::f32, tag::ab);
+  for (int64_t p = 0; p < parts; ++p) {  // one product per part of lazy weights, each into its output columns
+    void* dst = in_place ? (void*)(out_f32 + p * PO) : bf16_dst ? (void*)out_bf16 : (void*)out_f32;
+    memory dst_m(in_place ? plain_dst_md(N) : dst_md(N, bf16_dst), cpu_engine(), dst);
+    memory w_m = in_place ? memory(plain_md(), cpu_engine(), const_cast<void*>(plain[p])) : weights;
+    std::unordered_map<int, memory> args = {{DNNL_ARG_SRC, src_m}, {DNNL_ARG_WEIGHTS, w_m}, {DNNL_ARG_DST, dst_m}};
+    memory bias_m;
+    if (!bias.empty()) bias_m = memory(row_md, cpu_engine(), const_cast<float*>(bias.data() + p * PO));
+    if (fuse_bias) args.emplace(DNNL_ARG_BIAS, bias_m);
+    if (fused) {
+      args.emplace(DNNL_ARG_ATTR_MULTIPLE_POST_OP(0) | DNNL_ARG_SRC_1,
+                   memory(row_md, cpu_engine(), const_cast<float*>(col_scale + p * PO)));
+      if (!bias.empty()) args.emplace(DNNL_ARG_ATTR_MULTIPLE_POST_OP(1) | DNNL_ARG_SRC_1, bias_m);
+    }
+    if (scratch_md.get_size() > 0)
+      args.emplace(DNNL_ARG_SCRATCHPAD, memory(scratch_md, cpu_engine(), scratch(scratch_buf, scratch_md.get_size())));
+    prim.execute(cpu_stream(), args);
+  }
   cpu_stream().wait();
+  if (plain_lock.owns_lock()) plain_lock.unlock();
   if (ct != ComputeType::I8 || fused) return;
   // out = act(acc * x_scale[n] * w_scale[o] + bias[o]) (the int32 sums arrive converted to fp32), then the next
   // product's input row, one row at a time while it is in cache, on the calling thread per chunk of rows. A single

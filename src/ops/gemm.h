@@ -3,8 +3,10 @@
 //
 // - gemm(): a plain row-major product (cblas_sgemm convention) for training, attention and other activations
 //   times activations; dnnl_sgemm, or a plain loop for products too small to amortise a library call.
-// - PackedLinear: an inference Linear whose weights are reordered once, at load, into the blocked layout a oneDNN
-//   matmul picks (format_tag::any), in fp32, bf16 or int8, with bias and activation fused into the product.
+// - PackedLinear: an inference Linear whose weights are reordered once, at load (or, for PackedLinear::lazy, at
+//   their second use: a model loaded to run once multiplies by the weights where they lie), into the blocked
+//   layout a oneDNN matmul picks (format_tag::any), in fp32, bf16 or int8, with bias and activation fused into
+//   the product.
 //   One matmul primitive is created per (rows, activation) and cached (about 0.15 ms each).
 //
 // What each compute type does on a CPU without the instructions (oneDNN picks kernels at run time; the build
@@ -14,6 +16,7 @@
 // oneDNN's slower non-VNNI int8 kernels elsewhere (same results: products are exact in int32).
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -117,8 +120,25 @@ class PackedLinear {
   // bf16 weights as stored by `tfm convert --dtype bf16` (weight [out, in] raw bf16): packed for ComputeType
   // BF16 as they are, without a round trip through fp32.
   static PackedLinear from_bf16(const uint16_t* weight, const float* bias, int64_t in_features, int64_t out_features);
-  // Whether every packed weight (and scale and bias) is finite: one read of the packed copy, which the loader
-  // checks instead of the file it was packed from (a bf16 weight that rounded to infinity also counts).
+  // Weights used where they lie, packed only when they are used again (load once, run once: a one-sentence
+  // `tfm encode` multiplies by the mapped file's pages and never allocates or reorders a packed copy).
+  // parts: the weights of each part, [part_out, in_features] row-major of type `ct` (F32: float, BF16: raw bf16
+  // uint16_t, I8: int8_t with weight_scale [parts * part_out], w = q * scale of its row), stacked along
+  // out_features (out_features = parts.size() * part_out; a fused query/key/value projection is three parts);
+  // bias [out_features] or null (copied). The first forward multiplies by the parts in place (one product per
+  // part, same results as the packed product up to summation order); the second forward call packs them (once,
+  // thread-safe, as the constructor does), then calls `after_pack` (e.g. to drop the file pages) and drops
+  // `owner`, which must keep the parts valid and unchanged until then. Where oneDNN has no fast kernel for the
+  // plain layout (its reference kernel would run), the weights are packed at once instead.
+  // Throws std::runtime_error when oneDNN has no kernel for `ct` on this CPU.
+  static PackedLinear lazy(std::vector<const void*> parts, const float* weight_scale, const float* bias,
+                           int64_t in_features, int64_t part_out, ComputeType ct, std::shared_ptr<const void> owner,
+                           std::function<void()> after_pack = {});
+  // Whether the weights are in oneDNN's packed layout (false for a lazy one not yet packed).
+  bool is_packed() const;
+  // Whether every weight (and scale and bias) is finite: one read of the packed copy (or of a lazy one's parts),
+  // which the loader checks instead of the file it was packed from (a bf16 weight that rounded to infinity also
+  // counts).
   bool all_finite() const;
   // out: [N, out_features] fp32, written; inp: [N, in_features] fp32.
   void forward(float* out, const float* inp, int64_t N, Epilogue epilogue = Epilogue::None) const;
