@@ -1,5 +1,6 @@
 #include "models/modernbert.h"
 
+#include <algorithm>
 #include <cstring>
 #include <stdexcept>
 #include <string>
@@ -12,6 +13,7 @@
 #include "nn/params.h"
 #include "nn/transformer_block.h"
 #include "ops/attention.h"
+#include "ops/dropout.h"
 #include "ops/embedding.h"
 #include "ops/local_attention.h"
 #include "ops/rotary.h"
@@ -327,13 +329,7 @@ class ModernBert : public EncoderModel {
   // gated [N, I] = act(inter[:, :I]) * inter[:, I:] (ModernBertMLP: input, gate = Wi(x).chunk(2, dim=-1)).
   void geglu(float* gated, const float* inter, int64_t N, int64_t I) const {
     OpTimer t("geglu");
-#pragma omp parallel for if (N * I > 65536)
-    for (int64_t n = 0; n < N; ++n) {
-      float* g = gated + n * I;
-      const float* in = inter + n * 2 * I;
-      ops::activation_forward(g, in, I, m_.hidden_activation);
-      for (int64_t i = 0; i < I; ++i) g[i] *= in[I + i];
-    }
+    ops::glu_forward(gated, inter, N, I, m_.hidden_activation);
   }
 
   ModernBertConfig m_;
@@ -387,6 +383,186 @@ FamilyHeads modernbert_heads() { return {detect_modernbert_head, load_modernbert
 std::unique_ptr<EncoderModel> make_modernbert(const EncoderConfig& config, WeightSource& weights,
                                               ops::ComputeType dtype) {
   return std::make_unique<ModernBert>(config, weights, dtype);
+}
+
+// ---------------------------------------------------------------- training
+
+namespace {
+// A dropout of p when ctx draws masks: mask [n] filled (cleared otherwise, meaning no dropout).
+void draw_dropout(std::vector<float>& mask, const nn::Context& ctx, float p, int64_t n,
+                  const ops::AttentionDropoutDims* dims = nullptr) {
+  mask.clear();
+  if (!ctx.rng || p <= 0.0f) return;
+  mask.resize(n);
+  ops::dropout_mask(mask.data(), n, p, *ctx.rng, dims);
+}
+float dropout_p(const EncoderConfig& c, const char* key) {
+  const double p = json_number_or(c.json, key, 0.0, c.source);
+  if (!(p >= 0.0 && p < 1.0)) throw std::runtime_error(c.source + ": key '" + std::string(key) + "' must be in [0, 1)");
+  return (float)p;
+}
+}  // namespace
+
+ModernBertTrainable::ModernBertTrainable(nn::ParamStore& store, const EncoderConfig& c)
+    : config_(c), m_(ModernBertConfig::from(c)) {
+  embedding_dropout_ = dropout_p(c, "embedding_dropout");
+  attention_dropout_ = dropout_p(c, "attention_dropout");
+  mlp_dropout_ = dropout_p(c, "mlp_dropout");
+  const int64_t H = c.hidden_size, I = c.intermediate_size;
+  const nn::Vars vb = nn::Vars(store).prefix("model");
+  tok_ = vb.prefix("embeddings.tok_embeddings").get("weight", {c.vocab_size, H});
+  emb_norm_ = load_norm(vb.prefix("embeddings.norm"), H, m_.norm_eps, m_.norm_bias);
+  for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
+    const nn::Vars lv = vb.prefix("layers").prefix(i);
+    Layer L;
+    L.global = m_.global_layer[i];
+    L.has_attn_norm = i > 0;
+    if (L.has_attn_norm) L.attn_norm = load_norm(lv.prefix("attn_norm"), H, m_.norm_eps, m_.norm_bias);
+    L.wqkv = nn::Linear::load(lv.prefix("attn.Wqkv"), H, 3 * H, m_.attention_bias);
+    L.wo = nn::Linear::load(lv.prefix("attn.Wo"), H, H, m_.attention_bias);
+    L.mlp_norm = load_norm(lv.prefix("mlp_norm"), H, m_.norm_eps, m_.norm_bias);
+    L.wi = nn::Linear::load(lv.prefix("mlp.Wi"), H, 2 * I, m_.mlp_bias);
+    L.mlp_wo = nn::Linear::load(lv.prefix("mlp.Wo"), I, H, m_.mlp_bias);
+    layers_.push_back(std::move(L));
+  }
+  final_norm_ = load_norm(vb.prefix("final_norm"), H, m_.norm_eps, m_.norm_bias);
+  for (const auto& e : store.entries())
+    if (e.name.compare(0, prefix_.size(), prefix_) == 0) names_.push_back(e.name);
+}
+
+void ModernBertTrainable::load(nn::ParamStore& store, WeightSource& weights) const {
+  for (const std::string& full : names_) {
+    const std::string name = full.substr(prefix_.size());
+    const int64_t i = store.index_of(full);
+    Tensor t = weights.get(name, store.entries()[i].shape, {full});
+    std::memcpy(store.data(i), t.f32(), sizeof(float) * t.numel());
+  }
+}
+
+void ModernBertTrainable::set_precision(ops::ComputeType precision) {
+  for (Layer& l : layers_)
+    for (nn::Linear* lin : {&l.wqkv, &l.wo, &l.wi, &l.mlp_wo}) lin->precision = precision;
+}
+
+void ModernBertTrainable::forward(const nn::Context& ctx_in, const int64_t* input_ids, const int64_t*,
+                                  const float* key_mask, int64_t B, int64_t L) {
+  const EncoderConfig& c = config_;
+  const int64_t H = c.hidden_size, I = c.intermediate_size, N = B * L;
+  const int64_t nh = c.num_attention_heads, hd = c.head_dim(), half = hd / 2;
+  for (int64_t n = 0; n < N; ++n)
+    if (input_ids[n] < 0 || input_ids[n] >= c.vocab_size)
+      throw std::invalid_argument("input_ids value " + std::to_string(input_ids[n]) + " is outside [0, vocab_size = " +
+                                  std::to_string(c.vocab_size) + ")");
+  nn::Context ctx = ctx_in;
+  ctx.packed = false;
+  B_ = B;
+  L_ = L;
+  ids_.assign(input_ids, input_ids + N);
+  // Embeddings: drop(norm(tok_embeddings[ids])).
+  emb_.resize(N * H);
+  emb_normed_.resize(N * H);
+  ops::embedding_forward(emb_.data(), ids_.data(), tok_.data(), N, c.vocab_size, H);
+  emb_norm_.forward(emb_normed_.data(), emb_.data(), N);
+  draw_dropout(emb_drop_, ctx, embedding_dropout_, N * H);
+  out_ = emb_normed_;
+  if (!emb_drop_.empty()) ops::dropout_apply(out_.data(), out_.data(), emb_drop_.data(), N * H);
+  // Masks: the key padding mask (global layers), and it times the band |i - j| <= local_attention // 2 (sliding).
+  ops::AttentionMask global_mask, local_mask;
+  bool padded = false;
+  if (key_mask)
+    for (int64_t n = 0; n < N; ++n) padded |= key_mask[n] == 0.0f;
+  if (padded) global_mask.key_mask = key_mask;
+  const int64_t window = m_.local_attention / 2;
+  band_.assign(B * L * L, 0.0f);
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t i = 0; i < L; ++i)
+      for (int64_t j = std::max<int64_t>(0, i - window); j <= std::min(L - 1, i + window); ++j)
+        band_[(b * L + i) * L + j] = key_mask ? (key_mask[b * L + j] != 0.0f ? 1.0f : 0.0f) : 1.0f;
+  local_mask.mask = band_.data();
+  gcos_.resize(L * half), gsin_.resize(L * half), lcos_.resize(L * half), lsin_.resize(L * half);
+  ops::rotary_tables(gcos_.data(), gsin_.data(), L, hd, m_.global_rope_theta);
+  ops::rotary_tables(lcos_.data(), lsin_.data(), L, hd, m_.local_rope_theta);
+  ops::AttentionDims dims{B, L, L, nh, hd};
+  dims.q_ld = dims.k_ld = dims.v_ld = 3 * H;
+  dims.out_ld = H;
+  const ops::AttentionDropoutDims pdims{nh, L, L};
+  std::vector<float> a(N * H);
+  for (Layer& ly : layers_) {
+    ly.x = out_;
+    const float* in = ly.x.data();
+    if (ly.has_attn_norm) {
+      ly.h.resize(N * H);
+      ly.attn_norm.forward(ly.h.data(), ly.x.data(), N);
+      in = ly.h.data();
+    }
+    ly.qkv.resize(N * 3 * H);
+    ly.wqkv.forward(ctx, ly.qkv.data(), in, N);
+    ops::rotary_apply(ly.qkv.data(), B, L, 2 * nh, hd, 3 * H, ly.global ? gcos_.data() : lcos_.data(),
+                      ly.global ? gsin_.data() : lsin_.data());
+    ly.probs.resize(B * nh * L * L);
+    ly.ctx.resize(N * H);
+    draw_dropout(ly.pdrop, ctx, attention_dropout_, B * nh * L * L, &pdims);
+    const float* q = ly.qkv.data();
+    ops::attention_forward(ly.ctx.data(), ly.probs.data(), q, q + H, q + 2 * H, dims,
+                           ly.global ? global_mask : local_mask, ly.pdrop.empty() ? nullptr : ly.pdrop.data());
+    ly.wo.forward(ctx, a.data(), ly.ctx.data(), N);
+    draw_dropout(ly.odrop, ctx, attention_dropout_, N * H);
+    if (!ly.odrop.empty()) ops::dropout_apply(a.data(), a.data(), ly.odrop.data(), N * H);
+    ly.x1.resize(N * H);
+    for (int64_t i = 0; i < N * H; ++i) ly.x1[i] = ly.x[i] + a[i];
+    ly.h2.resize(N * H);
+    ly.mlp_norm.forward(ly.h2.data(), ly.x1.data(), N);
+    ly.inter.resize(N * 2 * I);
+    ly.wi.forward(ctx, ly.inter.data(), ly.h2.data(), N);
+    ly.gated.resize(N * I);
+    ops::glu_forward(ly.gated.data(), ly.inter.data(), N, I, m_.hidden_activation);
+    draw_dropout(ly.mdrop, ctx, mlp_dropout_, N * I);
+    if (!ly.mdrop.empty()) ops::dropout_apply(ly.gated.data(), ly.gated.data(), ly.mdrop.data(), N * I);
+    ly.mlp_wo.forward(ctx, a.data(), ly.gated.data(), N);
+    for (int64_t i = 0; i < N * H; ++i) out_[i] = ly.x1[i] + a[i];
+  }
+  last_.resize(N * H);
+  final_norm_.forward(last_.data(), out_.data(), N);
+}
+
+void ModernBertTrainable::backward(const float* dlast, const float* dpooled) {
+  if (dpooled) throw std::logic_error("ModernBertTrainable::backward: ModernBERT has no pooler");
+  const EncoderConfig& c = config_;
+  const int64_t H = c.hidden_size, I = c.intermediate_size, B = B_, L = L_, N = B * L;
+  const int64_t nh = c.num_attention_heads, hd = c.head_dim();
+  std::vector<float> dx(N * H, 0.0f), dh(N * H), da(N * H), dgated(N * I), dinter(N * 2 * I), dqkv(N * 3 * H);
+  if (dlast) final_norm_.backward(dx.data(), dlast);
+  ops::AttentionDims dims{B, L, L, nh, hd};
+  dims.q_ld = dims.k_ld = dims.v_ld = 3 * H;
+  dims.out_ld = H;
+  for (int64_t l = (int64_t)layers_.size() - 1; l >= 0; --l) {
+    Layer& ly = layers_[l];
+    // x2 = x1 + mlp.Wo(drop(glu(Wi(mlp_norm(x1))))): dx is d x2, becomes d x1.
+    ly.mlp_wo.backward(dgated.data(), dx.data(), ly.gated.data(), N, /*accumulate=*/false);
+    if (!ly.mdrop.empty()) ops::dropout_apply(dgated.data(), dgated.data(), ly.mdrop.data(), N * I);
+    ops::glu_backward(dinter.data(), dgated.data(), ly.inter.data(), N, I, m_.hidden_activation);
+    ly.wi.backward(dh.data(), dinter.data(), ly.h2.data(), N, /*accumulate=*/false);
+    ly.mlp_norm.backward(dx.data(), dh.data(), /*accumulate=*/true);
+    // x1 = x + drop(Wo(attention(rope(Wqkv(attn_norm(x)))))): dx becomes d x.
+    std::memcpy(da.data(), dx.data(), sizeof(float) * N * H);
+    if (!ly.odrop.empty()) ops::dropout_apply(da.data(), da.data(), ly.odrop.data(), N * H);
+    ly.wo.backward(dh.data(), da.data(), ly.ctx.data(), N, /*accumulate=*/false);
+    const float* q = ly.qkv.data();
+    float* dq = dqkv.data();
+    ops::attention_backward(dq, dq + H, dq + 2 * H, dh.data(), ly.probs.data(), q, q + H, q + 2 * H, dims,
+                            ly.pdrop.empty() ? nullptr : ly.pdrop.data());
+    ops::rotary_backward(dq, B, L, 2 * nh, hd, 3 * H, ly.global ? gcos_.data() : lcos_.data(),
+                         ly.global ? gsin_.data() : lsin_.data());
+    if (ly.has_attn_norm) {
+      ly.wqkv.backward(dh.data(), dqkv.data(), ly.h.data(), N, /*accumulate=*/false);
+      ly.attn_norm.backward(dx.data(), dh.data(), /*accumulate=*/true);
+    } else {
+      ly.wqkv.backward(dx.data(), dqkv.data(), ly.x.data(), N, /*accumulate=*/true);
+    }
+  }
+  if (!emb_drop_.empty()) ops::dropout_apply(dx.data(), dx.data(), emb_drop_.data(), N * H);
+  emb_norm_.backward(dh.data(), dx.data());
+  ops::embedding_backward(tok_.grad(), dh.data(), ids_.data(), N, H);
 }
 
 }  // namespace tfm

@@ -19,6 +19,8 @@
 
 #include "models/encoder.h"
 #include "models/head_layout.h"
+#include "nn/layers.h"
+#include "nn/params.h"
 #include "ops/activation.h"
 
 namespace tfm {
@@ -67,5 +69,61 @@ std::unique_ptr<EncoderModel> make_modernbert(const EncoderConfig& config, Weigh
 // Without "architectures", tensors decide: "classifier.weight" -> sequence classification, "decoder.bias" or
 // "head.dense.weight" alone -> masked LM.
 FamilyHeads modernbert_heads();
+
+// ModernBertModel for training (fine-tuning): make_modernbert's composition with every tensor a trainable entry
+// of an nn::ParamStore, named as the ModernBertFor* checkpoints name them: "model." then ModernBertModel's
+// state_dict name ("model.layers.1.attn.Wqkv.weight"), so that the store saves as a Hugging Face checkpoint.
+// Forward and backward match modeling_modernbert.py's eager (padded) path in training mode: embeddings
+// drop(norm(tok_embeddings[ids])); each layer's attention on the rotated q, k with the key padding mask, and on
+// sliding layers also the band |i - j| <= local_attention // 2 (a [B, L, L] mask); dropout on the attention
+// probabilities and after Wo (attention_dropout), on act(input) * gate before mlp.Wo (mlp_dropout), after the
+// embeddings' norm (embedding_dropout). Those p come from config.json (default 0), not from nn::Context::dropout:
+// a forward drops when ctx.rng is set. The layers' norms, Linears and attention run in fp32 or in the precision
+// set_precision gives the Linears.
+class ModernBertTrainable {
+ public:
+  // Registers the parameters in `store` under "model." (finalize the store after every module has registered,
+  // then load()). Throws std::runtime_error on a bad config (ModernBertConfig::from).
+  ModernBertTrainable(nn::ParamStore& store, const EncoderConfig& config);
+  // Copies every parameter from `weights`, names with or without "model." accepted. Throws std::runtime_error
+  // naming a missing tensor or a wrong shape.
+  void load(nn::ParamStore& store, WeightSource& weights) const;
+  // Saving forward. input_ids [B, L] in [0, vocab_size) (std::invalid_argument otherwise); token_type_ids
+  // ignored (ModernBERT has none); key_mask [B, L] (1 real, 0 padding; null: none).
+  void forward(const nn::Context& ctx, const int64_t* input_ids, const int64_t* token_type_ids, const float* key_mask,
+               int64_t B, int64_t L);
+  const float* last_hidden_state() const { return last_.data(); }  // [B, L, H] of the last forward
+  // dlast [B, L, H]: the gradient of last_hidden_state. dpooled must be null (ModernBERT has no pooler;
+  // std::logic_error otherwise). Parameter gradients are added to the store's.
+  void backward(const float* dlast, const float* dpooled);
+  const EncoderConfig& config() const { return config_; }
+  const ModernBertConfig& modernbert_config() const { return m_; }
+  // The compute type of every Linear's training products (Wqkv, Wo, Wi, mlp.Wo): F32 or BF16.
+  void set_precision(ops::ComputeType precision);
+  const std::vector<std::string>& names() const { return names_; }          // registered names ("model." ...)
+  const std::vector<std::string>& frozen_names() const { return frozen_; }  // empty: every tensor trains
+  const std::string& prefix() const { return prefix_; }                     // "model."
+
+ private:
+  struct Layer {
+    bool global = true, has_attn_norm = false;
+    nn::LayerNorm attn_norm, mlp_norm;
+    nn::Linear wqkv, wo, wi, mlp_wo;
+    // Saved by forward: the layer's input x and x + attention (x1); the normed inputs; q | k (rotated) | v; the
+    // attention probabilities, context and dropout masks; Wi's output and the gated product.
+    std::vector<float> x, x1, h, h2, qkv, probs, pdrop, ctx, odrop, inter, gated, mdrop;
+  };
+  EncoderConfig config_;
+  ModernBertConfig m_;
+  float embedding_dropout_ = 0, attention_dropout_ = 0, mlp_dropout_ = 0;
+  std::string prefix_ = "model.";
+  std::vector<std::string> names_, frozen_;
+  nn::Param tok_;
+  nn::LayerNorm emb_norm_, final_norm_;
+  std::vector<Layer> layers_;
+  int64_t B_ = 0, L_ = 0;
+  std::vector<int64_t> ids_;
+  std::vector<float> emb_, emb_normed_, emb_drop_, out_, last_, band_, gcos_, gsin_, lcos_, lsin_;
+};
 
 }  // namespace tfm

@@ -74,6 +74,29 @@ void activation_backward(float* dinp, const float* dout, const float* inp, int64
   }
 }
 
+void glu_forward(float* gated, const float* inter, int64_t N, int64_t I, Activation act) {
+#pragma omp parallel for if (N * I > 65536)
+  for (int64_t n = 0; n < N; ++n) {
+    float* g = gated + n * I;
+    const float* in = inter + n * 2 * I;
+    activation_forward(g, in, I, act);
+    for (int64_t i = 0; i < I; ++i) g[i] *= in[I + i];
+  }
+}
+
+void glu_backward(float* dinter, const float* dgated, const float* inter, int64_t N, int64_t I, Activation act) {
+#pragma omp parallel for if (N * I > 65536)
+  for (int64_t n = 0; n < N; ++n) {
+    const float* in = inter + n * 2 * I;
+    const float* dg = dgated + n * I;
+    float* d = dinter + n * 2 * I;
+    for (int64_t i = 0; i < I; ++i) d[i] = dg[i] * in[I + i];  // d act(input)
+    activation_backward(d, d, in, I, act);
+    activation_forward(d + I, in, I, act);  // d gate = dgated * act(input)
+    for (int64_t i = 0; i < I; ++i) d[I + i] *= dg[i];
+  }
+}
+
 void activation_forward_ref(float* out, const float* inp, int64_t n, Activation act) {
   for (int64_t i = 0; i < n; ++i) {
     double x = inp[i];

@@ -15,6 +15,13 @@ Activation parse_activation(const std::string& name);
 void activation_forward(float* out, const float* inp, int64_t n, Activation act);
 // dinp[n] = dout[n] * act'(inp[n]) (written)
 void activation_backward(float* dinp, const float* dout, const float* inp, int64_t n, Activation act);
+// Gated linear unit with activation `act` (Shazeer 2020, "GLU variants"; ModernBertMLP: input, gate =
+// Wi(x).chunk(2, dim=-1), act(input) * gate): inter [N, 2I] holds the input half in columns [0, I) and the gate
+// half in [I, 2I); gated [N, I] = act(inter[:, :I]) * inter[:, I:], written.
+void glu_forward(float* gated, const float* inter, int64_t N, int64_t I, Activation act);
+// Backward of glu_forward: dinter [N, 2I] written, dinter[:, :I] = dgated * gate * act'(input),
+// dinter[:, I:] = dgated * act(input).
+void glu_backward(float* dinter, const float* dgated, const float* inter, int64_t N, int64_t I, Activation act);
 void activation_forward_ref(float* out, const float* inp, int64_t n, Activation act);
 // out[n] = tanh(inp[n]) (BERT pooler)
 void tanh_forward(float* out, const float* inp, int64_t n);

@@ -122,8 +122,10 @@ void layer_norm_backward(float* dinp, float* dweight, float* dbias, const float*
       sum_d += d;
       sum_dx += d * xhat;
       dweight[c] += dy[c] * xhat;
-      dbias[c] += dy[c];
     }
+    if (dbias)
+#pragma omp simd
+      for (int64_t c = 0; c < C; ++c) dbias[c] += dy[c];
     sum_d /= (float)C;
     sum_dx /= (float)C;
     float* dx = dinp + n * C;

@@ -23,7 +23,8 @@ void add_layer_norm_forward(float* out, float* sum_out, const float* x, const fl
 void layer_norm_forward_to(float* out, float* sum_out, const float* x, const float* residual, const float* weight,
                            const float* bias, int64_t N, int64_t C, float eps, ComputeType ct,
                            PreparedInput& prepared);
-// dinp[N, C] written; dweight[C], dbias[C] accumulated (+=).
+// dinp[N, C] written; dweight[C], dbias[C] accumulated (+=); dbias null: a LayerNorm without bias
+// (nn.LayerNorm(bias=False)).
 void layer_norm_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                          const float* weight, const float* mean, const float* rstd, int64_t N, int64_t C);
 void layer_norm_forward_ref(float* out, const float* inp, const float* weight, const float* bias, int64_t N,

@@ -9,7 +9,9 @@ namespace tfm::ops {
 namespace {
 
 // One token row: every head's halves rotated by the position's angles (c, s: [half]).
-TFM_ALWAYS_INLINE void rotate_row(float* x, int64_t num_heads, int64_t head_dim, const float* c, const float* s) {
+// sign -1: the transposed rotation (backward).
+TFM_ALWAYS_INLINE void rotate_row(float* x, int64_t num_heads, int64_t head_dim, const float* c, const float* s0,
+                                  float sign) {
   const int64_t half = head_dim / 2;
   for (int64_t h = 0; h < num_heads; ++h) {
     float* x1 = x + h * head_dim;
@@ -17,24 +19,50 @@ TFM_ALWAYS_INLINE void rotate_row(float* x, int64_t num_heads, int64_t head_dim,
 #pragma omp simd
     for (int64_t i = 0; i < half; ++i) {
       const float a = x1[i], b = x2[i];
-      x1[i] = a * c[i] - b * s[i];
-      x2[i] = b * c[i] + a * s[i];
+      const float s = sign * s0[i];
+      x1[i] = a * c[i] - b * s;
+      x2[i] = b * c[i] + a * s;
     }
   }
 }
 
 void rotate_rows_avx2(float* x, int64_t r0, int64_t r1, int64_t L, int64_t nh, int64_t hd, int64_t ld,
-                      const float* cos, const float* sin) {
+                      const float* cos, const float* sin, float sign) {
   const int64_t half = hd / 2;
-  for (int64_t r = r0; r < r1; ++r) rotate_row(x + r * ld, nh, hd, cos + (r % L) * half, sin + (r % L) * half);
+  for (int64_t r = r0; r < r1; ++r)
+    rotate_row(x + r * ld, nh, hd, cos + (r % L) * half, sin + (r % L) * half, sign);
 }
 TFM_TARGET_AVX512 void rotate_rows_avx512(float* x, int64_t r0, int64_t r1, int64_t L, int64_t nh, int64_t hd,
-                                          int64_t ld, const float* cos, const float* sin) {
+                                          int64_t ld, const float* cos, const float* sin, float sign) {
   const int64_t half = hd / 2;
-  for (int64_t r = r0; r < r1; ++r) rotate_row(x + r * ld, nh, hd, cos + (r % L) * half, sin + (r % L) * half);
+  for (int64_t r = r0; r < r1; ++r)
+    rotate_row(x + r * ld, nh, hd, cos + (r % L) * half, sin + (r % L) * half, sign);
+}
+
+void rotate_rows(float* x, int64_t batch, int64_t seq_len, int64_t num_heads, int64_t head_dim, int64_t ld,
+                 const float* cos, const float* sin, float sign) {
+  const int64_t rows = batch * seq_len;
+  auto fn = kernel_isa() == KernelIsa::Avx512 ? rotate_rows_avx512 : rotate_rows_avx2;
+  constexpr int64_t kChunk = 64;
+  const int64_t nchunk = (rows + kChunk - 1) / kChunk;
+#pragma omp parallel for schedule(static) if (rows * num_heads * head_dim > 65536)
+  for (int64_t t = 0; t < nchunk; ++t) {
+    const int64_t r0 = t * kChunk, r1 = r0 + kChunk < rows ? r0 + kChunk : rows;
+    fn(x, r0, r1, seq_len, num_heads, head_dim, ld, cos, sin, sign);
+  }
 }
 
 }  // namespace
+
+void rotary_apply(float* x, int64_t batch, int64_t seq_len, int64_t num_heads, int64_t head_dim, int64_t ld,
+                  const float* cos, const float* sin) {
+  rotate_rows(x, batch, seq_len, num_heads, head_dim, ld, cos, sin, 1.0f);
+}
+
+void rotary_backward(float* dx, int64_t batch, int64_t seq_len, int64_t num_heads, int64_t head_dim, int64_t ld,
+                     const float* cos, const float* sin) {
+  rotate_rows(dx, batch, seq_len, num_heads, head_dim, ld, cos, sin, -1.0f);
+}
 
 void rotary_tables(float* cos, float* sin, int64_t seq_len, int64_t head_dim, double theta) {
   const int64_t half = head_dim / 2;
@@ -51,19 +79,6 @@ void rotary_tables(float* cos, float* sin, int64_t seq_len, int64_t head_dim, do
       cos[p * half + i] = (float)std::cos((double)angle);
       sin[p * half + i] = (float)std::sin((double)angle);
     }
-}
-
-void rotary_apply(float* x, int64_t batch, int64_t seq_len, int64_t num_heads, int64_t head_dim, int64_t ld,
-                  const float* cos, const float* sin) {
-  const int64_t rows = batch * seq_len;
-  auto fn = kernel_isa() == KernelIsa::Avx512 ? rotate_rows_avx512 : rotate_rows_avx2;
-  constexpr int64_t kChunk = 64;
-  const int64_t nchunk = (rows + kChunk - 1) / kChunk;
-#pragma omp parallel for schedule(static) if (rows * num_heads * head_dim > 65536)
-  for (int64_t t = 0; t < nchunk; ++t) {
-    const int64_t r0 = t * kChunk, r1 = r0 + kChunk < rows ? r0 + kChunk : rows;
-    fn(x, r0, r1, seq_len, num_heads, head_dim, ld, cos, sin);
-  }
 }
 
 void rotary_apply_ref(float* x, int64_t batch, int64_t seq_len, int64_t num_heads, int64_t head_dim, int64_t ld,

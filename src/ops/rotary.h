@@ -18,6 +18,10 @@ void rotary_tables(float* cos, float* sin, int64_t seq_len, int64_t head_dim, do
 // cos, sin: rotary_tables of at least seq_len positions. Vectorised for kernel_isa() (ops/isa.h).
 void rotary_apply(float* x, int64_t batch, int64_t seq_len, int64_t num_heads, int64_t head_dim, int64_t ld,
                   const float* cos, const float* sin);
+// Backward of rotary_apply: the rotation is orthogonal, so the gradient of its input is the gradient of its output
+// rotated by the transposed matrix (the angle -p f_i): in place on dx, same layout and tables as rotary_apply.
+void rotary_backward(float* dx, int64_t batch, int64_t seq_len, int64_t num_heads, int64_t head_dim, int64_t ld,
+                     const float* cos, const float* sin);
 // Plain reference of rotary_apply: element by element, the angles computed again in double precision.
 void rotary_apply_ref(float* x, int64_t batch, int64_t seq_len, int64_t num_heads, int64_t head_dim, int64_t ld,
                       double theta);
