@@ -354,7 +354,7 @@ struct PackedLinear::Impl {
     auto d = fuse_bias ? dnnl::matmul::desc(src_md(M), w_md, memory::desc({1, O}, dt::f32, tag::ab), d_md)
                        : dnnl::matmul::desc(src_md(M), w_md, d_md);
     dnnl::matmul::primitive_desc pd(d, attr, cpu_engine());
-    if (plain && std::string(pd.impl_info_str()).rfind("ref", 0) == 0) return CachedMatmul{};
+    if (in_place && std::string(pd.impl_info_str()).rfind("ref", 0) == 0) return CachedMatmul{};
     return CachedMatmul{dnnl::matmul(pd), pd.scratchpad_desc()};
   }
 
@@ -470,7 +470,7 @@ PackedLinear PackedLinear::lazy(std::vector<const void*> parts, const float* wei
   // A probe for the kernel (and the CPU's support of `ct`): primitive creation throws when there is none.
   bool fast = false;
   try {
-    fast = static_cast<bool>(im->primitive(1, Epilogue::None, false, true, unused));
+    fast = static_cast<bool>(im->primitive(1, Epilogue::None, false, false, true, unused));
   } catch (const dnnl::error&) {
   }
   if (!fast) im->pack_parts();  // throws the one-line message when there is no kernel for ct at all
