@@ -82,5 +82,5 @@ print(f"{size:<7} {prec}  tfm {sps:7.3f} steps/s  pytorch fp32 {float(tsps):7.3f
       f"pytorch {float(tkb) / 1024:7.0f} MB  ratio {mem:4.2f}x (goal <= 0.5x: {'met' if mem <= 0.5 else 'not met'})")
 PYEOF
   done
-  [ "$PRECISIONS" = fp32 ] && echo "$size bf16  n/a: tfm finetune has no --precision option in this build"
+  if [ "$PRECISIONS" = fp32 ]; then echo "$size bf16  n/a: tfm finetune has no --precision option in this build"; fi
 done

@@ -41,8 +41,8 @@ def main():
     import torch
     from torch import nn
 
+    torch.set_num_threads(a.threads)  # before the check, which prints the thread count
     blas = torch_blas.check()
-    torch.set_num_threads(a.threads)
     import reference_modules as rm
     import st
 

@@ -63,7 +63,7 @@ PY
 
 total=$(wc -l < "$DATA/fra-eng/fra.txt")
 step=$(( total / N > 0 ? total / N : 1 ))
-awk -F'\t' -v s="$step" 'NR % s == 0 { print $1 }' "$DATA/fra-eng/fra.txt" | head -n "$N" > "$OUT/in.txt"
+awk -F'\t' -v s="$step" -v n="$N" 'NR % s == 0 { print $1; if (++c == n) exit }' "$DATA/fra-eng/fra.txt" > "$OUT/in.txt"
 echo "input: $(wc -l < "$OUT/in.txt") lines ($(wc -c < "$OUT/in.txt") bytes), every ${step}th line of fra-eng"
 
 export OMP_NUM_THREADS=1
