@@ -1,8 +1,9 @@
 // Fine-tuning an encoder with a task head, as the Hugging Face Trainer does it: AdamW (torch.optim.AdamW, no
 // weight decay on biases and LayerNorm weights), get_linear_schedule_with_warmup, clip_grad_norm_ before each
 // step, gradient accumulation (each micro-batch's loss divided by the number of micro-batches of the step).
-// The families: BERT, RoBERTa, XLM-RoBERTa, CamemBERT and DistilBERT (the body: models/bert.h BertTrainable with
-// the family's detail::BertVariant). The heads, as each modeling_*.py writes them (dropout p: the head's):
+// The families: BERT, RoBERTa, XLM-RoBERTa, CamemBERT and DistilBERT (the body: a models/trainable_encoder.h
+// TrainableEncoder, models/bert.h BertTrainable with the family's detail::BertVariant; one row per family in
+// train/finetune.cpp's table: model_type, class name, body, head). The heads, as each modeling_*.py writes them (dropout p: the head's):
 //  - sequence classification, loss = mean cross-entropy over the batch:
 //      BertForSequenceClassification: classifier(dropout(pooler_output));
 //      RobertaForSequenceClassification (XLM-R, CamemBERT): RobertaClassificationHead on <s>:
@@ -28,7 +29,7 @@
 #include <vector>
 
 #include "core/rng.h"
-#include "models/bert.h"
+#include "models/trainable_encoder.h"
 #include "models/head_layout.h"
 #include "nn/params.h"
 #include "train/optim.h"
@@ -66,8 +67,13 @@ void check_finetune_family(const std::string& model_type, const std::string& whe
 // The dropout of a family's *For<kind> model in training, from config.json: body = hidden_dropout_prob (default
 // 0.1; DistilBERT: dropout, default 0.1); head = classifier_dropout when set, else the body's (DistilBERT
 // sequence classification: seq_classif_dropout, default 0.2; token classification: dropout); masked LM heads have
-// none (head = body, unused). Throws std::runtime_error naming `file` for a value that is not a number in [0, 1).
+// none (head = body, unused). Throws std::runtime_error naming `file` for a value that is not a number in [0, 1),
+// std::invalid_argument for a model_type outside trainable_model_types().
 std::pair<float, float> training_dropouts(const nlohmann::json& config, HeadKind kind, const std::string& file);
+// The trainable body of config.model_type's family (check_finetune_family; std::invalid_argument for another),
+// its parameters registered in `store` (finalize the store, then body->load()).
+std::unique_ptr<TrainableEncoder> make_trainable_encoder(nn::ParamStore& store, const EncoderConfig& config,
+                                                         const TrainableEncoderOptions& options);
 // Hugging Face's class name for the family and head ("RobertaForTokenClassification",
 // "XLMRobertaForSequenceClassification", "DistilBertForMaskedLM", ...), config.json "architectures" of a saved
 // folder. Throws std::invalid_argument as check_finetune_family.
@@ -146,7 +152,7 @@ class FinetuneModel {
   Rng& dropout_rng() { return rng_; }  // dropout masks are drawn from it (its state is part of a checkpoint)
   // config.json "architectures" of the trained model (trained_architecture).
   const std::string& architecture() const { return architecture_; }
-  // The parameters that are not trained (BertTrainable::frozen_names), saved as loaded.
+  // The parameters that are not trained (TrainableEncoder::frozen_names), saved as loaded.
   const std::vector<std::string>& frozen_parameters() const { return body_->frozen_names(); }
 
  protected:
@@ -168,7 +174,7 @@ class FinetuneModel {
   EncoderConfig config_;
   FinetuneHyperparameters hp_;
   nn::ParamStore store_;
-  std::unique_ptr<BertTrainable> body_;
+  std::unique_ptr<TrainableEncoder> body_;
   std::unique_ptr<TrainingHead> head_;
   std::unique_ptr<FinetuneOptimizer> opt_;
   Rng rng_;

@@ -168,7 +168,9 @@ SentenceEmbeddingTrainer::SentenceEmbeddingTrainer(const EncoderConfig& config, 
                              config.model_type + "'");
   if (pooling.num_modes() == 0) throw std::invalid_argument("the Pooling module has no mode");
   if (!std::isfinite(scale)) throw std::invalid_argument("the MultipleNegativesRankingLoss scale must be finite");
-  body_ = std::make_unique<BertTrainable>(store_, config, /*pooler=*/false, "");
+  TrainableEncoderOptions body_options;
+  body_options.bare = true;  // the Transformer module's model.safetensors: BertModel's own names
+  body_ = make_trainable_encoder(store_, config, body_options);
   store_.finalize();
   body_->load(store_, weights);
   const int64_t H = config.hidden_size;
