@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <memory>
 #include <vector>
 #include <string>
 
@@ -13,6 +14,7 @@
 #include "core/tensor.h"
 #include "io/safetensors.h"
 #include "train/finetune.h"
+#include "train/finetune_embed.h"
 #include "test_util.h"
 
 namespace tfm::test {
@@ -61,13 +63,49 @@ inline FinetuneBatch finetune_batch_at(const SafeTensors& st, const std::string&
   return b;
 }
 
+// The sentence batch whose columns a fixture script wrote under `p` ("R.batchK.", "step0.micro0."): p + "col<c>"
+// [B, L_c] token ids (each column padded with 0 on its own, as sentence-transformers runs them), padded into one
+// SentenceBatch; p + "scores" [B] when present.
+inline SentenceBatch sentence_batch_at(const SafeTensors& st, const std::string& p) {
+  SentenceBatch b;
+  std::vector<Tensor> cols;
+  while (st.has(p + "col" + std::to_string(cols.size()))) cols.push_back(st.get(p + "col" + std::to_string(cols.size())));
+  b.B = cols.at(0).size(0);
+  b.columns = (int64_t)cols.size();
+  for (const Tensor& c : cols) b.L = std::max(b.L, c.size(1));
+  b.input_ids.assign(b.rows() * b.L, 0);
+  b.attention_mask.assign(b.rows() * b.L, 0.0f);
+  for (int64_t c = 0; c < b.columns; ++c)
+    for (int64_t i = 0; i < b.B; ++i)
+      for (int64_t l = 0; l < cols[c].size(1); ++l) {
+        const int64_t id = cols[c].i64()[i * cols[c].size(1) + l];
+        b.input_ids[(c * b.B + i) * b.L + l] = id;
+        b.attention_mask[(c * b.B + i) * b.L + l] = id != 0 ? 1.0f : 0.0f;
+      }
+  if (st.has(p + "scores")) {
+    Tensor s = st.get(p + "scores");
+    b.scores.assign(s.f32(), s.f32() + s.numel());
+  }
+  return b;
+}
+
+// The trainer of `kind` (num_labels C; masked LM: the vocabulary).
+inline std::unique_ptr<FinetuneModel> make_trainer(HeadKind kind, const EncoderConfig& c, WeightSource& w, int64_t C,
+                                                   const FinetuneHyperparameters& hp) {
+  if (kind == HeadKind::SequenceClassification) return std::make_unique<SequenceClassificationTrainer>(c, w, C, hp);
+  if (kind == HeadKind::TokenClassification) return std::make_unique<TokenClassificationTrainer>(c, w, C, hp);
+  return std::make_unique<MaskedLMTrainer>(c, w, hp);
+}
+
 // The fixture's three optimizer steps ([1 micro-batch], [2 micro-batches accumulated], [1 micro-batch], as
-// make_finetune_task_fixtures.py / make_finetune_family_fixtures.py write them): each micro-batch's loss, every
-// gradient of the first step ("step0.grad.<name>"), each step's gradient norm and learning rate, and every
-// parameter after the steps ("final.<name>"). `trained`: the number of trained tensors the script counted;
-// `frozen`: tensors that must get no gradient and stay as loaded.
-inline void check_finetune_steps(FinetuneModel& t, const SafeTensors& st, int64_t trained,
-                                 const std::vector<std::string>& frozen = {}) {
+// make_finetune_task_fixtures.py's trainer_steps writes them): each micro-batch's loss, every gradient of the first
+// step ("step0.grad.<name>"), each step's gradient norm and learning rate, and every parameter after the steps
+// ("final.<name>"). `trained`: the number of trained tensors the script counted; `frozen`: tensors that must get
+// no gradient and stay as loaded. Trainer: a FinetuneModel or a SentenceEmbeddingTrainer (accumulate_gradients,
+// params, optimizer, last_lr); batch_at(prefix) reads micro-batch "step{k}.micro{j}." of the fixture.
+template <class Trainer, class BatchAt>
+void check_trainer_steps(Trainer& t, const SafeTensors& st, int64_t trained, const std::vector<std::string>& frozen,
+                         const BatchAt& batch_at) {
   auto is_frozen = [&](const std::string& n) { return std::find(frozen.begin(), frozen.end(), n) != frozen.end(); };
   Tensor micro_loss = st.get("micro_loss"), norm = st.get("grad_norm"), lr = st.get("lr");
   int m = 0;
@@ -75,7 +113,7 @@ inline void check_finetune_steps(FinetuneModel& t, const SafeTensors& st, int64_
     const int micros = k == 1 ? 2 : 1;
     t.params().zero_grad();
     for (int j = 0; j < micros; ++j, ++m) {
-      const FinetuneBatch b = finetune_batch_at(st, "step" + std::to_string(k) + ".micro" + std::to_string(j) + ".");
+      const auto b = batch_at("step" + std::to_string(k) + ".micro" + std::to_string(j) + ".");
       const double l = t.accumulate_gradients(b, 1.0f / (float)micros, /*dropout=*/false);
       EXPECT_NEAR(l, micro_loss.f32()[m], 2e-5 * std::fabs(micro_loss.f32()[m])) << "step " << k << " micro " << j;
     }
@@ -93,12 +131,15 @@ inline void check_finetune_steps(FinetuneModel& t, const SafeTensors& st, int64_
       }
       EXPECT_EQ(checked, trained);
     }
-    EXPECT_NEAR(t.optimizer_step(), norm.f32()[k], 1e-4 * norm.f32()[k]) << "step " << k;
+    EXPECT_NEAR(t.optimizer().step(t.params()), norm.f32()[k], 1e-4 * norm.f32()[k]) << "step " << k;
     EXPECT_NEAR(t.last_lr(), lr.f32()[k], 1e-9) << "step " << k;
   }
-  int compared = 0;
+  int compared = 0, key_biases = 0;
   for (const auto& e : t.params().entries()) {
-    if (is_key_bias(e.name)) continue;
+    if (is_key_bias(e.name)) {
+      ++key_biases;
+      continue;
+    }
     const Tensor want = st.get("final." + e.name);
     if (is_frozen(e.name)) {  // exactly as loaded
       EXPECT_EQ(0, std::memcmp(t.params().all_data().data() + e.offset, want.f32(), sizeof(float) * e.numel)) << e.name;
@@ -107,7 +148,13 @@ inline void check_finetune_steps(FinetuneModel& t, const SafeTensors& st, int64_
     }
     ++compared;
   }
-  EXPECT_EQ(compared, trained + (int64_t)frozen.size() - 2);
+  EXPECT_EQ(compared + key_biases, trained + (int64_t)frozen.size());
+}
+
+// check_trainer_steps of a FinetuneModel on the fixture's FinetuneBatch micro-batches.
+inline void check_finetune_steps(FinetuneModel& t, const SafeTensors& st, int64_t trained,
+                                 const std::vector<std::string>& frozen = {}) {
+  check_trainer_steps(t, st, trained, frozen, [&](const std::string& p) { return finetune_batch_at(st, p); });
 }
 
 // Central differences of the loss against the analytic gradient for a few entries of every head tensor (and the

@@ -221,10 +221,10 @@ void Linear::backward(float* dinp, const float* dout, const float* inp, int64_t 
 
 // ---------------------------------------------------------------- LayerNorm
 
-LayerNorm LayerNorm::load(const Vars& vb, int64_t C, float eps) {
+LayerNorm LayerNorm::load(const Vars& vb, int64_t C, float eps, bool has_bias) {
   LayerNorm ln;
   ln.weight = vb.get("weight", {C});
-  ln.bias = vb.get("bias", {C});
+  ln.bias = has_bias ? vb.get("bias", {C}) : Param(Tensor::zeros({C}));
   ln.C = C;
   ln.eps = eps;
   return ln;

@@ -96,7 +96,9 @@ struct LayerNorm {
   Buf mean, rstd;
   int64_t N = 0;
 
-  static LayerNorm load(const Vars& vb, int64_t C, float eps);
+  // "<vb>.weight" [C] and, when has_bias, "<vb>.bias" [C]; without it (nn.LayerNorm(bias=False), ModernBERT's
+  // norm_bias false) the shift is a constant zero that gets no gradient.
+  static LayerNorm load(const Vars& vb, int64_t C, float eps, bool has_bias = true);
   // out, inp: [N, C]; in place allowed.
   void forward_inference(float* out, const float* inp, int64_t N) const;
   // out = LayerNorm(y + residual) in one pass; sum_out, when non-null, receives y + residual (the pre-LN

@@ -2,8 +2,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cctype>
 #include <cstring>
 #include <optional>
+#include <string_view>
 #include <stdexcept>
 
 #include "ops/cross_entropy.h"
@@ -11,9 +13,11 @@
 #include "io/json_util.h"
 #include "models/bert.h"
 #include "models/distilbert.h"
+#include "models/modernbert.h"
 #include "models/roberta.h"
 #include "ops/activation.h"
 #include "ops/gemm_bf16.h"
+#include "train/finetune_embed.h"
 
 namespace tfm {
 
@@ -36,8 +40,19 @@ double clip_grad_norm_hf(nn::ParamStore& params, double max_norm) {
 }
 
 bool is_no_decay_parameter(const std::string& name) {
-  return (name.size() >= 5 && name.compare(name.size() - 5, 5, ".bias") == 0) ||
-         name.find("LayerNorm") != std::string::npos;
+  std::string lower(name);
+  for (char& ch : lower) ch = (char)std::tolower((unsigned char)ch);
+  if (lower.find("bias") != std::string::npos || lower.find("layernorm") != std::string::npos ||
+      lower.find("rmsnorm") != std::string::npos)
+    return true;
+  // (?:^|\.)norm(?:$|\.) and _norm(?:$|\.): a path segment "norm" or ending in "_norm".
+  for (size_t start = 0; start <= lower.size();) {
+    const size_t end = std::min(lower.find('.', start), lower.size());
+    const std::string_view seg(lower.data() + start, end - start);
+    if (seg == "norm" || (seg.size() >= 5 && seg.substr(seg.size() - 5) == "_norm")) return true;
+    start = end + 1;
+  }
+  return false;
 }
 
 FinetuneOptimizer::FinetuneOptimizer(const nn::ParamStore& store, const FinetuneHyperparameters& hp,
@@ -77,7 +92,7 @@ void FinetuneOptimizer::restore(int64_t steps, double last_lr) {
 nn::Context training_context(const FinetuneHyperparameters& hp, Rng& rng, bool dropout) {
   nn::Context ctx;
   ctx.grad = true;
-  if (dropout && hp.dropout > 0) {
+  if (dropout) {  // a body with its own p per site (ModernBERT) drops whenever rng is set
     ctx.rng = &rng;
     ctx.dropout = hp.dropout;
   }
@@ -100,12 +115,18 @@ double FinetuneModel::train_step(const FinetuneBatch& batch) {
 struct HeadStageSpec {
   std::string linear;             // the Linear's prefix ("classifier.out_proj"); weight [out, in], bias [out]
   int64_t out = 0;
+  bool linear_bias = true;        // false: the Linear has no bias (ModernBERT head.dense without classifier_bias)
   bool dropout = false;           // dropout (the head's p) on the stage's input
   bool tanh = false;              // tanh after the linear (RobertaClassificationHead.dense)
   std::optional<ops::Activation> act;
   std::string norm;               // the LayerNorm's prefix after the activation; empty: none
+  bool norm_bias = true;          // false: the LayerNorm has no bias (ModernBERT norm_bias false)
+  float norm_eps = -1;            // the LayerNorm's eps; < 0: config layer_norm_eps
+  // A weight not in the checkpoint: N(0, init_std) (< 0: the model's initializer_range), truncated to
+  // +-init_cutoff * init_std when init_cutoff > 0 (init.trunc_normal_, ModernBERT's _init_weights).
+  double init_std = -1, init_cutoff = 0;
   bool tied = false;              // the weight is the body's word embeddings (tie_word_embeddings); bias `bias`
-  std::string bias;
+  std::string bias;               // (tied) the bias's name; empty: no bias (ModernBERT without decoder_bias)
   std::vector<std::string> bias_aliases;
 };
 
@@ -132,15 +153,15 @@ struct TrainingHead {
     for (const HeadStageSpec& s : spec) {
       nn::Linear lin;
       if (!s.tied) {
-        lin = nn::Linear::load(vb.prefix(s.linear), in, s.out);
+        lin = nn::Linear::load(vb.prefix(s.linear), in, s.out, s.linear_bias);
       } else {
-        lin.bias = vb.get(s.bias, {s.out});
+        if (!s.bias.empty()) lin.bias = vb.get(s.bias, {s.out});
         lin.in_features = in;
         lin.out_features = s.out;
       }
       linears.push_back(lin);
-      norms.push_back(s.norm.empty() ? nn::LayerNorm{}
-                                     : nn::LayerNorm::load(vb.prefix(s.norm), s.out, (float)c.layer_norm_eps));
+      const float eps = s.norm_eps >= 0 ? s.norm_eps : (float)c.layer_norm_eps;
+      norms.push_back(s.norm.empty() ? nn::LayerNorm{} : nn::LayerNorm::load(vb.prefix(s.norm), s.out, eps, s.norm_bias));
       in = s.out;
     }
     saved.resize(spec.size());
@@ -166,19 +187,25 @@ struct TrainingHead {
       const HeadStageSpec& s = spec[k];
       nn::Linear& lin = linears[k];
       const int64_t in = lin.in_features, out = lin.out_features;
+      const std::string bias_name = s.tied ? s.bias : s.linear + ".bias";
       if (s.tied) {
         lin.weight = nn::Param(&store, store.index_of(tied_weight));
-        if (!read(s.bias, s.bias_aliases, {out}, lin.bias.data())) std::fill(lin.bias.data(), lin.bias.data() + out, 0.0f);
-      } else {
-        if (!read(s.linear + ".weight", {}, {out, in}, lin.weight.data()))
-          for (int64_t i = 0; i < out * in; ++i) lin.weight.data()[i] = (float)init_range * init.normal();
-        if (!read(s.linear + ".bias", {}, {out}, lin.bias.data())) std::fill(lin.bias.data(), lin.bias.data() + out, 0.0f);
+      } else if (!read(s.linear + ".weight", {}, {out, in}, lin.weight.data())) {
+        const float sd = (float)(s.init_std >= 0 ? s.init_std : init_range), bound = (float)s.init_cutoff * sd;
+        for (int64_t i = 0; i < out * in; ++i) {
+          float v = sd * init.normal();
+          while (bound > 0 && std::fabs(v) > bound) v = sd * init.normal();  // resampled: the truncated normal
+          lin.weight.data()[i] = v;
+        }
       }
+      if (lin.bias.defined() && !read(bias_name, s.tied ? s.bias_aliases : std::vector<std::string>{}, {out},
+                                      lin.bias.data()))
+        std::fill(lin.bias.data(), lin.bias.data() + out, 0.0f);
       if (!s.norm.empty()) {
         nn::LayerNorm& ln = norms[k];
         if (!read(s.norm + ".weight", {s.norm + ".gamma"}, {out}, ln.weight.data()))
           std::fill(ln.weight.data(), ln.weight.data() + out, 1.0f);
-        if (!read(s.norm + ".bias", {s.norm + ".beta"}, {out}, ln.bias.data()))
+        if (s.norm_bias && !read(s.norm + ".bias", {s.norm + ".beta"}, {out}, ln.bias.data()))
           std::fill(ln.bias.data(), ln.bias.data() + out, 0.0f);
       }
     }
@@ -195,7 +222,7 @@ struct TrainingHead {
       const int64_t in = linears[k].in_features, out = linears[k].out_features;
       sv.x = std::move(x);
       sv.mask.clear();
-      if (s.dropout && ctx.dropping() && p > 0) {
+      if (s.dropout && ctx.rng && p > 0) {
         sv.mask.resize(M * in);
         ops::dropout_mask(sv.mask.data(), M * in, p, rng);
         ops::dropout_apply(sv.x.data(), sv.x.data(), sv.mask.data(), M * in);
@@ -328,6 +355,45 @@ TrainingHead distilbert_head(const EncoderConfig& c, HeadKind kind, int64_t C) {
                  "vocab_projector.bias", {}, c);  // get_activation(config.activation)
 }
 
+// modeling_modernbert.py: ModernBertPredictionHead head(x) = norm(act(dense(x))) (dense bias classifier_bias, norm
+// bias norm_bias, eps norm_eps, act classifier_activation), then ForSequenceClassification: pool (classifier_pooling
+// "cls" h[:, 0], "mean" the mean over attention_mask), head, drop (classifier_dropout), classifier;
+// ForTokenClassification: head, drop, classifier per token; ForMaskedLM: decoder(head(h)), the decoder tied to
+// tok_embeddings, bias decoder.bias when decoder_bias. A head tensor not in the checkpoint as _init_weights draws
+// it: trunc_normal_ (cutoff initializer_cutoff_factor, default 3) with std initializer_range /
+// sqrt(2 num_hidden_layers) for head.dense ("out"), hidden_size^-0.5 for the classifier ("final_out").
+TrainingHead modernbert_head(const EncoderConfig& c, HeadKind kind, int64_t C) {
+  const ModernBertConfig m = ModernBertConfig::from(c);
+  const nlohmann::json& j = c.json;
+  const double range = json_number_or(j, "initializer_range", 0.02, c.source);
+  const double cutoff = j.contains("initializer_cutoff_factor") && !j["initializer_cutoff_factor"].is_null()
+                            ? json_number_or(j, "initializer_cutoff_factor", 3.0, c.source)
+                            : 3.0;
+  HeadStageSpec head = head_stage("head.dense", c.hidden_size, false);
+  head.linear_bias = m.classifier_bias;
+  head.act = m.classifier_activation;
+  head.norm = "head.norm";
+  head.norm_bias = m.norm_bias;
+  head.norm_eps = (float)m.norm_eps;
+  head.init_std = range / std::sqrt(2.0 * (double)c.num_hidden_layers);
+  head.init_cutoff = cutoff;
+  TrainingHead h;
+  if (kind == HeadKind::MaskedLM) {
+    HeadStageSpec decoder = head_stage("decoder", c.vocab_size, false);
+    decoder.tied = true;
+    if (m.decoder_bias) decoder.bias = "decoder.bias";
+    h.spec = {head, decoder};
+    return h;
+  }
+  HeadStageSpec classifier = head_stage("classifier", C, true);
+  classifier.init_std = 1.0 / std::sqrt((double)c.hidden_size);
+  classifier.init_cutoff = cutoff;
+  if (kind == HeadKind::SequenceClassification)
+    h.input = m.classifier_pooling == "mean" ? HeadInput::MeanTokens : HeadInput::FirstToken;
+  h.spec = {head, classifier};
+  return h;
+}
+
 // A body of detail::BertVariant: its parameters under variant.prefix, or under none when bare.
 std::unique_ptr<TrainableEncoder> bert_variant_body(nn::ParamStore& store, const EncoderConfig& c,
                                                     const TrainableEncoderOptions& o, detail::BertVariant v) {
@@ -355,6 +421,14 @@ std::pair<float, float> bert_dropouts(const nlohmann::json& config, HeadKind kin
 std::pair<float, float> distilbert_dropouts(const nlohmann::json& config, HeadKind kind, const std::string& file) {
   const float body = dropout_of(config, "dropout", 0.1, file);
   return {body, kind == HeadKind::SequenceClassification ? dropout_of(config, "seq_classif_dropout", 0.2, file) : body};
+}
+
+// ModernBERT: the body reads embedding_dropout, attention_dropout and mlp_dropout itself (ModernBertTrainable;
+// checked here), so its p is 0; the classifiers' classifier_dropout (default 0).
+std::pair<float, float> modernbert_dropouts(const nlohmann::json& config, HeadKind kind, const std::string& file) {
+  for (const char* key : {"embedding_dropout", "attention_dropout", "mlp_dropout"}) dropout_of(config, key, 0.0, file);
+  const bool set = config.contains("classifier_dropout") && !config["classifier_dropout"].is_null();
+  return {0.0f, kind != HeadKind::MaskedLM && set ? dropout_of(config, "classifier_dropout", 0.0, file) : 0.0f};
 }
 
 // One family: config.json model_type, the Hugging Face class-name stem, its body, its heads, its dropouts.
@@ -398,6 +472,11 @@ const std::vector<Family>& families() {
          return bert_variant_body(s, c, o, detail::distilbert_variant(c));
        },
        distilbert_head, distilbert_dropouts},
+      {"modernbert", "ModernBert",
+       [](nn::ParamStore& s, const EncoderConfig& c, const BodyOptions& o) -> std::unique_ptr<TrainableEncoder> {
+         return std::make_unique<ModernBertTrainable>(s, c, o.bare ? "" : "model.");
+       },
+       modernbert_head, modernbert_dropouts},
   };
   return table;
 }
@@ -449,6 +528,16 @@ void check_batch(const FinetuneBatch& b) {
     throw std::invalid_argument("fine-tuning batch: arrays do not match [B, L]");
 }
 
+// sentence-transformers' mean pooling: ModernBERT's classifier_pooling "mean".
+const PoolingConfig& mean_pooling() {
+  static const PoolingConfig p = [] {
+    PoolingConfig c;
+    c.mean = true;
+    return c;
+  }();
+  return p;
+}
+
 }  // namespace
 
 // ---------------------------------------------------------------- FinetuneModel
@@ -494,9 +583,17 @@ void FinetuneModel::forward_rows(const FinetuneBatch& batch, const std::vector<i
                  batch.attention_mask.data(), B, L);
   tokens_ = B * L;
   std::vector<float> x;
+  pool_mask_.clear();
   if (head_->input == HeadInput::PoolerOutput) {
     rows_.clear();
     x.assign(body_->pooler_output(), body_->pooler_output() + B * H);
+  } else if (head_->input == HeadInput::MeanTokens) {  // (h * mask).sum(1) / mask.sum(1)
+    rows_.clear();
+    pool_mask_ = batch.attention_mask;
+    batch_ = B;
+    seq_len_ = L;
+    x.resize(B * H);
+    pooling_forward(mean_pooling(), body_->last_hidden_state(), pool_mask_.data(), B, L, H, x.data());
   } else {
     rows_ = rows;
     x.resize(rows_.size() * H);
@@ -549,6 +646,12 @@ double FinetuneModel::backward_rows(const std::vector<int64_t>& targets, float s
     return loss;
   }
   std::vector<float> dlast(tokens_ * H, 0.0f);
+  if (head_->input == HeadInput::MeanTokens) {
+    pooling_backward(mean_pooling(), dx.data(), body_->last_hidden_state(), pool_mask_.data(), batch_, seq_len_, H,
+                     dlast.data());
+    body_->backward(dlast.data(), nullptr);
+    return loss;
+  }
   for (size_t m = 0; m < rows_.size(); ++m) {
     float* d = dlast.data() + rows_[m] * H;
     for (int64_t h = 0; h < H; ++h) d[h] += dx[m * H + h];

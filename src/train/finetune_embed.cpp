@@ -163,9 +163,6 @@ SentenceEmbeddingTrainer::SentenceEmbeddingTrainer(const EncoderConfig& config, 
                                                    const PoolingConfig& pooling, bool normalize, EmbeddingLoss loss,
                                                    const FinetuneHyperparameters& hp, double scale)
     : config_(config), pooling_(pooling), normalize_(normalize), loss_(loss), hp_(hp), scale_(scale), rng_(hp.seed) {
-  if (config.model_type != "bert")
-    throw std::runtime_error("fine-tuning sentence embeddings supports a bert Transformer module so far, not '" +
-                             config.model_type + "'");
   if (pooling.num_modes() == 0) throw std::invalid_argument("the Pooling module has no mode");
   if (!std::isfinite(scale)) throw std::invalid_argument("the MultipleNegativesRankingLoss scale must be finite");
   TrainableEncoderOptions body_options;

@@ -18,7 +18,8 @@ void add_finetune_command(CLI::App& app) {
   auto no_progress = std::make_shared<bool>(false);
   CLI::App* cmd = app.add_subcommand(
       "finetune",
-      "Fine-tune a Hugging Face BERT, RoBERTa, XLM-RoBERTa, CamemBERT or DistilBERT folder as a text classifier "
+      "Fine-tune a Hugging Face BERT, RoBERTa, XLM-RoBERTa, CamemBERT, DistilBERT or ModernBERT folder as a text "
+      "classifier "
       "(--task classify), a token tagger such as NER (token-classify) or a masked LM on your texts (mlm), as the "
       "Hugging Face Trainer does (AdamW, linear warmup and decay, clipping, gradient accumulation, dropout); writes "
       "a <Family>For{SequenceClassification,TokenClassification,MaskedLM} folder that tfm classify / tfm fill-mask, "
