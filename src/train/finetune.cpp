@@ -445,6 +445,11 @@ struct Family {
 
 using BodyOptions = TrainableEncoderOptions;
 
+// RoBERTa's body (XLM-R and CamemBERT alike).
+std::unique_ptr<TrainableEncoder> roberta_body(nn::ParamStore& s, const EncoderConfig& c, const BodyOptions& o) {
+  return bert_variant_body(s, c, o, detail::roberta_variant());
+}
+
 const std::vector<Family>& families() {
   static const std::vector<Family> table = {
       {"bert", "Bert",
@@ -453,19 +458,13 @@ const std::vector<Family>& families() {
        },
        bert_head, bert_dropouts},
       {"roberta", "Roberta",
-       [](nn::ParamStore& s, const EncoderConfig& c, const BodyOptions& o) {
-         return bert_variant_body(s, c, o, detail::roberta_variant());
-       },
+       roberta_body,
        roberta_head, bert_dropouts},
       {"xlm-roberta", "XLMRoberta",
-       [](nn::ParamStore& s, const EncoderConfig& c, const BodyOptions& o) {
-         return bert_variant_body(s, c, o, detail::roberta_variant());
-       },
+       roberta_body,
        roberta_head, bert_dropouts},
       {"camembert", "Camembert",
-       [](nn::ParamStore& s, const EncoderConfig& c, const BodyOptions& o) {
-         return bert_variant_body(s, c, o, detail::roberta_variant());
-       },
+       roberta_body,
        roberta_head, bert_dropouts},
       {"distilbert", "DistilBert",
        [](nn::ParamStore& s, const EncoderConfig& c, const BodyOptions& o) {
