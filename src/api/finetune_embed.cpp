@@ -265,9 +265,9 @@ FinetuneSummary finetune_embed(const std::string& model_dir, const FinetuneOptio
   require_weights(lay.transformer_dir);
   const nlohmann::json cfg_json = load_json_file(cfg_path);
   const EncoderConfig config = EncoderConfig::from_json(cfg_json, cfg_path);
-  if (config.model_type != "bert")
+  if (!embed_trainable_model_type(config.model_type))
     throw std::invalid_argument(lay.transformer_dir + ": model_type '" + config.model_type +
-                                "': fine-tuning supports bert so far");
+                                "': fine-tuning sentence embeddings supports bert and mpnet so far");
   const BertTokenizer tok = BertTokenizer::from_dir(lay.transformer_dir);
   int64_t max_len = lay.max_seq_length > 0 ? lay.max_seq_length
                                            : std::min(config.max_position_embeddings, tok.model_max_length());

@@ -10,6 +10,7 @@
 #include "ops/dropout.h"
 #include "io/json_util.h"
 #include "models/distilbert.h"
+#include "models/mpnet.h"
 #include "models/roberta.h"
 #include "ops/activation.h"
 #include "ops/gemm_bf16.h"
@@ -110,6 +111,7 @@ const std::vector<Family>& families() {
       {"xlm-roberta", "XLMRoberta", [](const EncoderConfig&) { return detail::roberta_variant(); }},
       {"camembert", "Camembert", [](const EncoderConfig&) { return detail::roberta_variant(); }},
       {"distilbert", "DistilBert", detail::distilbert_variant},
+      {"mpnet", "MPNet", [](const EncoderConfig&) { return detail::mpnet_variant(); }},
   };
   return table;
 }
@@ -123,7 +125,7 @@ const Family& family_of(const std::string& model_type, const std::string& where)
 
 }  // namespace
 
-const char* trainable_model_types() { return "bert, roberta, xlm-roberta, camembert, distilbert"; }
+const char* trainable_model_types() { return "bert, roberta, xlm-roberta, camembert, distilbert, mpnet"; }
 
 void check_finetune_family(const std::string& model_type, const std::string& where) { family_of(model_type, where); }
 
@@ -140,11 +142,13 @@ std::pair<float, float> training_dropouts(const nlohmann::json& config, HeadKind
     if (!(v >= 0 && v < 1)) throw std::runtime_error(file + ": key '" + std::string(key) + "' must be in [0, 1)");
     return (float)v;
   };
-  const bool distil = json_string_or(config, "model_type", "bert", file) == "distilbert";
+  const std::string type = json_string_or(config, "model_type", "bert", file);
+  const bool distil = type == "distilbert";
   const float body = distil ? p("dropout", 0.1) : p("hidden_dropout_prob", 0.1);
   float head = body;
   if (distil && kind == HeadKind::SequenceClassification) head = p("seq_classif_dropout", 0.2);
-  if (!distil && kind != HeadKind::MaskedLM && config.contains("classifier_dropout") &&
+  // MPNetConfig has no classifier_dropout: its heads use hidden_dropout_prob.
+  if (!distil && type != "mpnet" && kind != HeadKind::MaskedLM && config.contains("classifier_dropout") &&
       !config["classifier_dropout"].is_null())
     head = p("classifier_dropout", body);
   return {body, head};
@@ -183,7 +187,8 @@ struct TrainingHead {
   static TrainingHead of(const EncoderConfig& c, const std::string& prefix, HeadKind kind, int64_t C) {
     const int64_t H = c.hidden_size, V = c.vocab_size;
     const std::string& t = c.model_type;
-    const bool roberta = prefix == "roberta.", distil = t == "distilbert";
+    // MPNet's heads are RoBERTa's (MPNetClassificationHead, MPNetLMHead), under the same names.
+    const bool roberta = prefix == "roberta." || prefix == "mpnet.", distil = t == "distilbert";
     TrainingHead h;
     auto stage = [](std::string name, int64_t out, bool dropout) {
       HeadStageSpec s;

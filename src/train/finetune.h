@@ -1,11 +1,13 @@
 // Fine-tuning an encoder with a task head, as the Hugging Face Trainer does it: AdamW (torch.optim.AdamW, no
 // weight decay on biases and LayerNorm weights), get_linear_schedule_with_warmup, clip_grad_norm_ before each
 // step, gradient accumulation (each micro-batch's loss divided by the number of micro-batches of the step).
-// The families: BERT, RoBERTa, XLM-RoBERTa, CamemBERT and DistilBERT (the body: models/bert.h BertTrainable with
-// the family's detail::BertVariant). The heads, as each modeling_*.py writes them (dropout p: the head's):
+// The families: BERT, RoBERTa, XLM-RoBERTa, CamemBERT, DistilBERT and MPNet (the body: models/bert.h BertTrainable
+// with the family's detail::BertVariant; MPNet's relative position bias trained with it). The heads, as each
+// modeling_*.py writes them (dropout p: the head's):
 //  - sequence classification, loss = mean cross-entropy over the batch:
 //      BertForSequenceClassification: classifier(dropout(pooler_output));
-//      RobertaForSequenceClassification (XLM-R, CamemBERT): RobertaClassificationHead on <s>:
+//      RobertaForSequenceClassification (XLM-R, CamemBERT; MPNetForSequenceClassification's
+//        MPNetClassificationHead is the same): RobertaClassificationHead on <s>:
 //        out_proj(dropout(tanh(dense(dropout(h[:, 0]))))), tensors classifier.dense.*, classifier.out_proj.*;
 //      DistilBertForSequenceClassification: classifier(dropout(ReLU(pre_classifier(h[:, 0])))), p
 //        seq_classif_dropout;
@@ -13,7 +15,8 @@
 //    cross-entropy over the tokens whose label is not -100 (CrossEntropyLoss's ignore_index);
 //  - masked LM: transform dense, activation, LayerNorm, then the decoder tied to the word embeddings plus its own
 //    bias; loss as token classification's. BertOnlyMLMHead (cls.predictions.transform.{dense, LayerNorm},
-//    hidden_act, cls.predictions.bias), RobertaLMHead (lm_head.{dense, layer_norm}, gelu, lm_head.bias),
+//    hidden_act, cls.predictions.bias), RobertaLMHead and MPNetLMHead (lm_head.{dense, layer_norm}, gelu,
+//    lm_head.bias),
 //    DistilBertForMaskedLM (vocab_transform, activation, vocab_layer_norm, vocab_projector.bias).
 //
 // Layout: the pieces every task shares (FinetuneHyperparameters, FinetuneOptimizer, FinetuneModel: body, head,
@@ -58,15 +61,16 @@ struct FinetuneHyperparameters {
 
 // ---------------------------------------------------------------- the families
 
-// The config.json model_types fine-tuning takes, for messages: "bert, roberta, xlm-roberta, camembert, distilbert".
+// The config.json model_types fine-tuning takes, for messages: "bert, roberta, xlm-roberta, camembert, distilbert,
+// mpnet".
 const char* trainable_model_types();
 // Throws std::invalid_argument "<where>: model_type 'mpnet' cannot be fine-tuned yet (supported: bert, ...)"
 // for a model_type outside trainable_model_types().
 void check_finetune_family(const std::string& model_type, const std::string& where);
 // The dropout of a family's *For<kind> model in training, from config.json: body = hidden_dropout_prob (default
-// 0.1; DistilBERT: dropout, default 0.1); head = classifier_dropout when set, else the body's (DistilBERT
-// sequence classification: seq_classif_dropout, default 0.2; token classification: dropout); masked LM heads have
-// none (head = body, unused). Throws std::runtime_error naming `file` for a value that is not a number in [0, 1).
+// 0.1; DistilBERT: dropout, default 0.1); head = classifier_dropout when set (not MPNet, whose config has none),
+// else the body's (DistilBERT sequence classification: seq_classif_dropout, default 0.2; token classification:
+// dropout); masked LM heads have none (head = body, unused). Throws std::runtime_error naming `file` for a value that is not a number in [0, 1).
 std::pair<float, float> training_dropouts(const nlohmann::json& config, HeadKind kind, const std::string& file);
 // Hugging Face's class name for the family and head ("RobertaForTokenClassification",
 // "XLMRobertaForSequenceClassification", "DistilBertForMaskedLM", ...), config.json "architectures" of a saved

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <stdexcept>
 
+#include "models/mpnet.h"
 #include "ops/cross_entropy.h"
 #include "ops/gemm.h"
 #include "ops/gemm_bf16.h"
@@ -159,16 +160,21 @@ double cosine_similarity_loss(const float* emb, const float* scores, int64_t B, 
 
 // ---------------------------------------------------------------- SentenceEmbeddingTrainer
 
+bool embed_trainable_model_type(const std::string& model_type) { return model_type == "bert" || model_type == "mpnet"; }
+
 SentenceEmbeddingTrainer::SentenceEmbeddingTrainer(const EncoderConfig& config, WeightSource& weights,
                                                    const PoolingConfig& pooling, bool normalize, EmbeddingLoss loss,
                                                    const FinetuneHyperparameters& hp, double scale)
     : config_(config), pooling_(pooling), normalize_(normalize), loss_(loss), hp_(hp), scale_(scale), rng_(hp.seed) {
-  if (config.model_type != "bert")
-    throw std::runtime_error("fine-tuning sentence embeddings supports a bert Transformer module so far, not '" +
-                             config.model_type + "'");
+  if (!embed_trainable_model_type(config.model_type))
+    throw std::runtime_error("fine-tuning sentence embeddings supports a bert or mpnet Transformer module so far, "
+                             "not '" + config.model_type + "'");
   if (pooling.num_modes() == 0) throw std::invalid_argument("the Pooling module has no mode");
   if (!std::isfinite(scale)) throw std::invalid_argument("the MultipleNegativesRankingLoss scale must be finite");
-  body_ = std::make_unique<BertTrainable>(store_, config, /*pooler=*/false, "");
+  // The Transformer module's base model under its own names (BertModel's, MPNetModel's: no prefix).
+  detail::BertVariant body = config.model_type == "mpnet" ? detail::mpnet_variant() : detail::BertVariant{};
+  body.prefix = "";
+  body_ = std::make_unique<BertTrainable>(store_, config, body, /*pooler=*/false);
   store_.finalize();
   body_->load(store_, weights);
   const int64_t H = config.hidden_size;

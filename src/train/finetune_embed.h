@@ -1,5 +1,5 @@
 // Fine-tuning a sentence-transformers model (tfm finetune --task embed), as SentenceTransformerTrainer runs it:
-// the Transformer module (BERT, models/bert.h BertTrainable) -> Pooling -> [Normalize] gives one embedding per
+// the Transformer module (BERT or MPNet, models/bert.h BertTrainable) -> Pooling -> [Normalize] gives one embedding per
 // text, and a loss of sentence_transformers.losses compares them:
 //  - MultipleNegativesRankingLoss (losses/MultipleNegativesRankingLoss.py): (anchor, positive [, negative]) rows;
 //    scores = util.cos_sim(anchors, cat(positives, negatives)) * scale (scale 20), loss = CrossEntropyLoss(scores,
@@ -68,12 +68,17 @@ double multiple_negatives_ranking_loss(const float* emb, int64_t B, int64_t colu
 double cosine_similarity_loss(const float* emb, const float* scores, int64_t B, int64_t D, float* demb,
                               float* cos_out = nullptr);
 
-// A sentence-transformers model in training: the Transformer module's BertModel (store names as its
-// model.safetensors names them: "embeddings.*", "encoder.layer.N.*"), Pooling, Normalize when the folder has it.
+// The Transformer modules' model_types SentenceEmbeddingTrainer takes: bert, mpnet (all-mpnet-base-v2).
+bool embed_trainable_model_type(const std::string& model_type);
+
+// A sentence-transformers model in training: the Transformer module's BertModel or MPNetModel (store names as its
+// model.safetensors names them: "embeddings.*", "encoder.layer.N.*", MPNet's "encoder.relative_attention_bias.weight"),
+// Pooling, Normalize when the folder has it.
 class SentenceEmbeddingTrainer {
  public:
-  // Loads the body from `weights` (BertModel names, with or without "bert."); a pooler in the checkpoint is kept
-  // as it is for saving. Throws std::runtime_error naming a missing tensor or a model_type other than bert,
+  // Loads the body from `weights` (the base model's names, with or without "bert." / "mpnet."); a pooler in the
+  // checkpoint is kept as it is for saving. Throws std::runtime_error naming a missing tensor or a model_type
+  // outside embed_trainable_model_type,
   // std::invalid_argument for a pooling without modes or a scale that is not finite.
   SentenceEmbeddingTrainer(const EncoderConfig& config, WeightSource& weights, const PoolingConfig& pooling,
                            bool normalize, EmbeddingLoss loss, const FinetuneHyperparameters& hp, double scale = 20.0);
