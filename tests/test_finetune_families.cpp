@@ -1,5 +1,5 @@
-// Fine-tuning the BERT-like families (issue 25): RoBERTa (also as XLM-RoBERTa and CamemBERT) and DistilBERT,
-// sequence classification, token classification and masked LM. Optimizer steps with gradient accumulation equal
+// Fine-tuning the BERT-like families (issue 25): RoBERTa (also as XLM-RoBERTa and CamemBERT), DistilBERT and
+// MPNet (its steps in tests/test_finetune_mpnet.cpp), sequence classification, token classification and masked LM. Optimizer steps with gradient accumulation equal
 // PyTorch autograd + the Hugging Face Trainer on the modeling files' heads (scripts/make_finetune_family_fixtures.py);
 // the written folders carry the family's Hugging Face names and architectures and reload through the inference
 // path (TaskModel, tfm classify / fill-mask) to the trainer's logits; the families without training are refused
@@ -35,13 +35,6 @@ EncoderConfig config_of(const std::string& folder, const nlohmann::json& patch =
   return EncoderConfig::from_json(j, path);
 }
 
-std::unique_ptr<FinetuneModel> make_trainer(HeadKind kind, const EncoderConfig& c, WeightSource& w, int64_t C,
-                                            const FinetuneHyperparameters& hp) {
-  if (kind == HeadKind::SequenceClassification) return std::make_unique<SequenceClassificationTrainer>(c, w, C, hp);
-  if (kind == HeadKind::TokenClassification) return std::make_unique<TokenClassificationTrainer>(c, w, C, hp);
-  return std::make_unique<MaskedLMTrainer>(c, w, hp);
-}
-
 struct StepCase {
   const char* fixture;  // finetune_family/<fixture>_steps.safetensors
   const char* model;    // family_heads/<model> (weights)
@@ -62,7 +55,7 @@ TEST_P(FinetuneFamilySteps, MatchPyTorch) {
   const nlohmann::json hj = load_json_file(fixture(std::string("finetune_family/") + p.fixture + "_hyper.json"));
   const EncoderConfig c = config_of(p.model, nlohmann::json::parse(p.patch));
   CheckpointWeights w(fixture(std::string("family_heads/") + p.model));
-  std::unique_ptr<FinetuneModel> t = make_trainer(p.kind, c, w, p.num_labels, test::hyperparameters_from_json(hj));
+  std::unique_ptr<FinetuneModel> t = test::make_finetune_trainer(p.kind, c, w, p.num_labels, test::hyperparameters_from_json(hj));
   EXPECT_EQ(t->architecture(), p.architecture);
   for (const char* n : p.names) EXPECT_GE(t->params().index_of(n), 0) << n;
   const std::vector<std::string> frozen = hj["frozen"].get<std::vector<std::string>>();
@@ -156,7 +149,7 @@ TEST(FinetuneFamilies, StoresHoldTheFamilysTensorsOnly) {
 
 // A family without a trainer is refused by name, with the supported ones listed.
 TEST(FinetuneFamilies, OtherFamiliesAreRefusedNamingTheSupportedOnes) {
-  for (const char* folder : {"mpnet_seqcls", "modernbert_seqcls"}) {
+  for (const char* folder : {"modernbert_seqcls"}) {
     const EncoderConfig c = EncoderConfig::load(fixture(std::string("family_heads/") + folder + "/config.json"));
     CheckpointWeights w(fixture(std::string("family_heads/") + folder));
     try {
@@ -165,7 +158,7 @@ TEST(FinetuneFamilies, OtherFamiliesAreRefusedNamingTheSupportedOnes) {
     } catch (const std::invalid_argument& e) {
       const std::string m = e.what();
       EXPECT_NE(m.find("model_type '" + c.model_type + "' cannot be fine-tuned yet"), std::string::npos) << m;
-      EXPECT_NE(m.find("(supported: bert, roberta, xlm-roberta, camembert, distilbert)"), std::string::npos) << m;
+      EXPECT_NE(m.find("(supported: bert, roberta, xlm-roberta, camembert, distilbert, mpnet)"), std::string::npos) << m;
     }
   }
 }
@@ -316,6 +309,20 @@ INSTANTIATE_TEST_SUITE_P(
                    {"vocab_projector.weight"}}),
     [](const ::testing::TestParamInfo<FolderCase>& i) { return std::string(i.param.model); });
 
+// MPNet: RoBERTa's heads under "mpnet.", the relative position bias saved with the body.
+INSTANTIATE_TEST_SUITE_P(
+    MPNet, FinetuneFamilyFolders,
+    ::testing::Values(
+        FolderCase{"mpnet_seqcls", "classify", HeadKind::SequenceClassification, "MPNetForSequenceClassification",
+                   {"mpnet.encoder.relative_attention_bias.weight", "mpnet.encoder.layer.1.attention.attn.o.weight",
+                    "classifier.dense.weight", "classifier.out_proj.weight"},
+                   {"mpnet.pooler.dense.weight", "mpnet.embeddings.token_type_embeddings.weight"}},
+        FolderCase{"mpnet_tokcls", "token-classify", HeadKind::TokenClassification, "MPNetForTokenClassification",
+                   {"classifier.weight", "mpnet.encoder.relative_attention_bias.weight"}, {"classifier.dense.weight"}},
+        FolderCase{"mpnet_mlm", "mlm", HeadKind::MaskedLM, "MPNetForMaskedLM",
+                   {"lm_head.dense.weight", "lm_head.layer_norm.weight", "lm_head.bias"}, {"lm_head.decoder.weight"}}),
+    [](const ::testing::TestParamInfo<FolderCase>& i) { return std::string(i.param.model); });
+
 // ---------------------------------------------------------------- the CLI
 
 // tfm finetune on each family and task, then the written folder in tfm classify / fill-mask.
@@ -335,6 +342,9 @@ TEST(FinetuneFamiliesCli, EveryFamilyAndTaskTrainsAndLoads) {
       {"distilbert_seqcls", "classify", {"classify", "the man is in paris"}},
       {"distilbert_tokcls", "token-classify", {"classify", "the man is in paris"}},
       {"distilbert_mlm", "mlm", {"fill-mask", "the cat sat on the [MASK]"}},
+      {"mpnet_seqcls", "classify", {"classify", "the man is in paris"}},
+      {"mpnet_tokcls", "token-classify", {"classify", "the man is in paris"}},
+      {"mpnet_mlm", "mlm", {"fill-mask", "the cat sat on the <mask>"}},
   };
   for (const Run& r : runs) {
     const std::string out = t.path + "/" + r.model;
@@ -356,11 +366,11 @@ TEST(FinetuneFamiliesCli, EveryFamilyAndTaskTrainsAndLoads) {
 TEST(FinetuneFamiliesCli, UnsupportedFamilyIsAOneLineError) {
   test::TempFolder t;
   test::spit(t.path + "/train.csv", "text,label\nthe cat,a\nthe dog,b\n");
-  for (const char* folder : {"mpnet_seqcls", "modernbert_seqcls"}) {
+  for (const char* folder : {"modernbert_seqcls"}) {
     test::TfmRun r = test::run_tfm_in(t.path, {"finetune", "--model", fixture(std::string("family_heads/") + folder),
                                                "--train", t.path + "/train.csv", "--out", t.path + "/o",
                                                "--no-progress"});
-    test::expect_one_line_error(r, "cannot be fine-tuned yet (supported: bert, roberta, xlm-roberta, camembert, distilbert)");
+    test::expect_one_line_error(r, "cannot be fine-tuned yet (supported: bert, roberta, xlm-roberta, camembert, distilbert, mpnet)");
   }
   EXPECT_FALSE(std::filesystem::exists(t.path + "/o"));
 }
