@@ -131,7 +131,8 @@ def embeddings():
     out, losses, norms, lrs, params = embed_steps(
         cfg, P, [[columns(pairs)], [columns(triplets), columns(pairs2)], [columns(pairs[:2])]])
     assert P["encoder.relative_attention_bias.weight"].grad is not None
-    ft.save_steps(out, losses, norms, lrs, OUT, "embed", dict(parameters=len(params), model="mpnet", frozen=[], scale=20.0))
+    ft.save_steps(out, losses, norms, lrs, OUT, "embed",
+                  dict(parameters=len(params), model="mpnet", frozen=[], scale=20.0))
 
     # The CLI run: 4 epochs of one batch (anchor, positive) of the four sentences, tokenized by Hugging Face.
     cases = json.load(open(os.path.join(fam.FIX, "mpnet", "tokenizer_cases.json")))["cases"]
@@ -144,7 +145,8 @@ def embeddings():
     with torch.no_grad():
         e2e = {k: v for k, v in out.items() if k.startswith("final.")}
         e2e["embeddings"] = encode(cfg, P, pad(ids))
-    ft.save_steps(e2e, losses, norms, lrs, OUT, "e2e", dict(parameters=len(params), model="mpnet", frozen=[], scale=20.0))
+    ft.save_steps(e2e, losses, norms, lrs, OUT, "e2e",
+                  dict(parameters=len(params), model="mpnet", frozen=[], scale=20.0))
     with open(os.path.join(OUT, "e2e_train.jsonl"), "w") as f:
         for a, p in ((0, 1), (2, 3)):
             f.write(json.dumps(dict(anchor=texts[a], positive=texts[p])) + "\n")

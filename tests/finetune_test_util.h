@@ -72,7 +72,8 @@ inline FinetuneBatch finetune_batch_at(const SafeTensors& st, const std::string&
 inline SentenceBatch sentence_batch_at(const SafeTensors& st, const std::string& p, int64_t pad_id) {
   SentenceBatch b;
   std::vector<Tensor> cols;
-  while (st.has(p + "col" + std::to_string(cols.size()))) cols.push_back(st.get(p + "col" + std::to_string(cols.size())));
+  while (st.has(p + "col" + std::to_string(cols.size())))
+    cols.push_back(st.get(p + "col" + std::to_string(cols.size())));
   b.B = cols.at(0).size(0);
   b.columns = (int64_t)cols.size();
   for (const Tensor& c : cols) b.L = std::max(b.L, c.size(1));

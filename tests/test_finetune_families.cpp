@@ -1,6 +1,6 @@
 // Fine-tuning the BERT-like families (issue 25): RoBERTa (also as XLM-RoBERTa and CamemBERT), DistilBERT and
-// MPNet (its steps in tests/test_finetune_mpnet.cpp), sequence classification, token classification and masked LM. Optimizer steps with gradient accumulation equal
-// PyTorch autograd + the Hugging Face Trainer on the modeling files' heads (scripts/make_finetune_family_fixtures.py);
+// MPNet (its steps in tests/test_finetune_mpnet.cpp), sequence classification, token classification and masked LM.
+// Optimizer steps with gradient accumulation equal PyTorch autograd + the Hugging Face Trainer on the modeling files' heads (scripts/make_finetune_family_fixtures.py);
 // the written folders carry the family's Hugging Face names and architectures and reload through the inference
 // path (TaskModel, tfm classify / fill-mask) to the trainer's logits; the families without training are refused
 // in one line.
@@ -55,7 +55,8 @@ TEST_P(FinetuneFamilySteps, MatchPyTorch) {
   const nlohmann::json hj = load_json_file(fixture(std::string("finetune_family/") + p.fixture + "_hyper.json"));
   const EncoderConfig c = config_of(p.model, nlohmann::json::parse(p.patch));
   CheckpointWeights w(fixture(std::string("family_heads/") + p.model));
-  std::unique_ptr<FinetuneModel> t = test::make_finetune_trainer(p.kind, c, w, p.num_labels, test::hyperparameters_from_json(hj));
+  std::unique_ptr<FinetuneModel> t =
+      test::make_finetune_trainer(p.kind, c, w, p.num_labels, test::hyperparameters_from_json(hj));
   EXPECT_EQ(t->architecture(), p.architecture);
   for (const char* n : p.names) EXPECT_GE(t->params().index_of(n), 0) << n;
   const std::vector<std::string> frozen = hj["frozen"].get<std::vector<std::string>>();
@@ -158,7 +159,8 @@ TEST(FinetuneFamilies, OtherFamiliesAreRefusedNamingTheSupportedOnes) {
     } catch (const std::invalid_argument& e) {
       const std::string m = e.what();
       EXPECT_NE(m.find("model_type '" + c.model_type + "' cannot be fine-tuned yet"), std::string::npos) << m;
-      EXPECT_NE(m.find("(supported: bert, roberta, xlm-roberta, camembert, distilbert, mpnet)"), std::string::npos) << m;
+      EXPECT_NE(m.find("(supported: bert, roberta, xlm-roberta, camembert, distilbert, mpnet)"), std::string::npos)
+          << m;
     }
   }
 }
@@ -370,7 +372,8 @@ TEST(FinetuneFamiliesCli, UnsupportedFamilyIsAOneLineError) {
     test::TfmRun r = test::run_tfm_in(t.path, {"finetune", "--model", fixture(std::string("family_heads/") + folder),
                                                "--train", t.path + "/train.csv", "--out", t.path + "/o",
                                                "--no-progress"});
-    test::expect_one_line_error(r, "cannot be fine-tuned yet (supported: bert, roberta, xlm-roberta, camembert, distilbert, mpnet)");
+    test::expect_one_line_error(
+        r, "cannot be fine-tuned yet (supported: bert, roberta, xlm-roberta, camembert, distilbert, mpnet)");
   }
   EXPECT_FALSE(std::filesystem::exists(t.path + "/o"));
 }

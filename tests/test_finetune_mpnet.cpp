@@ -68,7 +68,9 @@ TEST(FinetuneMPNet, BodyForwardIsMPNetModel) {
     const Tensor want = io.get("last_hidden_state");
     const int64_t H = c.hidden_size;
     for (int64_t n = 0; n < ids.numel(); ++n)  // the real tokens (a pad row's output is not meaningful)
-      if (mask[n] > 0) EXPECT_TRUE(test::all_close(body.last_hidden_state() + n * H, want.f32() + n * H, H, 1e-4f)) << n;
+      if (mask[n] > 0) {
+        EXPECT_TRUE(test::all_close(body.last_hidden_state() + n * H, want.f32() + n * H, H, 1e-4f)) << n;
+      }
     EXPECT_TRUE(close_to(body.pooler_output(), io.get("pooler_output"), 1e-4));
   }
   {
@@ -227,7 +229,8 @@ TEST(FinetuneMPNetCli, EmbedTrainsAsPyTorchAndWritesAFolderThatReloads) {
   for (std::string line; std::getline(sf, line);) sentences.push_back(line);
   const Tensor emb = m.encode(sentences);
   EXPECT_TRUE(close_to(emb.f32(), e2e.get("embeddings"), 1e-4));
-  test::TfmRun e = test::run_tfm_in(t.path, {"embed", "--model", out, "--input", fixture("mpnet/sentences.txt"), "--quiet"});
+  test::TfmRun e =
+      test::run_tfm_in(t.path, {"embed", "--model", out, "--input", fixture("mpnet/sentences.txt"), "--quiet"});
   ASSERT_EQ(e.exit_code, 0) << e.describe();
   EXPECT_EQ(std::count(e.out.begin(), e.out.end(), '\n'), (long)sentences.size());
 }

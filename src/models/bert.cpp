@@ -309,7 +309,8 @@ void BertTrainable::forward(const nn::Context& ctx, const int64_t* input_ids, co
   types_.assign(N, 0);
   if (token_type_ids && type_.defined()) types_.assign(token_type_ids, token_type_ids + N);
   if (variant_.positions_from_padding) {
-    positions_ = detail::position_ids_from_padding(c, input_ids, B, L, padding_index(c, variant_), padding_name(variant_));
+    positions_ =
+        detail::position_ids_from_padding(c, input_ids, B, L, padding_index(c, variant_), padding_name(variant_));
   } else {
     positions_.resize(N);
     for (int64_t n = 0; n < N; ++n) positions_[n] = n % L;

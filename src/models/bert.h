@@ -82,15 +82,15 @@ std::unique_ptr<EncoderModel> make_bert_variant(const EncoderConfig& config, Wei
 }  // namespace detail
 
 // BertModel for training (fine-tuning), and the families of detail::BertVariant (RobertaModel, XLMRobertaModel,
-// CamembertModel, DistilBertModel, MPNetModel): make_bert's composition (the same layer readers) with every tensor a
-// trainable entry of an nn::ParamStore, named as the family's *For* checkpoints name it: the prefix ("bert.",
+// CamembertModel, DistilBertModel, MPNetModel): make_bert's composition (the same layer readers) with every tensor
+// a trainable entry of an nn::ParamStore, named as the family's *For* checkpoints name it: the prefix ("bert.",
 // "roberta.", "distilbert.", "mpnet.") then the base model's state_dict name (e.g.
 // "roberta.encoder.layer.0.attention.self.query.weight", "distilbert.transformer.layer.0.attention.q_lin.weight",
-// "mpnet.encoder.relative_attention_bias.weight"), so that the store saves as a Hugging Face checkpoint. Forward and backward match the modeling file's base model
-// in training mode: dropout p (nn::Context::dropout: HF hidden_dropout_prob; DistilBERT's dropout, its
-// attention_dropout taken equal) after the embeddings' LayerNorm, on the attention probabilities, and on each
-// sublayer's output before its residual LayerNorm (DistilBERT: the feed-forward's only). Position ids, token
-// types and MPNet's relative position bias as the variant says.
+// "mpnet.encoder.relative_attention_bias.weight"), so that the store saves as a Hugging Face checkpoint. Forward
+// and backward match the modeling file's base model in training mode: dropout p (nn::Context::dropout: HF
+// hidden_dropout_prob; DistilBERT's dropout, its attention_dropout taken equal) after the embeddings' LayerNorm, on
+// the attention probabilities, and on each sublayer's output before its residual LayerNorm (DistilBERT: the
+// feed-forward's only). Position ids, token types and MPNet's relative position bias as the variant says.
 class BertTrainable {
  public:
   // BERT, its parameters under `prefix` ("bert.", or "" for a bare BertModel folder).

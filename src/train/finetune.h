@@ -70,7 +70,8 @@ void check_finetune_family(const std::string& model_type, const std::string& whe
 // The dropout of a family's *For<kind> model in training, from config.json: body = hidden_dropout_prob (default
 // 0.1; DistilBERT: dropout, default 0.1); head = classifier_dropout when set (not MPNet, whose config has none),
 // else the body's (DistilBERT sequence classification: seq_classif_dropout, default 0.2; token classification:
-// dropout); masked LM heads have none (head = body, unused). Throws std::runtime_error naming `file` for a value that is not a number in [0, 1).
+// dropout); masked LM heads have none (head = body, unused). Throws std::runtime_error naming `file` for a value
+// that is not a number in [0, 1).
 std::pair<float, float> training_dropouts(const nlohmann::json& config, HeadKind kind, const std::string& file);
 // Hugging Face's class name for the family and head ("RobertaForTokenClassification",
 // "XLMRobertaForSequenceClassification", "DistilBertForMaskedLM", ...), config.json "architectures" of a saved

@@ -24,7 +24,8 @@ void add_finetune_command(CLI::App& app) {
       "a <Family>For{SequenceClassification,TokenClassification,MaskedLM} folder that tfm classify / tfm fill-mask, "
       "tfm serve and transformers load, "
       "with train_log.csv and loss.png. A stopped run continues with --resume. --task embed fine-tunes a "
-      "sentence-transformers folder (a BERT or MPNet Transformer module, e.g. all-mpnet-base-v2) on anchor,positive[,negative] columns (MultipleNegativesRankingLoss, in-batch "
+      "sentence-transformers folder (a BERT or MPNet Transformer module, e.g. all-mpnet-base-v2) on "
+      "anchor,positive[,negative] columns (MultipleNegativesRankingLoss, in-batch "
       "negatives) or sentence1,sentence2,score (CosineSimilarityLoss) and writes a sentence-transformers folder "
       "that tfm embed loads. Under mpirun the ranks train data-parallel on shards of each --batch-size batch, equal to "
       "one process; rank 0 writes --out");
