@@ -1,9 +1,9 @@
 // Fine-tuning the BERT-like families (issue 25): RoBERTa (also as XLM-RoBERTa and CamemBERT), DistilBERT and
 // MPNet (its steps in tests/test_finetune_mpnet.cpp), sequence classification, token classification and masked LM.
 // Optimizer steps with gradient accumulation equal PyTorch autograd + the Hugging Face Trainer on the modeling
-// files' heads (scripts/make_finetune_family_fixtures.py); the written folders carry the family's Hugging Face names and architectures and reload through the inference
-// path (TaskModel, tfm classify / fill-mask) to the trainer's logits; the families without training are refused
-// in one line.
+// files' heads (scripts/make_finetune_family_fixtures.py); the written folders carry the family's Hugging Face
+// names and architectures and reload through the inference path (TaskModel, tfm classify / fill-mask) to the
+// trainer's logits; the families without training are refused in one line.
 #include <gtest/gtest.h>
 
 #include <filesystem>
