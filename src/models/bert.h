@@ -6,6 +6,7 @@
 
 #include "models/encoder.h"
 #include "models/head_layout.h"
+#include "models/trainable_encoder.h"
 #include "nn/params.h"
 #include "nn/transformer_block.h"
 
@@ -91,7 +92,7 @@ std::unique_ptr<EncoderModel> make_bert_variant(const EncoderConfig& config, Wei
 // hidden_dropout_prob; DistilBERT's dropout, its attention_dropout taken equal) after the embeddings' LayerNorm, on
 // the attention probabilities, and on each sublayer's output before its residual LayerNorm (DistilBERT: the
 // feed-forward's only). Position ids, token types and MPNet's relative position bias as the variant says.
-class BertTrainable {
+class BertTrainable final : public TrainableEncoder {
  public:
   // BERT, its parameters under `prefix` ("bert.", or "" for a bare BertModel folder).
   BertTrainable(nn::ParamStore& store, const EncoderConfig& config, bool pooler, const std::string& prefix = "bert.");
@@ -102,27 +103,29 @@ class BertTrainable {
   // Copies every parameter from `weights`, names with or without the prefix (and the variant's aliases; BERT's:
   // LayerNorm.gamma/beta) accepted, as make_bert / make_bert_variant read them. Throws std::runtime_error naming
   // a missing tensor or a wrong shape.
-  void load(nn::ParamStore& store, WeightSource& weights) const;
+  void load(nn::ParamStore& store, WeightSource& weights) const override;
   // Saving forward. input_ids, token_type_ids (null: all 0; ignored without token type embeddings): [B, L];
   // key_mask [B, L] (1 real, 0 padding; null: none). Throws std::invalid_argument for ids or types out of range,
   // or a sequence longer than the position table allows.
   void forward(const nn::Context& ctx, const int64_t* input_ids, const int64_t* token_type_ids, const float* key_mask,
-               int64_t B, int64_t L);
-  const float* last_hidden_state() const;                   // [B, L, H] of the last forward
-  const float* pooler_output() const { return pooled_.data(); }  // [B, H] = tanh(pooler.dense(h[:, 0]))
+               int64_t B, int64_t L) override;
+  const float* last_hidden_state() const override;  // [B, L, H] of the last forward
+  // [B, H] = tanh(pooler.dense(h[:, 0])); null without a pooler.
+  const float* pooler_output() const override { return pooler_.weight.defined() ? pooled_.data() : nullptr; }
   // Gradients of the last forward's outputs: dlast [B, L, H] and dpooled [B, H], each may be null. Parameter
   // gradients are added to the store's.
-  void backward(const float* dlast, const float* dpooled);
-  const EncoderConfig& config() const { return config_; }
+  void backward(const float* dlast, const float* dpooled) override;
+  const EncoderConfig& config() const override { return config_; }
   // The compute type of every Linear's training products (query, key, value, attention output, intermediate,
   // output, pooler): F32, or BF16 (bf16 operands, fp32 accumulation; the parameters stay fp32 master weights).
-  void set_precision(ops::ComputeType precision);
+  void set_precision(ops::ComputeType precision) override;
   // The store names this module registered (prefix included).
-  const std::vector<std::string>& names() const { return names_; }
+  const std::vector<std::string>& names() const override { return names_; }
   // The registered names that get no gradient (DistilBERT's sinusoidal position table); empty otherwise.
-  const std::vector<std::string>& frozen_names() const { return frozen_; }
+  const std::vector<std::string>& frozen_names() const override { return frozen_; }
   // The prefix of the registered names ("bert.", "roberta.", "distilbert.", or "").
-  const std::string& prefix() const { return prefix_; }
+  const std::string& prefix() const override { return prefix_; }
+  std::string word_embeddings_name() const override { return prefix_ + "embeddings.word_embeddings.weight"; }
 
  private:
   EncoderConfig config_;

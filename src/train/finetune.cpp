@@ -9,6 +9,7 @@
 #include "ops/cross_entropy.h"
 #include "ops/dropout.h"
 #include "io/json_util.h"
+#include "models/bert.h"
 #include "models/distilbert.h"
 #include "models/mpnet.h"
 #include "models/roberta.h"
@@ -93,67 +94,6 @@ double FinetuneModel::train_step(const FinetuneBatch& batch) {
   return loss;
 }
 
-// ---------------------------------------------------------------- the families
-
-namespace {
-
-// One family: its body (detail::BertVariant) and Hugging Face class-name stem.
-struct Family {
-  const char* model_type;
-  const char* class_stem;  // "Roberta" -> "RobertaForMaskedLM"
-  detail::BertVariant (*variant)(const EncoderConfig& config);
-};
-
-const std::vector<Family>& families() {
-  static const std::vector<Family> table = {
-      {"bert", "Bert", [](const EncoderConfig&) { return detail::BertVariant{}; }},
-      {"roberta", "Roberta", [](const EncoderConfig&) { return detail::roberta_variant(); }},
-      {"xlm-roberta", "XLMRoberta", [](const EncoderConfig&) { return detail::roberta_variant(); }},
-      {"camembert", "Camembert", [](const EncoderConfig&) { return detail::roberta_variant(); }},
-      {"distilbert", "DistilBert", detail::distilbert_variant},
-      {"mpnet", "MPNet", [](const EncoderConfig&) { return detail::mpnet_variant(); }},
-  };
-  return table;
-}
-
-const Family& family_of(const std::string& model_type, const std::string& where) {
-  for (const Family& f : families())
-    if (model_type == f.model_type) return f;
-  throw std::invalid_argument(where + ": model_type '" + model_type + "' cannot be fine-tuned yet (supported: " +
-                              trainable_model_types() + ")");
-}
-
-}  // namespace
-
-const char* trainable_model_types() { return "bert, roberta, xlm-roberta, camembert, distilbert, mpnet"; }
-
-void check_finetune_family(const std::string& model_type, const std::string& where) { family_of(model_type, where); }
-
-std::string trained_architecture(const std::string& model_type, HeadKind kind) {
-  const char* task = kind == HeadKind::SequenceClassification ? "ForSequenceClassification"
-                     : kind == HeadKind::TokenClassification  ? "ForTokenClassification"
-                                                              : "ForMaskedLM";
-  return std::string(family_of(model_type, "config.json").class_stem) + task;
-}
-
-std::pair<float, float> training_dropouts(const nlohmann::json& config, HeadKind kind, const std::string& file) {
-  auto p = [&](const char* key, double fallback) {
-    const double v = json_number_or(config, key, fallback, file);
-    if (!(v >= 0 && v < 1)) throw std::runtime_error(file + ": key '" + std::string(key) + "' must be in [0, 1)");
-    return (float)v;
-  };
-  const std::string type = json_string_or(config, "model_type", "bert", file);
-  const bool distil = type == "distilbert";
-  const float body = distil ? p("dropout", 0.1) : p("hidden_dropout_prob", 0.1);
-  float head = body;
-  if (distil && kind == HeadKind::SequenceClassification) head = p("seq_classif_dropout", 0.2);
-  // MPNetConfig has no classifier_dropout: its heads use hidden_dropout_prob.
-  if (!distil && type != "mpnet" && kind != HeadKind::MaskedLM && config.contains("classifier_dropout") &&
-      !config["classifier_dropout"].is_null())
-    head = p("classifier_dropout", body);
-  return {body, head};
-}
-
 // ---------------------------------------------------------------- the task head
 
 // One stage of a head in training: y [M, out] = norm(act(linear(dropout(x [M, in])))); its tensors are store
@@ -165,7 +105,7 @@ struct HeadStageSpec {
   bool tanh = false;              // tanh after the linear (RobertaClassificationHead.dense)
   std::optional<ops::Activation> act;
   std::string norm;               // the LayerNorm's prefix after the activation; empty: none
-  std::string tied;               // non-empty: the weight is this entry (the word embeddings); bias `bias`
+  bool tied = false;              // the weight is the body's word embeddings (tie_word_embeddings); bias `bias`
   std::string bias;
   std::vector<std::string> bias_aliases;
 };
@@ -182,70 +122,17 @@ struct TrainingHead {
   };
   std::vector<Saved> saved;
   int64_t M = 0;
+  std::string tied_weight;  // the store name of a tied stage's weight (register_in)
 
-  // The family's head of `kind` (see the top of finetune.h).
-  static TrainingHead of(const EncoderConfig& c, const std::string& prefix, HeadKind kind, int64_t C) {
-    const int64_t H = c.hidden_size, V = c.vocab_size;
-    const std::string& t = c.model_type;
-    // MPNet's heads are RoBERTa's (MPNetClassificationHead, MPNetLMHead), under the same names.
-    const bool roberta = prefix == "roberta." || prefix == "mpnet.", distil = t == "distilbert";
-    TrainingHead h;
-    auto stage = [](std::string name, int64_t out, bool dropout) {
-      HeadStageSpec s;
-      s.linear = std::move(name);
-      s.out = out;
-      s.dropout = dropout;
-      return s;
-    };
-    if (kind == HeadKind::TokenClassification) {
-      h.spec = {stage("classifier", C, true)};
-    } else if (kind == HeadKind::SequenceClassification) {
-      if (roberta) {  // RobertaClassificationHead
-        h.spec = {stage("classifier.dense", H, true), stage("classifier.out_proj", C, true)};
-        h.spec[0].tanh = true;
-      } else if (distil) {  // pre_classifier, ReLU, dropout, classifier
-        h.spec = {stage("pre_classifier", H, false), stage("classifier", C, true)};
-        h.spec[0].act = ops::Activation::Relu;
-      } else {  // BERT: classifier(dropout(pooler_output))
-        h.input = HeadInput::PoolerOutput;
-        h.spec = {stage("classifier", C, true)};
-      }
-    } else {
-      HeadStageSpec transform, decoder;
-      if (roberta) {
-        transform = stage("lm_head.dense", H, false);
-        transform.act = ops::Activation::Gelu;  // RobertaLMHead calls gelu whatever hidden_act says
-        transform.norm = "lm_head.layer_norm";
-        decoder = stage("lm_head.decoder", V, false);
-        decoder.bias = "lm_head.bias";
-        decoder.bias_aliases = {"lm_head.decoder.bias"};
-      } else if (distil) {
-        transform = stage("vocab_transform", H, false);
-        transform.act = ops::parse_activation(c.hidden_act);  // get_activation(config.activation)
-        transform.norm = "vocab_layer_norm";
-        decoder = stage("vocab_projector", V, false);
-        decoder.bias = "vocab_projector.bias";
-      } else {
-        transform = stage("cls.predictions.transform.dense", H, false);
-        transform.act = ops::parse_activation(c.hidden_act);
-        transform.norm = "cls.predictions.transform.LayerNorm";
-        decoder = stage("cls.predictions.decoder", V, false);
-        decoder.bias = "cls.predictions.bias";
-        decoder.bias_aliases = {"cls.predictions.decoder.bias"};
-      }
-      decoder.tied = prefix + "embeddings.word_embeddings.weight";
-      h.spec = {transform, decoder};
-    }
-    return h;
-  }
-
-  // Registers the tensors in `store` (before finalize).
-  void register_in(nn::ParamStore& store, const EncoderConfig& c) {
+  // Registers the tensors in `store` (before finalize); a tied stage's weight will be the store entry
+  // `word_embeddings` (TrainableEncoder::word_embeddings_name).
+  void register_in(nn::ParamStore& store, const EncoderConfig& c, const std::string& word_embeddings) {
     const nn::Vars vb(store);
+    tied_weight = word_embeddings;
     int64_t in = c.hidden_size;
     for (const HeadStageSpec& s : spec) {
       nn::Linear lin;
-      if (s.tied.empty()) {
+      if (!s.tied) {
         lin = nn::Linear::load(vb.prefix(s.linear), in, s.out);
       } else {
         lin.bias = vb.get(s.bias, {s.out});
@@ -280,8 +167,8 @@ struct TrainingHead {
       const HeadStageSpec& s = spec[k];
       nn::Linear& lin = linears[k];
       const int64_t in = lin.in_features, out = lin.out_features;
-      if (!s.tied.empty()) {
-        lin.weight = nn::Param(&store, store.index_of(s.tied));
+      if (s.tied) {
+        lin.weight = nn::Param(&store, store.index_of(tied_weight));
         if (!read(s.bias, s.bias_aliases, {out}, lin.bias.data())) std::fill(lin.bias.data(), lin.bias.data() + out, 0.0f);
       } else {
         if (!read(s.linear + ".weight", {}, {out, in}, lin.weight.data()))
@@ -366,6 +253,206 @@ struct TrainingHead {
   }
 };
 
+// ---------------------------------------------------------------- the families
+
+namespace {
+
+HeadStageSpec head_stage(std::string linear, int64_t out, bool dropout) {
+  HeadStageSpec s;
+  s.linear = std::move(linear);
+  s.out = out;
+  s.dropout = dropout;
+  return s;
+}
+
+// *ForTokenClassification of the BERT-style families: classifier(dropout(h)) per token.
+TrainingHead token_classifier_head(int64_t C) {
+  TrainingHead h;
+  h.spec = {head_stage("classifier", C, true)};
+  return h;
+}
+
+// An LM head: transform = norm(act(linear(h))), then the decoder tied to the word embeddings plus `bias`.
+TrainingHead lm_head(const std::string& transform, ops::Activation act, const std::string& norm,
+                     const std::string& decoder, const std::string& bias, std::vector<std::string> bias_aliases,
+                     const EncoderConfig& c) {
+  HeadStageSpec t = head_stage(transform, c.hidden_size, false), d = head_stage(decoder, c.vocab_size, false);
+  t.act = act;
+  t.norm = norm;
+  d.tied = true;
+  d.bias = bias;
+  d.bias_aliases = std::move(bias_aliases);
+  TrainingHead h;
+  h.spec = {t, d};
+  return h;
+}
+
+// modeling_bert.py: BertForSequenceClassification classifier(dropout(pooler_output)); BertOnlyMLMHead.
+TrainingHead bert_head(const EncoderConfig& c, HeadKind kind, int64_t C) {
+  if (kind == HeadKind::TokenClassification) return token_classifier_head(C);
+  if (kind == HeadKind::SequenceClassification) {
+    TrainingHead h;
+    h.input = HeadInput::PoolerOutput;
+    h.spec = {head_stage("classifier", C, true)};
+    return h;
+  }
+  return lm_head("cls.predictions.transform.dense", ops::parse_activation(c.hidden_act),
+                 "cls.predictions.transform.LayerNorm", "cls.predictions.decoder", "cls.predictions.bias",
+                 {"cls.predictions.decoder.bias"}, c);
+}
+
+// modeling_roberta.py (XLM-R and CamemBERT alike): RobertaClassificationHead on <s>, RobertaLMHead.
+TrainingHead roberta_head(const EncoderConfig& c, HeadKind kind, int64_t C) {
+  if (kind == HeadKind::TokenClassification) return token_classifier_head(C);
+  if (kind == HeadKind::SequenceClassification) {
+    TrainingHead h;
+    h.spec = {head_stage("classifier.dense", c.hidden_size, true), head_stage("classifier.out_proj", C, true)};
+    h.spec[0].tanh = true;
+    return h;
+  }
+  // RobertaLMHead calls gelu whatever hidden_act says.
+  return lm_head("lm_head.dense", ops::Activation::Gelu, "lm_head.layer_norm", "lm_head.decoder", "lm_head.bias",
+                 {"lm_head.decoder.bias"}, c);
+}
+
+// modeling_distilbert.py: pre_classifier, ReLU, dropout, classifier; vocab_transform, activation, vocab_layer_norm,
+// vocab_projector.
+TrainingHead distilbert_head(const EncoderConfig& c, HeadKind kind, int64_t C) {
+  if (kind == HeadKind::TokenClassification) return token_classifier_head(C);
+  if (kind == HeadKind::SequenceClassification) {
+    TrainingHead h;
+    h.spec = {head_stage("pre_classifier", c.hidden_size, false), head_stage("classifier", C, true)};
+    h.spec[0].act = ops::Activation::Relu;
+    return h;
+  }
+  return lm_head("vocab_transform", ops::parse_activation(c.hidden_act), "vocab_layer_norm", "vocab_projector",
+                 "vocab_projector.bias", {}, c);  // get_activation(config.activation)
+}
+
+// A body of detail::BertVariant: its parameters under variant.prefix, or under none when bare.
+std::unique_ptr<TrainableEncoder> bert_variant_body(nn::ParamStore& store, const EncoderConfig& c,
+                                                    const TrainableEncoderOptions& o, detail::BertVariant v) {
+  if (o.bare) v.prefix = "";
+  return std::make_unique<BertTrainable>(store, c, v, o.pooler);
+}
+
+// The dropout p of a config key, checked to be in [0, 1).
+float dropout_of(const nlohmann::json& config, const char* key, double fallback, const std::string& file) {
+  const double v = json_number_or(config, key, fallback, file);
+  if (!(v >= 0 && v < 1)) throw std::runtime_error(file + ": key '" + std::string(key) + "' must be in [0, 1)");
+  return (float)v;
+}
+
+// BERT and RoBERTa: hidden_dropout_prob; the classifiers' classifier_dropout when set.
+std::pair<float, float> bert_dropouts(const nlohmann::json& config, HeadKind kind, const std::string& file) {
+  const float body = dropout_of(config, "hidden_dropout_prob", 0.1, file);
+  float head = body;
+  if (kind != HeadKind::MaskedLM && config.contains("classifier_dropout") && !config["classifier_dropout"].is_null())
+    head = dropout_of(config, "classifier_dropout", body, file);
+  return {body, head};
+}
+
+// MPNet: hidden_dropout_prob for the body and the heads (MPNetConfig has no classifier_dropout).
+std::pair<float, float> mpnet_dropouts(const nlohmann::json& config, HeadKind, const std::string& file) {
+  const float p = dropout_of(config, "hidden_dropout_prob", 0.1, file);
+  return {p, p};
+}
+
+// DistilBERT: dropout; sequence classification seq_classif_dropout.
+std::pair<float, float> distilbert_dropouts(const nlohmann::json& config, HeadKind kind, const std::string& file) {
+  const float body = dropout_of(config, "dropout", 0.1, file);
+  return {body, kind == HeadKind::SequenceClassification ? dropout_of(config, "seq_classif_dropout", 0.2, file) : body};
+}
+
+// One family: config.json model_type, the Hugging Face class-name stem, its body, its heads, its dropouts.
+struct Family {
+  const char* model_type;
+  const char* class_stem;  // "Roberta" -> "RobertaForMaskedLM"
+  std::unique_ptr<TrainableEncoder> (*body)(nn::ParamStore& store, const EncoderConfig& config,
+                                            const TrainableEncoderOptions& options);
+  // The head of `kind` (out: num_labels; masked LM: vocab_size).
+  TrainingHead (*head)(const EncoderConfig& config, HeadKind kind, int64_t out);
+  // training_dropouts.
+  std::pair<float, float> (*dropouts)(const nlohmann::json& config, HeadKind kind, const std::string& file);
+};
+
+using BodyOptions = TrainableEncoderOptions;
+
+const std::vector<Family>& families() {
+  static const std::vector<Family> table = {
+      {"bert", "Bert",
+       [](nn::ParamStore& s, const EncoderConfig& c, const BodyOptions& o) {
+         return bert_variant_body(s, c, o, detail::BertVariant{});
+       },
+       bert_head, bert_dropouts},
+      {"roberta", "Roberta",
+       [](nn::ParamStore& s, const EncoderConfig& c, const BodyOptions& o) {
+         return bert_variant_body(s, c, o, detail::roberta_variant());
+       },
+       roberta_head, bert_dropouts},
+      {"xlm-roberta", "XLMRoberta",
+       [](nn::ParamStore& s, const EncoderConfig& c, const BodyOptions& o) {
+         return bert_variant_body(s, c, o, detail::roberta_variant());
+       },
+       roberta_head, bert_dropouts},
+      {"camembert", "Camembert",
+       [](nn::ParamStore& s, const EncoderConfig& c, const BodyOptions& o) {
+         return bert_variant_body(s, c, o, detail::roberta_variant());
+       },
+       roberta_head, bert_dropouts},
+      {"distilbert", "DistilBert",
+       [](nn::ParamStore& s, const EncoderConfig& c, const BodyOptions& o) {
+         return bert_variant_body(s, c, o, detail::distilbert_variant(c));
+       },
+       distilbert_head, distilbert_dropouts},
+      // MPNetForSequenceClassification's MPNetClassificationHead and MPNetLMHead are RoBERTa's, names included.
+      {"mpnet", "MPNet",
+       [](nn::ParamStore& s, const EncoderConfig& c, const BodyOptions& o) {
+         return bert_variant_body(s, c, o, detail::mpnet_variant());
+       },
+       roberta_head, mpnet_dropouts},
+  };
+  return table;
+}
+
+const Family& family_of(const std::string& model_type, const std::string& where) {
+  for (const Family& f : families())
+    if (model_type == f.model_type) return f;
+  throw std::invalid_argument(where + ": model_type '" + model_type + "' cannot be fine-tuned yet (supported: " +
+                              trainable_model_types() + ")");
+}
+
+}  // namespace
+
+const char* trainable_model_types() {
+  static const std::string list = [] {
+    std::string s;
+    for (const Family& f : families()) s += (s.empty() ? "" : ", ") + std::string(f.model_type);
+    return s;
+  }();
+  return list.c_str();
+}
+
+void check_finetune_family(const std::string& model_type, const std::string& where) { family_of(model_type, where); }
+
+std::unique_ptr<TrainableEncoder> make_trainable_encoder(nn::ParamStore& store, const EncoderConfig& config,
+                                                         const TrainableEncoderOptions& options) {
+  return family_of(config.model_type, config.source.empty() ? "config.json" : config.source)
+      .body(store, config, options);
+}
+
+std::string trained_architecture(const std::string& model_type, HeadKind kind) {
+  const char* task = kind == HeadKind::SequenceClassification ? "ForSequenceClassification"
+                     : kind == HeadKind::TokenClassification  ? "ForTokenClassification"
+                                                              : "ForMaskedLM";
+  return std::string(family_of(model_type, "config.json").class_stem) + task;
+}
+
+std::pair<float, float> training_dropouts(const nlohmann::json& config, HeadKind kind, const std::string& file) {
+  const std::string model_type = json_string_or(config, "model_type", "bert", file);
+  return family_of(model_type, file).dropouts(config, kind, file);
+}
+
 namespace {
 
 void check_batch(const FinetuneBatch& b) {
@@ -386,13 +473,14 @@ FinetuneModel::FinetuneModel(const EncoderConfig& config, WeightSource& weights,
   if (kind != HeadKind::MaskedLM && num_labels < 1) throw std::invalid_argument("num_labels must be at least 1");
   out_features_ = kind == HeadKind::MaskedLM ? config.vocab_size : num_labels;
   architecture_ = trained_architecture(config.model_type, kind);
-  const detail::BertVariant variant = family.variant(config);
-  auto head = std::make_unique<TrainingHead>(TrainingHead::of(config, variant.prefix, kind, out_features_));
-  const bool pooler = head->input == HeadInput::PoolerOutput && kind == HeadKind::SequenceClassification;
+  auto head = std::make_unique<TrainingHead>(family.head(config, kind, out_features_));
+  const bool pooler = head->input == HeadInput::PoolerOutput;
   if (pooler && !weights.has("pooler.dense.weight") && !weights.has("bert.pooler.dense.weight"))
     throw std::runtime_error("the checkpoint has no pooler (pooler.dense.weight): sequence classification needs it");
-  body_ = std::make_unique<BertTrainable>(store_, config, variant, pooler);
-  head->register_in(store_, config);
+  TrainableEncoderOptions body_options;
+  body_options.pooler = pooler;
+  body_ = family.body(store_, config, body_options);
+  head->register_in(store_, config, body_->word_embeddings_name());
   store_.finalize();
   body_->load(store_, weights);
   head->load_or_init(store_, weights, initializer_range, hp.seed);

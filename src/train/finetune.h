@@ -1,9 +1,10 @@
 // Fine-tuning an encoder with a task head, as the Hugging Face Trainer does it: AdamW (torch.optim.AdamW, no
 // weight decay on biases and LayerNorm weights), get_linear_schedule_with_warmup, clip_grad_norm_ before each
 // step, gradient accumulation (each micro-batch's loss divided by the number of micro-batches of the step).
-// The families: BERT, RoBERTa, XLM-RoBERTa, CamemBERT, DistilBERT and MPNet (the body: models/bert.h BertTrainable
-// with the family's detail::BertVariant; MPNet's relative position bias trained with it). The heads, as each
-// modeling_*.py writes them (dropout p: the head's):
+// The families: BERT, RoBERTa, XLM-RoBERTa, CamemBERT, DistilBERT and MPNet (the body: a models/trainable_encoder.h
+// TrainableEncoder, models/bert.h BertTrainable with the family's detail::BertVariant, MPNet's relative position
+// bias trained with it; one row per family in train/finetune.cpp's table: model_type, class name, body, head). The
+// heads, as each modeling_*.py writes them (dropout p: the head's):
 //  - sequence classification, loss = mean cross-entropy over the batch:
 //      BertForSequenceClassification: classifier(dropout(pooler_output));
 //      RobertaForSequenceClassification (XLM-R, CamemBERT; MPNetForSequenceClassification's
@@ -31,7 +32,7 @@
 #include <vector>
 
 #include "core/rng.h"
-#include "models/bert.h"
+#include "models/trainable_encoder.h"
 #include "models/head_layout.h"
 #include "nn/params.h"
 #include "train/optim.h"
@@ -71,8 +72,12 @@ void check_finetune_family(const std::string& model_type, const std::string& whe
 // 0.1; DistilBERT: dropout, default 0.1); head = classifier_dropout when set (not MPNet, whose config has none),
 // else the body's (DistilBERT sequence classification: seq_classif_dropout, default 0.2; token classification:
 // dropout); masked LM heads have none (head = body, unused). Throws std::runtime_error naming `file` for a value
-// that is not a number in [0, 1).
+// that is not a number in [0, 1), std::invalid_argument for a model_type outside trainable_model_types().
 std::pair<float, float> training_dropouts(const nlohmann::json& config, HeadKind kind, const std::string& file);
+// The trainable body of config.model_type's family (check_finetune_family; std::invalid_argument for another),
+// its parameters registered in `store` (finalize the store, then body->load()).
+std::unique_ptr<TrainableEncoder> make_trainable_encoder(nn::ParamStore& store, const EncoderConfig& config,
+                                                         const TrainableEncoderOptions& options);
 // Hugging Face's class name for the family and head ("RobertaForTokenClassification",
 // "XLMRobertaForSequenceClassification", "DistilBertForMaskedLM", ...), config.json "architectures" of a saved
 // folder. Throws std::invalid_argument as check_finetune_family.
@@ -151,7 +156,7 @@ class FinetuneModel {
   Rng& dropout_rng() { return rng_; }  // dropout masks are drawn from it (its state is part of a checkpoint)
   // config.json "architectures" of the trained model (trained_architecture).
   const std::string& architecture() const { return architecture_; }
-  // The parameters that are not trained (BertTrainable::frozen_names), saved as loaded.
+  // The parameters that are not trained (TrainableEncoder::frozen_names), saved as loaded.
   const std::vector<std::string>& frozen_parameters() const { return body_->frozen_names(); }
 
  protected:
@@ -173,7 +178,7 @@ class FinetuneModel {
   EncoderConfig config_;
   FinetuneHyperparameters hp_;
   nn::ParamStore store_;
-  std::unique_ptr<BertTrainable> body_;
+  std::unique_ptr<TrainableEncoder> body_;
   std::unique_ptr<TrainingHead> head_;
   std::unique_ptr<FinetuneOptimizer> opt_;
   Rng rng_;

@@ -5,7 +5,6 @@
 #include <cstring>
 #include <stdexcept>
 
-#include "models/mpnet.h"
 #include "ops/cross_entropy.h"
 #include "ops/gemm.h"
 #include "ops/gemm_bf16.h"
@@ -171,10 +170,9 @@ SentenceEmbeddingTrainer::SentenceEmbeddingTrainer(const EncoderConfig& config, 
                              "not '" + config.model_type + "'");
   if (pooling.num_modes() == 0) throw std::invalid_argument("the Pooling module has no mode");
   if (!std::isfinite(scale)) throw std::invalid_argument("the MultipleNegativesRankingLoss scale must be finite");
-  // The Transformer module's base model under its own names (BertModel's, MPNetModel's: no prefix).
-  detail::BertVariant body = config.model_type == "mpnet" ? detail::mpnet_variant() : detail::BertVariant{};
-  body.prefix = "";
-  body_ = std::make_unique<BertTrainable>(store_, config, body, /*pooler=*/false);
+  TrainableEncoderOptions body_options;
+  body_options.bare = true;  // the Transformer module's model.safetensors: the base model's own names
+  body_ = make_trainable_encoder(store_, config, body_options);
   store_.finalize();
   body_->load(store_, weights);
   const int64_t H = config.hidden_size;

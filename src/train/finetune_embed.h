@@ -1,5 +1,6 @@
 // Fine-tuning a sentence-transformers model (tfm finetune --task embed), as SentenceTransformerTrainer runs it:
-// the Transformer module (BERT or MPNet, models/bert.h BertTrainable) -> Pooling -> [Normalize] gives one embedding per
+// the Transformer module (BERT or MPNet: a models/trainable_encoder.h TrainableEncoder, make_trainable_encoder) ->
+// Pooling -> [Normalize] gives one embedding per
 // text, and a loss of sentence_transformers.losses compares them:
 //  - MultipleNegativesRankingLoss (losses/MultipleNegativesRankingLoss.py): (anchor, positive [, negative]) rows;
 //    scores = util.cos_sim(anchors, cat(positives, negatives)) * scale (scale 20), loss = CrossEntropyLoss(scores,
@@ -18,7 +19,7 @@
 
 #include "core/rng.h"
 #include "core/tensor.h"
-#include "models/bert.h"
+#include "models/trainable_encoder.h"
 #include "models/pooling.h"
 #include "nn/params.h"
 #include "train/finetune.h"
@@ -131,7 +132,7 @@ class SentenceEmbeddingTrainer {
   FinetuneHyperparameters hp_;
   double scale_;
   nn::ParamStore store_;
-  std::unique_ptr<BertTrainable> body_;
+  std::unique_ptr<TrainableEncoder> body_;
   std::unique_ptr<FinetuneOptimizer> opt_;
   std::vector<std::pair<std::string, Tensor>> pooler_;
   Rng rng_;
