@@ -118,6 +118,23 @@ TEST_P(AttentionMasks, FastMatchesReferenceAndMaskedRowsAreZero) {
       }
 }
 
+namespace {
+// Central differences (step 1e-2) of loss() in each entry of x against the analytic gradient g.
+void expect_finite_differences(std::vector<float>& x, const std::vector<float>& g, const std::function<double()>& loss,
+                               const std::string& what) {
+  for (size_t i = 0; i < x.size(); ++i) {
+    const float keep = x[i], h = 1e-2f;
+    x[i] = keep + h;
+    const double up = loss();
+    x[i] = keep - h;
+    const double dn = loss();
+    x[i] = keep;
+    const double num = (up - dn) / (2 * h);
+    EXPECT_NEAR(g[i], num, 2e-3 + 2e-2 * std::fabs(num)) << what << "[" << i << "]";
+  }
+}
+}  // namespace
+
 // Finite differences of L = sum(out * R) against attention_backward, for every mask form.
 TEST_P(AttentionMasks, GradientMatchesFiniteDifferences) {
   AttnCase c = attention_cases()[GetParam()];
@@ -143,22 +160,9 @@ TEST_P(AttentionMasks, GradientMatchesFiniteDifferences) {
   std::vector<float> o(B * Lq * D), pr(B * H * Lq * Lk), dq(q.size()), dk(k.size()), dv(v.size());
   attention_forward(o.data(), pr.data(), q.data(), k.data(), v.data(), d, m, dm.data());
   attention_backward(dq.data(), dk.data(), dv.data(), R.data(), pr.data(), q.data(), k.data(), v.data(), d, dm.data());
-  auto check = [&](std::vector<float>& x, const std::vector<float>& g, const char* what) {
-    for (size_t i = 0; i < x.size(); ++i) {
-      float keep = x[i];
-      const float h = 1e-2f;
-      x[i] = keep + h;
-      double up = loss();
-      x[i] = keep - h;
-      double dn = loss();
-      x[i] = keep;
-      double num = (up - dn) / (2 * h);
-      EXPECT_NEAR(g[i], num, 2e-3 + 2e-2 * std::fabs(num)) << c.name << " " << what << "[" << i << "]";
-    }
-  };
-  check(q, dq, "dq");
-  check(k, dk, "dk");
-  check(v, dv, "dv");
+  expect_finite_differences(q, dq, loss, c.name + " dq");
+  expect_finite_differences(k, dk, loss, c.name + " dk");
+  expect_finite_differences(v, dv, loss, c.name + " dv");
 }
 
 INSTANTIATE_TEST_SUITE_P(AllForms, AttentionMasks, ::testing::Range(0, 8));
@@ -197,22 +201,10 @@ TEST(AttentionScoreBias, GradientMatchesFiniteDifferencesOnBothKernels) {
       attention_backward(dq.data(), dk.data(), dv.data(), R.data(), pr.data(), q.data(), k.data(), v.data(), d,
                          dm.data(), dbias.data());
       const std::string where = std::string(ops::kernel_isa_name(isa)) + " Dh " + std::to_string(Dh);
-      auto check = [&](std::vector<float>& x, const std::vector<float>& g, const char* what) {
-        for (size_t i = 0; i < x.size(); ++i) {
-          const float keep = x[i], h = 1e-2f;
-          x[i] = keep + h;
-          const double up = loss();
-          x[i] = keep - h;
-          const double dn = loss();
-          x[i] = keep;
-          const double num = (up - dn) / (2 * h);
-          EXPECT_NEAR(g[i], num, 2e-3 + 2e-2 * std::fabs(num)) << where << " " << what << "[" << i << "]";
-        }
-      };
-      check(bias, dbias, "dbias");
-      check(q, dq, "dq");
-      check(k, dk, "dk");
-      check(v, dv, "dv");
+      expect_finite_differences(bias, dbias, loss, where + " dbias");
+      expect_finite_differences(q, dq, loss, where + " dq");
+      expect_finite_differences(k, dk, loss, where + " dk");
+      expect_finite_differences(v, dv, loss, where + " dv");
       double total = 0;
       for (int64_t hi = 0; hi < H * L; ++hi) {
         EXPECT_EQ(dbias[hi * L + 4], 0.0f) << where << " row " << hi;
