@@ -5,7 +5,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <fstream>
 #include <memory>
+#include <sstream>
 #include <vector>
 #include <string>
 
@@ -30,7 +32,8 @@ inline ::testing::AssertionResult close_to(const float* got, const Tensor& want,
 // in exact arithmetic, rounding noise on both sides (and Adam turns that noise into steps of +-lr).
 inline bool is_key_bias(const std::string& name) {
   return name.find("attention.self.key.bias") != std::string::npos ||  // BERT, RoBERTa
-         name.find("attention.k_lin.bias") != std::string::npos;       // DistilBERT
+         name.find("attention.k_lin.bias") != std::string::npos ||     // DistilBERT
+         name.find("attention.attn.k.bias") != std::string::npos;      // MPNet
 }
 
 // The hyperparameters a fixture script wrote (hyper.json's keys are FinetuneHyperparameters' names); dropout 0, as
@@ -63,24 +66,25 @@ inline FinetuneBatch finetune_batch_at(const SafeTensors& st, const std::string&
   return b;
 }
 
-// The sentence batch whose columns a fixture script wrote under `p` ("R.batchK.", "step0.micro0."): p + "col<c>"
-// [B, L_c] token ids (each column padded with 0 on its own, as sentence-transformers runs them), padded into one
-// SentenceBatch; p + "scores" [B] when present.
-inline SentenceBatch sentence_batch_at(const SafeTensors& st, const std::string& p) {
+// The sentence batch a fixture script wrote under `p` ("step0.micro0."): columns col0, col1 [, col2] ([B, L_c] ids,
+// each padded on its own with pad_id) padded into one SentenceBatch (column after column), attention_mask = ids !=
+// pad_id; "scores" [B] when present.
+inline SentenceBatch sentence_batch_at(const SafeTensors& st, const std::string& p, int64_t pad_id) {
   SentenceBatch b;
   std::vector<Tensor> cols;
-  while (st.has(p + "col" + std::to_string(cols.size()))) cols.push_back(st.get(p + "col" + std::to_string(cols.size())));
+  while (st.has(p + "col" + std::to_string(cols.size())))
+    cols.push_back(st.get(p + "col" + std::to_string(cols.size())));
   b.B = cols.at(0).size(0);
   b.columns = (int64_t)cols.size();
   for (const Tensor& c : cols) b.L = std::max(b.L, c.size(1));
-  b.input_ids.assign(b.rows() * b.L, 0);
+  b.input_ids.assign(b.rows() * b.L, pad_id);
   b.attention_mask.assign(b.rows() * b.L, 0.0f);
   for (int64_t c = 0; c < b.columns; ++c)
     for (int64_t i = 0; i < b.B; ++i)
       for (int64_t l = 0; l < cols[c].size(1); ++l) {
         const int64_t id = cols[c].i64()[i * cols[c].size(1) + l];
         b.input_ids[(c * b.B + i) * b.L + l] = id;
-        b.attention_mask[(c * b.B + i) * b.L + l] = id != 0 ? 1.0f : 0.0f;
+        b.attention_mask[(c * b.B + i) * b.L + l] = id != pad_id ? 1.0f : 0.0f;
       }
   if (st.has(p + "scores")) {
     Tensor s = st.get(p + "scores");
@@ -89,23 +93,41 @@ inline SentenceBatch sentence_batch_at(const SafeTensors& st, const std::string&
   return b;
 }
 
-// The trainer of `kind` (num_labels C; masked LM: the vocabulary).
-inline std::unique_ptr<FinetuneModel> make_trainer(HeadKind kind, const EncoderConfig& c, WeightSource& w, int64_t C,
-                                                   const FinetuneHyperparameters& hp) {
+// A CSV of numbers with a header line (train_log.csv): the header in *header, a row of doubles per line (an empty
+// cell NaN).
+inline std::vector<std::vector<double>> csv_rows(const std::string& path, std::string* header) {
+  std::ifstream f(path);
+  std::string line;
+  std::getline(f, line);
+  *header = line;
+  std::vector<std::vector<double>> rows;
+  while (std::getline(f, line)) {
+    std::vector<double> v;
+    std::stringstream ss(line);
+    std::string cell;
+    while (std::getline(ss, cell, ',')) v.push_back(cell.empty() ? NAN : std::stod(cell));
+    rows.push_back(v);
+  }
+  return rows;
+}
+
+// The *For<kind> trainer of the task (num_labels C; masked LM: none).
+inline std::unique_ptr<FinetuneModel> make_finetune_trainer(HeadKind kind, const EncoderConfig& c, WeightSource& w,
+                                                            int64_t C, const FinetuneHyperparameters& hp) {
   if (kind == HeadKind::SequenceClassification) return std::make_unique<SequenceClassificationTrainer>(c, w, C, hp);
   if (kind == HeadKind::TokenClassification) return std::make_unique<TokenClassificationTrainer>(c, w, C, hp);
   return std::make_unique<MaskedLMTrainer>(c, w, hp);
 }
 
 // The fixture's three optimizer steps ([1 micro-batch], [2 micro-batches accumulated], [1 micro-batch], as
-// make_finetune_task_fixtures.py's trainer_steps writes them): each micro-batch's loss, every gradient of the first
-// step ("step0.grad.<name>"), each step's gradient norm and learning rate, and every parameter after the steps
-// ("final.<name>"). `trained`: the number of trained tensors the script counted; `frozen`: tensors that must get
-// no gradient and stay as loaded. Trainer: a FinetuneModel or a SentenceEmbeddingTrainer (accumulate_gradients,
-// params, optimizer, last_lr); batch_at(prefix) reads micro-batch "step{k}.micro{j}." of the fixture.
+// make_finetune_task_fixtures.py / make_finetune_family_fixtures.py write them): each micro-batch's loss, every
+// gradient of the first step ("step0.grad.<name>"), each step's gradient norm and learning rate, and every
+// parameter after the steps ("final.<name>"). `trained`: the number of trained tensors the script counted;
+// `frozen`: tensors that must get no gradient and stay as loaded. Trainer: a FinetuneModel or a
+// SentenceEmbeddingTrainer; batch_at(prefix) its batch of "step{k}.micro{j}.".
 template <class Trainer, class BatchAt>
 void check_trainer_steps(Trainer& t, const SafeTensors& st, int64_t trained, const std::vector<std::string>& frozen,
-                         const BatchAt& batch_at) {
+                         BatchAt batch_at) {
   auto is_frozen = [&](const std::string& n) { return std::find(frozen.begin(), frozen.end(), n) != frozen.end(); };
   Tensor micro_loss = st.get("micro_loss"), norm = st.get("grad_norm"), lr = st.get("lr");
   int m = 0;
@@ -152,6 +174,11 @@ void check_trainer_steps(Trainer& t, const SafeTensors& st, int64_t trained, con
 }
 
 // check_trainer_steps of a FinetuneModel on the fixture's FinetuneBatch micro-batches.
+inline void check_finetune_steps(FinetuneModel& t, const SafeTensors& st, int64_t trained,
+                                 const std::vector<std::string>& frozen = {}) {
+  check_trainer_steps(t, st, trained, frozen, [&](const std::string& p) { return finetune_batch_at(st, p); });
+}
+
 inline void check_finetune_steps(FinetuneModel& t, const SafeTensors& st, int64_t trained,
                                  const std::vector<std::string>& frozen = {}) {
   check_trainer_steps(t, st, trained, frozen, [&](const std::string& p) { return finetune_batch_at(st, p); });

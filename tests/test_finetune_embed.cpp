@@ -47,8 +47,8 @@ SentenceBatch micro_batch_of(const std::string& run, int k, int j) {
   return batch_at(run + ".batch" + std::to_string(k) + ".micro" + std::to_string(j) + ".");
 }
 
-// The batch whose tensors' names start with p ("R.batchK." or "R.batchK.microJ.").
-SentenceBatch batch_at(const std::string& p) { return test::sentence_batch_at(steps(), p); }
+// The batch whose tensors' names start with p ("R.batchK." or "R.batchK.microJ."), [PAD] = 0.
+SentenceBatch batch_at(const std::string& p) { return test::sentence_batch_at(steps(), p, 0); }
 
 // Runs fixture run `run` step by step: the first step's loss and every gradient, then every step's loss and
 // learning rate, and every parameter after the last step.
@@ -265,21 +265,7 @@ std::string no_dropout_copy(const std::string& dir) {
   return dir + "/st";
 }
 
-std::vector<std::vector<double>> csv_rows(const std::string& path, std::string* header) {
-  std::ifstream f(path);
-  std::string line;
-  std::getline(f, line);
-  *header = line;
-  std::vector<std::vector<double>> rows;
-  while (std::getline(f, line)) {
-    std::vector<double> v;
-    std::stringstream ss(line);
-    std::string cell;
-    while (std::getline(ss, cell, ',')) v.push_back(cell.empty() ? NAN : std::stod(cell));
-    rows.push_back(v);
-  }
-  return rows;
-}
+using test::csv_rows;
 
 TEST(FinetuneEmbedCli, TrainsAsPyTorchAndWritesAFolderThatTfmEmbedLoads) {
   test::TempFolder t;

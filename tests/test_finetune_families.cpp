@@ -1,10 +1,10 @@
-// Fine-tuning the BERT-like families (issue 25): RoBERTa (also as XLM-RoBERTa and CamemBERT) and DistilBERT,
-// sequence classification, token classification and masked LM (ModernBERT's steps: test_finetune_modernbert.cpp;
-// its folders and CLI runs here). Optimizer steps with gradient accumulation equal
-// PyTorch autograd + the Hugging Face Trainer on the modeling files' heads (scripts/make_finetune_family_fixtures.py);
-// the written folders carry the family's Hugging Face names and architectures and reload through the inference
-// path (TaskModel, tfm classify / fill-mask) to the trainer's logits; the families without training are refused
-// in one line.
+// Fine-tuning the BERT-like families (issue 25): RoBERTa (also as XLM-RoBERTa and CamemBERT), DistilBERT and
+// MPNet (its steps in tests/test_finetune_mpnet.cpp), sequence classification, token classification and masked LM
+// (ModernBERT's steps: test_finetune_modernbert.cpp; its folders and CLI runs here). Optimizer steps with gradient
+// accumulation equal PyTorch autograd + the Hugging Face Trainer on the modeling files' heads
+// (scripts/make_finetune_family_fixtures.py); the written folders carry the family's Hugging Face names and
+// architectures and reload through the inference path (TaskModel, tfm classify / fill-mask) to the trainer's
+// logits; a model without training (the tutorial encoder) is refused in one line.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -36,8 +36,6 @@ EncoderConfig config_of(const std::string& folder, const nlohmann::json& patch =
   return EncoderConfig::from_json(j, path);
 }
 
-using test::make_trainer;
-
 struct StepCase {
   const char* fixture;  // finetune_family/<fixture>_steps.safetensors
   const char* model;    // family_heads/<model> (weights)
@@ -58,7 +56,8 @@ TEST_P(FinetuneFamilySteps, MatchPyTorch) {
   const nlohmann::json hj = load_json_file(fixture(std::string("finetune_family/") + p.fixture + "_hyper.json"));
   const EncoderConfig c = config_of(p.model, nlohmann::json::parse(p.patch));
   CheckpointWeights w(fixture(std::string("family_heads/") + p.model));
-  std::unique_ptr<FinetuneModel> t = make_trainer(p.kind, c, w, p.num_labels, test::hyperparameters_from_json(hj));
+  std::unique_ptr<FinetuneModel> t =
+      test::make_finetune_trainer(p.kind, c, w, p.num_labels, test::hyperparameters_from_json(hj));
   EXPECT_EQ(t->architecture(), p.architecture);
   for (const char* n : p.names) EXPECT_GE(t->params().index_of(n), 0) << n;
   const std::vector<std::string> frozen = hj["frozen"].get<std::vector<std::string>>();
@@ -152,10 +151,11 @@ TEST(FinetuneFamilies, StoresHoldTheFamilysTensorsOnly) {
 
 // A family without a trainer is refused by name, with the supported ones listed.
 TEST(FinetuneFamilies, OtherFamiliesAreRefusedNamingTheSupportedOnes) {
-  EXPECT_EQ(std::string(trainable_model_types()), "bert, roberta, xlm-roberta, camembert, distilbert, modernbert");
-  for (const char* folder : {"mpnet_seqcls"}) {
-    const EncoderConfig c = EncoderConfig::load(fixture(std::string("family_heads/") + folder + "/config.json"));
-    CheckpointWeights w(fixture(std::string("family_heads/") + folder));
+  EXPECT_EQ(std::string(trainable_model_types()),
+            "bert, roberta, xlm-roberta, camembert, distilbert, mpnet, modernbert");
+  for (const char* folder : {"transformer_encoder"}) {
+    const EncoderConfig c = EncoderConfig::load(fixture(std::string(folder) + "/config.json"));
+    CheckpointWeights w(fixture(folder));
     try {
       SequenceClassificationTrainer t(c, w, 2, FinetuneHyperparameters{});
       ADD_FAILURE() << folder << " was accepted";
@@ -338,6 +338,20 @@ INSTANTIATE_TEST_SUITE_P(
       return std::string(i.param.model) + (i.param.patch ? "_patched" : "");
     });
 
+// MPNet: RoBERTa's heads under "mpnet.", the relative position bias saved with the body.
+INSTANTIATE_TEST_SUITE_P(
+    MPNet, FinetuneFamilyFolders,
+    ::testing::Values(
+        FolderCase{"mpnet_seqcls", "classify", HeadKind::SequenceClassification, "MPNetForSequenceClassification",
+                   {"mpnet.encoder.relative_attention_bias.weight", "mpnet.encoder.layer.1.attention.attn.o.weight",
+                    "classifier.dense.weight", "classifier.out_proj.weight"},
+                   {"mpnet.pooler.dense.weight", "mpnet.embeddings.token_type_embeddings.weight"}},
+        FolderCase{"mpnet_tokcls", "token-classify", HeadKind::TokenClassification, "MPNetForTokenClassification",
+                   {"classifier.weight", "mpnet.encoder.relative_attention_bias.weight"}, {"classifier.dense.weight"}},
+        FolderCase{"mpnet_mlm", "mlm", HeadKind::MaskedLM, "MPNetForMaskedLM",
+                   {"lm_head.dense.weight", "lm_head.layer_norm.weight", "lm_head.bias"}, {"lm_head.decoder.weight"}}),
+    [](const ::testing::TestParamInfo<FolderCase>& i) { return std::string(i.param.model); });
+
 // ---------------------------------------------------------------- the CLI
 
 // tfm finetune on each family and task, then the written folder in tfm classify / fill-mask.
@@ -360,6 +374,9 @@ TEST(FinetuneFamiliesCli, EveryFamilyAndTaskTrainsAndLoads) {
       {"modernbert_seqcls", "classify", {"classify", "the man is in paris"}},
       {"modernbert_tokcls", "token-classify", {"classify", "the man is in paris"}},
       {"modernbert_mlm", "mlm", {"fill-mask", "the cat sat on the <mask>"}},
+      {"mpnet_seqcls", "classify", {"classify", "the man is in paris"}},
+      {"mpnet_tokcls", "token-classify", {"classify", "the man is in paris"}},
+      {"mpnet_mlm", "mlm", {"fill-mask", "the cat sat on the <mask>"}},
   };
   for (const Run& r : runs) {
     const std::string out = t.path + "/" + r.model;
@@ -381,8 +398,8 @@ TEST(FinetuneFamiliesCli, EveryFamilyAndTaskTrainsAndLoads) {
 TEST(FinetuneFamiliesCli, UnsupportedFamilyIsAOneLineError) {
   test::TempFolder t;
   test::spit(t.path + "/train.csv", "text,label\nthe cat,a\nthe dog,b\n");
-  for (const char* folder : {"mpnet_seqcls"}) {
-    test::TfmRun r = test::run_tfm_in(t.path, {"finetune", "--model", fixture(std::string("family_heads/") + folder),
+  for (const char* folder : {"transformer_encoder"}) {
+    test::TfmRun r = test::run_tfm_in(t.path, {"finetune", "--model", fixture(folder),
                                                "--train", t.path + "/train.csv", "--out", t.path + "/o",
                                                "--no-progress"});
     test::expect_one_line_error(r, std::string("cannot be fine-tuned yet (supported: ") + trainable_model_types() + ")");

@@ -247,7 +247,7 @@ TEST(FinetuneModernBertTasks, StepsMatchPyTorch) {
     const nlohmann::json hj = load_json_file(base + "_hyper.json");
     CheckpointWeights w(fixture("finetune_modernbert/tasks"));
     std::unique_ptr<FinetuneModel> t =
-        test::make_trainer(p.kind, task_config(nlohmann::json::parse(p.patch)), w, 3, test::hyperparameters_from_json(hj));
+        test::make_finetune_trainer(p.kind, task_config(nlohmann::json::parse(p.patch)), w, 3, test::hyperparameters_from_json(hj));
     EXPECT_EQ(t->architecture(), p.architecture);
     EXPECT_TRUE(t->frozen_parameters().empty());
     // No bias where ModernBERT has none (classifier_bias, norm_bias false), no untied decoder.
@@ -363,7 +363,7 @@ TEST(FinetuneModernBertTasks, SentenceEmbeddingStepsMatchPyTorch) {
   EXPECT_GE(t.params().index_of("layers.1.attn_norm.weight"), 0);
   EXPECT_EQ(t.params().index_of("model.layers.1.attn_norm.weight"), -1);
   test::check_trainer_steps(t, st, hj["parameters"].get<int64_t>(), {},
-                            [&](const std::string& p) { return test::sentence_batch_at(st, p); });
+                            [&](const std::string& p) { return test::sentence_batch_at(st, p, 0); });
 }
 
 // tfm finetune --task embed (the API) on a sentence-transformers folder around ModernBertModel (family_heads/

@@ -51,6 +51,14 @@ struct BertVariant {
   // throws std::runtime_error for a pad_token_id outside [0, max_position_embeddings), forward throws
   // std::invalid_argument when pad_token_id + seq_len reaches max_position_embeddings.
   bool positions_from_padding = false;
+  // The padding index of positions_from_padding: -1 = config.pad_token_id (RoBERTa); MPNet's MPNetEmbeddings
+  // hard-codes 1 (called "padding_idx" in messages).
+  int64_t padding_idx = -1;
+  // true: MPNet's relative position bias (models/mpnet.h): encoder.relative_attention_bias.weight
+  // [relative_attention_num_buckets, num_attention_heads], one [heads, L, L] table from
+  // detail::mpnet_position_bias added to every layer's attention scores; trained (the gradient of the table is the
+  // scatter-add over buckets of every layer's score-bias gradient).
+  bool relative_attention_bias = false;
   // false: the position table is a constant in training (DistilBERT with sinusoidal_pos_embds:
   // create_sinusoidal_embeddings sets requires_grad False): BertTrainable gives it no gradient and lists it in
   // frozen_names(), which the fine-tuning optimizer leaves as loaded.
@@ -75,15 +83,15 @@ std::unique_ptr<EncoderModel> make_bert_variant(const EncoderConfig& config, Wei
 }  // namespace detail
 
 // BertModel for training (fine-tuning), and the families of detail::BertVariant (RobertaModel, XLMRobertaModel,
-// CamembertModel, DistilBertModel): make_bert's composition (the same layer readers) with every tensor a
-// trainable entry of an nn::ParamStore, named as the family's *For* checkpoints name it: the prefix ("bert.",
-// "roberta.", "distilbert.") then the base model's state_dict name (e.g.
-// "roberta.encoder.layer.0.attention.self.query.weight", "distilbert.transformer.layer.0.attention.q_lin.weight"),
-// so that the store saves as a Hugging Face checkpoint. Forward and backward match the modeling file's base model
-// in training mode: dropout p (nn::Context::dropout: HF hidden_dropout_prob; DistilBERT's dropout, its
-// attention_dropout taken equal) after the embeddings' LayerNorm, on the attention probabilities, and on each
-// sublayer's output before its residual LayerNorm (DistilBERT: the feed-forward's only). Position ids and token
-// types as the variant says.
+// CamembertModel, DistilBertModel, MPNetModel): make_bert's composition (the same layer readers) with every tensor
+// a trainable entry of an nn::ParamStore, named as the family's *For* checkpoints name it: the prefix ("bert.",
+// "roberta.", "distilbert.", "mpnet.") then the base model's state_dict name (e.g.
+// "roberta.encoder.layer.0.attention.self.query.weight", "distilbert.transformer.layer.0.attention.q_lin.weight",
+// "mpnet.encoder.relative_attention_bias.weight"), so that the store saves as a Hugging Face checkpoint. Forward
+// and backward match the modeling file's base model in training mode: dropout p (nn::Context::dropout: HF
+// hidden_dropout_prob; DistilBERT's dropout, its attention_dropout taken equal) after the embeddings' LayerNorm, on
+// the attention probabilities, and on each sublayer's output before its residual LayerNorm (DistilBERT: the
+// feed-forward's only). Position ids, token types and MPNet's relative position bias as the variant says.
 class BertTrainable final : public TrainableEncoder {
  public:
   // BERT, its parameters under `prefix` ("bert.", or "" for a bare BertModel folder).
@@ -124,7 +132,7 @@ class BertTrainable final : public TrainableEncoder {
   detail::BertVariant variant_;
   std::string prefix_;
   std::vector<std::string> names_, frozen_;
-  nn::Param word_, pos_, type_;
+  nn::Param word_, pos_, type_, rel_bias_;
   nn::LayerNorm emb_ln_;
   std::vector<nn::EncoderBlock> layers_;
   nn::Linear pooler_;
@@ -132,6 +140,7 @@ class BertTrainable final : public TrainableEncoder {
   int64_t B_ = 0, L_ = 0;
   std::vector<int64_t> ids_, types_, positions_;
   std::vector<float> emb_sum_, emb_ln_out_, emb_drop_, x0_, key_mask_, cls_, pooled_, dx_, tmp_;
+  std::vector<float> score_bias_, dscore_bias_;  // [heads, L, L]: MPNet's position bias and its gradient
   ops::AttentionMask mask_;
 };
 }  // namespace tfm

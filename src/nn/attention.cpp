@@ -1,6 +1,7 @@
 #include "nn/attention.h"
 
 #include <cstring>
+#include <stdexcept>
 
 #include "core/profile.h"
 #include "ops/attention_train.h"
@@ -16,6 +17,10 @@ bool bf16_attention(ops::ComputeType ct) { return ct == ops::ComputeType::BF16 |
 
 void MultiHeadAttention::forward(const Context& c, float* out, const float* xq_, const float* xkv_, int64_t B_,
                                  int64_t Lq_, int64_t Lk_, const ops::AttentionMask& mask) {
+  if (mask.bias && (mask.bias_batch_stride != 0 || mask.bias_len != 0))
+    throw std::invalid_argument("MultiHeadAttention::forward: a score bias in training must be one [heads, Lq, Lk] "
+                                "table shared by the batch (bias_batch_stride 0, bias_len 0)");
+  score_bias = mask.bias != nullptr;
   xq = xq_;
   xkv = xkv_;
   B = B_;
@@ -53,8 +58,13 @@ void MultiHeadAttention::backward(const float* dout, float* dxq, float* dxkv) {
   dK.resize(B * Lk * H);
   dV.resize(B * Lk * H);
   ops::AttentionDims d{B, Lq, Lk, num_heads, head_dim()};
+  if (score_bias) {
+    dbias.resize(num_heads * Lq * Lk);
+  } else {
+    dbias.clear();
+  }
   ops::attention_backward(dQ.data(), dK.data(), dV.data(), dctx.data(), probs.data(), Q.data(), K.data(), V.data(), d,
-                          drop.empty() ? nullptr : drop.data());
+                          drop.empty() ? nullptr : drop.data(), score_bias ? dbias.data() : nullptr);
   query.backward(dxq, dQ.data(), xq, B * Lq);
   key.backward(dxkv, dK.data(), xkv, B * Lk);
   value.backward(dxkv, dV.data(), xkv, B * Lk);

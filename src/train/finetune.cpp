@@ -14,6 +14,7 @@
 #include "models/bert.h"
 #include "models/distilbert.h"
 #include "models/modernbert.h"
+#include "models/mpnet.h"
 #include "models/roberta.h"
 #include "ops/activation.h"
 #include "ops/gemm_bf16.h"
@@ -417,6 +418,12 @@ std::pair<float, float> bert_dropouts(const nlohmann::json& config, HeadKind kin
   return {body, head};
 }
 
+// MPNet: hidden_dropout_prob for the body and the heads (MPNetConfig has no classifier_dropout).
+std::pair<float, float> mpnet_dropouts(const nlohmann::json& config, HeadKind, const std::string& file) {
+  const float p = dropout_of(config, "hidden_dropout_prob", 0.1, file);
+  return {p, p};
+}
+
 // DistilBERT: dropout; sequence classification seq_classif_dropout.
 std::pair<float, float> distilbert_dropouts(const nlohmann::json& config, HeadKind kind, const std::string& file) {
   const float body = dropout_of(config, "dropout", 0.1, file);
@@ -471,6 +478,12 @@ const std::vector<Family>& families() {
          return bert_variant_body(s, c, o, detail::distilbert_variant(c));
        },
        distilbert_head, distilbert_dropouts},
+      // MPNetForSequenceClassification's MPNetClassificationHead and MPNetLMHead are RoBERTa's, names included.
+      {"mpnet", "MPNet",
+       [](nn::ParamStore& s, const EncoderConfig& c, const BodyOptions& o) {
+         return bert_variant_body(s, c, o, detail::mpnet_variant());
+       },
+       roberta_head, mpnet_dropouts},
       {"modernbert", "ModernBert",
        [](nn::ParamStore& s, const EncoderConfig& c, const BodyOptions& o) -> std::unique_ptr<TrainableEncoder> {
          return std::make_unique<ModernBertTrainable>(s, c, o.bare ? "" : "model.");

@@ -1,13 +1,15 @@
 // Fine-tuning an encoder with a task head, as the Hugging Face Trainer does it: AdamW (torch.optim.AdamW, no
 // weight decay on biases and LayerNorm weights), get_linear_schedule_with_warmup, clip_grad_norm_ before each
 // step, gradient accumulation (each micro-batch's loss divided by the number of micro-batches of the step).
-// The families: BERT, RoBERTa, XLM-RoBERTa, CamemBERT, DistilBERT (the body: models/bert.h BertTrainable with the
-// family's detail::BertVariant) and ModernBERT (models/modernbert.h ModernBertTrainable), each body a
-// models/trainable_encoder.h TrainableEncoder; one row per family in train/finetune.cpp's table (model_type, class
-// name, body, head, dropouts). The heads, as each modeling_*.py writes them (dropout p: the head's):
+// The families: BERT, RoBERTa, XLM-RoBERTa, CamemBERT, DistilBERT and MPNet (the body: models/bert.h BertTrainable
+// with the family's detail::BertVariant, MPNet's relative position bias trained with it) and ModernBERT
+// (models/modernbert.h ModernBertTrainable), each body a models/trainable_encoder.h TrainableEncoder; one row per
+// family in train/finetune.cpp's table (model_type, class name, body, head, dropouts). The heads, as each
+// modeling_*.py writes them (dropout p: the head's):
 //  - sequence classification, loss = mean cross-entropy over the batch:
 //      BertForSequenceClassification: classifier(dropout(pooler_output));
-//      RobertaForSequenceClassification (XLM-R, CamemBERT): RobertaClassificationHead on <s>:
+//      RobertaForSequenceClassification (XLM-R, CamemBERT; MPNetForSequenceClassification's
+//        MPNetClassificationHead is the same): RobertaClassificationHead on <s>:
 //        out_proj(dropout(tanh(dense(dropout(h[:, 0]))))), tensors classifier.dense.*, classifier.out_proj.*;
 //      DistilBertForSequenceClassification: classifier(dropout(ReLU(pre_classifier(h[:, 0])))), p
 //        seq_classif_dropout;
@@ -19,8 +21,8 @@
 //    (CrossEntropyLoss's ignore_index);
 //  - masked LM: transform dense, activation, LayerNorm, then the decoder tied to the word embeddings plus its own
 //    bias; loss as token classification's. BertOnlyMLMHead (cls.predictions.transform.{dense, LayerNorm},
-//    hidden_act, cls.predictions.bias), RobertaLMHead (lm_head.{dense, layer_norm}, gelu, lm_head.bias),
-//    DistilBertForMaskedLM (vocab_transform, activation, vocab_layer_norm, vocab_projector.bias),
+//    hidden_act, cls.predictions.bias), RobertaLMHead and MPNetLMHead (lm_head.{dense, layer_norm}, gelu,
+//    lm_head.bias), DistilBertForMaskedLM (vocab_transform, activation, vocab_layer_norm, vocab_projector.bias),
 //    ModernBertForMaskedLM (head, then decoder tied to model.embeddings.tok_embeddings with decoder.bias when
 //    decoder_bias; its sparse_prediction computes the same loss on the labelled rows only, as here).
 //
@@ -68,17 +70,18 @@ struct FinetuneHyperparameters {
 // ---------------------------------------------------------------- the families
 
 // The config.json model_types fine-tuning takes (the family table's, in order), for messages: "bert, roberta,
-// xlm-roberta, camembert, distilbert, modernbert".
+// xlm-roberta, camembert, distilbert, mpnet, modernbert".
 const char* trainable_model_types();
 // Throws std::invalid_argument "<where>: model_type 'mpnet' cannot be fine-tuned yet (supported: bert, ...)"
 // for a model_type outside trainable_model_types().
 void check_finetune_family(const std::string& model_type, const std::string& where);
 // The dropout of a family's *For<kind> model in training, from config.json: body = hidden_dropout_prob (default
 // 0.1; DistilBERT: dropout, default 0.1; ModernBERT: 0, its body reading embedding_dropout, attention_dropout and
-// mlp_dropout itself, checked here); head = classifier_dropout when set, else the body's (DistilBERT sequence
-// classification: seq_classif_dropout, default 0.2; token classification: dropout; ModernBERT classifier_dropout,
-// default 0); masked LM heads have none (head = body, unused; ModernBERT 0). Throws std::runtime_error naming `file` for a value that is not a number in [0, 1),
-// std::invalid_argument for a model_type outside trainable_model_types().
+// mlp_dropout itself, checked here); head = classifier_dropout when set (not MPNet, whose config has none), else
+// the body's (DistilBERT sequence classification: seq_classif_dropout, default 0.2; token classification:
+// dropout; ModernBERT classifier_dropout, default 0); masked LM heads have none (head = body, unused; ModernBERT
+// 0). Throws std::runtime_error naming `file` for a value that is not a number in [0, 1), std::invalid_argument
+// for a model_type outside trainable_model_types().
 std::pair<float, float> training_dropouts(const nlohmann::json& config, HeadKind kind, const std::string& file);
 // The trainable body of config.model_type's family (check_finetune_family; std::invalid_argument for another),
 // its parameters registered in `store` (finalize the store, then body->load()).

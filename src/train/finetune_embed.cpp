@@ -159,6 +159,7 @@ double cosine_similarity_loss(const float* emb, const float* scores, int64_t B, 
 
 // ---------------------------------------------------------------- SentenceEmbeddingTrainer
 
+
 SentenceEmbeddingTrainer::SentenceEmbeddingTrainer(const EncoderConfig& config, WeightSource& weights,
                                                    const PoolingConfig& pooling, bool normalize, EmbeddingLoss loss,
                                                    const FinetuneHyperparameters& hp, double scale)
@@ -166,7 +167,7 @@ SentenceEmbeddingTrainer::SentenceEmbeddingTrainer(const EncoderConfig& config, 
   if (pooling.num_modes() == 0) throw std::invalid_argument("the Pooling module has no mode");
   if (!std::isfinite(scale)) throw std::invalid_argument("the MultipleNegativesRankingLoss scale must be finite");
   TrainableEncoderOptions body_options;
-  body_options.bare = true;  // the Transformer module's model.safetensors: BertModel's own names
+  body_options.bare = true;  // the Transformer module's model.safetensors: the base model's own names
   body_ = make_trainable_encoder(store_, config, body_options);
   store_.finalize();
   body_->load(store_, weights);

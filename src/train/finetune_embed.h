@@ -68,16 +68,16 @@ double multiple_negatives_ranking_loss(const float* emb, int64_t B, int64_t colu
 double cosine_similarity_loss(const float* emb, const float* scores, int64_t B, int64_t D, float* demb,
                               float* cos_out = nullptr);
 
-// A sentence-transformers model in training: the Transformer module's base model (BertModel, ModernBertModel, ...;
-// store names as its model.safetensors names them: "embeddings.*", "encoder.layer.N.*", "layers.N.*"), Pooling,
-// Normalize when the folder has it.
+// A sentence-transformers model in training: the Transformer module's base model (BertModel, MPNetModel,
+// ModernBertModel, ...; store names as its model.safetensors names them: "embeddings.*", "encoder.layer.N.*",
+// MPNet's "encoder.relative_attention_bias.weight", "layers.N.*"), Pooling, Normalize when the folder has it.
 class SentenceEmbeddingTrainer {
  public:
   // Loads the body of config.model_type's family (make_trainable_encoder, bare: the base model's names, e.g.
-  // BertModel's with or without "bert.", ModernBertModel's with or without "model."); a BERT pooler in the
-  // checkpoint is kept as it is for saving. Throws std::runtime_error naming a missing tensor,
-  // std::invalid_argument for a model_type outside trainable_model_types(), a pooling without modes or a scale
-  // that is not finite.
+  // BertModel's with or without "bert.", MPNetModel's with or without "mpnet.", ModernBertModel's with or without
+  // "model."); a BERT pooler in the checkpoint is kept as it is for saving. Throws std::runtime_error naming a
+  // missing tensor, std::invalid_argument for a model_type outside trainable_model_types(), a pooling without
+  // modes or a scale that is not finite.
   SentenceEmbeddingTrainer(const EncoderConfig& config, WeightSource& weights, const PoolingConfig& pooling,
                            bool normalize, EmbeddingLoss loss, const FinetuneHyperparameters& hp, double scale = 20.0);
 
