@@ -179,11 +179,6 @@ inline void check_finetune_steps(FinetuneModel& t, const SafeTensors& st, int64_
   check_trainer_steps(t, st, trained, frozen, [&](const std::string& p) { return finetune_batch_at(st, p); });
 }
 
-inline void check_finetune_steps(FinetuneModel& t, const SafeTensors& st, int64_t trained,
-                                 const std::vector<std::string>& frozen = {}) {
-  check_trainer_steps(t, st, trained, frozen, [&](const std::string& p) { return finetune_batch_at(st, p); });
-}
-
 // Central differences of the loss against the analytic gradient for a few entries of every head tensor (and the
 // tied word embeddings), dropout off.
 inline void check_finetune_finite_differences(FinetuneModel& t, const FinetuneBatch& b, const std::vector<std::string>& names) {
