@@ -10,6 +10,8 @@
 #            the other in this invocation; wall and CPU time of each whole 'tfm translate' process (load included),
 #            sentences/s, corpus BLEU and its difference to fp32.
 #   PRECISION=bf16: tfm trains with "precision": "bf16" (bf16 GEMM inputs, fp32 master weights); PyTorch stays fp32.
+#   SET="key=value ...": recipe overrides for the full run (`tfm train --set`), e.g. the 30-minute budget of
+#            issue 24: SET="epochs=40 time_limit_minutes=30" (training stops at the first epoch end past 30 min).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash bench/ensure_openblas.sh  # the PyTorch peer on OpenBLAS, one BLAS thread under its threads (bench/torch_blas.py)
@@ -64,7 +66,9 @@ fi
 OUT=${1:-build/multi30k}
 rm -rf "$OUT"
 t0=$(date +%s)
-"$TFM" train --config configs/multi30k-en-fr.json --out "$OUT" --set precision="$PRECISION" --threads "$THREADS"
+sets=(--set precision="$PRECISION")
+for kv in ${SET:-}; do sets+=(--set "$kv"); done
+"$TFM" train --config configs/multi30k-en-fr.json --out "$OUT" "${sets[@]}" --threads "$THREADS"
 t1=$(date +%s)
 gunzip -c "$DATA/multi30k/test_2016_flickr.en.gz" > "$OUT/test.en"
 gunzip -c "$DATA/multi30k/test_2016_flickr.fr.gz" > "$OUT/test.fr"
