@@ -611,6 +611,41 @@ TEST(TrainKernels, UnsupportedCasesAreLeftToTheGenericKernels) {
   EXPECT_FALSE(attention_forward_train(out.data(), nullptr, x.data(), x.data(), x.data(), d8, {}, nullptr));
 }
 
+// Above 32 keys training attention runs the per-head GEMM path (faster there): forward and backward against the
+// references, with dropout and a padded key.
+TEST(TrainKernels, LongSequencesRunThePerHeadGemmsAndMatchTheReference) {
+  const int64_t B = 2, H = 3, L = 40, Dh = 32, D = H * Dh;
+  auto q = random_vec(B * L * D, 11), k = random_vec(B * L * D, 12), v = random_vec(B * L * D, 13);
+  auto dout = random_vec(B * L * D, 14);
+  std::vector<float> out(B * L * D), p(B * H * L * L), drop(p.size()), km(B * L, 1.0f);
+  km[L + 37] = 0.0f;
+  AttentionDims d{B, L, L, H, Dh};
+  EXPECT_FALSE(attention_forward_train(out.data(), p.data(), q.data(), k.data(), v.data(), d, {}, nullptr));
+  std::vector<float> dq(q.size()), dk(k.size()), dv(v.size());
+  EXPECT_FALSE(attention_backward_train(dq.data(), dk.data(), dv.data(), dout.data(), p.data(), q.data(), k.data(),
+                                        v.data(), d, nullptr));
+  Rng rng(15);
+  dropout_mask(drop.data(), (int64_t)drop.size(), 0.25f, rng);
+  AttentionMask m;
+  m.key_mask = km.data();
+  for (bool with_dropout : {false, true}) {
+    const float* dm = with_dropout ? drop.data() : nullptr;
+    attention_forward(out.data(), p.data(), q.data(), k.data(), v.data(), d, m, dm);
+    std::vector<float> p_ref(p.size()), out_ref(out.size());
+    attention_forward_ref(out_ref.data(), p_ref.data(), q.data(), k.data(), v.data(), d, m);
+    EXPECT_TRUE(test::all_close(p, p_ref, 1e-6f, 1e-5f));
+    if (!with_dropout) EXPECT_TRUE(test::all_close(out, out_ref, 1e-5f, 1e-5f));
+    std::vector<float> ones(drop.size(), 1.0f);
+    std::vector<double> dq_ref, dk_ref, dv_ref;
+    backward_ref(dq_ref, dk_ref, dv_ref, dout.data(), p.data(), q.data(), k.data(), v.data(),
+                 with_dropout ? drop.data() : ones.data(), B, H, L, L, Dh);
+    attention_backward(dq.data(), dk.data(), dv.data(), dout.data(), p.data(), q.data(), k.data(), v.data(), d, dm);
+    EXPECT_LT(max_abs_diff(dq, dq_ref), 1e-5) << "dropout " << with_dropout;
+    EXPECT_LT(max_abs_diff(dk, dk_ref), 1e-5) << "dropout " << with_dropout;
+    EXPECT_LT(max_abs_diff(dv, dv_ref), 1e-5) << "dropout " << with_dropout;
+  }
+}
+
 
 // ---------------------------------------------------------------- KV step (incremental decoding)
 

@@ -62,9 +62,11 @@ struct MultiHeadAttention {
   // k, v: [N, H] = W_k x, W_v x for x [N, H] (the encoder outputs of cross-attention).
   void project_kv(const Context& ctx, float* k, float* v, const float* x, int64_t N) const;
 
-  // Saved by forward.
+  // Saved by forward. ctx: the attention output (given back to the scratch pool when a bf16 output product keeps
+  // its own copy; ctx_src is where it lay); dctx, dQ, dK, dV: backward's scratch (nn::take_scratch).
   const float *xq = nullptr, *xkv = nullptr;
   Buf Q, K, V, probs, drop, ctx, dctx, dQ, dK, dV, dbias;
+  const float* ctx_src = nullptr;
   int64_t B = 0, Lq = 0, Lk = 0;
   bool score_bias = false;  // the forward's mask had a score bias
 };

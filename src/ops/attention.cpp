@@ -762,9 +762,12 @@ void attention_backward_gemm(float* dq, float* dk, float* dv, const float* dout,
         float* g = dP.data() + i * Lk;
         const float* p = P + i * Lk;
         if (M)
+#pragma omp simd
           for (int64_t j = 0; j < Lk; ++j) g[j] *= M[i * Lk + j];
         float dot = 0.0f;
+#pragma omp simd reduction(+ : dot)
         for (int64_t j = 0; j < Lk; ++j) dot += g[j] * p[j];
+#pragma omp simd
         for (int64_t j = 0; j < Lk; ++j) g[j] = p[j] * (g[j] - dot);
       }
       if (dscores) std::copy(dP.begin(), dP.end(), dscores + bh * Lq * Lk);
