@@ -5,10 +5,11 @@
 # (/usr/bin/time). Sizes: BERT-base (hidden 768, 12 layers, 12 heads, intermediate 3072) and MiniLM (hidden 384,
 # 12 layers, 12 heads, intermediate 1536), vocabulary 30,522, random weights (`tfm encode --init random --save`),
 # dropout 0 on both sides. Goals (issue 25): >= 2x PyTorch fp32, >= 3x with bf16, peak RSS <= 0.5x PyTorch's.
-#   bench/finetune_peers.sh              # base and minilm
+#   bench/finetune_peers.sh              # base and minilm (about 10 minutes on 2 cores)
 #   SIZE=tiny bench/finetune_peers.sh    # a seconds-long check that the script works (hidden 64, 2 layers)
-# Environment: SIZE (comma-separated: base, minilm, tiny), STEPS (timed steps, default 5), THREADS (2), TFM
-# (build/tfm), TFM_DATA_DIR. tfm's steps/s is (STEPS steps) / (time of a STEPS+1-step run - time of a 1-step run),
+# Environment: SIZE (comma-separated: base, minilm, tiny), STEPS (timed steps; default 2 at base size, whose step
+# takes PyTorch about half a minute on 2 cores, and 5 at the others), THREADS (2), TFM (build/tfm), TFM_DATA_DIR.
+# tfm's steps/s is (STEPS steps) / (time of a STEPS+1-step run - time of a 1-step run),
 # so loading, tokenizing and writing the folder cancel out; PyTorch times its steps after one untimed step.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -16,7 +17,7 @@ bash bench/ensure_openblas.sh  # the PyTorch peer on OpenBLAS, one BLAS thread u
 TFM=${TFM:-build/tfm}
 DATA=${TFM_DATA_DIR:-$(cd .. && pwd)/shared/data}
 THREADS=${THREADS:-2}
-STEPS=${STEPS:-5}
+STEPS_SET=${STEPS:-}
 SIZE=${SIZE:-base,minilm}
 BATCH=32
 LENGTH=128
@@ -24,16 +25,19 @@ PY=/usr/bin/python3
 OUT=$(mktemp -d)
 trap 'rm -rf "$OUT"' EXIT
 [ -x "$TFM" ] || { echo "build first: make build" >&2; exit 1; }
-echo "machine: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores; threads $THREADS; batch $BATCH x length $LENGTH; $STEPS timed steps"
+echo "machine: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores; threads $THREADS; batch $BATCH x length $LENGTH; timed steps ${STEPS_SET:-2 at base, 5 otherwise}"
 
 # Texts of >= LENGTH word pieces: English sentences of fra.txt joined 100 at a time; labels alternate.
-awk -F'\t' -v n=$((BATCH * (STEPS + 1))) '
-  { line = line (k++ ? " " : "") $1 } k == 100 { print line "\t" (r++ % 2); line = ""; k = 0; if (r == n) exit }' \
-  "$DATA/fra-eng/fra.txt" > "$OUT/texts.tsv"
-[ "$(wc -l < "$OUT/texts.tsv")" -eq $((BATCH * (STEPS + 1))) ] || { echo "not enough text in $DATA" >&2; exit 1; }
+# $1 timed steps: one.tsv holds one batch, many.tsv $1 + 1.
+make_texts() {
+  awk -F'\t' -v n=$((BATCH * ($1 + 1))) '
+    { line = line (k++ ? " " : "") $1 } k == 100 { print line "\t" (r++ % 2); line = ""; k = 0; if (r == n) exit }' \
+    "$DATA/fra-eng/fra.txt" > "$OUT/texts.tsv"
+  [ "$(wc -l < "$OUT/texts.tsv")" -eq $((BATCH * ($1 + 1))) ] || { echo "not enough text in $DATA" >&2; exit 1; }
+  make_data "$BATCH" "$OUT/one.tsv"
+  make_data $((BATCH * ($1 + 1))) "$OUT/many.tsv"
+}
 make_data() { { printf 'text\tlabel\n'; head -n "$1" "$OUT/texts.tsv"; } > "$2"; }
-make_data "$BATCH" "$OUT/one.tsv"
-make_data $((BATCH * (STEPS + 1))) "$OUT/many.tsv"
 PRECISIONS=fp32
 "$TFM" finetune --help 2>&1 | grep -q -- '--precision' && PRECISIONS="fp32 bf16"
 
@@ -55,6 +59,8 @@ for size in ${SIZE//,/ }; do
     tiny) H=64 NL=2 NH=2 I=128 ;;
     *) echo "unknown SIZE '$size' (base, minilm, tiny)" >&2; exit 1 ;;
   esac
+  STEPS=${STEPS_SET:-$([ "$size" = base ] && echo 2 || echo 5)}
+  make_texts "$STEPS"
   cat > "$OUT/config.json" <<EOF
 {"architectures": ["BertModel"], "model_type": "bert", "vocab_size": 30522, "hidden_size": $H,
  "num_hidden_layers": $NL, "num_attention_heads": $NH, "intermediate_size": $I, "hidden_act": "gelu",

@@ -90,8 +90,8 @@ def lin(params, x, name):
     return F.linear(x, params[name + ".weight"], params[name + ".bias"])
 
 
-def roberta_seqcls(cfg, P, ids, mask, labels):
-    x = roberta_body(cfg, P, ids, mask)[:, 0, :]  # RobertaClassificationHead, dropouts p = 0
+def roberta_seqcls(cfg, P, ids, mask, labels, body=roberta_body):
+    x = body(cfg, P, ids, mask)[:, 0, :]  # RobertaClassificationHead, dropouts p = 0
     x = torch.tanh(lin(P, x, "classifier.dense"))
     return F.cross_entropy(lin(P, x, "classifier.out_proj"), labels)
 
@@ -103,11 +103,11 @@ def tokcls(body):
     return loss
 
 
-def roberta_mlm(cfg, P, ids, mask, labels):
+def roberta_mlm(cfg, P, ids, mask, labels, body=roberta_body, prefix="roberta."):
     H = cfg["hidden_size"]
-    x = F.gelu(lin(P, roberta_body(cfg, P, ids, mask), "lm_head.dense"))
+    x = F.gelu(lin(P, body(cfg, P, ids, mask), "lm_head.dense"))
     x = F.layer_norm(x, (H,), P["lm_head.layer_norm.weight"], P["lm_head.layer_norm.bias"], cfg["layer_norm_eps"])
-    scores = F.linear(x, P["roberta.embeddings.word_embeddings.weight"], P["lm_head.bias"])
+    scores = F.linear(x, P[prefix + "embeddings.word_embeddings.weight"], P["lm_head.bias"])
     return F.cross_entropy(scores.view(-1, scores.shape[-1]), labels.view(-1), ignore_index=IGN)
 
 

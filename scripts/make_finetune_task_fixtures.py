@@ -15,7 +15,8 @@ used (not in the optimizer, not written). Dropout is 0 (torch's RNG cannot be ma
 
 The Trainer's step (trainer.py training_step / inner loop): each micro-batch's loss divided by
 gradient_accumulation_steps and backpropagated, gradients summed over the micro-batches of a step, then
-clip_grad_norm_, torch.optim.AdamW with the two parameter groups (no decay on biases and LayerNorm weights) and
+clip_grad_norm_, torch.optim.AdamW with the two parameter groups (no decay on biases and LayerNorm weights, by
+get_decay_parameter_names' forbidden name patterns) and
 get_linear_schedule_with_warmup's LambdaLR. The steps here: [1 micro-batch], [2 micro-batches], [1 micro-batch].
 
 Writes tests/fixtures/finetune/{token,mlm}_steps.safetensors: step{k}.micro{j}.{input_ids,token_type_ids,
@@ -28,6 +29,7 @@ Run: /usr/bin/python3 scripts/make_finetune_task_fixtures.py [--group-texts-only
 import itertools
 import json
 import os
+import re
 import sys
 import types
 
@@ -131,10 +133,19 @@ def mlm_steps():
     ]
 
 
+# Trainer.get_decay_parameter_names: get_parameter_names(model, [nn.LayerNorm], forbidden_name_patterns), the
+# patterns matched against the lowercased name; every LayerNorm of our families is named by one of them.
+NO_DECAY_PATTERNS = [r"bias", r"layernorm", r"rmsnorm", r"(?:^|\.)norm(?:$|\.)", r"_norm(?:$|\.)"]
+
+
+def no_decay_parameter(name):
+    return any(re.search(p, name.lower()) for p in NO_DECAY_PATTERNS)
+
+
 def trainer_steps(params, loss_of, steps):
     """The Trainer's optimizer steps over `params` [(name, tensor)], loss_of(batch) a micro-batch's loss. Returns
     the fixture's tensors (the batches, step0.grad.<name>), the micro-batch losses, gradient norms and rates."""
-    no_decay = [n for n, _ in params if n.endswith(".bias") or "LayerNorm" in n]
+    no_decay = [n for n, _ in params if no_decay_parameter(n)]
     groups = [dict(params=[p for n, p in params if n not in no_decay], weight_decay=HYPER["weight_decay"]),
               dict(params=[p for n, p in params if n in no_decay], weight_decay=0.0)]
     opt = torch.optim.AdamW(groups, lr=HYPER["learning_rate"], betas=(HYPER["adam_beta1"], HYPER["adam_beta2"]),

@@ -5,6 +5,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <fstream>
+#include <memory>
+#include <sstream>
 #include <vector>
 #include <string>
 
@@ -13,6 +16,7 @@
 #include "core/tensor.h"
 #include "io/safetensors.h"
 #include "train/finetune.h"
+#include "train/finetune_embed.h"
 #include "test_util.h"
 
 namespace tfm::test {
@@ -28,7 +32,8 @@ inline ::testing::AssertionResult close_to(const float* got, const Tensor& want,
 // in exact arithmetic, rounding noise on both sides (and Adam turns that noise into steps of +-lr).
 inline bool is_key_bias(const std::string& name) {
   return name.find("attention.self.key.bias") != std::string::npos ||  // BERT, RoBERTa
-         name.find("attention.k_lin.bias") != std::string::npos;       // DistilBERT
+         name.find("attention.k_lin.bias") != std::string::npos ||     // DistilBERT
+         name.find("attention.attn.k.bias") != std::string::npos;      // MPNet
 }
 
 // The hyperparameters a fixture script wrote (hyper.json's keys are FinetuneHyperparameters' names); dropout 0, as
@@ -61,13 +66,68 @@ inline FinetuneBatch finetune_batch_at(const SafeTensors& st, const std::string&
   return b;
 }
 
+// The sentence batch a fixture script wrote under `p` ("step0.micro0."): columns col0, col1 [, col2] ([B, L_c] ids,
+// each padded on its own with pad_id) padded into one SentenceBatch (column after column), attention_mask = ids !=
+// pad_id; "scores" [B] when present.
+inline SentenceBatch sentence_batch_at(const SafeTensors& st, const std::string& p, int64_t pad_id) {
+  SentenceBatch b;
+  std::vector<Tensor> cols;
+  while (st.has(p + "col" + std::to_string(cols.size())))
+    cols.push_back(st.get(p + "col" + std::to_string(cols.size())));
+  b.B = cols.at(0).size(0);
+  b.columns = (int64_t)cols.size();
+  for (const Tensor& c : cols) b.L = std::max(b.L, c.size(1));
+  b.input_ids.assign(b.rows() * b.L, pad_id);
+  b.attention_mask.assign(b.rows() * b.L, 0.0f);
+  for (int64_t c = 0; c < b.columns; ++c)
+    for (int64_t i = 0; i < b.B; ++i)
+      for (int64_t l = 0; l < cols[c].size(1); ++l) {
+        const int64_t id = cols[c].i64()[i * cols[c].size(1) + l];
+        b.input_ids[(c * b.B + i) * b.L + l] = id;
+        b.attention_mask[(c * b.B + i) * b.L + l] = id != pad_id ? 1.0f : 0.0f;
+      }
+  if (st.has(p + "scores")) {
+    Tensor s = st.get(p + "scores");
+    b.scores.assign(s.f32(), s.f32() + s.numel());
+  }
+  return b;
+}
+
+// A CSV of numbers with a header line (train_log.csv): the header in *header, a row of doubles per line (an empty
+// cell NaN).
+inline std::vector<std::vector<double>> csv_rows(const std::string& path, std::string* header) {
+  std::ifstream f(path);
+  std::string line;
+  std::getline(f, line);
+  *header = line;
+  std::vector<std::vector<double>> rows;
+  while (std::getline(f, line)) {
+    std::vector<double> v;
+    std::stringstream ss(line);
+    std::string cell;
+    while (std::getline(ss, cell, ',')) v.push_back(cell.empty() ? NAN : std::stod(cell));
+    rows.push_back(v);
+  }
+  return rows;
+}
+
+// The *For<kind> trainer of the task (num_labels C; masked LM: none).
+inline std::unique_ptr<FinetuneModel> make_finetune_trainer(HeadKind kind, const EncoderConfig& c, WeightSource& w,
+                                                            int64_t C, const FinetuneHyperparameters& hp) {
+  if (kind == HeadKind::SequenceClassification) return std::make_unique<SequenceClassificationTrainer>(c, w, C, hp);
+  if (kind == HeadKind::TokenClassification) return std::make_unique<TokenClassificationTrainer>(c, w, C, hp);
+  return std::make_unique<MaskedLMTrainer>(c, w, hp);
+}
+
 // The fixture's three optimizer steps ([1 micro-batch], [2 micro-batches accumulated], [1 micro-batch], as
 // make_finetune_task_fixtures.py / make_finetune_family_fixtures.py write them): each micro-batch's loss, every
 // gradient of the first step ("step0.grad.<name>"), each step's gradient norm and learning rate, and every
 // parameter after the steps ("final.<name>"). `trained`: the number of trained tensors the script counted;
-// `frozen`: tensors that must get no gradient and stay as loaded.
-inline void check_finetune_steps(FinetuneModel& t, const SafeTensors& st, int64_t trained,
-                                 const std::vector<std::string>& frozen = {}) {
+// `frozen`: tensors that must get no gradient and stay as loaded. Trainer: a FinetuneModel or a
+// SentenceEmbeddingTrainer; batch_at(prefix) its batch of "step{k}.micro{j}.".
+template <class Trainer, class BatchAt>
+void check_trainer_steps(Trainer& t, const SafeTensors& st, int64_t trained, const std::vector<std::string>& frozen,
+                         BatchAt batch_at) {
   auto is_frozen = [&](const std::string& n) { return std::find(frozen.begin(), frozen.end(), n) != frozen.end(); };
   Tensor micro_loss = st.get("micro_loss"), norm = st.get("grad_norm"), lr = st.get("lr");
   int m = 0;
@@ -75,7 +135,7 @@ inline void check_finetune_steps(FinetuneModel& t, const SafeTensors& st, int64_
     const int micros = k == 1 ? 2 : 1;
     t.params().zero_grad();
     for (int j = 0; j < micros; ++j, ++m) {
-      const FinetuneBatch b = finetune_batch_at(st, "step" + std::to_string(k) + ".micro" + std::to_string(j) + ".");
+      const auto b = batch_at("step" + std::to_string(k) + ".micro" + std::to_string(j) + ".");
       const double l = t.accumulate_gradients(b, 1.0f / (float)micros, /*dropout=*/false);
       EXPECT_NEAR(l, micro_loss.f32()[m], 2e-5 * std::fabs(micro_loss.f32()[m])) << "step " << k << " micro " << j;
     }
@@ -93,12 +153,15 @@ inline void check_finetune_steps(FinetuneModel& t, const SafeTensors& st, int64_
       }
       EXPECT_EQ(checked, trained);
     }
-    EXPECT_NEAR(t.optimizer_step(), norm.f32()[k], 1e-4 * norm.f32()[k]) << "step " << k;
+    EXPECT_NEAR(t.optimizer().step(t.params()), norm.f32()[k], 1e-4 * norm.f32()[k]) << "step " << k;
     EXPECT_NEAR(t.last_lr(), lr.f32()[k], 1e-9) << "step " << k;
   }
-  int compared = 0;
+  int compared = 0, key_biases = 0;
   for (const auto& e : t.params().entries()) {
-    if (is_key_bias(e.name)) continue;
+    if (is_key_bias(e.name)) {
+      ++key_biases;
+      continue;
+    }
     const Tensor want = st.get("final." + e.name);
     if (is_frozen(e.name)) {  // exactly as loaded
       EXPECT_EQ(0, std::memcmp(t.params().all_data().data() + e.offset, want.f32(), sizeof(float) * e.numel)) << e.name;
@@ -107,7 +170,13 @@ inline void check_finetune_steps(FinetuneModel& t, const SafeTensors& st, int64_
     }
     ++compared;
   }
-  EXPECT_EQ(compared, trained + (int64_t)frozen.size() - 2);
+  EXPECT_EQ(compared + key_biases, trained + (int64_t)frozen.size());
+}
+
+// check_trainer_steps of a FinetuneModel on the fixture's FinetuneBatch micro-batches.
+inline void check_finetune_steps(FinetuneModel& t, const SafeTensors& st, int64_t trained,
+                                 const std::vector<std::string>& frozen = {}) {
+  check_trainer_steps(t, st, trained, frozen, [&](const std::string& p) { return finetune_batch_at(st, p); });
 }
 
 // Central differences of the loss against the analytic gradient for a few entries of every head tensor (and the

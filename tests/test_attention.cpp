@@ -118,6 +118,23 @@ TEST_P(AttentionMasks, FastMatchesReferenceAndMaskedRowsAreZero) {
       }
 }
 
+namespace {
+// Central differences (step 1e-2) of loss() in each entry of x against the analytic gradient g.
+void expect_finite_differences(std::vector<float>& x, const std::vector<float>& g, const std::function<double()>& loss,
+                               const std::string& what) {
+  for (size_t i = 0; i < x.size(); ++i) {
+    const float keep = x[i], h = 1e-2f;
+    x[i] = keep + h;
+    const double up = loss();
+    x[i] = keep - h;
+    const double dn = loss();
+    x[i] = keep;
+    const double num = (up - dn) / (2 * h);
+    EXPECT_NEAR(g[i], num, 2e-3 + 2e-2 * std::fabs(num)) << what << "[" << i << "]";
+  }
+}
+}  // namespace
+
 // Finite differences of L = sum(out * R) against attention_backward, for every mask form.
 TEST_P(AttentionMasks, GradientMatchesFiniteDifferences) {
   AttnCase c = attention_cases()[GetParam()];
@@ -143,25 +160,66 @@ TEST_P(AttentionMasks, GradientMatchesFiniteDifferences) {
   std::vector<float> o(B * Lq * D), pr(B * H * Lq * Lk), dq(q.size()), dk(k.size()), dv(v.size());
   attention_forward(o.data(), pr.data(), q.data(), k.data(), v.data(), d, m, dm.data());
   attention_backward(dq.data(), dk.data(), dv.data(), R.data(), pr.data(), q.data(), k.data(), v.data(), d, dm.data());
-  auto check = [&](std::vector<float>& x, const std::vector<float>& g, const char* what) {
-    for (size_t i = 0; i < x.size(); ++i) {
-      float keep = x[i];
-      const float h = 1e-2f;
-      x[i] = keep + h;
-      double up = loss();
-      x[i] = keep - h;
-      double dn = loss();
-      x[i] = keep;
-      double num = (up - dn) / (2 * h);
-      EXPECT_NEAR(g[i], num, 2e-3 + 2e-2 * std::fabs(num)) << c.name << " " << what << "[" << i << "]";
-    }
-  };
-  check(q, dq, "dq");
-  check(k, dk, "dk");
-  check(v, dv, "dv");
+  expect_finite_differences(q, dq, loss, c.name + " dq");
+  expect_finite_differences(k, dk, loss, c.name + " dk");
+  expect_finite_differences(v, dv, loss, c.name + " dv");
 }
 
 INSTANTIATE_TEST_SUITE_P(AllForms, AttentionMasks, ::testing::Range(0, 8));
+
+// A score bias shared by the batch (MPNet's relative position bias): attention_backward's dbias against central
+// differences of L = sum(out * R) in each bias entry, on the fused small-head kernel (head_dim 8) and the GEMM one
+// (head_dim 3), with key padding and dropout; keys padded in every row get exactly 0. dq, dk, dv still match
+// their finite differences with the bias in, and dbias = 0 in every entry is what a bias-free call leaves alone.
+TEST(AttentionScoreBias, GradientMatchesFiniteDifferencesOnBothKernels) {
+  for (const ops::KernelIsa isa : isas())
+    for (const int64_t Dh : {int64_t{3}, int64_t{8}}) {
+      IsaScope scope(isa);
+      const int64_t B = 2, H = 2, L = 5, D = H * Dh;
+      auto q = random_vec(B * L * D, 41), k = random_vec(B * L * D, 42), v = random_vec(B * L * D, 43);
+      auto R = random_vec(B * L * D, 44), bias = random_vec(H * L * L, 45);
+      std::vector<float> key_mask(B * L, 1.0f);
+      key_mask[0 * L + 4] = key_mask[1 * L + 4] = 0.0f;  // key 4 padded in both rows: no bias gradient
+      key_mask[1 * L + 3] = 0.0f;
+      AttentionMask m;
+      m.key_mask = key_mask.data();
+      m.bias = bias.data();
+      AttentionDims d{B, L, L, H, Dh};
+      std::vector<float> dm(B * H * L * L);
+      Rng rng(6);
+      dropout_mask(dm.data(), (int64_t)dm.size(), 0.2f, rng);
+      auto loss = [&]() {
+        std::vector<float> o(B * L * D), pr(B * H * L * L);
+        attention_forward(o.data(), pr.data(), q.data(), k.data(), v.data(), d, m, dm.data());
+        double sum = 0;
+        for (size_t i = 0; i < o.size(); ++i) sum += (double)o[i] * R[i];
+        return sum;
+      };
+      std::vector<float> o(B * L * D), pr(B * H * L * L), dq(q.size()), dk(k.size()), dv(v.size());
+      std::vector<float> dbias(H * L * L, NAN);
+      attention_forward(o.data(), pr.data(), q.data(), k.data(), v.data(), d, m, dm.data());
+      attention_backward(dq.data(), dk.data(), dv.data(), R.data(), pr.data(), q.data(), k.data(), v.data(), d,
+                         dm.data(), dbias.data());
+      const std::string where = std::string(ops::kernel_isa_name(isa)) + " Dh " + std::to_string(Dh);
+      expect_finite_differences(bias, dbias, loss, where + " dbias");
+      expect_finite_differences(q, dq, loss, where + " dq");
+      expect_finite_differences(k, dk, loss, where + " dk");
+      expect_finite_differences(v, dv, loss, where + " dv");
+      double total = 0;
+      for (int64_t hi = 0; hi < H * L; ++hi) {
+        EXPECT_EQ(dbias[hi * L + 4], 0.0f) << where << " row " << hi;
+        total += std::fabs(dbias[hi * L + 3]);
+      }
+      EXPECT_GT(total, 0.0) << where;  // key 3 is visible in batch row 0: a gradient
+      // Without dbias the same call leaves dq, dk, dv as they were.
+      std::vector<float> dq2(q.size()), dk2(k.size()), dv2(v.size());
+      attention_backward(dq2.data(), dk2.data(), dv2.data(), R.data(), pr.data(), q.data(), k.data(), v.data(), d,
+                         dm.data());
+      EXPECT_EQ(dq2, dq) << where;
+      EXPECT_EQ(dk2, dk) << where;
+      EXPECT_EQ(dv2, dv) << where;
+    }
+}
 
 
 // ---------------------------------------------------------------- blocked attention (probs == nullptr)
@@ -551,6 +609,41 @@ TEST(TrainKernels, UnsupportedCasesAreLeftToTheGenericKernels) {
   with_key_mask.key_mask = km.data();
   EXPECT_FALSE(attention_forward_train(out.data(), p.data(), x.data(), x.data(), x.data(), d8, with_key_mask, nullptr));
   EXPECT_FALSE(attention_forward_train(out.data(), nullptr, x.data(), x.data(), x.data(), d8, {}, nullptr));
+}
+
+// Above 32 keys training attention runs the per-head GEMM path (faster there): forward and backward against the
+// references, with dropout and a padded key.
+TEST(TrainKernels, LongSequencesRunThePerHeadGemmsAndMatchTheReference) {
+  const int64_t B = 2, H = 3, L = 40, Dh = 32, D = H * Dh;
+  auto q = random_vec(B * L * D, 11), k = random_vec(B * L * D, 12), v = random_vec(B * L * D, 13);
+  auto dout = random_vec(B * L * D, 14);
+  std::vector<float> out(B * L * D), p(B * H * L * L), drop(p.size()), km(B * L, 1.0f);
+  km[L + 37] = 0.0f;
+  AttentionDims d{B, L, L, H, Dh};
+  EXPECT_FALSE(attention_forward_train(out.data(), p.data(), q.data(), k.data(), v.data(), d, {}, nullptr));
+  std::vector<float> dq(q.size()), dk(k.size()), dv(v.size());
+  EXPECT_FALSE(attention_backward_train(dq.data(), dk.data(), dv.data(), dout.data(), p.data(), q.data(), k.data(),
+                                        v.data(), d, nullptr));
+  Rng rng(15);
+  dropout_mask(drop.data(), (int64_t)drop.size(), 0.25f, rng);
+  AttentionMask m;
+  m.key_mask = km.data();
+  for (bool with_dropout : {false, true}) {
+    const float* dm = with_dropout ? drop.data() : nullptr;
+    attention_forward(out.data(), p.data(), q.data(), k.data(), v.data(), d, m, dm);
+    std::vector<float> p_ref(p.size()), out_ref(out.size());
+    attention_forward_ref(out_ref.data(), p_ref.data(), q.data(), k.data(), v.data(), d, m);
+    EXPECT_TRUE(test::all_close(p, p_ref, 1e-6f, 1e-5f));
+    if (!with_dropout) EXPECT_TRUE(test::all_close(out, out_ref, 1e-5f, 1e-5f));
+    std::vector<float> ones(drop.size(), 1.0f);
+    std::vector<double> dq_ref, dk_ref, dv_ref;
+    backward_ref(dq_ref, dk_ref, dv_ref, dout.data(), p.data(), q.data(), k.data(), v.data(),
+                 with_dropout ? drop.data() : ones.data(), B, H, L, L, Dh);
+    attention_backward(dq.data(), dk.data(), dv.data(), dout.data(), p.data(), q.data(), k.data(), v.data(), d, dm);
+    EXPECT_LT(max_abs_diff(dq, dq_ref), 1e-5) << "dropout " << with_dropout;
+    EXPECT_LT(max_abs_diff(dk, dk_ref), 1e-5) << "dropout " << with_dropout;
+    EXPECT_LT(max_abs_diff(dv, dv_ref), 1e-5) << "dropout " << with_dropout;
+  }
 }
 
 

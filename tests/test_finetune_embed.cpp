@@ -47,30 +47,8 @@ SentenceBatch micro_batch_of(const std::string& run, int k, int j) {
   return batch_at(run + ".batch" + std::to_string(k) + ".micro" + std::to_string(j) + ".");
 }
 
-// The batch whose tensors' names start with p ("R.batchK." or "R.batchK.microJ.").
-SentenceBatch batch_at(const std::string& p) {
-  SentenceBatch b;
-  std::vector<Tensor> cols;
-  while (steps().has(p + "col" + std::to_string(cols.size()))) cols.push_back(steps().get(p + "col" + std::to_string(cols.size())));
-  b.B = cols.at(0).size(0);
-  b.columns = (int64_t)cols.size();
-  for (const Tensor& c : cols) b.L = std::max(b.L, c.size(1));
-  b.input_ids.assign(b.rows() * b.L, 0);
-  b.attention_mask.assign(b.rows() * b.L, 0.0f);
-  for (int64_t c = 0; c < b.columns; ++c)
-    for (int64_t i = 0; i < b.B; ++i)
-      for (int64_t l = 0; l < cols[c].size(1); ++l) {
-        const int64_t id = cols[c].i64()[i * cols[c].size(1) + l];
-        b.input_ids[(c * b.B + i) * b.L + l] = id;
-        b.attention_mask[(c * b.B + i) * b.L + l] = id != 0 ? 1.0f : 0.0f;
-      }
-  if (steps().has(p + "scores")) {
-    Tensor s = steps().get(p + "scores");
-    b.scores.assign(s.f32(), s.f32() + s.numel());
-  }
-  return b;
-}
-
+// The batch whose tensors' names start with p ("R.batchK." or "R.batchK.microJ."), [PAD] = 0.
+SentenceBatch batch_at(const std::string& p) { return test::sentence_batch_at(steps(), p, 0); }
 
 // Runs fixture run `run` step by step: the first step's loss and every gradient, then every step's loss and
 // learning rate, and every parameter after the last step.
@@ -287,21 +265,7 @@ std::string no_dropout_copy(const std::string& dir) {
   return dir + "/st";
 }
 
-std::vector<std::vector<double>> csv_rows(const std::string& path, std::string* header) {
-  std::ifstream f(path);
-  std::string line;
-  std::getline(f, line);
-  *header = line;
-  std::vector<std::vector<double>> rows;
-  while (std::getline(f, line)) {
-    std::vector<double> v;
-    std::stringstream ss(line);
-    std::string cell;
-    while (std::getline(ss, cell, ',')) v.push_back(cell.empty() ? NAN : std::stod(cell));
-    rows.push_back(v);
-  }
-  return rows;
-}
+using test::csv_rows;
 
 TEST(FinetuneEmbedCli, TrainsAsPyTorchAndWritesAFolderThatTfmEmbedLoads) {
   test::TempFolder t;

@@ -1,9 +1,10 @@
-// Fine-tuning the BERT-like families (issue 25): RoBERTa (also as XLM-RoBERTa and CamemBERT) and DistilBERT,
-// sequence classification, token classification and masked LM. Optimizer steps with gradient accumulation equal
-// PyTorch autograd + the Hugging Face Trainer on the modeling files' heads (scripts/make_finetune_family_fixtures.py);
-// the written folders carry the family's Hugging Face names and architectures and reload through the inference
-// path (TaskModel, tfm classify / fill-mask) to the trainer's logits; the families without training are refused
-// in one line.
+// Fine-tuning the BERT-like families (issue 25): RoBERTa (also as XLM-RoBERTa and CamemBERT), DistilBERT and
+// MPNet (its steps in tests/test_finetune_mpnet.cpp), sequence classification, token classification and masked LM
+// (ModernBERT's steps: test_finetune_modernbert.cpp; its folders and CLI runs here). Optimizer steps with gradient
+// accumulation equal PyTorch autograd + the Hugging Face Trainer on the modeling files' heads
+// (scripts/make_finetune_family_fixtures.py); the written folders carry the family's Hugging Face names and
+// architectures and reload through the inference path (TaskModel, tfm classify / fill-mask) to the trainer's
+// logits; a model without training (the tutorial encoder) is refused in one line.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -35,13 +36,6 @@ EncoderConfig config_of(const std::string& folder, const nlohmann::json& patch =
   return EncoderConfig::from_json(j, path);
 }
 
-std::unique_ptr<FinetuneModel> make_trainer(HeadKind kind, const EncoderConfig& c, WeightSource& w, int64_t C,
-                                            const FinetuneHyperparameters& hp) {
-  if (kind == HeadKind::SequenceClassification) return std::make_unique<SequenceClassificationTrainer>(c, w, C, hp);
-  if (kind == HeadKind::TokenClassification) return std::make_unique<TokenClassificationTrainer>(c, w, C, hp);
-  return std::make_unique<MaskedLMTrainer>(c, w, hp);
-}
-
 struct StepCase {
   const char* fixture;  // finetune_family/<fixture>_steps.safetensors
   const char* model;    // family_heads/<model> (weights)
@@ -62,7 +56,8 @@ TEST_P(FinetuneFamilySteps, MatchPyTorch) {
   const nlohmann::json hj = load_json_file(fixture(std::string("finetune_family/") + p.fixture + "_hyper.json"));
   const EncoderConfig c = config_of(p.model, nlohmann::json::parse(p.patch));
   CheckpointWeights w(fixture(std::string("family_heads/") + p.model));
-  std::unique_ptr<FinetuneModel> t = make_trainer(p.kind, c, w, p.num_labels, test::hyperparameters_from_json(hj));
+  std::unique_ptr<FinetuneModel> t =
+      test::make_finetune_trainer(p.kind, c, w, p.num_labels, test::hyperparameters_from_json(hj));
   EXPECT_EQ(t->architecture(), p.architecture);
   for (const char* n : p.names) EXPECT_GE(t->params().index_of(n), 0) << n;
   const std::vector<std::string> frozen = hj["frozen"].get<std::vector<std::string>>();
@@ -156,16 +151,18 @@ TEST(FinetuneFamilies, StoresHoldTheFamilysTensorsOnly) {
 
 // A family without a trainer is refused by name, with the supported ones listed.
 TEST(FinetuneFamilies, OtherFamiliesAreRefusedNamingTheSupportedOnes) {
-  for (const char* folder : {"mpnet_seqcls", "modernbert_seqcls"}) {
-    const EncoderConfig c = EncoderConfig::load(fixture(std::string("family_heads/") + folder + "/config.json"));
-    CheckpointWeights w(fixture(std::string("family_heads/") + folder));
+  EXPECT_EQ(std::string(trainable_model_types()),
+            "bert, roberta, xlm-roberta, camembert, distilbert, mpnet, modernbert");
+  for (const char* folder : {"transformer_encoder"}) {
+    const EncoderConfig c = EncoderConfig::load(fixture(std::string(folder) + "/config.json"));
+    CheckpointWeights w(fixture(folder));
     try {
       SequenceClassificationTrainer t(c, w, 2, FinetuneHyperparameters{});
       ADD_FAILURE() << folder << " was accepted";
     } catch (const std::invalid_argument& e) {
       const std::string m = e.what();
       EXPECT_NE(m.find("model_type '" + c.model_type + "' cannot be fine-tuned yet"), std::string::npos) << m;
-      EXPECT_NE(m.find("(supported: bert, roberta, xlm-roberta, camembert, distilbert)"), std::string::npos) << m;
+      EXPECT_NE(m.find(std::string("(supported: ") + trainable_model_types() + ")"), std::string::npos) << m;
     }
   }
 }
@@ -178,6 +175,7 @@ struct FolderCase {
   HeadKind kind;
   const char* architecture;
   std::vector<const char*> stored, absent;  // tensor names of the written model.safetensors
+  const char* patch = nullptr;              // JSON replacing config.json keys of the model (a linked copy)
 };
 
 std::string train_file(const std::string& dir, const std::string& task) {
@@ -223,7 +221,15 @@ TEST_P(FinetuneFamilyFolders, ReloadThroughTheInferencePathToTheTrainersLogits) 
   o.batch_size = 4;
   o.learning_rate = 3e-3;
   o.threads = 1;
-  const std::string model = fixture(std::string("family_heads/") + p.model);
+  std::string model = fixture(std::string("family_heads/") + p.model);
+  if (p.patch) {  // the folder as links, its config.json patched
+    nlohmann::json cfg = load_json_file(model + "/config.json");
+    const nlohmann::json patch = nlohmann::json::parse(p.patch);
+    for (auto& [k, v] : patch.items()) cfg[k] = v;
+    test::spit(t.path + "/config.json", cfg.dump(2));
+    test::link_folder(model, t.path + "/model", {{"config.json", t.path + "/config.json"}});
+    model = t.path + "/model";
+  }
   const FinetuneSummary s = finetune(model, o);
   EXPECT_GT(s.steps, 0);
   const nlohmann::json cfg = load_json_file(o.out_dir + "/config.json");
@@ -313,7 +319,37 @@ INSTANTIATE_TEST_SUITE_P(
                    "DistilBertForTokenClassification", {"classifier.bias"}, {"pre_classifier.weight"}},
         FolderCase{"distilbert_mlm", "mlm", HeadKind::MaskedLM, "DistilBertForMaskedLM",
                    {"vocab_transform.weight", "vocab_layer_norm.bias", "vocab_projector.bias"},
-                   {"vocab_projector.weight"}}),
+                   {"vocab_projector.weight"}},
+        // ModernBERT: no biases but the classifier's and decoder.bias, no norm biases (norm_bias false).
+        FolderCase{"modernbert_seqcls", "classify", HeadKind::SequenceClassification,
+                   "ModernBertForSequenceClassification",
+                   {"model.layers.1.attn.Wqkv.weight", "model.final_norm.weight", "head.dense.weight",
+                    "head.norm.weight", "classifier.weight", "classifier.bias"},
+                   {"head.dense.bias", "head.norm.bias", "model.final_norm.bias"}},
+        FolderCase{"modernbert_seqcls", "classify", HeadKind::SequenceClassification,
+                   "ModernBertForSequenceClassification", {"head.dense.weight", "classifier.bias"}, {},
+                   R"({"classifier_pooling": "mean"})"},
+        FolderCase{"modernbert_tokcls", "token-classify", HeadKind::TokenClassification,
+                   "ModernBertForTokenClassification", {"head.norm.weight", "classifier.weight"}, {}},
+        FolderCase{"modernbert_mlm", "mlm", HeadKind::MaskedLM, "ModernBertForMaskedLM",
+                   {"head.dense.weight", "decoder.bias", "model.embeddings.tok_embeddings.weight"},
+                   {"decoder.weight"}}),
+    [](const ::testing::TestParamInfo<FolderCase>& i) {
+      return std::string(i.param.model) + (i.param.patch ? "_patched" : "");
+    });
+
+// MPNet: RoBERTa's heads under "mpnet.", the relative position bias saved with the body.
+INSTANTIATE_TEST_SUITE_P(
+    MPNet, FinetuneFamilyFolders,
+    ::testing::Values(
+        FolderCase{"mpnet_seqcls", "classify", HeadKind::SequenceClassification, "MPNetForSequenceClassification",
+                   {"mpnet.encoder.relative_attention_bias.weight", "mpnet.encoder.layer.1.attention.attn.o.weight",
+                    "classifier.dense.weight", "classifier.out_proj.weight"},
+                   {"mpnet.pooler.dense.weight", "mpnet.embeddings.token_type_embeddings.weight"}},
+        FolderCase{"mpnet_tokcls", "token-classify", HeadKind::TokenClassification, "MPNetForTokenClassification",
+                   {"classifier.weight", "mpnet.encoder.relative_attention_bias.weight"}, {"classifier.dense.weight"}},
+        FolderCase{"mpnet_mlm", "mlm", HeadKind::MaskedLM, "MPNetForMaskedLM",
+                   {"lm_head.dense.weight", "lm_head.layer_norm.weight", "lm_head.bias"}, {"lm_head.decoder.weight"}}),
     [](const ::testing::TestParamInfo<FolderCase>& i) { return std::string(i.param.model); });
 
 // ---------------------------------------------------------------- the CLI
@@ -335,6 +371,12 @@ TEST(FinetuneFamiliesCli, EveryFamilyAndTaskTrainsAndLoads) {
       {"distilbert_seqcls", "classify", {"classify", "the man is in paris"}},
       {"distilbert_tokcls", "token-classify", {"classify", "the man is in paris"}},
       {"distilbert_mlm", "mlm", {"fill-mask", "the cat sat on the [MASK]"}},
+      {"modernbert_seqcls", "classify", {"classify", "the man is in paris"}},
+      {"modernbert_tokcls", "token-classify", {"classify", "the man is in paris"}},
+      {"modernbert_mlm", "mlm", {"fill-mask", "the cat sat on the <mask>"}},
+      {"mpnet_seqcls", "classify", {"classify", "the man is in paris"}},
+      {"mpnet_tokcls", "token-classify", {"classify", "the man is in paris"}},
+      {"mpnet_mlm", "mlm", {"fill-mask", "the cat sat on the <mask>"}},
   };
   for (const Run& r : runs) {
     const std::string out = t.path + "/" + r.model;
@@ -356,11 +398,11 @@ TEST(FinetuneFamiliesCli, EveryFamilyAndTaskTrainsAndLoads) {
 TEST(FinetuneFamiliesCli, UnsupportedFamilyIsAOneLineError) {
   test::TempFolder t;
   test::spit(t.path + "/train.csv", "text,label\nthe cat,a\nthe dog,b\n");
-  for (const char* folder : {"mpnet_seqcls", "modernbert_seqcls"}) {
-    test::TfmRun r = test::run_tfm_in(t.path, {"finetune", "--model", fixture(std::string("family_heads/") + folder),
+  for (const char* folder : {"transformer_encoder"}) {
+    test::TfmRun r = test::run_tfm_in(t.path, {"finetune", "--model", fixture(folder),
                                                "--train", t.path + "/train.csv", "--out", t.path + "/o",
                                                "--no-progress"});
-    test::expect_one_line_error(r, "cannot be fine-tuned yet (supported: bert, roberta, xlm-roberta, camembert, distilbert)");
+    test::expect_one_line_error(r, std::string("cannot be fine-tuned yet (supported: ") + trainable_model_types() + ")");
   }
   EXPECT_FALSE(std::filesystem::exists(t.path + "/o"));
 }

@@ -1,23 +1,35 @@
 // Fine-tuning ModernBERT (issue 25): ModernBertTrainable against PyTorch autograd on modeling_modernbert.py's
-// ModernBertModel (fixtures from scripts/make_finetune_modernbert_fixtures.py), and finite-difference checks of
-// the backward passes it added (ops::rotary_backward, ops::glu_backward, LayerNorm without bias).
+// ModernBertModel, the optimizer steps of its *ForSequenceClassification (cls and mean pooling),
+// *ForTokenClassification, *ForMaskedLM heads and of a sentence-transformers model around it (fixtures from
+// scripts/make_finetune_modernbert_fixtures.py), and finite-difference checks of the backward passes it added
+// (ops::rotary_backward, ops::glu_backward, LayerNorm without bias, the heads). The written folders and the CLI:
+// test_finetune_families.cpp.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <filesystem>
+#include <fstream>
 #include <functional>
 #include <string>
 #include <vector>
 
 #include "core/rng.h"
 #include "finetune_test_util.h"
+#include "io/json_util.h"
 #include "io/safetensors.h"
+#include "models/checkpoint_weights.h"
 #include "models/encoder.h"
 #include "models/modernbert.h"
+#include "models/sentence_transformer.h"
 #include "nn/params.h"
 #include "ops/activation.h"
 #include "ops/layer_norm.h"
 #include "ops/rotary.h"
+#include "run_tfm.h"
 #include "test_util.h"
+#include "tfm/finetune.h"
+#include "train/finetune.h"
+#include "train/finetune_embed.h"
 
 using namespace tfm;
 using tfm::test::close_to;
@@ -198,4 +210,221 @@ TEST(FinetuneModernBert, LayerNormWithoutBiasBackward) {
   // The forward runs in fp32: a step of 3e-3 keeps its rounding noise near 5e-5 (at 1e-4 it reached the tolerance
   // in the -O1 sanitizer build), the truncation error of a step this size is ~1e-5.
   expect_gradient(f, x, w, g, 2e-3, 3e-3);
+}
+
+// ---------------------------------------------------------------- the tasks
+
+namespace {
+
+// finetune_modernbert/tasks (the body and every head) with config.json keys replaced by `patch`.
+EncoderConfig task_config(const nlohmann::json& patch = nlohmann::json::object()) {
+  const std::string path = fixture("finetune_modernbert/tasks/config.json");
+  nlohmann::json j = load_json_file(path);
+  for (auto& [k, v] : patch.items()) j[k] = v;
+  return EncoderConfig::from_json(j, path);
+}
+
+struct TaskCase {
+  const char* fixture;  // finetune_modernbert/<fixture>_steps.safetensors
+  HeadKind kind;
+  const char* patch;
+  const char* architecture;
+};
+
+}  // namespace
+
+// Three optimizer steps of each head (gradient accumulation in the second) equal the Trainer's on the PyTorch
+// reference: every micro-batch's loss, every gradient, the norms, the rates and every parameter after the steps.
+TEST(FinetuneModernBertTasks, StepsMatchPyTorch) {
+  for (const TaskCase& p : {TaskCase{"seqcls", HeadKind::SequenceClassification, "{}", "ModernBertForSequenceClassification"},
+                            TaskCase{"seqcls_mean", HeadKind::SequenceClassification, R"({"classifier_pooling": "mean"})",
+                                     "ModernBertForSequenceClassification"},
+                            TaskCase{"tokcls", HeadKind::TokenClassification, "{}", "ModernBertForTokenClassification"},
+                            TaskCase{"mlm", HeadKind::MaskedLM, "{}", "ModernBertForMaskedLM"}}) {
+    SCOPED_TRACE(p.fixture);
+    const std::string base = fixture(std::string("finetune_modernbert/") + p.fixture);
+    const SafeTensors st = SafeTensors::open(base + "_steps.safetensors");
+    const nlohmann::json hj = load_json_file(base + "_hyper.json");
+    CheckpointWeights w(fixture("finetune_modernbert/tasks"));
+    std::unique_ptr<FinetuneModel> t =
+        test::make_finetune_trainer(p.kind, task_config(nlohmann::json::parse(p.patch)), w, 3, test::hyperparameters_from_json(hj));
+    EXPECT_EQ(t->architecture(), p.architecture);
+    EXPECT_TRUE(t->frozen_parameters().empty());
+    // No bias where ModernBERT has none (classifier_bias, norm_bias false), no untied decoder.
+    for (const char* absent : {"head.dense.bias", "head.norm.bias", "model.final_norm.bias", "decoder.weight"})
+      EXPECT_EQ(t->params().index_of(absent), -1) << absent;
+    test::check_finetune_steps(*t, st, hj["parameters"].get<int64_t>());
+  }
+}
+
+// The pooling matters: the mean-pooled classifier's loss differs from the cls one on the same weights and batch.
+TEST(FinetuneModernBertTasks, MeanPoolingIsNotClsPooling) {
+  const SafeTensors st = SafeTensors::open(fixture("finetune_modernbert/seqcls_steps.safetensors"));
+  const FinetuneBatch b = test::finetune_batch_at(st, "step0.micro0.");
+  CheckpointWeights w(fixture("finetune_modernbert/tasks"));
+  FinetuneHyperparameters hp;
+  SequenceClassificationTrainer cls(task_config(), w, 3, hp), mean(task_config({{"classifier_pooling", "mean"}}), w, 3, hp);
+  EXPECT_GT(std::fabs(cls.compute_gradients(b, false) - mean.compute_gradients(b, false)), 1e-3);
+}
+
+// Central differences through the new head stages: the mean pooling, head.dense without bias, head.norm without
+// bias, the classifier, and the tied decoder with decoder.bias.
+TEST(FinetuneModernBertTasks, HeadBackwardMatchesFiniteDifferences) {
+  FinetuneHyperparameters hp;
+  hp.dropout = 0;
+  CheckpointWeights w(fixture("finetune_modernbert/tasks"));
+  {
+    const SafeTensors st = SafeTensors::open(fixture("finetune_modernbert/seqcls_mean_steps.safetensors"));
+    SequenceClassificationTrainer t(task_config({{"classifier_pooling", "mean"}}), w, 3, hp);
+    test::check_finetune_finite_differences(t, test::finetune_batch_at(st, "step0.micro0."),
+                                            {"head.dense.weight", "head.norm.weight", "classifier.weight",
+                                             "classifier.bias", "model.layers.2.mlp.Wo.weight"});
+  }
+  {
+    const SafeTensors st = SafeTensors::open(fixture("finetune_modernbert/mlm_steps.safetensors"));
+    MaskedLMTrainer t(task_config(), w, hp);
+    test::check_finetune_finite_differences(t, test::finetune_batch_at(st, "step0.micro0."),
+                                            {"decoder.bias", "model.embeddings.tok_embeddings.weight",
+                                             "head.norm.weight"});
+  }
+}
+
+// A head the checkpoint lacks is drawn as ModernBERT's _init_weights draws it: truncated normals of std
+// initializer_range / sqrt(2 num_hidden_layers) (head.dense) and hidden_size^-0.5 (classifier), cut at
+// initializer_cutoff_factor standard deviations; the classifier's bias 0, head.norm's weight 1.
+TEST(FinetuneModernBertTasks, MissingHeadIsInitialisedAsModernBertDoes) {
+  EncoderConfig c = task_config();
+  c.json["initializer_cutoff_factor"] = 2.0;
+  SafeTensorsWeights body(fixture("finetune_modernbert/model.safetensors"));  // the body only
+  SequenceClassificationTrainer t(c, body, 4, FinetuneHyperparameters{});
+  auto check = [&](const std::string& name, double std) {
+    const auto& e = t.params().entries()[t.params().index_of(name)];
+    const float* v = t.params().all_data().data() + e.offset;
+    double sq = 0, mx = 0;
+    for (int64_t i = 0; i < e.numel; ++i) {
+      sq += (double)v[i] * v[i];
+      mx = std::max(mx, (double)std::fabs(v[i]));
+    }
+    EXPECT_LE(mx, 2.0 * std + 1e-7) << name;
+    // The std of a normal truncated at 2 sigma is 0.88 sigma; over hundreds of draws within 25%.
+    EXPECT_NEAR(std::sqrt(sq / (double)e.numel), 0.88 * std, 0.25 * std) << name;
+  };
+  check("head.dense.weight", 0.02 / std::sqrt(2.0 * 3));
+  check("classifier.weight", 1.0 / std::sqrt(32.0));
+  const auto& bias = t.params().entries()[t.params().index_of("classifier.bias")];
+  for (int64_t i = 0; i < bias.numel; ++i) EXPECT_EQ(t.params().all_data()[bias.offset + i], 0.0f);
+  const auto& norm = t.params().entries()[t.params().index_of("head.norm.weight")];
+  for (int64_t i = 0; i < norm.numel; ++i) EXPECT_EQ(t.params().all_data()[norm.offset + i], 1.0f);
+}
+
+// The dropouts: ModernBERT's body reads its own keys (checked, [0, 1)), the classifiers classifier_dropout; a
+// classifier_dropout alone drops in training (the head's dropout does not depend on the body's p).
+TEST(FinetuneModernBertTasks, DropoutsComeFromTheModernBertKeys) {
+  nlohmann::json j = task_config().json;
+  j["classifier_dropout"] = 0.3;
+  EXPECT_EQ(training_dropouts(j, HeadKind::SequenceClassification, "c.json"), std::make_pair(0.0f, 0.3f));
+  EXPECT_EQ(training_dropouts(j, HeadKind::MaskedLM, "c.json"), std::make_pair(0.0f, 0.0f));
+  j["mlp_dropout"] = 1.5;
+  EXPECT_THROW(training_dropouts(j, HeadKind::TokenClassification, "c.json"), std::runtime_error);
+  const SafeTensors st = SafeTensors::open(fixture("finetune_modernbert/seqcls_steps.safetensors"));
+  const FinetuneBatch b = test::finetune_batch_at(st, "step0.micro0.");
+  CheckpointWeights w(fixture("finetune_modernbert/tasks"));
+  FinetuneHyperparameters hp;
+  hp.dropout = 0.0f;
+  hp.head_dropout = 0.5f;
+  SequenceClassificationTrainer t(task_config(), w, 3, hp);
+  const double eval = t.compute_gradients(b, /*dropout=*/false);
+  EXPECT_NE(t.compute_gradients(b, /*dropout=*/true), eval);
+  EXPECT_EQ(t.compute_gradients(b, /*dropout=*/false), eval);
+}
+
+// Every name of ModernBERT's norms is left out of weight decay, as get_decay_parameter_names leaves them.
+TEST(FinetuneModernBertTasks, NormsAreNotDecayed) {
+  for (const char* n : {"model.embeddings.norm.weight", "model.layers.1.attn_norm.weight",
+                        "model.layers.0.mlp_norm.weight", "model.final_norm.weight", "head.norm.weight",
+                        "decoder.bias", "bert.encoder.layer.0.output.LayerNorm.weight", "lm_head.layer_norm.weight",
+                        "distilbert.transformer.layer.0.sa_layer_norm.weight"})
+    EXPECT_TRUE(is_no_decay_parameter(n)) << n;
+  for (const char* n : {"model.layers.1.attn.Wqkv.weight", "head.dense.weight", "classifier.weight",
+                        "model.embeddings.tok_embeddings.weight", "normal.weight", "layers.0.normx.weight"})
+    EXPECT_FALSE(is_no_decay_parameter(n)) << n;
+}
+
+// A sentence-transformers model around ModernBertModel (mean pooling, Normalize) trains as PyTorch with
+// MultipleNegativesRankingLoss: the bare body names, loaded from the "model."-prefixed checkpoint.
+TEST(FinetuneModernBertTasks, SentenceEmbeddingStepsMatchPyTorch) {
+  const SafeTensors st = SafeTensors::open(fixture("finetune_modernbert/embed_steps.safetensors"));
+  const nlohmann::json hj = load_json_file(fixture("finetune_modernbert/embed_hyper.json"));
+  CheckpointWeights w(fixture("finetune_modernbert/tasks"));
+  PoolingConfig pooling;
+  pooling.mean = true;
+  SentenceEmbeddingTrainer t(task_config(), w, pooling, /*normalize=*/true, EmbeddingLoss::MultipleNegativesRanking,
+                             test::hyperparameters_from_json(hj), hj["scale"].get<double>());
+  EXPECT_GE(t.params().index_of("layers.1.attn_norm.weight"), 0);
+  EXPECT_EQ(t.params().index_of("model.layers.1.attn_norm.weight"), -1);
+  test::check_trainer_steps(t, st, hj["parameters"].get<int64_t>(), {},
+                            [&](const std::string& p) { return test::sentence_batch_at(st, p, 0); });
+}
+
+// tfm finetune --task embed (the API) on a sentence-transformers folder around ModernBertModel (family_heads/
+// modernbert_seqcls's weights under "model.", mean pooling, Normalize): it trains, writes the bare
+// ModernBertModel names, and the folder loads for inference (SentenceTransformer, what tfm embed runs) to the
+// embeddings of a trainer built on it.
+TEST(FinetuneModernBertTasks, EmbedFolderTrainsAndReloadsToTheTrainersEmbeddings) {
+  namespace fs = std::filesystem;
+  test::TempFolder t;
+  const std::string src = fixture("family_heads/modernbert_seqcls"), model = t.path + "/st", out = t.path + "/out";
+  fs::create_directories(model + "/1_Pooling");
+  fs::create_directories(model + "/2_Normalize");
+  for (const char* f : {"config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"})
+    fs::create_symlink(src + "/" + f, model + "/" + f);
+  test::spit(model + "/modules.json", R"([
+    {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+    {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
+    {"idx": 2, "name": "2", "path": "2_Normalize", "type": "sentence_transformers.models.Normalize"}])");
+  test::spit(model + "/1_Pooling/config.json", R"({"word_embedding_dimension": 64, "pooling_mode_mean_tokens": true})");
+  test::spit(model + "/sentence_bert_config.json", R"({"max_seq_length": 64, "do_lower_case": false})");
+  FinetuneOptions o;
+  o.task = "embed";
+  o.train_file = fixture("finetune_embed/e2e_train.csv");
+  o.out_dir = out;
+  o.epochs = 2;
+  o.batch_size = 4;
+  o.learning_rate = 3e-3;
+  o.threads = 1;
+  const FinetuneSummary s = finetune(model, o);
+  EXPECT_EQ(s.steps, 2);
+  const SafeTensors saved = SafeTensors::open(out + "/model.safetensors"), orig = SafeTensors::open(src + "/model.safetensors");
+  EXPECT_FALSE(saved.has("model.layers.1.attn.Wqkv.weight"));
+  ASSERT_TRUE(saved.has("layers.1.attn.Wqkv.weight"));
+  EXPECT_FALSE(close_to(saved.get("layers.1.attn.Wqkv.weight").f32(), orig.get("model.layers.1.attn.Wqkv.weight"), 1e-6));
+  EXPECT_FALSE(saved.has("classifier.weight"));  // the ModernBertFor* head is not part of the Transformer module
+
+  const SentenceTransformer m = SentenceTransformer::load(out);
+  std::vector<std::string> sentences;
+  std::ifstream sf(fixture("finetune_embed/e2e_sentences.txt"));
+  for (std::string line; std::getline(sf, line);) sentences.push_back(line);
+  ASSERT_GE(sentences.size(), 3u);
+  const Tensor want = m.encode(sentences);
+  SentenceBatch b;
+  b.B = (int64_t)sentences.size();
+  b.columns = 1;
+  std::vector<Encoding> enc;
+  for (const std::string& x : sentences) {
+    enc.push_back(m.tokenize(x));
+    b.L = std::max<int64_t>(b.L, (int64_t)enc.back().input_ids.size());
+  }
+  b.input_ids.assign(b.B * b.L, m.encoder_config().pad_token_id);
+  b.attention_mask.assign(b.B * b.L, 0.0f);
+  for (int64_t i = 0; i < b.B; ++i)
+    for (size_t l = 0; l < enc[i].input_ids.size(); ++l) {
+      b.input_ids[i * b.L + l] = enc[i].input_ids[l];
+      b.attention_mask[i * b.L + l] = 1.0f;
+    }
+  CheckpointWeights w(out);
+  PoolingConfig pooling;
+  pooling.mean = true;
+  SentenceEmbeddingTrainer tr(EncoderConfig::load(out + "/config.json"), w, pooling, true,
+                              EmbeddingLoss::MultipleNegativesRanking, FinetuneHyperparameters{});
+  EXPECT_TRUE(close_to(tr.embed(b).data(), want, 1e-4));
 }

@@ -3,12 +3,14 @@
 // options are one-line errors.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "finetune_test_util.h"
 #include "ops/gemm_bf16.h"
 #include "run_tfm.h"
 #include "test_util.h"
@@ -43,21 +45,11 @@ void write_ner(const std::string& dir, std::vector<std::pair<std::string, std::v
 }
 
 std::vector<std::vector<double>> eval_rows_of(const std::string& log_path, size_t columns) {
-  std::ifstream log(log_path);
-  std::string line;
-  std::getline(log, line);
+  std::string header;
   std::vector<std::vector<double>> rows;
-  while (std::getline(log, line)) {
-    std::vector<double> v;
-    std::stringstream ss(line);
-    std::string cell;
-    bool complete = true;
-    while (std::getline(ss, cell, ',')) {
-      complete &= !cell.empty();
-      v.push_back(cell.empty() ? NAN : std::stod(cell));
-    }
-    if (complete && v.size() == columns) rows.push_back(v);  // the rows of each epoch's last step
-  }
+  for (auto& v : test::csv_rows(log_path, &header))  // the rows of each epoch's last step: every cell filled
+    if (v.size() == columns && std::none_of(v.begin(), v.end(), [](double x) { return std::isnan(x); }))
+      rows.push_back(std::move(v));
   return rows;
 }
 

@@ -2,11 +2,13 @@
 // AVX-512 (ops/isa.h): add + LayerNorm, blocked online-softmax attention, GELU.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 #include <map>
 #include <vector>
 
 #include "core/rng.h"
+#include "core/threading.h"
 #include "io/safetensors.h"
 #include "models/encoder.h"
 #include "ops/activation.h"
@@ -145,6 +147,55 @@ TEST(FusedKernels, LayerNormWritesTheProductInputOnBothIsas) {
   EXPECT_FALSE(q.holds(ComputeType::F32, 8, 16));
 }
 
+// ---------------------------------------------------------------- LayerNorm backward (per-ISA copies)
+
+// Against layer_norm_backward_ref (double precision: dx = rstd (dy w - mean(dy w) - xhat mean(dy w xhat)),
+// dw += sum dy xhat, db += sum dy), accumulating onto non-zero dw / db; 130 x 384 runs the parallel row blocks (a ragged last block), the small shapes the serial path.
+// The gradient itself is checked by finite differences in OpsGrad.LayerNorm (tests/test_ops.cpp).
+TEST(FusedKernels, LayerNormBackwardMatchesReferenceOnBothIsas) {
+  for (KernelIsa isa : isas()) {
+    IsaScope scope(isa);
+    for (auto [N, C] : {std::pair<int64_t, int64_t>{3, 5}, {7, 100}, {130, 384}}) {
+      SCOPED_TRACE(std::string(kernel_isa_name(isa)) + " N=" + std::to_string(N) + " C=" + std::to_string(C));
+      auto x = random_vec(N * C, 90 + C, -2.0f, 3.0f), dy = random_vec(N * C, 91 + N, -1.0f, 1.0f);
+      auto w = random_vec(C, 92), b = random_vec(C, 93);
+      std::vector<float> y(N * C), mean(N), rstd(N), dx(N * C), dw(C, 0.5f), db(C, -0.25f);
+      layer_norm_forward(y.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), N, C, 1e-5f);
+      layer_norm_backward(dx.data(), dw.data(), db.data(), dy.data(), x.data(), w.data(), mean.data(), rstd.data(),
+                          N, C);
+      std::vector<float> rdx(N * C), rdw(C, 0.5f), rdb(C, -0.25f);
+      layer_norm_backward_ref(rdx.data(), rdw.data(), rdb.data(), dy.data(), x.data(), w.data(), N, C, 1e-5f);
+      EXPECT_TRUE(all_close(dx, rdx, 1e-4f, 1e-4f));
+      EXPECT_TRUE(all_close(dw, rdw, 1e-4f, 1e-4f));
+      EXPECT_TRUE(all_close(db, rdb, 1e-4f, 1e-5f));
+    }
+  }
+}
+
+// The row blocks' weight sums are added in block order: 1 and 2 threads give the same bits.
+TEST(FusedKernels, LayerNormBackwardDoesNotDependOnTheThreadCount) {
+  const int64_t N = 1000, C = 384;  // above the parallel grain
+  auto x = random_vec(N * C, 94, -2.0f, 3.0f), dy = random_vec(N * C, 95), w = random_vec(C, 96), b = random_vec(C, 97);
+  std::vector<float> y(N * C), mean(N), rstd(N);
+  layer_norm_forward(y.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), N, C, 1e-5f);
+  auto run = [&](int threads, std::vector<float>& dx, std::vector<float>& dw, std::vector<float>& db) {
+    const int prev = get_num_threads();
+    set_num_threads(threads);
+    dx.assign(N * C, 0.0f);
+    dw.assign(C, 0.0f);
+    db.assign(C, 0.0f);
+    layer_norm_backward(dx.data(), dw.data(), db.data(), dy.data(), x.data(), w.data(), mean.data(), rstd.data(), N,
+                        C);
+    set_num_threads(prev);
+  };
+  std::vector<float> dx1, dw1, db1, dx2, dw2, db2;
+  run(1, dx1, dw1, db1);
+  run(2, dx2, dw2, db2);
+  EXPECT_TRUE(all_close(dx1, dx2, 0.0f));
+  EXPECT_TRUE(all_close(dw1, dw2, 0.0f));
+  EXPECT_TRUE(all_close(db1, db2, 0.0f));
+}
+
 // ---------------------------------------------------------------- GELU (per-ISA copies)
 
 TEST(FusedKernels, ActivationsMatchReferenceOnBothIsas) {
@@ -157,6 +208,25 @@ TEST(FusedKernels, ActivationsMatchReferenceOnBothIsas) {
         activation_forward(out.data(), x.data(), n, act);
         activation_forward_ref(ref.data(), x.data(), n, act);
         EXPECT_TRUE(all_close(out, ref, 2e-6f, 2e-6f)) << kernel_isa_name(isa) << " n=" << n << " act=" << (int)act;
+      }
+    }
+  }
+}
+
+// The backward copies against the double-precision reference, in place too (FeedForward calls it so), with a
+// ragged parallel end; finite differences of the same kernels: OpsGrad.ActivationsOnBothIsas (tests/test_ops.cpp).
+TEST(FusedKernels, ActivationBackwardMatchesReferenceOnBothIsas) {
+  for (KernelIsa isa : isas()) {
+    IsaScope scope(isa);
+    for (int64_t n : {1, 13, 100003}) {
+      auto x = random_vec(n, 60 + n, -8.0f, 8.0f), g = random_vec(n, 61 + n, -2.0f, 2.0f);
+      for (Activation act : {Activation::Gelu, Activation::GeluTanh, Activation::Relu, Activation::Silu}) {
+        std::vector<float> dx(n), ref(n), inplace = g;
+        activation_backward(dx.data(), g.data(), x.data(), n, act);
+        activation_backward_ref(ref.data(), g.data(), x.data(), n, act);
+        EXPECT_TRUE(all_close(dx, ref, 2e-5f, 2e-5f)) << kernel_isa_name(isa) << " n=" << n << " act=" << (int)act;
+        activation_backward(inplace.data(), inplace.data(), x.data(), n, act);
+        EXPECT_TRUE(all_close(inplace, dx, 0.0f)) << kernel_isa_name(isa) << " in place, act=" << (int)act;
       }
     }
   }

@@ -372,6 +372,23 @@ TEST(NnBlock, BertLayerForwardMatchesPyTorchHiddenStates) {
 
 // ---------------------------------------------------------------- Linear, LayerNorm, Embedding
 
+// The training passes' scratch pool (nn::take_scratch): a buffer given back serves the next request it can
+// hold (the same storage), sized as asked; a larger request gets its own.
+TEST(NnScratch, GivenBuffersServeTheNextRequest) {
+  nn::Buf a, b, c;
+  float* p = nn::take_scratch(a, 1000);
+  EXPECT_EQ(a.size(), 1000u);
+  nn::give_scratch(a);
+  EXPECT_TRUE(a.empty());
+  EXPECT_EQ(a.capacity(), 0u);
+  EXPECT_EQ(nn::take_scratch(b, 500), p);
+  EXPECT_EQ(b.size(), 500u);
+  EXPECT_NE(nn::take_scratch(c, 5000), p);
+  EXPECT_EQ(c.size(), 5000u);
+  nn::give_scratch(b);
+  nn::give_scratch(c);
+}
+
 TEST(NnLayers, LinearAndLayerNormMatchFiniteDifferences) {
   nn::ParamStore store;
   const nn::Vars vb(store);

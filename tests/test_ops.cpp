@@ -119,19 +119,22 @@ TEST(OpsGrad, LayerNorm) {
   expect_grad(f, b, db, "db");
 }
 
-TEST(OpsGrad, Activations) {
-  for (Activation a : {Activation::Gelu, Activation::GeluTanh, Activation::Relu}) {
-    auto x = random_vec(20, 71, -3, 3), R = random_vec(20, 72);
-    for (auto& v : x)
-      if (std::fabs(v) < 0.05f) v = 0.5f;  // ReLU's kink is not differentiable
-    auto f = [&] {
-      std::vector<float> y(20);
-      activation_forward(y.data(), x.data(), 20, a);
-      return dotR(y, R);
-    };
-    std::vector<float> dx(20);
-    activation_backward(dx.data(), R.data(), x.data(), 20, a);
-    expect_grad(f, x, dx, "act" + std::to_string((int)a), 1e-3f);
+TEST(OpsGrad, ActivationsOnBothIsas) {
+  for (KernelIsa isa : tfm::test::isas()) {
+    tfm::test::IsaScope scope(isa);
+    for (Activation a : {Activation::Gelu, Activation::GeluTanh, Activation::Relu, Activation::Silu}) {
+      auto x = random_vec(20, 71, -3, 3), R = random_vec(20, 72);
+      for (auto& v : x)
+        if (std::fabs(v) < 0.05f) v = 0.5f;  // ReLU's kink is not differentiable
+      auto f = [&] {
+        std::vector<float> y(20);
+        activation_forward(y.data(), x.data(), 20, a);
+        return dotR(y, R);
+      };
+      std::vector<float> dx(20);
+      activation_backward(dx.data(), R.data(), x.data(), 20, a);
+      expect_grad(f, x, dx, std::string(kernel_isa_name(isa)) + " act" + std::to_string((int)a), 1e-3f);
+    }
   }
 }
 

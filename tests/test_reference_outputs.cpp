@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "core/threading.h"
 #include "decode/decoder_cache.h"
 #include "io/safetensors.h"
 #include "models/encoder.h"
@@ -398,55 +399,63 @@ TEST(OptimReference, AdamWAndAdamWithWeightDecayMatchTorchOptim) {
 
 // ---------------------------------------------------------------- tfm train's step on one fixed batch
 
+// On one thread and on two (two shards on model replicas, train/replicas.h).
 TEST(TrainReference, TwoStepsOnAFixedBatchMatchTheD2lLoop) {
-  auto fx = SafeTensors::open(fixture("reference/train_step.safetensors"));
-  Seq2SeqModel m(Seq2SeqConfig::load(fixture("seq2seq/config.json")));
-  m.load(fixture("seq2seq/model.safetensors"));
-  NmtArrays a;
-  auto to_vec = [](const Tensor& t) { return std::vector<int64_t>(t.i64(), t.i64() + t.numel()); };
-  a.src = to_vec(fx.get("src"));
-  a.tgt = to_vec(fx.get("tgt"));
-  a.src_valid_len = to_vec(fx.get("src_valid_len"));
-  a.tgt_valid_len = to_vec(fx.get("tgt_valid_len"));
-  a.num_steps = fx.get("src").size(1);
-  std::vector<int64_t> rows = to_vec(fx.get("rows"));
-  TrainOptions o;  // the d2l defaults: grad_clip 1, no label smoothing
-  o.lr = 0.005;
-  Adam adam(m.params().total(), AdamOptions{(float)o.lr});
-  TrainBatchBuffers buf;
-  for (int step = 1; step <= 2; ++step) {
-    const std::string s = "step" + std::to_string(step) + ".";
-    LossResult r = train_step(m, adam, a, rows, /*bos=*/2, o, nullptr, buf);
-    const float want = fx.get(s + "loss_sum").f32()[0];
-    EXPECT_NEAR(r.loss_sum, want, kTol * want) << s;
-    EXPECT_EQ(r.num_tokens, fx.get(s + "num_tokens").i64()[0]) << s;
-    const float reported = fx.get(s + "reported_loss").f32()[0];
-    EXPECT_NEAR(r.loss_sum / r.num_tokens, reported, kTol * reported) << s;
-  }
-  // Weights after the two steps, to 1e-4 of each tensor's scale; the few elements whose clipped gradient is
-  // near Adam's eps (listed by the fixture, ~0.5%) move by up to lr per step on rounding alone: 2 lr there.
-  nn::ParamStore& P = m.params();
-  int64_t loose = 0;
-  for (size_t i = 0; i < P.entries().size(); ++i) {
-    const auto& e = P.entries()[i];
-    Tensor want = fx.get("step2." + e.name);
-    ASSERT_EQ(want.numel(), e.numel) << e.name;
-    std::vector<double> tol(e.numel, 0.0);
-    double scale = 0;
-    for (int64_t j = 0; j < e.numel; ++j) scale = std::max(scale, (double)std::fabs(want.f32()[j]));
-    std::fill(tol.begin(), tol.end(), kTol * scale);
-    if (fx.has("adam_sensitive." + e.name)) {
-      Tensor idx = fx.get("adam_sensitive." + e.name);
-      for (int64_t j = 0; j < idx.numel(); ++j) tol[idx.i64()[j]] = 2 * o.lr;
-      loose += idx.numel();
+  const int prev_threads = get_num_threads();
+  for (int threads : {1, 2}) {
+    SCOPED_TRACE(std::to_string(threads) + " thread(s)");
+    set_num_threads(threads);
+    auto fx = SafeTensors::open(fixture("reference/train_step.safetensors"));
+    Seq2SeqModel m(Seq2SeqConfig::load(fixture("seq2seq/config.json")));
+    m.load(fixture("seq2seq/model.safetensors"));
+    NmtArrays a;
+    auto to_vec = [](const Tensor& t) { return std::vector<int64_t>(t.i64(), t.i64() + t.numel()); };
+    a.src = to_vec(fx.get("src"));
+    a.tgt = to_vec(fx.get("tgt"));
+    a.src_valid_len = to_vec(fx.get("src_valid_len"));
+    a.tgt_valid_len = to_vec(fx.get("tgt_valid_len"));
+    a.num_steps = fx.get("src").size(1);
+    std::vector<int64_t> rows = to_vec(fx.get("rows"));
+    TrainOptions o;  // the d2l defaults: grad_clip 1, no label smoothing
+    o.lr = 0.005;
+    Adam adam(m.params().total(), AdamOptions{(float)o.lr});
+    TrainBatchBuffers buf;
+    for (int step = 1; step <= 2; ++step) {
+      const std::string s = "step" + std::to_string(step) + ".";
+      LossResult r = train_step(m, adam, a, rows, /*bos=*/2, o, nullptr, buf);
+      const float want = fx.get(s + "loss_sum").f32()[0];
+      EXPECT_NEAR(r.loss_sum, want, kTol * want) << s;
+      EXPECT_EQ(r.num_tokens, fx.get(s + "num_tokens").i64()[0]) << s;
+      const float reported = fx.get(s + "reported_loss").f32()[0];
+      EXPECT_NEAR(r.loss_sum / r.num_tokens, reported, kTol * reported) << s;
     }
-    for (int64_t j = 0; j < e.numel; ++j)
-      if (!(std::fabs(P.data((int64_t)i)[j] - want.f32()[j]) <= tol[j])) {
-        ADD_FAILURE() << e.name << "[" << j << "]: got " << P.data((int64_t)i)[j] << ", expected " << want.f32()[j];
-        break;
+    // Weights after the two steps, to 1e-4 of each tensor's scale; the few elements whose clipped gradient is
+    // near Adam's eps (listed by the fixture, ~0.5%) move by up to lr per step on rounding alone: 2 lr there.
+    nn::ParamStore& P = m.params();
+    int64_t loose = 0;
+    for (size_t i = 0; i < P.entries().size(); ++i) {
+      const auto& e = P.entries()[i];
+      Tensor want = fx.get("step2." + e.name);
+      ASSERT_EQ(want.numel(), e.numel) << e.name;
+      std::vector<double> tol(e.numel, 0.0);
+      double scale = 0;
+      for (int64_t j = 0; j < e.numel; ++j) scale = std::max(scale, (double)std::fabs(want.f32()[j]));
+      std::fill(tol.begin(), tol.end(), kTol * scale);
+      if (fx.has("adam_sensitive." + e.name)) {
+        Tensor idx = fx.get("adam_sensitive." + e.name);
+        for (int64_t j = 0; j < idx.numel(); ++j) tol[idx.i64()[j]] = 2 * o.lr;
+        loose += idx.numel();
       }
+      for (int64_t j = 0; j < e.numel; ++j)
+        if (!(std::fabs(P.data((int64_t)i)[j] - want.f32()[j]) <= tol[j])) {
+          ADD_FAILURE() << e.name << "[" << j << "]: got " << P.data((int64_t)i)[j] << ", expected " << want.f32()[j];
+          break;
+        }
+    }
+    EXPECT_LT(loose, P.total() / 100);
+    EXPECT_EQ(buf.replicas != nullptr, threads > 1);
   }
-  EXPECT_LT(loose, P.total() / 100);
+  set_num_threads(prev_threads);
 }
 
 // ---------------------------------------------------------------- BERT: a row of padding only

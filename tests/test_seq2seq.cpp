@@ -1,11 +1,18 @@
 // transformer_seq2seq against PyTorch running reference_modules.EncoderDecoder (fixtures/seq2seq, made by
-// scripts/make_fixtures.py): logits, loss, every parameter gradient, clipping and two Adam steps.
+// scripts/make_fixtures.py): logits, loss, every parameter gradient, clipping and two Adam steps; the same batch
+// split into shards on model replicas (train/replicas.h).
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <stdexcept>
+
+#include "core/threading.h"
 #include "io/safetensors.h"
 #include "models/seq2seq.h"
 #include "test_util.h"
 #include "train/optim.h"
+#include "train/replicas.h"
+#include "train/trainer.h"
 
 using namespace tfm;
 using tfm::test::fixture;
@@ -16,16 +23,19 @@ struct Fixture {
   SafeTensors io = SafeTensors::open(fixture("seq2seq/io.safetensors"));
   Tensor enc_X = io.get("enc_X"), enc_valid = io.get("enc_valid_lens"), dec_X = io.get("dec_X"), Y = io.get("Y"),
          Y_valid = io.get("Y_valid_len");
-  Seq2SeqBatch batch() const {
+  Seq2SeqBatch batch() const { return rows(0, enc_X.size(0)); }
+  // Rows [b0, b1) of the batch (untrimmed: [b1 - b0, L]).
+  Seq2SeqBatch rows(int64_t b0, int64_t b1) const {
+    const int64_t Ls = enc_X.size(1), Lt = dec_X.size(1);
     Seq2SeqBatch b;
-    b.src = enc_X.i64();
-    b.src_valid_len = enc_valid.i64();
-    b.dec_input = dec_X.i64();
-    b.labels = Y.i64();
-    b.tgt_valid_len = Y_valid.i64();
-    b.batch = enc_X.size(0);
-    b.src_len = enc_X.size(1);
-    b.tgt_len = dec_X.size(1);
+    b.src = enc_X.i64() + b0 * Ls;
+    b.src_valid_len = enc_valid.i64() + b0;
+    b.dec_input = dec_X.i64() + b0 * Lt;
+    b.labels = Y.i64() + b0 * Lt;
+    b.tgt_valid_len = Y_valid.i64() + b0;
+    b.batch = b1 - b0;
+    b.src_len = Ls;
+    b.tgt_len = Lt;
     return b;
   }
 };
@@ -230,4 +240,152 @@ TEST(Seq2Seq, TrimmedBatchGivesSameLossAndGradientsAsPadded) {
   EXPECT_NEAR(lt, lw, 1e-5 * std::fabs(lw));
   // Same values up to float summation order (GEMMs of other sizes block differently).
   EXPECT_LE(max_rel_err(m.params().all_grad().data(), gw.data(), (int64_t)gw.size()), 1e-4);
+}
+
+// ---------------------------------------------------------------- in-process data parallelism (train/replicas.h)
+// A batch run as shards on model replicas gives PyTorch's loss and gradients for the whole batch, row-keyed
+// dropout masks do not depend on the split, and runs are deterministic for a thread count.
+
+namespace {
+struct ThreadCount {
+  int prev = get_num_threads();
+  explicit ThreadCount(int n) { set_num_threads(n); }
+  ~ThreadCount() { set_num_threads(prev); }
+};
+}  // namespace
+
+TEST(TrainReplicas, ShardCountFollowsThreadsAndRows) {
+  Fixture f;
+  Seq2SeqModel m(f.config);
+  {
+    ThreadCount one(1);
+    EXPECT_EQ(replica_shards(m, 64), 1);
+  }
+  ThreadCount two(2);
+  EXPECT_EQ(replica_shards(m, 64), 2);
+  EXPECT_EQ(replica_shards(m, 1), 1);  // one sentence: nothing to split
+}
+
+// Every split of the fixture's 4 sentences into 2-4 shards: PyTorch's loss and gradients of the whole batch.
+TEST(TrainReplicas, ShardedBatchGivesPyTorchLossAndGradients) {
+  Fixture f;
+  SafeTensors grads = SafeTensors::open(fixture("seq2seq/grads.safetensors"));
+  const float want_loss = f.io.get("loss_sum").f32()[0];
+  const int64_t B = f.enc_X.size(0);
+  for (int shards = 2; shards <= B; ++shards) {
+    Seq2SeqModel m(f.config);
+    m.load(fixture("seq2seq/model.safetensors"));
+    ThreadCount threads(shards);
+    ReplicaSet set(m);
+    m.params().zero_grad();
+    LossResult r = set.run(shards, [&](int s, Seq2SeqModel& replica) {
+      EXPECT_EQ(replica.params().all_data(), m.params().all_data()) << "shard " << s << " sees the model's weights";
+      return replica.forward_backward(f.rows(B * s / shards, B * (s + 1) / shards), nullptr);
+    });
+    EXPECT_NEAR(r.loss_sum, want_loss, 1e-4 * std::fabs(want_loss)) << shards << " shards";
+    EXPECT_EQ(r.num_tokens, 8 + 6 + 2 + 4);  // the fixture's Y_valid_len
+    nn::ParamStore& P = m.params();
+    for (size_t i = 0; i < P.entries().size(); ++i) {
+      const auto& e = P.entries()[i];
+      EXPECT_LE(max_rel_err(P.grad((int64_t)i), grads.get("grad." + e.name).f32(), e.numel), 1e-4)
+          << shards << " shards, grad." << e.name;
+    }
+  }
+}
+
+// The recipe's dropout: masks keyed by sentence (RowKeys), so two shards, each with its own keys over its rows,
+// draw the masks one shard draws for the whole batch: the same gradients up to summation order.
+TEST(TrainReplicas, RowKeyedDropoutDoesNotDependOnTheSplit) {
+  Fixture f;
+  Seq2SeqConfig c = f.config;
+  c.dropout = 0.3;
+  const int64_t B = f.enc_X.size(0);
+  RowKeys keys;
+  keys.key = 0x1234567u;
+  for (int64_t b = 0; b < B; ++b) keys.rows.push_back(100 + 7 * b);  // the sentences' corpus indices
+  Seq2SeqModel whole(c);
+  whole.load(fixture("seq2seq/model.safetensors"));
+  Rng rng;
+  rng.set_row_keys(&keys);
+  whole.params().zero_grad();
+  const LossResult want = whole.forward_backward(f.rows(0, B), &rng, 0.1f, /*token_mean=*/true, 20);
+
+  Seq2SeqModel split(c);
+  split.load(fixture("seq2seq/model.safetensors"));
+  ThreadCount two(2);
+  ReplicaSet set(split);
+  std::vector<RowKeys> part_keys(2, keys);
+  std::vector<Rng> part_rngs(2);
+  split.params().zero_grad();
+  const LossResult got = set.run(2, [&](int s, Seq2SeqModel& m) {
+    const int64_t b0 = B * s / 2, b1 = B * (s + 1) / 2;
+    part_keys[s].rows.assign(keys.rows.begin() + b0, keys.rows.begin() + b1);
+    part_keys[s].calls = 0;  // as the recipe sets them before each step
+    part_rngs[s].set_row_keys(&part_keys[s]);
+    return m.forward_backward(f.rows(b0, b1), &part_rngs[s], 0.1f, /*token_mean=*/true, 20);
+  });
+  EXPECT_NEAR(got.loss_sum, want.loss_sum, 1e-5 * std::fabs(want.loss_sum));
+  EXPECT_NEAR(got.token_loss_sum, want.token_loss_sum, 1e-5 * std::fabs(want.token_loss_sum));
+  EXPECT_LE(max_rel_err(split.params().all_grad().data(), whole.params().all_grad().data(),
+                        (int64_t)whole.params().all_grad().size()),
+            1e-5);
+  // And dropout did act: the gradients differ from the run without it.
+  Seq2SeqModel plain(c);
+  plain.load(fixture("seq2seq/model.safetensors"));
+  plain.params().zero_grad();
+  plain.forward_backward(f.rows(0, B), nullptr, 0.1f, true, 20);
+  EXPECT_GT(max_rel_err(plain.params().all_grad().data(), whole.params().all_grad().data(),
+                        (int64_t)whole.params().all_grad().size()),
+            1e-3);
+}
+
+TEST(TrainReplicas, AShardsExceptionIsRethrownAfterAllShardsEnd) {
+  Fixture f;
+  Seq2SeqModel m(f.config);
+  ThreadCount two(2);
+  ReplicaSet set(m);
+  std::atomic<int> ran{0};
+  auto shard = [&](int s, Seq2SeqModel&) -> LossResult {
+    ++ran;
+    if (s == 1) throw std::invalid_argument("shard 1 failed");
+    return {};
+  };
+  EXPECT_THROW(set.run(2, shard), std::invalid_argument);
+  EXPECT_EQ(ran, 2);
+}
+
+// train_step with dropout on 2 threads (2 shards, one dropout generator each): the same weights run after run.
+TEST(TrainReplicas, TwoThreadTrainStepsWithDropoutAreDeterministic) {
+  Fixture f;
+  NmtArrays a;
+  const int64_t B = f.enc_X.size(0), L = f.enc_X.size(1);
+  a.src.assign(f.enc_X.i64(), f.enc_X.i64() + B * L);
+  a.tgt.assign(f.Y.i64(), f.Y.i64() + B * L);
+  a.src_valid_len.assign(f.enc_valid.i64(), f.enc_valid.i64() + B);
+  a.tgt_valid_len.assign(f.Y_valid.i64(), f.Y_valid.i64() + B);
+  a.num_steps = L;
+  Seq2SeqConfig c = f.config;
+  c.dropout = 0.2;
+  std::vector<int64_t> rows = {3, 0, 2, 1};
+  ThreadCount two(2);
+  std::vector<float> first;
+  double first_loss = 0;
+  for (int run = 0; run < 2; ++run) {
+    Seq2SeqModel m(c);
+    m.load(fixture("seq2seq/model.safetensors"));
+    Adam adam(m.params().total(), AdamOptions{0.005f});
+    Rng drop(9);
+    TrainBatchBuffers buf;
+    TrainOptions o;
+    double loss = 0;
+    for (int step = 0; step < 3; ++step) loss = train_step(m, adam, a, rows, /*bos=*/2, o, &drop, buf).loss_sum;
+    ASSERT_TRUE(buf.replicas) << "2 threads run as 2 shards";
+    if (run == 0) {
+      first = m.params().all_data();
+      first_loss = loss;
+    } else {
+      EXPECT_EQ(first, m.params().all_data());
+      EXPECT_EQ(first_loss, loss);
+    }
+  }
 }

@@ -1,6 +1,6 @@
 /// @file tfm/finetune.h
-/// Fine-tuning an encoder checkpoint (`tfm finetune`): a Hugging Face BERT, RoBERTa, XLM-RoBERTa, CamemBERT or
-/// DistilBERT folder becomes a *ForSequenceClassification (task "classify"), *ForTokenClassification
+/// Fine-tuning an encoder checkpoint (`tfm finetune`): a Hugging Face BERT, RoBERTa, XLM-RoBERTa, CamemBERT,
+/// DistilBERT, MPNet or ModernBERT folder becomes a *ForSequenceClassification (task "classify"), *ForTokenClassification
 /// ("token-classify") or *ForMaskedLM ("mlm") folder of its family (e.g. RobertaForTokenClassification) that
 /// `tfm classify`, `tfm fill-mask`, `tfm serve` and transformers load, trained
 /// as the Hugging Face Trainer trains it (AdamW without decay on biases and LayerNorm weights, linear warmup and
@@ -112,13 +112,15 @@ struct FinetuneSummary {
   double seconds = 0;
 };
 
-/// Fine-tunes the model folder `model_dir` (model_type bert, roberta, xlm-roberta, camembert or distilbert: the base
+/// Fine-tunes the model folder `model_dir` (model_type bert, roberta, xlm-roberta, camembert, distilbert, mpnet or
+/// modernbert: the base
 /// model or any of its *For* checkpoints; BERT's classify needs pooler weights; other model_types are refused with
 /// std::invalid_argument naming the supported ones) and writes out_dir: config.json (architectures
 /// ["<Family>ForSequenceClassification"] / ["<Family>ForTokenClassification"] with id2label and label2id, or
 /// ["<Family>ForMaskedLM"]), model.safetensors with the family's Hugging Face names ("bert.*" / "roberta.*" /
-/// "distilbert.*", the head's "classifier.*", "classifier.out_proj.*", "pre_classifier.*", "cls.predictions.*",
-/// "lm_head.*", "vocab_*"; the masked-LM decoder tied to the word embeddings and not stored), the tokenizer files,
+/// "distilbert.*" / "mpnet.*" / "model.*", the head's "classifier.*", "classifier.out_proj.*", "pre_classifier.*",
+/// "cls.predictions.*", "lm_head.*", "vocab_*", "head.*", "decoder.bias"; the masked-LM decoder tied to the word
+/// embeddings and not stored), the tokenizer files,
 /// train_log.csv (a row per
 /// optimizer step: step, epoch, loss, lr, grad_norm, and the eval metrics on each epoch's last step) and loss.png
 /// (train and eval loss per epoch). With an eval file the model files are rewritten whenever an epoch beats the
@@ -126,12 +128,13 @@ struct FinetuneSummary {
 /// an empty text, a tokens/tags length mismatch, a checkpoint written with other options), tfm::FileNotFoundError
 /// for a missing file or folder, and std::runtime_error for an unreadable checkpoint or a non-finite loss.
 ///
-/// task "embed": `model_dir` is a sentence-transformers folder (modules.json: Transformer (bert) -> Pooling ->
+/// task "embed": `model_dir` is a sentence-transformers folder (modules.json: Transformer (a family above, e.g.
+/// all-mpnet-base-v2's MPNet) -> Pooling ->
 /// [Normalize]; Dense modules are refused), trained as SentenceTransformerTrainer trains it (the same optimizer;
 /// MultipleNegativesRankingLoss with scale 20 and cos_sim, or CosineSimilarityLoss); the best epoch is chosen by
 /// eval accuracy@1 (ties: MRR), or by Spearman correlation for scored pairs. out_dir is again a
 /// sentence-transformers folder (modules.json, the Pooling config, sentence_bert_config.json, the Transformer's
-/// config.json, model.safetensors with BertModel names, tokenizer files) that `tfm embed` loads, train_log.csv and
+/// config.json, model.safetensors with the base model's names, tokenizer files) that `tfm embed` loads, train_log.csv and
 /// loss.png; resume, save_steps, precision and gradient accumulation as the other tasks.
 ///
 /// Under mpirun (a build with MPI) the ranks train data-parallel, as `tfm train`'s recipe: every rank reads the

@@ -50,6 +50,9 @@ struct TrainSummary {
   double best_valid_bleu = 0;  ///< percent
   int64_t best_epoch = 0, epochs_run = 0, steps = 0;
   double seconds = 0, tokens_per_sec = 0;
+  /// target tokens per second of the training steps alone (this invocation's; tokens_per_sec is over `seconds`,
+  /// which also counts the subword training, data encoding, validation and checkpoints)
+  double step_tokens_per_sec = 0;
   bool stopped_early = false;  ///< early stopping, time or step limit, or a stop request
   int stopped_by_signal = 0;   ///< the signal number given to request_train_stop when it ended the run, else 0
   int64_t stopped_in_epoch = 0;  ///< the epoch a step / time limit or a stop request cut short (0: none was)

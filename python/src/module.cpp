@@ -639,6 +639,7 @@ PYBIND11_MODULE(_tfm, m) {
       .def_readonly("steps", &tfm::TrainSummary::steps)
       .def_readonly("seconds", &tfm::TrainSummary::seconds)
       .def_readonly("tokens_per_sec", &tfm::TrainSummary::tokens_per_sec)
+      .def_readonly("step_tokens_per_sec", &tfm::TrainSummary::step_tokens_per_sec)
       .def_readonly("stopped_early", &tfm::TrainSummary::stopped_early)
       .def("__repr__", [](const tfm::TrainSummary& s) {
         char buf[320];

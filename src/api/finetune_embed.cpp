@@ -265,9 +265,7 @@ FinetuneSummary finetune_embed(const std::string& model_dir, const FinetuneOptio
   require_weights(lay.transformer_dir);
   const nlohmann::json cfg_json = load_json_file(cfg_path);
   const EncoderConfig config = EncoderConfig::from_json(cfg_json, cfg_path);
-  if (config.model_type != "bert")
-    throw std::invalid_argument(lay.transformer_dir + ": model_type '" + config.model_type +
-                                "': fine-tuning supports bert so far");
+  check_finetune_family(config.model_type, lay.transformer_dir);
   const BertTokenizer tok = BertTokenizer::from_dir(lay.transformer_dir);
   int64_t max_len = lay.max_seq_length > 0 ? lay.max_seq_length
                                            : std::min(config.max_position_embeddings, tok.model_max_length());
@@ -285,8 +283,9 @@ FinetuneSummary finetune_embed(const std::string& model_dir, const FinetuneOptio
   summary.eval_examples = (int64_t)eval.examples.size();
 
   const int64_t steps_per_epoch = finetune_steps_per_epoch(o, summary.train_examples);
+  // The body's dropout (training_dropouts: BERT hidden_dropout_prob; ModernBERT reads its own keys); no head.
   const FinetuneHyperparameters hp = finetune_hyperparameters(
-      o, steps_per_epoch * o.epochs, json_number_or(cfg_json, "hidden_dropout_prob", 0.1, cfg_path));
+      o, steps_per_epoch * o.epochs, training_dropouts(cfg_json, HeadKind::TokenClassification, cfg_path).first);
   CheckpointWeights weights(lay.transformer_dir);
   SentenceEmbeddingTrainer trainer(config, weights, lay.pooling, lay.normalize, train.loss, hp);
   trainer.set_precision(o.precision == "bf16" ? ops::ComputeType::BF16 : ops::ComputeType::F32);

@@ -8,6 +8,7 @@
 
 #include "core/profile.h"
 #include "models/checkpoint_weights.h"
+#include "models/mpnet.h"
 #include "nn/params.h"
 #include "nn/weights.h"
 #include "ops/dropout.h"
@@ -44,11 +45,20 @@ nn::EncoderBlock bert_layer(const nn::Vars& vb, const EncoderConfig& c, ops::Com
   return detail::post_ln_layer(vb, c, ct, trainable, names, (float)c.layer_norm_eps);
 }
 
+// The padding index of the variant's positions (BertVariant::padding_idx), and its name in messages.
+int64_t padding_index(const EncoderConfig& c, const detail::BertVariant& variant) {
+  return variant.padding_idx >= 0 ? variant.padding_idx : c.pad_token_id;
+}
+const char* padding_name(const detail::BertVariant& variant) {
+  return variant.padding_idx >= 0 ? "padding_idx" : "pad_token_id";
+}
+
 void check_padding_positions(const EncoderConfig& c, const detail::BertVariant& variant) {
-  if (variant.positions_from_padding && (c.pad_token_id < 0 || c.pad_token_id >= c.max_position_embeddings))
-    throw std::runtime_error("config: pad_token_id " + std::to_string(c.pad_token_id) +
+  const int64_t pad = padding_index(c, variant);
+  if (variant.positions_from_padding && (pad < 0 || pad >= c.max_position_embeddings))
+    throw std::runtime_error("config: " + std::string(padding_name(variant)) + " " + std::to_string(pad) +
                              " is outside [0, max_position_embeddings = " + std::to_string(c.max_position_embeddings) +
-                             "); RoBERTa position ids start at pad_token_id + 1");
+                             "); position ids start at " + padding_name(variant) + " + 1");
 }
 
 class Bert : public EncoderModel {
@@ -258,6 +268,11 @@ BertTrainable::BertTrainable(nn::ParamStore& store, const EncoderConfig& c, cons
   auto layer = variant.layer ? variant.layer : bert_layer;
   for (int64_t l = 0; l < c.num_hidden_layers; ++l)
     layers_.push_back(layer(vb.prefix(variant.layers).prefix(l), c, ops::ComputeType::F32, /*trainable=*/true));
+  if (variant.relative_attention_bias) {
+    detail::check_mpnet_config(c);
+    rel_bias_ = vb.prefix("encoder.relative_attention_bias")
+                    .get("weight", {c.relative_attention_num_buckets, c.num_attention_heads});
+  }
   if (pooler) pooler_ = nn::Linear::load(vb.prefix("pooler.dense"), H, H);
   for (const auto& e : store.entries())
     if (e.name.compare(0, prefix_.size(), prefix_) == 0) names_.push_back(e.name);
@@ -294,7 +309,8 @@ void BertTrainable::forward(const nn::Context& ctx, const int64_t* input_ids, co
   types_.assign(N, 0);
   if (token_type_ids && type_.defined()) types_.assign(token_type_ids, token_type_ids + N);
   if (variant_.positions_from_padding) {
-    positions_ = detail::position_ids_from_padding(c, input_ids, B, L, c.pad_token_id);
+    positions_ =
+        detail::position_ids_from_padding(c, input_ids, B, L, padding_index(c, variant_), padding_name(variant_));
   } else {
     positions_.resize(N);
     for (int64_t n = 0; n < N; ++n) positions_[n] = n % L;
@@ -329,6 +345,11 @@ void BertTrainable::forward(const nn::Context& ctx, const int64_t* input_ids, co
     bool padded = false;
     for (float m : key_mask_) padded |= m == 0.0f;
     if (padded) mask_.key_mask = key_mask_.data();
+  }
+  if (rel_bias_.defined()) {  // MPNetEncoder.compute_position_bias: one table for the batch and every layer
+    score_bias_.resize(c.num_attention_heads * L * L);
+    detail::mpnet_position_bias(score_bias_.data(), rel_bias_.data(), c.num_attention_heads, L);
+    mask_.bias = score_bias_.data();
   }
   const float* x = x0_.data();
   for (auto& layer : layers_) {
@@ -371,11 +392,18 @@ void BertTrainable::backward(const float* dlast, const float* dpooled) {
     for (int64_t b = 0; b < B; ++b)
       for (int64_t h = 0; h < H; ++h) dx_[b * L * H + h] += dcls[b * H + h];
   }
+  if (rel_bias_.defined()) dscore_bias_.assign(c.num_attention_heads * L * L, 0.0f);
   for (int64_t l = (int64_t)layers_.size() - 1; l >= 0; --l) {
     tmp_.assign(N * H, 0.0f);
     layers_[l].backward(dx_.data(), tmp_.data());
     std::swap(dx_, tmp_);
+    if (rel_bias_.defined()) {  // the table is shared by the layers: their score-bias gradients add up
+      const std::vector<float>& d = layers_[l].attention.dbias;
+      for (size_t i = 0; i < d.size(); ++i) dscore_bias_[i] += d[i];
+    }
   }
+  if (rel_bias_.defined())
+    detail::mpnet_position_bias_backward(rel_bias_.grad(), dscore_bias_.data(), c.num_attention_heads, L);
   if (!emb_drop_.empty()) ops::dropout_apply(dx_.data(), dx_.data(), emb_drop_.data(), N * H);
   tmp_.resize(N * H);
   emb_ln_.backward(tmp_.data(), dx_.data());

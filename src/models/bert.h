@@ -6,6 +6,7 @@
 
 #include "models/encoder.h"
 #include "models/head_layout.h"
+#include "models/trainable_encoder.h"
 #include "nn/params.h"
 #include "nn/transformer_block.h"
 
@@ -50,6 +51,14 @@ struct BertVariant {
   // throws std::runtime_error for a pad_token_id outside [0, max_position_embeddings), forward throws
   // std::invalid_argument when pad_token_id + seq_len reaches max_position_embeddings.
   bool positions_from_padding = false;
+  // The padding index of positions_from_padding: -1 = config.pad_token_id (RoBERTa); MPNet's MPNetEmbeddings
+  // hard-codes 1 (called "padding_idx" in messages).
+  int64_t padding_idx = -1;
+  // true: MPNet's relative position bias (models/mpnet.h): encoder.relative_attention_bias.weight
+  // [relative_attention_num_buckets, num_attention_heads], one [heads, L, L] table from
+  // detail::mpnet_position_bias added to every layer's attention scores; trained (the gradient of the table is the
+  // scatter-add over buckets of every layer's score-bias gradient).
+  bool relative_attention_bias = false;
   // false: the position table is a constant in training (DistilBERT with sinusoidal_pos_embds:
   // create_sinusoidal_embeddings sets requires_grad False): BertTrainable gives it no gradient and lists it in
   // frozen_names(), which the fine-tuning optimizer leaves as loaded.
@@ -74,16 +83,16 @@ std::unique_ptr<EncoderModel> make_bert_variant(const EncoderConfig& config, Wei
 }  // namespace detail
 
 // BertModel for training (fine-tuning), and the families of detail::BertVariant (RobertaModel, XLMRobertaModel,
-// CamembertModel, DistilBertModel): make_bert's composition (the same layer readers) with every tensor a
-// trainable entry of an nn::ParamStore, named as the family's *For* checkpoints name it: the prefix ("bert.",
-// "roberta.", "distilbert.") then the base model's state_dict name (e.g.
-// "roberta.encoder.layer.0.attention.self.query.weight", "distilbert.transformer.layer.0.attention.q_lin.weight"),
-// so that the store saves as a Hugging Face checkpoint. Forward and backward match the modeling file's base model
-// in training mode: dropout p (nn::Context::dropout: HF hidden_dropout_prob; DistilBERT's dropout, its
-// attention_dropout taken equal) after the embeddings' LayerNorm, on the attention probabilities, and on each
-// sublayer's output before its residual LayerNorm (DistilBERT: the feed-forward's only). Position ids and token
-// types as the variant says.
-class BertTrainable {
+// CamembertModel, DistilBertModel, MPNetModel): make_bert's composition (the same layer readers) with every tensor
+// a trainable entry of an nn::ParamStore, named as the family's *For* checkpoints name it: the prefix ("bert.",
+// "roberta.", "distilbert.", "mpnet.") then the base model's state_dict name (e.g.
+// "roberta.encoder.layer.0.attention.self.query.weight", "distilbert.transformer.layer.0.attention.q_lin.weight",
+// "mpnet.encoder.relative_attention_bias.weight"), so that the store saves as a Hugging Face checkpoint. Forward
+// and backward match the modeling file's base model in training mode: dropout p (nn::Context::dropout: HF
+// hidden_dropout_prob; DistilBERT's dropout, its attention_dropout taken equal) after the embeddings' LayerNorm, on
+// the attention probabilities, and on each sublayer's output before its residual LayerNorm (DistilBERT: the
+// feed-forward's only). Position ids, token types and MPNet's relative position bias as the variant says.
+class BertTrainable final : public TrainableEncoder {
  public:
   // BERT, its parameters under `prefix` ("bert.", or "" for a bare BertModel folder).
   BertTrainable(nn::ParamStore& store, const EncoderConfig& config, bool pooler, const std::string& prefix = "bert.");
@@ -94,34 +103,36 @@ class BertTrainable {
   // Copies every parameter from `weights`, names with or without the prefix (and the variant's aliases; BERT's:
   // LayerNorm.gamma/beta) accepted, as make_bert / make_bert_variant read them. Throws std::runtime_error naming
   // a missing tensor or a wrong shape.
-  void load(nn::ParamStore& store, WeightSource& weights) const;
+  void load(nn::ParamStore& store, WeightSource& weights) const override;
   // Saving forward. input_ids, token_type_ids (null: all 0; ignored without token type embeddings): [B, L];
   // key_mask [B, L] (1 real, 0 padding; null: none). Throws std::invalid_argument for ids or types out of range,
   // or a sequence longer than the position table allows.
   void forward(const nn::Context& ctx, const int64_t* input_ids, const int64_t* token_type_ids, const float* key_mask,
-               int64_t B, int64_t L);
-  const float* last_hidden_state() const;                   // [B, L, H] of the last forward
-  const float* pooler_output() const { return pooled_.data(); }  // [B, H] = tanh(pooler.dense(h[:, 0]))
+               int64_t B, int64_t L) override;
+  const float* last_hidden_state() const override;  // [B, L, H] of the last forward
+  // [B, H] = tanh(pooler.dense(h[:, 0])); null without a pooler.
+  const float* pooler_output() const override { return pooler_.weight.defined() ? pooled_.data() : nullptr; }
   // Gradients of the last forward's outputs: dlast [B, L, H] and dpooled [B, H], each may be null. Parameter
   // gradients are added to the store's.
-  void backward(const float* dlast, const float* dpooled);
-  const EncoderConfig& config() const { return config_; }
+  void backward(const float* dlast, const float* dpooled) override;
+  const EncoderConfig& config() const override { return config_; }
   // The compute type of every Linear's training products (query, key, value, attention output, intermediate,
   // output, pooler): F32, or BF16 (bf16 operands, fp32 accumulation; the parameters stay fp32 master weights).
-  void set_precision(ops::ComputeType precision);
+  void set_precision(ops::ComputeType precision) override;
   // The store names this module registered (prefix included).
-  const std::vector<std::string>& names() const { return names_; }
+  const std::vector<std::string>& names() const override { return names_; }
   // The registered names that get no gradient (DistilBERT's sinusoidal position table); empty otherwise.
-  const std::vector<std::string>& frozen_names() const { return frozen_; }
+  const std::vector<std::string>& frozen_names() const override { return frozen_; }
   // The prefix of the registered names ("bert.", "roberta.", "distilbert.", or "").
-  const std::string& prefix() const { return prefix_; }
+  const std::string& prefix() const override { return prefix_; }
+  std::string word_embeddings_name() const override { return prefix_ + "embeddings.word_embeddings.weight"; }
 
  private:
   EncoderConfig config_;
   detail::BertVariant variant_;
   std::string prefix_;
   std::vector<std::string> names_, frozen_;
-  nn::Param word_, pos_, type_;
+  nn::Param word_, pos_, type_, rel_bias_;
   nn::LayerNorm emb_ln_;
   std::vector<nn::EncoderBlock> layers_;
   nn::Linear pooler_;
@@ -129,6 +140,7 @@ class BertTrainable {
   int64_t B_ = 0, L_ = 0;
   std::vector<int64_t> ids_, types_, positions_;
   std::vector<float> emb_sum_, emb_ln_out_, emb_drop_, x0_, key_mask_, cls_, pooled_, dx_, tmp_;
+  std::vector<float> score_bias_, dscore_bias_;  // [heads, L, L]: MPNet's position bias and its gradient
   ops::AttentionMask mask_;
 };
 }  // namespace tfm

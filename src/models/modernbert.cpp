@@ -127,15 +127,31 @@ nn::Linear load_linear(const nn::Vars& vb, int64_t in, int64_t out, bool has_bia
   return l;
 }
 
-// nn.LayerNorm(C, eps, bias=has_bias): without a bias the shift is zero.
-nn::LayerNorm load_norm(const nn::Vars& vb, int64_t C, double eps, bool has_bias) {
-  if (has_bias) return nn::LayerNorm::load(vb, C, (float)eps);
-  nn::LayerNorm ln;
-  ln.weight = vb.get("weight", {C});
-  ln.bias = nn::Param(Tensor::zeros({C}));
-  ln.C = C;
-  ln.eps = (float)eps;
-  return ln;
+// ModernBertModel's tensors under vb: the embeddings, the layers (LayerT: a struct with ModernBERT's layer fields,
+// the inference Layer below or ModernBertTrainable::Layer), the final norm. Every Linear is read by
+// load_linear(vb, in, out, has_bias): packed for inference, or trainable parameters of a ParamStore.
+template <class LayerT, class LoadLinear>
+void read_modernbert(const nn::Vars& vb, const EncoderConfig& c, const ModernBertConfig& m, nn::Param& tok,
+                     nn::LayerNorm& emb_norm, std::vector<LayerT>& layers, nn::LayerNorm& final_norm,
+                     const LoadLinear& load_linear) {
+  const int64_t H = c.hidden_size, I = c.intermediate_size;
+  const float eps = (float)m.norm_eps;
+  tok = vb.prefix("embeddings.tok_embeddings").get("weight", {c.vocab_size, H});
+  emb_norm = nn::LayerNorm::load(vb.prefix("embeddings.norm"), H, eps, m.norm_bias);
+  for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
+    const nn::Vars lv = vb.prefix("layers").prefix(i);
+    LayerT L;
+    L.global = m.global_layer[i];
+    L.has_attn_norm = i > 0;  // layer 0: nn.Identity
+    if (L.has_attn_norm) L.attn_norm = nn::LayerNorm::load(lv.prefix("attn_norm"), H, eps, m.norm_bias);
+    L.wqkv = load_linear(lv.prefix("attn.Wqkv"), H, 3 * H, m.attention_bias);
+    L.wo = load_linear(lv.prefix("attn.Wo"), H, H, m.attention_bias);
+    L.mlp_norm = nn::LayerNorm::load(lv.prefix("mlp_norm"), H, eps, m.norm_bias);
+    L.wi = load_linear(lv.prefix("mlp.Wi"), H, 2 * I, m.mlp_bias);
+    L.mlp_wo = load_linear(lv.prefix("mlp.Wo"), I, H, m.mlp_bias);
+    layers.push_back(std::move(L));
+  }
+  final_norm = nn::LayerNorm::load(vb.prefix("final_norm"), H, eps, m.norm_bias);
 }
 
 struct Layer {
@@ -149,25 +165,10 @@ class ModernBert : public EncoderModel {
  public:
   ModernBert(const EncoderConfig& c, WeightSource& w, ops::ComputeType ct) : m_(ModernBertConfig::from(c)) {
     config_ = c;
-    const int64_t H = c.hidden_size, I = c.intermediate_size;
     const nn::Vars vb(w, modernbert_aliases);
-    tok_ = vb.prefix("embeddings.tok_embeddings").get("weight", {c.vocab_size, H});
+    read_modernbert(vb, c, m_, tok_, emb_norm_, layers_, final_norm_,
+                    [ct](const nn::Vars& v, int64_t in, int64_t out, bool bias) { return load_linear(v, in, out, bias, ct); });
     vb.release(tok_);  // forward reads only the rows of its ids
-    emb_norm_ = load_norm(vb.prefix("embeddings.norm"), H, m_.norm_eps, m_.norm_bias);
-    for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
-      const nn::Vars lv = vb.prefix("layers").prefix(i);
-      Layer L;
-      L.global = m_.global_layer[i];
-      L.has_attn_norm = i > 0;
-      if (L.has_attn_norm) L.attn_norm = load_norm(lv.prefix("attn_norm"), H, m_.norm_eps, m_.norm_bias);
-      L.wqkv = load_linear(lv.prefix("attn.Wqkv"), H, 3 * H, m_.attention_bias, ct);
-      L.wo = load_linear(lv.prefix("attn.Wo"), H, H, m_.attention_bias, ct);
-      L.mlp_norm = load_norm(lv.prefix("mlp_norm"), H, m_.norm_eps, m_.norm_bias);
-      L.wi = load_linear(lv.prefix("mlp.Wi"), H, 2 * I, m_.mlp_bias, ct);
-      L.mlp_wo = load_linear(lv.prefix("mlp.Wo"), I, H, m_.mlp_bias, ct);
-      layers_.push_back(std::move(L));
-    }
-    final_norm_ = load_norm(vb.prefix("final_norm"), H, m_.norm_eps, m_.norm_bias);
   }
 
   EncoderOutput forward(const Tensor& input_ids, const Tensor& token_type_ids, const Tensor& attention_mask,
@@ -357,7 +358,7 @@ HeadLayout load_modernbert_head(HeadKind kind, const EncoderConfig& c, Checkpoin
   HeadStage prediction, out;
   prediction.linear = nn::Linear::load(vb.prefix("head.dense"), H, H, m.classifier_bias);
   prediction.act = m.classifier_activation;
-  prediction.norm = load_norm(vb.prefix("head.norm"), H, m.norm_eps, m.norm_bias);
+  prediction.norm = nn::LayerNorm::load(vb.prefix("head.norm"), H, (float)m.norm_eps, m.norm_bias);
   if (kind == HeadKind::MaskedLM) {
     const std::vector<std::string> tied = {"model.embeddings.tok_embeddings.weight", "embeddings.tok_embeddings.weight"};
     if (m.decoder_bias) {
@@ -403,29 +404,16 @@ float dropout_p(const EncoderConfig& c, const char* key) {
 }
 }  // namespace
 
-ModernBertTrainable::ModernBertTrainable(nn::ParamStore& store, const EncoderConfig& c)
-    : config_(c), m_(ModernBertConfig::from(c)) {
+ModernBertTrainable::ModernBertTrainable(nn::ParamStore& store, const EncoderConfig& c, const std::string& prefix)
+    : config_(c), m_(ModernBertConfig::from(c)), prefix_(prefix) {
+  if (!prefix_.empty() && prefix_.back() != '.') prefix_ += '.';
   embedding_dropout_ = dropout_p(c, "embedding_dropout");
   attention_dropout_ = dropout_p(c, "attention_dropout");
   mlp_dropout_ = dropout_p(c, "mlp_dropout");
-  const int64_t H = c.hidden_size, I = c.intermediate_size;
-  const nn::Vars vb = nn::Vars(store).prefix("model");
-  tok_ = vb.prefix("embeddings.tok_embeddings").get("weight", {c.vocab_size, H});
-  emb_norm_ = load_norm(vb.prefix("embeddings.norm"), H, m_.norm_eps, m_.norm_bias);
-  for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
-    const nn::Vars lv = vb.prefix("layers").prefix(i);
-    Layer L;
-    L.global = m_.global_layer[i];
-    L.has_attn_norm = i > 0;
-    if (L.has_attn_norm) L.attn_norm = load_norm(lv.prefix("attn_norm"), H, m_.norm_eps, m_.norm_bias);
-    L.wqkv = nn::Linear::load(lv.prefix("attn.Wqkv"), H, 3 * H, m_.attention_bias);
-    L.wo = nn::Linear::load(lv.prefix("attn.Wo"), H, H, m_.attention_bias);
-    L.mlp_norm = load_norm(lv.prefix("mlp_norm"), H, m_.norm_eps, m_.norm_bias);
-    L.wi = nn::Linear::load(lv.prefix("mlp.Wi"), H, 2 * I, m_.mlp_bias);
-    L.mlp_wo = nn::Linear::load(lv.prefix("mlp.Wo"), I, H, m_.mlp_bias);
-    layers_.push_back(std::move(L));
-  }
-  final_norm_ = load_norm(vb.prefix("final_norm"), H, m_.norm_eps, m_.norm_bias);
+  nn::Vars vb(store);
+  if (!prefix_.empty()) vb = vb.prefix(prefix_.substr(0, prefix_.size() - 1));
+  read_modernbert(vb, c, m_, tok_, emb_norm_, layers_, final_norm_,
+                  [](const nn::Vars& v, int64_t in, int64_t out, bool bias) { return nn::Linear::load(v, in, out, bias); });
   for (const auto& e : store.entries())
     if (e.name.compare(0, prefix_.size(), prefix_) == 0) names_.push_back(e.name);
 }
@@ -434,7 +422,8 @@ void ModernBertTrainable::load(nn::ParamStore& store, WeightSource& weights) con
   for (const std::string& full : names_) {
     const std::string name = full.substr(prefix_.size());
     const int64_t i = store.index_of(full);
-    Tensor t = weights.get(name, store.entries()[i].shape, {full});
+    // Bare ("" prefix): the ModernBertFor* names are accepted too.
+    Tensor t = weights.get(name, store.entries()[i].shape, {prefix_.empty() ? "model." + name : full});
     std::memcpy(store.data(i), t.f32(), sizeof(float) * t.numel());
   }
 }

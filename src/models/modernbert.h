@@ -19,6 +19,7 @@
 
 #include "models/encoder.h"
 #include "models/head_layout.h"
+#include "models/trainable_encoder.h"
 #include "nn/layers.h"
 #include "nn/params.h"
 #include "ops/activation.h"
@@ -70,39 +71,43 @@ std::unique_ptr<EncoderModel> make_modernbert(const EncoderConfig& config, Weigh
 // "head.dense.weight" alone -> masked LM.
 FamilyHeads modernbert_heads();
 
-// ModernBertModel for training (fine-tuning): make_modernbert's composition with every tensor a trainable entry
-// of an nn::ParamStore, named as the ModernBertFor* checkpoints name them: "model." then ModernBertModel's
-// state_dict name ("model.layers.1.attn.Wqkv.weight"), so that the store saves as a Hugging Face checkpoint.
+// ModernBertModel for training (fine-tuning): make_modernbert's composition (the same tensor reader) with every
+// tensor a trainable entry of an nn::ParamStore, named as the ModernBertFor* checkpoints name them: "model." then
+// ModernBertModel's state_dict name ("model.layers.1.attn.Wqkv.weight"), so that the store saves as a Hugging Face
+// checkpoint (or under no prefix: a sentence-transformers Transformer module's ModernBertModel names).
 // Forward and backward match modeling_modernbert.py's eager (padded) path in training mode: embeddings
 // drop(norm(tok_embeddings[ids])); each layer's attention on the rotated q, k with the key padding mask, and on
 // sliding layers also the band |i - j| <= local_attention // 2 (a [B, L, L] mask); dropout on the attention
 // probabilities and after Wo (attention_dropout), on act(input) * gate before mlp.Wo (mlp_dropout), after the
 // embeddings' norm (embedding_dropout). Those p come from config.json (default 0), not from nn::Context::dropout:
 // a forward drops when ctx.rng is set. The layers' norms, Linears and attention run in fp32 or in the precision
-// set_precision gives the Linears.
-class ModernBertTrainable {
+// set_precision gives the Linears. ModernBERT has no pooler: pooler_output() is null.
+class ModernBertTrainable final : public TrainableEncoder {
  public:
-  // Registers the parameters in `store` under "model." (finalize the store after every module has registered,
-  // then load()). Throws std::runtime_error on a bad config (ModernBertConfig::from).
-  ModernBertTrainable(nn::ParamStore& store, const EncoderConfig& config);
-  // Copies every parameter from `weights`, names with or without "model." accepted. Throws std::runtime_error
-  // naming a missing tensor or a wrong shape.
-  void load(nn::ParamStore& store, WeightSource& weights) const;
+  // Registers the parameters in `store` under `prefix` ("model.", or "" for a bare ModernBertModel; finalize the
+  // store after every module has registered, then load()). Throws std::runtime_error on a bad config
+  // (ModernBertConfig::from) or a dropout key outside [0, 1).
+  ModernBertTrainable(nn::ParamStore& store, const EncoderConfig& config, const std::string& prefix = "model.");
+  // Copies every parameter from `weights`, names with or without the prefix ("model.") accepted. Throws
+  // std::runtime_error naming a missing tensor or a wrong shape.
+  void load(nn::ParamStore& store, WeightSource& weights) const override;
   // Saving forward. input_ids [B, L] in [0, vocab_size) (std::invalid_argument otherwise); token_type_ids
   // ignored (ModernBERT has none); key_mask [B, L] (1 real, 0 padding; null: none).
   void forward(const nn::Context& ctx, const int64_t* input_ids, const int64_t* token_type_ids, const float* key_mask,
-               int64_t B, int64_t L);
-  const float* last_hidden_state() const { return last_.data(); }  // [B, L, H] of the last forward
+               int64_t B, int64_t L) override;
+  const float* last_hidden_state() const override { return last_.data(); }  // [B, L, H] of the last forward
+  const float* pooler_output() const override { return nullptr; }
   // dlast [B, L, H]: the gradient of last_hidden_state. dpooled must be null (ModernBERT has no pooler;
   // std::logic_error otherwise). Parameter gradients are added to the store's.
-  void backward(const float* dlast, const float* dpooled);
-  const EncoderConfig& config() const { return config_; }
+  void backward(const float* dlast, const float* dpooled) override;
+  const EncoderConfig& config() const override { return config_; }
   const ModernBertConfig& modernbert_config() const { return m_; }
   // The compute type of every Linear's training products (Wqkv, Wo, Wi, mlp.Wo): F32 or BF16.
-  void set_precision(ops::ComputeType precision);
-  const std::vector<std::string>& names() const { return names_; }          // registered names ("model." ...)
-  const std::vector<std::string>& frozen_names() const { return frozen_; }  // empty: every tensor trains
-  const std::string& prefix() const { return prefix_; }                     // "model."
+  void set_precision(ops::ComputeType precision) override;
+  const std::vector<std::string>& names() const override { return names_; }          // registered names
+  const std::vector<std::string>& frozen_names() const override { return frozen_; }  // empty: every tensor trains
+  const std::string& prefix() const override { return prefix_; }                     // "model." or ""
+  std::string word_embeddings_name() const override { return prefix_ + "embeddings.tok_embeddings.weight"; }
 
  private:
   struct Layer {
@@ -116,7 +121,7 @@ class ModernBertTrainable {
   EncoderConfig config_;
   ModernBertConfig m_;
   float embedding_dropout_ = 0, attention_dropout_ = 0, mlp_dropout_ = 0;
-  std::string prefix_ = "model.";
+  std::string prefix_;
   std::vector<std::string> names_, frozen_;
   nn::Param tok_;
   nn::LayerNorm emb_norm_, final_norm_;

@@ -40,24 +40,21 @@ constexpr int64_t kNumBuckets = 32, kMaxDistance = 128;  // MPNetEncoder.compute
 // Base-model names, then the "mpnet."-prefixed names of the MPNetFor* heads' checkpoints.
 std::vector<std::string> mpnet_aliases(const std::string& name) { return {"mpnet." + name}; }
 
-// One MPNetLayer under `vb` ("encoder.layer.N"): attention.attn.{q,k,v} (packed into one GEMM), attention.attn.o,
-// attention.LayerNorm, intermediate.dense, output.{dense,LayerNorm}; post-LN, as BertLayer.
-nn::EncoderBlock mpnet_layer(const nn::Vars& vb, const EncoderConfig& c, ops::ComputeType ct) {
-  const int64_t H = c.hidden_size, I = c.intermediate_size;
-  const float eps = (float)c.layer_norm_eps;
-  const nn::Vars attn = vb.prefix("attention.attn");
-  nn::EncoderBlock b;
-  b.attention.num_heads = c.num_attention_heads;
-  b.attention.hidden_size = H;
-  b.attention.qkv = nn::Linear::load_packed({attn.prefix("q"), attn.prefix("k"), attn.prefix("v")}, H, H, ct);
-  b.attention.output = nn::Linear::load_packed({attn.prefix("o")}, H, H, ct);
-  b.norm1 = nn::LayerNorm::load(vb.prefix("attention.LayerNorm"), H, eps);
-  b.ffn.linear1 = nn::Linear::load_packed({vb.prefix("intermediate.dense")}, H, I, ct);
-  b.ffn.linear2 = nn::Linear::load_packed({vb.prefix("output.dense")}, I, H, ct);
-  b.ffn.act = ops::parse_activation(c.hidden_act);
-  b.norm2 = nn::LayerNorm::load(vb.prefix("output.LayerNorm"), H, eps);
-  b.norm_first = false;
-  return b;
+// One MPNetLayer under `vb` ("encoder.layer.N"): attention.attn.{q,k,v} (packed into one GEMM at inference),
+// attention.attn.o, attention.LayerNorm, intermediate.dense, output.{dense,LayerNorm}; post-LN, as BertLayer.
+nn::EncoderBlock mpnet_layer(const nn::Vars& vb, const EncoderConfig& c, ops::ComputeType ct, bool trainable) {
+  const detail::PostLnLayerNames names = {"attention.attn.q", "attention.attn.k", "attention.attn.v",
+                                          "attention.attn.o", "attention.LayerNorm", "intermediate.dense",
+                                          "output.dense", "output.LayerNorm"};
+  return detail::post_ln_layer(vb, c, ct, trainable, names, (float)c.layer_norm_eps);
+}
+
+// The bucket of each relative position j - i of L tokens, indexed by j - i + L - 1.
+std::vector<int64_t> relative_buckets(int64_t L) {
+  std::vector<int64_t> bucket(2 * L - 1);
+  for (int64_t r = 0; r < 2 * L - 1; ++r)
+    bucket[r] = detail::mpnet_relative_position_bucket(r - (L - 1), kNumBuckets, kMaxDistance);
+  return bucket;
 }
 
 std::optional<HeadKind> detect_mpnet_head(const CheckpointWeights& w) { return detail::detect_lm_style_head(w); }
@@ -70,13 +67,7 @@ class MPNet : public EncoderModel {
  public:
   MPNet(const EncoderConfig& c, WeightSource& w, ops::ComputeType ct) {
     config_ = c;
-    if (c.relative_attention_num_buckets < kNumBuckets)
-      throw std::runtime_error("config: relative_attention_num_buckets " +
-                               std::to_string(c.relative_attention_num_buckets) +
-                               " is below 32, the buckets MPNet's relative_position_bucket produces");
-    if (c.max_position_embeddings <= kPaddingIdx + 1)
-      throw std::runtime_error("config: max_position_embeddings " + std::to_string(c.max_position_embeddings) +
-                               " leaves no position for MPNet (positions start at padding_idx 1 + 1)");
+    detail::check_mpnet_config(c);
     const int64_t H = c.hidden_size;
     const nn::Vars vb(w, mpnet_aliases);
     const nn::Vars emb = vb.prefix("embeddings");
@@ -87,7 +78,7 @@ class MPNet : public EncoderModel {
     rel_bias_ = vb.prefix("encoder.relative_attention_bias")
                     .get("weight", {c.relative_attention_num_buckets, c.num_attention_heads});
     for (int64_t l = 0; l < c.num_hidden_layers; ++l)
-      layers_.push_back(mpnet_layer(vb.prefix("encoder.layer").prefix(l), c, ct));
+      layers_.push_back(mpnet_layer(vb.prefix("encoder.layer").prefix(l), c, ct, /*trainable=*/false));
     if (vb.has("pooler.dense.weight")) pooler_ = nn::Linear::load(vb.prefix("pooler.dense"), H, H);
   }
 
@@ -132,17 +123,7 @@ class MPNet : public EncoderModel {
     // MPNetEncoder.compute_position_bias: [heads, L, L], the same for every batch row and every layer.
     OpTimer t_bias("position_bias");
     std::vector<float> bias(NH * L * L);
-    {
-      std::vector<int64_t> bucket(2 * L - 1);  // by relative position j - i + L - 1
-      for (int64_t r = 0; r < 2 * L - 1; ++r)
-        bucket[r] = detail::mpnet_relative_position_bucket(r - (L - 1), kNumBuckets, kMaxDistance);
-      const float* table = rel_bias_.data();  // [buckets, heads]
-      for (int64_t h = 0; h < NH; ++h)
-        for (int64_t i = 0; i < L; ++i) {
-          float* row = bias.data() + (h * L + i) * L;
-          for (int64_t j = 0; j < L; ++j) row[j] = table[bucket[j - i + L - 1] * NH + h];
-        }
-    }
+    detail::mpnet_position_bias(bias.data(), rel_bias_.data(), NH, L);
     t_bias.stop();
     nn::encoder_stack_inference(layers_, X, B, L, key_mask.data(), unpadded, all_layers ? hs.f32() : nullptr,
                                 bias.data());
@@ -171,6 +152,46 @@ class MPNet : public EncoderModel {
 }  // namespace
 
 FamilyHeads mpnet_heads() { return {detect_mpnet_head, load_mpnet_head}; }
+
+void detail::mpnet_position_bias(float* bias, const float* table, int64_t heads, int64_t L) {
+  const std::vector<int64_t> bucket = relative_buckets(L);
+  for (int64_t h = 0; h < heads; ++h)
+    for (int64_t i = 0; i < L; ++i) {
+      float* row = bias + (h * L + i) * L;
+      for (int64_t j = 0; j < L; ++j) row[j] = table[bucket[j - i + L - 1] * heads + h];
+    }
+}
+
+void detail::mpnet_position_bias_backward(float* dtable, const float* dbias, int64_t heads, int64_t L) {
+  const std::vector<int64_t> bucket = relative_buckets(L);
+  for (int64_t h = 0; h < heads; ++h)
+    for (int64_t i = 0; i < L; ++i) {
+      const float* row = dbias + (h * L + i) * L;
+      for (int64_t j = 0; j < L; ++j) dtable[bucket[j - i + L - 1] * heads + h] += row[j];
+    }
+}
+
+void detail::check_mpnet_config(const EncoderConfig& c) {
+  if (c.relative_attention_num_buckets < kNumBuckets)
+    throw std::runtime_error("config: relative_attention_num_buckets " +
+                             std::to_string(c.relative_attention_num_buckets) +
+                             " is below 32, the buckets MPNet's relative_position_bucket produces");
+  if (c.max_position_embeddings <= kPaddingIdx + 1)
+    throw std::runtime_error("config: max_position_embeddings " + std::to_string(c.max_position_embeddings) +
+                             " leaves no position for MPNet (positions start at padding_idx 1 + 1)");
+}
+
+detail::BertVariant detail::mpnet_variant() {
+  BertVariant v;
+  v.aliases = mpnet_aliases;
+  v.prefix = "mpnet.";
+  v.layer = mpnet_layer;
+  v.token_type_embeddings = false;
+  v.positions_from_padding = true;
+  v.padding_idx = kPaddingIdx;
+  v.relative_attention_bias = true;
+  return v;
+}
 
 std::unique_ptr<EncoderModel> make_mpnet(const EncoderConfig& config, WeightSource& weights, ops::ComputeType dtype) {
   return std::make_unique<MPNet>(config, weights, dtype);

@@ -5,6 +5,7 @@
 #include <memory>
 #include <vector>
 
+#include "models/bert.h"
 #include "models/encoder.h"
 #include "models/head_layout.h"
 
@@ -43,5 +44,19 @@ namespace detail {
 // max_distance, computed in float32 as PyTorch does. Returns a bucket in [0, num_buckets).
 int64_t mpnet_relative_position_bucket(int64_t relative_position, int64_t num_buckets = 32,
                                        int64_t max_distance = 128);
+// MPNetEncoder.compute_position_bias (its default 32 buckets, max_distance 128): bias [heads, L, L] written,
+// bias[h, i, j] = table[bucket(j - i), h] for table = relative_attention_bias.weight [num_buckets, heads].
+void mpnet_position_bias(float* bias, const float* table, int64_t heads, int64_t L);
+// Its backward (the nn.Embedding lookup's): dtable [num_buckets, heads] += for each (h, i, j) dbias[h, i, j] at
+// row bucket(j - i), column h. dbias [heads, L, L].
+void mpnet_position_bias_backward(float* dtable, const float* dbias, int64_t heads, int64_t L);
+// What make_mpnet and the trainable body check of config.json: throws std::runtime_error for
+// relative_attention_num_buckets < 32 or a max_position_embeddings that leaves no position past padding_idx 1.
+void check_mpnet_config(const EncoderConfig& config);
+// MPNetModel as a BertVariant: BERT's post-LN layers under MPNet's names (attention.attn.{q,k,v,o},
+// attention.LayerNorm, intermediate.dense, output.{dense,LayerNorm}), positions from padding_idx 1, no token types,
+// the relative position bias; names with or without "mpnet." (MPNetFor*'s base_model_prefix), the prefix
+// BertTrainable registers them under.
+BertVariant mpnet_variant();
 }  // namespace detail
 }  // namespace tfm

@@ -1,6 +1,7 @@
 #include "nn/attention.h"
 
 #include <cstring>
+#include <stdexcept>
 
 #include "core/profile.h"
 #include "ops/attention_train.h"
@@ -16,6 +17,10 @@ bool bf16_attention(ops::ComputeType ct) { return ct == ops::ComputeType::BF16 |
 
 void MultiHeadAttention::forward(const Context& c, float* out, const float* xq_, const float* xkv_, int64_t B_,
                                  int64_t Lq_, int64_t Lk_, const ops::AttentionMask& mask) {
+  if (mask.bias && (mask.bias_batch_stride != 0 || mask.bias_len != 0))
+    throw std::invalid_argument("MultiHeadAttention::forward: a score bias in training must be one [heads, Lq, Lk] "
+                                "table shared by the batch (bias_batch_stride 0, bias_len 0)");
+  score_bias = mask.bias != nullptr;
   xq = xq_;
   xkv = xkv_;
   B = B_;
@@ -25,7 +30,7 @@ void MultiHeadAttention::forward(const Context& c, float* out, const float* xq_,
   Q.resize(B * Lq * H);
   K.resize(B * Lk * H);
   V.resize(B * Lk * H);
-  ctx.resize(B * Lq * H);
+  float* cx = take_scratch(ctx, B * Lq * H);
   probs.resize(B * num_heads * Lq * Lk);
   query.forward(c, Q.data(), xq, B * Lq);
   key.forward(c, K.data(), xkv, B * Lk);
@@ -40,24 +45,32 @@ void MultiHeadAttention::forward(const Context& c, float* out, const float* xq_,
     drop.clear();
   }
   ops::AttentionDims d{B, Lq, Lk, num_heads, head_dim()};
-  if (!ops::attention_forward_train(ctx.data(), probs.data(), Q.data(), K.data(), V.data(), d, mask, dm))
-    ops::attention_forward(ctx.data(), probs.data(), Q.data(), K.data(), V.data(), d, mask, dm);
-  output.forward(c, out, ctx.data(), B * Lq);
+  if (!ops::attention_forward_train(cx, probs.data(), Q.data(), K.data(), V.data(), d, mask, dm))
+    ops::attention_forward(cx, probs.data(), Q.data(), K.data(), V.data(), d, mask, dm);
+  output.forward(c, out, cx, B * Lq);
+  ctx_src = cx;
+  if (output.saved_input(cx, B * Lq)) give_scratch(ctx);  // bf16: the output product's copy is all backward needs
 }
 
 void MultiHeadAttention::backward(const float* dout, float* dxq, float* dxkv) {
   const int64_t H = hidden_size;
-  dctx.resize(B * Lq * H);
-  output.backward(dctx.data(), dout, ctx.data(), B * Lq, /*accumulate=*/false);
-  dQ.resize(B * Lq * H);
-  dK.resize(B * Lk * H);
-  dV.resize(B * Lk * H);
+  take_scratch(dctx, B * Lq * H);
+  output.backward(dctx.data(), dout, ctx_src, B * Lq, /*accumulate=*/false);
+  take_scratch(dQ, B * Lq * H);
+  take_scratch(dK, B * Lk * H);
+  take_scratch(dV, B * Lk * H);
   ops::AttentionDims d{B, Lq, Lk, num_heads, head_dim()};
+  if (score_bias) {
+    dbias.resize(num_heads * Lq * Lk);
+  } else {
+    dbias.clear();
+  }
   ops::attention_backward(dQ.data(), dK.data(), dV.data(), dctx.data(), probs.data(), Q.data(), K.data(), V.data(), d,
-                          drop.empty() ? nullptr : drop.data());
+                          drop.empty() ? nullptr : drop.data(), score_bias ? dbias.data() : nullptr);
   query.backward(dxq, dQ.data(), xq, B * Lq);
   key.backward(dxkv, dK.data(), xkv, B * Lk);
   value.backward(dxkv, dV.data(), xkv, B * Lk);
+  for (Buf* b : {&dctx, &dQ, &dK, &dV}) give_scratch(*b);
 }
 
 void MultiHeadAttention::forward_inference(float* out, const float* x, int64_t B_, int64_t L,

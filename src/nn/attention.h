@@ -30,9 +30,12 @@ struct MultiHeadAttention {
 
   // Saving forward. xq: [B, Lq, H], xkv: [B, Lk, H] (both alive until backward); out: [B, Lq, H] written.
   // Attention weights [B, heads, Lq, Lk] stay in `probs`; dropout (ctx) drops them, as d2l's DotProductAttention.
+  // A score bias in `mask` (ops::AttentionMask::bias) must be one [heads, Lq, Lk] table shared by the batch rows
+  // (bias_batch_stride 0, bias_len 0; std::invalid_argument otherwise): backward then writes its gradient to dbias.
   void forward(const Context& ctx, float* out, const float* xq, const float* xkv, int64_t B, int64_t Lq, int64_t Lk,
                const ops::AttentionMask& mask);
-  // dxq [B, Lq, H] and dxkv [B, Lk, H] added to (they may alias: self-attention).
+  // dxq [B, Lq, H] and dxkv [B, Lk, H] added to (they may alias: self-attention). When the forward had a score
+  // bias, dbias [heads, Lq, Lk] is written with its gradient (ops::attention_backward's dbias); else it is emptied.
   void backward(const float* dout, float* dxq, float* dxkv);
 
   // Self-attention on the fused packed qkv, nothing saved. x, out: [B, L, H]; qkv_buf: [B * L, 3H] and
@@ -59,10 +62,13 @@ struct MultiHeadAttention {
   // k, v: [N, H] = W_k x, W_v x for x [N, H] (the encoder outputs of cross-attention).
   void project_kv(const Context& ctx, float* k, float* v, const float* x, int64_t N) const;
 
-  // Saved by forward.
+  // Saved by forward. ctx: the attention output (given back to the scratch pool when a bf16 output product keeps
+  // its own copy; ctx_src is where it lay); dctx, dQ, dK, dV: backward's scratch (nn::take_scratch).
   const float *xq = nullptr, *xkv = nullptr;
-  Buf Q, K, V, probs, drop, ctx, dctx, dQ, dK, dV;
+  Buf Q, K, V, probs, drop, ctx, dctx, dQ, dK, dV, dbias;
+  const float* ctx_src = nullptr;
   int64_t B = 0, Lq = 0, Lk = 0;
+  bool score_bias = false;  // the forward's mask had a score bias
 };
 
 }  // namespace tfm::nn

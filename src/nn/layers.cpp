@@ -15,6 +15,43 @@
 
 namespace tfm::nn {
 
+namespace {
+std::vector<Buf>& scratch_pool() {
+  thread_local std::vector<Buf> pool;
+  return pool;
+}
+}  // namespace
+
+float* take_scratch(Buf& b, int64_t n) {
+  if ((int64_t)b.capacity() < n) {
+    std::vector<Buf>& pool = scratch_pool();
+    int64_t best = -1;  // the smallest pooled buffer that holds n
+    for (int64_t i = 0; i < (int64_t)pool.size(); ++i)
+      if ((int64_t)pool[i].capacity() >= n && (best < 0 || pool[i].capacity() < pool[best].capacity())) best = i;
+    if (best >= 0) {
+      b.swap(pool[best]);  // pool[best] now holds b's old storage (too small): freed
+      std::swap(pool[best], pool.back());
+      pool.pop_back();
+    }
+  }
+  b.resize(n);
+  return b.data();
+}
+
+void give_scratch(Buf& b) {
+  if (b.capacity() == 0) return;
+  std::vector<Buf>& pool = scratch_pool();
+  pool.push_back(std::move(b));
+  b = Buf();
+  if (pool.size() > 32) {  // bounded: the smallest goes (a model switching shapes leaves no pile behind)
+    size_t small = 0;
+    for (size_t i = 1; i < pool.size(); ++i)
+      if (pool[i].capacity() < pool[small].capacity()) small = i;
+    std::swap(pool[small], pool.back());
+    pool.pop_back();
+  }
+}
+
 // ---------------------------------------------------------------- Linear
 
 Linear Linear::load(const Vars& vb, int64_t in, int64_t out, bool has_bias) {
@@ -240,10 +277,10 @@ void Linear::backward(float* dinp, const float* dout, const float* inp, int64_t 
 
 // ---------------------------------------------------------------- LayerNorm
 
-LayerNorm LayerNorm::load(const Vars& vb, int64_t C, float eps) {
+LayerNorm LayerNorm::load(const Vars& vb, int64_t C, float eps, bool has_bias) {
   LayerNorm ln;
   ln.weight = vb.get("weight", {C});
-  ln.bias = vb.get("bias", {C});
+  ln.bias = has_bias ? vb.get("bias", {C}) : Param(Tensor::zeros({C}));
   ln.C = C;
   ln.eps = eps;
   return ln;
@@ -277,12 +314,13 @@ void LayerNorm::backward(float* dinp, const float* dout, bool accumulate) {
                              C);
     return;
   }
-  scratch.resize(N * C);
+  take_scratch(scratch, N * C);
   ops::layer_norm_backward(scratch.data(), weight.grad(), bias.grad(), dout, x, weight.data(), mean.data(),
                            rstd.data(), N, C);
   const float* s = scratch.data();
 #pragma omp simd
   for (int64_t i = 0; i < N * C; ++i) dinp[i] += s[i];
+  give_scratch(scratch);
 }
 
 // ---------------------------------------------------------------- FeedForward
@@ -291,26 +329,44 @@ void FeedForward::forward(const Context& ctx, float* out, const float* x_, int64
   x = x_;
   N = N_;
   const int64_t I = linear1.out_features;
-  a.resize(N * I);
   if (act == ops::Activation::Relu) {
     // ReLU in place: its backward needs only the sign, and relu(h) > 0 exactly where h > 0.
+    a.resize(N * I);
     linear1.forward(ctx, a.data(), x, N);
     ops::activation_forward(a.data(), a.data(), N * I, act);
-  } else {
-    h.resize(N * I);
-    linear1.forward(ctx, h.data(), x, N);
-    ops::activation_forward(a.data(), h.data(), N * I, act);
+    linear2.forward(ctx, out, a.data(), N);
+    return;
   }
-  linear2.forward(ctx, out, a.data(), N);
+  // Only h is kept: act(h) is scratch, recomputed by backward where linear2's weight gradient needs it (bf16
+  // products keep their own bf16 copy of it and need nothing).
+  h.resize(N * I);
+  linear1.forward(ctx, h.data(), x, N);
+  float* av = take_scratch(a, N * I);
+  ops::activation_forward(av, h.data(), N * I, act);
+  linear2.forward(ctx, out, av, N);
+  a_src = av;
+  give_scratch(a);
 }
 
 void FeedForward::backward(const float* dout, float* dx) {
   const int64_t I = linear1.out_features;
-  da.resize(N * I);
-  linear2.backward(da.data(), dout, a.data(), N, /*accumulate=*/false);
+  const bool relu = act == ops::Activation::Relu;
+  const float* a_in = a.data();
+  if (!relu) {
+    if (linear2.saved_input(a_src, N)) {
+      a_in = a_src;  // identifies the forward's operand; not read
+    } else {
+      a_in = take_scratch(a, N * I);
+      ops::activation_forward(a.data(), h.data(), N * I, act);  // the forward's values, bit for bit
+    }
+  }
+  float* d = take_scratch(da, N * I);
+  linear2.backward(d, dout, a_in, N, /*accumulate=*/false);
+  if (!relu) give_scratch(a);
   // In place: da becomes the gradient of linear1's output.
-  ops::activation_backward(da.data(), da.data(), act == ops::Activation::Relu ? a.data() : h.data(), N * I, act);
-  linear1.backward(dx, da.data(), x, N);
+  ops::activation_backward(d, d, relu ? a.data() : h.data(), N * I, act);
+  linear1.backward(dx, d, x, N);
+  give_scratch(da);
 }
 
 void FeedForward::forward_inference(float* out, const float* x_, float* hidden, int64_t N_,

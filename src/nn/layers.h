@@ -21,6 +21,15 @@ namespace tfm::nn {
 
 using Buf = std::vector<float>;
 
+// Scratch shared by the training passes of every module on this thread: a buffer needed only during one
+// backward (activation gradients) or only inside one forward is taken from a per-thread pool and given back when
+// the pass is done, so a deep model's transients take one layer's worth of memory instead of one per layer,
+// and the next layer reuses the same pages (no allocation in the steady state).
+// take_scratch: b sized n, its contents unspecified (reused storage of at least n floats from the pool when
+// there is some, else b's own or a new allocation). give_scratch: b's storage back to the pool; b is left empty.
+float* take_scratch(Buf& b, int64_t n);
+void give_scratch(Buf& b);
+
 // How a saving forward runs.
 struct Context {
   Rng* rng = nullptr;     // dropout masks are drawn from it; null: no dropout (evaluation)
@@ -84,6 +93,11 @@ struct Linear {
   // dinp [N, in] = dout W (added when accumulate, written otherwise; skipped when null);
   // dweight += dout^T inp; dbias += column sums of dout. inp: the forward's input [N, in].
   void backward(float* dinp, const float* dout, const float* inp, int64_t N, bool accumulate = true) const;
+  // Whether backward on (inp, N) would use the bf16 copy the last training forward saved (precision BF16 and
+  // that forward's operand): inp is then not read, and may be scratch that no longer holds it.
+  bool saved_input(const float* inp, int64_t N) const {
+    return precision == ops::ComputeType::BF16 && inp && bf16_saved.inp_src == inp && bf16_saved.N == N;
+  }
 };
 
 // torch.nn.LayerNorm over the last dimension: weight, bias [C].
@@ -96,7 +110,9 @@ struct LayerNorm {
   Buf mean, rstd;
   int64_t N = 0;
 
-  static LayerNorm load(const Vars& vb, int64_t C, float eps);
+  // "<vb>.weight" [C] and, when has_bias, "<vb>.bias" [C]; without it (nn.LayerNorm(bias=False), ModernBERT's
+  // norm_bias false) the shift is a constant zero that gets no gradient.
+  static LayerNorm load(const Vars& vb, int64_t C, float eps, bool has_bias = true);
   // out, inp: [N, C]; in place allowed.
   void forward_inference(float* out, const float* inp, int64_t N) const;
   // out = LayerNorm(y + residual) in one pass; sum_out, when non-null, receives y + residual (the pre-LN
@@ -117,9 +133,11 @@ struct LayerNorm {
 struct FeedForward {
   Linear linear1, linear2;  // [I, H] and [H, I]
   ops::Activation act = ops::Activation::Relu;
-  // Saved for backward.
+  // Saved for backward: x, and h = linear1(x) (ReLU: a = relu(h) in place instead). a (GELU / SiLU) and da are
+  // scratch (take_scratch); a_src is where the forward's a lay, for linear2's bf16 copy of it.
   const float* x = nullptr;
   Buf h, a, da;
+  const float* a_src = nullptr;
   int64_t N = 0;
 
   // out: [N, H], x: [N, H] (alive until backward).

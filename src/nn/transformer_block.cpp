@@ -50,7 +50,7 @@ void post_backward(Residual& r, LayerNorm& ln, const float* dout, float* dx, flo
     }
     return;
   }
-  r.dh.resize(n);
+  take_scratch(r.dh, n);
   ln.backward(r.dh.data(), dout);
   const float* ds = r.dh.data();
 #pragma omp simd
@@ -100,8 +100,9 @@ void pre_backward_residual(Residual& r, const float* dout, float* dx, float* df,
 
 // The gradient of f's input, zeroed for f's backward to add into.
 float* zeroed_dh(Residual& r) {
-  r.dh.assign(r.n, 0.0f);
-  return r.dh.data();
+  float* d = take_scratch(r.dh, r.n);
+  std::fill(d, d + r.n, 0.0f);
+  return d;
 }
 
 float* grow(Buf& b, int64_t n) {
@@ -116,27 +117,34 @@ float* grow(Buf& b, int64_t n) {
 void EncoderBlock::forward(const Context& ctx, const float* x, int64_t B, int64_t L, const ops::AttentionMask& mask) {
   H = attention.hidden_size;
   N = B * L;
-  for (Buf* b : {&attn_out, &Y, &ffn_out, &out}) b->resize(N * H);
+  for (Buf* b : {&Y, &out}) b->resize(N * H);
+  // The sublayers' outputs are scratch: each is read once, by the residual that follows it.
+  float* ao = take_scratch(attn_out, N * H);
   Context sub1 = ctx;  // the attention sublayer's residual dropout
   if (!attention_output_dropout) sub1.dropout = 0.0f;
   if (!norm_first) {
-    attention.forward(ctx, attn_out.data(), x, x, B, L, L, mask);
-    post_forward(sub1, r1, norm1, Y.data(), x, attn_out.data(), N);
-    ffn.forward(ctx, ffn_out.data(), Y.data(), N);
-    post_forward(ctx, r2, norm2, out.data(), Y.data(), ffn_out.data(), N);
+    attention.forward(ctx, ao, x, x, B, L, L, mask);
+    post_forward(sub1, r1, norm1, Y.data(), x, ao, N);
+    give_scratch(attn_out);
+    float* fo = take_scratch(ffn_out, N * H);
+    ffn.forward(ctx, fo, Y.data(), N);
+    post_forward(ctx, r2, norm2, out.data(), Y.data(), fo, N);
   } else {
     const float* h = pre_norm(r1, norm1, x, N);
-    attention.forward(ctx, attn_out.data(), h, h, B, L, L, mask);
-    pre_residual(sub1, r1, Y.data(), attn_out.data());
+    attention.forward(ctx, ao, h, h, B, L, L, mask);
+    pre_residual(sub1, r1, Y.data(), ao);
+    give_scratch(attn_out);
     const float* h2 = pre_norm(r2, norm2, Y.data(), N);
-    ffn.forward(ctx, ffn_out.data(), h2, N);
-    pre_residual(ctx, r2, out.data(), ffn_out.data());
+    float* fo = take_scratch(ffn_out, N * H);
+    ffn.forward(ctx, fo, h2, N);
+    pre_residual(ctx, r2, out.data(), fo);
   }
+  give_scratch(ffn_out);
 }
 
 void EncoderBlock::backward(const float* dout, float* dx) {
-  // dY, d_ffn, d_attn are written by their first user (no zero-fill).
-  for (Buf* b : {&dY, &d_ffn, &d_attn}) b->resize(N * H);
+  // dY, d_ffn, d_attn are scratch, written by their first user (no zero-fill).
+  for (Buf* b : {&dY, &d_ffn, &d_attn}) take_scratch(*b, N * H);
   if (!norm_first) {
     post_backward(r2, norm2, dout, dY.data(), d_ffn.data(), /*dx_fresh=*/true);
     ffn.backward(d_ffn.data(), dY.data());
@@ -152,6 +160,7 @@ void EncoderBlock::backward(const float* dout, float* dx) {
     attention.backward(d_attn.data(), dh1, dh1);
     norm1.backward(dx, dh1, /*accumulate=*/true);
   }
+  for (Buf* b : {&dY, &d_ffn, &d_attn, &r1.dh, &r2.dh}) give_scratch(*b);
 }
 
 namespace {

@@ -67,7 +67,8 @@ struct EncoderBlock {
   void forward_inference(float* X, const Varlen& seqs, BlockScratch& s, const LayerNorm* next_norm = nullptr,
                          const ops::AttentionMask& mask = {}) const;
 
-  // Saved state.
+  // Saved state (Y, r1, r2, the sublayers'); attn_out, ffn_out, dY, d_attn, d_ffn and the residuals' dh are
+  // scratch of one pass (nn::take_scratch).
   Residual r1, r2;
   Buf attn_out, Y, ffn_out, dY, d_attn, d_ffn;
   int64_t N = 0, H = 0;

@@ -30,6 +30,14 @@ TFM_TARGET_AVX512 void act_avx512(float* out, const float* inp, int64_t i0, int6
   act_impl(out, inp, i0, i1, act);
 }
 
+void act_backward_avx2(float* dinp, const float* dout, const float* inp, int64_t i0, int64_t i1, Activation act) {
+  detail::act_backward_impl(dinp, dout, inp, i0, i1, act);
+}
+TFM_TARGET_AVX512 void act_backward_avx512(float* dinp, const float* dout, const float* inp, int64_t i0, int64_t i1,
+                                           Activation act) {
+  detail::act_backward_impl(dinp, dout, inp, i0, i1, act);
+}
+
 }  // namespace
 
 void activation_forward(float* out, const float* inp, int64_t n, Activation act) {
@@ -44,33 +52,37 @@ void activation_forward(float* out, const float* inp, int64_t n, Activation act)
 }
 
 void activation_backward(float* dinp, const float* dout, const float* inp, int64_t n, Activation act) {
-  switch (act) {
-    case Activation::Gelu:
-      for (int64_t i = 0; i < n; ++i) {
-        float x = inp[i];
-        float cdf = 0.5f * (1.0f + std::erf(x * kInvSqrt2));
-        float pdf = 0.39894228040143268f * std::exp(-0.5f * x * x);
-        dinp[i] = dout[i] * (cdf + x * pdf);
+  auto fn = kernel_isa() == KernelIsa::Avx512 ? act_backward_avx512 : act_backward_avx2;
+  if (n <= 65536) {
+    fn(dinp, dout, inp, 0, n, act);
+    return;
+  }
+  const int64_t chunk = 16384;
+#pragma omp parallel for schedule(static)
+  for (int64_t i0 = 0; i0 < n; i0 += chunk) fn(dinp, dout, inp, i0, i0 + chunk < n ? i0 + chunk : n, act);
+}
+
+void activation_backward_ref(float* dinp, const float* dout, const float* inp, int64_t n, Activation act) {
+  for (int64_t i = 0; i < n; ++i) {
+    const double x = inp[i], g = dout[i];
+    double d = 0;
+    switch (act) {
+      case Activation::Gelu:
+        d = 0.5 * (1.0 + std::erf(x / std::sqrt(2.0))) + x * std::exp(-0.5 * x * x) / std::sqrt(2.0 * M_PI);
+        break;
+      case Activation::GeluTanh: {
+        const double t = std::tanh(std::sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x));
+        d = 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * std::sqrt(2.0 / M_PI) * (1.0 + 3.0 * 0.044715 * x * x);
+        break;
       }
-      break;
-    case Activation::GeluTanh:
-      for (int64_t i = 0; i < n; ++i) {
-        float x = inp[i];
-        float u = kSqrt2OverPi * (x + 0.044715f * x * x * x);
-        float t = std::tanh(u);
-        float du = kSqrt2OverPi * (1.0f + 3.0f * 0.044715f * x * x);
-        dinp[i] = dout[i] * (0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * du);
+      case Activation::Relu: d = x > 0 ? 1.0 : 0.0; break;
+      case Activation::Silu: {
+        const double s = 1.0 / (1.0 + std::exp(-x));
+        d = s * (1.0 + x * (1.0 - s));
+        break;
       }
-      break;
-    case Activation::Relu:
-      for (int64_t i = 0; i < n; ++i) dinp[i] = inp[i] > 0.0f ? dout[i] : 0.0f;
-      break;
-    case Activation::Silu:  // d/dx x s(x) = s(x) (1 + x (1 - s(x)))
-      for (int64_t i = 0; i < n; ++i) {
-        float s = 1.0f / (1.0f + std::exp(-inp[i]));
-        dinp[i] = dout[i] * s * (1.0f + inp[i] * (1.0f - s));
-      }
-      break;
+    }
+    dinp[i] = (float)(g * d);
   }
 }
 

@@ -13,7 +13,9 @@ Activation parse_activation(const std::string& name);
 
 // out[n] = act(inp[n])
 void activation_forward(float* out, const float* inp, int64_t n, Activation act);
-// dinp[n] = dout[n] * act'(inp[n]) (written)
+// dinp[n] = dout[n] * act'(inp[n]) (written; in place on dout or inp allowed): the derivative of
+// activation_forward's function (torch's GELU / tanh-GELU / ReLU / SiLU backward), vectorised per ISA
+// (ops/isa.h, vm::fast_erf / fast_exp / fast_tanh) and run on the OpenMP threads above 65,536 elements.
 void activation_backward(float* dinp, const float* dout, const float* inp, int64_t n, Activation act);
 // Gated linear unit with activation `act` (Shazeer 2020, "GLU variants"; ModernBertMLP: input, gate =
 // Wi(x).chunk(2, dim=-1), act(input) * gate): inter [N, 2I] holds the input half in columns [0, I) and the gate
@@ -23,6 +25,8 @@ void glu_forward(float* gated, const float* inter, int64_t N, int64_t I, Activat
 // dinter[:, I:] = dgated * act(input).
 void glu_backward(float* dinter, const float* dgated, const float* inter, int64_t N, int64_t I, Activation act);
 void activation_forward_ref(float* out, const float* inp, int64_t n, Activation act);
+// activation_backward in double precision with std::erf / exp / tanh (the tests' reference).
+void activation_backward_ref(float* dinp, const float* dout, const float* inp, int64_t n, Activation act);
 // out[n] = tanh(inp[n]) (BERT pooler)
 void tanh_forward(float* out, const float* inp, int64_t n);
 

@@ -38,4 +38,42 @@ TFM_ALWAYS_INLINE void act_impl(float* out, const float* inp, int64_t i0, int64_
   }
 }
 
+// Elements [i0, i1) of dinp = dout * act'(inp) (in place on dout or inp allowed): the derivatives of the
+// forward above (GELU: Phi(x) + x phi(x); tanh GELU; ReLU: dout where x > 0; SiLU: s (1 + x (1 - s))).
+TFM_ALWAYS_INLINE void act_backward_impl(float* dinp, const float* dout, const float* inp, int64_t i0, int64_t i1,
+                                         Activation act) {
+  switch (act) {
+    case Activation::Gelu:
+#pragma omp simd
+      for (int64_t i = i0; i < i1; ++i) {
+        const float x = inp[i];
+        const float cdf = 0.5f * (1.0f + vm::fast_erf(x * kInvSqrt2));
+        const float pdf = 0.39894228040143268f * vm::fast_exp(-0.5f * x * x);
+        dinp[i] = dout[i] * (cdf + x * pdf);
+      }
+      break;
+    case Activation::GeluTanh:
+#pragma omp simd
+      for (int64_t i = i0; i < i1; ++i) {
+        const float x = inp[i];
+        const float t = vm::fast_tanh(kSqrt2OverPi * (x + 0.044715f * x * x * x));
+        const float du = kSqrt2OverPi * (1.0f + 3.0f * 0.044715f * x * x);
+        dinp[i] = dout[i] * (0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * du);
+      }
+      break;
+    case Activation::Relu:
+#pragma omp simd
+      for (int64_t i = i0; i < i1; ++i) dinp[i] = inp[i] > 0.0f ? dout[i] : 0.0f;
+      break;
+    case Activation::Silu:
+#pragma omp simd
+      for (int64_t i = i0; i < i1; ++i) {
+        const float x = inp[i];
+        const float s = 1.0f / (1.0f + vm::fast_exp(-x));
+        dinp[i] = dout[i] * s * (1.0f + x * (1.0f - s));
+      }
+      break;
+  }
+}
+
 }  // namespace tfm::ops::detail

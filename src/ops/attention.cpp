@@ -1,5 +1,6 @@
 #include "ops/attention.h"
 
+#include <algorithm>
 #include <cmath>
 #include <stdexcept>
 #include <vector>
@@ -722,14 +723,14 @@ void attention_forward(float* out, float* probs, const float* q, const float* k,
   }
 }
 
-void attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* probs, const float* q,
-                        const float* k, const float* v, const AttentionDims& dims_in, const float* dropout_mask) {
-  // Fused per-head loops for the common head sizes (ops/attention_train.h).
-  if (attention_backward_train(dq, dk, dv, dout, probs, q, k, v, dims_in, dropout_mask)) return;
+namespace {
+// attention_backward on any head size through per-head GEMMs; dscores as attention_backward_train's.
+void attention_backward_gemm(float* dq, float* dk, float* dv, const float* dout, const float* probs, const float* q,
+                             const float* k, const float* v, const AttentionDims& dims_in, const float* dropout_mask,
+                             float* dscores) {
   AttentionDims d = dims_in;
   resolve(d);
   const int64_t B = d.batch, H = d.num_heads, Lq = d.q_len, Lk = d.kv_len, Dh = d.head_dim;
-  if (B * H * Lq == 0 || Lk == 0) return;
 #pragma omp parallel
   {
     std::vector<float> dP(Lq * Lk), A(dropout_mask ? Lq * Lk : 0);
@@ -761,11 +762,15 @@ void attention_backward(float* dq, float* dk, float* dv, const float* dout, cons
         float* g = dP.data() + i * Lk;
         const float* p = P + i * Lk;
         if (M)
+#pragma omp simd
           for (int64_t j = 0; j < Lk; ++j) g[j] *= M[i * Lk + j];
         float dot = 0.0f;
+#pragma omp simd reduction(+ : dot)
         for (int64_t j = 0; j < Lk; ++j) dot += g[j] * p[j];
+#pragma omp simd
         for (int64_t j = 0; j < Lk; ++j) g[j] = p[j] * (g[j] - dot);
       }
+      if (dscores) std::copy(dP.begin(), dP.end(), dscores + bh * Lq * Lk);
       // dQ = scale dS K ; dK = scale dS^T Q
       gemm(false, false, Lq, Dh, Lk, d.scale, dP.data(), Lk,
                   kb, d.k_ld, 0.0f, dqb, d.q_ld);
@@ -773,6 +778,31 @@ void attention_backward(float* dq, float* dk, float* dv, const float* dout, cons
                   qb, d.q_ld, 0.0f, dkb, d.k_ld);
     }
   }
+}
+}  // namespace
+
+void attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* probs, const float* q,
+                        const float* k, const float* v, const AttentionDims& dims, const float* dropout_mask,
+                        float* dbias) {
+  const int64_t B = dims.batch, H = dims.num_heads, Lq = dims.q_len, Lk = dims.kv_len;
+  if (dbias) std::fill(dbias, dbias + H * Lq * Lk, 0.0f);
+  if (B * H * Lq == 0 || Lk == 0) return;
+  // With a shared score bias: every row's dS, then their sum over the batch (in batch order: deterministic).
+  std::vector<float> dscores(dbias ? B * H * Lq * Lk : 0);
+  float* ds = dbias ? dscores.data() : nullptr;
+  // Fused per-head loops for the common head sizes (ops/attention_train.h), else per-head GEMMs.
+  if (!attention_backward_train(dq, dk, dv, dout, probs, q, k, v, dims, dropout_mask, ds))
+    attention_backward_gemm(dq, dk, dv, dout, probs, q, k, v, dims, dropout_mask, ds);
+  if (!dbias) return;
+  const int64_t table = H * Lq * Lk;
+#pragma omp parallel for schedule(static) if (B * table > 65536)
+  for (int64_t r = 0; r < H * Lq; ++r)
+    for (int64_t b = 0; b < B; ++b) {
+      const float* src = ds + b * table + r * Lk;
+      float* dst = dbias + r * Lk;
+#pragma omp simd
+      for (int64_t j = 0; j < Lk; ++j) dst[j] += src[j];
+    }
 }
 
 void attention_forward_ref(float* out, float* probs, const float* q, const float* k, const float* v,

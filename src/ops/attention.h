@@ -85,8 +85,13 @@ void attention_forward(float* out, float* probs, const float* q, const float* k,
                        const AttentionDims& dims, const AttentionMask& mask, const float* dropout_mask = nullptr);
 
 // Gradients of attention_forward given its saved probs. dq, dk, dv use the q/k/v strides and are written.
+// dbias: null, or [heads, Lq, Lk] written with the gradient of a score bias shared by the batch rows
+// (AttentionMask::bias with bias_batch_stride 0 and bias_len 0; MPNet's relative position bias): the sum over the
+// batch of dL/dS[b, h, i, j], S the pre-softmax scores (scale * q_i . k_j + bias), i.e. P * (dP - sum_j dP * P)
+// with dP the gradient of the (dropped) weights. A masked key (probability exactly 0) gets 0.
 void attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* probs, const float* q,
-                        const float* k, const float* v, const AttentionDims& dims, const float* dropout_mask = nullptr);
+                        const float* k, const float* v, const AttentionDims& dims, const float* dropout_mask = nullptr,
+                        float* dbias = nullptr);
 
 // Plain reference: double precision, element by element, same semantics.
 void attention_forward_ref(float* out, float* probs, const float* q, const float* k, const float* v,

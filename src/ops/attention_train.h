@@ -8,14 +8,17 @@
 namespace tfm::ops {
 
 // attention_forward with probs (required) and an optional dropout mask. Returns false, writing nothing, when the
-// case is not covered (head_dim not 8, 16, 32 or 64; key_mask or a general mask): the caller then calls
-// attention_forward.
+// case is not covered (head_dim not 8, 16, 32 or 64; key_mask or a general mask; more than 32 keys, where
+// attention_forward's per-head GEMMs are faster): the caller then calls attention_forward.
 bool attention_forward_train(float* out, float* probs, const float* q, const float* k, const float* v,
                              const AttentionDims& dims, const AttentionMask& mask, const float* dropout_mask);
-// attention_backward for the same head sizes; false (nothing written) otherwise. Each row's visible keys are
+// attention_backward for the same head sizes and up to 32 keys; false (nothing written) otherwise. Each row's visible keys are
 // the leading ones with non-zero probability (attention_forward's masked weights are exactly 0, and a weight
 // that underflowed to 0 has a zero gradient too).
+// dscores: null, or [B, heads, Lq, Lk] written with dL/dS, the gradient of the pre-softmax scores (before the
+// scale: P * (dP - sum_j dP * P)), 0 for the keys past a row's visible ones.
 bool attention_backward_train(float* dq, float* dk, float* dv, const float* dout, const float* probs, const float* q,
-                              const float* k, const float* v, const AttentionDims& dims, const float* dropout_mask);
+                              const float* k, const float* v, const AttentionDims& dims, const float* dropout_mask,
+                              float* dscores = nullptr);
 
 }  // namespace tfm::ops

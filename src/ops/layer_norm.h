@@ -25,8 +25,14 @@ void layer_norm_forward_to(float* out, float* sum_out, const float* x, const flo
                            PreparedInput& prepared);
 // dinp[N, C] written; dweight[C], dbias[C] accumulated (+=); dbias null: a LayerNorm without bias
 // (nn.LayerNorm(bias=False)).
+// Rows run in parallel blocks of 64 (per-ISA copies, ops/isa.h); the weight / bias sums of the blocks are added
+// in block order, so the result does not depend on the thread count.
 void layer_norm_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                          const float* weight, const float* mean, const float* rstd, int64_t N, int64_t C);
 void layer_norm_forward_ref(float* out, const float* inp, const float* weight, const float* bias, int64_t N,
                             int64_t C, float eps);
+// layer_norm_backward in double precision from inp alone (its own mean and variance, eps as the forward's): the
+// tests' reference. dinp written; dweight, dbias (or null) added to.
+void layer_norm_backward_ref(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                             const float* weight, int64_t N, int64_t C, float eps);
 }  // namespace tfm::ops

@@ -2,17 +2,23 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cctype>
 #include <cstring>
 #include <optional>
+#include <string_view>
 #include <stdexcept>
 
 #include "ops/cross_entropy.h"
 #include "ops/dropout.h"
 #include "io/json_util.h"
+#include "models/bert.h"
 #include "models/distilbert.h"
+#include "models/modernbert.h"
+#include "models/mpnet.h"
 #include "models/roberta.h"
 #include "ops/activation.h"
 #include "ops/gemm_bf16.h"
+#include "train/finetune_embed.h"
 
 namespace tfm {
 
@@ -35,8 +41,19 @@ double clip_grad_norm_hf(nn::ParamStore& params, double max_norm) {
 }
 
 bool is_no_decay_parameter(const std::string& name) {
-  return (name.size() >= 5 && name.compare(name.size() - 5, 5, ".bias") == 0) ||
-         name.find("LayerNorm") != std::string::npos;
+  std::string lower(name);
+  for (char& ch : lower) ch = (char)std::tolower((unsigned char)ch);
+  if (lower.find("bias") != std::string::npos || lower.find("layernorm") != std::string::npos ||
+      lower.find("rmsnorm") != std::string::npos)
+    return true;
+  // (?:^|\.)norm(?:$|\.) and _norm(?:$|\.): a path segment "norm" or ending in "_norm".
+  for (size_t start = 0; start <= lower.size();) {
+    const size_t end = std::min(lower.find('.', start), lower.size());
+    const std::string_view seg(lower.data() + start, end - start);
+    if (seg == "norm" || (seg.size() >= 5 && seg.substr(seg.size() - 5) == "_norm")) return true;
+    start = end + 1;
+  }
+  return false;
 }
 
 FinetuneOptimizer::FinetuneOptimizer(const nn::ParamStore& store, const FinetuneHyperparameters& hp,
@@ -76,7 +93,7 @@ void FinetuneOptimizer::restore(int64_t steps, double last_lr) {
 nn::Context training_context(const FinetuneHyperparameters& hp, Rng& rng, bool dropout) {
   nn::Context ctx;
   ctx.grad = true;
-  if (dropout && hp.dropout > 0) {
+  if (dropout) {  // a body with its own p per site (ModernBERT) drops whenever rng is set
     ctx.rng = &rng;
     ctx.dropout = hp.dropout;
   }
@@ -92,64 +109,6 @@ double FinetuneModel::train_step(const FinetuneBatch& batch) {
   return loss;
 }
 
-// ---------------------------------------------------------------- the families
-
-namespace {
-
-// One family: its body (detail::BertVariant) and Hugging Face class-name stem.
-struct Family {
-  const char* model_type;
-  const char* class_stem;  // "Roberta" -> "RobertaForMaskedLM"
-  detail::BertVariant (*variant)(const EncoderConfig& config);
-};
-
-const std::vector<Family>& families() {
-  static const std::vector<Family> table = {
-      {"bert", "Bert", [](const EncoderConfig&) { return detail::BertVariant{}; }},
-      {"roberta", "Roberta", [](const EncoderConfig&) { return detail::roberta_variant(); }},
-      {"xlm-roberta", "XLMRoberta", [](const EncoderConfig&) { return detail::roberta_variant(); }},
-      {"camembert", "Camembert", [](const EncoderConfig&) { return detail::roberta_variant(); }},
-      {"distilbert", "DistilBert", detail::distilbert_variant},
-  };
-  return table;
-}
-
-const Family& family_of(const std::string& model_type, const std::string& where) {
-  for (const Family& f : families())
-    if (model_type == f.model_type) return f;
-  throw std::invalid_argument(where + ": model_type '" + model_type + "' cannot be fine-tuned yet (supported: " +
-                              trainable_model_types() + ")");
-}
-
-}  // namespace
-
-const char* trainable_model_types() { return "bert, roberta, xlm-roberta, camembert, distilbert"; }
-
-void check_finetune_family(const std::string& model_type, const std::string& where) { family_of(model_type, where); }
-
-std::string trained_architecture(const std::string& model_type, HeadKind kind) {
-  const char* task = kind == HeadKind::SequenceClassification ? "ForSequenceClassification"
-                     : kind == HeadKind::TokenClassification  ? "ForTokenClassification"
-                                                              : "ForMaskedLM";
-  return std::string(family_of(model_type, "config.json").class_stem) + task;
-}
-
-std::pair<float, float> training_dropouts(const nlohmann::json& config, HeadKind kind, const std::string& file) {
-  auto p = [&](const char* key, double fallback) {
-    const double v = json_number_or(config, key, fallback, file);
-    if (!(v >= 0 && v < 1)) throw std::runtime_error(file + ": key '" + std::string(key) + "' must be in [0, 1)");
-    return (float)v;
-  };
-  const bool distil = json_string_or(config, "model_type", "bert", file) == "distilbert";
-  const float body = distil ? p("dropout", 0.1) : p("hidden_dropout_prob", 0.1);
-  float head = body;
-  if (distil && kind == HeadKind::SequenceClassification) head = p("seq_classif_dropout", 0.2);
-  if (!distil && kind != HeadKind::MaskedLM && config.contains("classifier_dropout") &&
-      !config["classifier_dropout"].is_null())
-    head = p("classifier_dropout", body);
-  return {body, head};
-}
-
 // ---------------------------------------------------------------- the task head
 
 // One stage of a head in training: y [M, out] = norm(act(linear(dropout(x [M, in])))); its tensors are store
@@ -157,12 +116,18 @@ std::pair<float, float> training_dropouts(const nlohmann::json& config, HeadKind
 struct HeadStageSpec {
   std::string linear;             // the Linear's prefix ("classifier.out_proj"); weight [out, in], bias [out]
   int64_t out = 0;
+  bool linear_bias = true;        // false: the Linear has no bias (ModernBERT head.dense without classifier_bias)
   bool dropout = false;           // dropout (the head's p) on the stage's input
   bool tanh = false;              // tanh after the linear (RobertaClassificationHead.dense)
   std::optional<ops::Activation> act;
   std::string norm;               // the LayerNorm's prefix after the activation; empty: none
-  std::string tied;               // non-empty: the weight is this entry (the word embeddings); bias `bias`
-  std::string bias;
+  bool norm_bias = true;          // false: the LayerNorm has no bias (ModernBERT norm_bias false)
+  float norm_eps = -1;            // the LayerNorm's eps; < 0: config layer_norm_eps
+  // A weight not in the checkpoint: N(0, init_std) (< 0: the model's initializer_range), truncated to
+  // +-init_cutoff * init_std when init_cutoff > 0 (init.trunc_normal_, ModernBERT's _init_weights).
+  double init_std = -1, init_cutoff = 0;
+  bool tied = false;              // the weight is the body's word embeddings (tie_word_embeddings); bias `bias`
+  std::string bias;               // (tied) the bias's name; empty: no bias (ModernBERT without decoder_bias)
   std::vector<std::string> bias_aliases;
 };
 
@@ -178,78 +143,26 @@ struct TrainingHead {
   };
   std::vector<Saved> saved;
   int64_t M = 0;
+  std::string tied_weight;  // the store name of a tied stage's weight (register_in)
 
-  // The family's head of `kind` (see the top of finetune.h).
-  static TrainingHead of(const EncoderConfig& c, const std::string& prefix, HeadKind kind, int64_t C) {
-    const int64_t H = c.hidden_size, V = c.vocab_size;
-    const std::string& t = c.model_type;
-    const bool roberta = prefix == "roberta.", distil = t == "distilbert";
-    TrainingHead h;
-    auto stage = [](std::string name, int64_t out, bool dropout) {
-      HeadStageSpec s;
-      s.linear = std::move(name);
-      s.out = out;
-      s.dropout = dropout;
-      return s;
-    };
-    if (kind == HeadKind::TokenClassification) {
-      h.spec = {stage("classifier", C, true)};
-    } else if (kind == HeadKind::SequenceClassification) {
-      if (roberta) {  // RobertaClassificationHead
-        h.spec = {stage("classifier.dense", H, true), stage("classifier.out_proj", C, true)};
-        h.spec[0].tanh = true;
-      } else if (distil) {  // pre_classifier, ReLU, dropout, classifier
-        h.spec = {stage("pre_classifier", H, false), stage("classifier", C, true)};
-        h.spec[0].act = ops::Activation::Relu;
-      } else {  // BERT: classifier(dropout(pooler_output))
-        h.input = HeadInput::PoolerOutput;
-        h.spec = {stage("classifier", C, true)};
-      }
-    } else {
-      HeadStageSpec transform, decoder;
-      if (roberta) {
-        transform = stage("lm_head.dense", H, false);
-        transform.act = ops::Activation::Gelu;  // RobertaLMHead calls gelu whatever hidden_act says
-        transform.norm = "lm_head.layer_norm";
-        decoder = stage("lm_head.decoder", V, false);
-        decoder.bias = "lm_head.bias";
-        decoder.bias_aliases = {"lm_head.decoder.bias"};
-      } else if (distil) {
-        transform = stage("vocab_transform", H, false);
-        transform.act = ops::parse_activation(c.hidden_act);  // get_activation(config.activation)
-        transform.norm = "vocab_layer_norm";
-        decoder = stage("vocab_projector", V, false);
-        decoder.bias = "vocab_projector.bias";
-      } else {
-        transform = stage("cls.predictions.transform.dense", H, false);
-        transform.act = ops::parse_activation(c.hidden_act);
-        transform.norm = "cls.predictions.transform.LayerNorm";
-        decoder = stage("cls.predictions.decoder", V, false);
-        decoder.bias = "cls.predictions.bias";
-        decoder.bias_aliases = {"cls.predictions.decoder.bias"};
-      }
-      decoder.tied = prefix + "embeddings.word_embeddings.weight";
-      h.spec = {transform, decoder};
-    }
-    return h;
-  }
-
-  // Registers the tensors in `store` (before finalize).
-  void register_in(nn::ParamStore& store, const EncoderConfig& c) {
+  // Registers the tensors in `store` (before finalize); a tied stage's weight will be the store entry
+  // `word_embeddings` (TrainableEncoder::word_embeddings_name).
+  void register_in(nn::ParamStore& store, const EncoderConfig& c, const std::string& word_embeddings) {
     const nn::Vars vb(store);
+    tied_weight = word_embeddings;
     int64_t in = c.hidden_size;
     for (const HeadStageSpec& s : spec) {
       nn::Linear lin;
-      if (s.tied.empty()) {
-        lin = nn::Linear::load(vb.prefix(s.linear), in, s.out);
+      if (!s.tied) {
+        lin = nn::Linear::load(vb.prefix(s.linear), in, s.out, s.linear_bias);
       } else {
-        lin.bias = vb.get(s.bias, {s.out});
+        if (!s.bias.empty()) lin.bias = vb.get(s.bias, {s.out});
         lin.in_features = in;
         lin.out_features = s.out;
       }
       linears.push_back(lin);
-      norms.push_back(s.norm.empty() ? nn::LayerNorm{}
-                                     : nn::LayerNorm::load(vb.prefix(s.norm), s.out, (float)c.layer_norm_eps));
+      const float eps = s.norm_eps >= 0 ? s.norm_eps : (float)c.layer_norm_eps;
+      norms.push_back(s.norm.empty() ? nn::LayerNorm{} : nn::LayerNorm::load(vb.prefix(s.norm), s.out, eps, s.norm_bias));
       in = s.out;
     }
     saved.resize(spec.size());
@@ -275,19 +188,25 @@ struct TrainingHead {
       const HeadStageSpec& s = spec[k];
       nn::Linear& lin = linears[k];
       const int64_t in = lin.in_features, out = lin.out_features;
-      if (!s.tied.empty()) {
-        lin.weight = nn::Param(&store, store.index_of(s.tied));
-        if (!read(s.bias, s.bias_aliases, {out}, lin.bias.data())) std::fill(lin.bias.data(), lin.bias.data() + out, 0.0f);
-      } else {
-        if (!read(s.linear + ".weight", {}, {out, in}, lin.weight.data()))
-          for (int64_t i = 0; i < out * in; ++i) lin.weight.data()[i] = (float)init_range * init.normal();
-        if (!read(s.linear + ".bias", {}, {out}, lin.bias.data())) std::fill(lin.bias.data(), lin.bias.data() + out, 0.0f);
+      const std::string bias_name = s.tied ? s.bias : s.linear + ".bias";
+      if (s.tied) {
+        lin.weight = nn::Param(&store, store.index_of(tied_weight));
+      } else if (!read(s.linear + ".weight", {}, {out, in}, lin.weight.data())) {
+        const float sd = (float)(s.init_std >= 0 ? s.init_std : init_range), bound = (float)s.init_cutoff * sd;
+        for (int64_t i = 0; i < out * in; ++i) {
+          float v = sd * init.normal();
+          while (bound > 0 && std::fabs(v) > bound) v = sd * init.normal();  // resampled: the truncated normal
+          lin.weight.data()[i] = v;
+        }
       }
+      if (lin.bias.defined() && !read(bias_name, s.tied ? s.bias_aliases : std::vector<std::string>{}, {out},
+                                      lin.bias.data()))
+        std::fill(lin.bias.data(), lin.bias.data() + out, 0.0f);
       if (!s.norm.empty()) {
         nn::LayerNorm& ln = norms[k];
         if (!read(s.norm + ".weight", {s.norm + ".gamma"}, {out}, ln.weight.data()))
           std::fill(ln.weight.data(), ln.weight.data() + out, 1.0f);
-        if (!read(s.norm + ".bias", {s.norm + ".beta"}, {out}, ln.bias.data()))
+        if (s.norm_bias && !read(s.norm + ".bias", {s.norm + ".beta"}, {out}, ln.bias.data()))
           std::fill(ln.bias.data(), ln.bias.data() + out, 0.0f);
       }
     }
@@ -304,7 +223,7 @@ struct TrainingHead {
       const int64_t in = linears[k].in_features, out = linears[k].out_features;
       sv.x = std::move(x);
       sv.mask.clear();
-      if (s.dropout && ctx.dropping() && p > 0) {
+      if (s.dropout && ctx.rng && p > 0) {
         sv.mask.resize(M * in);
         ops::dropout_mask(sv.mask.data(), M * in, p, rng);
         ops::dropout_apply(sv.x.data(), sv.x.data(), sv.mask.data(), M * in);
@@ -361,6 +280,257 @@ struct TrainingHead {
   }
 };
 
+// ---------------------------------------------------------------- the families
+
+namespace {
+
+HeadStageSpec head_stage(std::string linear, int64_t out, bool dropout) {
+  HeadStageSpec s;
+  s.linear = std::move(linear);
+  s.out = out;
+  s.dropout = dropout;
+  return s;
+}
+
+// *ForTokenClassification of the BERT-style families: classifier(dropout(h)) per token.
+TrainingHead token_classifier_head(int64_t C) {
+  TrainingHead h;
+  h.spec = {head_stage("classifier", C, true)};
+  return h;
+}
+
+// An LM head: transform = norm(act(linear(h))), then the decoder tied to the word embeddings plus `bias`.
+TrainingHead lm_head(const std::string& transform, ops::Activation act, const std::string& norm,
+                     const std::string& decoder, const std::string& bias, std::vector<std::string> bias_aliases,
+                     const EncoderConfig& c) {
+  HeadStageSpec t = head_stage(transform, c.hidden_size, false), d = head_stage(decoder, c.vocab_size, false);
+  t.act = act;
+  t.norm = norm;
+  d.tied = true;
+  d.bias = bias;
+  d.bias_aliases = std::move(bias_aliases);
+  TrainingHead h;
+  h.spec = {t, d};
+  return h;
+}
+
+// modeling_bert.py: BertForSequenceClassification classifier(dropout(pooler_output)); BertOnlyMLMHead.
+TrainingHead bert_head(const EncoderConfig& c, HeadKind kind, int64_t C) {
+  if (kind == HeadKind::TokenClassification) return token_classifier_head(C);
+  if (kind == HeadKind::SequenceClassification) {
+    TrainingHead h;
+    h.input = HeadInput::PoolerOutput;
+    h.spec = {head_stage("classifier", C, true)};
+    return h;
+  }
+  return lm_head("cls.predictions.transform.dense", ops::parse_activation(c.hidden_act),
+                 "cls.predictions.transform.LayerNorm", "cls.predictions.decoder", "cls.predictions.bias",
+                 {"cls.predictions.decoder.bias"}, c);
+}
+
+// modeling_roberta.py (XLM-R and CamemBERT alike): RobertaClassificationHead on <s>, RobertaLMHead.
+TrainingHead roberta_head(const EncoderConfig& c, HeadKind kind, int64_t C) {
+  if (kind == HeadKind::TokenClassification) return token_classifier_head(C);
+  if (kind == HeadKind::SequenceClassification) {
+    TrainingHead h;
+    h.spec = {head_stage("classifier.dense", c.hidden_size, true), head_stage("classifier.out_proj", C, true)};
+    h.spec[0].tanh = true;
+    return h;
+  }
+  // RobertaLMHead calls gelu whatever hidden_act says.
+  return lm_head("lm_head.dense", ops::Activation::Gelu, "lm_head.layer_norm", "lm_head.decoder", "lm_head.bias",
+                 {"lm_head.decoder.bias"}, c);
+}
+
+// modeling_distilbert.py: pre_classifier, ReLU, dropout, classifier; vocab_transform, activation, vocab_layer_norm,
+// vocab_projector.
+TrainingHead distilbert_head(const EncoderConfig& c, HeadKind kind, int64_t C) {
+  if (kind == HeadKind::TokenClassification) return token_classifier_head(C);
+  if (kind == HeadKind::SequenceClassification) {
+    TrainingHead h;
+    h.spec = {head_stage("pre_classifier", c.hidden_size, false), head_stage("classifier", C, true)};
+    h.spec[0].act = ops::Activation::Relu;
+    return h;
+  }
+  return lm_head("vocab_transform", ops::parse_activation(c.hidden_act), "vocab_layer_norm", "vocab_projector",
+                 "vocab_projector.bias", {}, c);  // get_activation(config.activation)
+}
+
+// modeling_modernbert.py: ModernBertPredictionHead head(x) = norm(act(dense(x))) (dense bias classifier_bias, norm
+// bias norm_bias, eps norm_eps, act classifier_activation), then ForSequenceClassification: pool (classifier_pooling
+// "cls" h[:, 0], "mean" the mean over attention_mask), head, drop (classifier_dropout), classifier;
+// ForTokenClassification: head, drop, classifier per token; ForMaskedLM: decoder(head(h)), the decoder tied to
+// tok_embeddings, bias decoder.bias when decoder_bias. A head tensor not in the checkpoint as _init_weights draws
+// it: trunc_normal_ (cutoff initializer_cutoff_factor, default 3) with std initializer_range /
+// sqrt(2 num_hidden_layers) for head.dense ("out"), hidden_size^-0.5 for the classifier ("final_out").
+TrainingHead modernbert_head(const EncoderConfig& c, HeadKind kind, int64_t C) {
+  const ModernBertConfig m = ModernBertConfig::from(c);
+  const nlohmann::json& j = c.json;
+  const double range = json_number_or(j, "initializer_range", 0.02, c.source);
+  const double cutoff = j.contains("initializer_cutoff_factor") && !j["initializer_cutoff_factor"].is_null()
+                            ? json_number_or(j, "initializer_cutoff_factor", 3.0, c.source)
+                            : 3.0;
+  HeadStageSpec head = head_stage("head.dense", c.hidden_size, false);
+  head.linear_bias = m.classifier_bias;
+  head.act = m.classifier_activation;
+  head.norm = "head.norm";
+  head.norm_bias = m.norm_bias;
+  head.norm_eps = (float)m.norm_eps;
+  head.init_std = range / std::sqrt(2.0 * (double)c.num_hidden_layers);
+  head.init_cutoff = cutoff;
+  TrainingHead h;
+  if (kind == HeadKind::MaskedLM) {
+    HeadStageSpec decoder = head_stage("decoder", c.vocab_size, false);
+    decoder.tied = true;
+    if (m.decoder_bias) decoder.bias = "decoder.bias";
+    h.spec = {head, decoder};
+    return h;
+  }
+  HeadStageSpec classifier = head_stage("classifier", C, true);
+  classifier.init_std = 1.0 / std::sqrt((double)c.hidden_size);
+  classifier.init_cutoff = cutoff;
+  if (kind == HeadKind::SequenceClassification)
+    h.input = m.classifier_pooling == "mean" ? HeadInput::MeanTokens : HeadInput::FirstToken;
+  h.spec = {head, classifier};
+  return h;
+}
+
+// A body of detail::BertVariant: its parameters under variant.prefix, or under none when bare.
+std::unique_ptr<TrainableEncoder> bert_variant_body(nn::ParamStore& store, const EncoderConfig& c,
+                                                    const TrainableEncoderOptions& o, detail::BertVariant v) {
+  if (o.bare) v.prefix = "";
+  return std::make_unique<BertTrainable>(store, c, v, o.pooler);
+}
+
+// The dropout p of a config key, checked to be in [0, 1).
+float dropout_of(const nlohmann::json& config, const char* key, double fallback, const std::string& file) {
+  const double v = json_number_or(config, key, fallback, file);
+  if (!(v >= 0 && v < 1)) throw std::runtime_error(file + ": key '" + std::string(key) + "' must be in [0, 1)");
+  return (float)v;
+}
+
+// BERT and RoBERTa: hidden_dropout_prob; the classifiers' classifier_dropout when set.
+std::pair<float, float> bert_dropouts(const nlohmann::json& config, HeadKind kind, const std::string& file) {
+  const float body = dropout_of(config, "hidden_dropout_prob", 0.1, file);
+  float head = body;
+  if (kind != HeadKind::MaskedLM && config.contains("classifier_dropout") && !config["classifier_dropout"].is_null())
+    head = dropout_of(config, "classifier_dropout", body, file);
+  return {body, head};
+}
+
+// MPNet: hidden_dropout_prob for the body and the heads (MPNetConfig has no classifier_dropout).
+std::pair<float, float> mpnet_dropouts(const nlohmann::json& config, HeadKind, const std::string& file) {
+  const float p = dropout_of(config, "hidden_dropout_prob", 0.1, file);
+  return {p, p};
+}
+
+// DistilBERT: dropout; sequence classification seq_classif_dropout.
+std::pair<float, float> distilbert_dropouts(const nlohmann::json& config, HeadKind kind, const std::string& file) {
+  const float body = dropout_of(config, "dropout", 0.1, file);
+  return {body, kind == HeadKind::SequenceClassification ? dropout_of(config, "seq_classif_dropout", 0.2, file) : body};
+}
+
+// ModernBERT: the body reads embedding_dropout, attention_dropout and mlp_dropout itself (ModernBertTrainable;
+// checked here), so its p is 0; the classifiers' classifier_dropout (default 0).
+std::pair<float, float> modernbert_dropouts(const nlohmann::json& config, HeadKind kind, const std::string& file) {
+  for (const char* key : {"embedding_dropout", "attention_dropout", "mlp_dropout"}) dropout_of(config, key, 0.0, file);
+  const bool set = config.contains("classifier_dropout") && !config["classifier_dropout"].is_null();
+  return {0.0f, kind != HeadKind::MaskedLM && set ? dropout_of(config, "classifier_dropout", 0.0, file) : 0.0f};
+}
+
+// One family: config.json model_type, the Hugging Face class-name stem, its body, its heads, its dropouts.
+struct Family {
+  const char* model_type;
+  const char* class_stem;  // "Roberta" -> "RobertaForMaskedLM"
+  std::unique_ptr<TrainableEncoder> (*body)(nn::ParamStore& store, const EncoderConfig& config,
+                                            const TrainableEncoderOptions& options);
+  // The head of `kind` (out: num_labels; masked LM: vocab_size).
+  TrainingHead (*head)(const EncoderConfig& config, HeadKind kind, int64_t out);
+  // training_dropouts.
+  std::pair<float, float> (*dropouts)(const nlohmann::json& config, HeadKind kind, const std::string& file);
+};
+
+using BodyOptions = TrainableEncoderOptions;
+
+// RoBERTa's body (XLM-R and CamemBERT alike).
+std::unique_ptr<TrainableEncoder> roberta_body(nn::ParamStore& s, const EncoderConfig& c, const BodyOptions& o) {
+  return bert_variant_body(s, c, o, detail::roberta_variant());
+}
+
+const std::vector<Family>& families() {
+  static const std::vector<Family> table = {
+      {"bert", "Bert",
+       [](nn::ParamStore& s, const EncoderConfig& c, const BodyOptions& o) {
+         return bert_variant_body(s, c, o, detail::BertVariant{});
+       },
+       bert_head, bert_dropouts},
+      {"roberta", "Roberta",
+       roberta_body,
+       roberta_head, bert_dropouts},
+      {"xlm-roberta", "XLMRoberta",
+       roberta_body,
+       roberta_head, bert_dropouts},
+      {"camembert", "Camembert",
+       roberta_body,
+       roberta_head, bert_dropouts},
+      {"distilbert", "DistilBert",
+       [](nn::ParamStore& s, const EncoderConfig& c, const BodyOptions& o) {
+         return bert_variant_body(s, c, o, detail::distilbert_variant(c));
+       },
+       distilbert_head, distilbert_dropouts},
+      // MPNetForSequenceClassification's MPNetClassificationHead and MPNetLMHead are RoBERTa's, names included.
+      {"mpnet", "MPNet",
+       [](nn::ParamStore& s, const EncoderConfig& c, const BodyOptions& o) {
+         return bert_variant_body(s, c, o, detail::mpnet_variant());
+       },
+       roberta_head, mpnet_dropouts},
+      {"modernbert", "ModernBert",
+       [](nn::ParamStore& s, const EncoderConfig& c, const BodyOptions& o) -> std::unique_ptr<TrainableEncoder> {
+         return std::make_unique<ModernBertTrainable>(s, c, o.bare ? "" : "model.");
+       },
+       modernbert_head, modernbert_dropouts},
+  };
+  return table;
+}
+
+const Family& family_of(const std::string& model_type, const std::string& where) {
+  for (const Family& f : families())
+    if (model_type == f.model_type) return f;
+  throw std::invalid_argument(where + ": model_type '" + model_type + "' cannot be fine-tuned yet (supported: " +
+                              trainable_model_types() + ")");
+}
+
+}  // namespace
+
+const char* trainable_model_types() {
+  static const std::string list = [] {
+    std::string s;
+    for (const Family& f : families()) s += (s.empty() ? "" : ", ") + std::string(f.model_type);
+    return s;
+  }();
+  return list.c_str();
+}
+
+void check_finetune_family(const std::string& model_type, const std::string& where) { family_of(model_type, where); }
+
+std::unique_ptr<TrainableEncoder> make_trainable_encoder(nn::ParamStore& store, const EncoderConfig& config,
+                                                         const TrainableEncoderOptions& options) {
+  return family_of(config.model_type, config.source.empty() ? "config.json" : config.source)
+      .body(store, config, options);
+}
+
+std::string trained_architecture(const std::string& model_type, HeadKind kind) {
+  const char* task = kind == HeadKind::SequenceClassification ? "ForSequenceClassification"
+                     : kind == HeadKind::TokenClassification  ? "ForTokenClassification"
+                                                              : "ForMaskedLM";
+  return std::string(family_of(model_type, "config.json").class_stem) + task;
+}
+
+std::pair<float, float> training_dropouts(const nlohmann::json& config, HeadKind kind, const std::string& file) {
+  const std::string model_type = json_string_or(config, "model_type", "bert", file);
+  return family_of(model_type, file).dropouts(config, kind, file);
+}
+
 namespace {
 
 void check_batch(const FinetuneBatch& b) {
@@ -368,6 +538,16 @@ void check_batch(const FinetuneBatch& b) {
   if ((int64_t)b.input_ids.size() != n || (int64_t)b.attention_mask.size() != n ||
       (!b.token_type_ids.empty() && (int64_t)b.token_type_ids.size() != n))
     throw std::invalid_argument("fine-tuning batch: arrays do not match [B, L]");
+}
+
+// sentence-transformers' mean pooling: ModernBERT's classifier_pooling "mean".
+const PoolingConfig& mean_pooling() {
+  static const PoolingConfig p = [] {
+    PoolingConfig c;
+    c.mean = true;
+    return c;
+  }();
+  return p;
 }
 
 }  // namespace
@@ -381,13 +561,14 @@ FinetuneModel::FinetuneModel(const EncoderConfig& config, WeightSource& weights,
   if (kind != HeadKind::MaskedLM && num_labels < 1) throw std::invalid_argument("num_labels must be at least 1");
   out_features_ = kind == HeadKind::MaskedLM ? config.vocab_size : num_labels;
   architecture_ = trained_architecture(config.model_type, kind);
-  const detail::BertVariant variant = family.variant(config);
-  auto head = std::make_unique<TrainingHead>(TrainingHead::of(config, variant.prefix, kind, out_features_));
-  const bool pooler = head->input == HeadInput::PoolerOutput && kind == HeadKind::SequenceClassification;
+  auto head = std::make_unique<TrainingHead>(family.head(config, kind, out_features_));
+  const bool pooler = head->input == HeadInput::PoolerOutput;
   if (pooler && !weights.has("pooler.dense.weight") && !weights.has("bert.pooler.dense.weight"))
     throw std::runtime_error("the checkpoint has no pooler (pooler.dense.weight): sequence classification needs it");
-  body_ = std::make_unique<BertTrainable>(store_, config, variant, pooler);
-  head->register_in(store_, config);
+  TrainableEncoderOptions body_options;
+  body_options.pooler = pooler;
+  body_ = family.body(store_, config, body_options);
+  head->register_in(store_, config, body_->word_embeddings_name());
   store_.finalize();
   body_->load(store_, weights);
   head->load_or_init(store_, weights, initializer_range, hp.seed);
@@ -414,9 +595,17 @@ void FinetuneModel::forward_rows(const FinetuneBatch& batch, const std::vector<i
                  batch.attention_mask.data(), B, L);
   tokens_ = B * L;
   std::vector<float> x;
+  pool_mask_.clear();
   if (head_->input == HeadInput::PoolerOutput) {
     rows_.clear();
     x.assign(body_->pooler_output(), body_->pooler_output() + B * H);
+  } else if (head_->input == HeadInput::MeanTokens) {  // (h * mask).sum(1) / mask.sum(1)
+    rows_.clear();
+    pool_mask_ = batch.attention_mask;
+    batch_ = B;
+    seq_len_ = L;
+    x.resize(B * H);
+    pooling_forward(mean_pooling(), body_->last_hidden_state(), pool_mask_.data(), B, L, H, x.data());
   } else {
     rows_ = rows;
     x.resize(rows_.size() * H);
@@ -469,6 +658,12 @@ double FinetuneModel::backward_rows(const std::vector<int64_t>& targets, float s
     return loss;
   }
   std::vector<float> dlast(tokens_ * H, 0.0f);
+  if (head_->input == HeadInput::MeanTokens) {
+    pooling_backward(mean_pooling(), dx.data(), body_->last_hidden_state(), pool_mask_.data(), batch_, seq_len_, H,
+                     dlast.data());
+    body_->backward(dlast.data(), nullptr);
+    return loss;
+  }
   for (size_t m = 0; m < rows_.size(); ++m) {
     float* d = dlast.data() + rows_[m] * H;
     for (int64_t h = 0; h < H; ++h) d[h] += dx[m * H + h];

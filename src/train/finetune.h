@@ -1,20 +1,30 @@
 // Fine-tuning an encoder with a task head, as the Hugging Face Trainer does it: AdamW (torch.optim.AdamW, no
 // weight decay on biases and LayerNorm weights), get_linear_schedule_with_warmup, clip_grad_norm_ before each
 // step, gradient accumulation (each micro-batch's loss divided by the number of micro-batches of the step).
-// The families: BERT, RoBERTa, XLM-RoBERTa, CamemBERT and DistilBERT (the body: models/bert.h BertTrainable with
-// the family's detail::BertVariant). The heads, as each modeling_*.py writes them (dropout p: the head's):
+// The families: BERT, RoBERTa, XLM-RoBERTa, CamemBERT, DistilBERT and MPNet (the body: models/bert.h BertTrainable
+// with the family's detail::BertVariant, MPNet's relative position bias trained with it) and ModernBERT
+// (models/modernbert.h ModernBertTrainable), each body a models/trainable_encoder.h TrainableEncoder; one row per
+// family in train/finetune.cpp's table (model_type, class name, body, head, dropouts). The heads, as each
+// modeling_*.py writes them (dropout p: the head's):
 //  - sequence classification, loss = mean cross-entropy over the batch:
 //      BertForSequenceClassification: classifier(dropout(pooler_output));
-//      RobertaForSequenceClassification (XLM-R, CamemBERT): RobertaClassificationHead on <s>:
+//      RobertaForSequenceClassification (XLM-R, CamemBERT; MPNetForSequenceClassification's
+//        MPNetClassificationHead is the same): RobertaClassificationHead on <s>:
 //        out_proj(dropout(tanh(dense(dropout(h[:, 0]))))), tensors classifier.dense.*, classifier.out_proj.*;
 //      DistilBertForSequenceClassification: classifier(dropout(ReLU(pre_classifier(h[:, 0])))), p
 //        seq_classif_dropout;
-//  - token classification: classifier(dropout(last_hidden_state)) per token (every family), loss = mean
-//    cross-entropy over the tokens whose label is not -100 (CrossEntropyLoss's ignore_index);
+//      ModernBertForSequenceClassification: classifier(dropout(head(pool(h)))), head = ModernBertPredictionHead
+//        head.norm(act(head.dense(x))), pool per classifier_pooling: "cls" h[:, 0], "mean" the mean over
+//        attention_mask; p classifier_dropout;
+//  - token classification: classifier(dropout(last_hidden_state)) per token (ModernBERT:
+//    classifier(dropout(head(h)))), loss = mean cross-entropy over the tokens whose label is not -100
+//    (CrossEntropyLoss's ignore_index);
 //  - masked LM: transform dense, activation, LayerNorm, then the decoder tied to the word embeddings plus its own
 //    bias; loss as token classification's. BertOnlyMLMHead (cls.predictions.transform.{dense, LayerNorm},
-//    hidden_act, cls.predictions.bias), RobertaLMHead (lm_head.{dense, layer_norm}, gelu, lm_head.bias),
-//    DistilBertForMaskedLM (vocab_transform, activation, vocab_layer_norm, vocab_projector.bias).
+//    hidden_act, cls.predictions.bias), RobertaLMHead and MPNetLMHead (lm_head.{dense, layer_norm}, gelu,
+//    lm_head.bias), DistilBertForMaskedLM (vocab_transform, activation, vocab_layer_norm, vocab_projector.bias),
+//    ModernBertForMaskedLM (head, then decoder tied to model.embeddings.tok_embeddings with decoder.bias when
+//    decoder_bias; its sparse_prediction computes the same loss on the labelled rows only, as here).
 //
 // Layout: the pieces every task shares (FinetuneHyperparameters, FinetuneOptimizer, FinetuneModel: body, head,
 // step and accumulation) come first; each task is a thin FinetuneModel subclass choosing the rows the head reads
@@ -28,7 +38,7 @@
 #include <vector>
 
 #include "core/rng.h"
-#include "models/bert.h"
+#include "models/trainable_encoder.h"
 #include "models/head_layout.h"
 #include "nn/params.h"
 #include "train/optim.h"
@@ -51,23 +61,32 @@ struct FinetuneHyperparameters {
   double learning_rate = 5e-5, weight_decay = 0.0, adam_beta1 = 0.9, adam_beta2 = 0.999, adam_epsilon = 1e-8;
   double max_grad_norm = 1.0;  // <= 0: no clipping
   int64_t warmup_steps = 0, total_steps = 1;  // optimizer steps (after gradient accumulation)
-  float dropout = 0.1f;        // the body's p (training_dropouts: hidden_dropout_prob; DistilBERT dropout)
+  float dropout = 0.1f;        // the body's p (training_dropouts: hidden_dropout_prob; DistilBERT dropout;
+                               // ModernBERT 0: its body reads its own p's)
   float head_dropout = -1.0f;  // the head's p (classifier_dropout, DistilBERT seq_classif_dropout); < 0: dropout
   uint64_t seed = 42;
 };
 
 // ---------------------------------------------------------------- the families
 
-// The config.json model_types fine-tuning takes, for messages: "bert, roberta, xlm-roberta, camembert, distilbert".
+// The config.json model_types fine-tuning takes (the family table's, in order), for messages: "bert, roberta,
+// xlm-roberta, camembert, distilbert, mpnet, modernbert".
 const char* trainable_model_types();
 // Throws std::invalid_argument "<where>: model_type 'mpnet' cannot be fine-tuned yet (supported: bert, ...)"
 // for a model_type outside trainable_model_types().
 void check_finetune_family(const std::string& model_type, const std::string& where);
 // The dropout of a family's *For<kind> model in training, from config.json: body = hidden_dropout_prob (default
-// 0.1; DistilBERT: dropout, default 0.1); head = classifier_dropout when set, else the body's (DistilBERT
-// sequence classification: seq_classif_dropout, default 0.2; token classification: dropout); masked LM heads have
-// none (head = body, unused). Throws std::runtime_error naming `file` for a value that is not a number in [0, 1).
+// 0.1; DistilBERT: dropout, default 0.1; ModernBERT: 0, its body reading embedding_dropout, attention_dropout and
+// mlp_dropout itself, checked here); head = classifier_dropout when set (not MPNet, whose config has none), else
+// the body's (DistilBERT sequence classification: seq_classif_dropout, default 0.2; token classification:
+// dropout; ModernBERT classifier_dropout, default 0); masked LM heads have none (head = body, unused; ModernBERT
+// 0). Throws std::runtime_error naming `file` for a value that is not a number in [0, 1), std::invalid_argument
+// for a model_type outside trainable_model_types().
 std::pair<float, float> training_dropouts(const nlohmann::json& config, HeadKind kind, const std::string& file);
+// The trainable body of config.model_type's family (check_finetune_family; std::invalid_argument for another),
+// its parameters registered in `store` (finalize the store, then body->load()).
+std::unique_ptr<TrainableEncoder> make_trainable_encoder(nn::ParamStore& store, const EncoderConfig& config,
+                                                         const TrainableEncoderOptions& options);
 // Hugging Face's class name for the family and head ("RobertaForTokenClassification",
 // "XLMRobertaForSequenceClassification", "DistilBertForMaskedLM", ...), config.json "architectures" of a saved
 // folder. Throws std::invalid_argument as check_finetune_family.
@@ -84,11 +103,14 @@ double linear_warmup_factor(int64_t step, int64_t warmup_steps, int64_t total_st
 // gradients are scaled by max_norm / (norm + 1e-6). Returns the norm before clipping.
 double clip_grad_norm_hf(nn::ParamStore& params, double max_norm);
 
-// Trainer.get_decay_parameter_names: true for the parameters without weight decay (names ending in ".bias" and
-// those of LayerNorm modules).
+// Trainer.get_decay_parameter_names: true for the parameters without weight decay: the name (lowercased) contains
+// "bias", "layernorm" or "rmsnorm", or has a segment "norm" or ending in "_norm" (its forbidden_name_patterns;
+// every LayerNorm of the families is so named: LayerNorm, layer_norm, sa_layer_norm, attn_norm, head.norm, ...).
 bool is_no_decay_parameter(const std::string& name);
 
-// The nn::Context of a training forward: gradients saved, dropout hp.dropout drawn from `rng` when `dropout`.
+// The nn::Context of a training forward: gradients saved; when `dropout`, masks drawn from `rng` (ctx.rng set) with
+// p hp.dropout for the bodies that take one p (BERT's), while a body with its own p per site (ModernBERT) and the
+// head's dropout (hp.head_dropout) drop whenever ctx.rng is set.
 nn::Context training_context(const FinetuneHyperparameters& hp, Rng& rng, bool dropout);
 
 // The Trainer's optimizer step over a whole ParamStore: clip_grad_norm_hf, then torch.optim.AdamW (two parameter
@@ -146,7 +168,7 @@ class FinetuneModel {
   Rng& dropout_rng() { return rng_; }  // dropout masks are drawn from it (its state is part of a checkpoint)
   // config.json "architectures" of the trained model (trained_architecture).
   const std::string& architecture() const { return architecture_; }
-  // The parameters that are not trained (BertTrainable::frozen_names), saved as loaded.
+  // The parameters that are not trained (TrainableEncoder::frozen_names), saved as loaded.
   const std::vector<std::string>& frozen_parameters() const { return body_->frozen_names(); }
 
  protected:
@@ -168,7 +190,7 @@ class FinetuneModel {
   EncoderConfig config_;
   FinetuneHyperparameters hp_;
   nn::ParamStore store_;
-  std::unique_ptr<BertTrainable> body_;
+  std::unique_ptr<TrainableEncoder> body_;
   std::unique_ptr<TrainingHead> head_;
   std::unique_ptr<FinetuneOptimizer> opt_;
   Rng rng_;
@@ -177,6 +199,9 @@ class FinetuneModel {
   std::vector<int64_t> rows_;  // the rows of the last forward_rows
   int64_t tokens_ = 0;         // B * L of the last forward_rows
   std::vector<float> logits_;  // [M, out] of the last forward_rows
+  // Mean pooling (HeadInput::MeanTokens): the last forward_rows' attention_mask [B, L] and its B, L.
+  std::vector<float> pool_mask_;
+  int64_t batch_ = 0, seq_len_ = 0;
 };
 
 // ---------------------------------------------------------------- the tasks
@@ -215,7 +240,8 @@ class TokenClassificationTrainer : public FinetuneModel {
 };
 
 // *ForMaskedLM in training: the body without pooler and the family's LM head, its decoder's weight the word
-// embeddings ("bert.embeddings.word_embeddings.weight", "roberta.", "distilbert."; tied: its gradient is the sum
+// embeddings ("bert.embeddings.word_embeddings.weight", "roberta.", "distilbert.", ModernBERT's
+// "model.embeddings.tok_embeddings.weight"; tied: its gradient is the sum
 // of the embedding lookup's and the decoder's, as with tie_word_embeddings); a stored untied decoder weight is not
 // used. Also accepted for the bias: "cls.predictions.decoder.bias" (BERT), "lm_head.decoder.bias" (RoBERTa).
 class MaskedLMTrainer : public FinetuneModel {

@@ -159,16 +159,16 @@ double cosine_similarity_loss(const float* emb, const float* scores, int64_t B, 
 
 // ---------------------------------------------------------------- SentenceEmbeddingTrainer
 
+
 SentenceEmbeddingTrainer::SentenceEmbeddingTrainer(const EncoderConfig& config, WeightSource& weights,
                                                    const PoolingConfig& pooling, bool normalize, EmbeddingLoss loss,
                                                    const FinetuneHyperparameters& hp, double scale)
     : config_(config), pooling_(pooling), normalize_(normalize), loss_(loss), hp_(hp), scale_(scale), rng_(hp.seed) {
-  if (config.model_type != "bert")
-    throw std::runtime_error("fine-tuning sentence embeddings supports a bert Transformer module so far, not '" +
-                             config.model_type + "'");
   if (pooling.num_modes() == 0) throw std::invalid_argument("the Pooling module has no mode");
   if (!std::isfinite(scale)) throw std::invalid_argument("the MultipleNegativesRankingLoss scale must be finite");
-  body_ = std::make_unique<BertTrainable>(store_, config, /*pooler=*/false, "");
+  TrainableEncoderOptions body_options;
+  body_options.bare = true;  // the Transformer module's model.safetensors: the base model's own names
+  body_ = make_trainable_encoder(store_, config, body_options);
   store_.finalize();
   body_->load(store_, weights);
   const int64_t H = config.hidden_size;

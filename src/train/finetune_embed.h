@@ -1,6 +1,6 @@
 // Fine-tuning a sentence-transformers model (tfm finetune --task embed), as SentenceTransformerTrainer runs it:
-// the Transformer module (BERT, models/bert.h BertTrainable) -> Pooling -> [Normalize] gives one embedding per
-// text, and a loss of sentence_transformers.losses compares them:
+// the Transformer module (a family of train/finetune.h, as a models/trainable_encoder.h TrainableEncoder) ->
+// Pooling -> [Normalize] gives one embedding per text, and a loss of sentence_transformers.losses compares them:
 //  - MultipleNegativesRankingLoss (losses/MultipleNegativesRankingLoss.py): (anchor, positive [, negative]) rows;
 //    scores = util.cos_sim(anchors, cat(positives, negatives)) * scale (scale 20), loss = CrossEntropyLoss(scores,
 //    arange(B)): every other row's positive (and every negative) is an in-batch negative of an anchor.
@@ -18,7 +18,7 @@
 
 #include "core/rng.h"
 #include "core/tensor.h"
-#include "models/bert.h"
+#include "models/trainable_encoder.h"
 #include "models/pooling.h"
 #include "nn/params.h"
 #include "train/finetune.h"
@@ -68,13 +68,16 @@ double multiple_negatives_ranking_loss(const float* emb, int64_t B, int64_t colu
 double cosine_similarity_loss(const float* emb, const float* scores, int64_t B, int64_t D, float* demb,
                               float* cos_out = nullptr);
 
-// A sentence-transformers model in training: the Transformer module's BertModel (store names as its
-// model.safetensors names them: "embeddings.*", "encoder.layer.N.*"), Pooling, Normalize when the folder has it.
+// A sentence-transformers model in training: the Transformer module's base model (BertModel, MPNetModel,
+// ModernBertModel, ...; store names as its model.safetensors names them: "embeddings.*", "encoder.layer.N.*",
+// MPNet's "encoder.relative_attention_bias.weight", "layers.N.*"), Pooling, Normalize when the folder has it.
 class SentenceEmbeddingTrainer {
  public:
-  // Loads the body from `weights` (BertModel names, with or without "bert."); a pooler in the checkpoint is kept
-  // as it is for saving. Throws std::runtime_error naming a missing tensor or a model_type other than bert,
-  // std::invalid_argument for a pooling without modes or a scale that is not finite.
+  // Loads the body of config.model_type's family (make_trainable_encoder, bare: the base model's names, e.g.
+  // BertModel's with or without "bert.", MPNetModel's with or without "mpnet.", ModernBertModel's with or without
+  // "model."); a BERT pooler in the checkpoint is kept as it is for saving. Throws std::runtime_error naming a
+  // missing tensor, std::invalid_argument for a model_type outside trainable_model_types(), a pooling without
+  // modes or a scale that is not finite.
   SentenceEmbeddingTrainer(const EncoderConfig& config, WeightSource& weights, const PoolingConfig& pooling,
                            bool normalize, EmbeddingLoss loss, const FinetuneHyperparameters& hp, double scale = 20.0);
 
@@ -126,7 +129,7 @@ class SentenceEmbeddingTrainer {
   FinetuneHyperparameters hp_;
   double scale_;
   nn::ParamStore store_;
-  std::unique_ptr<BertTrainable> body_;
+  std::unique_ptr<TrainableEncoder> body_;
   std::unique_ptr<FinetuneOptimizer> opt_;
   std::vector<std::pair<std::string, Tensor>> pooler_;
   Rng rng_;

@@ -31,6 +31,7 @@
 #include "text/subword.h"
 #include "io/text_file.h"
 #include "train/optim.h"
+#include "train/replicas.h"
 
 namespace tfm {
 
@@ -611,6 +612,9 @@ RecipeResult run_recipe(const RecipeConfig& cfg_in, const std::string& out, bool
   int64_t epoch = 1, batch_pos = 0, step = 0, bad_epochs = 0, best_epoch = 0;
   double best_bleu = -1, elapsed_before = 0;
   int64_t tokens_done = 0;
+  // This invocation's training steps alone (batch to update; no subword training, validation or checkpoints).
+  double step_seconds = 0;
+  int64_t step_tokens = 0;
   nlohmann::json log_rows = nlohmann::json::array();
   // The epoch in progress: sums over its batches so far, and its seconds of training before this invocation.
   double ep_loss = 0, ep_seconds_before = 0;
@@ -711,6 +715,12 @@ RecipeResult run_recipe(const RecipeConfig& cfg_in, const std::string& out, bool
 
   BatchArrays a;
   std::vector<int64_t> shard_tokens;
+  // In-process shards of this rank's share (train/replicas.h), split by token count as the ranks split the global
+  // batch; each with its own dropout keys (the same masks per sentence as one shard gets).
+  ReplicaSet replicas(model);
+  std::vector<BatchArrays> part_arrays;
+  std::vector<RowKeys> part_keys;
+  std::vector<Rng> part_rngs;
   const bool tty = isatty(2);
   if (trace_dist && world_size > 1) {
     const int64_t b = gradient_bucket_elements(P.total());
@@ -725,6 +735,7 @@ RecipeResult run_recipe(const RecipeConfig& cfg_in, const std::string& out, bool
     ep_t0 = std::chrono::steady_clock::now();
     const int64_t ep_start_pos = batch_pos, ep_start_tok = ep_tok;
     for (; batch_pos < nb; ++batch_pos) {
+      const auto step_t0 = std::chrono::steady_clock::now();
       // This rank's share of the global batch, by token count; gradients are divided by the global batch's
       // target tokens, so summing the ranks' gradients gives the global batch's.
       const std::vector<int64_t>& global = batches[order[batch_pos]];
@@ -746,12 +757,35 @@ RecipeResult run_recipe(const RecipeConfig& cfg_in, const std::string& out, bool
       // The gradient sum over the ranks, bucket by bucket while the backward pass still runs.
       dist::BucketedAllReduce grad_sum(comm, P.all_grad().data(), P.total(), gradient_bucket_elements(P.total()));
       if (!shard.empty()) {  // an empty share still joins the all-reduce below
-        fill_batch(a, train, shard, spm.pad_id(), spm.bos_id());
         drop_keys.key = (cfg.seed + 1) * 0x9E3779B97F4A7C15ull ^ (uint64_t)(step + 1) * 0xD1B54A32D192ED03ull;
         drop_keys.rows.assign(shard.begin(), shard.end());
         drop_keys.calls = 0;
-        r = model.forward_backward(a.view, &dropout_rng, cfg.label_smoothing, /*token_mean=*/true, global_tgt,
-                                   [&](int64_t offset) { grad_sum.ready_from(offset); });
+        const int parts = replica_shards(model, (int64_t)shard.size());
+        if (parts == 1) {
+          fill_batch(a, train, shard, spm.pad_id(), spm.bos_id());
+          r = model.forward_backward(a.view, &dropout_rng, cfg.label_smoothing, /*token_mean=*/true, global_tgt,
+                                     [&](int64_t offset) { grad_sum.ready_from(offset); });
+        } else {  // the rank's gradients are whole only after the replicas' sum: the all-reduce starts then
+          const std::vector<int64_t> tokens(shard_tokens.begin() + s0, shard_tokens.begin() + s1);
+          part_arrays.resize(parts);
+          part_keys.resize(parts);
+          part_rngs.resize(parts);
+          std::vector<char> empty(parts);
+          for (int p = 0; p < parts; ++p) {
+            const auto [p0, p1] = dist::shard_range(tokens, parts, p);
+            empty[p] = p0 == p1;
+            const std::vector<int64_t> rows(shard.begin() + p0, shard.begin() + p1);
+            part_keys[p] = drop_keys;
+            part_keys[p].rows.assign(rows.begin(), rows.end());
+            part_rngs[p].set_row_keys(&part_keys[p]);
+            if (!empty[p]) fill_batch(part_arrays[p], train, rows, spm.pad_id(), spm.bos_id());
+          }
+          r = replicas.run(parts, [&](int p, Seq2SeqModel& m) {
+            return empty[p] ? LossResult{}
+                            : m.forward_backward(part_arrays[p].view, &part_rngs[p], cfg.label_smoothing,
+                                                 /*token_mean=*/true, global_tgt);
+          });
+        }
       }
       // Any rank over the time limit, or asked to stop by a signal, stops every rank (after this step).
       bool time_up = cfg.time_limit_minutes > 0 && now_s() > cfg.time_limit_minutes * 60;
@@ -775,6 +809,8 @@ RecipeResult run_recipe(const RecipeConfig& cfg_in, const std::string& out, bool
                                  " (try a lower lr)");
       ++step;
       adam.step(P, (float)inverse_sqrt_lr(cfg.lr, cfg.warmup_steps, step), clip_scale(norm, cfg.clip_norm));
+      step_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - step_t0).count();
+      step_tokens += r.num_tokens;
       if (trace_dist) {
         // Replicas must stay bit-identical: every rank prints its hash, and a mismatch with rank 0 stops the run.
         uint64_t h = dist::fnv1a(P.all_data().data(), P.total() * (int64_t)sizeof(float)), h0 = h;
@@ -882,6 +918,7 @@ RecipeResult run_recipe(const RecipeConfig& cfg_in, const std::string& out, bool
   res.steps = step;
   res.seconds = now_s();
   res.train_tokens_per_sec = tokens_done / std::max(res.seconds, 1e-9);
+  res.step_tokens_per_sec = step_tokens / std::max(step_seconds, 1e-9);
   return res;
 }
 

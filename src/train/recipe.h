@@ -68,6 +68,9 @@ struct RecipeResult {
   double best_valid_bleu = 0;
   int64_t best_epoch = 0, epochs_run = 0, steps = 0;
   double seconds = 0, train_tokens_per_sec = 0;
+  // Target tokens per second of this invocation's training steps alone (batch, forward, backward, all-reduce,
+  // update), without the subword training, data encoding, validation and checkpoints that `seconds` includes.
+  double step_tokens_per_sec = 0;
   bool stopped_early = false;
   int stopped_by_signal = 0;
   int64_t stopped_in_epoch = 0;  // the epoch a step / time limit or a signal cut short (0: none was)  // SIGINT / SIGTERM when request_training_stop() ended the run (checkpoint saved)

@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -35,9 +36,12 @@ void save_model_folder(const std::string& dir, Seq2SeqModel& model, const Vocab&
 
 }  // namespace
 
-LossResult train_step(Seq2SeqModel& model, Adam& adam, const NmtArrays& arrays, const std::vector<int64_t>& rows,
-                      int64_t bos, const TrainOptions& o, Rng* dropout_rng, TrainBatchBuffers& buf) {
-  const int64_t B = (int64_t)rows.size(), L = arrays.num_steps;
+namespace {
+
+// Rows [0, B) of `rows` as a teacher-forced batch in `buf`.
+Seq2SeqBatch fill_shard(TrainBatchBuffers::Shard& buf, const NmtArrays& arrays, const int64_t* rows, int64_t B,
+                        int64_t bos) {
+  const int64_t L = arrays.num_steps;
   buf.src.resize(B * L);
   buf.lab.resize(B * L);
   buf.dec.resize(B * L);
@@ -47,9 +51,9 @@ LossResult train_step(Seq2SeqModel& model, Adam& adam, const NmtArrays& arrays, 
   // later decoder positions are invisible to earlier ones, so the valid positions compute the same values
   // while padding costs nothing (d2l pads everything to num_steps).
   int64_t Ls = 1, Lt = 1;
-  for (int64_t r : rows) {
-    Ls = std::max(Ls, std::min(L, arrays.src_valid_len[r]));
-    Lt = std::max(Lt, std::min(L, arrays.tgt_valid_len[r]));
+  for (int64_t b = 0; b < B; ++b) {
+    Ls = std::max(Ls, std::min(L, arrays.src_valid_len[rows[b]]));
+    Lt = std::max(Lt, std::min(L, arrays.tgt_valid_len[rows[b]]));
   }
   for (int64_t b = 0; b < B; ++b) {
     const int64_t r = rows[b];
@@ -62,9 +66,37 @@ LossResult train_step(Seq2SeqModel& model, Adam& adam, const NmtArrays& arrays, 
   }
   Seq2SeqBatch batch{buf.src.data(), buf.src_vl.data(), buf.dec.data(), buf.lab.data(), buf.tgt_vl.data(), B, Ls, Lt};
   batch.loss_len = L;
+  return batch;
+}
+
+}  // namespace
+
+LossResult train_step(Seq2SeqModel& model, Adam& adam, const NmtArrays& arrays, const std::vector<int64_t>& rows,
+                      int64_t bos, const TrainOptions& o, Rng* dropout_rng, TrainBatchBuffers& buf) {
+  const int64_t B = (int64_t)rows.size();
+  const int shards = replica_shards(model, B);
+  buf.shards.resize(shards);
   nn::ParamStore& P = model.params();
   P.zero_grad();
-  LossResult lr = model.forward_backward(batch, dropout_rng, o.label_smoothing);
+  LossResult lr;
+  if (shards == 1) {
+    lr = model.forward_backward(fill_shard(buf.shards[0], arrays, rows.data(), B, bos), dropout_rng,
+                                o.label_smoothing);
+  } else {
+    std::vector<Seq2SeqBatch> batches(shards);
+    for (int s = 0; s < shards; ++s) {
+      const int64_t b0 = B * s / shards, b1 = B * (s + 1) / shards;
+      batches[s] = fill_shard(buf.shards[s], arrays, rows.data() + b0, b1 - b0, bos);
+    }
+    buf.shard_rngs.resize(shards);
+    if (dropout_rng)
+      for (int s = 1; s < shards; ++s) buf.shard_rngs[s] = Rng(dropout_rng->next_u64());
+    if (!buf.replicas || &buf.replicas->model() != &model) buf.replicas = std::make_unique<ReplicaSet>(model);
+    lr = buf.replicas->run(shards, [&](int s, Seq2SeqModel& m) {
+      Rng* rng = !dropout_rng ? nullptr : s == 0 ? dropout_rng : &buf.shard_rngs[s];
+      return m.forward_backward(batches[s], rng, o.label_smoothing);
+    });
+  }
   if (!std::isfinite(lr.loss_sum)) return lr;
   adam.step(P, adam.options().lr, clip_scale(grad_norm(P), o.grad_clip));  // clipping fused into the update
   return lr;

@@ -1,6 +1,7 @@
 // Training loop for transformer_seq2seq on a d2l-style 'source<TAB>target' corpus (document 002's train_seq2seq).
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -8,6 +9,7 @@
 #include "models/seq2seq.h"
 #include "text/nmt_data.h"
 #include "train/optim.h"
+#include "train/replicas.h"
 
 namespace tfm {
 
@@ -49,8 +51,17 @@ TrainResult train_seq2seq(const TrainOptions& options);
 // loss (per-sequence mean over num_steps, summed), backward, clipping to options.grad_clip, one Adam step.
 // Returns the batch's loss before the step; when it is not finite nothing is updated (the caller stops).
 // Matches d2lnmt.train_seq2seq's loop body; `buffers` is reused across calls.
+// With more than one OpenMP thread the rows run as that many shards at once (train/replicas.h, contiguous runs of
+// `rows`, each trimmed to its own longest source / target): the same gradients up to float summation order.
+// Dropout masks then come from dropout_rng for shard 0 and from generators seeded by one draw of it each for the
+// others, so a run is deterministic for a given seed and thread count.
 struct TrainBatchBuffers {
-  std::vector<int64_t> src, src_vl, dec, lab, tgt_vl;
+  struct Shard {
+    std::vector<int64_t> src, src_vl, dec, lab, tgt_vl;
+  };
+  std::vector<Shard> shards;
+  std::vector<Rng> shard_rngs;
+  std::unique_ptr<ReplicaSet> replicas;
 };
 LossResult train_step(Seq2SeqModel& model, Adam& adam, const NmtArrays& arrays, const std::vector<int64_t>& rows,
                       int64_t bos_id, const TrainOptions& options, Rng* dropout_rng, TrainBatchBuffers& buffers);

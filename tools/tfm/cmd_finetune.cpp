@@ -18,13 +18,15 @@ void add_finetune_command(CLI::App& app) {
   auto no_progress = std::make_shared<bool>(false);
   CLI::App* cmd = app.add_subcommand(
       "finetune",
-      "Fine-tune a Hugging Face BERT, RoBERTa, XLM-RoBERTa, CamemBERT or DistilBERT folder as a text classifier "
+      "Fine-tune a Hugging Face BERT, RoBERTa, XLM-RoBERTa, CamemBERT, DistilBERT, MPNet or ModernBERT folder as a "
+      "text classifier "
       "(--task classify), a token tagger such as NER (token-classify) or a masked LM on your texts (mlm), as the "
       "Hugging Face Trainer does (AdamW, linear warmup and decay, clipping, gradient accumulation, dropout); writes "
       "a <Family>For{SequenceClassification,TokenClassification,MaskedLM} folder that tfm classify / tfm fill-mask, "
       "tfm serve and transformers load, "
       "with train_log.csv and loss.png. A stopped run continues with --resume. --task embed fine-tunes a "
-      "sentence-transformers folder on anchor,positive[,negative] columns (MultipleNegativesRankingLoss, in-batch "
+      "sentence-transformers folder (a Transformer module of those families, e.g. all-mpnet-base-v2) on "
+      "anchor,positive[,negative] columns (MultipleNegativesRankingLoss, in-batch "
       "negatives) or sentence1,sentence2,score (CosineSimilarityLoss) and writes a sentence-transformers folder "
       "that tfm embed loads. Under mpirun the ranks train data-parallel on shards of each --batch-size batch, equal to "
       "one process; rank 0 writes --out");

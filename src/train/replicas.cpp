@@ -1,0 +1,72 @@
+#include "train/replicas.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <exception>
+
+#include "core/threading.h"
+
+namespace tfm {
+
+int replica_shards(const Seq2SeqModel& model, int64_t rows) {
+  static const bool enabled = [] {
+    const char* e = std::getenv("TFM_TRAIN_REPLICAS");
+    return !(e && std::strcmp(e, "0") == 0);
+  }();
+  if (!enabled || model.config().family != "d2l" || rows < 2) return 1;
+  return (int)std::min<int64_t>(get_num_threads(), rows);
+}
+
+LossResult ReplicaSet::run(int shards, const std::function<LossResult(int shard, Seq2SeqModel& m)>& shard) {
+  shards = std::max(shards, 1);
+  while ((int)replicas_.size() < shards - 1) {
+    replicas_.push_back(std::make_unique<Seq2SeqModel>(model_.config()));
+    replicas_.back()->set_precision(model_.precision());
+  }
+  std::vector<LossResult> results(shards);
+  std::vector<std::exception_ptr> errors(shards);
+  std::vector<float>& g0 = model_.params().all_grad();
+  const int64_t n = (int64_t)g0.size();
+#pragma omp parallel num_threads(shards)
+  {
+    const int nt = omp_get_num_threads(), tid = omp_get_thread_num();
+    {
+      SerialScope serial;  // every op of a shard on its thread (oneDNN too)
+      for (int s = tid; s < shards; s += nt) {
+        try {
+          Seq2SeqModel& m = s == 0 ? model_ : *replicas_[s - 1];
+          if (s > 0) {
+            m.params().all_data() = model_.params().all_data();
+            m.params().zero_grad();
+          }
+          results[s] = shard(s, m);
+        } catch (...) {
+          errors[s] = std::current_exception();
+        }
+      }
+    }
+#pragma omp barrier
+    // The gradient sum, each thread over its slice of the flat buffer: g0 += g1, then += g2, ...
+    const int64_t lo = n * tid / nt, hi = n * (tid + 1) / nt;
+    float* __restrict dst = g0.data();
+    for (int s = 1; s < shards; ++s) {
+      const float* __restrict src = replicas_[s - 1]->params().all_grad().data();
+#pragma omp simd
+      for (int64_t i = lo; i < hi; ++i) dst[i] += src[i];
+    }
+  }
+  for (const auto& e : errors)
+    if (e) std::rethrow_exception(e);
+  LossResult sum;
+  for (const LossResult& r : results) {
+    sum.loss_sum += r.loss_sum;
+    sum.token_loss_sum += r.token_loss_sum;
+    sum.num_tokens += r.num_tokens;
+  }
+  return sum;
+}
+
+}  // namespace tfm
