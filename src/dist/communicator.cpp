@@ -15,6 +15,11 @@
 #define OMPI_SKIP_MPICXX 1  // only the C API is used
 #include <mpi.h>
 #endif
+#ifdef TFM_MPI_LAZY
+#include <atomic>
+
+#include "core/shared_library.h"
+#endif
 
 namespace tfm::dist {
 
@@ -83,6 +88,62 @@ class SingleProcess final : public Communicator {
   void post_progress(int64_t, bool) override {}
   bool poll_progress(std::vector<int64_t>&, std::vector<char>&) override { return false; }
 };
+
+#ifdef TFM_MPI_LAZY
+// Open MPI (and its ~7 dependencies) is opened when a process started by mpirun first needs its communicator
+// (core/shared_library.h), so that a process run without mpirun never loads it. RTLD_GLOBAL: Open MPI's
+// components (plug-ins it opens itself) resolve their symbols in it. TFM_MPI_SONAME: the SONAME of the libmpi
+// the build compiled against (CMakeLists.txt sets TFM_MPI_LAZY for Open MPI only).
+const SharedLibrary& mpi_library() {
+  static const SharedLibrary lib(TFM_MPI_SONAME, "runs under mpirun", /*global=*/true);
+  return lib;
+}
+TFM_LAZY_FUNCTION(mpi_library(), MPI_Init_thread);
+TFM_LAZY_FUNCTION(mpi_library(), MPI_Comm_set_errhandler);
+TFM_LAZY_FUNCTION(mpi_library(), MPI_Comm_rank);
+TFM_LAZY_FUNCTION(mpi_library(), MPI_Comm_size);
+TFM_LAZY_FUNCTION(mpi_library(), MPI_Finalized);
+TFM_LAZY_FUNCTION(mpi_library(), MPI_Finalize);
+TFM_LAZY_FUNCTION(mpi_library(), MPI_Iallreduce);
+TFM_LAZY_FUNCTION(mpi_library(), MPI_Testall);
+TFM_LAZY_FUNCTION(mpi_library(), MPI_Ibcast);
+TFM_LAZY_FUNCTION(mpi_library(), MPI_Ibarrier);
+TFM_LAZY_FUNCTION(mpi_library(), MPI_Abort);
+TFM_LAZY_FUNCTION(mpi_library(), MPI_Isend);
+TFM_LAZY_FUNCTION(mpi_library(), MPI_Irecv);
+TFM_LAZY_FUNCTION(mpi_library(), MPI_Test);
+TFM_LAZY_FUNCTION(mpi_library(), MPI_Iprobe);
+TFM_LAZY_FUNCTION(mpi_library(), MPI_Recv);
+TFM_LAZY_FUNCTION(mpi_library(), MPI_Error_string);
+
+// Open MPI's predefined handles are addresses of objects in the library: mpi.h defines MPI_COMM_WORLD as
+// &(ompi_mpi_comm_world) cast to MPI_Comm, MPI_FLOAT as &(ompi_mpi_float), and so on. These objects of the same
+// names, found before the header's declarations, give that address from the opened library instead.
+class LazyObject {
+ public:
+  explicit LazyObject(const char* name) : name_(name) {}
+  void* operator&() const {
+    void* p = addr_.load(std::memory_order_acquire);
+    if (!p) {
+      p = mpi_library().symbol(name_);
+      addr_.store(p, std::memory_order_release);
+    }
+    return p;
+  }
+
+ private:
+  const char* name_;
+  mutable std::atomic<void*> addr_{nullptr};
+};
+const LazyObject ompi_mpi_comm_world{"ompi_mpi_comm_world"};
+const LazyObject ompi_mpi_byte{"ompi_mpi_byte"};
+const LazyObject ompi_mpi_float{"ompi_mpi_float"};
+const LazyObject ompi_mpi_double{"ompi_mpi_double"};
+const LazyObject ompi_mpi_int64_t{"ompi_mpi_int64_t"};
+const LazyObject ompi_mpi_op_sum{"ompi_mpi_op_sum"};
+const LazyObject ompi_mpi_errors_return{"ompi_mpi_errors_return"};
+const LazyObject ompi_request_null{"ompi_request_null"};
+#endif
 
 #ifdef TFM_HAVE_MPI
 class MpiCommunicator final : public Communicator {

@@ -1,6 +1,5 @@
 #include "io/download.h"
 
-#include <curl/curl.h>
 #include <fcntl.h>
 #include <openssl/evp.h>
 #include <sys/stat.h>
@@ -18,6 +17,7 @@
 #include <vector>
 
 #include "io/atomic_file.h"
+#include "io/curl_library.h"
 
 namespace tfm {
 
@@ -109,14 +109,6 @@ void fsync_dir(const std::string& dir) {
   ::close(fd);
 }
 
-void curl_init_once() {
-  static std::once_flag once;
-  std::call_once(once, [] {
-    CURLcode rc = curl_global_init(CURL_GLOBAL_DEFAULT);
-    if (rc != CURLE_OK) throw std::runtime_error(std::string("libcurl: global init failed: ") + curl_easy_strerror(rc));
-  });
-}
-
 // ---- transfer state ----
 
 struct Transfer {
@@ -185,10 +177,6 @@ size_t on_data(char* data, size_t size, size_t nmemb, void* user) {
   return n;
 }
 
-struct CurlFree {
-  void operator()(CURL* c) const { curl_easy_cleanup(c); }
-};
-
 // Removes the .part file unless disarmed.
 struct PartGuard {
   std::string path;
@@ -202,9 +190,7 @@ struct PartGuard {
 
 // Runs the transfer of `url` into t.out; throws the error message the header documents.
 void fetch(const std::string& url, Transfer& t, const DownloadOptions& opts) {
-  curl_init_once();
-  std::unique_ptr<CURL, CurlFree> curl(curl_easy_init());
-  if (!curl) throw std::runtime_error("libcurl: curl_easy_init failed");
+  std::unique_ptr<CURL, CurlFree> curl = curl_easy_handle();
   char errbuf[CURL_ERROR_SIZE] = {0};
   CURL* c = curl.get();
   t.curl = c;

@@ -1,6 +1,5 @@
 #include "io/hub.h"
 
-#include <curl/curl.h>
 #include <fcntl.h>
 #include <fnmatch.h>
 #include <sys/stat.h>
@@ -23,6 +22,7 @@
 #include <stdexcept>
 
 #include "io/atomic_file.h"
+#include "io/curl_library.h"
 #include "io/download.h"
 
 namespace tfm::hub {
@@ -139,17 +139,6 @@ bool has_weights(const fs::path& dir) {
 
 // ---- HTTP (libcurl) ----
 
-void curl_init_once() {
-  static std::once_flag once;
-  std::call_once(once, [] {
-    CURLcode rc = curl_global_init(CURL_GLOBAL_DEFAULT);
-    if (rc != CURLE_OK) throw std::runtime_error(std::string("libcurl: global init failed: ") + curl_easy_strerror(rc));
-  });
-}
-
-struct CurlFree {
-  void operator()(CURL* c) const { curl_easy_cleanup(c); }
-};
 struct SlistFree {
   void operator()(curl_slist* l) const { curl_slist_free_all(l); }
 };
@@ -266,9 +255,7 @@ struct Request {
 
 // Performs the request; returns the curl code (the caller maps it to a message).
 CURLcode perform(const Request& rq, Exchange& x, std::string* detail) {
-  curl_init_once();
-  std::unique_ptr<CURL, CurlFree> curl(curl_easy_init());
-  if (!curl) throw std::runtime_error("libcurl: curl_easy_init failed");
+  std::unique_ptr<CURL, CurlFree> curl = curl_easy_handle();
   CURL* c = curl.get();
   char errbuf[CURL_ERROR_SIZE] = {0};
   std::unique_ptr<curl_slist, SlistFree> headers;

@@ -10,14 +10,62 @@
 #include <memory>
 #include <stdexcept>
 
+#include "core/shared_library.h"
 #include "io/atomic_file.h"
 
 namespace tfm {
 
 namespace {
 
-using SurfacePtr = std::unique_ptr<cairo_surface_t, decltype(&cairo_surface_destroy)>;
-using ContextPtr = std::unique_ptr<cairo_t, decltype(&cairo_destroy)>;
+// cairo (and its ~15 dependencies: X11, fontconfig, freetype, pixman, ...) is opened on the first plot
+// (core/shared_library.h); TFM_CAIRO_SONAME is the SONAME of the cairo the build compiled against.
+const SharedLibrary& cairo_library() {
+  static const SharedLibrary lib(TFM_CAIRO_SONAME, "plots");
+  return lib;
+}
+TFM_LAZY_FUNCTION(cairo_library(), cairo_arc);
+TFM_LAZY_FUNCTION(cairo_library(), cairo_clip);
+TFM_LAZY_FUNCTION(cairo_library(), cairo_create);
+TFM_LAZY_FUNCTION(cairo_library(), cairo_destroy);
+TFM_LAZY_FUNCTION(cairo_library(), cairo_fill);
+TFM_LAZY_FUNCTION(cairo_library(), cairo_fill_preserve);
+TFM_LAZY_FUNCTION(cairo_library(), cairo_font_extents);
+TFM_LAZY_FUNCTION(cairo_library(), cairo_image_surface_create);
+TFM_LAZY_FUNCTION(cairo_library(), cairo_image_surface_get_data);
+TFM_LAZY_FUNCTION(cairo_library(), cairo_image_surface_get_height);
+TFM_LAZY_FUNCTION(cairo_library(), cairo_image_surface_get_stride);
+TFM_LAZY_FUNCTION(cairo_library(), cairo_image_surface_get_width);
+TFM_LAZY_FUNCTION(cairo_library(), cairo_line_to);
+TFM_LAZY_FUNCTION(cairo_library(), cairo_move_to);
+TFM_LAZY_FUNCTION(cairo_library(), cairo_paint);
+TFM_LAZY_FUNCTION(cairo_library(), cairo_rectangle);
+TFM_LAZY_FUNCTION(cairo_library(), cairo_restore);
+TFM_LAZY_FUNCTION(cairo_library(), cairo_rotate);
+TFM_LAZY_FUNCTION(cairo_library(), cairo_save);
+TFM_LAZY_FUNCTION(cairo_library(), cairo_select_font_face);
+TFM_LAZY_FUNCTION(cairo_library(), cairo_set_font_size);
+TFM_LAZY_FUNCTION(cairo_library(), cairo_set_line_width);
+TFM_LAZY_FUNCTION(cairo_library(), cairo_set_source_rgb);
+TFM_LAZY_FUNCTION(cairo_library(), cairo_set_source_rgba);
+TFM_LAZY_FUNCTION(cairo_library(), cairo_show_text);
+TFM_LAZY_FUNCTION(cairo_library(), cairo_stroke);
+TFM_LAZY_FUNCTION(cairo_library(), cairo_surface_destroy);
+TFM_LAZY_FUNCTION(cairo_library(), cairo_surface_finish);
+TFM_LAZY_FUNCTION(cairo_library(), cairo_surface_flush);
+TFM_LAZY_FUNCTION(cairo_library(), cairo_surface_status);
+TFM_LAZY_FUNCTION(cairo_library(), cairo_surface_write_to_png_stream);
+TFM_LAZY_FUNCTION(cairo_library(), cairo_svg_surface_create_for_stream);
+TFM_LAZY_FUNCTION(cairo_library(), cairo_text_extents);
+TFM_LAZY_FUNCTION(cairo_library(), cairo_translate);
+
+struct SurfaceFree {
+  void operator()(cairo_surface_t* s) const { cairo_surface_destroy(s); }
+};
+struct ContextFree {
+  void operator()(cairo_t* cr) const { cairo_destroy(cr); }
+};
+using SurfacePtr = std::unique_ptr<cairo_surface_t, SurfaceFree>;
+using ContextPtr = std::unique_ptr<cairo_t, ContextFree>;
 
 constexpr const char* kFont = "DejaVu Sans";
 
@@ -124,8 +172,8 @@ Format format_of(const std::string& path) {
 std::string render_bytes(Format f, int w, int h, const std::function<void(cairo_t*)>& draw) {
   std::string bytes;
   if (f == Format::kPng) {
-    SurfacePtr s(cairo_image_surface_create(CAIRO_FORMAT_RGB24, w, h), cairo_surface_destroy);
-    ContextPtr cr(cairo_create(s.get()), cairo_destroy);
+    SurfacePtr s(cairo_image_surface_create(CAIRO_FORMAT_RGB24, w, h));
+    ContextPtr cr(cairo_create(s.get()));
     draw(cr.get());
     return surface_to_png(s.get());
   }
@@ -134,8 +182,8 @@ std::string render_bytes(Format f, int w, int h, const std::function<void(cairo_
     return CAIRO_STATUS_SUCCESS;
   };
   {
-    SurfacePtr s(cairo_svg_surface_create_for_stream(sink, &bytes, w, h), cairo_surface_destroy);
-    ContextPtr cr(cairo_create(s.get()), cairo_destroy);
+    SurfacePtr s(cairo_svg_surface_create_for_stream(sink, &bytes, w, h));
+    ContextPtr cr(cairo_create(s.get()));
     draw(cr.get());
     cairo_surface_finish(s.get());
     if (cairo_surface_status(s.get()) != CAIRO_STATUS_SUCCESS) throw std::runtime_error("cairo: SVG encoding failed");
@@ -417,8 +465,8 @@ void draw_heatmaps_on(cairo_t* cr, const HeatmapFigure& f, const HeatmapGeometry
 
 HeatmapGeometry measure_heatmaps(const HeatmapFigure& f) {
   check_panels(f);
-  SurfacePtr s(cairo_image_surface_create(CAIRO_FORMAT_RGB24, 1, 1), cairo_surface_destroy);
-  ContextPtr cr(cairo_create(s.get()), cairo_destroy);
+  SurfacePtr s(cairo_image_surface_create(CAIRO_FORMAT_RGB24, 1, 1));
+  ContextPtr cr(cairo_create(s.get()));
   return heatmap_geometry(cr.get(), f);
 }
 
@@ -447,16 +495,16 @@ std::vector<double> nice_ticks(double lo, double hi, int target) {
 
 RgbImage render_line_plot(const LinePlot& plot, PlotLayout* layout) {
   check_line_plot(plot);
-  SurfacePtr s(cairo_image_surface_create(CAIRO_FORMAT_RGB24, plot.width, plot.height), cairo_surface_destroy);
-  ContextPtr cr(cairo_create(s.get()), cairo_destroy);
+  SurfacePtr s(cairo_image_surface_create(CAIRO_FORMAT_RGB24, plot.width, plot.height));
+  ContextPtr cr(cairo_create(s.get()));
   draw_line_plot(cr.get(), plot, layout);
   return surface_to_rgb(s.get());
 }
 
 RgbImage render_heatmaps(const HeatmapFigure& fig, PlotLayout* layout) {
   HeatmapGeometry g = measure_heatmaps(fig);
-  SurfacePtr s(cairo_image_surface_create(CAIRO_FORMAT_RGB24, g.width, g.height), cairo_surface_destroy);
-  ContextPtr cr(cairo_create(s.get()), cairo_destroy);
+  SurfacePtr s(cairo_image_surface_create(CAIRO_FORMAT_RGB24, g.width, g.height));
+  ContextPtr cr(cairo_create(s.get()));
   draw_heatmaps_on(cr.get(), fig, g, layout);
   return surface_to_rgb(s.get());
 }

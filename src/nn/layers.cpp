@@ -97,16 +97,38 @@ Linear Linear::load_packed(const std::vector<Vars>& parts, int64_t in, int64_t o
     l.packed = ops::PackedLinear(weight.data(), bias.data(), in, n * out, ct);
     return l;
   }
-  if (quantised == n) {
-    std::vector<int8_t> qw(n * out * in);
-    std::vector<float> scale(n * out), bias(n * out);
+  std::vector<float> bias(n * out);
+  auto get_biases = [&] {  // after the weights, so that a missing weight is named first
     for (int64_t i = 0; i < n; ++i) {
-      std::memcpy(qw.data() + i * out * in, q[i], (size_t)(out * in));
-      parts[i].release_bytes(q[i], (size_t)(out * in));
-      std::memcpy(scale.data() + i * out, sc[i], sizeof(float) * out);
       Param b = parts[i].get("bias", {out});
       std::memcpy(bias.data() + i * out, b.data(), sizeof(float) * out);
     }
+  };
+  // Weights stored in the compute type (`tfm convert --dtype int8 / bf16` folders) are used where they lie in the
+  // mapped file and packed only at their second use (ops::PackedLinear::lazy), as fp32 weights are below: a model
+  // loaded to run once reads each page once and never reorders. The sources' releasers keep the pages valid until
+  // the packing drops them. False (nothing done) when the source cannot keep them past the load.
+  auto load_lazy = [&](std::vector<const void*> w, size_t part_bytes, const float* weight_scale) {
+    std::vector<std::function<void()>> releasers(n);
+    for (int64_t i = 0; i < n; ++i)
+      if (!(releasers[i] = parts[i].bytes_releaser(w[i], part_bytes))) return false;
+    get_biases();
+    l.packed = ops::PackedLinear::lazy(std::move(w), weight_scale, bias.data(), in, out, ct, nullptr,
+                                       [releasers = std::move(releasers)] {
+                                         for (const auto& r : releasers) r();
+                                       });
+    return true;
+  };
+  if (quantised == n) {
+    std::vector<float> scale(n * out);
+    for (int64_t i = 0; i < n; ++i) std::memcpy(scale.data() + i * out, sc[i], sizeof(float) * out);
+    if (load_lazy(std::vector<const void*>(q.begin(), q.end()), (size_t)(out * in), scale.data())) return l;
+    std::vector<int8_t> qw(n * out * in);
+    for (int64_t i = 0; i < n; ++i) {
+      std::memcpy(qw.data() + i * out * in, q[i], (size_t)(out * in));
+      parts[i].release_bytes(q[i], (size_t)(out * in));
+    }
+    get_biases();
     l.packed = ops::PackedLinear::from_int8(qw.data(), scale.data(), bias.data(), in, n * out);
     return l;
   }
@@ -116,17 +138,14 @@ Linear Linear::load_packed(const std::vector<Vars>& parts, int64_t in, int64_t o
   auto check_weights = [&] {
     for (int64_t i = 0; i < n; ++i) (void)parts[i].get("weight", {out, in});
   };
-  std::vector<float> bias(n * out);
-  auto get_biases = [&] {  // after the weights, so that a missing weight is named first
-    for (int64_t i = 0; i < n; ++i) {
-      Param b = parts[i].get("bias", {out});
-      std::memcpy(bias.data() + i * out, b.data(), sizeof(float) * out);
-    }
-  };
   if (ct == ops::ComputeType::BF16) {  // a `tfm convert --dtype bf16` folder: packed as stored, no fp32 round trip
     std::vector<const uint16_t*> h(n);
     int64_t stored = 0;
     for (int64_t i = 0; i < n; ++i) stored += (h[i] = parts[i].get_bf16("weight", {out, in})) != nullptr;
+    if (stored == n && load_lazy(std::vector<const void*>(h.begin(), h.end()), sizeof(uint16_t) * out * in, nullptr)) {
+      if (!l.packed.all_finite()) check_weights();
+      return l;
+    }
     if (stored == n) {
       get_biases();
       std::vector<uint16_t> joined;

@@ -92,4 +92,8 @@ void Vars::release_bytes(const void* data, size_t bytes) const {
   if (source_) source_->release_bytes(data, bytes);
 }
 
+std::function<void()> Vars::bytes_releaser(const void* data, size_t bytes) const {
+  return source_ ? source_->bytes_releaser(data, bytes) : std::function<void()>{};
+}
+
 }  // namespace tfm::nn

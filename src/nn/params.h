@@ -102,6 +102,8 @@ class Vars {
   // release(p) for later, callable after the source is gone (WeightSource::releaser).
   std::function<void()> releaser(const Param& p) const;
   void release_bytes(const void* data, size_t bytes) const;
+  // release_bytes for later (WeightSource::bytes_releaser); empty when the source cannot keep the bytes.
+  std::function<void()> bytes_releaser(const void* data, size_t bytes) const;
 
  private:
   std::vector<std::string> aliases_of(const std::string& full) const;

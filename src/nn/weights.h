@@ -44,6 +44,10 @@ class WeightSource {
   virtual bool has(const std::string& name) const { return true; }
   // The same for raw bytes handed out by get_int8.
   virtual void release_bytes(const void* data, size_t bytes) {}
+  // release_bytes for later, like releaser(): a function that keeps data[bytes] (from get_bf16 or get_int8)
+  // valid until it is called (then drops the pages) or destroyed, even after the source is gone; or an empty
+  // function when the source cannot keep them (the default), and the caller must copy them while it lives.
+  virtual std::function<void()> bytes_releaser(const void* data, size_t bytes) { return {}; }
   // A Linear weight stored prequantised by `tfm convert --dtype int8`: tensor `name` of dtype I8 with `shape`
   // [out, in] plus "<name>_scale" F32 [out] (w = weight * scale per output row). Returns null when `name` (or an
   // alias) is not stored that way; then get() applies. The pointers stay valid while the source lives.
@@ -71,6 +75,9 @@ class SafeTensorsWeights : public WeightSource {
   const int8_t* get_int8(const std::string& name, const Shape& shape, const std::vector<std::string>& aliases,
                          const float** scale) override;
   void release_bytes(const void* data, size_t bytes) override { st_.release_pages(data, bytes); }
+  std::function<void()> bytes_releaser(const void* data, size_t bytes) override {
+    return st_.page_releaser(data, bytes);
+  }
   const SafeTensors& file() const { return st_; }
   // The compute type the file's Linear weights are stored for: I8 for a folder written by
   // `tfm convert --dtype int8` (metadata tfm_dtype "int8"), else F32. What a load that names no dtype uses.

@@ -309,7 +309,9 @@ struct PackedLinear::Impl {
   // A part's weights in place: W[part_out, in] row-major is the [in, part_out] matrix in "ba" order; its output
   // columns are a slice of the [M, out] output (fp32).
   memory::desc plain_md() const { return memory::desc({in, part_out}, weight_type(ct), tag::ba); }
-  memory::desc plain_dst_md(int64_t M) const { return memory::desc({M, part_out}, dt::f32, memory::dims{out, 1}); }
+  memory::desc plain_dst_md(int64_t M, bool bf16_dst) const {
+    return memory::desc({M, part_out}, bf16_dst ? dt::bf16 : dt::f32, memory::dims{out, 1});
+  }
 
   // The primitive for M rows. Weights are described by the packed layout chosen at load; oneDNN's choice of
   // layout does not depend on M for these kernels, and if it did, the explicit layout would still be honoured.
@@ -321,7 +323,7 @@ struct PackedLinear::Impl {
   // bf16 (rounded to nearest even by oneDNN after the post-ops), the next product's input.
   // The scratchpad is the caller's (scratchpad_mode::user): with oneDNN's default library-owned one, threads
   // running one primitive at once (Python threads sharing an Encoder, tfm serve) corrupted some outputs.
-  // in_place: the product by one part of lazy weights where they lie (fp32 output); an empty matmul when oneDNN
+  // in_place: the product by one part of lazy weights where they lie; an empty matmul when oneDNN
   // would run its reference kernel for that layout (the caller packs instead).
   dnnl::matmul primitive(int64_t M, Epilogue ep, bool fused, bool bf16_dst, bool in_place,
                          memory::desc& scratchpad) const {
@@ -350,7 +352,7 @@ struct PackedLinear::Impl {
       attr.set_post_ops(make_post_ops(ep));  // per-token int8 applies its activation after dequantisation
     }
     const memory::desc w_md = in_place ? plain_md() : weights_md;
-    const memory::desc d_md = in_place ? plain_dst_md(M) : dst_md(M, bf16_dst);
+    const memory::desc d_md = in_place ? plain_dst_md(M, bf16_dst) : dst_md(M, bf16_dst);
     auto d = fuse_bias ? dnnl::matmul::desc(src_md(M), w_md, memory::desc({1, O}, dt::f32, tag::ab), d_md)
                        : dnnl::matmul::desc(src_md(M), w_md, d_md);
     dnnl::matmul::primitive_desc pd(d, attr, cpu_engine());
@@ -543,7 +545,7 @@ ComputeType PackedLinear::compute_type() const { return impl_ ? impl_->ct : Comp
 // The product of an input already in the matmul's type: src [N, in] (fp32, bf16 or s8), row_scale [N] for per-token
 // int8, col_scale [out] for per-tensor int8 (fused); writes out_f32 [N, out], or out_bf16 (ct BF16 only), and, for
 // per-token int8, the epilogue's rows into next when non-null. Lazy weights: the first call multiplies by them in
-// place (fp32 output), the next one packs them (PackedLinear::lazy).
+// place (each part into its output columns), the next one packs them (PackedLinear::lazy).
 void PackedLinear::Impl::run(float* out_f32, uint16_t* out_bf16, const void* src, const float* row_scale,
                              const float* col_scale, int64_t N, Epilogue ep, PreparedInput* next) const {
   const int64_t O = out;
@@ -553,7 +555,7 @@ void PackedLinear::Impl::run(float* out_f32, uint16_t* out_bf16, const void* src
   std::shared_lock<std::shared_mutex> plain_lock;
   bool in_place = false;
   if (!packed.load(std::memory_order_acquire)) {
-    if (bf16_dst || plain_calls.fetch_add(1, std::memory_order_relaxed) > 0) {
+    if (plain_calls.fetch_add(1, std::memory_order_relaxed) > 0) {
       self.pack_parts();
     } else {
       plain_lock = std::shared_lock<std::shared_mutex>(pack_mu);
@@ -574,8 +576,8 @@ void PackedLinear::Impl::run(float* out_f32, uint16_t* out_bf16, const void* src
   memory src_m(src_md(N), cpu_engine(), const_cast<void*>(src));
   const memory::desc row_md({1, PO}, dt::f32, tag::ab);
   for (int64_t p = 0; p < parts; ++p) {  // one product per part of lazy weights, each into its output columns
-    void* dst = in_place ? (void*)(out_f32 + p * PO) : bf16_dst ? (void*)out_bf16 : (void*)out_f32;
-    memory dst_m(in_place ? plain_dst_md(N) : dst_md(N, bf16_dst), cpu_engine(), dst);
+    void* dst = bf16_dst ? (void*)(out_bf16 + p * PO) : (void*)(out_f32 + p * PO);
+    memory dst_m(in_place ? plain_dst_md(N, bf16_dst) : dst_md(N, bf16_dst), cpu_engine(), dst);
     memory w_m = in_place ? memory(plain_md(), cpu_engine(), const_cast<void*>(plain[p])) : weights;
     std::unordered_map<int, memory> args = {{DNNL_ARG_SRC, src_m}, {DNNL_ARG_WEIGHTS, w_m}, {DNNL_ARG_DST, dst_m}};
     memory bias_m;

@@ -344,8 +344,23 @@ class Server {
     if (o_.max_batch_tokens < max_input_length_)
       throw std::runtime_error("--max-batch-tokens " + std::to_string(o_.max_batch_tokens) +
                                " is smaller than the model's max input length " + std::to_string(max_input_length_));
+    warm_up();
     queue_ = std::make_unique<BatchQueue>(o_.max_batch_tokens, [this](std::vector<Task*>& b) { run_batch(b); },
                                           &metrics_);
+  }
+
+  // Loaded weights are multiplied where they lie on their first use and packed on the second (load once, run
+  // once: a one-sentence `tfm encode` never packs). A server packs them before it reports ready, by running each
+  // encoder twice on a short input, so that its first requests take no longer than the rest.
+  void warm_up() {
+    for (int pass = 0; pass < 2; ++pass) {
+      if (embedder_) {
+        const TokenizedInput t = embedder_->tokenize("warm up", true, 0);
+        (void)embedder_->embed({&t});
+      }
+      if (head_) (void)head_->logits(std::vector<std::string>{"warm up"});
+      if (sparse_) (void)sparse_->sparse_embed({sparse_->tokenizer().encode("warm up")});
+    }
   }
 
   // Runs on the queue's worker thread: the only thread that touches the model.

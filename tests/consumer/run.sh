@@ -62,9 +62,8 @@ for ex in embed translate; do
       -Wl,-rpath,"$prefix/lib"
 done
 check "pkg-config" "$tmp/pc-embed" "$tmp/pc-translate"
-# pkg-config --static with libtfm.a (a static consumer): every library it names must exist. libcurl is linked as
-# -lcurl (its shared library carries its own dependencies); Requires.private libcurl made pkg-config --static name
-# -lldap, -llber, -lzstd... whose development files Debian does not install with libcurl.
+# pkg-config --static with libtfm.a (a static consumer): every library it names must exist. libcurl, cairo and Open
+# MPI are not named: libtfm opens them at run time when used (src/core/shared_library.h).
 for ex in embed translate; do
   # shellcheck disable=SC2046
   g++ -std=c++17 $flags "$src/examples/$ex.cpp" -o "$tmp/pcs-$ex" $(pkg-config --cflags tfm) \
