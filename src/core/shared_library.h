@@ -51,12 +51,12 @@ class SharedLibrary {
 template <class F>
 class LazyFunction;
 
-template <class R, class... A>
-class LazyFunction<R(A...)> {
+// The resolve-once cache both LazyFunction forms share: the symbol looked up on first use, then kept.
+template <class P>
+class LazySymbol {
  public:
-  using Pointer = R (*)(A...);
-  LazyFunction(const SharedLibrary& lib, const char* name) : lib_(lib), name_(name) {}
-  R operator()(A... args) const { return get()(args...); }
+  using Pointer = P;
+  LazySymbol(const SharedLibrary& lib, const char* name) : lib_(lib), name_(name) {}
   // The resolved function (throws as SharedLibrary::symbol does).
   Pointer get() const {
     Pointer f = fn_.load(std::memory_order_acquire);
@@ -74,27 +74,20 @@ class LazyFunction<R(A...)> {
 };
 
 template <class R, class... A>
-class LazyFunction<R(A..., ...)> {
+class LazyFunction<R(A...)> : public LazySymbol<R (*)(A...)> {
  public:
-  using Pointer = R (*)(A..., ...);
-  LazyFunction(const SharedLibrary& lib, const char* name) : lib_(lib), name_(name) {}
+  using LazySymbol<R (*)(A...)>::LazySymbol;
+  R operator()(A... args) const { return this->get()(args...); }
+};
+
+template <class R, class... A>
+class LazyFunction<R(A..., ...)> : public LazySymbol<R (*)(A..., ...)> {
+ public:
+  using LazySymbol<R (*)(A..., ...)>::LazySymbol;
   template <class... V>
   R operator()(A... args, V... varargs) const {
-    return get()(args..., varargs...);
+    return this->get()(args..., varargs...);
   }
-  Pointer get() const {
-    Pointer f = fn_.load(std::memory_order_acquire);
-    if (!f) {
-      f = reinterpret_cast<Pointer>(lib_.symbol(name_));
-      fn_.store(f, std::memory_order_release);
-    }
-    return f;
-  }
-
- private:
-  const SharedLibrary& lib_;
-  const char* name_;
-  mutable std::atomic<Pointer> fn_{nullptr};
 };
 
 // C headers declare some functions noexcept (glibc's __THROW); they resolve the same way.
