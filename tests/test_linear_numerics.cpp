@@ -48,6 +48,12 @@ std::vector<float> tie_inputs(int64_t n) {
   return x;
 }
 
+// Why a test of the native kernels of ct skips on this CPU (PackedLinear runs the fp32 fallback there).
+std::string no_native(ComputeType ct) {
+  return std::string("no native ") + compute_type_name(ct) + " matmul on this CPU (" + cpu_isa_name() +
+         "): PackedLinear multiplies in fp32";
+}
+
 }  // namespace
 
 // Weights bf16 holds exactly (k/64, |k| <= 8) and inputs at or near bf16 ties: every product and partial sum is
@@ -76,12 +82,8 @@ TEST(Bf16Linear, RoundsActivationsToNearestEvenBitExact) {
   int64_t differ = 0;
   for (int64_t i = 0; i < N * O; ++i) differ += want[i] != trunc[i];
   ASSERT_GT(differ, N * O / 2) << "the inputs must tell rounding from truncation";
-  PackedLinear lin;
-  try {
-    lin = PackedLinear(w.data(), b.data(), I, O, ComputeType::BF16);
-  } catch (const std::runtime_error& e) {
-    GTEST_SKIP() << e.what();
-  }
+  if (!has_native_product(ComputeType::BF16)) GTEST_SKIP() << no_native(ComputeType::BF16);
+  PackedLinear lin(w.data(), b.data(), I, O, ComputeType::BF16);
   std::vector<float> y(N * O);
   lin.forward(y.data(), x.data(), N);
   for (int64_t i = 0; i < N * O; ++i) ASSERT_EQ(y[i], want[i]) << "row " << i / O << " column " << i % O;
@@ -151,6 +153,7 @@ struct Int8Scales {
 // Per-token int8 (the default) against the documented quantisation computed here: the int32 sums are exact, so
 // the only differences left are the fp32 rounding of the dequantisation (relative 1e-6).
 TEST(Int8Linear, PerTokenScalesMatchTheDocumentedQuantisation) {
+  if (!has_native_product(ComputeType::I8)) GTEST_SKIP() << no_native(ComputeType::I8);
   Int8Scales per_token(Int8ActivationScales::PerToken);
   Int8Case c;
   std::vector<std::vector<int>> qw(c.O);
@@ -180,6 +183,7 @@ TEST(Int8Linear, PerTokenScalesMatchTheDocumentedQuantisation) {
 // With one scale per token a row's result does not depend on the other rows of the call: each row alone, bit for
 // bit the same as in the batch (what keeps a served request independent of its batch-mates).
 TEST(Int8Linear, PerTokenRowDoesNotDependOnItsBatchMates) {
+  if (!has_native_product(ComputeType::I8)) GTEST_SKIP() << no_native(ComputeType::I8);
   Int8Scales per_token(Int8ActivationScales::PerToken);
   Int8Case c;
   PackedLinear lin(c.w.data(), c.b.data(), c.I, c.O, ComputeType::I8);
@@ -196,6 +200,7 @@ TEST(Int8Linear, PerTokenRowDoesNotDependOnItsBatchMates) {
 // every compute type and epilogue; the other rows are unaffected (int8 per tensor falls back to per-row scales for
 // such a call). Before: int8 quantised NaN to -127 and returned finite numbers.
 TEST(Int8Linear, NonFiniteActivationGivesNaNRowsNotFiniteAnswers) {
+  if (!has_native_product(ComputeType::I8)) GTEST_SKIP() << no_native(ComputeType::I8);
   Int8Case c;
   std::vector<float> bad = c.x;
   bad[2 * c.I + 17] = NAN;
@@ -264,6 +269,8 @@ struct FusedQuantScope {
 // bit from an int8 product, whose epilogue and prepare_input share one row kernel; within one bf16 ulp from a bf16
 // product, whose bf16 output oneDNN rounds itself), for every pairing of bf16 and int8 products.
 TEST(Int8Linear, PreparedInputAndForwardToMatchTheFp32PathOnBothIsas) {
+  for (ComputeType ct : {ComputeType::BF16, ComputeType::I8})
+    if (!has_native_product(ct)) GTEST_SKIP() << no_native(ct);
   using tfm::test::prepared_close;
   Int8Scales per_token(Int8ActivationScales::PerToken);
   FusedQuantScope fused(true);
@@ -301,6 +308,7 @@ TEST(Int8Linear, PreparedInputAndForwardToMatchTheFp32PathOnBothIsas) {
 // activation_forward_ref, then prepare_input_ref. Within one s8 step (the activations' fast erf / tanh and fp32
 // rounding can move a value across a half), scales within 1e-5, on both ISA copies.
 TEST(Int8Linear, FusedEpilogueToNextInputMatchesThePlainReference) {
+  if (!has_native_product(ComputeType::I8)) GTEST_SKIP() << no_native(ComputeType::I8);
   using tfm::test::prepared_close;
   Int8Scales per_token(Int8ActivationScales::PerToken);
   FusedQuantScope fused(true);
@@ -335,6 +343,7 @@ TEST(Int8Linear, FusedEpilogueToNextInputMatchesThePlainReference) {
 // What a product takes prepared: its own type per token; fp32 (nothing) for fp32, per-tensor int8 and with the
 // fusion off; a mismatched prepared input is refused with std::invalid_argument, as is forward_to an fp32 input.
 TEST(Int8Linear, PreparedInputTypeFollowsTheScalesAndTheSwitch) {
+  if (!has_native_product(ComputeType::I8)) GTEST_SKIP() << no_native(ComputeType::I8);
   Int8Case c;
   PackedLinear i8(c.w.data(), c.b.data(), c.I, c.O, ComputeType::I8);
   PackedLinear f32(c.w.data(), c.b.data(), c.I, c.O, ComputeType::F32);

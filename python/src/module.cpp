@@ -110,6 +110,9 @@ std::vector<std::string> string_list(const py::handle& obj, const char* name) {
 PYBIND11_MODULE(_tfm, m) {
   m.doc() = "transformer.cpp: Transformer encoders, translation, training and BLEU (C++ with numpy arrays)";
   m.attr("__version__") = tfm::version();
+  m.def("native_dtype", &tfm::native_dtype, py::arg("dtype"),
+        "Whether this CPU multiplies dtype ('fp32', 'bf16', 'int8') natively (bf16: AVX512_BF16 or AMX; int8: VNNI or "
+        "AMX); elsewhere bf16 / int8 weights are multiplied in fp32");
 
   py::register_exception_translator([](std::exception_ptr p) {
     try {

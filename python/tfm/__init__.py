@@ -35,6 +35,7 @@ from ._tfm import (  # noqa: F401
     convert,
     download,
     finetune,
+    native_dtype,
     train,
     train_d2l,
 )
@@ -44,4 +45,4 @@ _sys.modules[__name__ + ".bleu"] = bleu
 
 __all__ = ["Classifier", "ConvertSummary", "D2lTrainSummary", "Encoder", "MaskFiller", "TokenClassifier", "Tokenizer",
            "Translator", "TrainProgress", "TrainSummary", "FinetuneProgress", "FinetuneSummary", "bleu", "convert",
-           "download", "finetune", "train", "train_d2l", "__version__"]
+           "download", "finetune", "native_dtype", "train", "train_d2l", "__version__"]

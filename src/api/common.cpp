@@ -6,6 +6,7 @@
 #include "core/threading.h"
 #include "io/hub.h"
 #include "models/checkpoint_weights.h"
+#include "ops/gemm.h"
 #include "tfm/tfm.h"
 
 namespace tfm {
@@ -16,6 +17,7 @@ FileNotFoundError::~FileNotFoundError() = default;
 #define TFM_STR2(x) #x
 #define TFM_STR(x) TFM_STR2(x)
 const char* version() { return TFM_STR(TFM_VERSION_MAJOR) "." TFM_STR(TFM_VERSION_MINOR) "." TFM_STR(TFM_VERSION_PATCH); }
+bool native_dtype(const std::string& dtype) { return ops::has_native_product(ops::parse_compute_type(dtype)); }
 
 namespace api {
 

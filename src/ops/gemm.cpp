@@ -6,8 +6,11 @@
 #include "ops/quantize_row.h"
 
 #include <oneapi/dnnl/dnnl.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <bit>
+#include <cstdio>
 #include <cfloat>
 #include <cmath>
 #include <cstdlib>
@@ -117,6 +120,23 @@ std::string cpu_isa_name() {
     case dnnl_cpu_isa_avx512_core_amx: return "avx512_core_amx";
     default: return "other";
   }
+}
+
+bool has_native_product(ComputeType ct) {
+  if (ct == ComputeType::BF16) return has_bf16_gemm();
+  if (ct == ComputeType::I8) {
+    static const bool vnni = [] {
+      switch (dnnl_get_effective_cpu_isa()) {
+        case dnnl_cpu_isa_avx2_vnni:
+        case dnnl_cpu_isa_avx512_core_vnni:
+        case dnnl_cpu_isa_avx512_core_bf16:
+        case dnnl_cpu_isa_avx512_core_amx: return true;
+        default: return false;
+      }
+    }();
+    return vnni;
+  }
+  return true;
 }
 
 std::string onednn_version() {
@@ -403,8 +423,55 @@ struct PackedLinear::Impl {
   }
 };
 
+namespace {
+// The fp32 fallback of a type without a native product (gemm.h): says so once per process and type, on a
+// terminal (a caller that captures stderr, such as a script or a test, asks has_native_product instead).
+void note_fallback(ComputeType ct) {
+  static std::once_flag once[3];
+  std::call_once(once[(int)ct], [ct] {
+    if (!isatty(STDERR_FILENO)) return;
+    std::fprintf(stderr, "tfm: note: oneDNN %s has no native %s matmul on this CPU (%s): %s weights are multiplied "
+                 "in fp32\n", onednn_version().c_str(), compute_type_name(ct), cpu_isa_name().c_str(),
+                 compute_type_name(ct));
+  });
+}
+// rows x cols weights of type ct (F32 float, BF16 raw bf16, I8 s8 times scale[row]) widened to fp32 into dst.
+void widen_weights(float* dst, const void* src, const float* scale, int64_t rows, int64_t cols, ComputeType ct) {
+#pragma omp parallel for schedule(static)
+  for (int64_t r = 0; r < rows; ++r) {
+    float* d = dst + r * cols;
+    if (ct == ComputeType::BF16) {
+      const uint16_t* h = static_cast<const uint16_t*>(src) + r * cols;
+      for (int64_t c = 0; c < cols; ++c) d[c] = std::bit_cast<float>((uint32_t)h[c] << 16);
+    } else if (ct == ComputeType::I8) {
+      const int8_t* q = static_cast<const int8_t*>(src) + r * cols;
+      for (int64_t c = 0; c < cols; ++c) d[c] = (float)q[c] * scale[r];
+    } else {
+      std::memcpy(d, static_cast<const float*>(src) + r * cols, sizeof(float) * cols);
+    }
+  }
+}
+}  // namespace
+
 PackedLinear::PackedLinear(const float* weight, const float* bias, int64_t in_features, int64_t out_features,
                            ComputeType ct) {
+  if (!has_native_product(ct)) {  // the fp32 fallback: the weights this type would multiply by, in fp32
+    note_fallback(ct);
+    std::vector<float> w((size_t)in_features * out_features);
+    if (ct == ComputeType::BF16) {
+#pragma omp parallel for schedule(static)
+      for (int64_t i = 0; i < in_features * out_features; ++i) w[i] = round_to_bf16(weight[i]);
+    } else {
+      std::vector<int8_t> q(w.size());
+      std::vector<float> scale(out_features);
+#pragma omp parallel for schedule(static)
+      for (int64_t o = 0; o < out_features; ++o)
+        scale[o] = quantize_row(q.data() + o * in_features, weight + o * in_features, in_features);
+      widen_weights(w.data(), q.data(), scale.data(), out_features, in_features, ct);
+    }
+    *this = PackedLinear(w.data(), bias, in_features, out_features, ComputeType::F32);
+    return;
+  }
   auto im = std::make_shared<Impl>();
   im->in = in_features;
   im->out = out_features;
@@ -426,6 +493,12 @@ PackedLinear::PackedLinear(const float* weight, const float* bias, int64_t in_fe
 
 PackedLinear PackedLinear::from_int8(const int8_t* weight, const float* weight_scale, const float* bias,
                                      int64_t in_features, int64_t out_features) {
+  if (!has_native_product(ComputeType::I8)) {
+    note_fallback(ComputeType::I8);
+    std::vector<float> w((size_t)in_features * out_features);
+    widen_weights(w.data(), weight, weight_scale, out_features, in_features, ComputeType::I8);
+    return PackedLinear(w.data(), bias, in_features, out_features, ComputeType::F32);
+  }
   auto im = std::make_shared<Impl>();
   im->in = in_features;
   im->out = out_features;
@@ -440,6 +513,12 @@ PackedLinear PackedLinear::from_int8(const int8_t* weight, const float* weight_s
 
 PackedLinear PackedLinear::from_bf16(const uint16_t* weight, const float* bias, int64_t in_features,
                                      int64_t out_features) {
+  if (!has_native_product(ComputeType::BF16)) {
+    note_fallback(ComputeType::BF16);
+    std::vector<float> w((size_t)in_features * out_features);
+    widen_weights(w.data(), weight, nullptr, out_features, in_features, ComputeType::BF16);
+    return PackedLinear(w.data(), bias, in_features, out_features, ComputeType::F32);
+  }
   auto im = std::make_shared<Impl>();
   im->in = in_features;
   im->out = out_features;
@@ -455,8 +534,18 @@ PackedLinear PackedLinear::from_bf16(const uint16_t* weight, const float* bias, 
 PackedLinear PackedLinear::lazy(std::vector<const void*> parts, const float* weight_scale, const float* bias,
                                 int64_t in_features, int64_t part_out, ComputeType ct, std::shared_ptr<const void> owner,
                                 std::function<void()> after_pack) {
-  auto im = std::make_shared<Impl>();
   const int64_t out = (int64_t)parts.size() * part_out;
+  if (!has_native_product(ct)) {  // widened and packed at once (the fp32 fallback)
+    note_fallback(ct);
+    std::vector<float> w((size_t)out * in_features);
+    for (size_t i = 0; i < parts.size(); ++i)
+      widen_weights(w.data() + i * part_out * in_features, parts[i],
+                    weight_scale ? weight_scale + i * part_out : nullptr, part_out, in_features, ct);
+    PackedLinear p(w.data(), bias, in_features, out, ComputeType::F32);
+    if (after_pack) after_pack();
+    return p;
+  }
+  auto im = std::make_shared<Impl>();
   im->in = in_features;
   im->out = out;
   im->ct = ct;

@@ -11,9 +11,13 @@
 //
 // What each compute type does on a CPU without the instructions (oneDNN picks kernels at run time; the build
 // stays x86-64-v3): fp32 runs everywhere (AVX2 brgemm/gemm kernels on Zen 3 or Haswell). bf16 uses AMX or
-// AVX512_BF16 where present, AVX-512 emulation on other AVX-512 CPUs, and on AVX2-only CPUs oneDNN 2.6 has no
-// bf16 matmul: PackedLinear then throws a one-line std::runtime_error at load. int8 uses AMX or VNNI, and
-// oneDNN's slower non-VNNI int8 kernels elsewhere (same results: products are exact in int32).
+// AVX512_BF16; int8 uses AMX or VNNI (AVX512_VNNI, AVX_VNNI). Without them (has_native_product false) a
+// PackedLinear of that type falls back to an fp32 product of the same weights: bf16 weights (rounded to bf16,
+// or as stored) and int8 weights (quantised, or as stored, times their row scales) widened to fp32, inputs kept
+// fp32, so its compute_type() is F32 and the result is at least as close to fp32 as the native product (the
+// model's dtype() still names the type of its weights); one line on stderr says so, once per process, when stderr
+// is a terminal. (oneDNN 2.6 has no bf16 matmul on AVX2-only CPUs, and its non-VNNI int8
+// kernels sum u8 x s8 pairs in saturating int16 (vpmaddubsw): token cosines of 0.97 on Zen 3.)
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -42,6 +46,9 @@ const char* compute_type_name(ComputeType ct);  // "fp32", "bf16", "int8"
 // oneDNN's run-time view of the CPU (e.g. "avx512_core_amx"), and the oneDNN version, for logs and benchmarks.
 std::string cpu_isa_name();
 std::string onednn_version();
+// Whether a PackedLinear of type ct multiplies in ct on this CPU: always for F32; BF16 with AVX512_BF16 or AMX
+// (has_bf16_gemm); I8 with VNNI or AMX. Otherwise it runs the fp32 fallback described above.
+bool has_native_product(ComputeType ct);
 
 // Granularity of int8 activation scales, process-wide: PerToken by default, PerTensor when TFM_INT8_ACT=tensor
 // at start-up. PerToken keeps each row independent of the other rows of a call (a served request's result does
@@ -111,8 +118,7 @@ class PackedLinear {
  public:
   PackedLinear() = default;
   // weight: [out_features, in_features] fp32 row-major; bias: [out_features] or null. Both are copied (packed),
-  // so the caller may release them afterwards. Throws std::runtime_error when oneDNN has no kernel for `ct` on
-  // this CPU.
+  // so the caller may release them afterwards. Where !has_native_product(ct), the fp32 fallback (above).
   PackedLinear(const float* weight, const float* bias, int64_t in_features, int64_t out_features, ComputeType ct);
   // Prequantised int8 weights (tfm convert): weight [out, in] s8, weight_scale [out] (w = weight * scale).
   static PackedLinear from_int8(const int8_t* weight, const float* weight_scale, const float* bias,
@@ -130,7 +136,7 @@ class PackedLinear {
   // thread-safe, as the constructor does), then calls `after_pack` (e.g. to drop the file pages) and drops
   // `owner`, which must keep the parts valid and unchanged until then. Where oneDNN has no fast kernel for the
   // plain layout (its reference kernel would run), the weights are packed at once instead.
-  // Throws std::runtime_error when oneDNN has no kernel for `ct` on this CPU.
+  // Where !has_native_product(ct), the parts are widened to fp32 and packed at once (the fallback above).
   static PackedLinear lazy(std::vector<const void*> parts, const float* weight_scale, const float* bias,
                            int64_t in_features, int64_t part_out, ComputeType ct, std::shared_ptr<const void> owner,
                            std::function<void()> after_pack = {});
