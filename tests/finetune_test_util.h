@@ -52,7 +52,8 @@ inline FinetuneHyperparameters hyperparameters_from_json(const nlohmann::json& j
   return hp;
 }
 
-// The batch a fixture script wrote under `p` ("step0.micro0."): input_ids, token_type_ids, attention_mask, labels.
+// The batch a fixture script wrote under `p` ("step0.micro0."): input_ids, token_type_ids, attention_mask, labels
+// (int64 class ids; float32: regression targets, FinetuneBatch::targets).
 inline FinetuneBatch finetune_batch_at(const SafeTensors& st, const std::string& p) {
   Tensor ids = st.get(p + "input_ids"), tt = st.get(p + "token_type_ids"), mask = st.get(p + "attention_mask"),
          labels = st.get(p + "labels");
@@ -62,7 +63,10 @@ inline FinetuneBatch finetune_batch_at(const SafeTensors& st, const std::string&
   b.input_ids.assign(ids.i64(), ids.i64() + ids.numel());
   b.token_type_ids.assign(tt.i64(), tt.i64() + tt.numel());
   for (int64_t i = 0; i < mask.numel(); ++i) b.attention_mask.push_back((float)mask.i64()[i]);
-  b.labels.assign(labels.i64(), labels.i64() + labels.numel());
+  if (labels.dtype() == DType::F32)
+    b.targets.assign(labels.f32(), labels.f32() + labels.numel());
+  else
+    b.labels.assign(labels.i64(), labels.i64() + labels.numel());
   return b;
 }
 
