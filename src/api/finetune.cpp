@@ -31,6 +31,8 @@
 #include "io/table.h"
 #include "models/checkpoint_weights.h"
 #include "models/encoder.h"
+#include "ops/gemm.h"
+#include "ops/gemm_bf16.h"
 #include "tfm/tokenizer.h"
 #include "train/finetune.h"
 #include "train/group_texts.h"
@@ -77,6 +79,10 @@ void check_options(const FinetuneOptions& o) {
   if (!std::isfinite(o.max_grad_norm)) throw std::invalid_argument("max_grad_norm must be finite");
   if (o.precision != "fp32" && o.precision != "bf16")
     throw std::invalid_argument("precision must be 'fp32' or 'bf16', not '" + o.precision + "'");
+  // Before anything is loaded or written (FinetuneModel::set_precision would refuse it too, later).
+  if (o.precision == "bf16" && !ops::has_bf16_gemm())
+    throw std::runtime_error("--precision bf16 needs a CPU with bf16 instructions (AVX512_BF16 or AMX); this one "
+                             "reports " + ops::cpu_isa_name() + ": use --precision fp32");
   if (!(o.mlm_probability > 0 && o.mlm_probability < 1)) throw std::invalid_argument("mlm_probability must be in (0, 1)");
   if (o.max_length < (o.task == "token-classify" ? 3 : 2))
     throw std::invalid_argument("max_length must be at least " + std::string(o.task == "token-classify" ? "3" : "2"));
