@@ -405,13 +405,20 @@ double log_softmax_nll(const float* z, int64_t C, int64_t y) {
   return std::log(sum) + mx - z[y];
 }
 
+// The eval examples in padded batches of `batch`, in order.
+std::vector<FinetuneBatch> eval_batches(const std::vector<Example>& ex, int64_t batch, int64_t pad_id) {
+  std::vector<FinetuneBatch> out;
+  for (size_t s = 0; s < ex.size(); s += (size_t)batch)
+    out.push_back(make_batch(ex, range_of(s, std::min(ex.size(), s + (size_t)batch)), pad_id));
+  return out;
+}
+
 EvalResult evaluate_classify(SequenceClassificationTrainer& t, const std::vector<Example>& ex, int64_t batch,
                              int64_t pad_id) {
   const int64_t C = t.num_labels();
   std::vector<int64_t> pred, gold;
   double loss = 0;
-  for (size_t s = 0; s < ex.size(); s += (size_t)batch) {
-    const FinetuneBatch b = make_batch(ex, range_of(s, std::min(ex.size(), s + (size_t)batch)), pad_id);
+  for (const FinetuneBatch& b : eval_batches(ex, batch, pad_id)) {
     const std::vector<float> logits = t.logits(b);
     for (int64_t r = 0; r < b.B; ++r) {
       const float* z = logits.data() + r * C;
@@ -458,8 +465,7 @@ EvalResult evaluate_regression(SequenceClassificationTrainer& t, const std::vect
                                int64_t pad_id) {
   std::vector<double> pred, gold;
   double loss = 0;
-  for (size_t s = 0; s < ex.size(); s += (size_t)batch) {
-    const FinetuneBatch b = make_batch(ex, range_of(s, std::min(ex.size(), s + (size_t)batch)), pad_id);
+  for (const FinetuneBatch& b : eval_batches(ex, batch, pad_id)) {
     const std::vector<float> values = t.logits(b);
     for (int64_t r = 0; r < b.B; ++r) {
       const double d = (double)values[r] - (double)b.targets[r];
@@ -483,8 +489,7 @@ EvalResult evaluate_tokens(TokenClassificationTrainer& t, const std::vector<Exam
   std::vector<std::vector<std::string>> gold_seqs, pred_seqs;
   double loss = 0;
   int64_t count = 0, correct = 0;
-  for (size_t s = 0; s < ex.size(); s += (size_t)batch) {
-    const FinetuneBatch b = make_batch(ex, range_of(s, std::min(ex.size(), s + (size_t)batch)), pad_id);
+  for (const FinetuneBatch& b : eval_batches(ex, batch, pad_id)) {
     const std::vector<float> logits = t.logits(b);
     for (int64_t r = 0; r < b.B; ++r) {
       std::vector<std::string> g, p;
