@@ -54,8 +54,9 @@ struct FinetuneOptions {
   std::string task = "classify";
   std::string train_file;  ///< .csv / .tsv / .jsonl with a header (or keys) with the task's columns
   /// Optional, same columns: evaluated after every epoch; the best epoch is kept (classify: by accuracy, ties the
-  /// lower loss; token-classify: by entity F1, ties the lower loss; mlm: by the lower loss). For mlm the eval
-  /// texts are masked once from the seed, the same masks every epoch.
+  /// lower loss; regression: by the lower loss, ties the higher Pearson correlation; token-classify: by entity F1,
+  /// ties the lower loss; mlm: by the lower loss). For mlm the eval texts are masked once from the seed, the same
+  /// masks every epoch.
   std::string eval_file;
   std::string out_dir;     ///< the output folder (created; must be new or empty unless overwrite)
   bool overwrite = false;
