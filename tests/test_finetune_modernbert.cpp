@@ -403,10 +403,7 @@ TEST(FinetuneModernBertTasks, Bf16IsRefusedWithoutBf16Instructions) {
   }
   (void)ops::has_bf16_gemm();  // this process has read its own ISA before the variables are set for the children
   test::TempFolder t;
-  test::spit(t.path + "/train.csv", "text,label
-the cat is good,pos
-the cat is bad,neg
-");
+  test::spit(t.path + "/train.csv", "text,label\nthe cat is good,pos\nthe cat is bad,neg\n");
   setenv("DNNL_MAX_CPU_ISA", "AVX2", 1);
   setenv("ONEDNN_MAX_CPU_ISA", "AVX2", 1);
   const test::TfmRun cls = test::run_tfm_in(
