@@ -141,7 +141,7 @@ TEST(FinetuneRegressionCli, FloatLabelsTrainARegressionThatTfmClassifyScores) {
   const std::string out = t.path + "/score";
   test::TfmRun r = test::run_tfm_in(t.path, {"finetune", "--model", fixture("heads_seqcls"), "--train",
                                              t.path + "/train.csv", "--eval", t.path + "/eval.csv", "--out", out,
-                                             "--epochs", "6", "--batch-size", "8", "--lr", "2e-3", "--seed", "3",
+                                             "--epochs", "10", "--batch-size", "8", "--lr", "1e-2", "--seed", "3",
                                              "--threads", "1"});
   ASSERT_EQ(r.exit_code, 0) << r.describe();
   EXPECT_NE(r.err.find("regression, MSELoss"), std::string::npos) << r.err;
@@ -156,16 +156,16 @@ TEST(FinetuneRegressionCli, FloatLabelsTrainARegressionThatTfmClassifyScores) {
   std::string header;
   const auto rows = test::csv_rows(out + "/train_log.csv", &header);
   EXPECT_EQ(header, "step,epoch,loss,lr,grad_norm,eval_loss,eval_pearson,eval_spearmanr");
-  ASSERT_EQ(rows.size(), 6u * 6u);  // 48 examples / batch 8, 6 epochs
+  ASSERT_EQ(rows.size(), 6u * 10u);  // 48 examples / batch 8, 10 epochs
   double first = 0, last = 0;
-  for (int s = 0; s < 6; ++s) first += rows[s][2] / 6, last += rows[30 + s][2] / 6;
+  for (int s = 0; s < 6; ++s) first += rows[s][2] / 6, last += rows[54 + s][2] / 6;
   EXPECT_LT(last, 0.3 * first);
   // The best epoch: the lowest eval_loss (its row is the epoch's last step).
   double best_loss = INFINITY, best_pearson = 0, best_spearman = 0;
   for (const auto& row : rows)
     if (row.size() == 8 && row[5] < best_loss) best_loss = row[5], best_pearson = row[6], best_spearman = row[7];
-  EXPECT_GT(best_pearson, 0.8);
-  EXPECT_GT(best_spearman, 0.7);
+  EXPECT_GT(best_pearson, 0.9);
+  EXPECT_GT(best_spearman, 0.8);  // 0.878 when good and bad are apart: the ranks of tied targets are averaged
 
   // tfm classify on the eval texts: the raw output (no sigmoid: scores beyond 1), the same MSE and Pearson.
   std::vector<double> gold;
