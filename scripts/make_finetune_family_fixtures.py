@@ -19,6 +19,10 @@ without dropout):
   - DistilBertForTokenClassification: classifier(dropout(sequence_output)).
   - DistilBertForMaskedLM: vocab_transform; activation (config.activation); vocab_layer_norm (eps 1e-12);
     vocab_projector, weight tied to distilbert.embeddings.word_embeddings.weight, bias vocab_projector.bias.
+  - regression (num_labels 1, problem_type "regression"): the *ForSequenceClassification logits above with a
+    one-output last Linear, loss = MSELoss()(logits.squeeze(), labels.squeeze()) on float labels:
+    "roberta_regression" and "distilbert_regression" (their heads' first rows of roberta_seqcls / distilbert_seqcls,
+    written as init.<name>, since from_pretrained(num_labels=1) would draw them at random).
   - DistilBERT with sinusoidal_pos_embds: create_sinusoidal_embeddings sets the position table's requires_grad
     False, so the Trainer's optimizer never sees it: "distilbert_frozen" is distilbert_tokcls trained so.
 The optimizer and schedule are make_finetune_task_fixtures.py's (the Trainer's AdamW with two parameter groups,
@@ -27,9 +31,10 @@ clip_grad_norm_, get_linear_schedule_with_warmup, loss / gradient_accumulation_s
 
 Writes tests/fixtures/finetune_family/<name>_steps.safetensors with the keys of make_finetune_task_fixtures.py
 (step{k}.micro{j}.{input_ids,token_type_ids,attention_mask,labels}, micro_loss, grad_norm, lr, step0.grad.<name>,
-final.<name>) and <name>_hyper.json (the hyperparameters, "parameters": the number of trained tensors, "model":
-the family_heads folder, "frozen": the tensors not trained). <name>: roberta_seqcls, roberta_tokcls, roberta_mlm,
-distilbert_seqcls, distilbert_tokcls, distilbert_mlm, distilbert_frozen.
+final.<name>; regression: labels float, init.<name>) and <name>_hyper.json (the hyperparameters, "parameters": the
+number of trained tensors, "model": the family_heads folder, "frozen": the tensors not trained, "init": the tensors
+replaced by init.<name>). <name>: roberta_seqcls, roberta_tokcls, roberta_mlm, roberta_regression,
+distilbert_seqcls, distilbert_tokcls, distilbert_mlm, distilbert_regression, distilbert_frozen.
 Run: /usr/bin/python3 scripts/make_finetune_family_fixtures.py
 """
 import json
@@ -90,10 +95,22 @@ def lin(params, x, name):
     return F.linear(x, params[name + ".weight"], params[name + ".bias"])
 
 
-def roberta_seqcls(cfg, P, ids, mask, labels, body=roberta_body):
+def roberta_seqcls_logits(cfg, P, ids, mask, body=roberta_body):
     x = body(cfg, P, ids, mask)[:, 0, :]  # RobertaClassificationHead, dropouts p = 0
     x = torch.tanh(lin(P, x, "classifier.dense"))
-    return F.cross_entropy(lin(P, x, "classifier.out_proj"), labels)
+    return lin(P, x, "classifier.out_proj")
+
+
+def roberta_seqcls(cfg, P, ids, mask, labels, body=roberta_body):
+    return F.cross_entropy(roberta_seqcls_logits(cfg, P, ids, mask, body), labels)
+
+
+def regression(logits_fn):
+    """*ForSequenceClassification with num_labels 1: problem_type "regression", loss_fct = MSELoss();
+    loss = loss_fct(logits.squeeze(), labels.squeeze())."""
+    def loss(cfg, P, ids, mask, labels):
+        return F.mse_loss(logits_fn(cfg, P, ids, mask).squeeze(), labels.squeeze())
+    return loss
 
 
 def tokcls(body):
@@ -111,10 +128,14 @@ def roberta_mlm(cfg, P, ids, mask, labels, body=roberta_body, prefix="roberta.")
     return F.cross_entropy(scores.view(-1, scores.shape[-1]), labels.view(-1), ignore_index=IGN)
 
 
-def distil_seqcls(cfg, P, ids, mask, labels):
+def distil_seqcls_logits(cfg, P, ids, mask):
     pooled = distil_body(cfg, P, ids, mask)[:, 0]
     pooled = F.relu(lin(P, pooled, "pre_classifier"))  # then dropout(seq_classif_dropout), p = 0 here
-    return F.cross_entropy(lin(P, pooled, "classifier"), labels)
+    return lin(P, pooled, "classifier")
+
+
+def distil_seqcls(cfg, P, ids, mask, labels):
+    return F.cross_entropy(distil_seqcls_logits(cfg, P, ids, mask), labels)
 
 
 def distil_mlm(cfg, P, ids, mask, labels):
@@ -146,6 +167,15 @@ def seq_steps(first, last, pad, C):
     ]
 
 
+def regression_steps(first, last, pad):
+    """seq_steps' sequences with float targets (a column of numbers, as run_glue.py's stsb)."""
+    out = []
+    targets = [[[0.8, -1.25, 2.5]], [[3.0, 0.5], [-0.75]], [[1.5, 4.25]]]
+    for step, ts in zip(seq_steps(first, last, pad, 2), targets):
+        out.append([dict(b, labels=torch.tensor(t, dtype=torch.float32)) for b, t in zip(step, ts)])
+    return out
+
+
 def token_steps(first, last, pad):
     a, z = first, last
     return [
@@ -172,16 +202,28 @@ def mlm_steps(first, last, pad, m):
 
 # ------------------------------------------------------------------------------------------------ the Trainer
 
-def run(name, model, loss_fn, steps, frozen=()):
+def run(name, model, loss_fn, steps, frozen=(), one_output=()):
+    """one_output: the head's last Linear (a checkpoint with more labels), cut to its first row as a one-output
+    head (num_labels 1) and written as init.<name>.{weight,bias}: the test loads them in place of the head that
+    from_pretrained(num_labels=1, ignore_mismatched_sizes=True) would draw at random."""
     cfg, P = load(model)
+    init = {}
+    for prefix in one_output:
+        for k in (prefix + ".weight", prefix + ".bias"):
+            P[k] = P[k].detach()[:1].clone().requires_grad_(True)
+            init["init." + k] = P[k].detach().clone()
     for n in frozen:
         P[n].requires_grad_(False)
     params = [(n, p) for n, p in P.items() if n not in frozen]
     out, losses, norms, lrs = ft.trainer_steps(
         params, lambda b: loss_fn(cfg, P, b["input_ids"], b["attention_mask"], b["labels"]), steps)
+    out.update(init)
     for n, p in P.items():
         out["final." + n] = p.detach()
-    ft.save_steps(out, losses, norms, lrs, OUT, name, dict(parameters=len(params), model=model, frozen=list(frozen)))
+    hyper = dict(parameters=len(params), model=model, frozen=list(frozen))
+    if init:
+        hyper["init"] = sorted(k[len("init."):] for k in init)
+    ft.save_steps(out, losses, norms, lrs, OUT, name, hyper)
 
 
 def main():
@@ -191,10 +233,14 @@ def main():
     run("roberta_seqcls", "roberta_seqcls", roberta_seqcls, seq_steps(rs, re_, rpad, 3))
     run("roberta_tokcls", "roberta_tokcls", tokcls(roberta_body), token_steps(rs, re_, rpad))
     run("roberta_mlm", "roberta_mlm", roberta_mlm, mlm_steps(rs, re_, rpad, rmask))
+    run("roberta_regression", "roberta_seqcls", regression(roberta_seqcls_logits), regression_steps(rs, re_, rpad),
+        one_output=("classifier.out_proj",))
     # DistilBERT (wordpiece tokenizer): [PAD] 0, [CLS] 2, [SEP] 3, [MASK] 4.
     run("distilbert_seqcls", "distilbert_seqcls", distil_seqcls, seq_steps(2, 3, 0, 2))
     run("distilbert_tokcls", "distilbert_tokcls", tokcls(distil_body), token_steps(2, 3, 0))
     run("distilbert_mlm", "distilbert_mlm", distil_mlm, mlm_steps(2, 3, 0, 4))
+    run("distilbert_regression", "distilbert_seqcls", regression(distil_seqcls_logits), regression_steps(2, 3, 0),
+        one_output=("classifier",))
     run("distilbert_frozen", "distilbert_tokcls", tokcls(distil_body), token_steps(2, 3, 0),
         frozen=("distilbert.embeddings.position_embeddings.weight",))
 

@@ -15,6 +15,9 @@
 
 #include "core/tensor.h"
 #include "io/safetensors.h"
+#include "models/checkpoint_weights.h"
+#include "models/encoder.h"
+#include "models/sentence_transformer.h"
 #include "train/finetune.h"
 #include "train/finetune_embed.h"
 #include "test_util.h"
@@ -52,7 +55,8 @@ inline FinetuneHyperparameters hyperparameters_from_json(const nlohmann::json& j
   return hp;
 }
 
-// The batch a fixture script wrote under `p` ("step0.micro0."): input_ids, token_type_ids, attention_mask, labels.
+// The batch a fixture script wrote under `p` ("step0.micro0."): input_ids, token_type_ids, attention_mask, labels
+// (int64 class ids; float32: regression targets, FinetuneBatch::targets).
 inline FinetuneBatch finetune_batch_at(const SafeTensors& st, const std::string& p) {
   Tensor ids = st.get(p + "input_ids"), tt = st.get(p + "token_type_ids"), mask = st.get(p + "attention_mask"),
          labels = st.get(p + "labels");
@@ -62,7 +66,10 @@ inline FinetuneBatch finetune_batch_at(const SafeTensors& st, const std::string&
   b.input_ids.assign(ids.i64(), ids.i64() + ids.numel());
   b.token_type_ids.assign(tt.i64(), tt.i64() + tt.numel());
   for (int64_t i = 0; i < mask.numel(); ++i) b.attention_mask.push_back((float)mask.i64()[i]);
-  b.labels.assign(labels.i64(), labels.i64() + labels.numel());
+  if (labels.dtype() == DType::F32)
+    b.targets.assign(labels.f32(), labels.f32() + labels.numel());
+  else
+    b.labels.assign(labels.i64(), labels.i64() + labels.numel());
   return b;
 }
 
@@ -91,6 +98,37 @@ inline SentenceBatch sentence_batch_at(const SafeTensors& st, const std::string&
     b.scores.assign(s.f32(), s.f32() + s.numel());
   }
   return b;
+}
+
+// A trained sentence-transformers folder `dir` embeds `texts` through the inference path (SentenceTransformer, what
+// tfm embed runs) as a SentenceEmbeddingTrainer built on its weights and modules does (no dropout): the reload
+// gives the trainer's model.
+inline ::testing::AssertionResult embeds_as_its_trainer(const std::string& dir, const std::vector<std::string>& texts) {
+  const SentenceTransformer m = SentenceTransformer::load(dir);
+  const Tensor want = m.encode(texts);
+  SentenceBatch b;
+  b.B = (int64_t)texts.size();
+  b.columns = 1;
+  std::vector<Encoding> enc;
+  for (const std::string& x : texts) {
+    enc.push_back(m.tokenize(x));
+    b.L = std::max<int64_t>(b.L, (int64_t)enc.back().input_ids.size());
+  }
+  b.input_ids.assign(b.B * b.L, m.encoder_config().pad_token_id);
+  b.attention_mask.assign(b.B * b.L, 0.0f);
+  for (int64_t i = 0; i < b.B; ++i)
+    for (size_t l = 0; l < enc[i].input_ids.size(); ++l) {
+      b.input_ids[i * b.L + l] = enc[i].input_ids[l];
+      b.attention_mask[i * b.L + l] = 1.0f;
+    }
+  const SentenceTransformerLayout lay = read_sentence_transformer_layout(dir);
+  CheckpointWeights w(lay.transformer_dir);
+  SentenceEmbeddingTrainer tr(EncoderConfig::load(lay.transformer_dir + "/config.json"), w, lay.pooling, lay.normalize,
+                              EmbeddingLoss::MultipleNegativesRanking, FinetuneHyperparameters{});
+  const std::vector<float> got = tr.embed(b);
+  if ((int64_t)got.size() != want.numel())
+    return ::testing::AssertionFailure() << got.size() << " trainer values, " << want.numel() << " inference values";
+  return close_to(got.data(), want, 1e-4);
 }
 
 // A CSV of numbers with a header line (train_log.csv): the header in *header, a row of doubles per line (an empty

@@ -1,7 +1,9 @@
 // Fine-tuning sentence embeddings (issue 25, tfm finetune --task embed): steps of MultipleNegativesRankingLoss and
 // CosineSimilarityLoss training against PyTorch autograd + the Trainer's AdamW (scripts/
 // make_finetune_embed_fixtures.py, written from sentence-transformers' losses and modules), finite-difference
-// checks of the new backward passes, and the CLI writing a folder that tfm embed loads.
+// checks of the new backward passes, and the CLI writing a folder that tfm embed loads. Also folders around RoBERTa
+// and DistilBERT bodies (scripts/make_finetune_embed_family_fixtures.py); MPNet's and ModernBERT's steps are in
+// their families' files.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -380,6 +382,64 @@ TEST(FinetuneEmbedCli, BadDataAndFoldersAreOneLineErrors) {
   test::expect_one_line_error(run(fixture("st_multi"), pairs), "Dense");
   test::expect_one_line_error(run(fixture("heads_seqcls"), pairs), "not a sentence-transformers folder");
   EXPECT_FALSE(std::filesystem::exists(t.path + "/o"));  // nothing written on failure
+}
+
+// ---------------------------------------------------------------- RoBERTa and DistilBERT bodies
+
+// sentence-transformers folders around RoBERTa (position ids from padding_idx, <pad> 1) and DistilBERT bodies
+// (mean pooling, Normalize), written by scripts/make_finetune_embed_family_fixtures.py with the expected steps.
+class FinetuneEmbedFamilySteps : public ::testing::TestWithParam<const char*> {};
+
+// MultipleNegativesRankingLoss steps: pairs, then triplets and pairs accumulated, then pairs; every micro-batch's
+// loss, every gradient of the first step, the norms and rates, every parameter after AdamW with warmup.
+TEST_P(FinetuneEmbedFamilySteps, MultipleNegativesRankingStepsMatchPyTorch) {
+  const std::string name = GetParam(), dir = fixture("finetune_embed_family/" + name);
+  const SafeTensors st = SafeTensors::open(fixture("finetune_embed_family/" + name + "_steps.safetensors"));
+  const nlohmann::json hj = load_json_file(fixture("finetune_embed_family/" + name + "_hyper.json"));
+  const SentenceTransformerLayout lay = read_sentence_transformer_layout(dir);
+  ASSERT_TRUE(lay.has_pooling && lay.normalize);
+  EXPECT_TRUE(lay.pooling.mean);
+  const EncoderConfig c = EncoderConfig::load(dir + "/config.json");
+  EXPECT_EQ(c.model_type, name);
+  CheckpointWeights w(dir);
+  SentenceEmbeddingTrainer t(c, w, lay.pooling, lay.normalize, EmbeddingLoss::MultipleNegativesRanking,
+                             test::hyperparameters_from_json(hj), hj["scale"].get<double>());
+  // The base model's names, as the folder stores them (no "roberta." / "distilbert." prefix).
+  EXPECT_GE(t.params().index_of("embeddings.word_embeddings.weight"), 0);
+  const int64_t pad = hj["pad_id"].get<int64_t>();
+  EXPECT_EQ(pad, c.pad_token_id);
+  test::check_trainer_steps(t, st, hj["parameters"].get<int64_t>(), {},
+                            [&](const std::string& p) { return test::sentence_batch_at(st, p, pad); });
+}
+
+INSTANTIATE_TEST_SUITE_P(Families, FinetuneEmbedFamilySteps, ::testing::Values("roberta", "distilbert"));
+
+// tfm finetune --task embed on each folder writes a sentence-transformers folder with the same tensor names that
+// SentenceTransformer (tfm embed's loader) reloads to the trainer's embeddings of the written weights.
+TEST(FinetuneEmbedFamiliesCli, RobertaAndDistilbertFoldersTrainAndReload) {
+  test::TempFolder t;
+  test::spit(t.path + "/pairs.csv",
+             "anchor,positive\nthe cat sat on the mat,a cat is on the mat\nthe dog is in the park,a dog in the park\n"
+             "people live in london,london has people\nthe man has a red car,a red car\n");
+  const std::vector<std::string> texts = {"the cat sat on the mat", "people live in london", "a red car"};
+  for (const char* name : {"roberta", "distilbert"}) {
+    const std::string model = fixture(std::string("finetune_embed_family/") + name), out = t.path + "/" + name;
+    test::TfmRun r = test::run_tfm_in(t.path, {"finetune", "--task", "embed", "--model", model, "--train",
+                                               t.path + "/pairs.csv", "--out", out, "--epochs", "2", "--batch-size",
+                                               "4", "--lr", "1e-3", "--threads", "1", "--no-progress"});
+    ASSERT_EQ(r.exit_code, 0) << name << " " << r.describe();
+    EXPECT_NE(r.err.find("MultipleNegativesRankingLoss; 2 steps on 4 examples"), std::string::npos) << r.err;
+    const SafeTensors saved = SafeTensors::open(out + "/model.safetensors"),
+                      orig = SafeTensors::open(model + "/model.safetensors");
+    EXPECT_EQ(saved.names(), orig.names()) << name;
+    int moved = 0;
+    for (const std::string& n : orig.names())
+      moved += std::memcmp(saved.get(n).f32(), orig.get(n).f32(), sizeof(float) * orig.get(n).numel()) != 0;
+    EXPECT_GT(moved, (int)orig.names().size() / 2) << name;
+
+    EXPECT_EQ(SentenceTransformer::load(out).describe(), SentenceTransformer::load(model).describe());
+    EXPECT_TRUE(test::embeds_as_its_trainer(out, texts)) << name;
+  }
 }
 
 }  // namespace

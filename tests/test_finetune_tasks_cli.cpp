@@ -141,7 +141,7 @@ TEST(FinetuneTasksCli, ResumeNeedsAStoppedRunsState) {
   test::TfmRun h = test::run_tfm_in(t.path, {"finetune", "--help"});
   EXPECT_EQ(h.exit_code, 0);
   for (const char* opt : {"--resume", "--save-steps", "--gradient-accumulation-steps", "--tokens-column",
-                          "--mlm-probability"})
+                          "--mlm-probability", "--problem-type"})
     EXPECT_NE(h.out.find(opt), std::string::npos) << opt;
 }
 

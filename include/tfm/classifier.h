@@ -42,8 +42,9 @@ struct ClassifierOptions {
 };
 
 struct ClassifyOptions {
-  /// "" (default): the pipeline's choice (sigmoid for one label or multi-label problems, softmax otherwise; a
-  /// cross-encoder's configured activation wins); "softmax", "sigmoid" or "none" (raw logits).
+  /// "" (default): the pipeline's choice (none for problem_type "regression", sigmoid for one label or multi-label
+  /// problems, softmax otherwise; a cross-encoder's configured activation wins); "softmax", "sigmoid" or "none"
+  /// (raw logits).
   std::string function;
   int64_t max_length = 0;   ///< truncate texts to this many tokens (0 = error when over max_position_embeddings)
   int64_t batch_size = 32;  ///< texts per forward pass

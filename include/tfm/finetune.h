@@ -25,17 +25,20 @@ struct FinetuneProgress {
   double lr = 0;                           ///< learning rate of the last step
   double examples_per_sec = 0;             ///< training examples per second in this epoch
   /// epoch_end with an eval file, task "classify": mean cross-entropy, accuracy and macro-averaged F1 (sklearn's
-  /// f1_score(average="macro") over the labels present) on it; "token-classify": eval_loss and eval_accuracy over
-  /// the labelled (first) sub-tokens; "mlm": eval_loss over the masked tokens.
+  /// f1_score(average="macro") over the labels present) on it (regression: eval_loss the mean squared error);
+  /// "token-classify": eval_loss and eval_accuracy over the labelled (first) sub-tokens; "mlm": eval_loss over the
+  /// masked tokens.
   double eval_loss = 0, eval_accuracy = 0, eval_macro_f1 = 0;
   /// epoch_end with an eval file: every metric of the task by name, in train_log.csv's column order
-  /// ("eval_loss", "eval_accuracy", "eval_macro_f1" | "eval_loss", "eval_accuracy", "eval_precision",
-  /// "eval_recall", "eval_f1" (seqeval's micro averages over entities) | "eval_loss", "eval_perplexity").
+  /// ("eval_loss", "eval_accuracy", "eval_macro_f1" | regression: "eval_loss", "eval_pearson", "eval_spearmanr"
+  /// (run_glue.py's stsb metrics) | "eval_loss", "eval_accuracy", "eval_precision", "eval_recall", "eval_f1"
+  /// (seqeval's micro averages over entities) | "eval_loss", "eval_perplexity").
   std::vector<std::pair<std::string, double>> eval_metrics;
   /// task "embed": eval_accuracy is retrieval accuracy@1 and eval_mrr the mean reciprocal rank of each eval
   /// anchor's positive among all eval positives (cosine similarity), eval_loss MultipleNegativesRankingLoss over
   /// them; with (sentence1, sentence2, score) data eval_loss is CosineSimilarityLoss's mean squared error and
-  /// eval_spearman the Spearman correlation of the cosine similarities with the scores.
+  /// eval_spearman the Spearman correlation of the cosine similarities with the scores. Task "classify" with
+  /// regression: eval_spearman is eval_spearmanr.
   double eval_mrr = 0, eval_spearman = 0;
 };
 
@@ -51,8 +54,9 @@ struct FinetuneOptions {
   std::string task = "classify";
   std::string train_file;  ///< .csv / .tsv / .jsonl with a header (or keys) with the task's columns
   /// Optional, same columns: evaluated after every epoch; the best epoch is kept (classify: by accuracy, ties the
-  /// lower loss; token-classify: by entity F1, ties the lower loss; mlm: by the lower loss). For mlm the eval
-  /// texts are masked once from the seed, the same masks every epoch.
+  /// lower loss; regression: by the lower loss, ties the higher Pearson correlation; token-classify: by entity F1,
+  /// ties the lower loss; mlm: by the lower loss). For mlm the eval texts are masked once from the seed, the same
+  /// masks every epoch.
   std::string eval_file;
   std::string out_dir;     ///< the output folder (created; must be new or empty unless overwrite)
   bool overwrite = false;
@@ -61,6 +65,15 @@ struct FinetuneOptions {
   /// Label names in id order. Empty: the model's id2label when every label of the data is in it, else the data's
   /// labels sorted (numerically when all are integers).
   std::vector<std::string> labels;
+  /// task "classify": "" (decide as Hugging Face: config.json's problem_type "regression", else run_glue.py's
+  /// reading of the label column: all numbers, one at least with a decimal point or an exponent ("3.8", "1e-2"),
+  /// is regression; integers or names are classes), "regression" (num_labels 1: the label column holds numbers,
+  /// the loss is MSELoss()(logits.squeeze(), labels), eval gives eval_loss (the mean squared error), eval_pearson
+  /// and eval_spearmanr and the best epoch has the lowest eval_loss; the folder is written with problem_type
+  /// "regression" and id2label {0: "LABEL_0"}, and `tfm classify` prints its raw score), or
+  /// "single_label_classification" (classes, whatever the labels look like). A non-numeric label under regression
+  /// is std::invalid_argument naming the file, line and label.
+  std::string problem_type;
   int64_t epochs = 3;                ///< TrainingArguments.num_train_epochs
   /// Examples per micro-batch: per_device_train_batch_size of one process; under mpirun the global micro-batch,
   /// split across the ranks (so the run does not depend on the number of ranks).
@@ -108,7 +121,8 @@ struct FinetuneSummary {
   std::vector<std::pair<std::string, double>> best_eval_metrics;  ///< FinetuneProgress::eval_metrics of best_epoch
   int64_t resumed_from_step = 0;    ///< the checkpoint's step with resume, else 0
   double best_eval_mrr = 0, best_eval_spearman = 0;  ///< task embed (see FinetuneProgress)
-  std::string loss;                 ///< task embed: "MultipleNegativesRankingLoss" or "CosineSimilarityLoss"
+  std::string loss;                 ///< task embed: "MultipleNegativesRankingLoss" or "CosineSimilarityLoss";
+                                    ///< task classify: "MSELoss" for regression, else empty
   double seconds = 0;
 };
 

@@ -743,7 +743,8 @@ PYBIND11_MODULE(_tfm, m) {
          const py::object& eval, int64_t epochs, int64_t batch_size, double lr, double weight_decay,
          double warmup_ratio, int64_t max_length, uint64_t seed, const py::object& labels, bool overwrite,
          int threads, const py::object& progress, int64_t gradient_accumulation_steps, int64_t save_steps,
-         bool resume, double mlm_probability, const std::string& precision, bool group_texts) {
+         bool resume, double mlm_probability, const std::string& precision, bool group_texts,
+         const std::string& problem_type) {
         tfm::FinetuneOptions o;
         o.task = task;
         o.train_file = path_arg(train);
@@ -764,6 +765,7 @@ PYBIND11_MODULE(_tfm, m) {
         o.mlm_probability = mlm_probability;
         o.precision = precision;
         o.group_texts = group_texts;
+        o.problem_type = problem_type;
         if (!labels.is_none()) o.labels = labels.cast<std::vector<std::string>>();
         if (!progress.is_none() && !PyCallable_Check(progress.ptr()))
           throw py::type_error("progress must be callable or None");
@@ -783,8 +785,9 @@ PYBIND11_MODULE(_tfm, m) {
       py::arg("seed") = 42, py::arg("labels") = py::none(), py::arg("overwrite") = false, py::arg("threads") = 0,
       py::arg("progress") = py::none(), py::arg("gradient_accumulation_steps") = 1, py::arg("save_steps") = 0,
       py::arg("resume") = false, py::arg("mlm_probability") = 0.15, py::arg("precision") = "fp32",
-      py::arg("group_texts") = false,
-      "Fine-tune a BERT folder (tfm finetune): task 'classify' (columns text [, text_pair], label), "
+      py::arg("group_texts") = false, py::arg("problem_type") = "",
+      "Fine-tune a BERT folder (tfm finetune): task 'classify' (columns text [, text_pair], label; "
+      "problem_type='regression', or numeric labels with a decimal point, trains one output with MSELoss), "
       "'token-classify' (tokens, tags), 'mlm' (text) or 'embed' (a sentence-transformers folder trained on anchor, "
       "positive [, negative] or sentence1, sentence2, score; writes a sentence-transformers folder); train/eval are .csv/.tsv/.jsonl files; writes a "
       "BertFor{SequenceClassification,TokenClassification,MaskedLM} folder to out_dir; progress(FinetuneProgress) "

@@ -83,3 +83,25 @@ def test_finetune_embed_writes_a_folder_tfm_embeds_with(tmp_path):
         assert (tmp_path / "st" / f).exists(), f
     out = run_cli("embed", "--model", str(tmp_path / "st"), "--input", str(tmp_path / "eval.csv"), "--quiet")
     assert len(out.stdout.strip().splitlines()) == 5  # the header line is embedded too
+
+
+def test_finetune_regression(tmp_path):
+    """problem_type='regression' (or a float label column): one output trained with MSELoss, the folder saved with
+    problem_type regression and id2label {0: LABEL_0}; the Classifier gives the raw score (no sigmoid)."""
+    rows = "".join(f"{s} is {w},{v}\n" for s in ["the cat", "the dog", "the man", "people", "london", "the car"]
+                   for w, v in [("good", 4), ("bad", 1)])
+    (tmp_path / "train.csv").write_text("text,label\n" + rows)
+    s = tfm.finetune(f"{FIX}/heads_seqcls", str(tmp_path / "train.csv"), str(tmp_path / "reg"), epochs=3,
+                     batch_size=4, lr=2e-3, seed=3, threads=1, eval=str(tmp_path / "train.csv"),
+                     problem_type="regression")
+    assert s.loss == "MSELoss" and s.labels == ["LABEL_0"]
+    assert list(s.best_eval_metrics) == ["eval_loss", "eval_pearson", "eval_spearmanr"]
+    assert s.best_eval_spearman == s.best_eval_metrics["eval_spearmanr"]
+    cfg = json.loads((tmp_path / "reg" / "config.json").read_text())
+    assert cfg["problem_type"] == "regression" and cfg["id2label"] == {"0": "LABEL_0"}
+    clf = tfm.Classifier(str(tmp_path / "reg"))
+    good, bad = (row["score"] for row in clf.classify(["the cat is good", "the cat is bad"]))
+    assert good > 1.5 and good > bad  # a score on the labels' scale, not a probability
+    (tmp_path / "bad.csv").write_text("text,label\nthe cat is good,4\nthe cat is bad,low\n")
+    with pytest.raises(ValueError, match="label 'low' in column 'label' is not a number"):
+        tfm.finetune(f"{FIX}/heads_seqcls", str(tmp_path / "bad.csv"), str(tmp_path / "o"), problem_type="regression")

@@ -13,6 +13,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <numeric>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <stdexcept>
@@ -30,6 +31,8 @@
 #include "io/table.h"
 #include "models/checkpoint_weights.h"
 #include "models/encoder.h"
+#include "ops/gemm.h"
+#include "ops/gemm_bf16.h"
 #include "tfm/tokenizer.h"
 #include "train/finetune.h"
 #include "train/group_texts.h"
@@ -42,10 +45,11 @@ namespace {
 const char* kStateFile = "trainer_state.safetensors";
 
 // One training or evaluation example, tokenized. labels: {label} (classify), one per token with -100
-// (token-classify), empty (mlm: drawn per batch). special: the post-processor's special tokens (mlm never masks
-// them).
+// (token-classify), empty (mlm: drawn per batch; regression). target: {value} for regression, else empty.
+// special: the post-processor's special tokens (mlm never masks them).
 struct Example {
   std::vector<int64_t> ids, types, labels;
+  std::vector<float> target;
   std::vector<bool> special;
 };
 
@@ -75,11 +79,23 @@ void check_options(const FinetuneOptions& o) {
   if (!std::isfinite(o.max_grad_norm)) throw std::invalid_argument("max_grad_norm must be finite");
   if (o.precision != "fp32" && o.precision != "bf16")
     throw std::invalid_argument("precision must be 'fp32' or 'bf16', not '" + o.precision + "'");
+  // Before anything is loaded or written (FinetuneModel::set_precision would refuse it too, later).
+  if (o.precision == "bf16" && !ops::has_bf16_gemm())
+    throw std::runtime_error("--precision bf16 needs a CPU with bf16 instructions (AVX512_BF16 or AMX); this one "
+                             "reports " + ops::cpu_isa_name() + ": use --precision fp32");
   if (!(o.mlm_probability > 0 && o.mlm_probability < 1)) throw std::invalid_argument("mlm_probability must be in (0, 1)");
   if (o.max_length < (o.task == "token-classify" ? 3 : 2))
     throw std::invalid_argument("max_length must be at least " + std::string(o.task == "token-classify" ? "3" : "2"));
   if (o.group_texts && o.task != "mlm")
     throw std::invalid_argument("--group-texts concatenates the texts of masked-LM training; it is for --task mlm only");
+  if (!o.problem_type.empty() && o.problem_type != "regression" && o.problem_type != "single_label_classification")
+    throw std::invalid_argument("problem_type must be 'regression' or 'single_label_classification', not '" +
+                                o.problem_type + "'");
+  if (!o.problem_type.empty() && o.task != "classify")
+    throw std::invalid_argument("--problem-type is for --task classify, not '" + o.task + "'");
+  if (o.problem_type == "regression" && !o.labels.empty())
+    throw std::invalid_argument("--labels names the classes of a classifier; regression (--problem-type regression) "
+                                "has one output and no classes");
   api::check_threads(o.threads);
 }
 
@@ -187,6 +203,33 @@ int64_t label_id_of(const std::map<std::string, int64_t>& label_id, const std::s
 
 bool blank(const std::string& s) { return s.find_first_not_of(" \t\r\n") == std::string::npos; }
 
+// A label cell as a regression target: a finite number (strtod, surrounding spaces allowed).
+std::optional<double> parse_number(const std::string& s) {
+  const char* begin = s.c_str();
+  char* end = nullptr;
+  const double v = std::strtod(begin, &end);
+  if (end == begin || !blank(std::string(end)) || !std::isfinite(v)) return std::nullopt;
+  return v;
+}
+
+// Whether --task classify trains a regression (num_labels 1, MSELoss), as Hugging Face decides it: the option
+// (--problem-type), else config.json's problem_type "regression", else the label column as run_glue.py reads it:
+// a float column (every label a number, one at least written with a decimal point or an exponent) is
+// regression, an integer or text column classification.
+bool is_regression(const FinetuneOptions& o, const nlohmann::json& config, const Table& train) {
+  if (o.task != "classify") return false;
+  if (!o.problem_type.empty()) return o.problem_type == "regression";
+  if (config.contains("problem_type") && config["problem_type"] == "regression") return true;
+  if (!o.labels.empty()) return false;
+  const int64_t col = require_column(train, o.train_file, o.label_column);
+  bool fractional = false;
+  for (const auto& r : train.rows) {
+    if (!parse_number(r[col])) return false;
+    fractional |= r[col].find_first_of(".eE") != std::string::npos;
+  }
+  return fractional && !train.rows.empty();
+}
+
 Example from_encoding(const TextEncoding& e) {
   Example ex;
   ex.ids = e.input_ids;
@@ -195,10 +238,11 @@ Example from_encoding(const TextEncoding& e) {
   return ex;
 }
 
-// classify: text [, text_pair] and label; mlm: text (a row an example, or with group_texts blocks of max_length
-// tokens cut from the concatenated texts).
+// classify: text [, text_pair] and label (regression: a number); mlm: text (a row an example, or with group_texts
+// blocks of max_length tokens cut from the concatenated texts).
 std::vector<Example> read_text_examples(const std::string& path, const Table& t, const FinetuneOptions& o,
-                                        const Tokenizer& tok, const std::map<std::string, int64_t>& label_id) {
+                                        const Tokenizer& tok, const std::map<std::string, int64_t>& label_id,
+                                        bool regression) {
   const bool classify = o.task == "classify";
   const int64_t tc = require_column(t, path, o.text_column);
   const int64_t pc = classify ? t.column(o.text_pair_column) : -1;
@@ -218,7 +262,16 @@ std::vector<Example> read_text_examples(const std::string& path, const Table& t,
       throw std::invalid_argument(where + ": " + ex.what());
     }
     Example ex = from_encoding(e);
-    if (classify) ex.labels = {label_id_of(label_id, t.rows[r][lc], where)};
+    if (classify && regression) {
+      const std::optional<double> v = parse_number(t.rows[r][lc]);
+      if (!v)
+        throw std::invalid_argument(where + ": label '" + t.rows[r][lc] + "' in column '" + o.label_column +
+                                    "' is not a number; regression (problem_type \"regression\") needs a numeric "
+                                    "value on every row");
+      ex.target = {(float)*v};
+    } else if (classify) {
+      ex.labels = {label_id_of(label_id, t.rows[r][lc], where)};
+    }
     out.push_back(std::move(ex));
   }
   if (!o.group_texts) return out;
@@ -301,9 +354,10 @@ std::vector<Example> read_token_examples(const std::string& path, const Table& t
 }
 
 std::vector<Example> read_examples(const std::string& path, const Table& t, const FinetuneOptions& o,
-                                   const Tokenizer& tok, const std::map<std::string, int64_t>& label_id) {
+                                   const Tokenizer& tok, const std::map<std::string, int64_t>& label_id,
+                                   bool regression) {
   return o.task == "token-classify" ? read_token_examples(path, t, o, tok, label_id)
-                                    : read_text_examples(path, t, o, tok, label_id);
+                                    : read_text_examples(path, t, o, tok, label_id, regression);
 }
 
 // A padded batch of examples idx: labels [B] (one per example) or [B, L] (-100 on padding); special [B, L]
@@ -329,6 +383,7 @@ FinetuneBatch make_batch(const std::vector<Example>& ex, const std::vector<int64
       if (special) (*special)[r * b.L + l] = l < e.special.size() && e.special[l];
     }
     if (!per_token && !e.labels.empty()) b.labels.push_back(e.labels[0]);
+    if (!e.target.empty()) b.targets.push_back(e.target[0]);
   }
   return b;
 }
@@ -350,13 +405,20 @@ double log_softmax_nll(const float* z, int64_t C, int64_t y) {
   return std::log(sum) + mx - z[y];
 }
 
+// The eval examples in padded batches of `batch`, in order.
+std::vector<FinetuneBatch> eval_batches(const std::vector<Example>& ex, int64_t batch, int64_t pad_id) {
+  std::vector<FinetuneBatch> out;
+  for (size_t s = 0; s < ex.size(); s += (size_t)batch)
+    out.push_back(make_batch(ex, range_of(s, std::min(ex.size(), s + (size_t)batch)), pad_id));
+  return out;
+}
+
 EvalResult evaluate_classify(SequenceClassificationTrainer& t, const std::vector<Example>& ex, int64_t batch,
                              int64_t pad_id) {
   const int64_t C = t.num_labels();
   std::vector<int64_t> pred, gold;
   double loss = 0;
-  for (size_t s = 0; s < ex.size(); s += (size_t)batch) {
-    const FinetuneBatch b = make_batch(ex, range_of(s, std::min(ex.size(), s + (size_t)batch)), pad_id);
+  for (const FinetuneBatch& b : eval_batches(ex, batch, pad_id)) {
     const std::vector<float> logits = t.logits(b);
     for (int64_t r = 0; r < b.B; ++r) {
       const float* z = logits.data() + r * C;
@@ -396,14 +458,38 @@ EvalResult evaluate_classify(SequenceClassificationTrainer& t, const std::vector
   return e;
 }
 
+// Regression: eval_loss (MSELoss), and run_glue.py's stsb metrics, eval_pearson and eval_spearmanr (scipy's
+// pearsonr and spearmanr of the predictions against the targets). The best epoch has the lowest loss (the
+// Trainer's default metric_for_best_model), ties the higher Pearson correlation.
+EvalResult evaluate_regression(SequenceClassificationTrainer& t, const std::vector<Example>& ex, int64_t batch,
+                               int64_t pad_id) {
+  std::vector<double> pred, gold;
+  double loss = 0;
+  for (const FinetuneBatch& b : eval_batches(ex, batch, pad_id)) {
+    const std::vector<float> values = t.logits(b);
+    for (int64_t r = 0; r < b.B; ++r) {
+      const double d = (double)values[r] - (double)b.targets[r];
+      loss += d * d;
+      pred.push_back(values[r]);
+      gold.push_back(b.targets[r]);
+    }
+  }
+  EvalResult e;
+  e.loss = loss / (double)gold.size();
+  const double r = api::pearson(pred, gold), rho = api::spearman(pred, gold);
+  e.score = -e.loss;
+  e.tie = r;
+  e.metrics = {{"eval_loss", e.loss}, {"eval_pearson", r}, {"eval_spearmanr", rho}};
+  return e;
+}
+
 EvalResult evaluate_tokens(TokenClassificationTrainer& t, const std::vector<Example>& ex, int64_t batch,
                            int64_t pad_id, const std::vector<std::string>& labels) {
   const int64_t C = t.num_labels();
   std::vector<std::vector<std::string>> gold_seqs, pred_seqs;
   double loss = 0;
   int64_t count = 0, correct = 0;
-  for (size_t s = 0; s < ex.size(); s += (size_t)batch) {
-    const FinetuneBatch b = make_batch(ex, range_of(s, std::min(ex.size(), s + (size_t)batch)), pad_id);
+  for (const FinetuneBatch& b : eval_batches(ex, batch, pad_id)) {
     const std::vector<float> logits = t.logits(b);
     for (int64_t r = 0; r < b.B; ++r) {
       std::vector<std::string> g, p;
@@ -449,7 +535,8 @@ EvalResult evaluate_mlm(MaskedLMTrainer& t, const std::vector<FinetuneBatch>& ba
   return e;
 }
 
-std::vector<std::string> eval_columns(const std::string& task) {
+std::vector<std::string> eval_columns(const std::string& task, bool regression) {
+  if (task == "classify" && regression) return {"eval_loss", "eval_pearson", "eval_spearmanr"};
   if (task == "classify") return {"eval_loss", "eval_accuracy", "eval_macro_f1"};
   if (task == "token-classify") return {"eval_loss", "eval_accuracy", "eval_precision", "eval_recall", "eval_f1"};
   return {"eval_loss", "eval_perplexity"};
@@ -480,8 +567,10 @@ HeadKind head_kind_of(const std::string& task) {
 }
 
 // The Hugging Face folder: config.json, model.safetensors, the tokenizer files (each written atomically).
+// Regression (one output): problem_type "regression" and id2label {0: "LABEL_0"}, as Hugging Face saves it; a
+// classifier trained from a regression folder gets problem_type "single_label_classification".
 void write_model_folder(const std::string& model_dir, const FinetuneOptions& o, const nlohmann::json& cfg_json,
-                        const std::vector<std::string>& labels, nn::ParamStore& params) {
+                        const std::vector<std::string>& labels, bool regression, nn::ParamStore& params) {
   std::error_code ec;
   fs::create_directories(o.out_dir);
   nlohmann::json out_cfg = cfg_json;
@@ -495,6 +584,10 @@ void write_model_folder(const std::string& model_dir, const FinetuneOptions& o, 
     }
     out_cfg["id2label"] = id2label;
     out_cfg["label2id"] = label2id;
+    if (regression)
+      out_cfg["problem_type"] = "regression";
+    else if (o.task == "classify" && out_cfg.contains("problem_type"))
+      out_cfg["problem_type"] = "single_label_classification";
     if (out_cfg.contains("num_labels")) out_cfg["num_labels"] = (int64_t)labels.size();
   }
   write_file_atomic(o.out_dir + "/config.json", out_cfg.dump(2) + "\n");
@@ -673,7 +766,8 @@ FinetuneBatch batch_rows(FinetuneBatch&& b, int64_t r0, int64_t r1) {
     s.attention_mask.insert(s.attention_mask.end(), b.attention_mask.begin() + at, b.attention_mask.begin() + at + L);
     if (per_token) s.labels.insert(s.labels.end(), b.labels.begin() + at, b.labels.begin() + at + L);
   }
-  if (!per_token) s.labels.assign(b.labels.begin() + r0, b.labels.begin() + r1);
+  if (!per_token && !b.labels.empty()) s.labels.assign(b.labels.begin() + r0, b.labels.begin() + r1);
+  if (!b.targets.empty()) s.targets.assign(b.targets.begin() + r0, b.targets.begin() + r1);
   return s;
 }
 
@@ -715,13 +809,19 @@ FinetuneSummary finetune_on_this_rank(const std::string& model_dir, const Finetu
   const Tokenizer tok(model_dir);
   const Table train = read_table(o.train_file);
   FinetuneSummary summary;
-  if (o.task != "mlm") summary.labels = label_set(o, cfg_json, seen_labels(o, train),
-                                                  o.task == "classify" ? o.label_column : o.tags_column);
+  const bool regression = is_regression(o, cfg_json, train);
+  if (regression) {
+    summary.labels = {"LABEL_0"};  // one output, named as Hugging Face names it
+    summary.loss = "MSELoss";
+  }
+  if (!regression && o.task != "mlm")
+    summary.labels = label_set(o, cfg_json, seen_labels(o, train), o.task == "classify" ? o.label_column : o.tags_column);
   std::map<std::string, int64_t> label_id;
   for (size_t i = 0; i < summary.labels.size(); ++i) label_id[summary.labels[i]] = (int64_t)i;
-  const std::vector<Example> train_ex = read_examples(o.train_file, train, o, tok, label_id);
+  const std::vector<Example> train_ex = read_examples(o.train_file, train, o, tok, label_id, regression);
   std::vector<Example> eval_ex;
-  if (!o.eval_file.empty()) eval_ex = read_examples(o.eval_file, read_table(o.eval_file), o, tok, label_id);
+  if (!o.eval_file.empty())
+    eval_ex = read_examples(o.eval_file, read_table(o.eval_file), o, tok, label_id, regression);
   summary.train_examples = (int64_t)train_ex.size();
   summary.eval_examples = (int64_t)eval_ex.size();
   int64_t mask_id = -1;
@@ -769,6 +869,7 @@ FinetuneSummary finetune_on_this_rank(const std::string& model_dir, const Finetu
     }
   }
   auto evaluate = [&]() -> EvalResult {
+    if (seqcls && regression) return evaluate_regression(*seqcls, eval_ex, eval_batch, pad_id);
     if (seqcls) return evaluate_classify(*seqcls, eval_ex, eval_batch, pad_id);
     if (tokcls) return evaluate_tokens(*tokcls, eval_ex, eval_batch, pad_id, summary.labels);
     return evaluate_mlm(*mlm, eval_mlm);
@@ -779,7 +880,7 @@ FinetuneSummary finetune_on_this_rank(const std::string& model_dir, const Finetu
   task.optimizer = &model->optimizer();
   task.dropout_rng = &model->dropout_rng();
   task.num_examples = (int64_t)train_ex.size();
-  task.eval_columns = eval_columns(o.task);
+  task.eval_columns = eval_columns(o.task, regression);
   task.has_eval = !eval_ex.empty();
   task.micro_step = [&](const std::vector<int64_t>& idx, float scale, Rng& data_rng, RowKeys& keys) -> double {
     // The whole micro-batch (and its masking) on every rank, then this rank's rows, balanced by tokens; the
@@ -798,8 +899,10 @@ FinetuneSummary finetune_on_this_rank(const std::string& model_dir, const Finetu
     return share * model->accumulate_gradients(batch_rows(std::move(b), r0, r1), scale * (float)share, /*dropout=*/true);
   };
   task.evaluate = evaluate;
-  task.write_model = [&] { write_model_folder(model_dir, o, cfg_json, summary.labels, model->params()); };
-  api::run_finetune_loop(o, task, api::run_fingerprint(o, summary.train_examples, summary.labels), summary);
+  task.write_model = [&] { write_model_folder(model_dir, o, cfg_json, summary.labels, regression, model->params()); };
+  nlohmann::json fingerprint = api::run_fingerprint(o, summary.train_examples, summary.labels);
+  if (regression) fingerprint["problem_type"] = "regression";
+  api::run_finetune_loop(o, task, fingerprint, summary);
   summary.out_dir = o.out_dir;
   summary.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return summary;
@@ -944,7 +1047,7 @@ void run_finetune_loop(const FinetuneOptions& o, const FinetuneTask& task, const
           pe.eval_metrics = e.metrics;
           for (const auto& [k, v] : e.metrics) {
             if (k == "eval_mrr") pe.eval_mrr = v;
-            if (k == "eval_spearman") pe.eval_spearman = v;
+            if (k == "eval_spearman" || k == "eval_spearmanr") pe.eval_spearman = v;
           }
           if (e.score > rs.best_score || (e.score == rs.best_score && e.tie > rs.best_tie)) {
             rs.best_score = e.score;
@@ -994,7 +1097,7 @@ void run_finetune_loop(const FinetuneOptions& o, const FinetuneTask& task, const
     if (k == "eval_accuracy") summary.best_eval_accuracy = v;
     if (k == "eval_macro_f1") summary.best_eval_macro_f1 = v;
     if (k == "eval_mrr") summary.best_eval_mrr = v;
-    if (k == "eval_spearman") summary.best_eval_spearman = v;
+    if (k == "eval_spearman" || k == "eval_spearmanr") summary.best_eval_spearman = v;
   }
 }
 

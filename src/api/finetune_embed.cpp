@@ -156,6 +156,9 @@ std::vector<float> embed_column(SentenceEmbeddingTrainer& t, const EmbedData& d,
   return out;
 }
 
+}  // namespace
+
+namespace {
 // Ranks 1..n, ties given their average rank (scipy.stats.rankdata, as spearmanr uses).
 std::vector<double> average_ranks(const std::vector<double>& x) {
   std::vector<size_t> order(x.size());
@@ -171,6 +174,8 @@ std::vector<double> average_ranks(const std::vector<double>& x) {
   return r;
 }
 
+}  // namespace
+
 double pearson(const std::vector<double>& a, const std::vector<double>& b) {
   const double n = (double)a.size();
   double ma = 0, mb = 0;
@@ -183,6 +188,12 @@ double pearson(const std::vector<double>& a, const std::vector<double>& b) {
   }
   return saa > 0 && sbb > 0 ? sab / std::sqrt(saa * sbb) : 0.0;
 }
+
+double spearman(const std::vector<double>& a, const std::vector<double>& b) {
+  return pearson(average_ranks(a), average_ranks(b));
+}
+
+namespace {
 
 struct EmbedEval {
   double loss = 0, accuracy = 0, mrr = 0, spearman = 0;
@@ -198,8 +209,7 @@ EmbedEval evaluate(SentenceEmbeddingTrainer& t, const EmbedData& d, int64_t batc
     std::vector<float> scores(N), cos(N);
     for (int64_t i = 0; i < N; ++i) scores[i] = d.examples[i].score;
     e.loss = cosine_similarity_loss(emb.data(), scores.data(), N, D, grad.data(), cos.data());
-    e.spearman = pearson(average_ranks(std::vector<double>(cos.begin(), cos.end())),
-                         average_ranks(std::vector<double>(scores.begin(), scores.end())));
+    e.spearman = spearman(std::vector<double>(cos.begin(), cos.end()), std::vector<double>(scores.begin(), scores.end()));
     return e;
   }
   // Every anchor against every eval positive: MultipleNegativesRankingLoss over them, and the rank of its own

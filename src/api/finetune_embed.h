@@ -70,6 +70,12 @@ nlohmann::json run_fingerprint(const FinetuneOptions& o, int64_t train_examples,
 void run_finetune_loop(const FinetuneOptions& o, const FinetuneTask& task, const nlohmann::json& fingerprint,
                        FinetuneSummary& summary);
 
+// scipy.stats.pearsonr(a, b)[0], a and b [N] (0 when either is constant).
+double pearson(const std::vector<double>& a, const std::vector<double>& b);
+// scipy.stats.spearmanr(a, b)[0]: the Pearson correlation of the ranks, ties given their average rank
+// (scipy.stats.rankdata).
+double spearman(const std::vector<double>& a, const std::vector<double>& b);
+
 // finetune() for task "embed" (see tfm/finetune.h), after the options, the data files and the output folder have
 // been checked and the threads set.
 FinetuneSummary finetune_embed(const std::string& model_dir, const FinetuneOptions& o);

@@ -35,6 +35,9 @@ ScoreFunction HeadConfig::default_score_function() const {
     if (n == "Identity") return ScoreFunction::None;
     if (n == "Softmax") return ScoreFunction::Softmax;
   }
+  // TextClassificationPipeline.postprocess: problem_type "regression" first (the raw score), then sigmoid for one
+  // label or multi-label problems.
+  if (problem_type == "regression") return ScoreFunction::None;
   if (id2label.size() == 1 || problem_type == "multi_label_classification") return ScoreFunction::Sigmoid;
   return ScoreFunction::Softmax;
 }

@@ -33,8 +33,8 @@ struct HeadConfig {
   // Cross-encoder activation: config.json "sentence_transformers": {"activation_fn": "...Sigmoid"} (v3) or
   // "sbert_ce_default_activation_function"; empty if neither.
   std::string activation_fn;
-  // The pipeline default: sigmoid for one label or multi-label problems, softmax otherwise; a cross-encoder's
-  // named activation wins (Sigmoid / Identity -> None / Softmax).
+  // The pipeline default: none (the raw score) for problem_type "regression", sigmoid for one label or multi-label
+  // problems, softmax otherwise; a cross-encoder's named activation wins (Sigmoid / Identity -> None / Softmax).
   ScoreFunction default_score_function() const;
 };
 

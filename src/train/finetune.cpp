@@ -29,6 +29,17 @@ double linear_warmup_factor(int64_t step, int64_t warmup_steps, int64_t total_st
   return std::max(0.0, (double)(total_steps - step) / (double)std::max<int64_t>(1, total_steps - warmup_steps));
 }
 
+double mse_loss(float* dpred, const float* pred, const float* target, int64_t N, float scale) {
+  if (N < 1) throw std::invalid_argument("MSELoss: an empty batch");
+  double total = 0;
+  for (int64_t i = 0; i < N; ++i) {
+    const double diff = (double)pred[i] - (double)target[i];
+    total += diff * diff;
+    dpred[i] = (float)(2.0 * diff / (double)N) * scale;
+  }
+  return total / (double)N;
+}
+
 double clip_grad_norm_hf(nn::ParamStore& params, double max_norm) {
   const double norm = grad_norm(params);
   if (max_norm > 0 && std::isfinite(norm)) {
@@ -648,28 +659,33 @@ double token_cross_entropy(float* dlogits, const float* logits, const std::vecto
 }  // namespace
 
 double FinetuneModel::backward_rows(const std::vector<int64_t>& targets, float scale) {
-  const int64_t M = (int64_t)targets.size(), C = out_features_, H = config_.hidden_size;
+  const int64_t M = (int64_t)targets.size(), C = out_features_;
   std::vector<float> dlogits(M * C);
   const double loss = token_cross_entropy(dlogits.data(), logits_.data(), targets, C, scale);
   if (std::all_of(targets.begin(), targets.end(), [](int64_t y) { return y == kIgnoreLabel; })) return loss;
+  backward_logits(std::move(dlogits));
+  return loss;
+}
+
+void FinetuneModel::backward_logits(std::vector<float> dlogits) {
+  const int64_t H = config_.hidden_size;
   const std::vector<float> dx = head_->backward(std::move(dlogits));
   if (head_->input == HeadInput::PoolerOutput) {
     body_->backward(nullptr, dx.data());
-    return loss;
+    return;
   }
   std::vector<float> dlast(tokens_ * H, 0.0f);
   if (head_->input == HeadInput::MeanTokens) {
     pooling_backward(mean_pooling(), dx.data(), body_->last_hidden_state(), pool_mask_.data(), batch_, seq_len_, H,
                      dlast.data());
     body_->backward(dlast.data(), nullptr);
-    return loss;
+    return;
   }
   for (size_t m = 0; m < rows_.size(); ++m) {
     float* d = dlast.data() + rows_[m] * H;
     for (int64_t h = 0; h < H; ++h) d[h] += dx[m * H + h];
   }
   body_->backward(dlast.data(), nullptr);
-  return loss;
 }
 
 double FinetuneModel::compute_gradients(const FinetuneBatch& batch, bool dropout) {
@@ -697,6 +713,16 @@ std::vector<float> SequenceClassificationTrainer::logits(const ClassificationBat
 
 double SequenceClassificationTrainer::accumulate_gradients(const FinetuneBatch& batch, float scale, bool dropout) {
   const int64_t B = batch.B, C = out_features_;
+  if (regression()) {  // MSELoss()(logits.squeeze(), labels)
+    if ((int64_t)batch.targets.size() != B) throw std::invalid_argument("regression batch: targets must be [B]");
+    for (float y : batch.targets)
+      if (!std::isfinite(y)) throw std::invalid_argument("regression target " + std::to_string(y) + " is not finite");
+    forward(batch, dropout);
+    std::vector<float> dlogits(B);
+    const double loss = mse_loss(dlogits.data(), logits_.data(), batch.targets.data(), B, scale);
+    backward_logits(std::move(dlogits));
+    return loss;
+  }
   if ((int64_t)batch.labels.size() != B) throw std::invalid_argument("classification batch: labels must be [B]");
   for (int64_t y : batch.labels)
     if (y < 0 || y >= C)

@@ -47,11 +47,13 @@ namespace tfm {
 
 // One padded batch: ids, types and mask [B, L] (row-major). labels: [B] in [0, num_labels) for sequence
 // classification; [B, L] for token classification and masked LM, where -100 (kIgnoreLabel) marks a position
-// without a label (special tokens, padding, continuation sub-tokens, unmasked tokens).
+// without a label (special tokens, padding, continuation sub-tokens, unmasked tokens). targets: [B] for
+// regression (sequence classification with num_labels 1, problem_type "regression"; labels empty).
 struct ClassificationBatch {
   int64_t B = 0, L = 0;
   std::vector<int64_t> input_ids, token_type_ids, labels;
   std::vector<float> attention_mask;  // 1 real token, 0 padding
+  std::vector<float> targets;
 };
 using FinetuneBatch = ClassificationBatch;
 inline constexpr int64_t kIgnoreLabel = -100;  // torch.nn.CrossEntropyLoss ignore_index
@@ -98,6 +100,10 @@ std::string trained_architecture(const std::string& model_type, HeadKind kind);
 // (0-based, the LambdaLR count before that step): step / warmup while step < warmup, then
 // max(0, (total - step) / (total - warmup)).
 double linear_warmup_factor(int64_t step, int64_t warmup_steps, int64_t total_steps);
+
+// torch.nn.MSELoss() (reduction "mean") of pred [N] against target [N]: returns mean((pred - target)^2) and writes
+// dpred [N] = scale * 2 (pred - target) / N. Throws std::invalid_argument for N < 1.
+double mse_loss(float* dpred, const float* pred, const float* target, int64_t N, float scale);
 
 // torch.nn.utils.clip_grad_norm_(params, max_norm): the total 2-norm of all gradients; when it exceeds max_norm the
 // gradients are scaled by max_norm / (norm + 1e-6). Returns the norm before clipping.
@@ -186,6 +192,8 @@ class FinetuneModel {
   // The mean cross-entropy of logits_ against targets [M] (kIgnoreLabel rows left out), its gradient times `scale`
   // back through the head and the body. Returns the loss (0, no gradient, when no row is labelled).
   double backward_rows(const std::vector<int64_t>& targets, float scale);
+  // dlogits [M, out] (the loss's gradient at logits_, scale included) back through the head and the body.
+  void backward_logits(std::vector<float> dlogits);
   nn::Context train_context(bool dropout);
   EncoderConfig config_;
   FinetuneHyperparameters hp_;
@@ -206,18 +214,23 @@ class FinetuneModel {
 
 // ---------------------------------------------------------------- the tasks
 
-// *ForSequenceClassification in training (see the top of the file for each family's head).
+// *ForSequenceClassification in training (see the top of the file for each family's head). num_labels 1 is
+// regression, as the modeling files infer problem_type "regression" for num_labels == 1: loss =
+// MSELoss()(logits.squeeze(), labels), the mean squared error of the single logit against batch.targets [B].
 class SequenceClassificationTrainer : public FinetuneModel {
  public:
   // Loads the body from `weights` (the base model's or the *For* names). Throws std::runtime_error naming a
   // missing tensor, or (BERT) a checkpoint without pooler weights.
   SequenceClassificationTrainer(const EncoderConfig& config, WeightSource& weights, int64_t num_labels,
                                 const FinetuneHyperparameters& hp, double initializer_range = 0.02);
-  // labels [B]: mean cross-entropy over the batch.
+  // labels [B]: mean cross-entropy over the batch; regression: targets [B], mean squared error. Throws
+  // std::invalid_argument for labels or targets that do not match [B], a label out of range or a target that is
+  // not finite.
   double accumulate_gradients(const FinetuneBatch& batch, float scale, bool dropout) override;
-  // logits [B, num_labels] without dropout (evaluation).
+  // logits [B, num_labels] without dropout (evaluation; regression: the predicted values [B, 1]).
   std::vector<float> logits(const ClassificationBatch& batch);
   int64_t num_labels() const { return out_features_; }
+  bool regression() const { return out_features_ == 1; }
 
  private:
   void forward(const FinetuneBatch& batch, bool dropout);

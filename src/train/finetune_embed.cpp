@@ -139,22 +139,22 @@ double cosine_similarity_loss(const float* emb, const float* scores, int64_t B, 
   std::vector<float> u(B * D), nu(B), v(B * D), nv(B), du(B * D), dv(B * D);
   l2_normalize_forward(u.data(), nu.data(), emb, B, D, eps);
   l2_normalize_forward(v.data(), nv.data(), emb + B * D, B, D, eps);
-  double total = 0;
+  std::vector<float> cos(B), dcos(B);
   for (int64_t i = 0; i < B; ++i) {
     double cs = 0;
     for (int64_t k = 0; k < D; ++k) cs += (double)u[i * D + k] * v[i * D + k];
-    if (cos_out) cos_out[i] = (float)cs;
-    const double diff = cs - (double)scores[i];
-    total += diff * diff;
-    const float g = (float)(2.0 * diff / (double)B);  // MSELoss(reduction="mean")
-    for (int64_t k = 0; k < D; ++k) {
-      du[i * D + k] = g * v[i * D + k];
-      dv[i * D + k] = g * u[i * D + k];
-    }
+    cos[i] = (float)cs;
   }
+  if (cos_out) std::copy(cos.begin(), cos.end(), cos_out);
+  const double loss = mse_loss(dcos.data(), cos.data(), scores, B, 1.0f);
+  for (int64_t i = 0; i < B; ++i)
+    for (int64_t k = 0; k < D; ++k) {
+      du[i * D + k] = dcos[i] * v[i * D + k];
+      dv[i * D + k] = dcos[i] * u[i * D + k];
+    }
   l2_normalize_backward(demb, du.data(), u.data(), nu.data(), B, D, eps);
   l2_normalize_backward(demb + B * D, dv.data(), v.data(), nv.data(), B, D, eps);
-  return total / (double)B;
+  return loss;
 }
 
 // ---------------------------------------------------------------- SentenceEmbeddingTrainer

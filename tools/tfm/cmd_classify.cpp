@@ -34,7 +34,8 @@ void add_classify_command(CLI::App& app) {
   cmd->add_flag("--all-scores", o->all_scores, "Sequence classification: every label with its score, best first");
   cmd->add_flag("--all-tokens", o->all_tokens, "Token classification: keep tokens labelled O too");
   cmd->add_option("--function-to-apply", o->function,
-                  "default (sigmoid for one label or multi-label, else softmax), sigmoid, softmax or none")
+                  "default (none for problem_type regression, sigmoid for one label or multi-label, else softmax), "
+                  "sigmoid, softmax or none")
       ->check(CLI::IsMember({"default", "sigmoid", "softmax", "none"}));
   cmd->add_option("--batch-size", o->batch_size, "Texts per forward pass (default 32)")->check(whole_range(1, 1 << 16));
   cmd->add_option("--max-length", o->max_length, "Truncate texts to this many tokens (default: refuse longer ones)")

@@ -20,7 +20,7 @@ void add_finetune_command(CLI::App& app) {
       "finetune",
       "Fine-tune a Hugging Face BERT, RoBERTa, XLM-RoBERTa, CamemBERT, DistilBERT, MPNet or ModernBERT folder as a "
       "text classifier "
-      "(--task classify), a token tagger such as NER (token-classify) or a masked LM on your texts (mlm), as the "
+      "(--task classify; a regression on numeric labels, --problem-type), a token tagger such as NER (token-classify) or a masked LM on your texts (mlm), as the "
       "Hugging Face Trainer does (AdamW, linear warmup and decay, clipping, gradient accumulation, dropout); writes "
       "a <Family>For{SequenceClassification,TokenClassification,MaskedLM} folder that tfm classify / tfm fill-mask, "
       "tfm serve and transformers load, "
@@ -40,7 +40,7 @@ void add_finetune_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--train", o->train_file, "Training data: .csv, .tsv or .jsonl with the task's columns")->required();
   cmd->add_option("--eval", o->eval_file, "Evaluation data (same columns), after each epoch: accuracy and macro F1 "
-                                          "(classify), token accuracy and seqeval entity F1 (token-classify), "
+                                          "(classify; regression: MSE, Pearson and Spearman), token accuracy and seqeval entity F1 (token-classify), "
                                           "perplexity (mlm), retrieval accuracy@1 and MRR or Spearman (embed); "
                                           "the best epoch is written");
   cmd->add_option("--out", o->out_dir, "Output folder: created, or empty (see --overwrite, --resume)")->required();
@@ -51,6 +51,12 @@ void add_finetune_command(CLI::App& app) {
   cmd->add_flag("--overwrite", o->overwrite, "Replace the model in an existing --out folder");
   cmd->add_option("--labels", *labels, "Label names in id order, comma-separated (default: the model's id2label if it "
                                        "holds every label of the data, else the data's labels sorted)");
+  cmd->add_option("--problem-type", o->problem_type,
+                  "classify: regression (one output trained with MSELoss on a numeric label column; eval MSE, Pearson "
+                  "and Spearman; tfm classify prints the raw score) or single_label_classification. Default: as "
+                  "Hugging Face, regression when config.json says problem_type regression or the labels are numbers "
+                  "with a decimal point (3.8), else classes")
+      ->check(CLI::IsMember({"regression", "single_label_classification"}));
   cmd->add_option("--text-column", o->text_column, "Column of the texts")->capture_default_str();
   cmd->add_option("--text-pair-column", o->text_pair_column, "Column of the second texts of pairs (optional)")
       ->capture_default_str();
@@ -124,6 +130,7 @@ void add_finetune_command(CLI::App& app) {
     for (const auto& l : s.labels) labels_str += (labels_str.empty() ? "" : ", ") + l;
     if (!labels_str.empty()) labels_str = "labels " + labels_str + "; ";
     if (!s.loss.empty()) labels_str = s.loss + "; ";  // --task embed: the loss instead of labels
+    if (s.loss == "MSELoss") labels_str = "regression, MSELoss; ";
     std::fprintf(stderr, "wrote %s (%s%lld steps on %lld examples in %.1f s", s.out_dir.c_str(), labels_str.c_str(),
                  (long long)s.steps, (long long)s.train_examples, s.seconds);
     if (s.resumed_from_step > 0) std::fprintf(stderr, ", resumed from step %lld", (long long)s.resumed_from_step);
