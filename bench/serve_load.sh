@@ -7,7 +7,14 @@
 # $TFM_DATA_DIR (the weights do not change the speed): SIZE=small (default) hidden 256, 4 layers, 4 heads,
 # intermediate 1024; SIZE=base BERT-base (768, 12 layers, 12 heads, 3072; bench/bert_pytorch.py make-weights,
 # Debian's torch). Ends with the issue-24 serving targets: p99 at concurrency 1 <= 1.5x one forward (the mean
-# model time per batch at concurrency 1), p99 at 64 <= 3x p50 at 64, 0 non-2xx, served >= 90% of offline.
+# model time per batch at concurrency 1), p99 at 64 <= 3x p50 at 64, 0 non-2xx, served >= 90% of offline
+# `tfm embed` (the issue's baseline: the same unpadded path and pooling; offline `tfm encode`, one padded batch
+# of 1,024, is printed too, as issue 11 measured it).
+# After each level: where the server's time went per request, from its access log (p50 / p99 of tokenize,
+# queue, model, answer, and the total inside the server), the server's CPU per request split into the model
+# threads (the THREADS busiest) and the rest (HTTP), and how often a model thread went to sleep (voluntary
+# context switches: OpenMP threads waiting between parallel regions sleep after GOMP_SPINCOUNT spins and must be
+# woken again; tfm's default is 1,000, see BENCHMARKS.md; set GOMP_SPINCOUNT to compare).
 set -euo pipefail
 BUILD=${1:-build}
 TFM=$(realpath "$BUILD/tfm")
@@ -76,8 +83,17 @@ t1=$( { /usr/bin/time -f %e "$TFM" encode --threads "$THREADS" --model "$MODEL" 
 tN=$( { /usr/bin/time -f %e "$TFM" encode --threads "$THREADS" --model "$MODEL" "${ARGS[@]}" > /dev/null; } 2>&1 | tail -1)
 offline=$(python3 -c "print('%.1f' % (($N - 1) / max($tN - $t1, 1e-3)))")
 echo "offline tfm encode: $offline sentences/s (batch of $N: ${tN}s, one: ${t1}s incl. start-up)"
+# Offline tfm embed (batches of 32, unpadded, mean pooling as the server's /embed): the issue-24 baseline.
+for _ in $(seq $N); do echo "$SENTENCE"; done > "$WORK/lines.txt"
+echo "$SENTENCE" > "$WORK/line.txt"
+e1=$( { /usr/bin/time -f %e "$TFM" embed --threads "$THREADS" --model "$MODEL" --pooling mean --input "$WORK/line.txt" \
+        -o "$WORK/e1.npy" > /dev/null; } 2>&1 | tail -1)
+eN=$( { /usr/bin/time -f %e "$TFM" embed --threads "$THREADS" --model "$MODEL" --pooling mean --input "$WORK/lines.txt" \
+        -o "$WORK/eN.npy" > /dev/null; } 2>&1 | tail -1)
+offline_embed=$(python3 -c "print('%.1f' % (($N - 1) / max($eN - $e1, 1e-3)))")
+echo "offline tfm embed: $offline_embed sentences/s ($N lines: ${eN}s, one: ${e1}s incl. start-up)"
 
-"$TFM" serve --model "$MODEL" --port 0 --threads "$THREADS" --quiet --max-concurrent-requests 256 \
+"$TFM" serve --model "$MODEL" --port 0 --threads "$THREADS" --max-concurrent-requests 256 \
   2> "$WORK/serve.log" &
 SERVER=$!
 for _ in $(seq 300); do grep -q "model ready" "$WORK/serve.log" && break; sleep 0.1; done
@@ -89,26 +105,66 @@ wrk.body = '{"inputs": "$SENTENCE"}'
 wrk.headers["Content-Type"] = "application/json"
 LUA
 metric() { curl -s "$URL/metrics" | awk -v m="$1" '$1 == m {print $2}'; }
-echo "| concurrency | requests/s | p50 ms | p99 ms | non-2xx | mean batch | served / offline |"
+# Per thread of the server: id, voluntary context switches, CPU ticks (user + system).
+threads() { for t in /proc/$SERVER/task/*; do
+  echo "${t##*/} $(awk '/^voluntary_ctxt_switches/ {print $2}' "$t/status") $(awk '{print $14 + $15}' "$t/stat")"
+done 2> /dev/null | sort; }
+# Where the time of the access-log lines from line $1 on went, and the threads' CPU since snapshot $2.
+stages() {
+  tail -n +"$1" "$WORK/serve.log" > "$WORK/level.log"
+  threads > "$WORK/t1"
+  python3 - "$WORK/level.log" "$WORK/t0" "$WORK/t1" "$THREADS" "$(getconf CLK_TCK)" <<'PY'
+import re, sys
+log, t0, t1, nmodel, hz = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), float(sys.argv[5])
+pat = re.compile(r'" 200 \d+ ([0-9.]+)ms \(tokenize ([0-9.]+)ms, queue ([0-9.]+)ms, model ([0-9.]+)ms, answer ([0-9.]+)ms\)')
+rows = [[float(x) for x in m.groups()] for m in map(pat.search, open(log)) if m]
+if not rows:
+    sys.exit()
+def pct(v, p):
+    v = sorted(v)
+    return v[min(len(v) - 1, int(p * len(v)))]
+print("  server, per request (ms, p50 / p99): " + ", ".join(
+    "%s %.1f / %.1f" % (n, pct([r[i] for r in rows], .5), pct([r[i] for r in rows], .99))
+    for i, n in enumerate(["total", "tokenize", "queue", "model", "answer"])))
+a = {l.split()[0]: l.split()[1:] for l in open(t0)}
+d = []
+for l in open(t1):
+    f = l.split()
+    if f[0] in a:
+        d.append((int(f[2]) - int(a[f[0]][1]), int(f[1]) - int(a[f[0]][0])))
+d.sort(reverse=True)
+model, rest = d[:nmodel], d[nmodel:]
+n = len(rows)
+print("  server CPU per request: model threads %.2f ms, other threads %.2f ms; model threads' sleeps %.0f per request"
+      % (1e3 * sum(c for c, _ in model) / hz / n, 1e3 * sum(c for c, _ in rest) / hz / n,
+         sum(v for _, v in model) / n))
+PY
+}
+echo "| concurrency | requests/s | p50 ms | p99 ms | non-2xx | mean batch | served / offline embed (encode) |"
 echo "|---|---|---|---|---|---|---|"
 declare -A P50 P99 BAD RATIO
 inf=""
 for c in $LEVELS; do
   b0=$(metric tfm_batch_size_sum); n0=$(metric tfm_batch_size_count)
+  i0=$(metric tfm_inference_duration_seconds_sum)
+  line0=$(( $(wc -l < "$WORK/serve.log") + 1 ))
+  threads > "$WORK/t0"
   out=$(wrk -t $(( c < 2 ? 1 : 2 )) -c $c -d "${DURATION_S}s" --latency -s "$WORK/post.lua" "$URL/embed")
   b1=$(metric tfm_batch_size_sum); n1=$(metric tfm_batch_size_count)
+  i1=$(metric tfm_inference_duration_seconds_sum)
   rps=$(echo "$out" | awk '/Requests\/sec/ {print $2}')
   p50=$(echo "$out" | awk '$1 == "50%" {print $2}')
   p99=$(echo "$out" | awk '$1 == "99%" {print $2}')
   bad=$(echo "$out" | awk '/Non-2xx/ {print $NF}'); bad=${bad:-0}
   errs=$(echo "$out" | awk '/Socket errors/ {print $0}')
   mb=$(python3 -c "print('%.1f' % (($b1 - $b0) / max($n1 - $n0, 1)))")
-  ratio=$(python3 -c "print('%.0f%%' % (100 * $rps / $offline))")
+  ratio=$(python3 -c "print('%.0f%% (%.0f%%)' % (100 * $rps / $offline_embed, 100 * $rps / $offline))")
   echo "| $c | $rps | $p50 | $p99 | $bad ${errs:+($errs)} | $mb | $ratio |"
-  P50[$c]=$p50; P99[$c]=$p99; BAD[$c]=$bad; RATIO[$c]=$(python3 -c "print($rps / $offline)")
+  stages "$line0"
+  P50[$c]=$p50; P99[$c]=$p99; BAD[$c]=$bad; RATIO[$c]=$(python3 -c "print($rps / $offline_embed)")
   if [ "$c" = 1 ]; then
-    inf=$(python3 -c "print('%.2f' % (1e3 * $(metric tfm_inference_duration_seconds_sum) / $(metric tfm_inference_duration_seconds_count)))")
-    echo "(concurrency 1: mean model time per batch (one forward of the sentence) $inf ms)"
+    inf=$(python3 -c "print('%.2f' % (1e3 * ($i1 - $i0) / max($n1 - $n0, 1)))")
+    echo "  (concurrency 1: mean model time per batch (one forward of the sentence) $inf ms)"
   fi
 done
 
@@ -119,7 +175,7 @@ if [ -n "$inf" ] && [ -n "${P99[1]:-}" ]; then
 fi
 if [ -n "${P99[64]:-}" ]; then
   python3 -c "r=$(ms "${P99[64]}")/$(ms "${P50[64]}"); print('target p99 <= 3x p50 at concurrency 64: %.2fx %s' % (r, 'met' if r <= 3 else 'NOT met'))"
-  python3 -c "r=${RATIO[64]}; print('target served >= 90%% of offline at concurrency 64: %.0f%% %s' % (100*r, 'met' if r >= 0.9 else 'NOT met'))"
+  python3 -c "r=${RATIO[64]}; print('target served >= 90%% of offline tfm embed at concurrency 64: %.0f%% %s' % (100*r, 'met' if r >= 0.9 else 'NOT met'))"
 fi
 for c in $LEVELS; do [ "${BAD[$c]}" = 0 ] || echo "target 0 failed requests: NOT met at concurrency $c (${BAD[$c]} non-2xx)"; done
 

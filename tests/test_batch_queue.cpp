@@ -164,3 +164,38 @@ TEST(BatchQueue, RunnerErrorReachesEveryRequestOfTheBatch) {
   EXPECT_EQ(ex, "model failed");
   EXPECT_EQ(ey, "model failed");
 }
+
+TEST(BatchQueue, RunTimesCountEachOfARequestsBatchesOnce) {
+  // Each batch sleeps 30 ms. The bounds below hold whatever the machine's speed: a batch lasts at least its
+  // sleep, and a request's queue and model times add up to at most the time run() took.
+  constexpr double kBatch = 0.030;
+  Metrics met;
+  std::atomic<int> batches{0};
+  BatchQueue q(
+      16,
+      [&](std::vector<Task*>&) {
+        ++batches;
+        std::this_thread::sleep_for(std::chrono::duration<double>(kBatch));
+      },
+      &met, 0);
+  auto timed = [&](std::vector<Task>& tasks, double& wall) {
+    const auto t0 = std::chrono::steady_clock::now();
+    const RunTimes t = q.run(tasks);
+    wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    return t;
+  };
+  // Three inputs of 4 tokens: one batch, counted once (three times would exceed the wall time).
+  std::vector<Task> one = tasks_of(1, 3, 4);
+  double wall = 0;
+  RunTimes t = timed(one, wall);
+  EXPECT_EQ(batches.load(), 1);
+  EXPECT_GE(t.inference_s, kBatch);
+  EXPECT_GE(t.queue_s, 0.0);
+  EXPECT_LE(t.inference_s + t.queue_s, wall + 1e-6);
+  // Six inputs: two batches (4 + 2), both counted.
+  std::vector<Task> two = tasks_of(2, 6, 4);
+  t = timed(two, wall);
+  EXPECT_EQ(batches.load(), 3);
+  EXPECT_GE(t.inference_s, 2 * kBatch);
+  EXPECT_LE(t.inference_s + t.queue_s, wall + 1e-6);
+}

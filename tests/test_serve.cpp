@@ -238,6 +238,12 @@ TEST(Serve, EmbeddingRoutes) {
   // One access-log line per request, with method, path and status.
   EXPECT_NE(s.log().find("\"POST /embed\" 413"), std::string::npos) << s.log();
   EXPECT_NE(s.log().find("\"GET /nope\" 404"), std::string::npos) << s.log();
+  // A model request's line also says where its time went; other requests (and failed ones) do not.
+  EXPECT_TRUE(std::regex_search(s.log(), std::regex("\"POST /embed\" 200 [0-9]+ [0-9.]+ms \\(tokenize [0-9.]+ms, "
+                                                     "queue [0-9.]+ms, model [0-9.]+ms, answer [0-9.]+ms\\)\n")))
+      << s.log();
+  EXPECT_TRUE(std::regex_search(s.log(), std::regex("\"GET /nope\" 404 [0-9]+ [0-9.]+ms\n"))) << s.log();
+  EXPECT_TRUE(std::regex_search(s.log(), std::regex("\"POST /embed\" 413 [0-9]+ [0-9.]+ms\n"))) << s.log();
 }
 
 TEST(Serve, TranslationRoutes) {

@@ -6,9 +6,13 @@
 
 namespace tfm::serve {
 
-void RequestState::finish(std::exception_ptr e) {
+void RequestState::finish(std::exception_ptr e, int64_t batch, double batch_s) {
   std::lock_guard<std::mutex> lock(mu);
   if (e && !error) error = e;
+  if (batch >= 0 && batch != last_batch) {
+    inference_s += batch_s;
+    last_batch = batch;
+  }
   if (--remaining == 0) cv.notify_all();
 }
 
@@ -44,8 +48,8 @@ std::exception_ptr client_gone_error() {
 }
 }  // namespace
 
-void BatchQueue::run(std::vector<Task>& tasks, std::function<bool()> client_gone) {
-  if (tasks.empty()) return;
+RunTimes BatchQueue::run(std::vector<Task>& tasks, std::function<bool()> client_gone) {
+  if (tasks.empty()) return {};
   if (client_gone && client_gone()) std::rethrow_exception(client_gone_error());
   auto state = std::make_shared<RequestState>();
   state->remaining = (int64_t)tasks.size();
@@ -63,6 +67,8 @@ void BatchQueue::run(std::vector<Task>& tasks, std::function<bool()> client_gone
   }
   cv_.notify_one();
   state->wait();
+  const double total = std::chrono::duration<double>(std::chrono::steady_clock::now() - now).count();
+  return {std::max(0.0, total - state->inference_s), state->inference_s};
 }
 
 std::vector<Task*> BatchQueue::take_batch() {
@@ -160,13 +166,15 @@ void BatchQueue::worker() {
     } catch (...) {
       err = std::current_exception();
     }
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     if (metrics_) {
-      metrics_->observe_inference(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+      metrics_->observe_inference(seconds);
       metrics_->observe_batch((int64_t)batch.size(), (int64_t)batch.size() * longest);
     }
+    const int64_t number = batches_++;
     for (Task* t : batch) {
       auto s = t->state;  // the request may return (and free the task) as soon as finish() runs
-      s->finish(err);
+      s->finish(err, number, seconds);
     }
   }
 }

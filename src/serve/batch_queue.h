@@ -32,8 +32,18 @@ struct RequestState {
   // still queued are dropped without running.
   std::function<bool()> client_gone;
   bool abandoned = false;
-  void finish(std::exception_ptr e);
+  // Seconds the model ran batches holding this request's tasks (each batch counted once).
+  double inference_s = 0;
+  int64_t last_batch = -1;  // the batch last counted in inference_s
+  // One task done: batch is the worker's batch number, batch_s how long that batch ran.
+  void finish(std::exception_ptr e, int64_t batch = -1, double batch_s = 0);
   void wait();
+};
+
+// Where a request's time in BatchQueue::run went, in seconds: queue_s waiting (for a batch to start, or between
+// its batches), inference_s in the batches that ran its tasks.
+struct RunTimes {
+  double queue_s = 0, inference_s = 0;
 };
 
 // One input of one request.
@@ -63,7 +73,7 @@ class BatchQueue {
   // Queues the tasks (all of one request) and blocks until every one has run. Rethrows the first error.
   // client_gone (optional): checked before queueing and whenever a batch is formed; when it answers true, the
   // request's tasks that have not run are dropped and run() throws ApiError 499 "client_closed_request".
-  void run(std::vector<Task>& tasks, std::function<bool()> client_gone = {});
+  RunTimes run(std::vector<Task>& tasks, std::function<bool()> client_gone = {});
   // Finishes the queued tasks, then stops the worker.
   void stop();
   int64_t max_batch_tokens() const { return max_batch_tokens_; }
@@ -78,6 +88,7 @@ class BatchQueue {
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<Task*> queue_;
+  int64_t batches_ = 0;  // batches run (worker thread only)
   bool stopping_ = false;
   std::thread thread_;
 };

@@ -20,6 +20,7 @@
 #include <optional>
 #include <nlohmann/json.hpp>
 #include <thread>
+#include <utility>
 
 #include <filesystem>
 #include <numeric>
@@ -442,6 +443,29 @@ class Server {
     return client_gone_check(req.remote_addr, req.remote_port, req.local_port);
   }
 
+  // Where a request's time went, for its access-log line; per connection thread, reset as each request starts.
+  // Negative: the request had no such stage.
+  struct StageTimes {
+    double tokenize_s = -1, queue_s = -1, inference_s = -1;
+    std::chrono::steady_clock::time_point ran;  // when its last batch finished
+  };
+  static StageTimes& stage_times() {
+    thread_local StageTimes t;
+    return t;
+  }
+  void observe_tokenization(double seconds) {
+    metrics_.observe_tokenization(seconds);
+    stage_times().tokenize_s = seconds;
+  }
+  // Runs a request's tasks through the queue (BatchQueue::run), noting its queue and model time.
+  void run_queued(std::vector<Task>& tasks, const httplib::Request& req) {
+    const RunTimes t = queue_->run(tasks, client_gone(req));
+    StageTimes& st = stage_times();
+    st.queue_s = std::max(st.queue_s, 0.0) + t.queue_s;  // a route may run the queue more than once
+    st.inference_s = std::max(st.inference_s, 0.0) + t.inference_s;
+    st.ran = std::chrono::steady_clock::now();
+  }
+
   // Wraps a handler: API key, readiness, the concurrency limit, errors as JSON.
   using Handler = std::function<void(const httplib::Request&, httplib::Response&)>;
   httplib::Server::Handler guard(Handler h, bool model_route) {
@@ -573,7 +597,7 @@ class Server {
       tasks[i].ids = std::move(t.ids);
       tasks[i].token_type_ids = std::move(t.token_type_ids);
     }
-    metrics_.observe_tokenization(seconds_since(t0));
+    observe_tokenization(seconds_since(t0));
     return tasks;
   }
   std::vector<Task> embed_tasks(const EmbedRequest& r, int64_t op, const char* field) {
@@ -633,7 +657,7 @@ class Server {
       tasks[i].ids = e.input_ids;
       tasks[i].token_type_ids = e.token_type_ids;
     }
-    metrics_.observe_tokenization(seconds_since(t0));
+    observe_tokenization(seconds_since(t0));
     return tasks;
   }
 
@@ -703,6 +727,7 @@ class Server {
   void routes() {
     svr_.set_pre_routing_handler([](const httplib::Request&, httplib::Response&) {
       request_start() = std::chrono::steady_clock::now();
+      stage_times() = StageTimes{};
       return httplib::Server::HandlerResponse::Unhandled;
     });
     if (!o_.cors_allow_origin.empty()) {
@@ -749,8 +774,17 @@ class Server {
       std::tm tm;
       gmtime_r(&now, &tm);
       std::strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", &tm);
-      std::fprintf(stderr, "%s %s \"%s %s\" %d %zu %.1fms\n", when, req.remote_addr.c_str(), req.method.c_str(),
-                   req.path.c_str(), res.status, res.body.size(), ms);
+      // A model request also says where its time went (as text-embeddings-inference logs it): tokenization,
+      // waiting in the queue, the model's batches, and the answer (serialising and writing it).
+      const StageTimes st = std::exchange(stage_times(), StageTimes{});  // a request httplib answers itself
+                                                                         // (413) skips the pre-routing reset
+      char stages[160] = "";
+      if (st.inference_s >= 0)
+        std::snprintf(stages, sizeof stages, " (tokenize %.1fms, queue %.1fms, model %.1fms, answer %.1fms)",
+                      std::max(st.tokenize_s, 0.0) * 1e3, st.queue_s * 1e3, st.inference_s * 1e3,
+                      seconds_since(st.ran) * 1e3);
+      std::fprintf(stderr, "%s %s \"%s %s\" %d %zu %.1fms%s\n", when, req.remote_addr.c_str(), req.method.c_str(),
+                   req.path.c_str(), res.status, res.body.size(), ms, stages);
     });
 
     // The page is static (no model data) and needs no key: a browser cannot send one for the page itself; its
@@ -779,7 +813,7 @@ class Server {
                   need_embedder();
                   check_dimensions(r);
                   std::vector<Task> tasks = embed_tasks(r, kOpEmbed, "inputs");
-                  queue_->run(tasks, client_gone(req));
+                  run_queued(tasks, req);
                   json out = json::array();
                   for (Task& t : tasks) out.push_back(finish(std::move(t.vector), r.dimensions, r.normalize));
                   send_json(res, 200, out);
@@ -788,7 +822,7 @@ class Server {
           guard([this](const httplib::Request& req, httplib::Response& res) {
                   EmbedRequest r = parse_embed_request(req.body, limits_, EmbedRoute::EmbedAll);
                   std::vector<Task> tasks = embed_tasks(r, kOpEmbedAll, "inputs");
-                  queue_->run(tasks, client_gone(req));
+                  run_queued(tasks, req);
                   json out = json::array();
                   for (Task& t : tasks) {
                     // Token vectors are the encoder's width, which a sentence-transformers Dense may change.
@@ -806,7 +840,7 @@ class Server {
                   need_embedder();
                   check_dimensions(r);
                   std::vector<Task> tasks = embed_tasks(r, kOpEmbed, "input");
-                  queue_->run(tasks, client_gone(req));
+                  run_queued(tasks, req);
                   json data = json::array();
                   int64_t tokens = 0;
                   for (size_t i = 0; i < tasks.size(); ++i) {
@@ -830,7 +864,7 @@ class Server {
                   r.truncate_left = s.truncate_left;
                   r.prompt_name = s.prompt_name;
                   std::vector<Task> tasks = embed_tasks(r, kOpEmbed, "inputs");
-                  queue_->run(tasks, client_gone(req));
+                  run_queued(tasks, req);
                   const std::vector<float> a = l2_normalized(tasks[0].vector);
                   json out = json::array();
                   for (size_t i = 1; i < tasks.size(); ++i) {
@@ -863,7 +897,7 @@ class Server {
                         t.tokens = std::move(e.tokens), t.special = std::move(e.special);
                         return t;
                       });
-                  queue_->run(tasks, client_gone(req));
+                  run_queued(tasks, req);
                   json out = json::array();
                   for (Task& t : tasks) {
                     json one = json::array();
@@ -894,7 +928,7 @@ class Server {
                     }
                     out.push_back(toks);
                   }
-                  metrics_.observe_tokenization(seconds_since(t0));
+                  observe_tokenization(seconds_since(t0));
                   send_json(res, 200, out);
                 }, true));
       // text-embeddings-inference /decode: the text of each list of ids.
@@ -920,7 +954,7 @@ class Server {
                   PredictRequest r = parse_predict_request(req.body, limits_);
                   std::vector<Task> tasks = logit_tasks(r.texts, &r.pairs, r.truncate.value_or(o_.auto_truncate),
                                                         r.single, "inputs");
-                  queue_->run(tasks, client_gone(req));
+                  run_queued(tasks, req);
                   const std::string fn = r.raw_scores ? "none" : "";  // "": the pipeline's default
                   const auto& labels = head_->labels();
                   json out = json::array();
@@ -949,7 +983,7 @@ class Server {
                   std::vector<std::string> queries(r.texts.size(), r.query);
                   std::vector<Task> tasks =
                       logit_tasks(queries, &r.texts, r.truncate.value_or(o_.auto_truncate), false, "texts");
-                  queue_->run(tasks, client_gone(req));
+                  run_queued(tasks, req);
                   const std::string fn = r.raw_scores ? "none" : C == 2 ? "softmax" : "";  // "": the default
                   std::vector<float> scores;
                   for (Task& t : tasks) {
@@ -1000,7 +1034,7 @@ class Server {
                     tasks[i].tokens = (int64_t)tasks[i].ids.size();
                     if (!r.target_prefix.empty()) tasks[i].target_prefix = r.target_prefix[i];
                   }
-                  metrics_.observe_tokenization(seconds_since(t0));
+                  observe_tokenization(seconds_since(t0));
                   // Generation fields: this request's tasks batch on their own, with its options.
                   int64_t key = 0;
                   if (r.generation || multilingual || r.alternatives > 0) {
@@ -1044,7 +1078,7 @@ class Server {
                       s->custom_.erase(key);
                     }
                   } forget{this, key};
-                  queue_->run(tasks, client_gone(req));
+                  run_queued(tasks, req);
                   json alt = json::array();
                   if (r.single) {
                     json out = {{"translatedText", tasks[0].text}};
@@ -1064,7 +1098,7 @@ class Server {
                   tasks[0].key = kOpAttention;
                   tasks[0].ids = translator_->encode_source(q, o_.auto_truncate);
                   tasks[0].tokens = (int64_t)tasks[0].ids.size();
-                  queue_->run(tasks, client_gone(req));
+                  run_queued(tasks, req);
                   res.set_content(tasks[0].json, "application/json");
                 }, true));
       add("GET", "/languages", "LibreTranslate /languages",
