@@ -14,7 +14,8 @@
 # queue, model, answer, and the total inside the server), the server's CPU per request split into the model
 # threads (the THREADS busiest) and the rest (HTTP), and how often a model thread went to sleep (voluntary
 # context switches: OpenMP threads waiting between parallel regions sleep after GOMP_SPINCOUNT spins and must be
-# woken again; tfm's default is 1,000, see BENCHMARKS.md; set GOMP_SPINCOUNT to compare).
+# woken again; tfm's default is 1,000, see BENCHMARKS.md). SERVE_SPINCOUNT=N runs the server alone with
+# GOMP_SPINCOUNT=N (the offline baselines keep theirs), to compare.
 set -euo pipefail
 BUILD=${1:-build}
 TFM=$(realpath "$BUILD/tfm")
@@ -93,7 +94,8 @@ eN=$( { /usr/bin/time -f %e "$TFM" embed --threads "$THREADS" --model "$MODEL" -
 offline_embed=$(python3 -c "print('%.1f' % (($N - 1) / max($eN - $e1, 1e-3)))")
 echo "offline tfm embed: $offline_embed sentences/s ($N lines: ${eN}s, one: ${e1}s incl. start-up)"
 
-"$TFM" serve --model "$MODEL" --port 0 --threads "$THREADS" --max-concurrent-requests 256 \
+SERVE_ENV=(); [ -n "${SERVE_SPINCOUNT:-}" ] && SERVE_ENV=(env GOMP_SPINCOUNT="$SERVE_SPINCOUNT")
+"${SERVE_ENV[@]}" "$TFM" serve --model "$MODEL" --port 0 --threads "$THREADS" --max-concurrent-requests 256 \
   2> "$WORK/serve.log" &
 SERVER=$!
 for _ in $(seq 300); do grep -q "model ready" "$WORK/serve.log" && break; sleep 0.1; done
