@@ -91,8 +91,8 @@ def test_finetune_regression(tmp_path):
     rows = "".join(f"{s} is {w},{v}\n" for s in ["the cat", "the dog", "the man", "people", "london", "the car"]
                    for w, v in [("good", 4), ("bad", 1)])
     (tmp_path / "train.csv").write_text("text,label\n" + rows)
-    s = tfm.finetune(f"{FIX}/heads_seqcls", str(tmp_path / "train.csv"), str(tmp_path / "reg"), epochs=3,
-                     batch_size=4, lr=2e-3, seed=3, threads=1, eval=str(tmp_path / "train.csv"),
+    s = tfm.finetune(f"{FIX}/heads_seqcls", str(tmp_path / "train.csv"), str(tmp_path / "reg"), epochs=10,
+                     batch_size=4, lr=1e-2, seed=3, threads=1, eval=str(tmp_path / "train.csv"),
                      problem_type="regression")
     assert s.loss == "MSELoss" and s.labels == ["LABEL_0"]
     assert list(s.best_eval_metrics) == ["eval_loss", "eval_pearson", "eval_spearmanr"]
@@ -100,8 +100,11 @@ def test_finetune_regression(tmp_path):
     cfg = json.loads((tmp_path / "reg" / "config.json").read_text())
     assert cfg["problem_type"] == "regression" and cfg["id2label"] == {"0": "LABEL_0"}
     clf = tfm.Classifier(str(tmp_path / "reg"))
-    good, bad = (row["score"] for row in clf.classify(["the cat is good", "the cat is bad"]))
+    texts = ["the cat is good", "the cat is bad"]
+    good, bad = (row["score"] for row in clf.classify(texts))
     assert good > 1.5 and good > bad  # a score on the labels' scale, not a probability
+    raw = [row["score"] for row in clf.classify(texts, function="none")]
+    assert [good, bad] == raw  # the pipeline applies no function for problem_type regression
     (tmp_path / "bad.csv").write_text("text,label\nthe cat is good,4\nthe cat is bad,low\n")
     with pytest.raises(ValueError, match="label 'low' in column 'label' is not a number"):
         tfm.finetune(f"{FIX}/heads_seqcls", str(tmp_path / "bad.csv"), str(tmp_path / "o"), problem_type="regression")
