@@ -31,6 +31,17 @@ inline ::testing::AssertionResult close_to(const float* got, const Tensor& want,
   return all_close(got, want.f32(), want.numel(), (float)(rel * std::max(scale, 1e-3)));
 }
 
+// ||got - want|| / ||want|| over all elements (a bf16 run's gradients against fp32's).
+inline double relative_difference(const std::vector<float>& got, const std::vector<float>& want) {
+  double diff = 0, norm = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    const double d = (double)got[i] - want[i];
+    diff += d * d;
+    norm += (double)want[i] * want[i];
+  }
+  return std::sqrt(diff / norm);
+}
+
 // The key projection's bias adds q . b_k to every score of a query row, which softmax cancels: its gradient is 0
 // in exact arithmetic, rounding noise on both sides (and Adam turns that noise into steps of +-lr).
 inline bool is_key_bias(const std::string& name) {
