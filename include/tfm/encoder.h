@@ -21,7 +21,8 @@ struct EncoderOptions {
   /// fp32. "" (default): as the folder stores it, int8 for a folder from `tfm convert --dtype int8` (weights
   /// used as stored), else fp32; such a folder asked for "fp32" or "bf16" is dequantised (w = q * scale) and
   /// computes in that type. dtype() reports the type used. Any other value throws std::invalid_argument naming
-  /// the accepted ones; a CPU without a oneDNN kernel for it throws std::runtime_error.
+  /// the accepted ones. On a CPU without native bf16 / int8 products the weights of that type are multiplied in
+  /// fp32 (tfm::native_dtype).
   std::string dtype;
   /// OpenMP threads (kernels and oneDNN GEMMs) of each call, set on the calling thread (0 = the process default:
   /// OMP_NUM_THREADS, else all cores).
@@ -53,6 +54,10 @@ struct EncoderOptions {
   /// `seed`), for demos and tests without a checkpoint.
   bool random_weights = false;
   uint64_t seed = 0;
+  /// false: the folder's tokenizer is not loaded (a caller that tokenizes with its own tfm::Tokenizer saves the
+  /// second load, about 10 ms for a 30,522-token WordPiece vocabulary); tokenize(), embed() of texts and
+  /// tokenizer() then throw std::runtime_error as for a folder without tokenizer files.
+  bool load_tokenizer = true;
 };
 
 struct ForwardOptions {

@@ -203,7 +203,8 @@ Encoder::Encoder(const std::string& model, const EncoderOptions& options) : impl
   } else if (!options.pooling.empty()) {
     impl_->plain_pooling("");  // throws for an unknown mode
   }
-  if (fs::exists(model_dir + "/tokenizer.json", ec) || fs::exists(model_dir + "/vocab.txt", ec)) {
+  if (options.load_tokenizer &&
+      (fs::exists(model_dir + "/tokenizer.json", ec) || fs::exists(model_dir + "/vocab.txt", ec))) {
     impl_->tokenizer.emplace(model_dir);
     const int64_t tv = impl_->tokenizer->vocab_size(), mv = impl_->config().vocab_size;
     if (tv > mv)

@@ -106,6 +106,7 @@ void add_encode_command(CLI::App& app) {
     eo.dtype = o->dtype;
     eo.threads = o->threads;
     eo.pipeline = "none";  // the encoder's own outputs, whatever modules.json says
+    eo.load_tokenizer = false;  // `tok` above tokenizes; its vocabulary was checked against the config
     eo.config_path = config_path;
     if (o->init != "random") {
       // model.safetensors, pytorch_model.bin or the .index.json of shards of either (models/checkpoint_weights.h
