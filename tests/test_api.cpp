@@ -65,6 +65,24 @@ TEST(Api, EncoderDtypesStayCloseToPyTorchFp32) {
   EXPECT_EQ(tfm::Encoder(fixture("bert"), tfm::EncoderOptions{"bfloat16", 1}).dtype(), "bf16");
 }
 
+// load_tokenizer = false (tfm encode tokenizes with its own Tokenizer): the same forward, and no tokenizer.
+TEST(Api, EncoderWithoutItsTokenizerForwardsTheSame) {
+  const std::string dir = fixture("heads_seqcls");  // a BERT folder with vocab.txt
+  tfm::EncoderOptions o;
+  tfm::Encoder with(dir, o);
+  ASSERT_TRUE(with.has_tokenizer());
+  const std::vector<int64_t> ids = with.tokenizer().encode("a cat on a mat").input_ids;
+  const tfm::EncoderInputs in{ids.data(), nullptr, nullptr, 1, (int64_t)ids.size()};
+  const tfm::FloatArray want = with.forward(in);
+  o.load_tokenizer = false;
+  tfm::Encoder enc(dir, o);
+  EXPECT_FALSE(enc.has_tokenizer());
+  EXPECT_THROW(enc.tokenizer(), std::runtime_error);
+  const tfm::FloatArray got = enc.forward(in);
+  ASSERT_EQ(got.numel(), want.numel());
+  EXPECT_TRUE(std::equal(got.data(), got.data() + got.numel(), want.data()));
+}
+
 TEST(Api, EncoderIsSafeToShareBetweenThreads) {
   BertGolden g;
   tfm::Encoder enc(fixture("bert"), tfm::EncoderOptions{"fp32", 2});
