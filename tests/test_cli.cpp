@@ -518,6 +518,54 @@ TEST(CliBadInput, EncodeNaNWeight) {
   EXPECT_FALSE(fs::exists(dir + "/o.npy"));
 }
 
+// Embedding tables are read in place and checked row by row as forward gathers them, which is what PyTorch
+// propagates: a NaN in the row of a token the text does not use changes no output byte; an infinity in the row of
+// [CLS] (id 2) or of position 1 is refused naming the table and the row, and no output is written.
+TEST(CliBadInput, NonFiniteEmbeddingRowRefusedWhenGathered) {
+  ScopedDir tmp;
+  const std::string& dir = tmp.path;
+  std::string m = make_bert_dir(dir);
+  RunResult clean = run_tfm(dir, {"encode", "--model", m, "--text", "the cat", "-o", dir + "/clean.npy"});
+  ASSERT_EQ(clean.exit_code, 0) << describe(clean);
+  std::vector<std::pair<std::string, Tensor>> original;
+  {
+    SafeTensors st = SafeTensors::open(m + "/model.safetensors");
+    for (const auto& name : st.names()) original.emplace_back(name, st.get(name).clone());
+  }
+  // Writes the file with element `col` of row `row` of the table named `table` set to `v`.
+  auto poke = [&](const std::string& table, int64_t row, int64_t col, float v) {
+    std::vector<std::pair<std::string, Tensor>> tensors;
+    bool found = false;
+    for (const auto& [name, t] : original) {
+      Tensor c = t.clone();
+      if (name.find(table) != std::string::npos) {
+        c.f32()[row * c.size(1) + col] = v;
+        found = true;
+      }
+      tensors.emplace_back(name, c);
+    }
+    ASSERT_TRUE(found) << table;
+    save_safetensors(m + "/model.safetensors", tensors);
+  };
+  poke("embeddings.word_embeddings.weight", 4, 2, std::nanf(""));  // [MASK]: not in "[CLS] the cat [SEP]"
+  RunResult r = run_tfm(dir, {"encode", "--model", m, "--text", "the cat", "-o", dir + "/o.npy"});
+  ASSERT_EQ(r.exit_code, 0) << describe(r);
+  EXPECT_TRUE(read_file(dir + "/o.npy") == read_file(dir + "/clean.npy"));
+  poke("embeddings.position_embeddings.weight", 30, 0, std::nanf(""));  // position 30: beyond the 4 tokens
+  r = run_tfm(dir, {"encode", "--model", m, "--text", "the cat", "-o", dir + "/o2.npy"});
+  ASSERT_EQ(r.exit_code, 0) << describe(r);
+  EXPECT_TRUE(read_file(dir + "/o2.npy") == read_file(dir + "/clean.npy"));
+
+  poke("embeddings.word_embeddings.weight", 2, 5, INFINITY);
+  r = run_tfm(dir, {"encode", "--model", m, "--text", "the cat", "-o", dir + "/o3.npy"});
+  expect_clean_error(r, "embedding table 'embeddings.word_embeddings.weight': row 2 contains NaN or Inf at column 5");
+  EXPECT_FALSE(fs::exists(dir + "/o3.npy"));
+  poke("embeddings.position_embeddings.weight", 1, 7, -INFINITY);
+  r = run_tfm(dir, {"encode", "--model", m, "--text", "the cat", "-o", dir + "/o4.npy"});
+  expect_clean_error(r, "embedding table 'embeddings.position_embeddings.weight': row 1 contains NaN or Inf at column 7");
+  EXPECT_FALSE(fs::exists(dir + "/o4.npy"));
+}
+
 // The packed copy is what is checked (the file is read once, by the packing): an infinity in a Linear packed
 // alone (n == 1), in the fused QKV, and packed for each compute type, is refused naming the tensor and element.
 TEST(CliBadInput, NonFiniteWeightRefusedWhateverThePacking) {

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -126,6 +127,42 @@ TEST(CheckpointWeights, EveryFormHoldsTheSafetensorsTwin) {
   }
   EXPECT_EQ(CheckpointWeights::find(tp("bert_bin")), tp("bert_bin") + "/pytorch_model.bin");
   EXPECT_EQ(CheckpointWeights::find(tp("bert_st_sharded")), tp("bert_st_sharded") + "/model.safetensors.index.json");
+}
+
+// What the safetensors shards of a folder hand out through CheckpointWeights, as SafeTensorsWeights does: values
+// in place without the NaN / Inf check (get_unchecked; get() still refuses), raw BF16 values (get_bf16, which marks
+// them used), and page releasers for their own bytes only.
+TEST(CheckpointWeights, SafetensorsShardsHandOutUncheckedRawBf16AndReleasers) {
+  TempFolder tmp;
+  const std::vector<uint16_t> bf = {0x3f80, 0xc000, 0x3f00, 0x4040};  // 1, -2, 0.5, 3
+  RawTensor b{"b", "BF16", {2, 2}, std::vector<unsigned char>(8)};
+  std::memcpy(b.bytes.data(), bf.data(), 8);
+  Tensor nan_w = Tensor::zeros({3});
+  nan_w.f32()[1] = std::nanf("");
+  RawTensor w{"w", "F32", {3}, std::vector<unsigned char>(12)};
+  std::memcpy(w.bytes.data(), nan_w.f32(), 12);
+  save_safetensors_raw(tmp.path + "/model.safetensors", {b, w});
+  CheckpointWeights cw(tmp.path);
+
+  Tensor u = cw.get_unchecked("w", {3});
+  EXPECT_TRUE(std::isnan(u.f32()[1]));
+  try {
+    cw.get("w", {3});
+    FAIL() << "get() must refuse the NaN";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("'w' contains NaN or Inf at element 1"), std::string::npos) << e.what();
+  }
+
+  EXPECT_EQ(cw.unused(), (std::vector<std::string>{"b"}));
+  const uint16_t* raw = cw.get_bf16("b", {2, 2}, {});
+  ASSERT_NE(raw, nullptr);
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(raw[i], bf[i]) << i;
+  EXPECT_TRUE(cw.unused().empty());
+  EXPECT_EQ(cw.get_bf16("w", {3}, {}), nullptr);  // stored F32: get() converts instead
+
+  EXPECT_TRUE(static_cast<bool>(cw.bytes_releaser(raw, 8)));  // the file's bytes: kept until released
+  const std::vector<uint16_t> elsewhere(4);
+  EXPECT_FALSE(static_cast<bool>(cw.bytes_releaser(elsewhere.data(), 8)));  // not the file's: the caller copies
 }
 
 TEST(CheckpointWeights, ShapeMismatchAndMissingNameTheShard) {

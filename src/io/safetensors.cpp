@@ -209,6 +209,11 @@ std::function<void()> SafeTensors::page_releaser(const void* data, size_t bytes)
   return [mapping = mapping_, size = map_size_, data, bytes] { release_mapped_pages(mapping.get(), size, data, bytes); };
 }
 
+bool SafeTensors::holds(const void* data, size_t bytes) const {
+  const auto base = reinterpret_cast<uintptr_t>(mapping_.get()), p = reinterpret_cast<uintptr_t>(data);
+  return base && p >= base && p + bytes <= base + map_size_;
+}
+
 std::vector<std::string> SafeTensors::names() const {
   std::vector<std::string> out;
   out.reserve(entries_.size());

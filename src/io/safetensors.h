@@ -45,6 +45,8 @@ class SafeTensors {
   // release_pages for later: a function that drops those pages when called, and keeps the mapping alive until
   // then (valid after this object is gone). A no-op function for memory outside the mapping.
   std::function<void()> page_releaser(const void* data, size_t bytes) const;
+  // Whether data[bytes] lies inside this file's mapping (values get() handed out in place).
+  bool holds(const void* data, size_t bytes) const;
   // The stored bytes of `name` (any dtype, e.g. the I8 weights of `tfm convert --dtype int8`), inside the
   // mapping: valid while this object or a tensor from get() lives. Throws like get() if missing.
   const unsigned char* raw_data(const std::string& name) const { return data_ + entry(name).begin; }

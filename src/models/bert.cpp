@@ -70,14 +70,13 @@ class Bert : public EncoderModel {
     const int64_t H = c.hidden_size;
     const nn::Vars vb(w, variant.aliases ? variant.aliases : bert_aliases);
     const nn::Vars emb = vb.prefix("embeddings");
-    word_ = emb.prefix("word_embeddings").get("weight", {c.vocab_size, H});
-    pos_ = emb.prefix("position_embeddings").get("weight", {c.max_position_embeddings, H});
-    if (variant.token_type_embeddings) type_ = emb.prefix("token_type_embeddings").get("weight", {c.type_vocab_size, H});
+    // Read in place and unchecked: forward reads only the rows of the ids it sees, and checks those
+    // (detail::check_gathered_rows).
+    word_ = emb.prefix("word_embeddings").get_unchecked("weight", {c.vocab_size, H});
+    pos_ = emb.prefix("position_embeddings").get_unchecked("weight", {c.max_position_embeddings, H});
+    if (variant.token_type_embeddings)
+      type_ = emb.prefix("token_type_embeddings").get_unchecked("weight", {c.type_vocab_size, H});
     emb_ln_ = nn::LayerNorm::load(emb.prefix("LayerNorm"), H, (float)c.layer_norm_eps);
-    // Loading read every page (the finite check); forward reads only the rows of the ids it sees, so the pages
-    // are dropped and fault back in from the file on use. The views stay valid.
-    for (const nn::Param* t : {&word_, &pos_, &type_})
-      if (t->defined()) vb.release(*t);
     auto layer = variant.layer ? variant.layer : bert_layer;
     for (int64_t l = 0; l < c.num_hidden_layers; ++l)
       layers_.push_back(layer(vb.prefix(variant.layers).prefix(l), c, ct, /*trainable=*/false));
@@ -126,6 +125,12 @@ class Bert : public EncoderModel {
         for (int64_t h = 0; h < H; ++h) X[n * H + h] = w[h] + p[h];
       }
     }
+    std::vector<detail::GatheredTable> tables = {
+        {"embeddings.word_embeddings.weight", we, [&](int64_t n) { return ids[n]; }},
+        {"embeddings.position_embeddings.weight", pe,
+         [&](int64_t n) { return position_ids.empty() ? n % L : position_ids[n]; }}};
+    if (te) tables.push_back({"embeddings.token_type_embeddings.weight", te, [&](int64_t n) { return tt ? tt[n] : 0; }});
+    detail::check_gathered_rows(X, N, H, tables);
     emb_ln_.forward_inference(X, X, N);
     if (all_layers) std::memcpy(hs.f32(), X, sizeof(float) * N * H);
     t_emb.stop();

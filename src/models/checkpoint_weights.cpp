@@ -78,6 +78,16 @@ const Shape& CheckpointWeights::shape_of(const std::string& name) const {
 }
 
 Tensor CheckpointWeights::get(const std::string& name, const Shape& shape, const std::vector<std::string>& aliases) {
+  return fetch(name, shape, aliases, /*checked=*/true);
+}
+
+Tensor CheckpointWeights::get_unchecked(const std::string& name, const Shape& shape,
+                                        const std::vector<std::string>& aliases) {
+  return fetch(name, shape, aliases, /*checked=*/false);
+}
+
+Tensor CheckpointWeights::fetch(const std::string& name, const Shape& shape, const std::vector<std::string>& aliases,
+                                bool checked) {
   std::string found;
   if (has(name)) found = name;
   for (size_t i = 0; found.empty() && i < aliases.size(); ++i)
@@ -93,7 +103,7 @@ Tensor CheckpointWeights::get(const std::string& name, const Shape& shape, const
   }
   Shard& s = shards_[owner_.at(found)];
   used_.insert(found);
-  if (s.st) return s.st->get(found, shape);
+  if (s.st) return checked ? s.st->get(found, shape) : s.st->get_unchecked(found, shape);
   const TorchCheckpoint& pt = *s.pt;
   if (pt.shape_of(found) != shape)
     throw std::runtime_error(pt.path() + ": tensor '" + found + "' has shape " + shape_str(pt.shape_of(found)) +
@@ -102,6 +112,7 @@ Tensor CheckpointWeights::get(const std::string& name, const Shape& shape, const
   if (dt != "F32" && dt != "F16" && dt != "BF16" && dt != "F64")
     throw std::runtime_error(pt.path() + ": tensor '" + found + "' has dtype " + dt + ", expected a floating-point type");
   Tensor t = pt.get(found);
+  if (!checked) return t;
   // As SafeTensorsWeights: a NaN or Inf weight is refused rather than hidden by masking.
   const float* p = t.f32();
   for (int64_t i = 0; i < t.numel(); ++i)
@@ -145,6 +156,34 @@ ops::ComputeType CheckpointWeights::stored_compute_type() const {
   for (const auto& s : shards_)
     if (s.st && s.st->stored_compute_type() != ops::ComputeType::F32) return s.st->stored_compute_type();
   return ops::ComputeType::F32;
+}
+
+const uint16_t* CheckpointWeights::get_bf16(const std::string& name, const Shape& shape,
+                                            const std::vector<std::string>& aliases) {
+  std::vector<std::string> all = {name};
+  all.insert(all.end(), aliases.begin(), aliases.end());
+  for (const auto& n : all) {
+    auto it = owner_.find(n);
+    if (it == owner_.end()) continue;
+    if (!shards_[it->second].st) return nullptr;
+    const uint16_t* p = shards_[it->second].st->get_bf16(n, shape, {});
+    if (p) used_.insert(n);
+    return p;
+  }
+  return nullptr;
+}
+
+std::function<void()> CheckpointWeights::releaser(const Tensor& t) {
+  if (!t.defined() || t.dtype() != DType::F32) return [] {};
+  for (auto& s : shards_)
+    if (s.st && s.st->file().holds(t.f32(), t.nbytes())) return s.st->releaser(t);
+  return [] {};
+}
+
+std::function<void()> CheckpointWeights::bytes_releaser(const void* data, size_t bytes) {
+  for (auto& s : shards_)
+    if (s.st && s.st->file().holds(data, bytes)) return s.st->bytes_releaser(data, bytes);
+  return {};
 }
 
 void CheckpointWeights::release(const Tensor& t) {

@@ -29,6 +29,13 @@ class CheckpointWeights : public WeightSource {
   // As WeightSource; errors name the shard that holds the tensor. pytorch_model.bin tensors of any floating
   // dtype (F32, F16, BF16, F64) are read as F32, like SafeTensorsWeights; integer tensors are refused.
   Tensor get(const std::string& name, const Shape& shape, const std::vector<std::string>& aliases = {}) override;
+  // As the shard's: a safetensors shard hands out its mapped values without the NaN / Inf check, its raw bf16
+  // values and page releasers (without these a model read through this class checked every Linear weight twice,
+  // widened `tfm convert --dtype bf16` weights to fp32 before packing them, and never dropped the file's pages).
+  Tensor get_unchecked(const std::string& name, const Shape& shape, const std::vector<std::string>& aliases = {}) override;
+  const uint16_t* get_bf16(const std::string& name, const Shape& shape, const std::vector<std::string>& aliases) override;
+  std::function<void()> releaser(const Tensor& t) override;
+  std::function<void()> bytes_releaser(const void* data, size_t bytes) override;
   void release(const Tensor& t) override;
   bool has(const std::string& name) const override { return owner_.count(name) != 0; }
   void release_bytes(const void* data, size_t bytes) override;
@@ -61,6 +68,7 @@ class CheckpointWeights : public WeightSource {
     std::string path;
   };
   void add_shard(const std::string& file, const std::vector<std::string>* expected);
+  Tensor fetch(const std::string& name, const Shape& shape, const std::vector<std::string>& aliases, bool checked);
 
   std::string path_;
   std::vector<Shard> shards_;

@@ -136,7 +136,9 @@ void read_modernbert(const nn::Vars& vb, const EncoderConfig& c, const ModernBer
                      const LoadLinear& load_linear) {
   const int64_t H = c.hidden_size, I = c.intermediate_size;
   const float eps = (float)m.norm_eps;
-  tok = vb.prefix("embeddings.tok_embeddings").get("weight", {c.vocab_size, H});
+  // Unchecked from a file: inference reads only the rows of its ids and checks those (detail::check_gathered_rows);
+  // a ParamStore registers it as get() would.
+  tok = vb.prefix("embeddings.tok_embeddings").get_unchecked("weight", {c.vocab_size, H});
   emb_norm = nn::LayerNorm::load(vb.prefix("embeddings.norm"), H, eps, m.norm_bias);
   for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
     const nn::Vars lv = vb.prefix("layers").prefix(i);
@@ -168,7 +170,6 @@ class ModernBert : public EncoderModel {
     const nn::Vars vb(w, modernbert_aliases);
     read_modernbert(vb, c, m_, tok_, emb_norm_, layers_, final_norm_,
                     [ct](const nn::Vars& v, int64_t in, int64_t out, bool bias) { return load_linear(v, in, out, bias, ct); });
-    vb.release(tok_);  // forward reads only the rows of its ids
   }
 
   EncoderOutput forward(const Tensor& input_ids, const Tensor& token_type_ids, const Tensor& attention_mask,
@@ -229,6 +230,8 @@ class ModernBert : public EncoderModel {
     {
       OpTimer t("embeddings");
       ops::embedding_forward(X, ids.data(), tok_.data(), T, c.vocab_size, H);
+      detail::check_gathered_rows(X, T, H, {{"embeddings.tok_embeddings.weight", tok_.data(),
+                                              [&](int64_t n) { return ids[n]; }}});
       emb_norm_.forward_inference(X, X, T);
     }
     if (all_layers) std::memcpy(hs.f32(), X, sizeof(float) * N * H);

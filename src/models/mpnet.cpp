@@ -71,10 +71,10 @@ class MPNet : public EncoderModel {
     const int64_t H = c.hidden_size;
     const nn::Vars vb(w, mpnet_aliases);
     const nn::Vars emb = vb.prefix("embeddings");
-    word_ = emb.prefix("word_embeddings").get("weight", {c.vocab_size, H});
-    pos_ = emb.prefix("position_embeddings").get("weight", {c.max_position_embeddings, H});
+    // Read in place and unchecked: forward reads only the rows it needs and checks those.
+    word_ = emb.prefix("word_embeddings").get_unchecked("weight", {c.vocab_size, H});
+    pos_ = emb.prefix("position_embeddings").get_unchecked("weight", {c.max_position_embeddings, H});
     emb_ln_ = nn::LayerNorm::load(emb.prefix("LayerNorm"), H, (float)c.layer_norm_eps);
-    for (const nn::Param* t : {&word_, &pos_}) vb.release(*t);  // forward reads only the rows it needs
     rel_bias_ = vb.prefix("encoder.relative_attention_bias")
                     .get("weight", {c.relative_attention_num_buckets, c.num_attention_heads});
     for (int64_t l = 0; l < c.num_hidden_layers; ++l)
@@ -116,6 +116,9 @@ class MPNet : public EncoderModel {
       const float* pr = pe + position_ids[n] * H;
       for (int64_t h = 0; h < H; ++h) X[n * H + h] = wr[h] + pr[h];
     }
+    detail::check_gathered_rows(X, N, H,
+                                {{"embeddings.word_embeddings.weight", we, [&](int64_t n) { return ids[n]; }},
+                                 {"embeddings.position_embeddings.weight", pe, [&](int64_t n) { return position_ids[n]; }}});
     emb_ln_.forward_inference(X, X, N);
     if (all_layers) std::memcpy(hs.f32(), X, sizeof(float) * N * H);
     t_emb.stop();

@@ -46,11 +46,10 @@ class TutorialEncoder : public EncoderModel {
     config_ = c;
     const int64_t H = c.hidden_size;
     const nn::Vars vb(w);
-    tok_ = vb.prefix("embeddings.token_embeddings").get("weight", {c.vocab_size, H});
-    pos_ = vb.prefix("embeddings.position_embeddings").get("weight", {c.max_position_embeddings, H});
+    // Read in place and unchecked: forward reads only the rows it needs and checks those.
+    tok_ = vb.prefix("embeddings.token_embeddings").get_unchecked("weight", {c.vocab_size, H});
+    pos_ = vb.prefix("embeddings.position_embeddings").get_unchecked("weight", {c.max_position_embeddings, H});
     emb_ln_ = nn::LayerNorm::load(vb.prefix("embeddings.layer_norm"), H, 1e-12f);  // fixed in the reference module
-    vb.release(tok_);  // pages fault back in from the file for the rows forward reads
-    vb.release(pos_);
     for (int64_t l = 0; l < c.num_hidden_layers; ++l) layers_.push_back(tutorial_layer(vb.prefix("layers").prefix(l), c, ct));
   }
 
@@ -79,6 +78,9 @@ class TutorialEncoder : public EncoderModel {
       const float* p = pos_.data() + (n % L) * H;
       for (int64_t h = 0; h < H; ++h) X[n * H + h] = t[h] + p[h];
     }
+    detail::check_gathered_rows(X, N, H,
+                                {{"embeddings.token_embeddings.weight", tok_.data(), [&](int64_t n) { return ids[n]; }},
+                                 {"embeddings.position_embeddings.weight", pos_.data(), [&](int64_t n) { return n % L; }}});
     emb_ln_.forward_inference(X, X, N);
     if (all_layers) std::memcpy(hs.f32(), X, sizeof(float) * N * H);
 

@@ -9,6 +9,7 @@
 #include <deque>
 #include <exception>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "cli_util.h"
@@ -38,10 +39,22 @@ static void keep_standard_fds_reserved() {
 // ~7x faster under contention; fully passive waiting costs 40% when idle (BENCHMARKS.md). libgomp reads the
 // setting once, in its initializer, before main (and libc resets the environment after any earlier hook), so
 // tfm re-executes itself once with the setting. Values the user set are kept; if the exec fails, tfm goes on.
-static void default_omp_spin_count(char** argv) {
+// Commands that run at most one batch (encode, tokenize, convert, ...) skip it: the second start-up costs ~13 ms
+// (loading the shared libraries again), a tenth of a one-sentence `tfm encode`, and they have few barriers to
+// wait at. The binary is re-executed by its own path, so that the process keeps its name ("tfm", not "exe").
+static void default_omp_spin_count(int argc, char** argv) {
   if (std::getenv("OMP_WAIT_POLICY") || std::getenv("GOMP_SPINCOUNT")) return;
+  const std::string_view cmd = argc > 1 ? argv[1] : "";
+  for (const char* brief : {"", "tokenize", "encode", "convert", "bleu", "data", "download", "--version", "--help",
+                            "-h", "--help-all"})
+    if (cmd == brief) return;
+  char self[4096];
+  const ssize_t n = ::readlink("/proc/self/exe", self, sizeof self - 1);
+  if (n <= 0) return;
+  self[n] = '\0';
   if (setenv("GOMP_SPINCOUNT", "1000", 1) != 0) return;
-  execv("/proc/self/exe", argv);
+  execv(self, argv);
+  unsetenv("GOMP_SPINCOUNT");  // the exec failed: go on with libgomp's default, as the environment says
 }
 
 // CLI11 reads an argument of the form "[a, b]" as a list of values (its vector syntax), also after "--": "[MASK]"
@@ -115,7 +128,7 @@ static int exit_with_help(const CLI::App& app, const CLI::Error& e) {
 
 int main(int argc, char** argv) {
   keep_standard_fds_reserved();
-  default_omp_spin_count(argv);
+  default_omp_spin_count(argc, argv);
   CLI::App app{"tfm: Transformer encoders and encoder-decoders in C++ (transformer.cpp).\n"
                "Run 'tfm <command> --help' for the options of a command."};
   app.require_subcommand(1);

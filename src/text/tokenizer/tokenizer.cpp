@@ -410,15 +410,23 @@ HfTokenizer HfTokenizer::from_file(const std::string& path) {
 HfTokenizer HfTokenizer::from_bert_vocab(const std::string& path, const BertOptions& o) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw std::runtime_error(path + ": cannot open");
-  Vocab vocab;
-  std::string line;
-  int64_t id = 0;
-  while (std::getline(in, line)) {
-    if (!line.empty() && line.back() == '\r') line.pop_back();
-    vocab[line] = id;  // a repeated token takes its last id, as in transformers' load_vocab
-    ++id;
-  }
+  std::ostringstream ss;  // read whole, then split into a map sized once (start-up of one-sentence commands)
+  ss << in.rdbuf();
   if (in.bad()) throw std::runtime_error(path + ": read error");
+  const std::string text = ss.str();
+  Vocab vocab;
+  vocab.reserve((size_t)std::count(text.begin(), text.end(), '\n') + 1);
+  int64_t id = 0;
+  for (size_t pos = 0; pos < text.size();) {
+    size_t end = text.find('\n', pos);
+    if (end == std::string::npos) end = text.size();
+    std::string_view line(text.data() + pos, end - pos);
+    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+    // A repeated token takes its last id, as in transformers' load_vocab.
+    vocab.insert_or_assign(std::string(line), id);
+    ++id;
+    pos = end + 1;
+  }
   if (id == 0) throw std::runtime_error(path + ": vocabulary file is empty");
   auto need = [&](const char* tok, const char* role) {
     auto it = vocab.find(tok);
