@@ -415,7 +415,20 @@ struct PackedLinear::Impl {
                                " matmul on this CPU (" + cpu_isa_name() + "): " + e.what() + "; use --dtype fp32");
     }
     weights_md = pd.weights_desc();
+    // A plain row-major [in, out] layout (oneDNN's gemm-based matmul: AVX2 CPUs) gets rows 64 bytes longer than
+    // out. With a row pitch that is a multiple of 1 KiB (768, 2304, 3072 fp32 columns: every BERT shape) the
+    // sgemm's panel reads fall into the same cache sets: [128, 768] x [768, 3072] ran at 80 GFLOP/s against 182
+    // padded on 2 Zen 3 cores, and a BERT-base forward at [1, 128] took 190 ms against 140 (BENCHMARKS.md,
+    // session 9). Below ~20 rows the product is bound by reading the weights from memory, and the same either way.
+    const dnnl_memory_desc_t& c = weights_md.data;
+    if (c.format_kind == dnnl_blocked && c.format_desc.blocking.inner_nblks == 0 &&
+        c.format_desc.blocking.strides[0] == out && c.format_desc.blocking.strides[1] == 1) {
+      const int64_t esize = (int64_t)memory::data_type_size(weight_type(ct));
+      weights_md = memory::desc({in, out}, weight_type(ct), memory::dims{out + 64 / esize, 1});
+    }
     weights = memory(weights_md, cpu_engine());
+    // The gaps are zero: all_finite() reads the whole buffer.
+    std::memset(weights.get_data_handle(), 0, weights_md.get_size());
     // W[out, in] row-major is the [in, out] matrix in column-major ("ba") order.
     memory user(memory::desc({in, out}, src_dt, tag::ba), cpu_engine(), const_cast<void*>(src));
     dnnl::reorder(user, weights).execute(cpu_stream(), user, weights);
