@@ -7,6 +7,7 @@
 #include <cstring>
 #include <exception>
 
+#include "core/profile.h"
 #include "core/threading.h"
 
 namespace tfm {
@@ -39,6 +40,7 @@ LossResult ReplicaSet::run(int shards, const std::function<LossResult(int shard,
         try {
           Seq2SeqModel& m = s == 0 ? model_ : *replicas_[s - 1];
           if (s > 0) {
+            OpTimer t("step: replica copy + zero_grad");
             m.params().all_data() = model_.params().all_data();
             m.params().zero_grad();
           }
@@ -49,6 +51,7 @@ LossResult ReplicaSet::run(int shards, const std::function<LossResult(int shard,
       }
     }
 #pragma omp barrier
+    OpTimer t("step: replica gradient sum");
     // The gradient sum, each thread over its slice of the flat buffer: g0 += g1, then += g2, ...
     const int64_t lo = n * tid / nt, hi = n * (tid + 1) / nt;
     float* __restrict dst = g0.data();
