@@ -60,22 +60,16 @@ std::pair<int64_t, int64_t> shard_range_padded(const std::vector<int64_t>& src_l
   for (int r = 0; r < world_size; ++r) {
     int64_t end = n;
     if (r < world_size - 1) {
-      // Grow the shard while its cost stays under an equal share of what is left; then take the boundary (before
-      // or after the row that crosses the share) whose cost is closer to the share.
-      const double share = cost(n - begin, suffix_src[begin], suffix_tgt[begin]) / (world_size - r);
+      // The boundary that minimises the larger of this shard's cost and the rest's (padded as one shard) spread
+      // over the remaining ranks: for two ranks the best split there is.
+      const int left = world_size - r - 1;
+      double best = cost(n - begin, suffix_src[begin], suffix_tgt[begin]) / left;  // an empty shard
       int64_t ls = 0, lt = 0;
       end = begin;
-      double below = 0;
-      while (end < n) {
-        const int64_t ls2 = std::max(ls, src_len[end]), lt2 = std::max(lt, tgt_len[end]);
-        const double c = cost(end + 1 - begin, ls2, lt2);
-        if (c > share) {
-          if (c - share < share - below) ++end;
-          break;
-        }
-        below = c;
-        ls = ls2, lt = lt2;
-        ++end;
+      for (int64_t e = begin + 1; e <= n; ++e) {
+        ls = std::max(ls, src_len[e - 1]), lt = std::max(lt, tgt_len[e - 1]);
+        const double worst = std::max(cost(e - begin, ls, lt), cost(n - e, suffix_src[e], suffix_tgt[e]) / left);
+        if (worst < best) best = worst, end = e;
       }
     }
     if (r == rank) return {begin, end};

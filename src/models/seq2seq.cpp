@@ -68,7 +68,7 @@ void for_each_linear(Seq2SeqModules& m, F f) {
 
 // The teacher-forced forward's saved activations and the backward's buffers.
 struct Seq2SeqModel::Train {
-  nn::Buf enc_x0, dec_x0, enc_final, dec_final, logits, dlogits, d_enc_out, d_dec_x, dx_a, dx_b, row_weight,
+  nn::Buf enc_x0, dec_x0, enc_final, dec_final, logits, d_enc_out, d_dec_x, dx_a, dx_b, row_weight,
       token_loss;
 };
 
@@ -335,9 +335,10 @@ LossResult Seq2SeqModel::forward_backward(const Seq2SeqBatch& b, Rng* rng, float
   for (int64_t i = 0; i < B; ++i)
     for (int64_t s = 0; s < Lt && s < b.tgt_valid_len[i]; ++s) t.row_weight[i * Lt + s] = w;
   OpTimer t_ce("train: cross-entropy");
-  t.dlogits.resize(B * Lt * V);
   t.token_loss.resize(B * Lt);
-  ops::cross_entropy_forward_backward(t.token_loss.data(), t.dlogits.data(), t.logits.data(), b.labels,
+  // In place: t.logits becomes the gradient of the logits (the step's largest buffer, [B*Lt, V], held once).
+  float* dlogits = t.logits.data();
+  ops::cross_entropy_forward_backward(t.token_loss.data(), dlogits, t.logits.data(), b.labels,
                                       t.row_weight.data(), B * Lt, V, label_smoothing);
   for (int64_t i = 0; i < B * Lt; ++i) {
     if (t.row_weight[i] == 0.0f) continue;
@@ -349,7 +350,7 @@ LossResult Seq2SeqModel::forward_backward(const Seq2SeqBatch& b, Rng* rng, float
   // Backward through the decoder. dx_a / dx_b alternate as "gradient of this block's output / input".
   const float* dec_top = c.norm_first ? t.dec_final.data() : m_.decoder.back().out.data();
   resize_zero(t.d_dec_x, B * Lt * H);
-  m_.dense.backward(t.d_dec_x.data(), t.dlogits.data(), dec_top, B * Lt);
+  m_.dense.backward(t.d_dec_x.data(), dlogits, dec_top, B * Lt);
   t_outb.stop();
   OpTimer t_decb("train: decoder backward");
   if (c.norm_first) {
