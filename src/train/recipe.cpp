@@ -755,8 +755,8 @@ RecipeResult run_recipe(const RecipeConfig& cfg_in, const std::string& out, bool
   // Work per padded token of a shard, in multiply-adds of the forward (the backward's are proportional): a source
   // token goes through the encoder layers and the decoder's cross-attention keys and values, a target token
   // through the decoder layers and the output projection over the vocabulary (here 1.7x a source token's).
-  // Shards are balanced by it (dist::shard_range_padded): by token count alone, the rank with more, shorter rows
-  // did 3% more work and the other waited for it at the all-reduce.
+  // Shards are balanced by it (dist::shard_range_padded): a split by token count alone gives the rank with the
+  // shorter rows more rows, so more target tokens and more padding, and the other rank waits at the all-reduce.
   const double layer_cost = (double)mcfg.num_layers * (6.0 * mcfg.num_hiddens * mcfg.num_hiddens +
                                                        2.0 * mcfg.num_hiddens * mcfg.ffn_num_hiddens);
   const double src_cost = layer_cost, tgt_cost = layer_cost + (double)mcfg.num_hiddens * mcfg.tgt_vocab_size;
