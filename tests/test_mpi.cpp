@@ -177,6 +177,48 @@ TEST(MpiShards, DisjointCompleteAndBalancedByTokens) {
   EXPECT_THROW(dist::shard_range({1, 2}, 2, 2), std::invalid_argument);
 }
 
+// Shards balanced by padded work: contiguous and complete like shard_range, and with a target token costing 100
+// source tokens (the output projection) the ten rows of equal target length split five and five, where a split by
+// token count gives the rank with the shorter sources more rows.
+TEST(MpiShards, PaddedWorkSplitIsContiguousCompleteAndBalanced) {
+  Rng rng(11);
+  for (int trial = 0; trial < 300; ++trial) {
+    const int64_t rows = (int64_t)rng.below(40);
+    std::vector<int64_t> src(rows), tgt(rows);
+    for (int64_t i = 0; i < rows; ++i) src[i] = 1 + (int64_t)rng.below(60), tgt[i] = 1 + (int64_t)rng.below(60);
+    const double sc = 1 + rng.below(4), tc = 1 + rng.below(8);
+    auto cost = [&](int64_t b, int64_t e) {
+      int64_t ls = 0, lt = 0;
+      for (int64_t i = b; i < e; ++i) ls = std::max(ls, src[i]), lt = std::max(lt, tgt[i]);
+      return (double)(e - b) * (sc * ls + tc * lt);
+    };
+    for (int n = 1; n <= 5; ++n) {
+      int64_t next = 0;
+      for (int r = 0; r < n; ++r) {
+        auto [b, e] = dist::shard_range_padded(src, tgt, sc, tc, n, r);
+        ASSERT_EQ(b, next) << "shards must be contiguous, in rank order, without gaps or overlap";
+        ASSERT_LE(b, e);
+        next = e;
+      }
+      ASSERT_EQ(next, rows) << "every row must belong to a rank";
+    }
+    // Two ranks: the split with the smallest larger share (by brute force over every boundary).
+    auto [b, e] = dist::shard_range_padded(src, tgt, sc, tc, 2, 0);
+    EXPECT_EQ(b, 0);
+    double best = 1e300;
+    for (int64_t k = 0; k <= rows; ++k) best = std::min(best, std::max(cost(0, k), cost(k, rows)));
+    EXPECT_EQ(std::max(cost(0, e), cost(e, rows)), best) << "trial " << trial;
+  }
+  std::vector<int64_t> src(10), tgt(10, 10), tokens(10);
+  for (int64_t i = 0; i < 10; ++i) src[i] = i + 1, tokens[i] = src[i] + tgt[i];
+  EXPECT_EQ(dist::shard_range_padded(src, tgt, 1, 100, 2, 0), (std::pair<int64_t, int64_t>{0, 5}));
+  EXPECT_EQ(dist::shard_range_padded(src, tgt, 1, 100, 2, 1), (std::pair<int64_t, int64_t>{5, 10}));
+  EXPECT_GT(dist::shard_range(tokens, 2, 0).second, 5) << "by token count, rank 0 takes more of the short rows";
+  EXPECT_THROW(dist::shard_range_padded({1, 2}, {1}, 1, 1, 2, 0), std::invalid_argument);
+  EXPECT_THROW(dist::shard_range_padded({1}, {1}, 0, 1, 2, 0), std::invalid_argument);
+  EXPECT_THROW(dist::shard_range_padded({1}, {1}, 1, 1, 2, 2), std::invalid_argument);
+}
+
 // A communicator of 2 "ranks" that records the non-blocking sums it is asked to start (and sums nothing).
 struct RecordingComm final : dist::Communicator {
   std::vector<std::pair<int64_t, int64_t>> started;  // [begin, end) offsets into `base`, in start order

@@ -337,6 +337,13 @@ TEST(LabelSmoothingReference, RowsMatchTorchCrossEntropyWithIgnoredRows) {
   }
   // Every row, ignored ones included (PyTorch's gradient there is exactly 0).
   EXPECT_TRUE(test::all_close(dlogits, vec(fx.get("rows_dlogits")), 1e-6f, 1e-5f));
+  // In place (the gradient over the logits, as the seq2seq trainer runs it): the same loss and gradient, bit for bit.
+  std::vector<float> inplace(x.f32(), x.f32() + N * V), loss2(N);
+  ops::cross_entropy_forward_backward(loss2.data(), inplace.data(), inplace.data(), labels.data(), weight.data(), N, V,
+                                      eps);
+  EXPECT_EQ(inplace, dlogits);
+  for (int64_t n = 0; n < N; ++n)
+    if (weight[n] != 0.0f) EXPECT_EQ(loss2[n], loss[n]) << n;
 }
 
 TEST(LabelSmoothingReference, Seq2SeqLossAndGradientsMatchTorchForBothTrainers) {

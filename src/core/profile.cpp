@@ -3,6 +3,7 @@
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <mutex>
 
 namespace tfm {
@@ -28,6 +29,23 @@ std::vector<OpStat>& table() {
 
 void set_op_profiling(bool on) { enabled().store(on, std::memory_order_relaxed); }
 bool op_profiling() { return enabled().load(std::memory_order_relaxed); }
+
+bool op_profiling_cpu_time() {
+  static const bool cpu = [] {
+    const char* e = std::getenv("TFM_PROFILE");
+    return e && std::strcmp(e, "cpu") == 0;
+  }();
+  return cpu;
+}
+
+double op_profile_clock() {
+  if (op_profiling_cpu_time()) {
+    timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+  }
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
 
 void record_op_time(const char* name, double seconds) {
   std::lock_guard<std::mutex> lock(table_mutex());

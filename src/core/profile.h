@@ -4,7 +4,9 @@
 // code add their wall time to a process-wide table. Off by default; when off an OpTimer costs one relaxed atomic
 // load and no clock read. Turned on by set_op_profiling(true) or TFM_PROFILE=1 in the environment (read once).
 // Sections are timed on the calling thread around whole (internally parallel) ops, so nested timers would
-// double-count: the models time disjoint sections only.
+// double-count: the models time disjoint sections only. TFM_PROFILE=cpu times the calling thread's CPU time instead
+// of wall time (CLOCK_THREAD_CPUTIME_ID): for sections that run on one thread, such as the training profile at one
+// thread per rank or replica, it leaves out the time other processes take the core (a shared machine).
 #pragma once
 #include <atomic>
 #include <chrono>
@@ -18,6 +20,10 @@ namespace tfm {
 
 void set_op_profiling(bool on);
 bool op_profiling();
+// Whether OpTimer reads the calling thread's CPU time (TFM_PROFILE=cpu) rather than wall time.
+bool op_profiling_cpu_time();
+// The clock OpTimer reads, in seconds: steady wall time, or the calling thread's CPU time (op_profiling_cpu_time).
+double op_profile_clock();
 
 struct OpStat {
   std::string name;
@@ -32,12 +38,12 @@ void record_op_time(const char* name, double seconds);
 class OpTimer {
  public:
   explicit OpTimer(const char* name) : name_(op_profiling() ? name : nullptr) {
-    if (name_) t0_ = std::chrono::steady_clock::now();
+    if (name_) t0_ = op_profile_clock();
   }
   ~OpTimer() { stop(); }
   void stop() {
     if (!name_) return;
-    record_op_time(name_, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count());
+    record_op_time(name_, op_profile_clock() - t0_);
     name_ = nullptr;
   }
   OpTimer(const OpTimer&) = delete;
@@ -45,7 +51,7 @@ class OpTimer {
 
  private:
   const char* name_;
-  std::chrono::steady_clock::time_point t0_;
+  double t0_ = 0;
 };
 
 }  // namespace tfm

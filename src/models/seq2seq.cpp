@@ -68,7 +68,7 @@ void for_each_linear(Seq2SeqModules& m, F f) {
 
 // The teacher-forced forward's saved activations and the backward's buffers.
 struct Seq2SeqModel::Train {
-  nn::Buf enc_x0, dec_x0, enc_final, dec_final, logits, dlogits, d_enc_out, d_dec_x, dx_a, dx_b, row_weight,
+  nn::Buf enc_x0, dec_x0, enc_final, dec_final, logits, d_enc_out, d_dec_x, dx_a, dx_b, row_weight,
       token_loss;
 };
 
@@ -279,7 +279,10 @@ void Seq2SeqModel::forward_train(const Seq2SeqBatch& b, const nn::Context& ctx) 
   const int64_t B = b.batch, Ls = b.src_len, Lt = b.tgt_len, H = c.num_hiddens;
   if (Lt > c.max_len) throw std::invalid_argument("target longer than max_len (" + std::to_string(c.max_len) + ")");
   check_ids(b.dec_input, B * Lt, c.tgt_vocab_size, "target");
+  OpTimer t_enc("train: encoder forward");  // sections of the training profile (TFM_PROFILE=1, core/profile.h)
   const float* enc_out = encoder_forward(b.src, b.src_valid_len, B, Ls, ctx);
+  t_enc.stop();
+  OpTimer t_dec("train: decoder forward");
   // Decoder (training mode: causal self-attention, d2l's dec_valid_lens = 1..Lt)
   t.dec_x0.resize(B * Lt * H);
   m_.tgt_embedding.forward(ctx, t.dec_x0.data(), b.dec_input, B, Lt, m_.P.data());
@@ -296,6 +299,8 @@ void Seq2SeqModel::forward_train(const Seq2SeqBatch& b, const nn::Context& ctx) 
     m_.decoder_norm.forward(t.dec_final.data(), x, B * Lt);
     x = t.dec_final.data();
   }
+  t_dec.stop();
+  OpTimer t_out("train: output projection forward");
   t.logits.resize(B * Lt * c.tgt_vocab_size);
   m_.dense.forward(ctx, t.logits.data(), x, B * Lt);
 }
@@ -329,19 +334,25 @@ LossResult Seq2SeqModel::forward_backward(const Seq2SeqBatch& b, Rng* rng, float
   t.row_weight.assign(B * Lt, 0.0f);
   for (int64_t i = 0; i < B; ++i)
     for (int64_t s = 0; s < Lt && s < b.tgt_valid_len[i]; ++s) t.row_weight[i * Lt + s] = w;
-  t.dlogits.resize(B * Lt * V);
+  OpTimer t_ce("train: cross-entropy");
   t.token_loss.resize(B * Lt);
-  ops::cross_entropy_forward_backward(t.token_loss.data(), t.dlogits.data(), t.logits.data(), b.labels,
+  // In place: t.logits becomes the gradient of the logits (the step's largest buffer, [B*Lt, V], held once).
+  float* dlogits = t.logits.data();
+  ops::cross_entropy_forward_backward(t.token_loss.data(), dlogits, t.logits.data(), b.labels,
                                       t.row_weight.data(), B * Lt, V, label_smoothing);
   for (int64_t i = 0; i < B * Lt; ++i) {
     if (t.row_weight[i] == 0.0f) continue;
     r.loss_sum += (double)t.token_loss[i] * t.row_weight[i];
     r.token_loss_sum += t.token_loss[i];
   }
+  t_ce.stop();
+  OpTimer t_outb("train: output projection backward");
   // Backward through the decoder. dx_a / dx_b alternate as "gradient of this block's output / input".
   const float* dec_top = c.norm_first ? t.dec_final.data() : m_.decoder.back().out.data();
   resize_zero(t.d_dec_x, B * Lt * H);
-  m_.dense.backward(t.d_dec_x.data(), t.dlogits.data(), dec_top, B * Lt);
+  m_.dense.backward(t.d_dec_x.data(), dlogits, dec_top, B * Lt);
+  t_outb.stop();
+  OpTimer t_decb("train: decoder backward");
   if (c.norm_first) {
     resize_zero(t.dx_a, B * Lt * H);
     m_.decoder_norm.backward(t.dx_a.data(), t.d_dec_x.data(), /*accumulate=*/true);
@@ -355,9 +366,13 @@ LossResult Seq2SeqModel::forward_backward(const Seq2SeqBatch& b, Rng* rng, float
     t.dx_a.swap(t.dx_b);
     ready_from(m_.decoder[i].attention1.query.weight);
   }
+  t_decb.stop();
+  OpTimer t_tgtb("train: embedding backward");
   m_.tgt_embedding.backward(t.dx_a.data());
   if (!c.shared_embeddings) ready_from(m_.tgt_embedding.weight);
+  t_tgtb.stop();
   // Backward through the encoder.
+  OpTimer t_encb("train: encoder backward");
   if (c.norm_first) {
     resize_zero(t.dx_a, B * Ls * H);
     m_.encoder_norm.backward(t.dx_a.data(), t.d_enc_out.data(), /*accumulate=*/true);
@@ -371,7 +386,10 @@ LossResult Seq2SeqModel::forward_backward(const Seq2SeqBatch& b, Rng* rng, float
     t.dx_a.swap(t.dx_b);
     ready_from(m_.encoder[i].attention.query.weight);
   }
+  t_encb.stop();
+  OpTimer t_srcb("train: embedding backward");
   m_.src_embedding.backward(t.dx_a.data());
+  t_srcb.stop();
   if (grads_ready) grads_ready(0);
   return r;
 }

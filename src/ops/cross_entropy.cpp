@@ -21,6 +21,7 @@ void cross_entropy_forward_backward(float* loss, float* dlogits, const float* lo
       loss[n] = 0.0f;
       continue;
     }
+    const float x_label = x[labels[n]];  // read before an in-place gradient overwrites the row
     float mx = -INFINITY, total = 0.0f;
 #pragma omp simd reduction(max : mx) reduction(+ : total)
     for (int64_t v = 0; v < V; ++v) {
@@ -35,7 +36,7 @@ void cross_entropy_forward_backward(float* loss, float* dlogits, const float* lo
       sum += e;
     }
     const double lse = mx + std::log((double)sum), mean = (double)total / (double)V;
-    const double nll = lse - x[labels[n]];
+    const double nll = lse - x_label;
     loss[n] = (float)((1.0 - eps) * nll + eps * (lse - mean));
     const float a = w / sum, b = w * eps / (float)V;
 #pragma omp simd

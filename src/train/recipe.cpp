@@ -18,6 +18,7 @@
 #include <stdexcept>
 
 #include "core/format.h"
+#include "core/profile.h"
 #include "core/rng.h"
 #include "decode/search.h"
 #include "dist/communicator.h"
@@ -179,8 +180,11 @@ struct Encoded {
   std::vector<std::string> tgt_text;           // raw reference sentences
 };
 
+// The pairs of two parallel files, encoded. With several ranks each encodes a contiguous share of the lines and
+// the shares are exchanged (every rank then holds what one process encodes alone: the encoding is per line), so
+// the start-up of a data-parallel run does not repeat the whole corpus's subword encoding on every rank.
 Encoded encode_pairs(const SubwordModel& spm, const std::string& src_path, const std::string& tgt_path,
-                     int64_t limit, int64_t max_len) {
+                     int64_t limit, int64_t max_len, dist::Communicator& comm) {
   std::vector<std::string> s = read_lines(src_path), t = read_lines(tgt_path);
   if (s.size() != t.size())
     throw std::runtime_error(src_path + " has " + std::to_string(s.size()) + " lines but " + tgt_path + " has " +
@@ -193,11 +197,44 @@ Encoded encode_pairs(const SubwordModel& spm, const std::string& src_path, const
     ids.push_back(spm.eos_id());
     return ids;
   };
-  for (size_t i = 0; i < s.size(); ++i) {
-    e.src.push_back(enc(s[i]));
-    e.tgt.push_back(enc(t[i]));
-    e.tgt_text.push_back(t[i]);
+  const int64_t n = (int64_t)s.size(), world = comm.world_size();
+  e.src.resize(n);
+  e.tgt.resize(n);
+  auto share = [&](int64_t r) { return std::pair<int64_t, int64_t>{n * r / world, n * (r + 1) / world}; };
+  const auto [lo, hi] = share(comm.rank());
+  for (int64_t i = lo; i < hi; ++i) {
+    e.src[i] = enc(s[i]);
+    e.tgt[i] = enc(t[i]);
   }
+  if (world > 1) {
+    // Each rank's share as int32 values: per pair the source length, the target length, then both id lists.
+    for (int64_t r = 0; r < world; ++r) {
+      const auto [a, b] = share(r);
+      std::vector<int32_t> packed;
+      if (r == comm.rank())
+        for (int64_t i = a; i < b; ++i) {
+          packed.push_back((int32_t)e.src[i].size());
+          packed.push_back((int32_t)e.tgt[i].size());
+          packed.insert(packed.end(), e.src[i].begin(), e.src[i].end());
+          packed.insert(packed.end(), e.tgt[i].begin(), e.tgt[i].end());
+        }
+      int64_t count = (int64_t)packed.size();
+      comm.broadcast(&count, sizeof count, (int)r);
+      packed.resize((size_t)count);
+      if (count > 0) comm.broadcast(packed.data(), count * (int64_t)sizeof(int32_t), (int)r);
+      if (r == comm.rank()) continue;
+      size_t at = 0;
+      for (int64_t i = a; i < b; ++i) {
+        const size_t ls = (size_t)packed[at], lt = (size_t)packed[at + 1];
+        at += 2;
+        e.src[i].assign(packed.begin() + at, packed.begin() + at + ls);
+        at += ls;
+        e.tgt[i].assign(packed.begin() + at, packed.begin() + at + lt);
+        at += lt;
+      }
+    }
+  }
+  e.tgt_text = std::move(t);
   return e;
 }
 
@@ -584,9 +621,9 @@ RecipeResult run_recipe(const RecipeConfig& cfg_in, const std::string& out, bool
   comm.broadcast(spm_bytes, 0);
   SubwordModel spm = SubwordModel::from_bytes(spm_bytes, spm_path);
   Encoded train = encode_pairs(spm, resolve(cfg.data_dir, cfg.train_src), resolve(cfg.data_dir, cfg.train_tgt),
-                               cfg.train_limit, cfg.max_len);
+                               cfg.train_limit, cfg.max_len, comm);
   Encoded valid = encode_pairs(spm, resolve(cfg.data_dir, cfg.valid_src), resolve(cfg.data_dir, cfg.valid_tgt),
-                               cfg.valid_limit, cfg.max_len);
+                               cfg.valid_limit, cfg.max_len, comm);
   auto batches = make_batches(train, cfg.max_tokens);
   auto valid_batches = make_batches(valid, cfg.max_tokens);
   const int64_t nb = (int64_t)batches.size();
@@ -714,8 +751,16 @@ RecipeResult run_recipe(const RecipeConfig& cfg_in, const std::string& out, bool
   };
 
   BatchArrays a;
-  std::vector<int64_t> shard_tokens;
-  // In-process shards of this rank's share (train/replicas.h), split by token count as the ranks split the global
+  std::vector<int64_t> src_lens, tgt_lens;
+  // Work per padded token of a shard, in multiply-adds of the forward (the backward's are proportional): a source
+  // token goes through the encoder layers and the decoder's cross-attention keys and values, a target token
+  // through the decoder layers and the output projection over the vocabulary (here 1.7x a source token's).
+  // Shards are balanced by it (dist::shard_range_padded): a split by token count alone gives the rank with the
+  // shorter rows more rows, so more target tokens and more padding, and the other rank waits at the all-reduce.
+  const double layer_cost = (double)mcfg.num_layers * (6.0 * mcfg.num_hiddens * mcfg.num_hiddens +
+                                                       2.0 * mcfg.num_hiddens * mcfg.ffn_num_hiddens);
+  const double src_cost = layer_cost, tgt_cost = layer_cost + (double)mcfg.num_hiddens * mcfg.tgt_vocab_size;
+  // In-process shards of this rank's share (train/replicas.h), split by padded work as the ranks split the global
   // batch; each with its own dropout keys (the same masks per sentence as one shard gets).
   ReplicaSet replicas(model);
   std::vector<BatchArrays> part_arrays;
@@ -736,16 +781,19 @@ RecipeResult run_recipe(const RecipeConfig& cfg_in, const std::string& out, bool
     const int64_t ep_start_pos = batch_pos, ep_start_tok = ep_tok;
     for (; batch_pos < nb; ++batch_pos) {
       const auto step_t0 = std::chrono::steady_clock::now();
-      // This rank's share of the global batch, by token count; gradients are divided by the global batch's
+      OpTimer t_batch("step: batch + zero_grad");  // the training profile (TFM_PROFILE=1): printed at the end
+      // This rank's share of the global batch, by padded work; gradients are divided by the global batch's
       // target tokens, so summing the ranks' gradients gives the global batch's.
       const std::vector<int64_t>& global = batches[order[batch_pos]];
-      shard_tokens.clear();
+      src_lens.clear();
+      tgt_lens.clear();
       int64_t global_tgt = 0;
       for (int64_t i : global) {
-        shard_tokens.push_back((int64_t)(train.src[i].size() + train.tgt[i].size()));
+        src_lens.push_back((int64_t)train.src[i].size());
+        tgt_lens.push_back((int64_t)train.tgt[i].size());
         global_tgt += (int64_t)train.tgt[i].size();
       }
-      const auto [s0, s1] = dist::shard_range(shard_tokens, world_size, rank);
+      const auto [s0, s1] = dist::shard_range_padded(src_lens, tgt_lens, src_cost, tgt_cost, world_size, rank);
       const std::vector<int64_t> shard(global.begin() + s0, global.begin() + s1);
       if (trace_dist) {
         std::string ids;
@@ -753,6 +801,7 @@ RecipeResult run_recipe(const RecipeConfig& cfg_in, const std::string& out, bool
         std::fprintf(stderr, "shard step %lld rank %d:%s\n", (long long)step + 1, rank, ids.c_str());
       }
       P.zero_grad();
+      t_batch.stop();
       LossResult r;
       // The gradient sum over the ranks, bucket by bucket while the backward pass still runs.
       dist::BucketedAllReduce grad_sum(comm, P.all_grad().data(), P.total(), gradient_bucket_elements(P.total()));
@@ -766,13 +815,14 @@ RecipeResult run_recipe(const RecipeConfig& cfg_in, const std::string& out, bool
           r = model.forward_backward(a.view, &dropout_rng, cfg.label_smoothing, /*token_mean=*/true, global_tgt,
                                      [&](int64_t offset) { grad_sum.ready_from(offset); });
         } else {  // the rank's gradients are whole only after the replicas' sum: the all-reduce starts then
-          const std::vector<int64_t> tokens(shard_tokens.begin() + s0, shard_tokens.begin() + s1);
+          const std::vector<int64_t> part_src(src_lens.begin() + s0, src_lens.begin() + s1),
+              part_tgt(tgt_lens.begin() + s0, tgt_lens.begin() + s1);
           part_arrays.resize(parts);
           part_keys.resize(parts);
           part_rngs.resize(parts);
           std::vector<char> empty(parts);
           for (int p = 0; p < parts; ++p) {
-            const auto [p0, p1] = dist::shard_range(tokens, parts, p);
+            const auto [p0, p1] = dist::shard_range_padded(part_src, part_tgt, src_cost, tgt_cost, parts, p);
             empty[p] = p0 == p1;
             const std::vector<int64_t> rows(shard.begin() + p0, shard.begin() + p1);
             part_keys[p] = drop_keys;
@@ -791,6 +841,7 @@ RecipeResult run_recipe(const RecipeConfig& cfg_in, const std::string& out, bool
       bool time_up = cfg.time_limit_minutes > 0 && now_s() > cfg.time_limit_minutes * 60;
       int stop_signal = g_stop_signal.load();
       if (world_size > 1) {
+        OpTimer t_wait("step: all-reduce wait");
         grad_sum.finish();
         std::vector<double> sums = {r.loss_sum, r.token_loss_sum, (double)r.num_tokens, time_up ? 1.0 : 0.0,
                                     (double)stop_signal};
@@ -799,7 +850,9 @@ RecipeResult run_recipe(const RecipeConfig& cfg_in, const std::string& out, bool
         time_up = sums[3] > 0;
         if (!stop_signal && sums[4] > 0) stop_signal = SIGTERM;  // another rank's (mpirun forwards it to all)
       }
+      OpTimer t_norm("step: gradient norm");
       double norm = grad_norm(P);  // clipping is applied inside adam.step (grad_scale)
+      t_norm.stop();
       if (!std::isfinite(r.loss_sum) || !std::isfinite(norm))
         throw std::runtime_error("training diverged: non-finite " + std::string(std::isfinite(r.loss_sum) ? "gradient" : "loss") +
                                  " at step " + std::to_string(step + 1) + " (epoch " + std::to_string(epoch) + "); " +
@@ -808,7 +861,9 @@ RecipeResult run_recipe(const RecipeConfig& cfg_in, const std::string& out, bool
                                                                       "run's files were removed")) +
                                  " (try a lower lr)");
       ++step;
+      OpTimer t_adam("step: optimizer");
       adam.step(P, (float)inverse_sqrt_lr(cfg.lr, cfg.warmup_steps, step), clip_scale(norm, cfg.clip_norm));
+      t_adam.stop();
       step_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - step_t0).count();
       step_tokens += r.num_tokens;
       if (trace_dist) {
@@ -838,6 +893,7 @@ RecipeResult run_recipe(const RecipeConfig& cfg_in, const std::string& out, bool
                      inverse_sqrt_lr(cfg.lr, cfg.warmup_steps, step), ep_tok / std::max(ep_s, 1e-9), 0, 0});
       bool steps_up = cfg.stop_after_steps > 0 && step >= cfg.stop_after_steps;
       if (step % cfg.checkpoint_every == 0 || time_up || steps_up || stop_signal) {
+        OpTimer t_ckpt("checkpoint");
         batch_pos++;  // position of the next batch
         save_checkpoint(now_s());
         batch_pos--;
@@ -919,6 +975,13 @@ RecipeResult run_recipe(const RecipeConfig& cfg_in, const std::string& out, bool
   res.seconds = now_s();
   res.train_tokens_per_sec = tokens_done / std::max(res.seconds, 1e-9);
   res.step_tokens_per_sec = step_tokens / std::max(step_seconds, 1e-9);
+  if (op_profiling()) {  // TFM_PROFILE=1: where this invocation's training steps went, on each rank
+    std::fprintf(stderr, "training profile, rank %d: %.3f s in the training steps; sections in %s seconds of the "
+                 "thread that ran them (replica threads add up; TFM_PROFILE=cpu: CPU time, else wall):\n", rank,
+                 step_seconds, op_profiling_cpu_time() ? "CPU" : "wall");
+    for (const OpStat& st : op_profile())
+      std::fprintf(stderr, "  %-36s %9.3f s %7lld calls\n", st.name.c_str(), st.seconds, (long long)st.calls);
+  }
   return res;
 }
 

@@ -84,8 +84,8 @@ void request_training_stop(int signo);
 int training_stop_requested();
 
 // Data parallel under mpirun (dist::world()): rank 0 trains the subword model and initialises (or restores) the
-// weights and broadcasts both; each step every rank computes the gradients of its token-balanced shard of the
-// same global batch (dist::shard_range; max_tokens counts the whole batch, so the schedule does not depend on
+// weights and broadcasts both; each step every rank computes the gradients of its work-balanced shard of the
+// same global batch (dist::shard_range_padded; max_tokens counts the whole batch, so the schedule does not depend on
 // world_size), divided by the global batch's target tokens, and one all-reduce sums them; clipping and the
 // update follow on every rank. Dropout masks are keyed by (seed, step, sentence). Only rank 0 reads out_dir
 // and writes files; it validates, and the others receive the result. Resuming with another world_size is
