@@ -232,6 +232,31 @@ TEST(FusedKernels, ActivationBackwardMatchesReferenceOnBothIsas) {
   }
 }
 
+// The value-and-derivative pass (FeedForward's backward) writes activation_forward's values, bit for bit, and the
+// factor activation_backward applies: g * deriv within a rounding of activation_backward(g), over x in place too.
+TEST(FusedKernels, ActivationValueAndDerivativeMatchForwardAndBackwardOnBothIsas) {
+  for (KernelIsa isa : isas()) {
+    IsaScope scope(isa);
+    for (int64_t n : {1, 13, 100003}) {
+      auto x = random_vec(n, 70 + n, -8.0f, 8.0f), g = random_vec(n, 71 + n, -2.0f, 2.0f);
+      for (Activation act : {Activation::Gelu, Activation::GeluTanh, Activation::Relu, Activation::Silu}) {
+        std::vector<float> value(n), deriv(n), fwd(n), bwd(n), inplace = x;
+        activation_value_and_derivative(value.data(), deriv.data(), x.data(), n, act);
+        activation_forward(fwd.data(), x.data(), n, act);
+        activation_backward(bwd.data(), g.data(), x.data(), n, act);
+        EXPECT_EQ(value, fwd) << kernel_isa_name(isa) << " n=" << n << " act=" << (int)act;
+        std::vector<float> chained(n);
+        for (int64_t i = 0; i < n; ++i) chained[i] = g[i] * deriv[i];
+        EXPECT_TRUE(all_close(chained, bwd, 1e-6f, 1e-6f)) << kernel_isa_name(isa) << " n=" << n << " act=" << (int)act;
+        std::vector<float> value2(n);
+        activation_value_and_derivative(value2.data(), inplace.data(), inplace.data(), n, act);
+        EXPECT_EQ(value2, fwd) << kernel_isa_name(isa) << " in place, act=" << (int)act;
+        EXPECT_EQ(inplace, deriv) << kernel_isa_name(isa) << " in place, act=" << (int)act;
+      }
+    }
+  }
+}
+
 // ---------------------------------------------------------------- per-op timing hook (bench_encoder --breakdown)
 
 TEST(FusedKernels, OpProfileTimesBertSectionsOnlyWhenOn) {

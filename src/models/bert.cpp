@@ -294,6 +294,7 @@ void BertTrainable::load(nn::ParamStore& store, WeightSource& weights) const {
       aliases.insert(aliases.begin(), full);
     Tensor t = weights.get(name, shape, aliases);
     std::memcpy(store.data(i), t.f32(), sizeof(float) * t.numel());
+    weights.release(t);  // the store holds it now: the file's pages need not stay resident for the whole run
   }
 }
 
@@ -357,9 +358,10 @@ void BertTrainable::forward(const nn::Context& ctx, const int64_t* input_ids, co
     mask_.bias = score_bias_.data();
   }
   const float* x = x0_.data();
-  for (auto& layer : layers_) {
-    layer.forward(ctx, x, B, L, mask_);
-    x = layer.out.data();
+  for (size_t l = 0; l < layers_.size(); ++l) {
+    layers_[l].forward(ctx, x, B, L, mask_);
+    if (l > 0) layers_[l - 1].release_output();  // read; backward recomputes it (EncoderBlock::restore_output)
+    x = layers_[l].out.data();
   }
   if (pooler_.weight.defined()) {  // tanh(dense(h[:, 0]))
     cls_.resize(B * H);
@@ -400,7 +402,9 @@ void BertTrainable::backward(const float* dlast, const float* dpooled) {
   if (rel_bias_.defined()) dscore_bias_.assign(c.num_attention_heads * L * L, 0.0f);
   for (int64_t l = (int64_t)layers_.size() - 1; l >= 0; --l) {
     tmp_.assign(N * H, 0.0f);
+    if (l > 0) layers_[l].set_input(layers_[l - 1].restore_output());
     layers_[l].backward(dx_.data(), tmp_.data());
+    if (l > 0) layers_[l - 1].release_output();
     std::swap(dx_, tmp_);
     if (rel_bias_.defined()) {  // the table is shared by the layers: their score-bias gradients add up
       const std::vector<float>& d = layers_[l].attention.dbias;

@@ -428,6 +428,7 @@ void ModernBertTrainable::load(nn::ParamStore& store, WeightSource& weights) con
     // Bare ("" prefix): the ModernBertFor* names are accepted too.
     Tensor t = weights.get(name, store.entries()[i].shape, {prefix_.empty() ? "model." + name : full});
     std::memcpy(store.data(i), t.f32(), sizeof(float) * t.numel());
+    weights.release(t);  // the store holds it now: the file's pages need not stay resident for the whole run
   }
 }
 

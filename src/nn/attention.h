@@ -34,7 +34,8 @@ struct MultiHeadAttention {
   // (bias_batch_stride 0, bias_len 0; std::invalid_argument otherwise): backward then writes its gradient to dbias.
   void forward(const Context& ctx, float* out, const float* xq, const float* xkv, int64_t B, int64_t Lq, int64_t Lk,
                const ops::AttentionMask& mask);
-  // dxq [B, Lq, H] and dxkv [B, Lk, H] added to (they may alias: self-attention). When the forward had a score
+  // dxq [B, Lq, H] and dxkv [B, Lk, H] added to (they may alias: self-attention; dout may alias dxq, being read
+  // entirely before either is written). When the forward had a score
   // bias, dbias [heads, Lq, Lk] is written with its gradient (ops::attention_backward's dbias); else it is emptied.
   void backward(const float* dout, float* dxq, float* dxkv);
 

@@ -29,9 +29,11 @@ float* take_scratch(Buf& b, int64_t n) {
     for (int64_t i = 0; i < (int64_t)pool.size(); ++i)
       if ((int64_t)pool[i].capacity() >= n && (best < 0 || pool[i].capacity() < pool[best].capacity())) best = i;
     if (best >= 0) {
-      b.swap(pool[best]);  // pool[best] now holds b's old storage (too small): freed
+      // Over twice n, it is freed instead: a small request would hold its excess (for as long as the buffer is
+      // kept) while the next large request allocated another.
+      if ((int64_t)pool[best].capacity() <= 2 * n) b.swap(pool[best]);  // pool[best] now holds b's old storage
       std::swap(pool[best], pool.back());
-      pool.pop_back();
+      pool.pop_back();  // freed: b's old storage (too small), or the oversized buffer
     }
   }
   b.resize(n);
@@ -235,6 +237,11 @@ void Linear::forward(const Context& ctx, float* out, const float* inp, int64_t N
     ops::activation_forward(out, out, N * out_features, ops::activation_of(act));
 }
 
+void Linear::backward_input(float* dinp, const float* dout, int64_t N) const {
+  if (precision == ops::ComputeType::BF16) throw std::logic_error("Linear::backward_input: fp32 products only");
+  ops::linear_backward(dinp, nullptr, nullptr, dout, nullptr, weight.data(), N, in_features, out_features);
+}
+
 void Linear::backward(float* dinp, const float* dout, const float* inp, int64_t N, bool accumulate) const {
   if (precision != ops::ComputeType::BF16 || N == 0) {
     ops::linear_backward(dinp, weight.grad(), bias.defined() ? bias.grad() : nullptr, dout, inp, weight.data(), N,
@@ -351,18 +358,29 @@ void FeedForward::forward(const Context& ctx, float* out, const float* x_, int64
 void FeedForward::backward(const float* dout, float* dx) {
   const int64_t I = linear1.out_features;
   const bool relu = act == ops::Activation::Relu;
-  const float* a_in = a.data();
-  if (!relu) {
-    if (linear2.saved_input(a_src, N)) {
-      a_in = a_src;  // identifies the forward's operand; not read
-    } else {
-      a_in = take_scratch(a, N * I);
-      ops::activation_forward(a.data(), h.data(), N * I, act);  // the forward's values, bit for bit
-    }
-  }
   float* d = take_scratch(da, N * I);
-  linear2.backward(d, dout, a_in, N, /*accumulate=*/false);
-  if (!relu) give_scratch(a);
+  if (relu) {
+    linear2.backward(d, dout, a.data(), N, /*accumulate=*/false);
+  } else if (linear2.saved_input(a_src, N)) {
+    linear2.backward(d, dout, a_src, N, /*accumulate=*/false);  // a_src identifies the forward's operand; not read
+  } else if (linear2.precision == ops::ComputeType::F32) {
+    // One [N, I] buffer for both: act(h) (the forward's values, bit for bit) for linear2's parameter gradients,
+    // then overwritten with linear2's input gradient; act'(h) computed in the same pass, over h (read last here).
+    ops::activation_value_and_derivative(d, h.data(), h.data(), N * I, act);
+    linear2.backward(nullptr, dout, d, N);
+    linear2.backward_input(d, dout, N);
+    const float* g = h.data();
+#pragma omp parallel for simd schedule(static) if (N * I > 65536)
+    for (int64_t i = 0; i < N * I; ++i) d[i] *= g[i];
+    linear1.backward(dx, d, x, N);
+    give_scratch(da);
+    return;
+  } else {
+    float* av = take_scratch(a, N * I);
+    ops::activation_forward(av, h.data(), N * I, act);
+    linear2.backward(d, dout, av, N, /*accumulate=*/false);
+    give_scratch(a);
+  }
   // In place: da becomes the gradient of linear1's output.
   ops::activation_backward(d, d, relu ? a.data() : h.data(), N * I, act);
   linear1.backward(dx, d, x, N);

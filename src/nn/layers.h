@@ -93,6 +93,9 @@ struct Linear {
   // dinp [N, in] = dout W (added when accumulate, written otherwise; skipped when null);
   // dweight += dout^T inp; dbias += column sums of dout. inp: the forward's input [N, in].
   void backward(float* dinp, const float* dout, const float* inp, int64_t N, bool accumulate = true) const;
+  // dinp [N, in] = dout W (written) alone, no parameter gradient: with backward(nullptr, ...) for those, the
+  // input gradient may then overwrite the forward input's buffer. fp32 precision only (std::logic_error otherwise).
+  void backward_input(float* dinp, const float* dout, int64_t N) const;
   // Whether backward on (inp, N) would use the bf16 copy the last training forward saved (precision BF16 and
   // that forward's operand): inp is then not read, and may be scratch that no longer holds it.
   bool saved_input(const float* inp, int64_t N) const {
@@ -142,7 +145,8 @@ struct FeedForward {
 
   // out: [N, H], x: [N, H] (alive until backward).
   void forward(const Context& ctx, float* out, const float* x, int64_t N);
-  // dx [N, H] added to (+=).
+  // dx [N, H] added to (+=). dout may alias dx: it is read entirely before dx is written. Consumes the saved
+  // state: h may be overwritten (with act'(h), fp32), so a second backward needs a new forward.
   void backward(const float* dout, float* dx);
   // Inference on packed weights, the bias and activation fused into the first product; hidden: [N, I] scratch.
   // xq: null, or x already in linear1's input type (used when it holds x). hq: null, or where the first product

@@ -36,28 +36,36 @@ void post_forward(const Context& ctx, Residual& r, LayerNorm& ln, float* out, co
   ln.forward(out, sm, N);
 }
 
-// dy is written; dx is added to, or written when dx_fresh (its first writer: no zero-fill needed).
-void post_backward(Residual& r, LayerNorm& ln, const float* dout, float* dx, float* dy, bool dx_fresh) {
+// The gradient of the sublayer's output f: dropout(f)'s mask times the LayerNorm's input gradient. dx is added to,
+// or written when dx_fresh (its first writer: no zero-fill needed). Without a mask that gradient is returned where
+// it lies (dx when dx_fresh, else r.dh), no copy; with one it is written to dy (taken from the scratch pool).
+// The callers' backward functions read it entirely before they write what it may alias.
+const float* post_backward(Residual& r, LayerNorm& ln, const float* dout, float* dx, Buf& dy, bool dx_fresh) {
   const int64_t n = r.n;
   const float* dm = r.drop.empty() ? nullptr : r.drop.data();
   if (dx_fresh) {  // LayerNorm's input gradient straight into dx
     ln.backward(dx, dout);
-    if (!dm) {
-      std::memcpy(dy, dx, sizeof(float) * n);
-    } else {
+    if (!dm) return dx;
+    float* d = take_scratch(dy, n);
 #pragma omp simd
-      for (int64_t i = 0; i < n; ++i) dy[i] = dx[i] * dm[i];
-    }
-    return;
+    for (int64_t i = 0; i < n; ++i) d[i] = dx[i] * dm[i];
+    return d;
   }
   take_scratch(r.dh, n);
   ln.backward(r.dh.data(), dout);
   const float* ds = r.dh.data();
+  if (!dm) {
+#pragma omp simd
+    for (int64_t i = 0; i < n; ++i) dx[i] += ds[i];
+    return ds;
+  }
+  float* d = take_scratch(dy, n);
 #pragma omp simd
   for (int64_t i = 0; i < n; ++i) {
     dx[i] += ds[i];
-    dy[i] = dm ? ds[i] * dm[i] : ds[i];
+    d[i] = ds[i] * dm[i];
   }
+  return d;
 }
 
 // ---- pre-LN sublayer: out = x + dropout(f(LN(x)))
@@ -117,19 +125,23 @@ float* grow(Buf& b, int64_t n) {
 void EncoderBlock::forward(const Context& ctx, const float* x, int64_t B, int64_t L, const ops::AttentionMask& mask) {
   H = attention.hidden_size;
   N = B * L;
-  for (Buf* b : {&Y, &out}) b->resize(N * H);
+  take_scratch(out, N * H);
   // The sublayers' outputs are scratch: each is read once, by the residual that follows it.
   float* ao = take_scratch(attn_out, N * H);
   Context sub1 = ctx;  // the attention sublayer's residual dropout
   if (!attention_output_dropout) sub1.dropout = 0.0f;
   if (!norm_first) {
     attention.forward(ctx, ao, x, x, B, L, L, mask);
-    post_forward(sub1, r1, norm1, Y.data(), x, ao, N);
+    // Y = LN1(r1.sum) is scratch too: backward recomputes it from the saved sum (the FFN's input).
+    float* y = take_scratch(Y, N * H);
+    post_forward(sub1, r1, norm1, y, x, ao, N);
     give_scratch(attn_out);
     float* fo = take_scratch(ffn_out, N * H);
-    ffn.forward(ctx, fo, Y.data(), N);
-    post_forward(ctx, r2, norm2, out.data(), Y.data(), fo, N);
+    ffn.forward(ctx, fo, y, N);
+    post_forward(ctx, r2, norm2, out.data(), y, fo, N);
+    give_scratch(Y);
   } else {
+    Y.resize(N * H);
     const float* h = pre_norm(r1, norm1, x, N);
     attention.forward(ctx, ao, h, h, B, L, L, mask);
     pre_residual(sub1, r1, Y.data(), ao);
@@ -144,13 +156,19 @@ void EncoderBlock::forward(const Context& ctx, const float* x, int64_t B, int64_
 
 void EncoderBlock::backward(const float* dout, float* dx) {
   // dY, d_ffn, d_attn are scratch, written by their first user (no zero-fill).
-  for (Buf* b : {&dY, &d_ffn, &d_attn}) take_scratch(*b, N * H);
+  take_scratch(dY, N * H);
   if (!norm_first) {
-    post_backward(r2, norm2, dout, dY.data(), d_ffn.data(), /*dx_fresh=*/true);
-    ffn.backward(d_ffn.data(), dY.data());
-    post_backward(r1, norm1, dY.data(), dx, d_attn.data(), /*dx_fresh=*/false);
-    attention.backward(d_attn.data(), dx, dx);
+    // Without dropout, the FFN's output gradient is dY itself, and the attention's is r1.dh.
+    const float* df = post_backward(r2, norm2, dout, dY.data(), d_ffn, /*dx_fresh=*/true);
+    // The FFN's input recomputed (the forward's values bit for bit: the same LayerNorm on the same sum).
+    ffn.x = take_scratch(Y, N * H);
+    norm1.forward(Y.data(), r1.sum.data(), N);
+    ffn.backward(df, dY.data());
+    give_scratch(Y);
+    const float* da = post_backward(r1, norm1, dY.data(), dx, d_attn, /*dx_fresh=*/false);
+    attention.backward(da, dx, dx);
   } else {
+    for (Buf* b : {&d_ffn, &d_attn}) take_scratch(*b, N * H);
     pre_backward_residual(r2, dout, dY.data(), d_ffn.data(), /*dx_fresh=*/true);
     float* dh2 = zeroed_dh(r2);
     ffn.backward(d_ffn.data(), dh2);
@@ -161,6 +179,23 @@ void EncoderBlock::backward(const float* dout, float* dx) {
     norm1.backward(dx, dh1, /*accumulate=*/true);
   }
   for (Buf* b : {&dY, &d_ffn, &d_attn, &r1.dh, &r2.dh}) give_scratch(*b);
+}
+
+void EncoderBlock::release_output() {
+  if (!norm_first) give_scratch(out);
+}
+
+const float* EncoderBlock::restore_output() {
+  if (!norm_first && (int64_t)out.size() != N * H) {
+    take_scratch(out, N * H);
+    norm2.forward(out.data(), r2.sum.data(), N);  // the forward's values bit for bit
+  }
+  return out.data();
+}
+
+void EncoderBlock::set_input(const float* x) {
+  attention.xq = attention.xkv = x;
+  if (norm_first) r1.x = norm1.x = x;
 }
 
 namespace {
@@ -347,12 +382,9 @@ void DecoderBlock::backward(const float* dout, float* dx, float* denc) {
   // Written by their first user (no zero-fill).
   for (Buf* b : {&dZ1, &dZ2, &d_a1, &d_a2, &d_f}) b->resize(N * H);
   if (!norm_first) {
-    post_backward(r3, norm3, dout, dZ2.data(), d_f.data(), /*dx_fresh=*/true);
-    ffn.backward(d_f.data(), dZ2.data());
-    post_backward(r2, norm2, dZ2.data(), dZ1.data(), d_a2.data(), /*dx_fresh=*/true);
-    attention2.backward(d_a2.data(), dZ1.data(), denc);
-    post_backward(r1, norm1, dZ1.data(), dx, d_a1.data(), /*dx_fresh=*/false);
-    attention1.backward(d_a1.data(), dx, dx);
+    ffn.backward(post_backward(r3, norm3, dout, dZ2.data(), d_f, /*dx_fresh=*/true), dZ2.data());
+    attention2.backward(post_backward(r2, norm2, dZ2.data(), dZ1.data(), d_a2, /*dx_fresh=*/true), dZ1.data(), denc);
+    attention1.backward(post_backward(r1, norm1, dZ1.data(), dx, d_a1, /*dx_fresh=*/false), dx, dx);
   } else {
     pre_backward_residual(r3, dout, dZ2.data(), d_f.data(), /*dx_fresh=*/true);
     float* dh3 = zeroed_dh(r3);

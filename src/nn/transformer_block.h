@@ -53,6 +53,14 @@ struct EncoderBlock {
   Buf out;
   // dx [B, L, H] += d out / d x (dout).
   void backward(const float* dout, float* dx);
+  // A stack that keeps only what backward needs (BertTrainable): post-LN, `out` is LN2 of the saved residual
+  // sum, so once the next layer's forward has read it, release_output() gives its storage back to the scratch pool
+  // (nn::take_scratch) and restore_output() recomputes it, bit for bit, returning out.data() [B, L, H]
+  // (release_output does nothing pre-LN, whose output is the next layer's LayerNorm input and stays).
+  // set_input(x) points this layer's saved input at x (the previous layer's restored output) before backward.
+  void release_output();
+  const float* restore_output();
+  void set_input(const float* x);
 
   // Inference in place on X [B, L, H] (fused QKV, fused residual + LayerNorm, activation fused into the first
   // FFN product). Pre-LN chains the LayerNorms across layers: on entry s.h holds norm1(X); on exit it holds
@@ -67,8 +75,8 @@ struct EncoderBlock {
   void forward_inference(float* X, const Varlen& seqs, BlockScratch& s, const LayerNorm* next_norm = nullptr,
                          const ops::AttentionMask& mask = {}) const;
 
-  // Saved state (Y, r1, r2, the sublayers'); attn_out, ffn_out, dY, d_attn, d_ffn and the residuals' dh are
-  // scratch of one pass (nn::take_scratch).
+  // Saved state (r1, r2, the sublayers'; pre-LN also Y); attn_out, ffn_out, dY, d_attn, d_ffn and the residuals'
+  // dh are scratch of one pass (nn::take_scratch), and so is post-LN's Y = LN1(r1.sum), recomputed by backward.
   Residual r1, r2;
   Buf attn_out, Y, ffn_out, dY, d_attn, d_ffn;
   int64_t N = 0, H = 0;

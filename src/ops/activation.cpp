@@ -38,7 +38,26 @@ TFM_TARGET_AVX512 void act_backward_avx512(float* dinp, const float* dout, const
   detail::act_backward_impl(dinp, dout, inp, i0, i1, act);
 }
 
+void act_value_deriv_avx2(float* value, float* deriv, const float* inp, int64_t i0, int64_t i1, Activation act) {
+  detail::act_value_deriv_impl(value, deriv, inp, i0, i1, act);
+}
+TFM_TARGET_AVX512 void act_value_deriv_avx512(float* value, float* deriv, const float* inp, int64_t i0, int64_t i1,
+                                              Activation act) {
+  detail::act_value_deriv_impl(value, deriv, inp, i0, i1, act);
+}
+
 }  // namespace
+
+void activation_value_and_derivative(float* value, float* deriv, const float* inp, int64_t n, Activation act) {
+  auto fn = kernel_isa() == KernelIsa::Avx512 ? act_value_deriv_avx512 : act_value_deriv_avx2;
+  if (n <= 65536) {
+    fn(value, deriv, inp, 0, n, act);
+    return;
+  }
+  const int64_t chunk = 16384;
+#pragma omp parallel for schedule(static)
+  for (int64_t i0 = 0; i0 < n; i0 += chunk) fn(value, deriv, inp, i0, i0 + chunk < n ? i0 + chunk : n, act);
+}
 
 void activation_forward(float* out, const float* inp, int64_t n, Activation act) {
   auto fn = kernel_isa() == KernelIsa::Avx512 ? act_avx512 : act_avx2;

@@ -17,6 +17,11 @@ void activation_forward(float* out, const float* inp, int64_t n, Activation act)
 // activation_forward's function (torch's GELU / tanh-GELU / ReLU / SiLU backward), vectorised per ISA
 // (ops/isa.h, vm::fast_erf / fast_exp / fast_tanh) and run on the OpenMP threads above 65,536 elements.
 void activation_backward(float* dinp, const float* dout, const float* inp, int64_t n, Activation act);
+// Both in one pass, their erf / exp / tanh evaluated once: value[n] = act(inp[n]) as activation_forward writes it,
+// and deriv[n] = act'(inp[n]), the factor activation_backward multiplies dout by (a training backward that needs
+// both: the activation's output for the next product's weight gradient, and its derivative). deriv may alias inp
+// (in place); value may not alias either. Threads as activation_forward.
+void activation_value_and_derivative(float* value, float* deriv, const float* inp, int64_t n, Activation act);
 // Gated linear unit with activation `act` (Shazeer 2020, "GLU variants"; ModernBertMLP: input, gate =
 // Wi(x).chunk(2, dim=-1), act(input) * gate): inter [N, 2I] holds the input half in columns [0, I) and the gate
 // half in [I, 2I); gated [N, I] = act(inter[:, :I]) * inter[:, I:], written.

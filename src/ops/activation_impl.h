@@ -76,4 +76,50 @@ TFM_ALWAYS_INLINE void act_backward_impl(float* dinp, const float* dout, const f
   }
 }
 
+// Elements [i0, i1) of value = act(inp) (act_impl's expression) and deriv = act'(inp) (act_backward_impl's factor);
+// deriv may alias inp.
+TFM_ALWAYS_INLINE void act_value_deriv_impl(float* value, float* deriv, const float* inp, int64_t i0, int64_t i1,
+                                            Activation act) {
+  switch (act) {
+    case Activation::Gelu:
+#pragma omp simd
+      for (int64_t i = i0; i < i1; ++i) {
+        const float x = inp[i];
+        const float e = vm::fast_erf(x * kInvSqrt2);
+        value[i] = 0.5f * x * (1.0f + e);
+        const float cdf = 0.5f * (1.0f + e);
+        const float pdf = 0.39894228040143268f * vm::fast_exp(-0.5f * x * x);
+        deriv[i] = cdf + x * pdf;
+      }
+      break;
+    case Activation::GeluTanh:
+#pragma omp simd
+      for (int64_t i = i0; i < i1; ++i) {
+        const float x = inp[i];
+        const float t = vm::fast_tanh(kSqrt2OverPi * (x + 0.044715f * x * x * x));
+        value[i] = 0.5f * x * (1.0f + t);
+        const float du = kSqrt2OverPi * (1.0f + 3.0f * 0.044715f * x * x);
+        deriv[i] = 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * du;
+      }
+      break;
+    case Activation::Relu:
+#pragma omp simd
+      for (int64_t i = i0; i < i1; ++i) {
+        const float x = inp[i];
+        value[i] = x < 0.0f ? 0.0f : x;
+        deriv[i] = x > 0.0f ? 1.0f : 0.0f;
+      }
+      break;
+    case Activation::Silu:
+#pragma omp simd
+      for (int64_t i = i0; i < i1; ++i) {
+        const float x = inp[i];
+        value[i] = x / (1.0f + vm::fast_exp(-x));
+        const float s = 1.0f / (1.0f + vm::fast_exp(-x));
+        deriv[i] = s * (1.0f + x * (1.0f - s));
+      }
+      break;
+  }
+}
+
 }  // namespace tfm::ops::detail

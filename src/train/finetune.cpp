@@ -40,14 +40,19 @@ double mse_loss(float* dpred, const float* pred, const float* target, int64_t N,
   return total / (double)N;
 }
 
+namespace {
+// torch: clip_coef = max_norm / (total_norm + 1e-6), clamped to 1 (a float32 factor); 1 without clipping.
+float clip_coef_hf(double norm, double max_norm) {
+  if (!(max_norm > 0) || !std::isfinite(norm)) return 1.0f;
+  return (float)std::min(1.0, max_norm / (norm + 1e-6));
+}
+}  // namespace
+
 double clip_grad_norm_hf(nn::ParamStore& params, double max_norm) {
   const double norm = grad_norm(params);
-  if (max_norm > 0 && std::isfinite(norm)) {
-    // torch: clip_coef = max_norm / (total_norm + 1e-6), clamped to 1, multiplied into every gradient (float32).
-    const float coef = (float)std::min(1.0, max_norm / (norm + 1e-6));
-    if (coef < 1.0f)
-      for (float& g : params.all_grad()) g *= coef;
-  }
+  const float coef = clip_coef_hf(norm, max_norm);
+  if (coef < 1.0f)
+    for (float& g : params.all_grad()) g *= coef;  // multiplied into every gradient
   return norm;
 }
 
@@ -87,10 +92,12 @@ FinetuneOptimizer::FinetuneOptimizer(const nn::ParamStore& store, const Finetune
 }
 
 double FinetuneOptimizer::step(nn::ParamStore& store) {
-  const double norm = clip_grad_norm_hf(store, hp_.max_grad_norm);
+  const double norm = grad_norm(store);
   if (!std::isfinite(norm)) throw std::runtime_error("the gradient norm is not finite");
   last_lr_ = hp_.learning_rate * linear_warmup_factor(step_, hp_.warmup_steps, hp_.total_steps);
-  adam_->step(store, (float)last_lr_);
+  // clip_grad_norm_hf's factor applied as AdamW reads each gradient (Adam::step's grad_scale: bit for bit the
+  // clipped gradients' update, one pass over the gradients fewer); the store keeps the unclipped gradients.
+  adam_->step(store, (float)last_lr_, clip_coef_hf(norm, hp_.max_grad_norm));
   ++step_;
   return norm;
 }
@@ -190,6 +197,7 @@ struct TrainingHead {
       try {
         Tensor t = weights.get(name, shape, aliases);
         std::memcpy(dst, t.f32(), sizeof(float) * t.numel());
+        weights.release(t);
         return true;
       } catch (const std::runtime_error&) {  // another shape (another number of labels): a fresh tensor, as
         return false;                        // from_pretrained(ignore_mismatched_sizes=True)

@@ -120,7 +120,9 @@ bool is_no_decay_parameter(const std::string& name);
 nn::Context training_context(const FinetuneHyperparameters& hp, Rng& rng, bool dropout);
 
 // The Trainer's optimizer step over a whole ParamStore: clip_grad_norm_hf, then torch.optim.AdamW (two parameter
-// groups: weight_decay, and 0 for is_no_decay_parameter) at learning_rate * linear_warmup_factor(steps()).
+// groups: weight_decay, and 0 for is_no_decay_parameter) at learning_rate * linear_warmup_factor(steps()). The
+// clipping factor is applied as AdamW reads the gradients (the same update, bit for bit): the store's gradients
+// are left unclipped.
 class FinetuneOptimizer {
  public:
   // frozen: names of parameters that are not trained (requires_grad False: no decay, no update; their gradient

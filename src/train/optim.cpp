@@ -1,5 +1,6 @@
 #include "train/optim.h"
 
+#include <algorithm>
 #include <cmath>
 #include <stdexcept>
 
@@ -49,10 +50,21 @@ void Adam::step(nn::ParamStore& params, float lr, float grad_scale) {
 double grad_norm(const nn::ParamStore& params) {
   const float* g = params.all_grad().data();
   const int64_t n = params.total();
-  double sq = 0.0;
-  // One thread: an OpenMP reduction combines partial sums in arrival order, which is not reproducible.
+  // Fixed blocks summed on the threads, then the blocks' sums in block order: the same result at every thread
+  // count (an OpenMP reduction would combine partial sums in arrival order, which is not reproducible).
+  constexpr int64_t kBlock = 1 << 16;
+  const int64_t blocks = (n + kBlock - 1) / kBlock;
+  std::vector<double> part(blocks);
+#pragma omp parallel for schedule(static) if (parallel_worth(n))
+  for (int64_t b = 0; b < blocks; ++b) {
+    const int64_t i0 = b * kBlock, i1 = std::min(n, i0 + kBlock);
+    double sq = 0.0;
 #pragma omp simd reduction(+ : sq)
-  for (int64_t i = 0; i < n; ++i) sq += (double)g[i] * g[i];
+    for (int64_t i = i0; i < i1; ++i) sq += (double)g[i] * g[i];
+    part[b] = sq;
+  }
+  double sq = 0.0;
+  for (double p : part) sq += p;
   return std::sqrt(sq);
 }
 
