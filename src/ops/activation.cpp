@@ -46,39 +46,33 @@ TFM_TARGET_AVX512 void act_value_deriv_avx512(float* value, float* deriv, const 
   detail::act_value_deriv_impl(value, deriv, inp, i0, i1, act);
 }
 
+// range(i0, i1) over [0, n): on the calling thread up to 65536 elements, else in chunks of 16384 over the threads.
+template <class Range>
+void over_chunks(int64_t n, const Range& range) {
+  if (n <= 65536) {
+    range(0, n);
+    return;
+  }
+  const int64_t chunk = 16384;
+#pragma omp parallel for schedule(static)
+  for (int64_t i0 = 0; i0 < n; i0 += chunk) range(i0, i0 + chunk < n ? i0 + chunk : n);
+}
+
 }  // namespace
 
 void activation_value_and_derivative(float* value, float* deriv, const float* inp, int64_t n, Activation act) {
   auto fn = kernel_isa() == KernelIsa::Avx512 ? act_value_deriv_avx512 : act_value_deriv_avx2;
-  if (n <= 65536) {
-    fn(value, deriv, inp, 0, n, act);
-    return;
-  }
-  const int64_t chunk = 16384;
-#pragma omp parallel for schedule(static)
-  for (int64_t i0 = 0; i0 < n; i0 += chunk) fn(value, deriv, inp, i0, i0 + chunk < n ? i0 + chunk : n, act);
+  over_chunks(n, [&](int64_t i0, int64_t i1) { fn(value, deriv, inp, i0, i1, act); });
 }
 
 void activation_forward(float* out, const float* inp, int64_t n, Activation act) {
   auto fn = kernel_isa() == KernelIsa::Avx512 ? act_avx512 : act_avx2;
-  if (n <= 65536) {
-    fn(out, inp, 0, n, act);
-    return;
-  }
-  const int64_t chunk = 16384;
-#pragma omp parallel for schedule(static)
-  for (int64_t i0 = 0; i0 < n; i0 += chunk) fn(out, inp, i0, i0 + chunk < n ? i0 + chunk : n, act);
+  over_chunks(n, [&](int64_t i0, int64_t i1) { fn(out, inp, i0, i1, act); });
 }
 
 void activation_backward(float* dinp, const float* dout, const float* inp, int64_t n, Activation act) {
   auto fn = kernel_isa() == KernelIsa::Avx512 ? act_backward_avx512 : act_backward_avx2;
-  if (n <= 65536) {
-    fn(dinp, dout, inp, 0, n, act);
-    return;
-  }
-  const int64_t chunk = 16384;
-#pragma omp parallel for schedule(static)
-  for (int64_t i0 = 0; i0 < n; i0 += chunk) fn(dinp, dout, inp, i0, i0 + chunk < n ? i0 + chunk : n, act);
+  over_chunks(n, [&](int64_t i0, int64_t i1) { fn(dinp, dout, inp, i0, i1, act); });
 }
 
 void activation_backward_ref(float* dinp, const float* dout, const float* inp, int64_t n, Activation act) {
