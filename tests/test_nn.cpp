@@ -183,6 +183,52 @@ INSTANTIATE_TEST_SUITE_P(PostAndPreLN, NnBlockGrad,
                                            BlockCase{false, ops::Activation::GeluTanh},
                                            BlockCase{true, ops::Activation::GeluTanh}));
 
+// Self-attention's training forward stacks q | k | v into one product (MultiHeadAttention::fused_qkv); given the
+// same values through two buffers (cross-attention's path: three [H, H] products) every output and gradient is the
+// same up to summation order, with and without biases, with the input gradients in one buffer or two.
+TEST(NnAttention, StackedSelfAttentionProjectionsMatchSeparateOnes) {
+  for (bool bias : {true, false}) {
+    nn::ParamStore store;
+    nn::MultiHeadAttention a = make_attention(nn::Vars(store), bias);
+    randomise(store, 11);
+    const int64_t B = 2, L = 5;
+    std::vector<int64_t> valid = {5, 3};
+    ops::AttentionMask mask;
+    mask.valid_lens = valid.data();
+    auto x = random_vec(B * L * H, 12), R = random_vec(B * L * H, 13);
+    const std::vector<float> x2 = x;  // the same values at another address: the unstacked path
+    nn::Context ctx;
+    ctx.grad = true;
+    std::vector<float> out(x.size()), out_ref(x.size());
+    // Reference: xq and xkv at different addresses, dxq and dxkv separate.
+    a.forward(ctx, out_ref.data(), x.data(), x2.data(), B, L, L, mask);
+    ASSERT_FALSE(a.fused_qkv);
+    store.zero_grad();
+    std::vector<float> dq_ref(x.size(), 0.0f), dkv_ref(x.size(), 0.0f);
+    a.backward(R.data(), dq_ref.data(), dkv_ref.data());
+    const std::vector<float> g_ref = store.all_grad();
+    // Stacked, input gradients in one buffer.
+    a.forward(ctx, out.data(), x.data(), x.data(), B, L, L, mask);
+    ASSERT_TRUE(a.fused_qkv);
+    EXPECT_TRUE(all_close(out, out_ref, 1e-5f, 1e-5f)) << "bias " << bias;
+    store.zero_grad();
+    std::vector<float> dx(x.size(), 0.5f), dx_ref(x.size());
+    for (size_t i = 0; i < x.size(); ++i) dx_ref[i] = 0.5f + dq_ref[i] + dkv_ref[i];  // added to
+    a.backward(R.data(), dx.data(), dx.data());
+    EXPECT_TRUE(all_close(dx, dx_ref, 1e-5f, 1e-4f)) << "bias " << bias;
+    EXPECT_TRUE(all_close(store.all_grad(), g_ref, 1e-5f, 1e-4f)) << "bias " << bias;
+    // Stacked, input gradients in two buffers.
+    a.forward(ctx, out.data(), x.data(), x.data(), B, L, L, mask);
+    ASSERT_TRUE(a.fused_qkv);
+    store.zero_grad();
+    std::vector<float> dq(x.size(), 0.0f), dkv(x.size(), 0.0f);
+    a.backward(R.data(), dq.data(), dkv.data());
+    EXPECT_TRUE(all_close(dq, dq_ref, 1e-5f, 1e-4f)) << "bias " << bias;
+    EXPECT_TRUE(all_close(dkv, dkv_ref, 1e-5f, 1e-4f)) << "bias " << bias;
+    EXPECT_TRUE(all_close(store.all_grad(), g_ref, 1e-5f, 1e-4f)) << "bias " << bias;
+  }
+}
+
 // attention_output_dropout = false (DistilBERT's TransformerBlock): the attention sublayer's residual gets no
 // dropout mask, the feed-forward's still does, and backward runs on that saved state.
 TEST(NnBlock, AttentionOutputDropoutCanBeOff) {

@@ -4,6 +4,9 @@
 #include <stdexcept>
 
 #include "core/profile.h"
+#include "core/threading.h"
+#include "ops/gemm.h"
+#include "ops/matmul.h"
 #include "ops/attention_train.h"
 #include "ops/dropout.h"
 
@@ -13,6 +16,31 @@ namespace {
 // model's: its products then see q, k, v within bf16's rounding (token cosine to fp32 well above int8's 0.999,
 // tests/test_dtypes.cpp), at twice the fp32 kernel's speed.
 bool bf16_attention(ops::ComputeType ct) { return ct == ops::ComputeType::BF16 || ct == ops::ComputeType::I8; }
+}  // namespace
+
+namespace {
+// Whether a training forward of self-attention can run the three projections as one product with the stacked
+// weights: fp32 parameter products (not bf16 ones, which keep per-Linear converted operands; not packed ones),
+// [H, H] weights, and biases on all three or none.
+bool stackable_qkv(const MultiHeadAttention& a, const Context& c) {
+  auto plain = [&](const Linear& l) {
+    return l.precision == ops::ComputeType::F32 && !(c.packed && l.packed.defined()) && l.weight.defined() &&
+           l.in_features == a.hidden_size && l.out_features == a.hidden_size;
+  };
+  return plain(a.query) && plain(a.key) && plain(a.value) && a.query.bias.defined() == a.key.bias.defined() &&
+         a.key.bias.defined() == a.value.bias.defined();
+}
+
+// w [3H, H] = query.weight | key.weight | value.weight stacked along the output rows (and b [3H] the biases when
+// they have them, else null).
+void stack_qkv(const MultiHeadAttention& a, float* w, float* b) {
+  const int64_t H = a.hidden_size;
+  const Linear* parts[3] = {&a.query, &a.key, &a.value};
+  for (int i = 0; i < 3; ++i) {
+    std::memcpy(w + i * H * H, parts[i]->weight.data(), sizeof(float) * H * H);
+    if (b) std::memcpy(b + i * H, parts[i]->bias.data(), sizeof(float) * H);
+  }
+}
 }  // namespace
 
 void MultiHeadAttention::forward(const Context& c, float* out, const float* xq_, const float* xkv_, int64_t B_,
@@ -27,14 +55,36 @@ void MultiHeadAttention::forward(const Context& c, float* out, const float* xq_,
   Lq = Lq_;
   Lk = Lk_;
   const int64_t H = hidden_size;
-  Q.resize(B * Lq * H);
-  K.resize(B * Lk * H);
-  V.resize(B * Lk * H);
   float* cx = take_scratch(ctx, B * Lq * H);
   probs.resize(B * num_heads * Lq * Lk);
-  query.forward(c, Q.data(), xq, B * Lq);
-  key.forward(c, K.data(), xkv, B * Lk);
-  value.forward(c, V.data(), xkv, B * Lk);
+  fused_qkv = xq == xkv && Lq == Lk && stackable_qkv(*this, c);
+  ops::AttentionDims d{B, Lq, Lk, num_heads, head_dim()};
+  const float *q, *k, *v;
+  if (fused_qkv) {
+    for (Buf* b : {&Q, &K, &V}) Buf().swap(*b);
+    QKV.resize(B * Lq * 3 * H);
+    float* w = take_scratch(Wqkv, 3 * H * H);
+    float* bias = query.bias.defined() ? take_scratch(bqkv, 3 * H) : nullptr;
+    stack_qkv(*this, w, bias);
+    ops::linear_forward(QKV.data(), xq, w, bias, B * Lq, H, 3 * H);
+    give_scratch(Wqkv);
+    give_scratch(bqkv);
+    q = QKV.data();
+    k = q + H;
+    v = q + 2 * H;
+    d.q_ld = d.k_ld = d.v_ld = 3 * H;  // heads read in place from the stacked rows
+  } else {
+    Buf().swap(QKV);
+    Q.resize(B * Lq * H);
+    K.resize(B * Lk * H);
+    V.resize(B * Lk * H);
+    query.forward(c, Q.data(), xq, B * Lq);
+    key.forward(c, K.data(), xkv, B * Lk);
+    value.forward(c, V.data(), xkv, B * Lk);
+    q = Q.data();
+    k = K.data();
+    v = V.data();
+  }
   const float* dm = nullptr;
   if (c.dropping()) {
     drop.resize(probs.size());
@@ -44,9 +94,8 @@ void MultiHeadAttention::forward(const Context& c, float* out, const float* xq_,
   } else {
     drop.clear();
   }
-  ops::AttentionDims d{B, Lq, Lk, num_heads, head_dim()};
-  if (!ops::attention_forward_train(cx, probs.data(), Q.data(), K.data(), V.data(), d, mask, dm))
-    ops::attention_forward(cx, probs.data(), Q.data(), K.data(), V.data(), d, mask, dm);
+  if (!ops::attention_forward_train(cx, probs.data(), q, k, v, d, mask, dm))
+    ops::attention_forward(cx, probs.data(), q, k, v, d, mask, dm);
   output.forward(c, out, cx, B * Lq);
   ctx_src = cx;
   if (output.saved_input(cx, B * Lq)) give_scratch(ctx);  // bf16: the output product's copy is all backward needs
@@ -56,21 +105,73 @@ void MultiHeadAttention::backward(const float* dout, float* dxq, float* dxkv) {
   const int64_t H = hidden_size;
   take_scratch(dctx, B * Lq * H);
   output.backward(dctx.data(), dout, ctx_src, B * Lq, /*accumulate=*/false);
-  take_scratch(dQ, B * Lq * H);
-  take_scratch(dK, B * Lk * H);
-  take_scratch(dV, B * Lk * H);
   ops::AttentionDims d{B, Lq, Lk, num_heads, head_dim()};
   if (score_bias) {
     dbias.resize(num_heads * Lq * Lk);
   } else {
     dbias.clear();
   }
-  ops::attention_backward(dQ.data(), dK.data(), dV.data(), dctx.data(), probs.data(), Q.data(), K.data(), V.data(), d,
-                          drop.empty() ? nullptr : drop.data(), score_bias ? dbias.data() : nullptr);
-  query.backward(dxq, dQ.data(), xq, B * Lq);
-  key.backward(dxkv, dK.data(), xkv, B * Lk);
-  value.backward(dxkv, dV.data(), xkv, B * Lk);
-  for (Buf* b : {&dctx, &dQ, &dK, &dV}) give_scratch(*b);
+  float* db = score_bias ? dbias.data() : nullptr;
+  const float* dm = drop.empty() ? nullptr : drop.data();
+  if (!fused_qkv) {
+    take_scratch(dQ, B * Lq * H);
+    take_scratch(dK, B * Lk * H);
+    take_scratch(dV, B * Lk * H);
+    ops::attention_backward(dQ.data(), dK.data(), dV.data(), dctx.data(), probs.data(), Q.data(), K.data(), V.data(),
+                            d, dm, db);
+    query.backward(dxq, dQ.data(), xq, B * Lq);
+    key.backward(dxkv, dK.data(), xkv, B * Lk);
+    value.backward(dxkv, dV.data(), xkv, B * Lk);
+    for (Buf* b : {&dctx, &dQ, &dK, &dV}) give_scratch(*b);
+    return;
+  }
+  const int64_t N = B * Lq, H3 = 3 * H;
+  float* dqkv = take_scratch(dQKV, N * H3);
+  const float* q = QKV.data();
+  d.q_ld = d.k_ld = d.v_ld = H3;  // dq | dk | dv written as the columns of dQKV, as q | k | v lie in QKV
+  ops::attention_backward(dqkv, dqkv + H, dqkv + 2 * H, dctx.data(), probs.data(), q, q + H, q + 2 * H, d, dm, db);
+  give_scratch(dctx);
+  float* w = take_scratch(Wqkv, H3 * H);
+  stack_qkv(*this, w, nullptr);
+  const Linear* parts[3] = {&query, &key, &value};
+  {
+    SerialScope serial(serial_below(N * H3 * H));
+    // The input gradients: dxq += dQ W_q and dxkv += dK W_k + dV W_v, one product when they are the same buffer.
+    if (dxq == dxkv) {
+      ops::gemm(false, false, N, H, H3, 1.0f, dqkv, H3, w, H, 1.0f, dxq, H);
+    } else {
+      ops::gemm(false, false, N, H, H, 1.0f, dqkv, H3, w, H, 1.0f, dxq, H);
+      ops::gemm(false, false, N, H, 2 * H, 1.0f, dqkv + H, H3, w + H * H, H, 1.0f, dxkv, H);
+    }
+    // The weight gradients: dW [3H, H] = dQKV^T x, then added to each Linear's [H, H] block.
+    if (query.weight.grad()) {
+      float* dw = take_scratch(dWqkv, H3 * H);
+      ops::gemm(true, false, H3, H, N, 1.0f, dqkv, H3, xq, H, 0.0f, dw, H);
+      for (int i = 0; i < 3; ++i) {
+        float* g = parts[i]->weight.grad();
+        const float* s = dw + i * H * H;
+#pragma omp parallel for simd if (parallel_worth(H * H))
+        for (int64_t j = 0; j < H * H; ++j) g[j] += s[j];
+      }
+      give_scratch(dWqkv);
+    }
+  }
+  if (query.bias.defined() && query.bias.grad()) {  // column sums of dQKV, split over the three biases
+    float* g[3] = {query.bias.grad(), key.bias.grad(), value.bias.grad()};
+#pragma omp parallel for schedule(static) if (parallel_worth(N * H3))
+    for (int64_t c0 = 0; c0 < H3; c0 += 64) {
+      const int64_t c1 = c0 + 64 < H3 ? c0 + 64 : H3;
+      float acc[64] = {};
+      for (int64_t n = 0; n < N; ++n) {
+        const float* r = dqkv + n * H3;
+#pragma omp simd
+        for (int64_t c = c0; c < c1; ++c) acc[c - c0] += r[c];
+      }
+      for (int64_t c = c0; c < c1; ++c) g[c / H][c % H] += acc[c - c0];
+    }
+  }
+  give_scratch(Wqkv);
+  give_scratch(dQKV);
 }
 
 void MultiHeadAttention::forward_inference(float* out, const float* x, int64_t B_, int64_t L,

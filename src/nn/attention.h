@@ -65,11 +65,16 @@ struct MultiHeadAttention {
 
   // Saved by forward. ctx: the attention output (given back to the scratch pool when a bf16 output product keeps
   // its own copy; ctx_src is where it lay); dctx, dQ, dK, dV: backward's scratch (nn::take_scratch).
+  // Self-attention with fp32 products (fused_qkv) keeps q | k | v as the columns of one [B * L, 3H] matrix QKV,
+  // made by one product with the three weights stacked ([3H, H], as the inference qkv), and its backward runs
+  // one product for the input gradient and one for the three weight gradients (dQKV, Wqkv, bqkv, dWqkv: scratch):
+  // wider products than three [H, H] ones, which oneDNN runs faster. Q, K, V then stay empty.
   const float *xq = nullptr, *xkv = nullptr;
-  Buf Q, K, V, probs, drop, ctx, dctx, dQ, dK, dV, dbias;
+  Buf Q, K, V, QKV, probs, drop, ctx, dctx, dQ, dK, dV, dQKV, Wqkv, bqkv, dWqkv, dbias;
   const float* ctx_src = nullptr;
   int64_t B = 0, Lq = 0, Lk = 0;
   bool score_bias = false;  // the forward's mask had a score bias
+  bool fused_qkv = false;   // the forward ran the stacked q | k | v product (QKV holds them)
 };
 
 }  // namespace tfm::nn
