@@ -257,6 +257,40 @@ TEST(FusedKernels, ActivationValueAndDerivativeMatchForwardAndBackwardOnBothIsas
   }
 }
 
+// The bias variants (a training FFN's linear1 without its bias): activation_forward / activation_value_and_derivative
+// of the biased input, within the rounding by which a loop's scalar tail may differ from its vector body, at widths
+// below, at and above the 512-column chunk, on one thread and on the threads; the forward's values and the
+// value-and-derivative pass's are the same bits (FeedForward's backward recomputes the forward's act(h + b)); the
+// input is left unchanged, or holds the derivative when deriv aliases it.
+TEST(FusedKernels, BiasedActivationsEqualActivationsOfTheBiasedInput) {
+  for (KernelIsa isa : isas()) {
+    IsaScope scope(isa);
+    for (auto [N, C] : {std::pair<int64_t, int64_t>{3, 7}, {2, 512}, {300, 1300}}) {
+      auto x = random_vec(N * C, 80 + C, -6.0f, 6.0f), b = random_vec(C, 81 + C, -2.0f, 2.0f);
+      std::vector<float> xb(N * C);
+      for (int64_t n = 0; n < N; ++n)
+        for (int64_t c = 0; c < C; ++c) xb[n * C + c] = x[n * C + c] + b[c];
+      for (Activation act : {Activation::Gelu, Activation::GeluTanh, Activation::Silu}) {
+        const std::string what = std::string(kernel_isa_name(isa)) + " " + std::to_string(N) + "x" +
+                                 std::to_string(C) + " act=" + std::to_string((int)act);
+        std::vector<float> out(N * C), ref(N * C), value(N * C), deriv(N * C), vref(N * C), dref(N * C);
+        activation_forward_bias(out.data(), x.data(), b.data(), N, C, act);
+        activation_forward(ref.data(), xb.data(), N * C, act);
+        EXPECT_TRUE(all_close(out, ref, 1e-6f, 1e-6f)) << what;
+        activation_value_and_derivative(vref.data(), dref.data(), xb.data(), N * C, act);
+        std::vector<float> inplace = x;
+        activation_value_and_derivative_bias(value.data(), inplace.data(), inplace.data(), b.data(), N, C, act);
+        EXPECT_EQ(value, out) << what;
+        EXPECT_TRUE(all_close(value, vref, 1e-6f, 1e-6f)) << what;
+        EXPECT_TRUE(all_close(inplace, dref, 1e-6f, 1e-6f)) << what;
+        activation_value_and_derivative_bias(value.data(), deriv.data(), x.data(), b.data(), N, C, act);
+        EXPECT_EQ(deriv, inplace) << what;
+        EXPECT_EQ(x, random_vec(N * C, 80 + C, -6.0f, 6.0f)) << what << ": input changed";
+      }
+    }
+  }
+}
+
 // ---------------------------------------------------------------- per-op timing hook (bench_encoder --breakdown)
 
 TEST(FusedKernels, OpProfileTimesBertSectionsOnlyWhenOn) {

@@ -347,9 +347,18 @@ void FeedForward::forward(const Context& ctx, float* out, const float* x_, int64
   // Only h is kept: act(h) is scratch, recomputed by backward where linear2's weight gradient needs it (bf16
   // products keep their own bf16 copy of it and need nothing).
   h.resize(N * I);
-  linear1.forward(ctx, h.data(), x, N);
   float* av = take_scratch(a, N * I);
-  ops::activation_forward(av, h.data(), N * I, act);
+  h_bias = nullptr;
+  if (ctx.grad && linear1.precision == ops::ComputeType::F32 && linear1.bias.defined() &&
+      !(ctx.packed && linear1.packed.defined())) {
+    // linear1's product without its bias; the bias rides on the activation's pass
+    ops::linear_forward(h.data(), x, linear1.weight.data(), nullptr, N, linear1.in_features, I);
+    h_bias = linear1.bias.data();
+    ops::activation_forward_bias(av, h.data(), h_bias, N, I, act);
+  } else {
+    linear1.forward(ctx, h.data(), x, N);
+    ops::activation_forward(av, h.data(), N * I, act);
+  }
   linear2.forward(ctx, out, av, N);
   a_src = av;
   give_scratch(a);
@@ -359,6 +368,14 @@ void FeedForward::backward(const float* dout, float* dx) {
   const int64_t I = linear1.out_features;
   const bool relu = act == ops::Activation::Relu;
   float* d = take_scratch(da, N * I);
+  if (h_bias && linear2.precision != ops::ComputeType::F32) {  // the paths below read h with its bias
+    float* hv = h.data();
+#pragma omp parallel for schedule(static) if (N * I > 65536)
+    for (int64_t n = 0; n < N; ++n)
+#pragma omp simd
+      for (int64_t c = 0; c < I; ++c) hv[n * I + c] += h_bias[c];
+    h_bias = nullptr;
+  }
   if (relu) {
     linear2.backward(d, dout, a.data(), N, /*accumulate=*/false);
   } else if (linear2.saved_input(a_src, N)) {
@@ -366,7 +383,7 @@ void FeedForward::backward(const float* dout, float* dx) {
   } else if (linear2.precision == ops::ComputeType::F32) {
     // One [N, I] buffer for both: act(h) (the forward's values, bit for bit) for linear2's parameter gradients,
     // then overwritten with linear2's input gradient; act'(h) computed in the same pass, over h (read last here).
-    ops::activation_value_and_derivative(d, h.data(), h.data(), N * I, act);
+    ops::activation_value_and_derivative_bias(d, h.data(), h.data(), h_bias, N, I, act);
     linear2.backward(nullptr, dout, d, N);
     linear2.backward_input(d, dout, N);
     const float* g = h.data();

@@ -137,10 +137,13 @@ struct FeedForward {
   Linear linear1, linear2;  // [I, H] and [H, I]
   ops::Activation act = ops::Activation::Relu;
   // Saved for backward: x, and h = linear1(x) (ReLU: a = relu(h) in place instead). a (GELU / SiLU) and da are
-  // scratch (take_scratch); a_src is where the forward's a lay, for linear2's bf16 copy of it.
+  // scratch (take_scratch); a_src is where the forward's a lay, for linear2's bf16 copy of it. With fp32 products
+  // h is x W1^T without linear1's bias, h_bias: the bias is added where act(h + b) is computed (forward, and
+  // backward's recomputation), one pass over [N, I] less each way than seeding h with it.
   const float* x = nullptr;
   Buf h, a, da;
   const float* a_src = nullptr;
+  const float* h_bias = nullptr;
   int64_t N = 0;
 
   // out: [N, H], x: [N, H] (alive until backward).

@@ -75,6 +75,49 @@ void activation_backward(float* dinp, const float* dout, const float* inp, int64
   over_chunks(n, [&](int64_t i0, int64_t i1) { fn(dinp, dout, inp, i0, i1, act); });
 }
 
+namespace {
+// fn(value-like outputs at column offset c0 of row n, biased inputs buf[0, len)) over [N, C] in row chunks of at
+// most kBiasChunk columns: inp + bias into a stack buffer, then the unbiased kernel on it (the same bits as
+// adding the bias first). Rows on the threads as over_chunks does for elements.
+constexpr int64_t kBiasChunk = 512;
+template <class Fn>
+void over_biased_rows(const float* inp, const float* bias, int64_t N, int64_t C, const Fn& fn) {
+  auto rows = [&](int64_t r0, int64_t r1) {
+    alignas(64) float buf[kBiasChunk];
+    for (int64_t n = r0; n < r1; ++n)
+      for (int64_t c0 = 0; c0 < C; c0 += kBiasChunk) {
+        const int64_t len = C - c0 < kBiasChunk ? C - c0 : kBiasChunk;
+        const float* x = inp + n * C + c0;
+        const float* b = bias + c0;
+#pragma omp simd
+        for (int64_t j = 0; j < len; ++j) buf[j] = x[j] + b[j];
+        fn(n * C + c0, buf, len);
+      }
+  };
+  if (N * C <= 65536 || N < 2) {
+    rows(0, N);
+    return;
+  }
+  const int64_t grain = (16384 + C - 1) / C;  // rows per chunk: about over_chunks' 16,384 elements
+#pragma omp parallel for schedule(static)
+  for (int64_t r0 = 0; r0 < N; r0 += grain) rows(r0, r0 + grain < N ? r0 + grain : N);
+}
+}  // namespace
+
+void activation_forward_bias(float* out, const float* inp, const float* bias, int64_t N, int64_t C, Activation act) {
+  if (!bias) return activation_forward(out, inp, N * C, act);
+  auto fn = kernel_isa() == KernelIsa::Avx512 ? act_avx512 : act_avx2;
+  over_biased_rows(inp, bias, N, C, [&](int64_t off, const float* x, int64_t len) { fn(out + off, x, 0, len, act); });
+}
+
+void activation_value_and_derivative_bias(float* value, float* deriv, const float* inp, const float* bias, int64_t N,
+                                          int64_t C, Activation act) {
+  if (!bias) return activation_value_and_derivative(value, deriv, inp, N * C, act);
+  auto fn = kernel_isa() == KernelIsa::Avx512 ? act_value_deriv_avx512 : act_value_deriv_avx2;
+  over_biased_rows(inp, bias, N, C,
+                   [&](int64_t off, const float* x, int64_t len) { fn(value + off, deriv + off, x, 0, len, act); });
+}
+
 void activation_backward_ref(float* dinp, const float* dout, const float* inp, int64_t n, Activation act) {
   for (int64_t i = 0; i < n; ++i) {
     const double x = inp[i], g = dout[i];

@@ -22,6 +22,14 @@ void activation_backward(float* dinp, const float* dout, const float* inp, int64
 // both: the activation's output for the next product's weight gradient, and its derivative). deriv may alias inp
 // (in place); value may not alias either. Threads as activation_forward.
 void activation_value_and_derivative(float* value, float* deriv, const float* inp, int64_t n, Activation act);
+// The same two with a per-column bias added to the input first, for a product whose bias was left out (a
+// training FFN keeps h = x W^T without it): inp [N, C], bias [C] (null: none); the activation is of
+// inp[n, c] + bias[c] (those functions of the biased values, up to the rounding by which their vector body and
+// scalar tail may differ; the two bias variants write the same value bits, as the two above do). out / value
+// [N, C] written; deriv may alias inp. inp itself is not changed (unless deriv aliases it).
+void activation_forward_bias(float* out, const float* inp, const float* bias, int64_t N, int64_t C, Activation act);
+void activation_value_and_derivative_bias(float* value, float* deriv, const float* inp, const float* bias, int64_t N,
+                                          int64_t C, Activation act);
 // Gated linear unit with activation `act` (Shazeer 2020, "GLU variants"; ModernBertMLP: input, gate =
 // Wi(x).chunk(2, dim=-1), act(input) * gate): inter [N, 2I] holds the input half in columns [0, I) and the gate
 // half in [I, 2I); gated [N, I] = act(inter[:, :I]) * inter[:, I:], written.

@@ -56,9 +56,18 @@ void masked_softmax_row(float* s, int64_t b, int64_t i, int64_t Lq, int64_t Lk, 
   const float* km = m.key_mask ? m.key_mask + b * Lk : nullptr;
   const float* gm = m.mask ? m.mask + (b * Lq + i) * Lk : nullptr;
   float mx = -INFINITY;
-  for (int64_t j = 0; j < lim; ++j) {
-    bool vis = (!km || km[j] != 0.0f) && (!gm || gm[j] != 0.0f);
-    if (vis) mx = s[j] > mx ? s[j] : mx;
+  if (!km && !gm) {  // the common case: 8 running maxima (vmaxps: `a > b ? a : b` lane by lane), then the tail
+    float m8[8] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY};
+    int64_t j = 0;
+    for (; j + 8 <= lim; j += 8)
+      for (int k = 0; k < 8; ++k) m8[k] = m8[k] > s[j + k] ? m8[k] : s[j + k];
+    for (; j < lim; ++j) mx = s[j] > mx ? s[j] : mx;
+    for (int k = 0; k < 8; ++k) mx = m8[k] > mx ? m8[k] : mx;
+  } else {
+    for (int64_t j = 0; j < lim; ++j) {
+      bool vis = (!km || km[j] != 0.0f) && (!gm || gm[j] != 0.0f);
+      if (vis) mx = s[j] > mx ? s[j] : mx;
+    }
   }
   if (mx == -INFINITY) {  // no visible key (or all scores -inf)
     for (int64_t j = 0; j < Lk; ++j) s[j] = 0.0f;
