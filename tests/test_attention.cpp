@@ -25,6 +25,7 @@ using tfm::test::random_vec;
 
 using tfm::test::isas;
 using tfm::test::IsaScope;
+using tfm::test::BlockedAttentionScope;
 
 // ---------------------------------------------------------------- attention masks
 
@@ -314,11 +315,13 @@ void check_attention(MaskForm form, int64_t B, int64_t H, int64_t Dh, int64_t Lq
   attention_forward_ref(ref.data(), nullptr, q.data(), k, v, d, m);
   std::string what = std::string(form_name(form)) + " bias=" + std::to_string((int)bias) + " B=" + std::to_string(B) + " H=" + std::to_string(H) +
                      " Dh=" + std::to_string(Dh) + " Lq=" + std::to_string(Lq) + " Lk=" + std::to_string(Lk);
-  for (KernelIsa isa : isas()) {
+  for (KernelIsa isa : isas())
+    for (bool blocked : {false, true}) {  // the ISA's own choice, then the blocked kernel forced
     IsaScope scope(isa);
+    BlockedAttentionScope force(blocked);
     std::vector<float> out(B * Lq * out_ld, 0.0f);
     attention_forward(out.data(), nullptr, q.data(), k, v, d, m);
-    ASSERT_TRUE(all_close(out, ref, 2e-5f, 2e-5f)) << what << " " << kernel_isa_name(isa);
+    ASSERT_TRUE(all_close(out, ref, 2e-5f, 2e-5f)) << what << " " << kernel_isa_name(isa) << " blocked " << blocked;
     // Rows with no visible key are exactly zero.
     for (int64_t b = 0; b < B; ++b)
       for (int64_t i = 0; i < Lq; ++i) {

@@ -24,6 +24,7 @@ using namespace tfm;
 using tfm::test::all_close;
 using tfm::test::fixture;
 using tfm::test::IsaScope;
+using tfm::test::BlockedAttentionScope;
 using tfm::test::isas;
 using tfm::test::random_vec;
 
@@ -81,8 +82,10 @@ void check_varlen_case(const VarlenCase& c, bool causal, bool bias) {
     const float* s = q + off[b] * ld;
     ops::attention_forward_ref(want.data() + off[b] * H, nullptr, s, s + H, s + 2 * H, sd, vm);
   }
-  for (ops::KernelIsa isa : isas()) {
+  for (ops::KernelIsa isa : isas())
+    for (bool blocked : {false, true}) {  // the ISA's own kernel choice, then the blocked kernel forced
     IsaScope scope(isa);
+    BlockedAttentionScope force(blocked);
     std::vector<float> got(T * H, NAN), pad_out(B * L * H, NAN);
     ops::attention_forward(got.data(), nullptr, q, q + H, q + 2 * H, vd, vm);
     const float* p = padded.data();
@@ -91,8 +94,10 @@ void check_varlen_case(const VarlenCase& c, bool causal, bool bias) {
     for (int64_t b = 0; b < B; ++b)
       std::copy(pad_out.begin() + b * L * H, pad_out.begin() + (b * L + c.lens[b]) * H,
                 pad_real.begin() + off[b] * H);
-    EXPECT_TRUE(all_close(got, want, 2e-5f, 1e-4f)) << ops::kernel_isa_name(isa) << " vs reference, T " << T;
-    EXPECT_TRUE(all_close(got, pad_real, 2e-5f, 1e-4f)) << ops::kernel_isa_name(isa) << " vs padded, T " << T;
+    EXPECT_TRUE(all_close(got, want, 2e-5f, 1e-4f)) << ops::kernel_isa_name(isa) << " blocked " << blocked
+                                                    << " vs reference, T " << T;
+    EXPECT_TRUE(all_close(got, pad_real, 2e-5f, 1e-4f)) << ops::kernel_isa_name(isa) << " blocked " << blocked
+                                                        << " vs padded, T " << T;
   }
 }
 

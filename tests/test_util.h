@@ -10,6 +10,7 @@
 
 #include "core/rng.h"
 #include "ops/gemm.h"
+#include "ops/attention.h"
 #include "ops/isa.h"
 
 namespace tfm::test {
@@ -25,6 +26,13 @@ struct IsaScope {
   ops::KernelIsa saved = ops::kernel_isa();
   explicit IsaScope(ops::KernelIsa isa) { ops::set_kernel_isa(isa); }
   ~IsaScope() { ops::set_kernel_isa(saved); }
+};
+
+// Inference attention forced onto the blocked kernel (ops::force_blocked_attention) for the scope, or left to the
+// ISA's choice.
+struct BlockedAttentionScope {
+  explicit BlockedAttentionScope(bool on) { ops::force_blocked_attention(on); }
+  ~BlockedAttentionScope() { ops::force_blocked_attention(false); }
 };
 
 inline std::string source_dir() { return TFM_SOURCE_DIR; }

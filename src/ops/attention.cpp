@@ -1,6 +1,7 @@
 #include "ops/attention.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <stdexcept>
 #include <vector>
@@ -640,6 +641,17 @@ void head_via_gemm(float* ob, float* P, float* dropped, const float* qb, const f
 
 // Up to kBlockedMinKeys keys the [Lq, Lk] scratch is small and oneDNN's GEMMs were faster (1.17x at [32, 32]).
 constexpr int64_t kBlockedMinKeys = 32;
+// On the AVX2 copy the GEMM path stays faster up to this many keys (ops/attention.h); its per-thread scratch is
+// then at most [Lq, 1024] floats per head task.
+constexpr int64_t kGemmMaxKeysAvx2 = 1024;
+std::atomic<bool> g_force_blocked{false};
+
+// Whether inference attention over Lk keys runs the blocked kernel (else head_via_gemm into scratch).
+bool use_blocked(const AttentionDims& d, int64_t Lk) {
+  if (bf16_kernel(d)) return true;
+  if (Lk <= kBlockedMinKeys) return false;
+  return g_force_blocked.load(std::memory_order_relaxed) || kernel_isa() == KernelIsa::Avx512 || Lk > kGemmMaxKeysAvx2;
+}
 
 // The unpadded batch (dims.seq_offsets): tasks (sentence, head, chunk of query rows) over all sentences, each
 // running the kernel the padded path picks for its length, on a one-sentence view.
@@ -659,12 +671,11 @@ void attention_varlen(float* out, const float* q, const float* k, const float* v
       throw std::invalid_argument("attention_forward: sentence of " + std::to_string(len) +
                                   " tokens is longer than the score bias table (bias_len " +
                                   std::to_string(mask.bias_len) + ")");
-    const int64_t chunk = len > kBlockedMinKeys && H < 8 ? 64 : (len > 0 ? len : 1);
+    const int64_t chunk = use_blocked(d, len) && len > kBlockedMinKeys && H < 8 ? 64 : (len > 0 ? len : 1);
     for (int64_t h = 0; h < H; ++h)
       for (int64_t i0 = 0; i0 < len; i0 += chunk) tasks.push_back({b, h, i0, i0 + chunk < len ? i0 + chunk : len});
     work += H * len * len * d.head_dim;
   }
-  const bool bf16 = bf16_kernel(d);  // the bf16 copy runs at every length (blocks of 32 keys up to 32)
   const int64_t ntask = (int64_t)tasks.size();
 #pragma omp parallel if (ntask > 1 && work > 65536)
   {
@@ -682,7 +693,7 @@ void attention_varlen(float* out, const float* q, const float* k, const float* v
       s.seq_offsets = nullptr;
       const float *qs = q + o * d.q_ld, *ks = k + o * d.k_ld, *vs = v + o * d.v_ld;
       float* os = out + o * d.out_ld;
-      if (len > kBlockedMinKeys || bf16) {
+      if (use_blocked(d, len)) {
         FlashArgs a{qs, ks, vs, os, &s, &mask};
         flash_fn(s, len)(a, tk.h, tk.i0, tk.i1, sc);
       } else {
@@ -714,7 +725,7 @@ void attention_forward(float* out, float* probs, const float* q, const float* k,
   }
   const int64_t B = d.batch, H = d.num_heads, Lq = d.q_len, Lk = d.kv_len, Dh = d.head_dim;
   if (B * H * Lq == 0) return;
-  if (!probs && !dropout_mask && (Lk > kBlockedMinKeys || bf16_kernel(d))) {
+  if (!probs && !dropout_mask && use_blocked(d, Lk)) {
     attention_blocked(out, q, k, v, d, mask);
     return;
   }
@@ -731,6 +742,8 @@ void attention_forward(float* out, float* probs, const float* q, const float* k,
     }
   }
 }
+
+void force_blocked_attention(bool on) { g_force_blocked.store(on, std::memory_order_relaxed); }
 
 namespace {
 // attention_backward on any head size through per-head GEMMs; dscores as attention_backward_train's.

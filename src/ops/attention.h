@@ -72,17 +72,22 @@ struct AttentionDims {
 // dropout_mask: [B, heads, Lq, Lk] multipliers (0 or 1/(1-p)) applied to the weights before v, or null
 //        (d2l's DotProductAttention drops attention weights).
 // With probs and dropout_mask both null (inference) and more than 32 keys (any number for dims.bf16 on the
-// AVX512-BF16 copy), no [Lq, Lk] buffer is written: a
+// AVX512-BF16 copy), on the AVX-512 copy or above 1,024 keys, no [Lq, Lk] buffer is written: a
 // blocked online softmax per head (Flash-attention order on CPU: key blocks of 64 (AVX-512) or 32 (AVX2) keys;
 // running max and sum per query row; accumulator rescaled by exp(old_max - new_max)), vectorised for
 // kernel_isa() (ops/isa.h). Otherwise the scores go through oneDNN GEMMs and a masked softmax into probs (or a
-// per-thread [Lq, Lk] scratch).
+// per-thread [Lq, Lk] scratch): on the AVX2 copy that path took 0.73-0.83x the blocked kernel's time from 64 to
+// 512 keys (AMD EPYC Zen 3, head_dim 32 and 64, 1 and 2 threads; BENCHMARKS.md), so AVX2 runs it up to 1,024 keys.
 //
 // With dims.seq_offsets (an unpadded batch) probs and dropout_mask must be null (std::invalid_argument
 // otherwise, also for a non-causal mask); each (sentence, head) runs the kernel the padded path would pick for its
 // length, so sentence b's rows equal the padded batch's rows for a key_mask of its length.
 void attention_forward(float* out, float* probs, const float* q, const float* k, const float* v,
                        const AttentionDims& dims, const AttentionMask& mask, const float* dropout_mask = nullptr);
+
+// Forces inference attention onto the blocked kernel wherever it can run (true), or back to the choice above
+// (false, the default): tests check both kernels on every ISA. Process-wide; read when a call starts.
+void force_blocked_attention(bool on);
 
 // Gradients of attention_forward given its saved probs. dq, dk, dv use the q/k/v strides and are written.
 // dbias: null, or [heads, Lq, Lk] written with the gradient of a score bias shared by the batch rows
