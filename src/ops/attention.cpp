@@ -50,48 +50,56 @@ void resolve(AttentionDims& d) {
   if (!d.v_bs) d.v_bs = d.kv_len * d.v_ld;
 }
 
-// Masked softmax of one score row in place: only the first `lim` keys can be visible; per-element masks
-// zero the rest. Returns false (row zeroed) when no key is visible.
-void masked_softmax_row(float* s, int64_t b, int64_t i, int64_t Lq, int64_t Lk, const AttentionMask& m) {
-  int64_t lim = m.key_limit(b, i, Lq, Lk);
-  const float* km = m.key_mask ? m.key_mask + b * Lk : nullptr;
-  const float* gm = m.mask ? m.mask + (b * Lq + i) * Lk : nullptr;
+// Softmax of s[0, lim) in place over the keys vis(j) lets through (the others become 0), s[lim, Lk) zeroed;
+// a row with no visible key (or all scores -inf) is zeroed. Vector loops for every mask form: 8 running maxima
+// (vmaxps: `a > b ? a : b` lane by lane), then exp and sum with the hidden keys selected to 0 (a NaN score makes
+// the row NaN, as before).
+template <class Vis>
+TFM_ALWAYS_INLINE void softmax_row(float* s, int64_t lim, int64_t Lk, const Vis& vis) {
+  float m8[8] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY};
   float mx = -INFINITY;
-  if (!km && !gm) {  // the common case: 8 running maxima (vmaxps: `a > b ? a : b` lane by lane), then the tail
-    float m8[8] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY};
-    int64_t j = 0;
-    for (; j + 8 <= lim; j += 8)
-      for (int k = 0; k < 8; ++k) m8[k] = m8[k] > s[j + k] ? m8[k] : s[j + k];
-    for (; j < lim; ++j) mx = s[j] > mx ? s[j] : mx;
-    for (int k = 0; k < 8; ++k) mx = m8[k] > mx ? m8[k] : mx;
-  } else {
-    for (int64_t j = 0; j < lim; ++j) {
-      bool vis = (!km || km[j] != 0.0f) && (!gm || gm[j] != 0.0f);
-      if (vis) mx = s[j] > mx ? s[j] : mx;
+  int64_t j = 0;
+  for (; j + 8 <= lim; j += 8)
+    for (int k = 0; k < 8; ++k) {
+      const float x = vis(j + k) ? s[j + k] : -INFINITY;
+      m8[k] = m8[k] > x ? m8[k] : x;
     }
+  for (; j < lim; ++j) {
+    const float x = vis(j) ? s[j] : -INFINITY;
+    mx = x > mx ? x : mx;
   }
+  for (int k = 0; k < 8; ++k) mx = m8[k] > mx ? m8[k] : mx;
   if (mx == -INFINITY) {  // no visible key (or all scores -inf)
-    for (int64_t j = 0; j < Lk; ++j) s[j] = 0.0f;
+    for (int64_t c = 0; c < Lk; ++c) s[c] = 0.0f;
     return;
   }
   float sum = 0.0f;
-  if (!km && !gm) {
 #pragma omp simd reduction(+ : sum)
-    for (int64_t j = 0; j < lim; ++j) {
-      s[j] = vm::fast_exp(s[j] - mx);
-      sum += s[j];
-    }
-  } else {
-    for (int64_t j = 0; j < lim; ++j) {
-      bool vis = (!km || km[j] != 0.0f) && (!gm || gm[j] != 0.0f);
-      s[j] = vis ? vm::fast_exp(s[j] - mx) : 0.0f;
-      sum += s[j];
-    }
+  for (int64_t c = 0; c < lim; ++c) {
+    const float e = vm::fast_exp(s[c] - mx);
+    s[c] = vis(c) ? e : 0.0f;
+    sum += s[c];
   }
-  float inv = 1.0f / sum;
+  const float inv = 1.0f / sum;
 #pragma omp simd
-  for (int64_t j = 0; j < lim; ++j) s[j] *= inv;
-  for (int64_t j = lim; j < Lk; ++j) s[j] = 0.0f;
+  for (int64_t c = 0; c < lim; ++c) s[c] *= inv;
+  for (int64_t c = lim; c < Lk; ++c) s[c] = 0.0f;
+}
+
+// Masked softmax of one score row in place: only the first `lim` keys can be visible; per-element masks
+// zero the rest. A row with no visible key is zeroed.
+void masked_softmax_row(float* s, int64_t b, int64_t i, int64_t Lq, int64_t Lk, const AttentionMask& m) {
+  const int64_t lim = m.key_limit(b, i, Lq, Lk);
+  const float* km = m.key_mask ? m.key_mask + b * Lk : nullptr;
+  const float* gm = m.mask ? m.mask + (b * Lq + i) * Lk : nullptr;
+  if (!km && !gm)
+    softmax_row(s, lim, Lk, [](int64_t) { return true; });
+  else if (!gm)
+    softmax_row(s, lim, Lk, [km](int64_t j) { return km[j] != 0.0f; });
+  else if (!km)
+    softmax_row(s, lim, Lk, [gm](int64_t j) { return gm[j] != 0.0f; });
+  else
+    softmax_row(s, lim, Lk, [km, gm](int64_t j) { return km[j] != 0.0f && gm[j] != 0.0f; });
 }
 
 // ---------------------------------------------------------------- blocked online-softmax attention
