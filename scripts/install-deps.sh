@@ -14,6 +14,7 @@ PKGS=(
   pybind11-dev python3-dev python3-numpy python3-pytest  # Python bindings
   libopenmpi-dev openmpi-bin     # data-parallel training (mpirun)
   chromium                        # browser test of the web page
+  iproute2                        # ss: the serve test reads the listening socket's backlog
 )
 missing=()
 for p in "${PKGS[@]}"; do

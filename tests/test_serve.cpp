@@ -398,6 +398,22 @@ TEST(Serve, PortInUseIsRefused) {
   EXPECT_EQ(first.terminate(), 0);
 }
 
+// The listening socket's backlog (ss: Send-Q of a LISTEN socket) is raised above the 5 that Debian's cpp-httplib
+// listens with: 64 clients connecting at once overflowed it, and the dropped ones retried seconds later.
+TEST(Serve, ListenBacklogHoldsManyConnectingClients) {
+  ServeProcess s({"--model", test::fixture("d2l_trained"), "--quiet"});
+  ASSERT_GT(s.port(), 0) << s.log();
+  TempDir tmp;
+  const std::string cmd = "ss -Hltn 'sport = :" + std::to_string(s.port()) + "' > " + tmp.path + "/ss 2>&1";
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << "ss (iproute2, scripts/install-deps.sh) failed";
+  std::ifstream in(tmp.path + "/ss");
+  std::string state, recv_q, send_q;
+  in >> state >> recv_q >> send_q;  // "LISTEN 0 4096 127.0.0.1:PORT 0.0.0.0:*"
+  ASSERT_EQ(state, "LISTEN") << state << " " << recv_q << " " << send_q;
+  EXPECT_GE(std::stoi(send_q), 64) << "listen backlog " << send_q;
+  EXPECT_EQ(s.terminate(), 0);
+}
+
 TEST(Serve, BadStart) {
   // Not a model folder: one clear line, non-zero exit, no hang.
   TempDir tmp;

@@ -235,10 +235,13 @@ class Server {
     svr_.set_payload_max_length((size_t)o_.payload_limit);
     svr_.set_keep_alive_max_count(1000);
     svr_.set_tcp_nodelay(true);  // headers and body go out as two writes: Nagle + delayed ACK would add ~40 ms
-    // SO_REUSEADDR only: httplib's default SO_REUSEPORT would let a second server share a port in use.
-    svr_.set_socket_options([](int sock) {
+    // SO_REUSEADDR only: httplib's default SO_REUSEPORT would let a second server share a port in use. The
+    // listening socket is the last one this sees before the bind succeeds (it is called for each address tried).
+    int listen_fd = -1;
+    svr_.set_socket_options([&listen_fd](int sock) {
       int yes = 1;
       setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+      listen_fd = sock;
     });
     routes();
     int port = o_.port;
@@ -249,6 +252,11 @@ class Server {
       throw std::runtime_error("cannot listen on " + o_.host + ":" + std::to_string(port) +
                                " (in use, or not an address of this machine)");
     }
+    // Debian's cpp-httplib listens with a backlog of 5 (CPPHTTPLIB_LISTEN_BACKLOG, compiled into the library): 64
+    // clients connecting at once overflowed it, and the dropped connections retried their SYN 1 s and 3 s later
+    // (wrk's p99 of 2.8-5.7 s at concurrency 64 on a small model, against 58-105 ms inside the server). listen()
+    // again on the bound socket raises it; the kernel caps it at net.core.somaxconn.
+    if (listen_fd >= 0) ::listen(listen_fd, SOMAXCONN);
     std::fprintf(stderr, "listening on http://%s:%d (%s model %s)\n", o_.host.c_str(), port,
                  translation_ ? "translation" : "embedding", o_.model.c_str());
     std::fflush(stderr);
