@@ -156,20 +156,8 @@ void MultiHeadAttention::backward(const float* dout, float* dxq, float* dxkv) {
       give_scratch(dWqkv);
     }
   }
-  if (query.bias.defined() && query.bias.grad()) {  // column sums of dQKV, split over the three biases
-    float* g[3] = {query.bias.grad(), key.bias.grad(), value.bias.grad()};
-#pragma omp parallel for schedule(static) if (parallel_worth(N * H3))
-    for (int64_t c0 = 0; c0 < H3; c0 += 64) {
-      const int64_t c1 = c0 + 64 < H3 ? c0 + 64 : H3;
-      float acc[64] = {};
-      for (int64_t n = 0; n < N; ++n) {
-        const float* r = dqkv + n * H3;
-#pragma omp simd
-        for (int64_t c = c0; c < c1; ++c) acc[c - c0] += r[c];
-      }
-      for (int64_t c = c0; c < c1; ++c) g[c / H][c % H] += acc[c - c0];
-    }
-  }
+  if (query.bias.defined() && query.bias.grad())  // column sums of dQKV, split over the three biases
+    for (int i = 0; i < 3; ++i) ops::bias_grad(parts[i]->bias.grad(), dqkv + i * H, N, H, H3);
   give_scratch(Wqkv);
   give_scratch(dQKV);
 }

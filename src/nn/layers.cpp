@@ -273,12 +273,7 @@ void Linear::backward(float* dinp, const float* dout, const float* inp, int64_t 
   ops::gemm_bf16_converted(true, false, out, in, N, 1.0f, dout16.data(), s.inp.data(), 1.0f, weight.grad(), in);
   s.inp_src = s.weight_src = nullptr;  // used: a later backward without a forward converts afresh
   if (bias.defined()) {
-    float* db = bias.grad();
-    for (int64_t n = 0; n < N; ++n) {
-      const float* d = dout + n * out;
-#pragma omp simd
-      for (int64_t o = 0; o < out; ++o) db[o] += d[o];
-    }
+    ops::bias_grad(bias.grad(), dout, N, out, out);
   }
 }
 

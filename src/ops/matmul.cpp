@@ -31,9 +31,20 @@ void linear_backward(float* dinp, float* dweight, float* dbias, const float* dou
   if (dweight)
     gemm(true, false, out_features, in_features, N, 1.0f, dout, out_features, inp, in_features, 1.0f, dweight,
          in_features);
-  if (dbias) {
-    for (int64_t n = 0; n < N; ++n)
-      for (int64_t o = 0; o < out_features; ++o) dbias[o] += dout[n * out_features + o];
+  if (dbias) bias_grad(dbias, dout, N, out_features, out_features);
+}
+
+void bias_grad(float* dbias, const float* d, int64_t N, int64_t C, int64_t ld) {
+#pragma omp parallel for schedule(static) if (parallel_worth(N * C) && C > 64)
+  for (int64_t c0 = 0; c0 < C; c0 += 64) {
+    const int64_t c1 = c0 + 64 < C ? c0 + 64 : C;
+    float acc[64] = {};
+    for (int64_t n = 0; n < N; ++n) {
+      const float* r = d + n * ld;
+#pragma omp simd
+      for (int64_t c = c0; c < c1; ++c) acc[c - c0] += r[c];
+    }
+    for (int64_t c = c0; c < c1; ++c) dbias[c] += acc[c - c0];
   }
 }
 

@@ -14,6 +14,8 @@ void linear_forward(float* out, const float* inp, const float* weight, const flo
 void linear_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                      const float* weight, int64_t N, int64_t in_features, int64_t out_features,
                      bool accumulate_dinp = false);
+// dbias[C] += column sums of d [N, C] with row stride ld (rows in order per column; column blocks on the threads).
+void bias_grad(float* dbias, const float* d, int64_t N, int64_t C, int64_t ld);
 // Plain triple loop in double precision; tests compare the fast kernel against it.
 void linear_forward_ref(float* out, const float* inp, const float* weight, const float* bias, int64_t N,
                         int64_t in_features, int64_t out_features);
