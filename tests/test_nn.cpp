@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstring>
 #include <functional>
+#include <thread>
 #include <vector>
 
 #include "io/safetensors.h"
@@ -256,6 +257,65 @@ TEST(NnBlock, AttentionOutputDropoutCanBeOff) {
   }
 }
 
+// first_token_only (the last layer of sequence-classification training): keys and values from every position,
+// everything else on position 0 alone. Its out equals the full forward's out[:, 0], and its backward from a
+// gradient at position 0 equals the full backward from that gradient padded with zeros (input and parameter
+// gradients), with a key mask and with a score bias (MPNet: row 0 of the table, dbias [heads, 1, L]).
+TEST(NnBlock, FirstTokenOnlyEqualsTheFullLayerAtPositionZero) {
+  for (bool with_bias : {false, true}) {
+    nn::ParamStore store;
+    nn::EncoderBlock blk = make_encoder_block(store, /*norm_first=*/false, ops::Activation::Gelu);
+    randomise(store, 21);
+    const int64_t B = 3, L = 6;
+    std::vector<float> key_mask(B * L, 1.0f);
+    for (int64_t j = 4; j < L; ++j) key_mask[L + j] = 0.0f;  // row 1: 4 real tokens
+    const std::vector<float> bias = random_vec(kHeads * L * L, 22);
+    std::vector<float> bias0(kHeads * L);
+    for (int64_t h = 0; h < kHeads; ++h)
+      std::copy_n(bias.data() + h * L * L, L, bias0.data() + h * L);
+    ops::AttentionMask mask, mask0;
+    mask.key_mask = mask0.key_mask = key_mask.data();
+    if (with_bias) {
+      mask.bias = bias.data();
+      mask0.bias = bias0.data();
+    }
+    const auto x = random_vec(B * L * H, 23);
+    const auto dfirst = random_vec(B * H, 24);
+    nn::Context ctx;
+    ctx.grad = true;
+
+    blk.forward(ctx, x.data(), B, L, mask);
+    std::vector<float> full_first(B * H), dout(B * L * H, 0.0f);
+    for (int64_t b = 0; b < B; ++b) {
+      std::copy_n(blk.out.data() + b * L * H, H, full_first.data() + b * H);
+      std::copy_n(dfirst.data() + b * H, H, dout.data() + b * L * H);
+    }
+    store.zero_grad();
+    std::vector<float> dx_ref(x.size(), 0.25f);
+    blk.backward(dout.data(), dx_ref.data());
+    const std::vector<float> g_ref = store.all_grad();
+    std::vector<float> dbias_ref(kHeads * L);
+    if (with_bias)
+      for (int64_t h = 0; h < kHeads; ++h)
+        std::copy_n(blk.attention.dbias.data() + h * L * L, L, dbias_ref.data() + h * L);
+
+    blk.forward(ctx, x.data(), B, L, mask0, /*first_token_only=*/true);
+    ASSERT_EQ((int64_t)blk.out.size(), B * H);
+    EXPECT_TRUE(all_close(blk.out, full_first, 1e-5f, 1e-5f)) << "bias " << with_bias;
+    store.zero_grad();
+    std::vector<float> dx(x.size(), 0.25f);  // added to
+    blk.backward(dfirst.data(), dx.data());
+    EXPECT_TRUE(all_close(dx, dx_ref, 1e-5f, 1e-4f)) << "bias " << with_bias;
+    EXPECT_TRUE(all_close(store.all_grad(), g_ref, 1e-5f, 1e-4f)) << "bias " << with_bias;
+    if (with_bias) EXPECT_TRUE(all_close(blk.attention.dbias, dbias_ref, 1e-5f, 1e-4f));
+  }
+  nn::ParamStore store;
+  nn::EncoderBlock pre = make_encoder_block(store, /*norm_first=*/true, ops::Activation::Gelu);
+  randomise(store, 25);
+  const auto x = random_vec(2 * 3 * H, 26);
+  EXPECT_THROW(pre.forward(nn::Context{}, x.data(), 2, 3, ops::AttentionMask{}, true), std::logic_error);
+}
+
 // The inference path (fused QKV product, residual + LayerNorm in one pass, activation fused into the first FFN
 // product; pre-LN chaining the next layer's norm) gives the saving forward's result.
 TEST(NnBlock, EncoderInferenceMatchesSavingForward) {
@@ -421,18 +481,21 @@ TEST(NnBlock, BertLayerForwardMatchesPyTorchHiddenStates) {
 // The training passes' scratch pool (nn::take_scratch): a buffer given back serves the next request it can
 // hold (the same storage), sized as asked; a larger request gets its own.
 TEST(NnScratch, GivenBuffersServeTheNextRequest) {
-  nn::Buf a, b, c;
-  float* p = nn::take_scratch(a, 1000);
-  EXPECT_EQ(a.size(), 1000u);
-  nn::give_scratch(a);
-  EXPECT_TRUE(a.empty());
-  EXPECT_EQ(a.capacity(), 0u);
-  EXPECT_EQ(nn::take_scratch(b, 500), p);
-  EXPECT_EQ(b.size(), 500u);
-  EXPECT_NE(nn::take_scratch(c, 5000), p);
-  EXPECT_EQ(c.size(), 5000u);
-  nn::give_scratch(b);
-  nn::give_scratch(c);
+  // On a new thread: the pool is per thread, and this one's may hold what earlier tests gave back.
+  std::thread([] {
+    nn::Buf a, b, c;
+    float* p = nn::take_scratch(a, 1000);
+    EXPECT_EQ(a.size(), 1000u);
+    nn::give_scratch(a);
+    EXPECT_TRUE(a.empty());
+    EXPECT_EQ(a.capacity(), 0u);
+    EXPECT_EQ(nn::take_scratch(b, 500), p);
+    EXPECT_EQ(b.size(), 500u);
+    EXPECT_NE(nn::take_scratch(c, 5000), p);
+    EXPECT_EQ(c.size(), 5000u);
+    nn::give_scratch(b);
+    nn::give_scratch(c);
+  }).join();
 }
 
 TEST(NnLayers, LinearAndLayerNormMatchFiniteDifferences) {

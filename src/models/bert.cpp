@@ -258,8 +258,8 @@ BertTrainable::BertTrainable(nn::ParamStore& store, const EncoderConfig& c, bool
       }(), pooler) {}
 
 BertTrainable::BertTrainable(nn::ParamStore& store, const EncoderConfig& c, const detail::BertVariant& variant,
-                             bool pooler)
-    : config_(c), variant_(variant), prefix_(variant.prefix) {
+                             bool pooler, bool first_token_only)
+    : config_(c), variant_(variant), prefix_(variant.prefix), first_token_only_(first_token_only) {
   variant_.prefix = nullptr;  // prefix_ holds it (the caller's string may not outlive this constructor)
   check_padding_positions(c, variant);
   const int64_t H = c.hidden_size;
@@ -359,14 +359,25 @@ void BertTrainable::forward(const nn::Context& ctx, const int64_t* input_ids, co
   }
   const float* x = x0_.data();
   for (size_t l = 0; l < layers_.size(); ++l) {
-    layers_[l].forward(ctx, x, B, L, mask_);
+    const bool first_only = first_token_only() && l + 1 == layers_.size();
+    ops::AttentionMask mask = mask_;
+    if (first_only && rel_bias_.defined()) {  // [heads, 1, L]: row 0 of each head's table
+      const int64_t heads = c.num_attention_heads;
+      score_bias_first_.resize(heads * L);
+      for (int64_t h = 0; h < heads; ++h)
+        std::memcpy(score_bias_first_.data() + h * L, score_bias_.data() + h * L * L, sizeof(float) * L);
+      mask.bias = score_bias_first_.data();
+    }
+    layers_[l].forward(ctx, x, B, L, mask, first_only);
     if (l > 0) layers_[l - 1].release_output();  // read; backward recomputes it (EncoderBlock::restore_output)
     x = layers_[l].out.data();
   }
+  // The last layer's rows: [B, L, H], or [B, 1, H] (first_token_only).
+  const int64_t last_L = first_token_only() ? 1 : L;
   if (pooler_.weight.defined()) {  // tanh(dense(h[:, 0]))
     cls_.resize(B * H);
     pooled_.resize(B * H);
-    for (int64_t b = 0; b < B; ++b) std::memcpy(cls_.data() + b * H, x + b * L * H, sizeof(float) * H);
+    for (int64_t b = 0; b < B; ++b) std::memcpy(cls_.data() + b * H, x + b * last_L * H, sizeof(float) * H);
     nn::Context lin = ctx;
     lin.packed = false;
     pooler_.forward(lin, pooled_.data(), cls_.data(), B);
@@ -389,15 +400,16 @@ const float* BertTrainable::last_hidden_state() const {
 void BertTrainable::backward(const float* dlast, const float* dpooled) {
   const EncoderConfig& c = config_;
   const int64_t H = c.hidden_size, B = B_, L = L_, N = B * L;
-  dx_.assign(N * H, 0.0f);
-  if (dlast) std::memcpy(dx_.data(), dlast, sizeof(float) * N * H);
+  const int64_t last_L = first_token_only() ? 1 : L;  // the last layer's output rows per sequence
+  dx_.assign(B * last_L * H, 0.0f);
+  if (dlast) std::memcpy(dx_.data(), dlast, sizeof(float) * B * last_L * H);
   if (dpooled) {
     if (!pooler_.weight.defined()) throw std::logic_error("BertTrainable::backward: the model has no pooler");
     std::vector<float> dpre(B * H), dcls(B * H);
     for (int64_t i = 0; i < B * H; ++i) dpre[i] = dpooled[i] * (1.0f - pooled_[i] * pooled_[i]);
     pooler_.backward(dcls.data(), dpre.data(), cls_.data(), B, /*accumulate=*/false);
     for (int64_t b = 0; b < B; ++b)
-      for (int64_t h = 0; h < H; ++h) dx_[b * L * H + h] += dcls[b * H + h];
+      for (int64_t h = 0; h < H; ++h) dx_[b * last_L * H + h] += dcls[b * H + h];
   }
   if (rel_bias_.defined()) dscore_bias_.assign(c.num_attention_heads * L * L, 0.0f);
   for (int64_t l = (int64_t)layers_.size() - 1; l >= 0; --l) {
@@ -408,7 +420,12 @@ void BertTrainable::backward(const float* dlast, const float* dpooled) {
     std::swap(dx_, tmp_);
     if (rel_bias_.defined()) {  // the table is shared by the layers: their score-bias gradients add up
       const std::vector<float>& d = layers_[l].attention.dbias;
-      for (size_t i = 0; i < d.size(); ++i) dscore_bias_[i] += d[i];
+      if (layers_[l].first_token_L) {  // [heads, 1, L]: row 0 of each head's table
+        for (int64_t h = 0; h < c.num_attention_heads; ++h)
+          for (int64_t j = 0; j < L; ++j) dscore_bias_[h * L * L + j] += d[h * L + j];
+      } else {
+        for (size_t i = 0; i < d.size(); ++i) dscore_bias_[i] += d[i];
+      }
     }
   }
   if (rel_bias_.defined())

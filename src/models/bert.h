@@ -99,7 +99,10 @@ class BertTrainable final : public TrainableEncoder {
   // A family of `variant`, its parameters under variant.prefix. Registers the parameters in `store` (finalize
   // the store after every module has registered, then load()). Throws std::runtime_error for a pad_token_id
   // outside [0, max_position_embeddings) when positions come from padding.
-  BertTrainable(nn::ParamStore& store, const EncoderConfig& config, const detail::BertVariant& variant, bool pooler);
+  // first_token_only: TrainableEncoderOptions::first_token_only (honoured by every variant; MPNet's last layer reads
+  // row 0 of its position bias).
+  BertTrainable(nn::ParamStore& store, const EncoderConfig& config, const detail::BertVariant& variant, bool pooler,
+                bool first_token_only = false);
   // Copies every parameter from `weights`, names with or without the prefix (and the variant's aliases; BERT's:
   // LayerNorm.gamma/beta) accepted, as make_bert / make_bert_variant read them. Throws std::runtime_error naming
   // a missing tensor or a wrong shape.
@@ -109,11 +112,12 @@ class BertTrainable final : public TrainableEncoder {
   // or a sequence longer than the position table allows.
   void forward(const nn::Context& ctx, const int64_t* input_ids, const int64_t* token_type_ids, const float* key_mask,
                int64_t B, int64_t L) override;
-  const float* last_hidden_state() const override;  // [B, L, H] of the last forward
+  const float* last_hidden_state() const override;  // [B, L, H] of the last forward ([B, 1, H]: first_token_only)
+  bool first_token_only() const override { return first_token_only_ && !layers_.empty(); }
   // [B, H] = tanh(pooler.dense(h[:, 0])); null without a pooler.
   const float* pooler_output() const override { return pooler_.weight.defined() ? pooled_.data() : nullptr; }
-  // Gradients of the last forward's outputs: dlast [B, L, H] and dpooled [B, H], each may be null. Parameter
-  // gradients are added to the store's.
+  // Gradients of the last forward's outputs: dlast (last_hidden_state's shape) and dpooled [B, H], each may be
+  // null. Parameter gradients are added to the store's.
   void backward(const float* dlast, const float* dpooled) override;
   const EncoderConfig& config() const override { return config_; }
   // The compute type of every Linear's training products (query, key, value, attention output, intermediate,
@@ -141,6 +145,8 @@ class BertTrainable final : public TrainableEncoder {
   std::vector<int64_t> ids_, types_, positions_;
   std::vector<float> emb_sum_, emb_ln_out_, emb_drop_, x0_, key_mask_, cls_, pooled_, dx_, tmp_;
   std::vector<float> score_bias_, dscore_bias_;  // [heads, L, L]: MPNet's position bias and its gradient
+  std::vector<float> score_bias_first_;          // [heads, 1, L]: its row 0 (a first_token_only last layer)
   ops::AttentionMask mask_;
+  bool first_token_only_ = false;
 };
 }  // namespace tfm

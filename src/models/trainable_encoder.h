@@ -24,6 +24,11 @@ struct TrainableEncoderOptions {
   // "embeddings.word_embeddings.weight") instead of the *For* checkpoints' base_model_prefix ("bert.", "roberta.",
   // "model." ...).
   bool bare = false;
+  // The trainer reads position 0 of the last layer only (sequence classification: pooler_output, or
+  // last_hidden_state[:, 0]). A family that honours it (first_token_only() true) runs its last layer's queries,
+  // attention output, LayerNorms and feed-forward for that position alone (nn::EncoderBlock::forward's
+  // first_token_only): the same values there, 1/num_hidden_layers less work, and last_hidden_state() is [B, 1, H].
+  bool first_token_only = false;
 };
 
 class TrainableEncoder {
@@ -37,11 +42,13 @@ class TrainableEncoder {
   // std::invalid_argument for ids or types out of range, or a sequence longer than the family allows.
   virtual void forward(const nn::Context& ctx, const int64_t* input_ids, const int64_t* token_type_ids,
                        const float* key_mask, int64_t B, int64_t L) = 0;
-  // [B, L, H] of the last forward.
+  // [B, L, H] of the last forward ([B, 1, H], position 0, when first_token_only()).
   virtual const float* last_hidden_state() const = 0;
+  // Whether the body was built with TrainableEncoderOptions::first_token_only and honours it.
+  virtual bool first_token_only() const { return false; }
   // [B, H] of the last forward (BertModel: tanh(pooler.dense(h[:, 0]))); null when the body has no pooler.
   virtual const float* pooler_output() const = 0;
-  // Gradients of the last forward's outputs: dlast [B, L, H] and dpooled [B, H], each may be null (dpooled must be
+  // Gradients of the last forward's outputs: dlast (last_hidden_state's shape) and dpooled [B, H], each may be null (dpooled must be
   // null without a pooler: std::logic_error). Parameter gradients are added to the store's.
   virtual void backward(const float* dlast, const float* dpooled) = 0;
   virtual const EncoderConfig& config() const = 0;

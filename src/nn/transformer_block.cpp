@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <stdexcept>
 
 #include "core/profile.h"
 #include "ops/dropout.h"
@@ -122,19 +123,33 @@ float* grow(Buf& b, int64_t n) {
 
 // ---------------------------------------------------------------- encoder block
 
-void EncoderBlock::forward(const Context& ctx, const float* x, int64_t B, int64_t L, const ops::AttentionMask& mask) {
+void EncoderBlock::forward(const Context& ctx, const float* x, int64_t B, int64_t L, const ops::AttentionMask& mask,
+                           bool first_token_only) {
   H = attention.hidden_size;
-  N = B * L;
+  if (first_token_only && norm_first)
+    throw std::logic_error("EncoderBlock::forward: first_token_only is implemented for post-LN blocks only");
+  first_token_L = first_token_only ? L : 0;
+  const int64_t Lq = first_token_only ? 1 : L;
+  N = B * Lq;
+  const float* xq = x;
+  if (first_token_only) {  // the queries' input and the residual: x[:, 0]
+    x_first.resize(B * H);  // kept until backward (the queries' saved input)
+    float* xf = x_first.data();
+    for (int64_t b = 0; b < B; ++b) std::memcpy(xf + b * H, x + b * L * H, sizeof(float) * H);
+    xq = xf;
+  } else {
+    x_first.clear();
+  }
   take_scratch(out, N * H);
   // The sublayers' outputs are scratch: each is read once, by the residual that follows it.
   float* ao = take_scratch(attn_out, N * H);
   Context sub1 = ctx;  // the attention sublayer's residual dropout
   if (!attention_output_dropout) sub1.dropout = 0.0f;
   if (!norm_first) {
-    attention.forward(ctx, ao, x, x, B, L, L, mask);
+    attention.forward(ctx, ao, xq, x, B, Lq, L, mask);
     // Y = LN1(r1.sum) is scratch too: backward recomputes it from the saved sum (the FFN's input).
     float* y = take_scratch(Y, N * H);
-    post_forward(sub1, r1, norm1, y, x, ao, N);
+    post_forward(sub1, r1, norm1, y, xq, ao, N);
     give_scratch(attn_out);
     float* fo = take_scratch(ffn_out, N * H);
     ffn.forward(ctx, fo, y, N);
@@ -165,8 +180,17 @@ void EncoderBlock::backward(const float* dout, float* dx) {
     norm1.forward(Y.data(), r1.sum.data(), N);
     ffn.backward(df, dY.data());
     give_scratch(Y);
-    const float* da = post_backward(r1, norm1, dY.data(), dx, d_attn, /*dx_fresh=*/false);
-    attention.backward(da, dx, dx);
+    if (first_token_L) {
+      // The residual and the queries reach x[:, 0] only (dx_first), the keys and values every position of x.
+      float* dxf = take_scratch(dx_first, N * H);
+      const float* da = post_backward(r1, norm1, dY.data(), dxf, d_attn, /*dx_fresh=*/true);
+      attention.backward(da, dxf, dx);
+      for (int64_t b = 0; b < N; ++b) add_into(dx + b * first_token_L * H, dxf + b * H, H);
+      give_scratch(dx_first);
+    } else {
+      const float* da = post_backward(r1, norm1, dY.data(), dx, d_attn, /*dx_fresh=*/false);
+      attention.backward(da, dx, dx);
+    }
   } else {
     for (Buf* b : {&d_ffn, &d_attn}) take_scratch(*b, N * H);
     pre_backward_residual(r2, dout, dY.data(), d_ffn.data(), /*dx_fresh=*/true);
@@ -194,7 +218,8 @@ const float* EncoderBlock::restore_output() {
 }
 
 void EncoderBlock::set_input(const float* x) {
-  attention.xq = attention.xkv = x;
+  attention.xkv = x;
+  if (!first_token_L) attention.xq = x;  // else the queries' input stays x_first
   if (norm_first) r1.x = norm1.x = x;
 }
 

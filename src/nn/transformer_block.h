@@ -48,10 +48,17 @@ struct EncoderBlock {
   // sa_layer_norm(out_lin(context) + x)); the attention probabilities and the feed-forward output keep theirs.
   bool attention_output_dropout = true;
 
-  // Saving forward: x [B, L, H] (alive until backward); the result is `out`.
-  void forward(const Context& ctx, const float* x, int64_t B, int64_t L, const ops::AttentionMask& mask);
+  // Saving forward: x [B, L, H] (alive until backward); the result is `out` [B, L, H].
+  // first_token_only: the caller reads position 0 of each row only (sequence classification's h[:, 0], as the
+  // last layer of *ForSequenceClassification): the keys and values still come from all L positions, but the
+  // queries, attention output, LayerNorms and feed-forward run on the B first tokens, and `out` is [B, 1, H],
+  // equal to out[:, 0] of the full forward (the rows do not interact outside attention). A score bias in `mask`
+  // is then [heads, 1, L] (row 0 of the full table; backward's attention.dbias has that shape). Post-LN only
+  // (std::logic_error for norm_first).
+  void forward(const Context& ctx, const float* x, int64_t B, int64_t L, const ops::AttentionMask& mask,
+               bool first_token_only = false);
   Buf out;
-  // dx [B, L, H] += d out / d x (dout).
+  // dx [B, L, H] += d out / d x (dout: out's shape, [B, 1, H] after a first_token_only forward).
   void backward(const float* dout, float* dx);
   // A stack that keeps only what backward needs (BertTrainable): post-LN, `out` is LN2 of the saved residual
   // sum, so once the next layer's forward has read it, release_output() gives its storage back to the scratch pool
@@ -79,7 +86,11 @@ struct EncoderBlock {
   // dh are scratch of one pass (nn::take_scratch), and so is post-LN's Y = LN1(r1.sum), recomputed by backward.
   Residual r1, r2;
   Buf attn_out, Y, ffn_out, dY, d_attn, d_ffn;
-  int64_t N = 0, H = 0;
+  // first_token_only: x[:, 0] gathered [B, H] (the queries' input and the residual), its gradient (scratch), and
+  // L of the forward (0: a full forward).
+  Buf x_first, dx_first;
+  int64_t first_token_L = 0;
+  int64_t N = 0, H = 0;  // N: the rows the sublayers ran on (B * L, or B)
 };
 
 // Inference through an encoder's layers (post-LN or pre-LN, chained as forward_inference describes) on its

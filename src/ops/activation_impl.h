@@ -47,8 +47,9 @@ TFM_ALWAYS_INLINE void act_backward_impl(float* dinp, const float* dout, const f
 #pragma omp simd
       for (int64_t i = i0; i < i1; ++i) {
         const float x = inp[i];
-        const float cdf = 0.5f * (1.0f + vm::fast_erf(x * kInvSqrt2));
-        const float pdf = 0.39894228040143268f * vm::fast_exp(-0.5f * x * x);
+        float gauss;  // exp(-x^2 / 2)
+        const float cdf = 0.5f * (1.0f + vm::fast_erf(x * kInvSqrt2, gauss));
+        const float pdf = 0.39894228040143268f * gauss;
         dinp[i] = dout[i] * (cdf + x * pdf);
       }
       break;
@@ -85,10 +86,11 @@ TFM_ALWAYS_INLINE void act_value_deriv_impl(float* value, float* deriv, const fl
 #pragma omp simd
       for (int64_t i = i0; i < i1; ++i) {
         const float x = inp[i];
-        const float e = vm::fast_erf(x * kInvSqrt2);
+        float gauss;  // exp(-x^2 / 2)
+        const float e = vm::fast_erf(x * kInvSqrt2, gauss);
         value[i] = 0.5f * x * (1.0f + e);
         const float cdf = 0.5f * (1.0f + e);
-        const float pdf = 0.39894228040143268f * vm::fast_exp(-0.5f * x * x);
+        const float pdf = 0.39894228040143268f * gauss;
         deriv[i] = cdf + x * pdf;
       }
       break;

@@ -418,7 +418,7 @@ TrainingHead modernbert_head(const EncoderConfig& c, HeadKind kind, int64_t C) {
 std::unique_ptr<TrainableEncoder> bert_variant_body(nn::ParamStore& store, const EncoderConfig& c,
                                                     const TrainableEncoderOptions& o, detail::BertVariant v) {
   if (o.bare) v.prefix = "";
-  return std::make_unique<BertTrainable>(store, c, v, o.pooler);
+  return std::make_unique<BertTrainable>(store, c, v, o.pooler, o.first_token_only);
 }
 
 // The dropout p of a config key, checked to be in [0, 1).
@@ -586,6 +586,9 @@ FinetuneModel::FinetuneModel(const EncoderConfig& config, WeightSource& weights,
     throw std::runtime_error("the checkpoint has no pooler (pooler.dense.weight): sequence classification needs it");
   TrainableEncoderOptions body_options;
   body_options.pooler = pooler;
+  // Sequence classification reads the first token only (pooler_output or h[:, 0]), so the last layer need not
+  // compute the others (the family's body decides whether it can).
+  body_options.first_token_only = kind == HeadKind::SequenceClassification && head->input != HeadInput::MeanTokens;
   body_ = family.body(store_, config, body_options);
   head->register_in(store_, config, body_->word_embeddings_name());
   store_.finalize();
@@ -612,7 +615,9 @@ void FinetuneModel::forward_rows(const FinetuneBatch& batch, const std::vector<i
   const nn::Context ctx = train_context(dropout);
   body_->forward(ctx, batch.input_ids.data(), batch.token_type_ids.empty() ? nullptr : batch.token_type_ids.data(),
                  batch.attention_mask.data(), B, L);
-  tokens_ = B * L;
+  // The body's last rows per sequence: L, or 1 (first_token_only: position 0 alone, row b of last_hidden_state).
+  const int64_t last_L = body_->first_token_only() ? 1 : L;
+  tokens_ = B * last_L;
   std::vector<float> x;
   pool_mask_.clear();
   if (head_->input == HeadInput::PoolerOutput) {
@@ -627,6 +632,12 @@ void FinetuneModel::forward_rows(const FinetuneBatch& batch, const std::vector<i
     pooling_forward(mean_pooling(), body_->last_hidden_state(), pool_mask_.data(), B, L, H, x.data());
   } else {
     rows_ = rows;
+    if (last_L != L)
+      for (int64_t& r : rows_) {
+        if (r % L) throw std::logic_error("FinetuneModel: a first-token-only body has no row at position " +
+                                          std::to_string(r % L));
+        r /= L;
+      }
     x.resize(rows_.size() * H);
     const float* h = body_->last_hidden_state();
     for (size_t m = 0; m < rows_.size(); ++m) std::memcpy(x.data() + m * H, h + rows_[m] * H, sizeof(float) * H);
