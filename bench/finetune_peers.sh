@@ -8,9 +8,13 @@
 #   bench/finetune_peers.sh              # base and minilm (about 10 minutes on 2 cores)
 #   SIZE=tiny bench/finetune_peers.sh    # a seconds-long check that the script works (hidden 64, 2 layers)
 # Environment: SIZE (comma-separated: base, minilm, tiny), STEPS (timed steps; default 2 at base size, whose step
-# takes PyTorch about half a minute on 2 cores, and 5 at the others), THREADS (2), TFM (build/tfm), TFM_DATA_DIR.
-# tfm's steps/s is (STEPS steps) / (time of a STEPS+1-step run - time of a 1-step run),
-# so loading, tokenizing and writing the folder cancel out; PyTorch times its steps after one untimed step.
+# takes PyTorch about half a minute on 2 cores, and 5 at the others), THREADS (2), TFM (build/tfm), TFM_DATA_DIR,
+# REPEATS (1): rounds of PyTorch then tfm, alternating; with more than one, each round's figures are printed and
+# the summary line gives the medians (the speed ratio is the median of the rounds' ratios), which a noisy
+# machine moves far less than one round.
+# Both sides run STEPS + 1 steps and report steps/s as 1 / the median wall time of the steps after the first
+# (PyTorch: bench/finetune_pytorch.py's step_seconds; tfm: its summary line, "s a step after the first (median)"),
+# so loading, tokenizing, the first step's one-time work and writing the folder are left out of both.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash bench/ensure_openblas.sh  # the PyTorch peer on OpenBLAS, one BLAS thread under its threads (bench/torch_blas.py)
@@ -19,6 +23,8 @@ DATA=${TFM_DATA_DIR:-$(cd .. && pwd)/shared/data}
 THREADS=${THREADS:-2}
 STEPS_SET=${STEPS:-}
 SIZE=${SIZE:-base,minilm}
+REPEATS=${REPEATS:-1}
+[[ "$REPEATS" =~ ^[1-9][0-9]*$ ]] || { echo "REPEATS must be a positive integer, not '$REPEATS'" >&2; exit 1; }
 BATCH=32
 LENGTH=128
 PY=/usr/bin/python3
@@ -28,13 +34,12 @@ trap 'rm -rf "$OUT"' EXIT
 echo "machine: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores; threads $THREADS; batch $BATCH x length $LENGTH; timed steps ${STEPS_SET:-2 at base, 5 otherwise}"
 
 # Texts of >= LENGTH word pieces: English sentences of fra.txt joined 100 at a time; labels alternate.
-# $1 timed steps: one.tsv holds one batch, many.tsv $1 + 1.
+# $1 timed steps: many.tsv holds $1 + 1 batches.
 make_texts() {
   awk -F'\t' -v n=$((BATCH * ($1 + 1))) '
     { line = line (k++ ? " " : "") $1 } k == 100 { print line "\t" (r++ % 2); line = ""; k = 0; if (r == n) exit }' \
     "$DATA/fra-eng/fra.txt" > "$OUT/texts.tsv"
   [ "$(wc -l < "$OUT/texts.tsv")" -eq $((BATCH * ($1 + 1))) ] || { echo "not enough text in $DATA" >&2; exit 1; }
-  make_data "$BATCH" "$OUT/one.tsv"
   make_data $((BATCH * ($1 + 1))) "$OUT/many.tsv"
 }
 make_data() { { printf 'text\tlabel\n'; head -n "$1" "$OUT/texts.tsv"; } > "$2"; }
@@ -43,7 +48,8 @@ PRECISIONS=fp32
 if grep -qwE 'avx512_bf16|amx_bf16' /proc/cpuinfo; then PRECISIONS="fp32 bf16"
 else echo "bf16: skipped (this CPU has neither AVX512_BF16 nor AMX; tfm refuses --precision bf16 here)"; fi
 
-# tfm finetune on $1 (model) with data $2 and precision $3: "seconds peak_kb" (seconds from its summary line).
+# tfm finetune on $1 (model) with data $2 and precision $3: "step_seconds peak_kb" (the median step after the
+# first, from its summary line).
 tfm_run() {
   local extra=()
   [ "$3" != fp32 ] && extra=(--precision "$3")
@@ -51,7 +57,10 @@ tfm_run() {
   /usr/bin/time -o "$OUT/time.txt" -f '%M' "$TFM" finetune --task classify --model "$1" --train "$2" --out "$OUT/ft" \
     --epochs 1 --batch-size "$BATCH" --max-length "$LENGTH" --lr 5e-5 --threads "$THREADS" --no-progress \
     "${extra[@]}" 2> "$OUT/ft.err" || { cat "$OUT/ft.err" >&2; exit 1; }
-  echo "$(sed -n 's/.* in \([0-9.]*\) s.*/\1/p' "$OUT/ft.err") $(cat "$OUT/time.txt")"
+  local step
+  step=$(sed -n 's/.*, \([0-9.]*\) s a step after the first (median).*/\1/p' "$OUT/ft.err")
+  [ -n "$step" ] || { echo "no step time in tfm's summary:" >&2; cat "$OUT/ft.err" >&2; exit 1; }
+  echo "$step $(cat "$OUT/time.txt")"
 }
 
 for size in ${SIZE//,/ }; do
@@ -72,22 +81,39 @@ EOF
   rm -rf "$OUT/$size"
   "$TFM" encode --model "$DATA/bert-base-uncased" --config "$OUT/config.json" --init random --seed 1 \
     --save "$OUT/$size" "hello" > /dev/null 2>&1
-  torch_json=$(/usr/bin/time -o "$OUT/torch_time.txt" -f '%M' $PY bench/finetune_pytorch.py "$OUT/$size" \
-    --threads "$THREADS" --batch "$BATCH" --length "$LENGTH" --steps "$STEPS" --warmup 1)
-  torch_sps=$($PY -c "import json,sys; print(json.loads(sys.argv[1])['steps_per_s'])" "$torch_json")
-  torch_kb=$(cat "$OUT/torch_time.txt")
+  for prec in $PRECISIONS; do : > "$OUT/rounds_$prec.txt"; done
+  for round in $(seq "$REPEATS"); do
+    torch_json=$(/usr/bin/time -o "$OUT/torch_time.txt" -f '%M' $PY bench/finetune_pytorch.py "$OUT/$size" \
+      --threads "$THREADS" --batch "$BATCH" --length "$LENGTH" --steps "$STEPS" --warmup 1)
+    torch_sps=$($PY -c "import json,statistics,sys; print(1 / statistics.median(json.loads(sys.argv[1])['step_seconds']))" \
+      "$torch_json")
+    torch_kb=$(cat "$OUT/torch_time.txt")
+    for prec in $PRECISIONS; do
+      read -r step kb <<< "$(tfm_run "$OUT/$size" "$OUT/many.tsv" "$prec")"
+      # One line a round: tfm steps/s, its peak kB, PyTorch's steps/s and peak kB.
+      $PY -c "import sys; print(1 / max(float(sys.argv[1]), 1e-9), *sys.argv[2:])" "$step" "$kb" "$torch_sps" \
+        "$torch_kb" >> "$OUT/rounds_$prec.txt"
+      if [ "$REPEATS" -gt 1 ]; then
+        awk -v s="$size" -v p="$prec" -v r="$round" 'END { printf "%-7s %s  round %d: tfm %.3f steps/s, pytorch fp32 %.3f steps/s = %.2fx; peak RSS %.2fx\n", s, p, r, $1, $3, $1 / $3, $2 / $4 }' \
+          "$OUT/rounds_$prec.txt"
+      fi
+    done
+  done
   for prec in $PRECISIONS; do
-    read -r t1 _ <<< "$(tfm_run "$OUT/$size" "$OUT/one.tsv" "$prec")"
-    read -r tn kb <<< "$(tfm_run "$OUT/$size" "$OUT/many.tsv" "$prec")"
-    $PY - "$size" "$prec" "$t1" "$tn" "$kb" "$torch_sps" "$torch_kb" "$STEPS" <<'PYEOF'
-import sys
-size, prec, t1, tn, kb, tsps, tkb, steps = sys.argv[1:]
-sps = int(steps) / max(float(tn) - float(t1), 1e-9)
-ratio, mem = sps / float(tsps), float(kb) / float(tkb)
+    $PY - "$size" "$prec" "$OUT/rounds_$prec.txt" <<'PYEOF'
+import statistics, sys
+size, prec, path = sys.argv[1:]
+rows = [[float(v) for v in line.split()] for line in open(path)]
+sps = statistics.median(r[0] for r in rows)
+tsps = statistics.median(r[2] for r in rows)
+ratio = statistics.median(r[0] / r[2] for r in rows)
+kb, tkb = max(r[1] for r in rows), max(r[3] for r in rows)
+mem = kb / tkb
 goal = 3.0 if prec == "bf16" else 2.0
-print(f"{size:<7} {prec}  tfm {sps:7.3f} steps/s  pytorch fp32 {float(tsps):7.3f} steps/s  ratio {ratio:5.2f}x "
-      f"(goal >= {goal:.0f}x: {'met' if ratio >= goal else 'not met'})  peak RSS tfm {float(kb) / 1024:7.0f} MB  "
-      f"pytorch {float(tkb) / 1024:7.0f} MB  ratio {mem:4.2f}x (goal <= 0.5x: {'met' if mem <= 0.5 else 'not met'})")
+what = f"median of {len(rows)} rounds: " if len(rows) > 1 else ""
+print(f"{size:<7} {prec}  {what}tfm {sps:7.3f} steps/s  pytorch fp32 {tsps:7.3f} steps/s  ratio {ratio:5.2f}x "
+      f"(goal >= {goal:.0f}x: {'met' if ratio >= goal else 'not met'})  peak RSS tfm {kb / 1024:7.0f} MB  "
+      f"pytorch {tkb / 1024:7.0f} MB  ratio {mem:4.2f}x (goal <= 0.5x: {'met' if mem <= 0.5 else 'not met'})")
 PYEOF
   done
 done

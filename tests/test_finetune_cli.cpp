@@ -47,6 +47,7 @@ TEST(FinetuneCli, TrainsAClassifierThatTfmClassifyLoads) {
                                              "--epochs", "8", "--batch-size", "8", "--lr", "2e-3", "--seed", "3"});
   ASSERT_EQ(r.exit_code, 0) << r.describe();
   EXPECT_NE(r.err.find("labels neg, pos"), std::string::npos) << r.err;  // sorted: the data's labels
+  EXPECT_NE(r.err.find(" s a step after the first (median)"), std::string::npos) << r.err;
   for (const char* f : {"config.json", "model.safetensors", "vocab.txt", "tokenizer_config.json", "train_log.csv"})
     EXPECT_TRUE(std::filesystem::exists(out + "/" + f)) << f;
   EXPECT_TRUE(std::filesystem::exists(out + "/loss.png"));

@@ -364,6 +364,10 @@ void expect_resume_bit_exact(const std::string& model, FinetuneOptions o, int64_
   EXPECT_GT(b.resumed_from_step, 0);
   EXPECT_LT(b.resumed_from_step, stop_at_step);
   EXPECT_EQ(a.steps, b.steps);
+  // step_seconds: one time per step this call ran (the resumed call: only those after the saved step).
+  EXPECT_EQ((int64_t)a.step_seconds.size(), a.steps);
+  EXPECT_EQ((int64_t)b.step_seconds.size(), b.steps - b.resumed_from_step);
+  for (double sec : b.step_seconds) EXPECT_GT(sec, 0.0);
   for (const char* f : {"model.safetensors", "train_log.csv", "config.json"})
     EXPECT_EQ(test::slurp(whole + "/" + f), test::slurp(stopped + "/" + f)) << f;
   EXPECT_EQ(a.best_epoch, b.best_epoch);

@@ -124,6 +124,10 @@ struct FinetuneSummary {
   std::string loss;                 ///< task embed: "MultipleNegativesRankingLoss" or "CosineSimilarityLoss";
                                     ///< task classify: "MSELoss" for regression, else empty
   double seconds = 0;
+  /// Wall seconds of each optimizer step this call ran, in order: forward, backward, the gradients' all-reduce
+  /// under mpirun and the update (not evaluation or saving). The first includes the one-time work of a new run
+  /// (buffers growing, weights packed).
+  std::vector<double> step_seconds;
 };
 
 /// Fine-tunes the model folder `model_dir` (model_type bert, roberta, xlm-roberta, camembert, distilbert, mpnet or

@@ -728,6 +728,7 @@ PYBIND11_MODULE(_tfm, m) {
       .def_readonly("best_eval_spearman", &tfm::FinetuneSummary::best_eval_spearman)
       .def_readonly("loss", &tfm::FinetuneSummary::loss)
       .def_readonly("seconds", &tfm::FinetuneSummary::seconds)
+      .def_readonly("step_seconds", &tfm::FinetuneSummary::step_seconds)
       .def("__repr__", [](const tfm::FinetuneSummary& s) {
         char buf[320];
         std::snprintf(buf, sizeof buf,

@@ -980,6 +980,7 @@ void run_finetune_loop(const FinetuneOptions& o, const FinetuneTask& task, const
     while (rs.micro < micro_per_epoch) {
       // One optimizer step over the next (up to) `accum` micro-batches, each loss divided by their number.
       const int64_t group = std::min(accum, micro_per_epoch - rs.micro);
+      const auto step_start = std::chrono::steady_clock::now();
       params.zero_grad();
       double step_loss = 0;
       for (int64_t g = 0; g < group; ++g, ++rs.micro) {
@@ -998,6 +999,8 @@ void run_finetune_loop(const FinetuneOptions& o, const FinetuneTask& task, const
         throw std::runtime_error("the training loss is not finite (" + std::to_string(step_loss) + ") at step " +
                                  std::to_string(opt.steps() + 1));
       const double norm = opt.step(params);
+      summary.step_seconds.push_back(
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - step_start).count());
       if (trace_dist) {
         uint64_t h = dist::fnv1a(params.all_data().data(), params.total() * (int64_t)sizeof(float)), h0 = h;
         std::fprintf(stderr, "replica-hash step %lld rank %d %016llx\n", (long long)opt.steps(), comm.rank(),

@@ -1,8 +1,10 @@
 // tfm finetune: fine-tune an encoder checkpoint on labelled data (tfm/finetune.h).
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <memory>
+#include <vector>
 
 #include "cli_util.h"
 #include "commands.h"
@@ -133,6 +135,12 @@ void add_finetune_command(CLI::App& app) {
     if (s.loss == "MSELoss") labels_str = "regression, MSELoss; ";
     std::fprintf(stderr, "wrote %s (%s%lld steps on %lld examples in %.1f s", s.out_dir.c_str(), labels_str.c_str(),
                  (long long)s.steps, (long long)s.train_examples, s.seconds);
+    if (s.step_seconds.size() > 1) {  // the median step after the first (which also grows buffers, packs weights)
+      std::vector<double> t(s.step_seconds.begin() + 1, s.step_seconds.end());
+      std::sort(t.begin(), t.end());
+      const size_t m = t.size() / 2;
+      std::fprintf(stderr, ", %.3f s a step after the first (median)", t.size() % 2 ? t[m] : 0.5 * (t[m - 1] + t[m]));
+    }
     if (s.resumed_from_step > 0) std::fprintf(stderr, ", resumed from step %lld", (long long)s.resumed_from_step);
     if (s.eval_examples > 0) {
       std::fprintf(stderr, "; best epoch %lld:", (long long)s.best_epoch);
