@@ -4,12 +4,15 @@
 # optimizer steps/s at batch 32, length 128 (no padding), THREADS threads, and each process's peak RSS
 # (/usr/bin/time). Sizes: BERT-base (hidden 768, 12 layers, 12 heads, intermediate 3072) and MiniLM (hidden 384,
 # 12 layers, 12 heads, intermediate 1536), vocabulary 30,522, random weights (`tfm encode --init random --save`),
-# dropout 0 on both sides. Goals (issue 25): >= 2x PyTorch fp32, >= 3x with bf16, peak RSS <= 0.5x PyTorch's.
+# dropout DROPOUT (default 0) on both sides. Goals (issue 25): >= 2x PyTorch fp32, >= 3x with bf16, peak RSS
+# <= 0.5x PyTorch's.
 #   bench/finetune_peers.sh              # base and minilm (about 10 minutes on 2 cores)
 #   SIZE=tiny bench/finetune_peers.sh    # a seconds-long check that the script works (hidden 64, 2 layers)
 # Environment: SIZE (comma-separated: base, minilm, tiny), STEPS (timed steps; default 2 at base size, whose step
 # takes PyTorch about half a minute on 2 cores, and 5 at the others), THREADS (2), TFM (build/tfm), TFM_DATA_DIR,
-# REPEATS (1): rounds of PyTorch then tfm, alternating; with more than one, each round's figures are printed and
+# DROPOUT (0): hidden_dropout_prob and attention_probs_dropout_prob of both sides' config (the Hugging Face
+# default is 0.1; the masks then cost both sides memory and time), REPEATS (1): rounds of PyTorch then tfm,
+# alternating; with more than one, each round's figures are printed and
 # the summary line gives the medians (the speed ratio is the median of the rounds' ratios), which a noisy
 # machine moves far less than one round.
 # Both sides run STEPS + 1 steps and report steps/s as 1 / the median wall time of the steps after the first
@@ -24,6 +27,10 @@ THREADS=${THREADS:-2}
 STEPS_SET=${STEPS:-}
 SIZE=${SIZE:-base,minilm}
 REPEATS=${REPEATS:-1}
+# DROPOUT as a JSON number (".1" -> 0.1), checked to be in [0, 1).
+p=${DROPOUT:-0}
+DROPOUT=$(/usr/bin/python3 -c "import sys; p = float(sys.argv[1]); assert 0 <= p < 1; print(p)" "$p" 2> /dev/null) ||
+  { echo "DROPOUT must be a number in [0, 1), not '$p'" >&2; exit 1; }
 [[ "$REPEATS" =~ ^[1-9][0-9]*$ ]] || { echo "REPEATS must be a positive integer, not '$REPEATS'" >&2; exit 1; }
 BATCH=32
 LENGTH=128
@@ -31,7 +38,8 @@ PY=/usr/bin/python3
 OUT=$(mktemp -d)
 trap 'rm -rf "$OUT"' EXIT
 [ -x "$TFM" ] || { echo "build first: make build" >&2; exit 1; }
-echo "machine: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores; threads $THREADS; batch $BATCH x length $LENGTH; timed steps ${STEPS_SET:-2 at base, 5 otherwise}"
+echo "machine: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores; threads $THREADS; batch $BATCH x length" \
+  "$LENGTH; timed steps ${STEPS_SET:-2 at base, 5 otherwise}; dropout $DROPOUT"
 
 # Texts of >= LENGTH word pieces: English sentences of fra.txt joined 100 at a time; labels alternate.
 # $1 timed steps: many.tsv holds $1 + 1 batches.
@@ -75,7 +83,7 @@ for size in ${SIZE//,/ }; do
   cat > "$OUT/config.json" <<EOF
 {"architectures": ["BertModel"], "model_type": "bert", "vocab_size": 30522, "hidden_size": $H,
  "num_hidden_layers": $NL, "num_attention_heads": $NH, "intermediate_size": $I, "hidden_act": "gelu",
- "hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0, "max_position_embeddings": 512,
+ "hidden_dropout_prob": $DROPOUT, "attention_probs_dropout_prob": $DROPOUT, "max_position_embeddings": 512,
  "type_vocab_size": 2, "initializer_range": 0.02, "layer_norm_eps": 1e-12, "pad_token_id": 0}
 EOF
   rm -rf "$OUT/$size"
