@@ -245,15 +245,49 @@ TEST(NnBlock, AttentionOutputDropoutCanBeOff) {
     Rng rng(3);
     ctx.rng = &rng;
     blk.forward(ctx, x.data(), B, L, ops::AttentionMask{});
-    EXPECT_FALSE(blk.r1.drop.empty());
+    EXPECT_TRUE(blk.r1.drop.defined());
     blk.attention_output_dropout = false;
     blk.forward(ctx, x.data(), B, L, ops::AttentionMask{});
-    EXPECT_TRUE(blk.r1.drop.empty());
-    EXPECT_FALSE(blk.r2.drop.empty());
+    EXPECT_FALSE(blk.r1.drop.defined());
+    EXPECT_TRUE(blk.r2.drop.defined());
     std::vector<float> dx(B * L * H, 0.0f);
     const std::vector<float> dout = random_vec(B * L * H, 14);
     blk.backward(dout.data(), dx.data());  // runs on the saved state without the attention mask
     for (float v : dx) ASSERT_TRUE(std::isfinite(v));
+  }
+}
+
+// With dropout (attention weights and both residuals), a block keeps only its masks' draws and backward writes
+// the masks again: its gradients are those of the forward's masks, checked against central differences of a
+// forward that draws the same masks every time (the generator reset before each).
+TEST(NnBlock, DropoutMasksWrittenAgainInBackwardMatchFiniteDifferences) {
+  for (bool norm_first : {false, true}) {
+    nn::ParamStore store;
+    nn::EncoderBlock blk = make_encoder_block(store, norm_first, ops::Activation::Gelu);
+    randomise(store, 31);
+    const int64_t B = 2, L = 3;
+    auto x = random_vec(B * L * H, 32), R = random_vec(B * L * H, 33);
+    Rng rng(34);
+    nn::Context ctx;
+    ctx.grad = true;
+    ctx.dropout = 0.3f;
+    ctx.rng = &rng;
+    auto f = [&] {
+      rng = Rng(34);
+      blk.forward(ctx, x.data(), B, L, ops::AttentionMask{});
+      return dot(blk.out.data(), R);
+    };
+    f();
+    ASSERT_TRUE(blk.r1.drop.defined());
+    ASSERT_TRUE(blk.attention.drop.defined());
+    EXPECT_TRUE(blk.attention.drop_mask.empty());  // no mask kept between the passes
+    store.zero_grad();
+    std::vector<float> dx(x.size(), 0.0f);
+    blk.backward(R.data(), dx.data());
+    const std::vector<float> g = store.all_grad();
+    expect_grad(f, x.data(), dx.data(), x.size(), "dx");
+    for (const auto& e : store.entries())
+      expect_grad(f, store.all_data().data() + e.offset, g.data() + e.offset, e.numel, e.name);
   }
 }
 

@@ -164,3 +164,39 @@ TEST(Ops, DropoutKeepsExpectedFractionAndScales) {
   EXPECT_NEAR(kept / 100000.0, 0.75, 0.01);
   EXPECT_THROW(dropout_mask(m.data(), 1, 1.0f, rng), std::invalid_argument);
 }
+
+// dropout_draw + dropout_fill (what a training forward keeps, and backward's mask written again) give
+// dropout_mask's mask bit for bit, leave the generator (or the row keys' call count) where dropout_mask leaves it,
+// and write the same mask every time: unkeyed, keyed by rows, keyed attention weights.
+TEST(Ops, DropoutDrawThenFillIsDropoutMask) {
+  const AttentionDropoutDims dims{2, 3, 5};
+  RowKeys keys;
+  keys.key = 99;
+  keys.rows = {7, 11};
+  for (int mode = 0; mode < 3; ++mode) {
+    const int64_t n = mode == 2 ? 2 * 30 : 1000;
+    Rng a(5), b(5);
+    RowKeys ka = keys, kb = keys;
+    if (mode > 0) {
+      a.set_row_keys(&ka);
+      b.set_row_keys(&kb);
+    }
+    const AttentionDropoutDims* d = mode == 2 ? &dims : nullptr;
+    std::vector<float> expected(n), m1(n, -1.0f), m2(n, -2.0f);
+    dropout_mask(expected.data(), n, 0.3f, a, d);
+    const DropoutDraw draw = dropout_draw(n, 0.3f, b, d);
+    ASSERT_TRUE(draw.defined());
+    dropout_fill(m1.data(), draw);
+    dropout_fill(m2.data(), draw);
+    EXPECT_EQ(m1, expected) << "mode " << mode;
+    EXPECT_EQ(m2, expected) << "mode " << mode;
+    EXPECT_EQ(ka.calls, kb.calls);
+    EXPECT_EQ(a.next_u64(), b.next_u64()) << "mode " << mode;  // the same draws consumed
+    int64_t dropped = 0;
+    for (float v : m1) dropped += v == 0.0f;
+    EXPECT_GT(dropped, 0) << "mode " << mode;
+    EXPECT_LT(dropped, n) << "mode " << mode;
+  }
+  Rng r(1);
+  EXPECT_THROW(dropout_draw(10, 1.0f, r), std::invalid_argument);
+}

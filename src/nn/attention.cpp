@@ -86,16 +86,17 @@ void MultiHeadAttention::forward(const Context& c, float* out, const float* xq_,
     v = V.data();
   }
   const float* dm = nullptr;
+  drop = ops::DropoutDraw{};
   if (c.dropping()) {
-    drop.resize(probs.size());
     const ops::AttentionDropoutDims dims{num_heads, Lq, Lk};  // keyed masks ignore padding of Lq, Lk
-    ops::dropout_mask(drop.data(), (int64_t)drop.size(), c.dropout, *c.rng, &dims);
-    dm = drop.data();
-  } else {
-    drop.clear();
+    drop = ops::dropout_draw((int64_t)probs.size(), c.dropout, *c.rng, &dims);
+    float* m = take_scratch(drop_mask, drop.n);
+    ops::dropout_fill(m, drop);
+    dm = m;
   }
   if (!ops::attention_forward_train(cx, probs.data(), q, k, v, d, mask, dm))
     ops::attention_forward(cx, probs.data(), q, k, v, d, mask, dm);
+  give_scratch(drop_mask);
   output.forward(c, out, cx, B * Lq);
   ctx_src = cx;
   if (output.saved_input(cx, B * Lq)) give_scratch(ctx);  // bf16: the output product's copy is all backward needs
@@ -112,13 +113,19 @@ void MultiHeadAttention::backward(const float* dout, float* dxq, float* dxkv) {
     dbias.clear();
   }
   float* db = score_bias ? dbias.data() : nullptr;
-  const float* dm = drop.empty() ? nullptr : drop.data();
+  const float* dm = nullptr;
+  if (drop.defined()) {  // the forward's mask again (given back below, once attention_backward has read it)
+    float* m = take_scratch(drop_mask, drop.n);
+    ops::dropout_fill(m, drop);
+    dm = m;
+  }
   if (!fused_qkv) {
     take_scratch(dQ, B * Lq * H);
     take_scratch(dK, B * Lk * H);
     take_scratch(dV, B * Lk * H);
     ops::attention_backward(dQ.data(), dK.data(), dV.data(), dctx.data(), probs.data(), Q.data(), K.data(), V.data(),
                             d, dm, db);
+    give_scratch(drop_mask);
     query.backward(dxq, dQ.data(), xq, B * Lq);
     key.backward(dxkv, dK.data(), xkv, B * Lk);
     value.backward(dxkv, dV.data(), xkv, B * Lk);
@@ -130,6 +137,7 @@ void MultiHeadAttention::backward(const float* dout, float* dxq, float* dxkv) {
   const float* q = QKV.data();
   d.q_ld = d.k_ld = d.v_ld = H3;  // dq | dk | dv written as the columns of dQKV, as q | k | v lie in QKV
   ops::attention_backward(dqkv, dqkv + H, dqkv + 2 * H, dctx.data(), probs.data(), q, q + H, q + 2 * H, d, dm, db);
+  give_scratch(drop_mask);
   give_scratch(dctx);
   float* w = take_scratch(Wqkv, H3 * H);
   stack_qkv(*this, w, nullptr);

@@ -9,6 +9,7 @@
 
 #include "nn/layers.h"
 #include "ops/attention.h"
+#include "ops/dropout.h"
 
 namespace tfm::nn {
 
@@ -70,7 +71,11 @@ struct MultiHeadAttention {
   // one product for the input gradient and one for the three weight gradients (dQKV, Wqkv, bqkv, dWqkv: scratch):
   // wider products than three [H, H] ones, which oneDNN runs faster. Q, K, V then stay empty.
   const float *xq = nullptr, *xkv = nullptr;
-  Buf Q, K, V, QKV, probs, drop, ctx, dctx, dQ, dK, dV, dQKV, Wqkv, bqkv, dWqkv, dbias;
+  Buf Q, K, V, QKV, probs, ctx, dctx, dQ, dK, dV, dQKV, Wqkv, bqkv, dWqkv, dbias;
+  // The attention weights' dropout (undefined: none): its mask [B, heads, Lq, Lk] is written into drop_mask
+  // (scratch) by forward and again by backward, and given back after each; no mask is kept between them.
+  ops::DropoutDraw drop;
+  Buf drop_mask;
   const float* ctx_src = nullptr;
   int64_t B = 0, Lq = 0, Lk = 0;
   bool score_bias = false;  // the forward's mask had a score bias

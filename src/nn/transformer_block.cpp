@@ -15,6 +15,23 @@ void add_into(float* y, const float* x, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] += x[i];
 }
 
+// The sublayer's dropout: drawn by the forward (ctx), its mask written into r.mask (scratch) when a pass needs it.
+void draw_dropout(const Context& ctx, Residual& r, int64_t n) {
+  r.drop = ctx.dropping() ? ops::dropout_draw(n, ctx.dropout, *ctx.rng) : ops::DropoutDraw{};
+}
+// r.mask holding the mask (given back by the MaskScope), or null without dropout.
+struct MaskScope {
+  Residual& r;
+  const float* mask = nullptr;
+  explicit MaskScope(Residual& res) : r(res) {
+    if (!r.drop.defined()) return;
+    float* m = take_scratch(r.mask, r.drop.n);
+    ops::dropout_fill(m, r.drop);
+    mask = m;
+  }
+  ~MaskScope() { give_scratch(r.mask); }
+};
+
 // ---- post-LN sublayer: out = LN(dropout(y) + x)
 
 void post_forward(const Context& ctx, Residual& r, LayerNorm& ln, float* out, const float* x, const float* y,
@@ -23,16 +40,16 @@ void post_forward(const Context& ctx, Residual& r, LayerNorm& ln, float* out, co
   r.n = n;
   r.sum.resize(n);
   float* sm = r.sum.data();
-  if (ctx.dropping()) {
-    r.drop.resize(n);
-    ops::dropout_mask(r.drop.data(), n, ctx.dropout, *ctx.rng);
-    const float* dm = r.drop.data();
+  draw_dropout(ctx, r, n);
+  {
+    MaskScope ms(r);
+    if (const float* dm = ms.mask) {
 #pragma omp simd
-    for (int64_t i = 0; i < n; ++i) sm[i] = y[i] * dm[i] + x[i];
-  } else {
-    r.drop.clear();
+      for (int64_t i = 0; i < n; ++i) sm[i] = y[i] * dm[i] + x[i];
+    } else {
 #pragma omp simd
-    for (int64_t i = 0; i < n; ++i) sm[i] = y[i] + x[i];
+      for (int64_t i = 0; i < n; ++i) sm[i] = y[i] + x[i];
+    }
   }
   ln.forward(out, sm, N);
 }
@@ -43,9 +60,10 @@ void post_forward(const Context& ctx, Residual& r, LayerNorm& ln, float* out, co
 // The callers' backward functions read it entirely before they write what it may alias.
 const float* post_backward(Residual& r, LayerNorm& ln, const float* dout, float* dx, Buf& dy, bool dx_fresh) {
   const int64_t n = r.n;
-  const float* dm = r.drop.empty() ? nullptr : r.drop.data();
   if (dx_fresh) {  // LayerNorm's input gradient straight into dx
     ln.backward(dx, dout);
+    MaskScope ms(r);
+    const float* dm = ms.mask;
     if (!dm) return dx;
     float* d = take_scratch(dy, n);
 #pragma omp simd
@@ -55,6 +73,8 @@ const float* post_backward(Residual& r, LayerNorm& ln, const float* dout, float*
   take_scratch(r.dh, n);
   ln.backward(r.dh.data(), dout);
   const float* ds = r.dh.data();
+  MaskScope ms(r);
+  const float* dm = ms.mask;
   if (!dm) {
 #pragma omp simd
     for (int64_t i = 0; i < n; ++i) dx[i] += ds[i];
@@ -82,14 +102,12 @@ const float* pre_norm(Residual& r, LayerNorm& ln, const float* x, int64_t N) {
 void pre_residual(const Context& ctx, Residual& r, float* out, const float* f) {
   const int64_t n = r.n;
   const float* x = r.x;
-  if (ctx.dropping()) {
-    r.drop.resize(n);
-    ops::dropout_mask(r.drop.data(), n, ctx.dropout, *ctx.rng);
-    const float* dm = r.drop.data();
+  draw_dropout(ctx, r, n);
+  MaskScope ms(r);
+  if (const float* dm = ms.mask) {
 #pragma omp simd
     for (int64_t i = 0; i < n; ++i) out[i] = x[i] + f[i] * dm[i];
   } else {
-    r.drop.clear();
 #pragma omp simd
     for (int64_t i = 0; i < n; ++i) out[i] = x[i] + f[i];
   }
@@ -102,7 +120,8 @@ void pre_backward_residual(Residual& r, const float* dout, float* dx, float* df,
     std::memcpy(dx, dout, sizeof(float) * n);
   else
     add_into(dx, dout, n);
-  const float* dm = r.drop.empty() ? nullptr : r.drop.data();
+  MaskScope ms(r);
+  const float* dm = ms.mask;
 #pragma omp simd
   for (int64_t i = 0; i < n; ++i) df[i] = dm ? dout[i] * dm[i] : dout[i];
 }

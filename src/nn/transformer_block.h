@@ -13,14 +13,16 @@
 
 #include "nn/attention.h"
 #include "nn/layers.h"
+#include "ops/dropout.h"
 
 namespace tfm::nn {
 
 // The saved state of one residual sublayer (what its backward needs besides the LayerNorm's own).
 struct Residual {
-  Buf sum;   // post-LN: x + dropout(f), the LayerNorm input
-  Buf h;     // pre-LN: LN(x), f's input
-  Buf drop;  // dropout mask of f's output (empty: none)
+  Buf sum;                // post-LN: x + dropout(f), the LayerNorm input
+  Buf h;                  // pre-LN: LN(x), f's input
+  ops::DropoutDraw drop;  // dropout of f's output (undefined: none); its mask is written when needed, into
+  Buf mask;               // this scratch (nn::take_scratch), and given back: a layer keeps no mask between passes
   Buf dh;
   const float* x = nullptr;
   int64_t n = 0;

@@ -25,25 +25,43 @@ inline uint32_t fold(uint64_t z) { return (uint32_t)(z ^ (z >> 32)); }
 constexpr uint32_t kGolden32 = 0x9E3779B9u;
 }  // namespace
 
-void dropout_mask(float* mask, int64_t n, float p, Rng& rng, const AttentionDropoutDims* inner_dims) {
+DropoutDraw dropout_draw(int64_t n, float p, Rng& rng, const AttentionDropoutDims* inner_dims) {
   if (!(p >= 0.0f && p < 1.0f)) throw std::invalid_argument("dropout probability must be in [0, 1)");
-  const float scale = 1.0f / (1.0f - p);
-  const uint32_t thr = (uint32_t)((double)p * 4294967296.0 > 4294967295.0 ? 4294967295.0 : (double)p * 4294967296.0);
+  DropoutDraw d;
+  d.n = n;
+  d.p = p;
   if (RowKeys* keys = rng.row_keys()) {
     const int64_t rows = (int64_t)keys->rows.size();
     if (rows == 0 || n % rows != 0)
       throw std::invalid_argument("dropout_mask: " + std::to_string(n) + " elements are not " + std::to_string(rows) +
                                   " keyed rows");
-    const int64_t per_row = n / rows;
-    const uint64_t call = mix64(keys->key ^ mix64(++keys->calls * 0x9E3779B97F4A7C15ull));
-    if (inner_dims && inner_dims->heads * inner_dims->lq * inner_dims->lk != per_row)
+    if (inner_dims && inner_dims->heads * inner_dims->lq * inner_dims->lk != n / rows)
       throw std::invalid_argument("dropout_mask: attention dims do not match the row size");
+    d.keyed = true;
+    d.seed = mix64(keys->key ^ mix64(++keys->calls * 0x9E3779B97F4A7C15ull));
+    d.rows = keys->rows;
+    if (inner_dims) d.inner = *inner_dims;
+    return d;
+  }
+  d.seed = rng.next_u64();
+  return d;
+}
+
+void dropout_fill(float* mask, const DropoutDraw& d) {
+  const int64_t n = d.n;
+  if (n == 0) return;
+  const float scale = 1.0f / (1.0f - d.p);
+  const uint32_t thr =
+      (uint32_t)((double)d.p * 4294967296.0 > 4294967295.0 ? 4294967295.0 : (double)d.p * 4294967296.0);
+  if (d.keyed) {
+    const int64_t rows = (int64_t)d.rows.size();
+    const int64_t per_row = n / rows;
     for (int64_t b = 0; b < rows; ++b) {
-      const uint64_t seed = mix64(call ^ mix64(keys->rows[b] + 0x632BE59BD9B4E019ull));
+      const uint64_t seed = mix64(d.seed ^ mix64(d.rows[b] + 0x632BE59BD9B4E019ull));
       float* m = mask + b * per_row;
-      if (inner_dims) {
-        const int64_t lq = inner_dims->lq, lk = inner_dims->lk;
-        for (int64_t h = 0; h < inner_dims->heads; ++h)
+      if (d.inner.heads) {
+        const int64_t lq = d.inner.lq, lk = d.inner.lk;
+        for (int64_t h = 0; h < d.inner.heads; ++h)
           for (int64_t q = 0; q < lq; ++q) {
             float* mr = m + (h * lq + q) * lk;
             const uint32_t s = fold(mix64(seed + (((uint64_t)h << 32) | (uint64_t)q) * 0x9E3779B97F4A7C15ull));
@@ -60,9 +78,13 @@ void dropout_mask(float* mask, int64_t n, float p, Rng& rng, const AttentionDrop
   }
   // One draw from rng seeds a counter hash per element: much cheaper than mt19937_64 draws, and it vectorises;
   // the mask stays a deterministic function of the rng state.
-  const uint32_t s = fold(mix64(rng.next_u64()));
+  const uint32_t s = fold(mix64(d.seed));
 #pragma omp simd
   for (int64_t i = 0; i < n; ++i) mask[i] = hash32(s + (uint32_t)(i + 1) * kGolden32) < thr ? 0.0f : scale;
+}
+
+void dropout_mask(float* mask, int64_t n, float p, Rng& rng, const AttentionDropoutDims* inner_dims) {
+  dropout_fill(mask, dropout_draw(n, p, rng, inner_dims));
 }
 
 void dropout_apply(float* out, const float* inp, const float* mask, int64_t n) {
