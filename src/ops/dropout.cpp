@@ -23,6 +23,7 @@ inline uint32_t hash32(uint32_t x) {
 }
 inline uint32_t fold(uint64_t z) { return (uint32_t)(z ^ (z >> 32)); }
 constexpr uint32_t kGolden32 = 0x9E3779B9u;
+constexpr int64_t kParallelFill = 1 << 18;  // masks above this many elements are written by the threads
 }  // namespace
 
 DropoutDraw dropout_draw(int64_t n, float p, Rng& rng, const AttentionDropoutDims* inner_dims) {
@@ -56,6 +57,7 @@ void dropout_fill(float* mask, const DropoutDraw& d) {
   if (d.keyed) {
     const int64_t rows = (int64_t)d.rows.size();
     const int64_t per_row = n / rows;
+#pragma omp parallel for schedule(static) if (n > kParallelFill && rows > 1)
     for (int64_t b = 0; b < rows; ++b) {
       const uint64_t seed = mix64(d.seed ^ mix64(d.rows[b] + 0x632BE59BD9B4E019ull));
       float* m = mask + b * per_row;
@@ -79,8 +81,13 @@ void dropout_fill(float* mask, const DropoutDraw& d) {
   // One draw from rng seeds a counter hash per element: much cheaper than mt19937_64 draws, and it vectorises;
   // the mask stays a deterministic function of the rng state.
   const uint32_t s = fold(mix64(d.seed));
+  const int64_t chunk = 1 << 16;  // element i's value depends on i alone: any split writes the same mask
+#pragma omp parallel for schedule(static) if (n > kParallelFill)
+  for (int64_t i0 = 0; i0 < n; i0 += chunk) {
+    const int64_t i1 = i0 + chunk < n ? i0 + chunk : n;
 #pragma omp simd
-  for (int64_t i = 0; i < n; ++i) mask[i] = hash32(s + (uint32_t)(i + 1) * kGolden32) < thr ? 0.0f : scale;
+    for (int64_t i = i0; i < i1; ++i) mask[i] = hash32(s + (uint32_t)(i + 1) * kGolden32) < thr ? 0.0f : scale;
+  }
 }
 
 void dropout_mask(float* mask, int64_t n, float p, Rng& rng, const AttentionDropoutDims* inner_dims) {
