@@ -116,6 +116,19 @@ void expect_grad(const std::function<double()>& f, float* x, const float* g, siz
   }
 }
 
+// An encoder block's backward from R (after f's forward) against central differences of f = <out, R>: the input
+// gradient and every parameter's.
+void expect_encoder_block_grads(nn::ParamStore& store, nn::EncoderBlock& blk, const std::function<double()>& f,
+                                std::vector<float>& x, const std::vector<float>& R) {
+  store.zero_grad();
+  std::vector<float> dx(x.size(), 0.0f);
+  blk.backward(R.data(), dx.data());
+  const std::vector<float> g = store.all_grad();
+  expect_grad(f, x.data(), dx.data(), x.size(), "dx");
+  for (const auto& e : store.entries())
+    expect_grad(f, store.all_data().data() + e.offset, g.data() + e.offset, e.numel, e.name);
+}
+
 struct BlockCase {
   bool norm_first;
   ops::Activation act;
@@ -139,13 +152,7 @@ TEST_P(NnBlockGrad, EncoderBlockMatchesFiniteDifferences) {
     return dot(blk.out.data(), R);
   };
   f();
-  store.zero_grad();
-  std::vector<float> dx(x.size(), 0.0f);
-  blk.backward(R.data(), dx.data());
-  const std::vector<float> g = store.all_grad();
-  expect_grad(f, x.data(), dx.data(), x.size(), "dx");
-  for (const auto& e : store.entries())
-    expect_grad(f, store.all_data().data() + e.offset, g.data() + e.offset, e.numel, e.name);
+  expect_encoder_block_grads(store, blk, f, x, R);
 }
 
 TEST_P(NnBlockGrad, DecoderBlockMatchesFiniteDifferences) {
@@ -281,13 +288,7 @@ TEST(NnBlock, DropoutMasksWrittenAgainInBackwardMatchFiniteDifferences) {
     ASSERT_TRUE(blk.r1.drop.defined());
     ASSERT_TRUE(blk.attention.drop.defined());
     EXPECT_TRUE(blk.attention.drop_mask.empty());  // no mask kept between the passes
-    store.zero_grad();
-    std::vector<float> dx(x.size(), 0.0f);
-    blk.backward(R.data(), dx.data());
-    const std::vector<float> g = store.all_grad();
-    expect_grad(f, x.data(), dx.data(), x.size(), "dx");
-    for (const auto& e : store.entries())
-      expect_grad(f, store.all_data().data() + e.offset, g.data() + e.offset, e.numel, e.name);
+    expect_encoder_block_grads(store, blk, f, x, R);
   }
 }
 

@@ -48,8 +48,8 @@ class TrainableEncoder {
   virtual bool first_token_only() const { return false; }
   // [B, H] of the last forward (BertModel: tanh(pooler.dense(h[:, 0]))); null when the body has no pooler.
   virtual const float* pooler_output() const = 0;
-  // Gradients of the last forward's outputs: dlast (last_hidden_state's shape) and dpooled [B, H], each may be null (dpooled must be
-  // null without a pooler: std::logic_error). Parameter gradients are added to the store's.
+  // Gradients of the last forward's outputs: dlast (last_hidden_state's shape) and dpooled [B, H], each may be
+  // null (dpooled must be null without a pooler: std::logic_error). Parameter gradients are added to the store's.
   virtual void backward(const float* dlast, const float* dpooled) = 0;
   virtual const EncoderConfig& config() const = 0;
   // The compute type of every Linear's training products: F32, or BF16 (bf16 operands, fp32 accumulation; the

@@ -85,15 +85,12 @@ void MultiHeadAttention::forward(const Context& c, float* out, const float* xq_,
     k = K.data();
     v = V.data();
   }
-  const float* dm = nullptr;
   drop = ops::DropoutDraw{};
   if (c.dropping()) {
     const ops::AttentionDropoutDims dims{num_heads, Lq, Lk};  // keyed masks ignore padding of Lq, Lk
     drop = ops::dropout_draw((int64_t)probs.size(), c.dropout, *c.rng, &dims);
-    float* m = take_scratch(drop_mask, drop.n);
-    ops::dropout_fill(m, drop);
-    dm = m;
   }
+  const float* dm = dropout_mask_scratch(drop_mask, drop);
   if (!ops::attention_forward_train(cx, probs.data(), q, k, v, d, mask, dm))
     ops::attention_forward(cx, probs.data(), q, k, v, d, mask, dm);
   give_scratch(drop_mask);
@@ -113,12 +110,8 @@ void MultiHeadAttention::backward(const float* dout, float* dxq, float* dxkv) {
     dbias.clear();
   }
   float* db = score_bias ? dbias.data() : nullptr;
-  const float* dm = nullptr;
-  if (drop.defined()) {  // the forward's mask again (given back below, once attention_backward has read it)
-    float* m = take_scratch(drop_mask, drop.n);
-    ops::dropout_fill(m, drop);
-    dm = m;
-  }
+  // The forward's mask again (given back below, once attention_backward has read it).
+  const float* dm = dropout_mask_scratch(drop_mask, drop);
   if (!fused_qkv) {
     take_scratch(dQ, B * Lq * H);
     take_scratch(dK, B * Lk * H);

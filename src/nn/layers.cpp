@@ -40,6 +40,13 @@ float* take_scratch(Buf& b, int64_t n) {
   return b.data();
 }
 
+const float* dropout_mask_scratch(Buf& scratch, const ops::DropoutDraw& d) {
+  if (!d.defined()) return nullptr;
+  float* m = take_scratch(scratch, d.n);
+  ops::dropout_fill(m, d);
+  return m;
+}
+
 void give_scratch(Buf& b) {
   if (b.capacity() == 0) return;
   std::vector<Buf>& pool = scratch_pool();

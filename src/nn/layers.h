@@ -15,6 +15,7 @@
 #include "core/rng.h"
 #include "nn/params.h"
 #include "ops/activation.h"
+#include "ops/dropout.h"
 #include "ops/gemm.h"
 
 namespace tfm::nn {
@@ -29,6 +30,9 @@ using Buf = std::vector<float>;
 // there is some, else b's own or a new allocation). give_scratch: b's storage back to the pool; b is left empty.
 float* take_scratch(Buf& b, int64_t n);
 void give_scratch(Buf& b);
+// A dropout's mask written into scratch (take_scratch(scratch, d.n); give it back after use), or null when d is
+// undefined (no dropout): what training keeps is the draw, not the mask (ops::dropout_draw / dropout_fill).
+const float* dropout_mask_scratch(Buf& scratch, const ops::DropoutDraw& d);
 
 // How a saving forward runs.
 struct Context {

@@ -22,13 +22,8 @@ void draw_dropout(const Context& ctx, Residual& r, int64_t n) {
 // r.mask holding the mask (given back by the MaskScope), or null without dropout.
 struct MaskScope {
   Residual& r;
-  const float* mask = nullptr;
-  explicit MaskScope(Residual& res) : r(res) {
-    if (!r.drop.defined()) return;
-    float* m = take_scratch(r.mask, r.drop.n);
-    ops::dropout_fill(m, r.drop);
-    mask = m;
-  }
+  const float* mask;
+  explicit MaskScope(Residual& res) : r(res), mask(dropout_mask_scratch(res.mask, res.drop)) {}
   ~MaskScope() { give_scratch(r.mask); }
 };
 
