@@ -43,7 +43,7 @@ void expect_same_under_threads(
 TEST(Concurrency, CachedTrainingMatmulsGiveTheSameResultOnEveryThread) {
   const int64_t M = 96, N = 384, K = 768;
   auto a = random_vec(M * K, 71), b = random_vec(N * K, 72);
-  if (!ops::has_bf16_gemm()) GTEST_SKIP() << "no bf16 GEMM on this CPU";
+  if (!ops::bf16_gemm_available()) GTEST_SKIP() << "no bf16 GEMM on this CPU";
   expect_same_under_threads(
       [&](float* c) { ops::gemm_bf16(true, false, M, N, K, 0.5f, a.data(), M, b.data(), N, 0.0f, c, N); }, M * N);
 }

@@ -135,7 +135,7 @@ TEST(FinetuneEmbed, GradientAccumulationStepsMatchPyTorch) {
 
 // --precision bf16: the Transformer's products in bf16, fp32 master weights: steps close to fp32's.
 TEST(FinetuneEmbed, Bf16StepsStayCloseToFp32) {
-  if (!ops::has_bf16_gemm()) GTEST_SKIP() << "no bf16 instructions on this CPU (" << ops::cpu_isa_name() << ")";
+  if (!ops::bf16_gemm_available()) GTEST_SKIP() << "no bf16 instructions on this CPU (" << ops::cpu_isa_name() << ")";
   const EncoderConfig c = EncoderConfig::load(fixture("st_mean/config.json"));
   CheckpointWeights w(fixture("st_mean"));
   auto make = [&] {

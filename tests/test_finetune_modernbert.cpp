@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -344,7 +345,7 @@ TEST(FinetuneModernBertTasks, DropoutsComeFromTheModernBertKeys) {
 // products in bf16 with fp32 accumulation, fp32 master weights. The fixture's three steps (accumulation in the
 // second) stay close to fp32's, whose first loss is PyTorch's; the bf16 products do round differently.
 TEST(FinetuneModernBertTasks, Bf16StepsStayCloseToFp32) {
-  if (!ops::has_bf16_gemm()) GTEST_SKIP() << "no bf16 instructions on this CPU (" << ops::cpu_isa_name() << ")";
+  if (!ops::bf16_gemm_available()) GTEST_SKIP() << "no bf16 instructions on this CPU (" << ops::cpu_isa_name() << ")";
   const SafeTensors st = SafeTensors::open(fixture("finetune_modernbert/seqcls_steps.safetensors"));
   const FinetuneHyperparameters hp =
       test::hyperparameters_from_json(load_json_file(fixture("finetune_modernbert/seqcls_hyper.json")));
@@ -382,7 +383,7 @@ TEST(FinetuneModernBertTasks, Bf16StepsStayCloseToFp32) {
 // error: the trainer's set_precision names the ISA; tfm finetune (classify on ModernBERT, embed) refuses before it
 // loads or writes anything. The CLI runs cap oneDNN at AVX2, so they test the refusal on any CPU.
 TEST(FinetuneModernBertTasks, Bf16IsRefusedWithoutBf16Instructions) {
-  if (!ops::has_bf16_gemm()) {
+  if (!ops::bf16_gemm_available()) {
     CheckpointWeights w(fixture("finetune_modernbert/tasks"));
     SequenceClassificationTrainer t(task_config(), w, 3, FinetuneHyperparameters{});
     try {
@@ -397,16 +398,16 @@ TEST(FinetuneModernBertTasks, Bf16IsRefusedWithoutBf16Instructions) {
   (void)ops::has_bf16_gemm();  // this process has read its own ISA before the variables are set for the children
   test::TempFolder t;
   test::spit(t.path + "/train.csv", "text,label\nthe cat is good,pos\nthe cat is bad,neg\n");
-  setenv("DNNL_MAX_CPU_ISA", "AVX2", 1);
-  setenv("ONEDNN_MAX_CPU_ISA", "AVX2", 1);
+  std::optional<test::EnvScope> dnnl(std::in_place, "DNNL_MAX_CPU_ISA", "AVX2");
+  std::optional<test::EnvScope> onednn(std::in_place, "ONEDNN_MAX_CPU_ISA", "AVX2");
+  std::optional<test::EnvScope> native(std::in_place, "TFM_EMULATE_BF16", nullptr);  // the suite's emulation off
   const test::TfmRun cls = test::run_tfm_in(
       t.path, {"finetune", "--model", fixture("family_heads/modernbert_seqcls"), "--train", t.path + "/train.csv",
                "--out", t.path + "/o", "--precision", "bf16", "--no-progress"});
   const test::TfmRun emb = test::run_tfm_in(
       t.path, {"finetune", "--task", "embed", "--model", fixture("st_mean"), "--train",
                fixture("finetune_embed/e2e_train.csv"), "--out", t.path + "/o", "--precision", "bf16"});
-  unsetenv("DNNL_MAX_CPU_ISA");
-  unsetenv("ONEDNN_MAX_CPU_ISA");
+  dnnl.reset(), onednn.reset(), native.reset();
   for (const test::TfmRun* r : {&cls, &emb}) {
     test::expect_one_line_error(*r, "--precision bf16 needs a CPU with bf16 instructions (AVX512_BF16 or AMX)");
     EXPECT_NE(r->err.find("avx2"), std::string::npos) << r->err;

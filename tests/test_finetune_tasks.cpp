@@ -125,7 +125,7 @@ TEST(FinetuneTasks, GradientAccumulationEqualsTheBigBatch) {
 // --precision bf16 (TrainingArguments(bf16=True) on CPU): the step's loss and gradients stay close to fp32's, and
 // the parameters are fp32 master weights (updates smaller than a bf16 step of the weight are kept).
 TEST(FinetuneTasks, Bf16StepsStayCloseToFp32WithFp32MasterWeights) {
-  if (!ops::has_bf16_gemm()) GTEST_SKIP() << "no bf16 instructions on this CPU (" << ops::cpu_isa_name() << ")";
+  if (!ops::bf16_gemm_available()) GTEST_SKIP() << "no bf16 instructions on this CPU (" << ops::cpu_isa_name() << ")";
   const SafeTensors st = SafeTensors::open(fixture("finetune/token_steps.safetensors"));
   const EncoderConfig c = EncoderConfig::load(fixture("heads_tokcls/config.json"));
   CheckpointWeights w(fixture("heads_tokcls"));

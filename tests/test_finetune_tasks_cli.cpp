@@ -147,7 +147,7 @@ TEST(FinetuneTasksCli, ResumeNeedsAStoppedRunsState) {
 
 // --precision bf16 trains the classifier too (fp32 master weights; the written folder is fp32 as HF writes it).
 TEST(FinetuneTasksCli, Bf16ClassifierTrainsAndLoads) {
-  if (!ops::has_bf16_gemm()) GTEST_SKIP() << "no bf16 instructions on this CPU";
+  if (!ops::bf16_gemm_available()) GTEST_SKIP() << "no bf16 instructions on this CPU";
   test::TempFolder t;
   std::string train = "text,label\n";
   for (const char* s : {"the cat", "the dog", "the man", "people", "london", "the car"})
@@ -176,7 +176,7 @@ TEST(FinetuneTasksCli, EmbedTakesAccumulationSaveStepsPrecisionAndResume) {
                                    fixture("finetune_embed/e2e_train.csv"), "--out", out, "--epochs", "2",
                                    "--batch-size", "2", "--gradient-accumulation-steps", "2", "--save-steps", "1",
                                    "--threads", "1", "--no-progress"};
-  if (ops::has_bf16_gemm()) args.insert(args.end(), {"--precision", "bf16"});
+  if (ops::bf16_gemm_available()) args.insert(args.end(), {"--precision", "bf16"});
   test::TfmRun r = test::run_tfm_in(t.path, args);
   ASSERT_EQ(r.exit_code, 0) << r.describe();
   EXPECT_NE(r.err.find("MultipleNegativesRankingLoss; 2 steps on 4 examples"), std::string::npos) << r.err;

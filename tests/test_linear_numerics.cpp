@@ -95,7 +95,7 @@ TEST(Bf16Linear, RoundsActivationsToNearestEvenBitExact) {
 
 // The bf16 product of training (precision "bf16") rounds both operands the same way.
 TEST(Bf16Linear, TrainingProductRoundsToNearestEvenBitExact) {
-  if (!has_bf16_gemm()) GTEST_SKIP() << "no bf16 GEMM on this CPU (" << cpu_isa_name() << ")";
+  if (!bf16_gemm_available()) GTEST_SKIP() << "no bf16 GEMM on this CPU (" << cpu_isa_name() << ")";
   const int64_t M = 9, N = 20, K = 48;
   std::vector<float> a = tie_inputs(M * K), b = tie_inputs(N * K);
   std::reverse(b.begin(), b.end());

@@ -51,7 +51,7 @@ TEST(TrainPrecision, RoundingIsToNearestEven) {
 // the bf16-rounded operands (only fp32 accumulation error remains: K = 300 terms of size ~1 give ~1e-5), and
 // differs from the fp32 product by the bf16 rounding (relative 2^-9 per operand), so the rounding really happens.
 TEST(TrainPrecision, Bf16GemmIsTheProductOfRoundedOperands) {
-  if (!ops::has_bf16_gemm()) GTEST_SKIP() << "no bf16 instructions on this CPU (" << ops::cpu_isa_name() << ")";
+  if (!ops::bf16_gemm_available()) GTEST_SKIP() << "no bf16 instructions on this CPU (" << ops::cpu_isa_name() << ")";
   const int64_t M = 37, N = 45, K = 300, ldc = N + 3;
   for (bool ta : {false, true})
     for (bool tb : {false, true}) {
@@ -91,7 +91,7 @@ TEST(TrainPrecision, Bf16GemmIsTheProductOfRoundedOperands) {
 // that both runs learn (final loss below 25% of the initial) and that the curves are not bit-identical (the bf16
 // path is really taken).
 TEST(TrainPrecision, Bf16LossCurveStaysCloseToFp32) {
-  if (!ops::has_bf16_gemm()) GTEST_SKIP() << "no bf16 instructions on this CPU (" << ops::cpu_isa_name() << ")";
+  if (!ops::bf16_gemm_available()) GTEST_SKIP() << "no bf16 instructions on this CPU (" << ops::cpu_isa_name() << ")";
   Seq2SeqConfig c;
   c.num_hiddens = 32;
   c.num_layers = 2;
@@ -171,12 +171,13 @@ TEST(TrainPrecision, BadPrecisionIsRefused) {
 TEST(TrainPrecision, Bf16IsRefusedWithoutBf16Instructions) {
   (void)ops::has_bf16_gemm();  // this process has read its own ISA before the variable is set for the child
   test::TempFolder dir;
-  setenv("DNNL_MAX_CPU_ISA", "AVX2", 1);
-  setenv("ONEDNN_MAX_CPU_ISA", "AVX2", 1);
-  test::TfmRun r = test::run_tfm_in(dir.path, {"train", "--config", test::source_dir() + "/configs/multi30k-en-fr.json",
-                                               "--out", dir.path + "/run", "--set", "precision=bf16"});
-  unsetenv("DNNL_MAX_CPU_ISA");
-  unsetenv("ONEDNN_MAX_CPU_ISA");
+  test::TfmRun r;
+  {
+    test::EnvScope dnnl("DNNL_MAX_CPU_ISA", "AVX2"), onednn("ONEDNN_MAX_CPU_ISA", "AVX2");
+    test::EnvScope native("TFM_EMULATE_BF16", nullptr);  // the suite's emulation off: the refusal is the point
+    r = test::run_tfm_in(dir.path, {"train", "--config", test::source_dir() + "/configs/multi30k-en-fr.json", "--out",
+                                    dir.path + "/run", "--set", "precision=bf16"});
+  }
   test::expect_one_line_error(r, "precision 'bf16' needs a CPU with bf16 instructions");
   EXPECT_NE(r.err.find("avx2"), std::string::npos) << r.err;
   EXPECT_FALSE(std::filesystem::exists(dir.path + "/run"));

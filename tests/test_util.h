@@ -35,6 +35,24 @@ struct BlockedAttentionScope {
   ~BlockedAttentionScope() { ops::force_blocked_attention(false); }
 };
 
+// An environment variable set (value non-null) or removed (null) for the scope, then restored: for the children a
+// test spawns (test::run_tfm reads the test's environment).
+struct EnvScope {
+  std::string name, saved;
+  bool had;
+  EnvScope(const char* n, const char* value) : name(n) {
+    const char* old = std::getenv(n);
+    had = old != nullptr;
+    if (had) saved = old;
+    if (value) setenv(n, value, 1);
+    else unsetenv(n);
+  }
+  ~EnvScope() {
+    if (had) setenv(name.c_str(), saved.c_str(), 1);
+    else unsetenv(name.c_str());
+  }
+};
+
 inline std::string source_dir() { return TFM_SOURCE_DIR; }
 inline std::string fixture(const std::string& rel) { return source_dir() + "/tests/fixtures/" + rel; }
 inline std::string data_dir() {

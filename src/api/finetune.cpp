@@ -80,7 +80,7 @@ void check_options(const FinetuneOptions& o) {
   if (o.precision != "fp32" && o.precision != "bf16")
     throw std::invalid_argument("precision must be 'fp32' or 'bf16', not '" + o.precision + "'");
   // Before anything is loaded or written (FinetuneModel::set_precision would refuse it too, later).
-  if (o.precision == "bf16" && !ops::has_bf16_gemm())
+  if (o.precision == "bf16" && !ops::bf16_gemm_available())
     throw std::runtime_error("--precision bf16 needs a CPU with bf16 instructions (AVX512_BF16 or AMX); this one "
                              "reports " + ops::cpu_isa_name() + ": use --precision fp32");
   if (!(o.mlm_probability > 0 && o.mlm_probability < 1)) throw std::invalid_argument("mlm_probability must be in (0, 1)");

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -36,6 +37,12 @@ void convert(uint16_t* dst, const float* src, int64_t rows, int64_t cols, int64_
 #pragma omp simd
     for (int64_t c = 0; c < cols; ++c) d[c] = to_bf16(s[c]);
   }
+}
+
+// dst[i] = the fp32 value of the bf16 bits src[i] (exact).
+void widen(float* dst, const uint16_t* src, int64_t n) {
+#pragma omp parallel for simd schedule(static) if (n > 262144)
+  for (int64_t i = 0; i < n; ++i) dst[i] = std::bit_cast<float>((uint32_t)src[i] << 16);
 }
 
 // M, N, K, trans_a, trans_b, lda, ldb, ldc, alpha, beta, data type
@@ -113,8 +120,16 @@ bool has_bf16_gemm() {
   return has;
 }
 
+bool bf16_gemm_emulated() {
+  static const bool on = [] {
+    const char* env = std::getenv("TFM_EMULATE_BF16");
+    return !has_bf16_gemm() && env && std::string(env) == "1";
+  }();
+  return on;
+}
+
 void require_bf16_gemm() {
-  if (!has_bf16_gemm())
+  if (!has_bf16_gemm() && !bf16_gemm_emulated())
     throw std::runtime_error("precision 'bf16' needs a CPU with bf16 instructions (AVX512_BF16 or AMX); oneDNN " +
                              onednn_version() + " reports " + cpu_isa_name() + ": use \"precision\": \"fp32\"");
 }
@@ -132,6 +147,15 @@ void gemm_bf16_converted(bool trans_a, bool trans_b, int64_t M, int64_t N, int64
     return;
   }
   require_bf16_gemm();
+  if (bf16_gemm_emulated()) {  // fp32 product of the widened bf16 operands (bf16_gemm_emulated)
+    thread_local std::vector<float> a32, b32;
+    if (a32.size() < (size_t)(M * K)) a32.resize(M * K);
+    if (b32.size() < (size_t)(K * N)) b32.resize(K * N);
+    widen(a32.data(), A, M * K);
+    widen(b32.data(), B, K * N);
+    gemm(trans_a, trans_b, M, N, K, alpha, a32.data(), trans_a ? M : K, b32.data(), trans_b ? K : N, beta, C, ldc);
+    return;
+  }
   // A transposed operand is described by its strides (oneDNN's AMX kernels read transposed sources directly).
   const int64_t a_ld = trans_a ? M : K, b_ld = trans_b ? K : N;
   const Prim prim = primitive(M, N, K, trans_a, trans_b, a_ld, b_ld, ldc, alpha, beta, dt::bf16);

@@ -23,9 +23,18 @@ void gemm_bf16_converted(bool trans_a, bool trans_b, int64_t M, int64_t N, int64
                          const uint16_t* B, float beta, float* C, int64_t ldc);
 
 // True when oneDNN reports native bf16 arithmetic on this CPU (AVX512_BF16 or AMX): without it oneDNN would
-// emulate bf16, slower than fp32, so mixed precision is refused there.
+// emulate bf16, slower than fp32, so mixed precision is refused there (unless bf16_gemm_emulated()).
 bool has_bf16_gemm();
-// Throws std::runtime_error with a one-line message naming the CPU's ISA when !has_bf16_gemm().
+// True on a CPU without bf16 instructions when the environment variable TFM_EMULATE_BF16=1 was set at the first
+// call (the test suite sets it, so that every mixed-precision test also runs on AVX2-only CPUs). The bf16
+// products then run as fp32 products (ops::gemm) of the operands rounded to bf16: a product of two bf16 values
+// is exact in fp32 and the sums are fp32, as in oneDNN's bf16 matmul, so the results differ from a native run
+// only by summation order. Slower than fp32 training: a way to check, not to train. Read once per process.
+bool bf16_gemm_emulated();
+// has_bf16_gemm() || bf16_gemm_emulated(): whether mixed-precision training runs on this CPU.
+inline bool bf16_gemm_available() { return has_bf16_gemm() || bf16_gemm_emulated(); }
+// Throws std::runtime_error with a one-line message naming the CPU's ISA when neither has_bf16_gemm() nor
+// bf16_gemm_emulated().
 void require_bf16_gemm();
 
 // fp32 -> bf16 bits, round to nearest even as torch's .to(torch.bfloat16); a NaN stays a quiet NaN. Branch-free
