@@ -14,7 +14,9 @@
 # default is 0.1; the masks then cost both sides memory and time), REPEATS (1): rounds of PyTorch then tfm,
 # alternating; with more than one, each round's figures are printed and
 # the summary line gives the medians (the speed ratio is the median of the rounds' ratios), which a noisy
-# machine moves far less than one round.
+# machine moves far less than one round. EMULATE_BF16=1 on a CPU without bf16 instructions runs the bf16 case
+# anyway, emulated (TFM_EMULATE_BF16=1, README): its memory is measured (an upper bound: the emulation's two fp32
+# widening buffers, up to 100 MB at base size, stand in for oneDNN's scratchpad), its speed is not a figure.
 # Both sides run STEPS + 1 steps and report steps/s as 1 / the median wall time of the steps after the first
 # (PyTorch: bench/finetune_pytorch.py's step_seconds; tfm: its summary line, "s a step after the first (median)"),
 # so loading, tokenizing, the first step's one-time work and writing the folder are left out of both.
@@ -52,9 +54,15 @@ make_texts() {
 }
 make_data() { { printf 'text\tlabel\n'; head -n "$1" "$OUT/texts.tsv"; } > "$2"; }
 PRECISIONS=fp32
-# bf16 products need AVX512_BF16 or AMX (ops::has_bf16_gemm); elsewhere tfm refuses --precision bf16, so skip it.
+EMULATED=0
+# bf16 products need AVX512_BF16 or AMX (ops::has_bf16_gemm); elsewhere tfm refuses --precision bf16, so skip it
+# (or emulate it for its memory: EMULATE_BF16=1).
 if grep -qwE 'avx512_bf16|amx_bf16' /proc/cpuinfo; then PRECISIONS="fp32 bf16"
-else echo "bf16: skipped (this CPU has neither AVX512_BF16 nor AMX; tfm refuses --precision bf16 here)"; fi
+elif [ "${EMULATE_BF16:-0}" = 1 ]; then
+  PRECISIONS="fp32 bf16" EMULATED=1
+  echo "bf16: emulated (this CPU has neither AVX512_BF16 nor AMX): its peak RSS is measured, its speed is not"
+else echo "bf16: skipped (this CPU has neither AVX512_BF16 nor AMX; tfm refuses --precision bf16 here;" \
+  "EMULATE_BF16=1 measures its memory)"; fi
 
 # tfm finetune on $1 (model) with data $2 and precision $3: "step_seconds peak_kb" (the median step after the
 # first, from its summary line).
@@ -62,7 +70,7 @@ tfm_run() {
   local extra=()
   [ "$3" != fp32 ] && extra=(--precision "$3")
   rm -rf "$OUT/ft"
-  /usr/bin/time -o "$OUT/time.txt" -f '%M' "$TFM" finetune --task classify --model "$1" --train "$2" --out "$OUT/ft" \
+  TFM_EMULATE_BF16=$EMULATED /usr/bin/time -o "$OUT/time.txt" -f '%M' "$TFM" finetune --task classify --model "$1" --train "$2" --out "$OUT/ft" \
     --epochs 1 --batch-size "$BATCH" --max-length "$LENGTH" --lr 5e-5 --threads "$THREADS" --no-progress \
     "${extra[@]}" 2> "$OUT/ft.err" || { cat "$OUT/ft.err" >&2; exit 1; }
   local step
@@ -102,15 +110,18 @@ EOF
       $PY -c "import sys; print(1 / max(float(sys.argv[1]), 1e-9), *sys.argv[2:])" "$step" "$kb" "$torch_sps" \
         "$torch_kb" >> "$OUT/rounds_$prec.txt"
       if [ "$REPEATS" -gt 1 ]; then
-        awk -v s="$size" -v p="$prec" -v r="$round" 'END { printf "%-7s %s  round %d: tfm %.3f steps/s, pytorch fp32 %.3f steps/s = %.2fx; peak RSS %.2fx\n", s, p, r, $1, $3, $1 / $3, $2 / $4 }' \
+        label=$prec
+        [ "$EMULATED$prec" = 1bf16 ] && label="bf16 (emulated: the speed is no figure)"
+        awk -v s="$size" -v p="$label" -v r="$round" 'END { printf "%-7s %s  round %d: tfm %.3f steps/s, pytorch fp32 %.3f steps/s = %.2fx; peak RSS %.2fx\n", s, p, r, $1, $3, $1 / $3, $2 / $4 }' \
           "$OUT/rounds_$prec.txt"
       fi
     done
   done
   for prec in $PRECISIONS; do
-    $PY - "$size" "$prec" "$OUT/rounds_$prec.txt" <<'PYEOF'
+    $PY - "$size" "$prec" "$OUT/rounds_$prec.txt" "$EMULATED" <<'PYEOF'
 import statistics, sys
-size, prec, path = sys.argv[1:]
+size, prec, path, emulated = sys.argv[1:]
+emulated = emulated == "1" and prec == "bf16"
 rows = [[float(v) for v in line.split()] for line in open(path)]
 sps = statistics.median(r[0] for r in rows)
 tsps = statistics.median(r[2] for r in rows)
@@ -119,8 +130,10 @@ kb, tkb = max(r[1] for r in rows), max(r[3] for r in rows)
 mem = kb / tkb
 goal = 3.0 if prec == "bf16" else 2.0
 what = f"median of {len(rows)} rounds: " if len(rows) > 1 else ""
-print(f"{size:<7} {prec}  {what}tfm {sps:7.3f} steps/s  pytorch fp32 {tsps:7.3f} steps/s  ratio {ratio:5.2f}x "
-      f"(goal >= {goal:.0f}x: {'met' if ratio >= goal else 'not met'})  peak RSS tfm {kb / 1024:7.0f} MB  "
+speed = (f"tfm emulated (no speed figure)  pytorch fp32 {tsps:7.3f} steps/s" if emulated else
+         f"tfm {sps:7.3f} steps/s  pytorch fp32 {tsps:7.3f} steps/s  ratio {ratio:5.2f}x "
+         f"(goal >= {goal:.0f}x: {'met' if ratio >= goal else 'not met'})")
+print(f"{size:<7} {prec}  {what}{speed}  peak RSS tfm {kb / 1024:7.0f} MB  "
       f"pytorch {tkb / 1024:7.0f} MB  ratio {mem:4.2f}x (goal <= 0.5x: {'met' if mem <= 0.5 else 'not met'})")
 PYEOF
   done

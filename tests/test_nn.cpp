@@ -193,11 +193,17 @@ INSTANTIATE_TEST_SUITE_P(PostAndPreLN, NnBlockGrad,
 
 // Self-attention's training forward stacks q | k | v into one product (MultiHeadAttention::fused_qkv); given the
 // same values through two buffers (cross-attention's path: three [H, H] products) every output and gradient is the
-// same up to summation order, with and without biases, with the input gradients in one buffer or two.
+// same up to summation order, with and without biases, with the input gradients in one buffer or two; with fp32
+// and with bf16 parameter products (the stacked path converts the input once; the separate ones each convert it).
 TEST(NnAttention, StackedSelfAttentionProjectionsMatchSeparateOnes) {
+  std::vector<float> out_fp32;  // bias, fp32: the bf16 products must give another answer
+  for (ops::ComputeType precision : {ops::ComputeType::F32, ops::ComputeType::BF16})
   for (bool bias : {true, false}) {
+    if (precision == ops::ComputeType::BF16 && !ops::bf16_gemm_available()) continue;
+    SCOPED_TRACE(ops::compute_type_name(precision));
     nn::ParamStore store;
     nn::MultiHeadAttention a = make_attention(nn::Vars(store), bias);
+    for (nn::Linear* l : {&a.query, &a.key, &a.value, &a.output}) l->precision = precision;
     randomise(store, 11);
     const int64_t B = 2, L = 5;
     std::vector<int64_t> valid = {5, 3};
@@ -219,6 +225,12 @@ TEST(NnAttention, StackedSelfAttentionProjectionsMatchSeparateOnes) {
     a.forward(ctx, out.data(), x.data(), x.data(), B, L, L, mask);
     ASSERT_TRUE(a.fused_qkv);
     EXPECT_TRUE(all_close(out, out_ref, 1e-5f, 1e-5f)) << "bias " << bias;
+    if (bias && precision == ops::ComputeType::F32) out_fp32 = out;
+    if (bias && precision == ops::ComputeType::BF16) {
+      double diff = 0;
+      for (size_t i = 0; i < out.size(); ++i) diff = std::max(diff, (double)std::fabs(out[i] - out_fp32[i]));
+      EXPECT_GT(diff, 1e-4) << "the products did not run in bf16";
+    }
     store.zero_grad();
     std::vector<float> dx(x.size(), 0.5f), dx_ref(x.size());
     for (size_t i = 0; i < x.size(); ++i) dx_ref[i] = 0.5f + dq_ref[i] + dkv_ref[i];  // added to

@@ -6,6 +6,7 @@
 #include "core/profile.h"
 #include "core/threading.h"
 #include "ops/gemm.h"
+#include "ops/gemm_bf16.h"
 #include "ops/matmul.h"
 #include "ops/attention_train.h"
 #include "ops/dropout.h"
@@ -20,15 +21,46 @@ bool bf16_attention(ops::ComputeType ct) { return ct == ops::ComputeType::BF16 |
 
 namespace {
 // Whether a training forward of self-attention can run the three projections as one product with the stacked
-// weights: fp32 parameter products (not bf16 ones, which keep per-Linear converted operands; not packed ones),
-// [H, H] weights, and biases on all three or none.
+// weights: parameter products of one precision (fp32 or bf16; not packed ones), [H, H] weights, and biases on all
+// three or none.
 bool stackable_qkv(const MultiHeadAttention& a, const Context& c) {
+  const ops::ComputeType p = a.query.precision;
   auto plain = [&](const Linear& l) {
-    return l.precision == ops::ComputeType::F32 && !(c.packed && l.packed.defined()) && l.weight.defined() &&
+    return l.precision == p && !(c.packed && l.packed.defined()) && l.weight.defined() &&
            l.in_features == a.hidden_size && l.out_features == a.hidden_size;
   };
   return plain(a.query) && plain(a.key) && plain(a.value) && a.query.bias.defined() == a.key.bias.defined() &&
          a.key.bias.defined() == a.value.bias.defined();
+}
+
+// dW [3H, H] (the gradient of the stacked weights) added to the query, key and value weights' gradients.
+void add_stacked_weight_grads(const MultiHeadAttention& a, const float* dw) {
+  const int64_t H = a.hidden_size;
+  const Linear* parts[3] = {&a.query, &a.key, &a.value};
+  for (int i = 0; i < 3; ++i) {
+    float* g = parts[i]->weight.grad();
+    const float* s = dw + i * H * H;
+#pragma omp parallel for simd if (parallel_worth(H * H))
+    for (int64_t j = 0; j < H * H; ++j) g[j] += s[j];
+  }
+}
+
+// bf16 operand buffer `which` (0: x, 1: dQKV) of this thread, at least n long.
+uint16_t* bf16_rows(int which, int64_t n) {
+  thread_local std::vector<uint16_t> rows[2];
+  if (rows[which].size() < (size_t)n) rows[which].resize(n);
+  return rows[which].data();
+}
+
+// The stacked weights [3H, H] in bf16 (one buffer per thread, converted at each call: the weights change
+// between steps).
+const uint16_t* stacked_bf16(const MultiHeadAttention& a) {
+  thread_local std::vector<uint16_t> w16;
+  const int64_t H = a.hidden_size;
+  if (w16.size() < (size_t)(3 * H * H)) w16.resize(3 * H * H);
+  const Linear* parts[3] = {&a.query, &a.key, &a.value};
+  for (int i = 0; i < 3; ++i) ops::convert_to_bf16(w16.data() + i * H * H, parts[i]->weight.data(), H, H, H);
+  return w16.data();
 }
 
 // w [3H, H] = query.weight | key.weight | value.weight stacked along the output rows (and b [3H] the biases when
@@ -62,13 +94,30 @@ void MultiHeadAttention::forward(const Context& c, float* out, const float* xq_,
   const float *q, *k, *v;
   if (fused_qkv) {
     for (Buf* b : {&Q, &K, &V}) Buf().swap(*b);
-    QKV.resize(B * Lq * 3 * H);
-    float* w = take_scratch(Wqkv, 3 * H * H);
-    float* bias = query.bias.defined() ? take_scratch(bqkv, 3 * H) : nullptr;
-    stack_qkv(*this, w, bias);
-    ops::linear_forward(QKV.data(), xq, w, bias, B * Lq, H, 3 * H);
-    give_scratch(Wqkv);
-    give_scratch(bqkv);
+    const int64_t N = B * Lq;
+    QKV.resize(N * 3 * H);
+    if (query.precision == ops::ComputeType::BF16) {
+      SerialScope serial(serial_below(N * 3 * H * H));
+      float beta = 0.0f;
+      if (query.bias.defined()) {
+        const Linear* parts[3] = {&query, &key, &value};
+        for (int64_t n = 0; n < N; ++n)
+          for (int i = 0; i < 3; ++i)
+            std::memcpy(QKV.data() + n * 3 * H + i * H, parts[i]->bias.data(), sizeof(float) * H);
+        beta = 1.0f;
+      }
+      // xq's bf16 copy is not kept: backward converts it again (xq stays alive until then, as for fp32 products).
+      uint16_t* x16 = bf16_rows(0, N * H);
+      ops::convert_to_bf16(x16, xq, N, H, H);
+      ops::gemm_bf16_converted(false, true, N, 3 * H, H, 1.0f, x16, stacked_bf16(*this), beta, QKV.data(), 3 * H);
+    } else {
+      float* w = take_scratch(Wqkv, 3 * H * H);
+      float* bias = query.bias.defined() ? take_scratch(bqkv, 3 * H) : nullptr;
+      stack_qkv(*this, w, bias);
+      ops::linear_forward(QKV.data(), xq, w, bias, N, H, 3 * H);
+      give_scratch(Wqkv);
+      give_scratch(bqkv);
+    }
     q = QKV.data();
     k = q + H;
     v = q + 2 * H;
@@ -132,10 +181,12 @@ void MultiHeadAttention::backward(const float* dout, float* dxq, float* dxkv) {
   ops::attention_backward(dqkv, dqkv + H, dqkv + 2 * H, dctx.data(), probs.data(), q, q + H, q + 2 * H, d, dm, db);
   give_scratch(drop_mask);
   give_scratch(dctx);
-  float* w = take_scratch(Wqkv, H3 * H);
-  stack_qkv(*this, w, nullptr);
   const Linear* parts[3] = {&query, &key, &value};
-  {
+  if (query.precision == ops::ComputeType::BF16) {
+    backward_stacked_bf16(dqkv, dxq, dxkv);
+  } else {
+    float* w = take_scratch(Wqkv, H3 * H);
+    stack_qkv(*this, w, nullptr);
     SerialScope serial(serial_below(N * H3 * H));
     // The input gradients: dxq += dQ W_q and dxkv += dK W_k + dV W_v, one product when they are the same buffer.
     if (dxq == dxkv) {
@@ -148,19 +199,38 @@ void MultiHeadAttention::backward(const float* dout, float* dxq, float* dxkv) {
     if (query.weight.grad()) {
       float* dw = take_scratch(dWqkv, H3 * H);
       ops::gemm(true, false, H3, H, N, 1.0f, dqkv, H3, xq, H, 0.0f, dw, H);
-      for (int i = 0; i < 3; ++i) {
-        float* g = parts[i]->weight.grad();
-        const float* s = dw + i * H * H;
-#pragma omp parallel for simd if (parallel_worth(H * H))
-        for (int64_t j = 0; j < H * H; ++j) g[j] += s[j];
-      }
+      add_stacked_weight_grads(*this, dw);
       give_scratch(dWqkv);
     }
+    give_scratch(Wqkv);
   }
   if (query.bias.defined() && query.bias.grad())  // column sums of dQKV, split over the three biases
     for (int i = 0; i < 3; ++i) ops::bias_grad(parts[i]->bias.grad(), dqkv + i * H, N, H, H3);
-  give_scratch(Wqkv);
   give_scratch(dQKV);
+}
+
+void MultiHeadAttention::backward_stacked_bf16(const float* dqkv, float* dxq, float* dxkv) {
+  const int64_t H = hidden_size, H3 = 3 * H, N = B * Lq;
+  SerialScope serial(serial_below(N * H3 * H));
+  // dQKV converted once for both products; the weights and x converted again (the forward kept no copies).
+  uint16_t* d16 = bf16_rows(1, N * H3);
+  ops::convert_to_bf16(d16, dqkv, N, H3, H3);
+  const uint16_t* w16 = stacked_bf16(*this);
+  // The input gradients: dxq += dQ W_q and dxkv += dK W_k + dV W_v, one product when they are the same buffer.
+  if (dxq == dxkv) {
+    ops::gemm_bf16_converted(false, false, N, H, H3, 1.0f, d16, w16, 1.0f, dxq, H);
+  } else {
+    ops::gemm_bf16_converted(false, false, N, H, H, 1.0f, d16, H3, w16, H, 1.0f, dxq, H);
+    ops::gemm_bf16_converted(false, false, N, H, 2 * H, 1.0f, d16 + H, H3, w16 + H * H, H, 1.0f, dxkv, H);
+  }
+  // The weight gradients: dW [3H, H] = dQKV^T x, added to each Linear's block.
+  if (!query.weight.grad()) return;
+  uint16_t* x16 = bf16_rows(0, N * H);
+  ops::convert_to_bf16(x16, xq, N, H, H);
+  float* dw = take_scratch(dWqkv, H3 * H);
+  ops::gemm_bf16_converted(true, false, H3, H, N, 1.0f, d16, x16, 0.0f, dw, H);
+  add_stacked_weight_grads(*this, dw);
+  give_scratch(dWqkv);
 }
 
 void MultiHeadAttention::forward_inference(float* out, const float* x, int64_t B_, int64_t L,

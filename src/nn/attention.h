@@ -39,6 +39,8 @@ struct MultiHeadAttention {
   // entirely before either is written). When the forward had a score
   // bias, dbias [heads, Lq, Lk] is written with its gradient (ops::attention_backward's dbias); else it is emptied.
   void backward(const float* dout, float* dxq, float* dxkv);
+  // backward's products for fused_qkv with bf16 parameter products, from dQKV [B * Lq, 3H].
+  void backward_stacked_bf16(const float* dqkv, float* dxq, float* dxkv);
 
   // Self-attention on the fused packed qkv, nothing saved. x, out: [B, L, H]; qkv_buf: [B * L, 3H] and
   // ctx_buf: [B * L, H] scratch. Thread-safe. With qkv packed in bf16 the attention products run in bf16 too
@@ -66,10 +68,11 @@ struct MultiHeadAttention {
 
   // Saved by forward. ctx: the attention output (given back to the scratch pool when a bf16 output product keeps
   // its own copy; ctx_src is where it lay); dctx, dQ, dK, dV: backward's scratch (nn::take_scratch).
-  // Self-attention with fp32 products (fused_qkv) keeps q | k | v as the columns of one [B * L, 3H] matrix QKV,
-  // made by one product with the three weights stacked ([3H, H], as the inference qkv), and its backward runs
-  // one product for the input gradient and one for the three weight gradients (dQKV, Wqkv, bqkv, dWqkv: scratch):
-  // wider products than three [H, H] ones, which oneDNN runs faster. Q, K, V then stay empty.
+  // Self-attention (fused_qkv) keeps q | k | v as the columns of one [B * L, 3H] matrix QKV, made by one product
+  // with the three weights stacked ([3H, H], as the inference qkv), and its backward runs one product for the
+  // input gradient and one for the three weight gradients (dQKV, Wqkv, bqkv, dWqkv: scratch): wider products than
+  // three [H, H] ones, which oneDNN runs faster. Q, K, V then stay empty. With bf16 products the input is
+  // converted once, not once per projection, and not kept: backward converts xq again for the weight gradients.
   const float *xq = nullptr, *xkv = nullptr;
   Buf Q, K, V, QKV, probs, ctx, dctx, dQ, dK, dV, dQKV, Wqkv, bqkv, dWqkv, dbias;
   // The attention weights' dropout (undefined: none): its mask [B, heads, Lq, Lk] is written into drop_mask

@@ -212,7 +212,35 @@ void Linear::pack(ops::ComputeType ct) {
   packed = ops::PackedLinear(weight.data(), bias.defined() ? bias.data() : nullptr, in_features, out_features, ct);
 }
 
-void Linear::forward(const Context& ctx, float* out, const float* inp, int64_t N, ops::Epilogue act) const {
+namespace {
+// bf16 operands of training products that no Linear keeps, one set per thread: the weight's copy (src: the fp32
+// weight it was converted from, null when it may be stale), an input not kept or converted again, and dout.
+struct Bf16Buffers {
+  std::vector<uint16_t> weight, inp, dout;
+  const float* weight_src = nullptr;
+};
+thread_local Bf16Buffers bf16_buffers;
+
+uint16_t* grown(std::vector<uint16_t>& v, int64_t n) {
+  if (v.size() < (size_t)n) v.resize(n);
+  return v.data();
+}
+
+// The bf16 copy of l's weight [out, in]: converted unless `reuse` and the buffer already holds it.
+const uint16_t* bf16_weight(const Linear& l, bool reuse) {
+  Bf16Buffers& b = bf16_buffers;
+  const float* w = l.weight.data();
+  if (!(reuse && b.weight_src == w)) {
+    ops::convert_to_bf16(grown(b.weight, l.out_features * l.in_features), w, l.out_features, l.in_features,
+                         l.in_features);
+    b.weight_src = w;
+  }
+  return b.weight.data();
+}
+}  // namespace
+
+void Linear::forward(const Context& ctx, float* out, const float* inp, int64_t N, ops::Epilogue act,
+                     bool keep_bf16_input) const {
   if (ctx.packed && packed.defined()) {
     packed.forward(out, inp, N, act);
     return;
@@ -225,16 +253,14 @@ void Linear::forward(const Context& ctx, float* out, const float* inp, int64_t N
       for (int64_t n = 0; n < N; ++n) std::memcpy(out + n * out_features, b, sizeof(float) * out_features);
       beta = 1.0f;
     }
-    // The operands converted once, kept for backward: the same bits ops::gemm_bf16 would convert them to.
+    // The input converted once and, when kept, reused by backward: the same bits ops::gemm_bf16 would convert to.
     Bf16Operands& s = bf16_saved;
-    s.inp.resize(N * in_features);
-    s.weight.resize(out_features * in_features);
-    ops::convert_to_bf16(s.inp.data(), inp, N, in_features, in_features);
-    ops::convert_to_bf16(s.weight.data(), weight.data(), out_features, in_features, in_features);
-    s.inp_src = inp;
-    s.weight_src = weight.data();
-    s.N = N;
-    ops::gemm_bf16_converted(false, true, N, out_features, in_features, 1.0f, s.inp.data(), s.weight.data(), beta,
+    uint16_t* inp16 = keep_bf16_input ? (s.inp.resize(N * in_features), s.inp.data())
+                                      : grown(bf16_buffers.inp, N * in_features);
+    ops::convert_to_bf16(inp16, inp, N, in_features, in_features);
+    s.inp_src = keep_bf16_input ? inp : nullptr;
+    s.N = keep_bf16_input ? N : -1;
+    ops::gemm_bf16_converted(false, true, N, out_features, in_features, 1.0f, inp16, bf16_weight(*this, false), beta,
                              out, out_features);
   } else {
     ops::linear_forward(out, inp, weight.data(), bias.defined() ? bias.data() : nullptr, N, in_features,
@@ -255,30 +281,27 @@ void Linear::backward(float* dinp, const float* dout, const float* inp, int64_t 
                          in_features, out_features, accumulate);
     return;
   }
-  // dout feeds both products: converted to bf16 once; inp and the weight as the forward converted them (again
-  // only when this backward's operands are not the forward's).
+  // dout feeds both products: converted to bf16 once; inp as the forward kept it (converted again when this
+  // backward's operand is not the kept one), the weight's copy as the forward left it when no other product
+  // came between.
   const int64_t in = in_features, out = out_features;
   SerialScope serial(serial_below(N * out * in));
   Bf16Operands& s = bf16_saved;
-  if (s.inp_src != inp || s.N != N) {
-    s.inp.resize(N * in);
-    ops::convert_to_bf16(s.inp.data(), inp, N, in, in);
-    s.inp_src = inp;
-    s.N = N;
+  const uint16_t* inp16 = s.inp.data();
+  if (!saved_input(inp, N)) {
+    uint16_t* fresh = grown(bf16_buffers.inp, N * in);
+    ops::convert_to_bf16(fresh, inp, N, in, in);
+    inp16 = fresh;
   }
-  if (dinp && s.weight_src != weight.data()) {
-    s.weight.resize(out * in);
-    ops::convert_to_bf16(s.weight.data(), weight.data(), out, in, in);
-    s.weight_src = weight.data();
-  }
-  thread_local std::vector<uint16_t> dout16;
-  if (dout16.size() < (size_t)(N * out)) dout16.resize(N * out);
-  ops::convert_to_bf16(dout16.data(), dout, N, out, out);
+  uint16_t* dout16 = grown(bf16_buffers.dout, N * out);
+  ops::convert_to_bf16(dout16, dout, N, out, out);
   if (dinp)
-    ops::gemm_bf16_converted(false, false, N, in, out, 1.0f, dout16.data(), s.weight.data(), accumulate ? 1.0f : 0.0f,
-                             dinp, in);
-  ops::gemm_bf16_converted(true, false, out, in, N, 1.0f, dout16.data(), s.inp.data(), 1.0f, weight.grad(), in);
-  s.inp_src = s.weight_src = nullptr;  // used: a later backward without a forward converts afresh
+    ops::gemm_bf16_converted(false, false, N, in, out, 1.0f, dout16, bf16_weight(*this, true),
+                             accumulate ? 1.0f : 0.0f, dinp, in);
+  ops::gemm_bf16_converted(true, false, out, in, N, 1.0f, dout16, inp16, 1.0f, weight.grad(), in);
+  // Used: a later backward without a forward converts afresh (the weights may have been updated since).
+  s.inp_src = nullptr;
+  bf16_buffers.weight_src = nullptr;
   if (bias.defined()) {
     ops::bias_grad(bias.grad(), dout, N, out, out);
   }
@@ -341,13 +364,13 @@ void FeedForward::forward(const Context& ctx, float* out, const float* x_, int64
   if (act == ops::Activation::Relu) {
     // ReLU in place: its backward needs only the sign, and relu(h) > 0 exactly where h > 0.
     a.resize(N * I);
-    linear1.forward(ctx, a.data(), x, N);
+    linear1.forward(ctx, a.data(), x, N, ops::Epilogue::None, /*keep_bf16_input=*/false);  // x lives until backward
     ops::activation_forward(a.data(), a.data(), N * I, act);
     linear2.forward(ctx, out, a.data(), N);
     return;
   }
-  // Only h is kept: act(h) is scratch, recomputed by backward where linear2's weight gradient needs it (bf16
-  // products keep their own bf16 copy of it and need nothing).
+  // Only h is kept: act(h) is scratch, recomputed by backward where linear2's weight gradient needs it (and bf16
+  // products keep no copy of it, nor of x: backward converts them again).
   h.resize(N * I);
   float* av = take_scratch(a, N * I);
   h_bias = nullptr;
@@ -358,50 +381,39 @@ void FeedForward::forward(const Context& ctx, float* out, const float* x_, int64
     h_bias = linear1.bias.data();
     ops::activation_forward_bias(av, h.data(), h_bias, N, I, act);
   } else {
-    linear1.forward(ctx, h.data(), x, N);
+    linear1.forward(ctx, h.data(), x, N, ops::Epilogue::None, /*keep_bf16_input=*/false);  // x lives until backward
     ops::activation_forward(av, h.data(), N * I, act);
   }
-  linear2.forward(ctx, out, av, N);
-  a_src = av;
+  linear2.forward(ctx, out, av, N, ops::Epilogue::None, /*keep_bf16_input=*/false);
   give_scratch(a);
 }
 
 void FeedForward::backward(const float* dout, float* dx) {
   const int64_t I = linear1.out_features;
-  const bool relu = act == ops::Activation::Relu;
   float* d = take_scratch(da, N * I);
-  if (h_bias && linear2.precision != ops::ComputeType::F32) {  // the paths below read h with its bias
-    float* hv = h.data();
-#pragma omp parallel for schedule(static) if (N * I > 65536)
-    for (int64_t n = 0; n < N; ++n)
-#pragma omp simd
-      for (int64_t c = 0; c < I; ++c) hv[n * I + c] += h_bias[c];
-    h_bias = nullptr;
-  }
-  if (relu) {
+  if (act == ops::Activation::Relu) {
     linear2.backward(d, dout, a.data(), N, /*accumulate=*/false);
-  } else if (linear2.saved_input(a_src, N)) {
-    linear2.backward(d, dout, a_src, N, /*accumulate=*/false);  // a_src identifies the forward's operand; not read
-  } else if (linear2.precision == ops::ComputeType::F32) {
-    // One [N, I] buffer for both: act(h) (the forward's values, bit for bit) for linear2's parameter gradients,
-    // then overwritten with linear2's input gradient; act'(h) computed in the same pass, over h (read last here).
-    ops::activation_value_and_derivative_bias(d, h.data(), h.data(), h_bias, N, I, act);
-    linear2.backward(nullptr, dout, d, N);
-    linear2.backward_input(d, dout, N);
-    const float* g = h.data();
-#pragma omp parallel for simd schedule(static) if (N * I > 65536)
-    for (int64_t i = 0; i < N * I; ++i) d[i] *= g[i];
+    ops::activation_backward(d, d, a.data(), N * I, act);  // in place: da becomes linear1's output gradient
     linear1.backward(dx, d, x, N);
     give_scratch(da);
     return;
-  } else {
+  }
+  // act(h) (the forward's values, bit for bit) for linear2's parameter gradients, and act'(h) in the same pass,
+  // over h (read last here).
+  if (linear2.precision == ops::ComputeType::F32) {
+    // One [N, I] buffer for both: act(h), then overwritten with linear2's input gradient.
+    ops::activation_value_and_derivative_bias(d, h.data(), h.data(), h_bias, N, I, act);
+    linear2.backward(nullptr, dout, d, N);
+    linear2.backward_input(d, dout, N);
+  } else {  // bf16 products: linear2's backward takes both gradients in one call (dout converted once)
     float* av = take_scratch(a, N * I);
-    ops::activation_forward(av, h.data(), N * I, act);
+    ops::activation_value_and_derivative_bias(av, h.data(), h.data(), h_bias, N, I, act);
     linear2.backward(d, dout, av, N, /*accumulate=*/false);
     give_scratch(a);
   }
-  // In place: da becomes the gradient of linear1's output.
-  ops::activation_backward(d, d, relu ? a.data() : h.data(), N * I, act);
+  const float* g = h.data();
+#pragma omp parallel for simd schedule(static) if (N * I > 65536)
+  for (int64_t i = 0; i < N * I; ++i) d[i] *= g[i];
   linear1.backward(dx, d, x, N);
   give_scratch(da);
 }

@@ -52,11 +52,14 @@ struct Linear {
   int64_t in_features = 0, out_features = 0;
   ops::ComputeType precision = ops::ComputeType::F32;  // of the parameter products (F32 or BF16)
   ops::PackedLinear packed;                            // inference weights; undefined until pack()
-  // bf16 training: the forward's operands as converted to bf16, reused by backward (each converted once a step).
-  // Written by a training forward (ctx.grad, precision BF16), which is therefore not thread-safe.
+  // bf16 training: the forward's input as converted to bf16, reused by backward (converted once a step), unless
+  // the forward was told not to keep it. Written by a training forward (ctx.grad, precision BF16), which is
+  // therefore not thread-safe. The weight's bf16 copy is not kept here: one buffer per thread serves every Linear
+  // (written by the forward, and again by the backward unless no other product came between), so that a step
+  // does not hold a bf16 copy of every weight (170 MB at BERT-base).
   struct Bf16Operands {
-    std::vector<uint16_t> inp, weight;  // [N, in_features], [out_features, in_features]
-    const float *inp_src = nullptr, *weight_src = nullptr;
+    std::vector<uint16_t> inp;  // [N, in_features]
+    const float* inp_src = nullptr;
     int64_t N = -1;
   };
   mutable Bf16Operands bf16_saved;
@@ -78,9 +81,10 @@ struct Linear {
 
   // out: [N, out_features] = act(inp [N, in_features] W^T + b), written. Packed weights when ctx.packed (and
   // defined), the activation then fused into the product; otherwise the parameters, in `precision` when
-  // ctx.grad and in fp32 otherwise.
-  void forward(const Context& ctx, float* out, const float* inp, int64_t N,
-               ops::Epilogue act = ops::Epilogue::None) const;
+  // ctx.grad and in fp32 otherwise. keep_bf16_input false (bf16 training): the input's bf16 copy is not kept for
+  // backward, which converts the input it is given again (a caller that recomputes the input saves its memory).
+  void forward(const Context& ctx, float* out, const float* inp, int64_t N, ops::Epilogue act = ops::Epilogue::None,
+               bool keep_bf16_input = true) const;
   // Inference: the packed product when pack() made one, else the fp32 parameters (nothing saved; thread-safe).
   void forward_inference(float* out, const float* inp, int64_t N, ops::Epilogue act = ops::Epilogue::None) const {
     Context ctx;
@@ -141,12 +145,12 @@ struct FeedForward {
   Linear linear1, linear2;  // [I, H] and [H, I]
   ops::Activation act = ops::Activation::Relu;
   // Saved for backward: x, and h = linear1(x) (ReLU: a = relu(h) in place instead). a (GELU / SiLU) and da are
-  // scratch (take_scratch); a_src is where the forward's a lay, for linear2's bf16 copy of it. With fp32 products
+  // scratch (take_scratch): backward computes act(h) again, with act'(h) in the same pass, for linear2's weight
+  // gradient (in bf16 training too: linear2 keeps no bf16 copy of it, [N, I] per layer). With fp32 products
   // h is x W1^T without linear1's bias, h_bias: the bias is added where act(h + b) is computed (forward, and
   // backward's recomputation), one pass over [N, I] less each way than seeding h with it.
   const float* x = nullptr;
   Buf h, a, da;
-  const float* a_src = nullptr;
   const float* h_bias = nullptr;
   int64_t N = 0;
 

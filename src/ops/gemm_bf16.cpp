@@ -39,10 +39,12 @@ void convert(uint16_t* dst, const float* src, int64_t rows, int64_t cols, int64_
   }
 }
 
-// dst[i] = the fp32 value of the bf16 bits src[i] (exact).
-void widen(float* dst, const uint16_t* src, int64_t n) {
-#pragma omp parallel for simd schedule(static) if (n > 262144)
-  for (int64_t i = 0; i < n; ++i) dst[i] = std::bit_cast<float>((uint32_t)src[i] << 16);
+// dst[r, c] (compact, rows x cols) = the fp32 value of the bf16 bits src[r * ld + c] (exact).
+void widen(float* dst, const uint16_t* src, int64_t rows, int64_t cols, int64_t ld) {
+#pragma omp parallel for schedule(static) if (rows * cols > 262144)
+  for (int64_t r = 0; r < rows; ++r)
+#pragma omp simd
+    for (int64_t c = 0; c < cols; ++c) dst[r * cols + c] = std::bit_cast<float>((uint32_t)src[r * ld + c] << 16);
 }
 
 // M, N, K, trans_a, trans_b, lda, ldb, ldc, alpha, beta, data type
@@ -139,7 +141,7 @@ void convert_to_bf16(uint16_t* dst, const float* src, int64_t rows, int64_t cols
 }
 
 void gemm_bf16_converted(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const uint16_t* A,
-                         const uint16_t* B, float beta, float* C, int64_t ldc) {
+                         int64_t lda, const uint16_t* B, int64_t ldb, float beta, float* C, int64_t ldc) {
   if (M <= 0 || N <= 0) return;
   if (K <= 0) {  // empty sum: C = beta * C
     for (int64_t i = 0; i < M; ++i)
@@ -147,22 +149,28 @@ void gemm_bf16_converted(bool trans_a, bool trans_b, int64_t M, int64_t N, int64
     return;
   }
   require_bf16_gemm();
-  if (bf16_gemm_emulated()) {  // fp32 product of the widened bf16 operands (bf16_gemm_emulated)
+  if (bf16_gemm_emulated()) {  // fp32 product of the widened bf16 operands (bf16_gemm_emulated), compact
     thread_local std::vector<float> a32, b32;
+    const int64_t a_rows = trans_a ? K : M, a_cols = trans_a ? M : K;
+    const int64_t b_rows = trans_b ? N : K, b_cols = trans_b ? K : N;
     if (a32.size() < (size_t)(M * K)) a32.resize(M * K);
     if (b32.size() < (size_t)(K * N)) b32.resize(K * N);
-    widen(a32.data(), A, M * K);
-    widen(b32.data(), B, K * N);
-    gemm(trans_a, trans_b, M, N, K, alpha, a32.data(), trans_a ? M : K, b32.data(), trans_b ? K : N, beta, C, ldc);
+    widen(a32.data(), A, a_rows, a_cols, lda);
+    widen(b32.data(), B, b_rows, b_cols, ldb);
+    gemm(trans_a, trans_b, M, N, K, alpha, a32.data(), a_cols, b32.data(), b_cols, beta, C, ldc);
     return;
   }
   // A transposed operand is described by its strides (oneDNN's AMX kernels read transposed sources directly).
-  const int64_t a_ld = trans_a ? M : K, b_ld = trans_b ? K : N;
-  const Prim prim = primitive(M, N, K, trans_a, trans_b, a_ld, b_ld, ldc, alpha, beta, dt::bf16);
-  memory src_m(a_desc(M, K, trans_a, a_ld, dt::bf16), engine(), const_cast<uint16_t*>(A));
-  memory wei_m(b_desc(K, N, trans_b, b_ld, dt::bf16), engine(), const_cast<uint16_t*>(B));
+  const Prim prim = primitive(M, N, K, trans_a, trans_b, lda, ldb, ldc, alpha, beta, dt::bf16);
+  memory src_m(a_desc(M, K, trans_a, lda, dt::bf16), engine(), const_cast<uint16_t*>(A));
+  memory wei_m(b_desc(K, N, trans_b, ldb, dt::bf16), engine(), const_cast<uint16_t*>(B));
   memory dst_m(memory::desc({M, N}, dt::f32, memory::dims{ldc, 1}), engine(), C);
   execute(prim, src_m, wei_m, dst_m);
+}
+
+void gemm_bf16_converted(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const uint16_t* A,
+                         const uint16_t* B, float beta, float* C, int64_t ldc) {
+  gemm_bf16_converted(trans_a, trans_b, M, N, K, alpha, A, trans_a ? M : K, B, trans_b ? K : N, beta, C, ldc);
 }
 
 void gemm_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,

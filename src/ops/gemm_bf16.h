@@ -21,6 +21,9 @@ void gemm_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, floa
 void convert_to_bf16(uint16_t* dst, const float* src, int64_t rows, int64_t cols, int64_t ld);
 void gemm_bf16_converted(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const uint16_t* A,
                          const uint16_t* B, float beta, float* C, int64_t ldc);
+// The same with row strides lda, ldb (in elements) for operands that are column blocks of wider matrices.
+void gemm_bf16_converted(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const uint16_t* A,
+                         int64_t lda, const uint16_t* B, int64_t ldb, float beta, float* C, int64_t ldc);
 
 // True when oneDNN reports native bf16 arithmetic on this CPU (AVX512_BF16 or AMX): without it oneDNN would
 // emulate bf16, slower than fp32, so mixed precision is refused there (unless bf16_gemm_emulated()).
