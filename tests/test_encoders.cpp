@@ -141,3 +141,47 @@ TEST(EncoderBadInput, AllPaddingRowGivesFiniteOutput) {
   EncoderOutput out = model->forward(ids, Tensor(), mask);
   for (int64_t i = 0; i < out.last_hidden_state.numel(); ++i) ASSERT_TRUE(std::isfinite(out.last_hidden_state.f32()[i]));
 }
+
+// forward_first_token (sequence classification's read of h[:, 0] and the pooler; CLS pooling): post-LN families
+// run their last layer on position 0 only, and its result equals the full forward's h[:, 0] and pooler_output up
+// to the float rounding of products over fewer rows, on a batch with left and right padding, in every dtype,
+// padded and unpadded (forward_unpadded's rows: 0 where position 0 is padding). Pre-LN and ModernBERT run the full
+// stack (last_hidden_state stays defined there).
+TEST(EncoderFirstToken, LastLayerOnPositionZeroEqualsTheFullForward) {
+  struct Case {
+    const char* folder;
+    bool first_token_path;  // the last layer runs position 0 only
+  };
+  for (const Case& k : {Case{"bert", true}, Case{"mpnet", true}, Case{"roberta", true},
+                        Case{"family_heads/distilbert", true}, Case{"family_heads/modernbert_seqcls", false},
+                        Case{"transformer_encoder", false}})
+    for (ops::ComputeType ct : {ops::ComputeType::F32, ops::ComputeType::BF16, ops::ComputeType::I8}) {
+      SCOPED_TRACE(std::string(k.folder) + " " + ops::compute_type_name(ct));
+      auto model = load_encoder(fixture(k.folder), ct);
+      const int64_t B = 3, L = 6, H = model->config().hidden_size, V = model->config().vocab_size;
+      std::vector<int64_t> ids(B * L), mask = {1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 1, 1, 1, 1};
+      for (int64_t i = 0; i < B * L; ++i) ids[i] = 5 + (7 * i + 3) % (V - 5);
+      const Tensor ids_t = Tensor::from_i64({B, L}, ids), mask_t = Tensor::from_i64({B, L}, mask);
+      for (bool unpadded : {false, true}) {
+      SCOPED_TRACE(unpadded ? "unpadded" : "padded");
+      const EncoderOutput full = unpadded ? model->forward_unpadded(ids_t, Tensor(), mask_t)
+                                          : model->forward(ids_t, Tensor(), mask_t);
+      const EncoderOutput first = model->forward_first_token(ids_t, Tensor(), mask_t, unpadded);
+      ASSERT_TRUE(first.first_token_state.defined());
+      ASSERT_EQ(first.first_token_state.shape(), (std::vector<int64_t>{B, H}));
+      EXPECT_EQ(first.last_hidden_state.defined(), !k.first_token_path);
+      double worst = 0, scale = 0;
+      for (int64_t b = 0; b < B; ++b)
+        for (int64_t c = 0; c < H; ++c) {
+          const float want = full.last_hidden_state.f32()[b * L * H + c];
+          worst = std::max(worst, (double)std::fabs(first.first_token_state.f32()[b * H + c] - want));
+          scale = std::max(scale, (double)std::fabs(want));
+        }
+      EXPECT_LE(worst, 1e-5 * std::max(scale, 1.0));
+      EXPECT_GT(scale, 0.0);
+      ASSERT_EQ(first.pooler_output.defined(), full.pooler_output.defined());
+      if (full.pooler_output.defined())
+        EXPECT_TRUE(test::all_close(first.pooler_output.f32(), full.pooler_output.f32(), B * H, 1e-5f, 1e-5f));
+      }
+    }
+}

@@ -92,10 +92,14 @@ class Bert : public EncoderModel {
                                  const Tensor& attention_mask) const override {
     return run(input_ids, token_type_ids, attention_mask, false, /*unpadded=*/true);
   }
+  EncoderOutput forward_first_token(const Tensor& input_ids, const Tensor& token_type_ids, const Tensor& attention_mask,
+                                    bool unpadded = false) const override {
+    return run(input_ids, token_type_ids, attention_mask, false, unpadded, /*first_token=*/true);
+  }
 
  private:
   EncoderOutput run(const Tensor& input_ids, const Tensor& token_type_ids, const Tensor& attention_mask,
-                    bool all_layers, bool unpadded) const {
+                    bool all_layers, bool unpadded, bool first_token = false) const {
     const EncoderConfig& c = config_;
     // A family without token type embeddings takes no token_type_ids (DistilBertModel.forward has none).
     const Tensor tt_ids = type_.defined() ? token_type_ids : Tensor();
@@ -135,18 +139,23 @@ class Bert : public EncoderModel {
     if (all_layers) std::memcpy(hs.f32(), X, sizeof(float) * N * H);
     t_emb.stop();
 
-    nn::encoder_stack_inference(layers_, X, B, L, key_mask.data(), unpadded, all_layers ? hs.f32() : nullptr);
+    Tensor first;
+    if (first_token) first = Tensor::empty({B, H});
+    nn::encoder_stack_inference(layers_, X, B, L, key_mask.data(), unpadded, all_layers ? hs.f32() : nullptr,
+                                nullptr, first_token ? first.f32() : nullptr);
     // Pooler: tanh(dense(x[:, 0])), when the checkpoint has one.
     if (pooler_.weight.defined()) {
       OpTimer t("pooler");
       Tensor pooled = Tensor::empty({B, H});
       std::vector<float> cls(B * H);
-      for (int64_t b = 0; b < B; ++b) std::memcpy(cls.data() + b * H, X + b * L * H, sizeof(float) * H);
+      for (int64_t b = 0; b < B; ++b)
+        std::memcpy(cls.data() + b * H, first_token ? first.f32() + b * H : X + b * L * H, sizeof(float) * H);
       pooler_.forward(nn::Context{}, pooled.f32(), cls.data(), B);
       ops::tanh_forward(pooled.f32(), pooled.f32(), B * H);
       out.pooler_output = pooled;
     }
-    out.last_hidden_state = x;
+    if (first_token) out.first_token_state = first;  // x holds the layer before the last's output
+    else out.last_hidden_state = x;
     out.hidden_states = hs;
     return out;
   }

@@ -1,5 +1,7 @@
 #include "models/encoder.h"
 
+#include <cstring>
+
 #include <cfloat>
 #include <cmath>
 #include <stdexcept>
@@ -88,6 +90,17 @@ EncoderConfig EncoderConfig::from_json(const nlohmann::json& config, const std::
 }
 
 EncoderConfig EncoderConfig::load(const std::string& path) { return from_json(load_json_file(path), path); }
+
+EncoderOutput EncoderModel::forward_first_token(const Tensor& input_ids, const Tensor& token_type_ids,
+                                                const Tensor& attention_mask, bool unpadded) const {
+  EncoderOutput out = unpadded ? forward_unpadded(input_ids, token_type_ids, attention_mask)
+                               : forward(input_ids, token_type_ids, attention_mask, false);
+  const int64_t B = input_ids.size(0), L = input_ids.size(1), H = config_.hidden_size;
+  out.first_token_state = Tensor::empty({B, H});
+  for (int64_t b = 0; b < B; ++b)
+    std::memcpy(out.first_token_state.f32() + b * H, out.last_hidden_state.f32() + b * L * H, sizeof(float) * H);
+  return out;
+}
 
 std::unique_ptr<EncoderModel> make_encoder(const EncoderConfig& config, WeightSource& weights, ops::ComputeType dtype) {
   if (config.model_type == "transformer_encoder") return make_transformer_encoder(config, weights, dtype);

@@ -45,7 +45,8 @@ struct EncoderConfig {
 };
 
 struct EncoderOutput {
-  Tensor last_hidden_state;  // [B, L, hidden_size]
+  Tensor last_hidden_state;  // [B, L, hidden_size]; undefined from forward_first_token (but its default)
+  Tensor first_token_state;  // [B, hidden_size] = last_hidden_state[:, 0]: from forward_first_token only
   Tensor hidden_states;      // [num_hidden_layers + 1, B, L, hidden_size], embedding output first (if requested)
   Tensor pooler_output;      // [B, hidden_size], tanh(dense(h[:, 0])) (BERT with pooler weights only; undefined otherwise)
 };
@@ -67,6 +68,16 @@ class EncoderModel {
                                          const Tensor& attention_mask) const {
     return forward(input_ids, token_type_ids, attention_mask, false);
   }
+  // forward for callers that read position 0 of each row only (a sequence classification head: h[:, 0] or the
+  // pooler, as BertForSequenceClassification / RobertaClassificationHead read): post-LN families run their last
+  // layer's query, attention output, LayerNorms and feed-forward on position 0 only (its keys and values still
+  // come from every position; nn::EncoderBlock::forward_inference_first_token). first_token_state and
+  // pooler_output equal forward's h[:, 0] and pooler_output up to float rounding (products of fewer rows);
+  // last_hidden_state is undefined there. unpadded: as forward_unpadded (the layers run on the real tokens only;
+  // a row whose position 0 is padding gets 0). Same errors. Default: forward (or forward_unpadded), with
+  // first_token_state copied from it.
+  virtual EncoderOutput forward_first_token(const Tensor& input_ids, const Tensor& token_type_ids,
+                                            const Tensor& attention_mask, bool unpadded = false) const;
 
  protected:
   EncoderConfig config_;

@@ -272,29 +272,25 @@ std::vector<float> TaskModel::run_stages(std::vector<float> x, int64_t N) const 
 }
 
 Tensor TaskModel::sequence_logits(const Tensor& ids, const Tensor& tt, const Tensor& mask) const {
-  EncoderOutput out = encoder_->forward(ids, tt, mask);
   const int64_t B = ids.size(0), L = ids.size(1), H = encoder_->config().hidden_size;
   std::vector<float> x(B * H, 0.0f);
-  const float* h = out.last_hidden_state.f32();
-  switch (layout_->input) {
-    case HeadInput::PoolerOutput:
-      if (!out.pooler_output.defined()) throw std::logic_error("sequence head reads a pooler the model lacks");
-      std::copy_n(out.pooler_output.f32(), B * H, x.data());
-      break;
-    case HeadInput::FirstToken:
-      for (int64_t b = 0; b < B; ++b) std::copy_n(h + b * L * H, H, x.data() + b * H);
-      break;
-    case HeadInput::MeanTokens:
-      for (int64_t b = 0; b < B; ++b) {
-        int64_t n = 0;
-        for (int64_t l = 0; l < L; ++l) {
-          if (mask.defined() && mask.i64()[b * L + l] == 0) continue;
-          ++n;
-          for (int64_t c = 0; c < H; ++c) x[b * H + c] += h[(b * L + l) * H + c];
-        }
-        for (int64_t c = 0; c < H; ++c) x[b * H + c] /= (float)std::max<int64_t>(n, 1);
+  if (layout_->input != HeadInput::MeanTokens) {  // the head reads position 0 only: so does the last layer
+    EncoderOutput out = encoder_->forward_first_token(ids, tt, mask);
+    const Tensor& from = layout_->input == HeadInput::PoolerOutput ? out.pooler_output : out.first_token_state;
+    if (!from.defined()) throw std::logic_error("sequence head reads a pooler the model lacks");
+    std::copy_n(from.f32(), B * H, x.data());
+  } else {
+    EncoderOutput out = encoder_->forward(ids, tt, mask);
+    const float* h = out.last_hidden_state.f32();
+    for (int64_t b = 0; b < B; ++b) {
+      int64_t n = 0;
+      for (int64_t l = 0; l < L; ++l) {
+        if (mask.defined() && mask.i64()[b * L + l] == 0) continue;
+        ++n;
+        for (int64_t c = 0; c < H; ++c) x[b * H + c] += h[(b * L + l) * H + c];
       }
-      break;
+      for (int64_t c = 0; c < H; ++c) x[b * H + c] /= (float)std::max<int64_t>(n, 1);
+    }
   }
   std::vector<float> y = run_stages(std::move(x), B);
   Tensor logits = Tensor::empty({B, num_labels()});

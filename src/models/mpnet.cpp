@@ -93,9 +93,14 @@ class MPNet : public EncoderModel {
                                  const Tensor& attention_mask) const override {
     return run(input_ids, attention_mask, false, /*unpadded=*/true);
   }
+  EncoderOutput forward_first_token(const Tensor& input_ids, const Tensor& /*token_type_ids*/,
+                                    const Tensor& attention_mask, bool unpadded = false) const override {
+    return run(input_ids, attention_mask, false, unpadded, /*first_token=*/true);
+  }
 
  private:
-  EncoderOutput run(const Tensor& input_ids, const Tensor& attention_mask, bool all_layers, bool unpadded) const {
+  EncoderOutput run(const Tensor& input_ids, const Tensor& attention_mask, bool all_layers, bool unpadded,
+                    bool first_token = false) const {
     const EncoderConfig& c = config_;
     std::vector<float> key_mask = detail::check_encoder_inputs(c, input_ids, Tensor(), attention_mask);
     const int64_t B = input_ids.size(0), L = input_ids.size(1), H = c.hidden_size;
@@ -128,19 +133,23 @@ class MPNet : public EncoderModel {
     std::vector<float> bias(NH * L * L);
     detail::mpnet_position_bias(bias.data(), rel_bias_.data(), NH, L);
     t_bias.stop();
+    Tensor first;
+    if (first_token) first = Tensor::empty({B, H});
     nn::encoder_stack_inference(layers_, X, B, L, key_mask.data(), unpadded, all_layers ? hs.f32() : nullptr,
-                                bias.data());
+                                bias.data(), first_token ? first.f32() : nullptr);
     // MPNetPooler: tanh(dense(x[:, 0])), when the checkpoint has one.
     if (pooler_.weight.defined()) {
       OpTimer t("pooler");
       Tensor pooled = Tensor::empty({B, H});
       std::vector<float> cls(B * H);
-      for (int64_t b = 0; b < B; ++b) std::memcpy(cls.data() + b * H, X + b * L * H, sizeof(float) * H);
+      for (int64_t b = 0; b < B; ++b)
+        std::memcpy(cls.data() + b * H, first_token ? first.f32() + b * H : X + b * L * H, sizeof(float) * H);
       pooler_.forward(nn::Context{}, pooled.f32(), cls.data(), B);
       ops::tanh_forward(pooled.f32(), pooled.f32(), B * H);
       out.pooler_output = pooled;
     }
-    out.last_hidden_state = x;
+    if (first_token) out.first_token_state = first;  // x holds the layer before the last's output
+    else out.last_hidden_state = x;
     out.hidden_states = hs;
     return out;
   }

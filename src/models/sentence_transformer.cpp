@@ -188,8 +188,19 @@ Tensor SentenceTransformer::embed(const std::vector<const Encoding*>& batch) con
   Tensor ids = stack(batch, &Encoding::input_ids, L);
   Tensor tt = stack(batch, &Encoding::token_type_ids, L);
   Tensor mask = stack(batch, &Encoding::attention_mask, L);
-  EncoderOutput out = encoder_->forward_unpadded(ids, tt, mask);  // pooling reads the real tokens only
-  Tensor x = pool(pooling_, out.last_hidden_state, mask, prompt_length_);
+  Tensor x;
+  if (pooling_.cls && pooling_.num_modes() == 1) {
+    // CLS pooling reads h[:, 0] only: so does the last layer (EncoderModel::forward_first_token), on the real
+    // tokens as below; pooled as a batch of one position.
+    const int64_t B = ids.size(0), H = encoder_->config().hidden_size;
+    Tensor first = encoder_->forward_first_token(ids, tt, mask, /*unpadded=*/true).first_token_state.reshape({B, 1, H});
+    std::vector<int64_t> first_mask(B);
+    for (int64_t b = 0; b < B; ++b) first_mask[b] = mask.i64()[b * L];
+    x = pool(pooling_, first, Tensor::from_i64({B, 1}, first_mask), 0);
+  } else {
+    EncoderOutput out = encoder_->forward_unpadded(ids, tt, mask);  // pooling reads the real tokens only
+    x = pool(pooling_, out.last_hidden_state, mask, prompt_length_);
+  }
   for (const DenseModule& d : dense_) x = d.forward(x);
   if (normalize_) l2_normalize_rows(x);
   return x;

@@ -253,6 +253,55 @@ void MultiHeadAttention::forward_inference(float* out, const float* x, int64_t B
   output.forward_inference(out, ctx_buf, N);
 }
 
+void MultiHeadAttention::forward_inference_first_token(float* out, const float* x, int64_t B_, int64_t L,
+                                                       const ops::AttentionMask& mask, float* qkv_buf,
+                                                       float* ctx_buf, const ops::PreparedInput* xq) const {
+  const int64_t H = hidden_size;
+  {
+    OpTimer t("qkv_gemm");
+    qkv.forward_inference(qkv_buf, x, B_ * L, ops::Epilogue::None, xq);
+  }
+  {
+    OpTimer t("attention");
+    ops::AttentionDims dims{B_, 1, L, num_heads, head_dim()};
+    dims.q_ld = L * 3 * H;  // one query a row: row b's is position 0, at b * L * 3H
+    dims.k_ld = dims.v_ld = 3 * H;
+    dims.out_ld = H;
+    dims.bf16 = bf16_attention(qkv.packed.compute_type());
+    ops::attention_forward(ctx_buf, nullptr, qkv_buf, qkv_buf + H, qkv_buf + 2 * H, dims, mask);
+  }
+  OpTimer t("attn_out_gemm");
+  output.forward_inference(out, ctx_buf, B_);
+}
+
+void MultiHeadAttention::forward_inference_first_token(float* out, const float* x, const Varlen& seqs,
+                                                       const ops::AttentionMask& mask, float* qkv_buf,
+                                                       float* ctx_buf, const ops::PreparedInput* xq) const {
+  const int64_t H = hidden_size, B_ = seqs.batch;
+  {
+    OpTimer t("qkv_gemm");
+    qkv.forward_inference(qkv_buf, x, seqs.tokens(), ops::Epilogue::None, xq);
+  }
+  {
+    OpTimer t("attention");
+    for (int64_t b = 0; b < B_; ++b) {  // one query (the sentence's first token) over the sentence's keys
+      const int64_t o = seqs.offsets[b], len = seqs.offsets[b + 1] - o;
+      if (len == 0) {
+        std::memset(ctx_buf + b * H, 0, sizeof(float) * H);
+        continue;
+      }
+      ops::AttentionDims dims{1, 1, len, num_heads, head_dim()};
+      dims.q_ld = dims.k_ld = dims.v_ld = 3 * H;
+      dims.out_ld = H;
+      dims.bf16 = bf16_attention(qkv.packed.compute_type());
+      const float* q = qkv_buf + o * 3 * H;
+      ops::attention_forward(ctx_buf + b * H, nullptr, q, q + H, q + 2 * H, dims, mask);
+    }
+  }
+  OpTimer t("attn_out_gemm");
+  output.forward_inference(out, ctx_buf, B_);
+}
+
 void MultiHeadAttention::forward_inference(float* out, const float* x, const Varlen& seqs, float* qkv_buf,
                                            float* ctx_buf, const ops::AttentionMask& mask,
                                            const ops::PreparedInput* xq) const {

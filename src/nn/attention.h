@@ -48,6 +48,17 @@ struct MultiHeadAttention {
   // used when it holds [B * L, H] of qkv's input_type(); the same result).
   void forward_inference(float* out, const float* x, int64_t B, int64_t L, const ops::AttentionMask& mask,
                          float* qkv_buf, float* ctx_buf, const ops::PreparedInput* xq = nullptr) const;
+  // The same for the first position of each row only (a sequence classifier's last layer): the keys and values of
+  // every position of x [B, L, H], the query, attention and output product of position 0. out: [B, H], row b
+  // equal to forward_inference's out[b, 0]; qkv_buf: [B * L, 3H], ctx_buf: [B, H] scratch. mask as for
+  // forward_inference with Lq = 1 (a score bias table [heads, L, L] needs bias_len L). Thread-safe.
+  void forward_inference_first_token(float* out, const float* x, int64_t B, int64_t L, const ops::AttentionMask& mask,
+                                     float* qkv_buf, float* ctx_buf, const ops::PreparedInput* xq = nullptr) const;
+  // The same on an unpadded batch x [T, H] (T = seqs.tokens()): row b of out [B, H] is sentence b's first token
+  // (its first row, offsets[b]), attending to the sentence's own keys; an empty sentence's row is unspecified.
+  // qkv_buf [T, 3H], ctx_buf [B, H]. mask: empty, or a score bias with bias_len set (read at query position 0).
+  void forward_inference_first_token(float* out, const float* x, const Varlen& seqs, const ops::AttentionMask& mask,
+                                     float* qkv_buf, float* ctx_buf, const ops::PreparedInput* xq = nullptr) const;
   // The same on an unpadded batch: x, out [T, H] (T = seqs.tokens()); qkv_buf [T, 3H], ctx_buf [T, H]. Each
   // sentence's rows equal forward_inference's rows for it in a padded batch with a key_mask of its length.
   // mask: empty, causal, or a score bias shared by the sentences (AttentionMask::bias_len; MPNet's relative

@@ -289,6 +289,53 @@ void EncoderBlock::forward_inference(float* X, int64_t B, int64_t L, const ops::
   });
 }
 
+namespace {
+// The rest of a last layer on position 0: first [B, H] holds x[:, 0] and s.a the attention sublayer's output for
+// it; first = LN2(FFN(a) + a) with a = LN1(attention + x[:, 0]), as block_inference on these B rows.
+void finish_first_token(const EncoderBlock& blk, float* first, int64_t B, BlockScratch& s) {
+  float* a = s.a.data();
+  s.inter.resize(B * blk.ffn.linear1.out_features);
+  {
+    OpTimer t("add_layernorm");
+    blk.norm1.forward_inference_to(a, nullptr, a, first, B, blk.ffn.linear1.input_type(), s.aq);
+  }
+  blk.ffn.forward_inference(first, a, s.inter.data(), B, &s.aq, &s.hq);
+  OpTimer t("add_layernorm");
+  blk.norm2.forward_inference_to(first, nullptr, first, a, B, ops::ComputeType::F32, s.xq);
+}
+}  // namespace
+
+void EncoderBlock::forward_inference_first_token(float* first, const float* X, int64_t B, int64_t L,
+                                                 const ops::AttentionMask& mask, BlockScratch& s) const {
+  if (norm_first) throw std::logic_error("EncoderBlock::forward_inference_first_token: post-LN blocks only");
+  const int64_t Hd = attention.hidden_size;
+  s.qkv.resize(B * L * 3 * Hd);
+  s.ctx.resize(B * Hd);
+  s.a.resize(B * Hd);
+  attention.forward_inference_first_token(s.a.data(), X, B, L, mask, s.qkv.data(), s.ctx.data(), &s.xq);
+  s.xq.clear();
+  for (int64_t b = 0; b < B; ++b) std::memcpy(first + b * Hd, X + b * L * Hd, sizeof(float) * Hd);  // x[:, 0]
+  finish_first_token(*this, first, B, s);
+}
+
+void EncoderBlock::forward_inference_first_token(float* first, const float* X, const Varlen& seqs,
+                                                 const ops::AttentionMask& mask, BlockScratch& s) const {
+  if (norm_first) throw std::logic_error("EncoderBlock::forward_inference_first_token: post-LN blocks only");
+  const int64_t Hd = attention.hidden_size, B = seqs.batch, T = seqs.tokens();
+  s.qkv.resize(T * 3 * Hd);
+  s.ctx.resize(B * Hd);
+  s.a.resize(B * Hd);
+  attention.forward_inference_first_token(s.a.data(), X, seqs, mask, s.qkv.data(), s.ctx.data(), &s.xq);
+  s.xq.clear();
+  for (int64_t b = 0; b < B; ++b) {  // each sentence's first row (an empty sentence: zeros, overwritten later)
+    if (seqs.offsets[b + 1] > seqs.offsets[b])
+      std::memcpy(first + b * Hd, X + seqs.offsets[b] * Hd, sizeof(float) * Hd);
+    else
+      std::memset(first + b * Hd, 0, sizeof(float) * Hd);
+  }
+  finish_first_token(*this, first, B, s);
+}
+
 void EncoderBlock::forward_inference(float* X, const Varlen& seqs, BlockScratch& s, const LayerNorm* next_norm,
                                      const ops::AttentionMask& mask) const {
   block_inference(*this, X, seqs.tokens(), s, next_norm, [&](float* out, const float* x, const ops::PreparedInput* xq) {
@@ -314,8 +361,17 @@ bool real_tokens_contiguous(const float* key_mask, int64_t B, int64_t L) {
 }
 
 void encoder_stack_inference(const std::vector<EncoderBlock>& layers, float* X, int64_t B, int64_t L,
-                             const float* key_mask, bool unpadded, float* hidden_states, const float* score_bias) {
+                             const float* key_mask, bool unpadded, float* hidden_states, const float* score_bias,
+                             float* first_token) {
   const int64_t NL = (int64_t)layers.size();
+  if (first_token) {
+    const int64_t H = NL ? layers[0].attention.hidden_size : 0;
+    if (NL == 0 || hidden_states || layers[0].norm_first) {  // the whole stack, then X[:, 0]
+      encoder_stack_inference(layers, X, B, L, key_mask, unpadded, hidden_states, score_bias);
+      for (int64_t b = 0; b < B && NL; ++b) std::memcpy(first_token + b * H, X + b * L * H, sizeof(float) * H);
+      return;
+    }
+  }
   if (NL == 0) return;
   const int64_t H = layers[0].attention.hidden_size, N = B * L;
   bool padded = false;
@@ -325,6 +381,11 @@ void encoder_stack_inference(const std::vector<EncoderBlock>& layers, float* X, 
   BlockScratch s;  // activation buffers, reused by every layer
   // A relative bias read at positions inside the sentence needs the real tokens of each row in one run.
   const bool zero_padded_rows = padded && unpadded && score_bias && !real_tokens_contiguous(key_mask, B, L);
+  // Unpadded, a row whose position 0 is padding reads 0 there (the contract above).
+  auto zero_padded_first = [&] {
+    for (int64_t b = 0; b < B && first_token && unpadded && key_mask; ++b)
+      if (key_mask[b * L] == 0.0f) std::memset(first_token + b * H, 0, sizeof(float) * H);
+  };
   if (!(padded && unpadded) || zero_padded_rows) {
     ops::AttentionMask mask;
     if (padded) mask.key_mask = key_mask;
@@ -335,6 +396,13 @@ void encoder_stack_inference(const std::vector<EncoderBlock>& layers, float* X, 
                                            s.xq);
     }
     for (int64_t l = 0; l < NL; ++l) {
+      if (first_token && l == NL - 1) {  // post-LN, no hidden_states (above): position 0 of the last layer
+        ops::AttentionMask first = mask;
+        first.bias_len = score_bias ? L : 0;  // query row 0 of the [heads, L, L] table
+        layers[l].forward_inference_first_token(first_token, X, B, L, first, s);
+        zero_padded_first();
+        return;
+      }
       s.next_input = next_qkv_input(layers, l);
       layers[l].forward_inference(X, B, L, mask, s, pre_ln && l + 1 < NL ? &layers[l + 1].norm1 : nullptr);
       if (hidden_states) std::memcpy(hidden_states + (l + 1) * N * H, X, sizeof(float) * N * H);
@@ -362,6 +430,7 @@ void encoder_stack_inference(const std::vector<EncoderBlock>& layers, float* X, 
   if (T == 0) {  // nothing but padding
     std::memset(X, 0, sizeof(float) * N * H);
     if (hidden_states) std::memset(hidden_states + N * H, 0, sizeof(float) * NL * N * H);
+    if (first_token) std::memset(first_token, 0, sizeof(float) * B * H);
     return;
   }
   const Varlen seqs{B, offsets.data(), max_len};
@@ -383,6 +452,11 @@ void encoder_stack_inference(const std::vector<EncoderBlock>& layers, float* X, 
   bias.bias = score_bias;
   bias.bias_len = score_bias ? L : 0;  // each sentence at its own positions 0 .. len - 1 of the [heads, L, L] table
   for (int64_t l = 0; l < NL; ++l) {
+    if (first_token && l == NL - 1) {  // post-LN, no hidden_states (above): each sentence's first token
+      layers[l].forward_inference_first_token(first_token, P, seqs, bias, s);
+      zero_padded_first();  // a sentence's first row is its position 0 only when that position is real
+      return;
+    }
     s.next_input = next_qkv_input(layers, l);
     layers[l].forward_inference(P, seqs, s, pre_ln && l + 1 < NL ? &layers[l + 1].norm1 : nullptr, bias);
     if (hidden_states) scatter(hidden_states + (l + 1) * N * H);

@@ -71,6 +71,17 @@ struct EncoderBlock {
   const float* restore_output();
   void set_input(const float* x);
 
+  // The last layer of an inference stack whose caller reads position 0 of each row only (post-LN; sequence
+  // classification's h[:, 0] or pooler): keys and values from every position of X [B, L, H] (unchanged), the
+  // query, attention output, LayerNorms and feed-forward of position 0 only. first: [B, H], row b equal to
+  // forward_inference's X[b, 0]. s.xq: as for forward_inference. Throws std::logic_error for a pre-LN block.
+  void forward_inference_first_token(float* first, const float* X, int64_t B, int64_t L,
+                                     const ops::AttentionMask& mask, BlockScratch& s) const;
+  // The same on an unpadded batch X [T, H]: row b of first is sentence b's first token (offsets[b]); an empty
+  // sentence's row is unspecified. mask: as MultiHeadAttention's unpadded forward_inference_first_token.
+  void forward_inference_first_token(float* first, const float* X, const Varlen& seqs, const ops::AttentionMask& mask,
+                                     BlockScratch& s) const;
+
   // Inference in place on X [B, L, H] (fused QKV, fused residual + LayerNorm, activation fused into the first
   // FFN product). Pre-LN chains the LayerNorms across layers: on entry s.h holds norm1(X); on exit it holds
   // next_norm(X) when next_norm is given (the next layer's norm1), else X has had only the residual added.
@@ -106,9 +117,14 @@ struct EncoderBlock {
 // position bias, ops::AttentionMask::bias); it must depend on j - i only. Unpadded, each sentence reads it at its
 // own positions (bias_len L), which equals the padded result when each row's real tokens are one run; a row with
 // a hole in its mask makes the stack run padded (and still zero the padded rows). Thread-safe.
+// first_token: null, or [B, H] that receives the last layer's output at position 0 of each row (X[:, 0] of the
+// call without it, padded or unpadded as asked: unpadded, a row whose position 0 is padding gets 0). With post-LN
+// layers and no hidden_states, the last layer then runs position 0 only (EncoderBlock::
+// forward_inference_first_token) and X is left unspecified; otherwise the stack runs whole and first_token is
+// copied from X.
 void encoder_stack_inference(const std::vector<EncoderBlock>& layers, float* X, int64_t B, int64_t L,
                              const float* key_mask, bool unpadded, float* hidden_states = nullptr,
-                             const float* score_bias = nullptr);
+                             const float* score_bias = nullptr, float* first_token = nullptr);
 
 // Whether every row of key_mask [B, L] (1 = real token) holds its real tokens as one contiguous run (right or
 // left padding, no holes): then positions relative inside a row are the same padded and unpadded.
