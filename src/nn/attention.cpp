@@ -63,13 +63,13 @@ const uint16_t* stacked_bf16(const MultiHeadAttention& a) {
   return w16.data();
 }
 
-// w [3H, H] = query.weight | key.weight | value.weight stacked along the output rows (and b [3H] the biases when
-// they have them, else null).
+// w [3H, H] = query.weight | key.weight | value.weight stacked along the output rows (null: not wanted), and b
+// [3H] the biases when they have them (else null).
 void stack_qkv(const MultiHeadAttention& a, float* w, float* b) {
   const int64_t H = a.hidden_size;
   const Linear* parts[3] = {&a.query, &a.key, &a.value};
   for (int i = 0; i < 3; ++i) {
-    std::memcpy(w + i * H * H, parts[i]->weight.data(), sizeof(float) * H * H);
+    if (w) std::memcpy(w + i * H * H, parts[i]->weight.data(), sizeof(float) * H * H);
     if (b) std::memcpy(b + i * H, parts[i]->bias.data(), sizeof(float) * H);
   }
 }
@@ -99,11 +99,11 @@ void MultiHeadAttention::forward(const Context& c, float* out, const float* xq_,
     if (query.precision == ops::ComputeType::BF16) {
       SerialScope serial(serial_below(N * 3 * H * H));
       float beta = 0.0f;
-      if (query.bias.defined()) {
-        const Linear* parts[3] = {&query, &key, &value};
-        for (int64_t n = 0; n < N; ++n)
-          for (int i = 0; i < 3; ++i)
-            std::memcpy(QKV.data() + n * 3 * H + i * H, parts[i]->bias.data(), sizeof(float) * H);
+      if (query.bias.defined()) {  // QKV seeded with the stacked biases, the product added to them
+        float* bias = take_scratch(bqkv, 3 * H);
+        stack_qkv(*this, nullptr, bias);
+        for (int64_t n = 0; n < N; ++n) std::memcpy(QKV.data() + n * 3 * H, bias, sizeof(float) * 3 * H);
+        give_scratch(bqkv);
         beta = 1.0f;
       }
       // xq's bf16 copy is not kept: backward converts it again (xq stays alive until then, as for fp32 products).
