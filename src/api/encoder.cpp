@@ -98,11 +98,6 @@ FloatArray truncate_dims(FloatArray a, int64_t dims, bool normalize) {
 Tensor id_view(const int64_t* p, const Shape& shape) {
   return p ? Tensor::view_of(const_cast<int64_t*>(p), shape, DType::I64, nullptr) : Tensor();
 }
-// Pooled last_hidden_state of a padded batch, [batch, output_dim(hidden_size)] (models/pooling's pool()).
-Tensor pool_array(const FloatArray& h, const Tensor& attention_mask, const PoolingConfig& pc) {
-  Tensor hv = Tensor::view_of(const_cast<float*>(h.data()), h.shape(), DType::F32, nullptr);
-  return pool(pc, hv, attention_mask);
-}
 // The unpadded rows of a right-padded batch (a row ends at its last attention_mask 1), as the sentence-transformers
 // pipeline takes them.
 std::vector<Encoding> unpadded_rows(const EncoderInputs& in) {
@@ -265,14 +260,13 @@ EncoderOutputs Encoder::forward_all(const EncoderInputs& in, const ForwardOption
 }
 
 namespace {
-// last_hidden_state for pooling: the layers run on the real tokens only (EncoderModel::forward_unpadded; padded
-// positions 0, which every pooling mode masks out).
-FloatArray unpadded_hidden(const EncoderModel& m, const EncoderInputs& in) {
+// The pooled last hidden state, [batch, output_dim(hidden_size)] (models/sentence_transformer's encode_and_pool:
+// the layers run on the real tokens only; CLS-only pooling computes the last layer at position 0 only).
+Tensor encode_and_pool(const EncoderModel& m, const PoolingConfig& pc, const EncoderInputs& in) {
   check_inputs(in);
   const Shape shape{in.batch, in.length};
-  EncoderOutput out = m.forward_unpadded(id_view(in.input_ids, shape), id_view(in.token_type_ids, shape),
-                                         id_view(in.attention_mask, shape));
-  return api::to_array(std::move(out.last_hidden_state));
+  return encode_and_pool(m, pc, id_view(in.input_ids, shape), id_view(in.token_type_ids, shape),
+                         id_view(in.attention_mask, shape));
 }
 }  // namespace
 
@@ -344,11 +338,9 @@ FloatArray Encoder::embed(const std::vector<std::string>& texts, const EmbedOpti
   for (int64_t s = 0; s < N; s += o.batch_size) {
     const int64_t n = std::min(o.batch_size, N - s);
     TokenBatch b = api::pad_batch(tok.impl_->tok, std::vector<Encoding>(enc.begin() + s, enc.begin() + s + n));
-    const Tensor mask = id_view(b.attention_mask.data(), b.attention_mask.shape());
-    const FloatArray h = unpadded_hidden(impl_->plain(), EncoderInputs{b.input_ids.data(), b.attention_mask.data(),
-                                                                     b.token_type_ids.data(), b.input_ids.size(0),
-                                                                     b.input_ids.size(1)});
-    Tensor pooled = pool_array(h, mask, pc);  // [n, D], models/pooling: the one pooling
+    Tensor pooled = encode_and_pool(impl_->plain(), pc,  // [n, D]
+                                    EncoderInputs{b.input_ids.data(), b.attention_mask.data(),
+                                                  b.token_type_ids.data(), b.input_ids.size(0), b.input_ids.size(1)});
     if (o.normalize.value_or(false)) l2_normalize_rows(pooled);  // torch.nn.functional.normalize
     std::copy(pooled.f32(), pooled.f32() + n * D, result.f32() + s * D);
   }
@@ -359,14 +351,7 @@ FloatArray Encoder::embed(const EncoderInputs& in) const {
   if (!impl_->st) {
     const PoolingConfig pc = impl_->plain_pooling("");
     api::apply_threads(impl_->threads);
-    FloatArray h = unpadded_hidden(impl_->plain(), in);  // checks the inputs
-    Tensor ones;
-    if (!in.attention_mask) {
-      ones = Tensor::zeros({in.batch, in.length}, DType::I64);
-      std::fill(ones.i64(), ones.i64() + ones.numel(), int64_t{1});
-    }
-    const Tensor mask = in.attention_mask ? id_view(in.attention_mask, {in.batch, in.length}) : ones;
-    return api::to_array(pool_array(h, mask, pc));
+    return api::to_array(encode_and_pool(impl_->plain(), pc, in));  // checks the inputs
   }
   check_inputs(in);
   api::apply_threads(impl_->threads);

@@ -181,6 +181,28 @@ Encoding SentenceTransformer::tokenize(const std::string& text) const {
   return tokenizer_->encode(t, nullptr, true, max_seq_length_);
 }
 
+Tensor encode_and_pool(const EncoderModel& m, const PoolingConfig& pooling, const Tensor& input_ids,
+                       const Tensor& token_type_ids, const Tensor& attention_mask, int64_t prompt_length) {
+  if (pooling.cls && pooling.num_modes() == 1 && input_ids.ndim() == 2) {
+    // CLS pooling reads h[:, 0] only: so does the last layer, on the real tokens; pooled as a batch of one
+    // position.
+    const int64_t B = input_ids.size(0), L = input_ids.size(1), H = m.config().hidden_size;
+    Tensor first = m.forward_first_token(input_ids, token_type_ids, attention_mask, /*unpadded=*/true)
+                       .first_token_state.reshape({B, 1, H});
+    std::vector<int64_t> first_mask(B, 1);
+    if (attention_mask.defined())
+      for (int64_t b = 0; b < B; ++b) first_mask[b] = attention_mask.i64()[b * L];
+    return pool(pooling, first, Tensor::from_i64({B, 1}, first_mask), 0);
+  }
+  EncoderOutput out = m.forward_unpadded(input_ids, token_type_ids, attention_mask);  // pooling reads real tokens
+  Tensor mask = attention_mask;
+  if (!mask.defined() && input_ids.ndim() == 2) {
+    mask = Tensor::zeros({input_ids.size(0), input_ids.size(1)}, DType::I64);
+    std::fill(mask.i64(), mask.i64() + mask.numel(), int64_t{1});
+  }
+  return pool(pooling, out.last_hidden_state, mask, prompt_length);
+}
+
 Tensor SentenceTransformer::embed(const std::vector<const Encoding*>& batch) const {
   if (batch.empty()) return Tensor::zeros({0, dim_});
   int64_t L = 0;
@@ -188,19 +210,7 @@ Tensor SentenceTransformer::embed(const std::vector<const Encoding*>& batch) con
   Tensor ids = stack(batch, &Encoding::input_ids, L);
   Tensor tt = stack(batch, &Encoding::token_type_ids, L);
   Tensor mask = stack(batch, &Encoding::attention_mask, L);
-  Tensor x;
-  if (pooling_.cls && pooling_.num_modes() == 1) {
-    // CLS pooling reads h[:, 0] only: so does the last layer (EncoderModel::forward_first_token), on the real
-    // tokens as below; pooled as a batch of one position.
-    const int64_t B = ids.size(0), H = encoder_->config().hidden_size;
-    Tensor first = encoder_->forward_first_token(ids, tt, mask, /*unpadded=*/true).first_token_state.reshape({B, 1, H});
-    std::vector<int64_t> first_mask(B);
-    for (int64_t b = 0; b < B; ++b) first_mask[b] = mask.i64()[b * L];
-    x = pool(pooling_, first, Tensor::from_i64({B, 1}, first_mask), 0);
-  } else {
-    EncoderOutput out = encoder_->forward_unpadded(ids, tt, mask);  // pooling reads the real tokens only
-    x = pool(pooling_, out.last_hidden_state, mask, prompt_length_);
-  }
+  Tensor x = encode_and_pool(*encoder_, pooling_, ids, tt, mask, prompt_length_);
   for (const DenseModule& d : dense_) x = d.forward(x);
   if (normalize_) l2_normalize_rows(x);
   return x;

@@ -54,6 +54,15 @@ struct SentenceTransformerLayout {
 // list (SentenceTransformer::load's errors).
 SentenceTransformerLayout read_sentence_transformer_layout(const std::string& dir);
 
+// The encoder's last hidden state pooled as `pooling` says ([B, num_modes * H]), the layers running on the real
+// tokens only (EncoderModel::forward_unpadded). CLS-only pooling reads h[:, 0]: then the last layer computes
+// position 0 only (EncoderModel::forward_first_token, unpadded). input_ids / token_type_ids / attention_mask:
+// [B, L] int64 (mask 1 = real token); prompt_length: as pool() takes it. Equal to pool(pooling,
+// m.forward(...).last_hidden_state, attention_mask, prompt_length) (sentence-transformers' Pooling.forward).
+// Throws as EncoderModel::forward and pool().
+Tensor encode_and_pool(const EncoderModel& m, const PoolingConfig& pooling, const Tensor& input_ids,
+                       const Tensor& token_type_ids, const Tensor& attention_mask, int64_t prompt_length = 0);
+
 // Python's str.lower() per code point (what sentence-transformers applies with do_lower_case); equal to it but for
 // the few characters whose lowercase is two code points (U+0130). Invalid UTF-8 is returned unchanged.
 std::string lower_like_python(const std::string& s);
