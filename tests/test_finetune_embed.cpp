@@ -127,10 +127,12 @@ TEST(FinetuneEmbed, GradientAccumulationStepsMatchPyTorch) {
     t.optimizer().step(t.params());
     EXPECT_NEAR(t.last_lr(), lr.f32()[k], 1e-9) << "step " << k;
   }
-  for (const auto& e : t.params().entries())
-    if (!is_key_bias(e.name))
+  for (const auto& e : t.params().entries()) {
+    if (!is_key_bias(e.name)) {
       EXPECT_TRUE(close_to(t.params().all_data().data() + e.offset, steps().get("accum.final." + e.name), 5e-5))
           << e.name;
+    }
+  }
 }
 
 // --precision bf16: the Transformer's products in bf16, fp32 master weights: steps close to fp32's.

@@ -361,12 +361,15 @@ TEST(FinetuneModernBertTasks, Bf16StepsStayCloseToFp32) {
       const FinetuneBatch b = test::finetune_batch_at(st, "step" + std::to_string(k) + ".micro" + std::to_string(j) + ".");
       const double l32 = f32.accumulate_gradients(b, 1.0f / (float)micros, false);
       const double l16 = b16.accumulate_gradients(b, 1.0f / (float)micros, false);
-      if (k == 0) EXPECT_NEAR(l32, st.get("micro_loss").f32()[0], 2e-5 * l32);  // the fp32 path is PyTorch's
+      if (k == 0) {
+        EXPECT_NEAR(l32, st.get("micro_loss").f32()[0], 2e-5 * l32);  // the fp32 path is PyTorch's
+      }
       EXPECT_NEAR(l16, l32, 0.02 * std::fabs(l32) + 1e-3) << "step " << k << " micro " << j;
       EXPECT_NE(l16, l32) << "bf16 products round differently";
     }
-    if (k == 0)  // the gradients of the first step, relative to their norm
+    if (k == 0) {  // the gradients of the first step, relative to their norm
       EXPECT_LT(test::relative_difference(b16.params().all_grad(), f32.params().all_grad()), 0.05);
+    }
     f32.optimizer_step();
     b16.optimizer_step();
   }
