@@ -14,6 +14,8 @@
 #include "models/modernbert.h"
 #include "models/roberta.h"
 #include "models/transformer_encoder.h"
+#include "core/profile.h"
+#include "nn/layers.h"
 
 namespace tfm {
 
@@ -123,6 +125,16 @@ std::unique_ptr<EncoderModel> load_encoder(const std::string& dir, std::optional
 }
 
 namespace detail {
+Tensor pooler_output(const nn::Linear& dense, const float* first, const float* x, int64_t B, int64_t L, int64_t H) {
+  OpTimer t("pooler");
+  Tensor pooled = Tensor::empty({B, H});
+  std::vector<float> cls(B * H);
+  for (int64_t b = 0; b < B; ++b) std::memcpy(cls.data() + b * H, first ? first + b * H : x + b * L * H, sizeof(float) * H);
+  dense.forward(nn::Context{}, pooled.f32(), cls.data(), B);
+  ops::tanh_forward(pooled.f32(), pooled.f32(), B * H);
+  return pooled;
+}
+
 void check_gathered_rows(const float* x, int64_t N, int64_t H, const std::vector<GatheredTable>& tables) {
   const int64_t n_all = N * H;
   int bad = 0;

@@ -96,6 +96,10 @@ std::unique_ptr<EncoderModel> load_encoder(const std::string& dir, std::optional
 
 }  // namespace tfm
 
+namespace tfm::nn {
+struct Linear;
+}
+
 namespace tfm::detail {
 // Checks input_ids [B, L] against the config and returns the key mask as floats [B, L] (1 = attend), built from
 // attention_mask or all ones. Throws std::invalid_argument naming the offending value.
@@ -116,4 +120,8 @@ struct GatheredTable {
 // LayerNorm. Throws std::runtime_error "embedding table 'NAME': row R contains NaN or Inf (token n of the batch)"
 // for the first token whose rows hold one; nothing when x is finite, or when only the sum overflowed.
 void check_gathered_rows(const float* x, int64_t N, int64_t H, const std::vector<GatheredTable>& tables);
+
+// BertPooler / MPNetPooler: tanh(dense(h[:, 0])), [B, H]. first: [B, H] (a first-token forward's rows) or null, then
+// h[:, 0] is read from x [B, L, H].
+Tensor pooler_output(const nn::Linear& dense, const float* first, const float* x, int64_t B, int64_t L, int64_t H);
 }  // namespace tfm::detail

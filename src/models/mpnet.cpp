@@ -138,16 +138,8 @@ class MPNet : public EncoderModel {
     nn::encoder_stack_inference(layers_, X, B, L, key_mask.data(), unpadded, all_layers ? hs.f32() : nullptr,
                                 bias.data(), first_token ? first.f32() : nullptr);
     // MPNetPooler: tanh(dense(x[:, 0])), when the checkpoint has one.
-    if (pooler_.weight.defined()) {
-      OpTimer t("pooler");
-      Tensor pooled = Tensor::empty({B, H});
-      std::vector<float> cls(B * H);
-      for (int64_t b = 0; b < B; ++b)
-        std::memcpy(cls.data() + b * H, first_token ? first.f32() + b * H : X + b * L * H, sizeof(float) * H);
-      pooler_.forward(nn::Context{}, pooled.f32(), cls.data(), B);
-      ops::tanh_forward(pooled.f32(), pooled.f32(), B * H);
-      out.pooler_output = pooled;
-    }
+    if (pooler_.weight.defined())
+      out.pooler_output = detail::pooler_output(pooler_, first_token ? first.f32() : nullptr, X, B, L, H);
     if (first_token) out.first_token_state = first;  // x holds the layer before the last's output
     else out.last_hidden_state = x;
     out.hidden_states = hs;
