@@ -127,6 +127,52 @@ TEST(FinetuneFamilies, NewHeadStagesBackwardMatchesFiniteDifferences) {
   }
 }
 
+// The attention probabilities drop with their own p, as the modeling files do: BertSelfAttention's
+// nn.Dropout(attention_probs_dropout_prob) (RoBERTa's and MPNet's alike), DistilBERT's MultiHeadSelfAttention
+// nn.Dropout(attention_dropout). It used to be the body's p: with hidden_dropout_prob 0 the attention did not drop
+// at all, and a negative attention_probs_dropout_prob went unchecked.
+TEST(FinetuneFamilies, AttentionProbabilitiesDropWithTheirOwnP) {
+  struct Case {
+    const char* folder;
+    const char* body_key;
+    const char* attention_key;
+    int64_t num_labels;
+  };
+  for (const Case& k : {Case{"roberta_seqcls", "hidden_dropout_prob", "attention_probs_dropout_prob", 3},
+                        Case{"distilbert_seqcls", "dropout", "attention_dropout", 2},
+                        Case{"mpnet_seqcls", "hidden_dropout_prob", "attention_probs_dropout_prob", 3}}) {
+    SCOPED_TRACE(k.folder);
+    nlohmann::json j = load_json_file(fixture(std::string("family_heads/") + k.folder + "/config.json"));
+    j[k.body_key] = 0.0;
+    j[k.attention_key] = 0.25;
+    const TrainingDropouts d = training_dropouts(j, HeadKind::SequenceClassification, "c.json");
+    EXPECT_EQ(d.body, 0.0f);
+    EXPECT_EQ(d.attention, 0.25f);
+    j[k.attention_key] = -1;
+    EXPECT_THROW(training_dropouts(j, HeadKind::SequenceClassification, "c.json"), std::runtime_error);
+    j.erase(k.attention_key);  // the config classes' default
+    EXPECT_EQ(training_dropouts(j, HeadKind::SequenceClassification, "c.json").attention, 0.1f);
+  }
+  const SafeTensors st = SafeTensors::open(fixture("finetune_family/roberta_seqcls_steps.safetensors"));
+  const FinetuneBatch b = test::finetune_batch_at(st, "step0.micro0.");
+  CheckpointWeights w(fixture("family_heads/roberta_seqcls"));
+  FinetuneHyperparameters hp;
+  hp.dropout = 0.0f;
+  hp.head_dropout = 0.0f;
+  hp.attention_dropout = 0.5f;
+  SequenceClassificationTrainer t(config_of("roberta_seqcls"), w, 3, hp);
+  const double eval = t.compute_gradients(b, /*dropout=*/false);
+  EXPECT_NE(t.compute_gradients(b, /*dropout=*/true), eval) << "the attention probabilities must drop alone";
+  hp.attention_dropout = 0.0f;
+  hp.dropout = 0.5f;
+  hp.head_dropout = 0.0f;
+  SequenceClassificationTrainer body_only(config_of("roberta_seqcls"), w, 3, hp);
+  hp.dropout = 0.0f;
+  SequenceClassificationTrainer off(config_of("roberta_seqcls"), w, 3, hp);
+  EXPECT_EQ(off.compute_gradients(b, /*dropout=*/true), eval) << "every p 0: training mode is evaluation";
+  EXPECT_NE(body_only.compute_gradients(b, /*dropout=*/true), eval);
+}
+
 // No token types in DistilBERT, no pooler where the family's head reads h[:, 0], and the tied decoders are not
 // separate tensors.
 TEST(FinetuneFamilies, StoresHoldTheFamilysTensorsOnly) {

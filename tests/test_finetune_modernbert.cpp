@@ -325,8 +325,8 @@ TEST(FinetuneModernBertTasks, MissingHeadIsInitialisedAsModernBertDoes) {
 TEST(FinetuneModernBertTasks, DropoutsComeFromTheModernBertKeys) {
   nlohmann::json j = task_config().json;
   j["classifier_dropout"] = 0.3;
-  EXPECT_EQ(training_dropouts(j, HeadKind::SequenceClassification, "c.json"), std::make_pair(0.0f, 0.3f));
-  EXPECT_EQ(training_dropouts(j, HeadKind::MaskedLM, "c.json"), std::make_pair(0.0f, 0.0f));
+  EXPECT_EQ(training_dropouts(j, HeadKind::SequenceClassification, "c.json"), (TrainingDropouts{0.0f, 0.0f, 0.3f}));
+  EXPECT_EQ(training_dropouts(j, HeadKind::MaskedLM, "c.json"), (TrainingDropouts{0.0f, 0.0f, 0.0f}));
   j["mlp_dropout"] = 1.5;
   EXPECT_THROW(training_dropouts(j, HeadKind::TokenClassification, "c.json"), std::runtime_error);
   const SafeTensors st = SafeTensors::open(fixture("finetune_modernbert/seqcls_steps.safetensors"));

@@ -4,6 +4,7 @@
 // matched, or from the messages the commands are meant to give, never from the output under test.
 #include <signal.h>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <sstream>
@@ -445,6 +446,9 @@ TEST(TrainResume, SetEpochsExtendsAFinishedRunAndTheConfigRecordsIt) {
   TfmRun more = run_tfm_in(t.path, {"train", "--resume", out, "--set", "epochs=2", "--no-progress", "--threads", "1"});
   ASSERT_EQ(more.exit_code, 0) << more.describe();
   EXPECT_EQ(log_rows(), 2);
+  // The summary's time spans the whole run; a resumed invocation also says its own.
+  EXPECT_EQ(first.out.find("this invocation"), std::string::npos) << first.out;
+  EXPECT_NE(more.out.find("(times over the whole run; this invocation "), std::string::npos) << more.out;
   EXPECT_NE(more.out.find("trained 2 epochs"), std::string::npos) << more.out;
   nlohmann::json saved = nlohmann::json::parse(tfm::test::slurp(out + "/train_config.json"));
   EXPECT_EQ(saved["epochs"], 2);
@@ -464,6 +468,185 @@ TEST(TrainResume, SetEpochsExtendsAFinishedRunAndTheConfigRecordsIt) {
   TfmRun help = run_tfm_in(t.path, {"train", "--help"});
   for (const char* key : {"label_smoothing", "stop_after_steps", "max_tokens", "warmup_steps"})
     EXPECT_NE(help.out.find(key), std::string::npos) << key << "\n" << help.out;
+}
+
+// ------------------------------------------------------------------- session 13's new-user walkthrough
+
+// --bad-words took every following word as another bad word: `--bad-words va "go ." "i lost ."` printed nothing,
+// exited 0 and waited on stdin. One value per option, as --help says.
+TEST(NewUserS13, BadWordsTakesOneValueAndTheSentencesStay) {
+  tfm::test::TempFolder t;
+  TfmRun r = run_tfm_in(t.path, {"translate", "--model", fixture("d2l_trained"), "--bad-words", "va", "go .", "i lost ."});
+  ASSERT_EQ(r.exit_code, 0) << r.describe();
+  TfmRun piped = run_tfm_in(t.path, {"translate", "--model", fixture("d2l_trained"), "--bad-words", "va", "--quiet"},
+                            "go .\ni lost .\n");
+  ASSERT_EQ(piped.exit_code, 0) << piped.describe();
+  EXPECT_EQ(r.out, piped.out);
+  EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 2) << r.out;
+  EXPECT_EQ(r.out.find("va "), std::string::npos) << r.out;  // the bad word is banned
+}
+
+// Options with no effect are refused, as --length-penalty without --beam is.
+TEST(NewUserS13, OptionsWithoutEffectAreRefused) {
+  tfm::test::TempFolder t;
+  for (const char* f : {"--sampling-topp", "--sampling-temperature"})
+    tfm::test::expect_one_line_error(
+        run_tfm_in(t.path, {"translate", "--model", fixture("d2l_trained"), f, "0.5", "go ."}), "--sampling-topk");
+  TfmRun sampled = run_tfm_in(t.path, {"translate", "--model", fixture("d2l_trained"), "--sampling-topk", "0",
+                                       "--sampling-topp", "0.5", "--seed", "1", "go ."});
+  EXPECT_EQ(sampled.exit_code, 0) << sampled.describe();
+  tfm::test::spit(t.path + "/train.csv", "text,label\nthe cat is good,pos\nthe dog is bad,neg\n");
+  const std::vector<std::string> base = {"finetune", "--model", fixture("heads_seqcls"), "--train",
+                                         t.path + "/train.csv", "--out", t.path + "/o", "--epochs", "1"};
+  auto with = [&](std::vector<std::string> extra) {
+    std::vector<std::string> a = base;
+    a.insert(a.end(), extra.begin(), extra.end());
+    return run_tfm_in(t.path, a);
+  };
+  tfm::test::expect_one_line_error(with({"--mlm-probability", "0.5"}), "--mlm-probability is the masking rate");
+  tfm::test::expect_one_line_error(with({"--labels", ""}), "--labels: no label names");
+  EXPECT_FALSE(std::filesystem::exists(t.path + "/o"));
+}
+
+// finetune's default --max-length 128 on a model of 64 positions failed ("sequence of 128 tokens is longer than
+// max_position_embeddings (64)"); it is capped at the model's longest input, as run_glue.py caps max_seq_length.
+TEST(NewUserS13, FinetuneCapsMaxLengthAtTheModelsPositions) {
+  tfm::test::TempFolder t;
+  std::string long_text;
+  for (int i = 0; i < 150; ++i) long_text += "the cat ";
+  tfm::test::spit(t.path + "/train.csv", "text,label\n" + long_text + ",pos\nthe dog is bad,neg\n");
+  for (const char* len : {"", "512"}) {
+    std::vector<std::string> a = {"finetune", "--model", fixture("heads_seqcls"), "--train", t.path + "/train.csv",
+                                  "--out", t.path + "/o" + len, "--epochs", "1", "--no-progress"};
+    if (*len) a.insert(a.end(), {"--max-length", len});
+    TfmRun r = run_tfm_in(t.path, a);
+    ASSERT_EQ(r.exit_code, 0) << r.describe();
+  }
+  TfmRun c = run_tfm_in(t.path, {"classify", "--model", t.path + "/o", "--max-length", "64", long_text});
+  EXPECT_EQ(c.exit_code, 0) << c.describe();
+}
+
+// finetune on a translation folder said "config.json: missing required key 'vocab_size'".
+TEST(NewUserS13, EncoderCommandsOnATranslationFolderSayWhatItIs) {
+  tfm::test::TempFolder t;
+  tfm::test::spit(t.path + "/train.csv", "text,label\nthe cat is good,pos\nthe dog is bad,neg\n");
+  tfm::test::expect_one_line_error(run_tfm_in(t.path, {"finetune", "--model", fixture("d2l_trained"), "--train",
+                                                       t.path + "/train.csv", "--out", t.path + "/o"}),
+                                   "(a translation model), not an encoder");
+  tfm::test::expect_one_line_error(run_tfm_in(t.path, {"classify", "--model", fixture("marian"), "hello"}),
+                                   "marian folder (a translation model), not an encoder");
+}
+
+// id2label given as a list was ignored (labels LABEL_0, ...), and an unknown problem_type accepted; transformers
+// refuses both.
+TEST(NewUserS13, MalformedId2labelAndProblemTypeAreRefused) {
+  tfm::test::TempFolder t;
+  const nlohmann::json cfg = nlohmann::json::parse(tfm::test::slurp(fixture("heads_seqcls/config.json")));
+  for (const auto& [key, value] : std::vector<std::pair<std::string, nlohmann::json>>{
+           {"id2label", nlohmann::json::array({"a", "b", "c"})}, {"problem_type", "foo"}}) {
+    SCOPED_TRACE(key);
+    nlohmann::json c = cfg;
+    c[key] = value;
+    const std::string m = t.path + "/m_" + key;
+    tfm::test::link_folder(fixture("heads_seqcls"), m, {{"config.json", ""}});
+    tfm::test::spit(m + "/config.json", c.dump());
+    tfm::test::expect_one_line_error(run_tfm_in(t.path, {"classify", "--model", m, "the cat"}), key);
+    tfm::test::spit(t.path + "/train.csv", "text,label\nthe cat is good,pos\nthe dog is bad,neg\n");
+    tfm::test::expect_one_line_error(run_tfm_in(t.path, {"finetune", "--model", m, "--train", t.path + "/train.csv",
+                                                         "--out", t.path + "/o"}),
+                                     key);
+  }
+}
+
+// Reading a folder gave "basic_filebuf::underflow error reading the file: Is a directory" (score) and
+// "adir: read error" (tokenize); every other command says "is a folder, expected a file".
+TEST(NewUserS13, ScoreAndTokenizeNameAFolderGivenAsAFile) {
+  tfm::test::TempFolder t;
+  std::filesystem::create_directory(t.path + "/adir");
+  const std::string d = t.path + "/adir";
+  tfm::test::expect_one_line_error(
+      run_tfm_in(t.path, {"score", "--model", fixture("d2l_trained"), "--source", d, "--target", d}),
+      d + ": is a folder, expected a file");
+  tfm::test::expect_one_line_error(run_tfm_in(t.path, {"tokenize", "--model", fixture("heads_seqcls"), "--input", d}),
+                                   d + ": is a folder, expected a file");
+}
+
+// A file named .gz that is not gzip was read as plain text (zlib passes it through).
+TEST(NewUserS13, AGzNameThatIsNotGzipIsRefused) {
+  tfm::test::TempFolder t;
+  tfm::test::spit(t.path + "/fake.gz", "bad gz\n");
+  tfm::test::expect_one_line_error(
+      run_tfm_in(t.path, {"embed", "--model", fixture("st_mean"), "-i", t.path + "/fake.gz", "-o", t.path + "/v.npy"}),
+      "fake.gz: not a gzip file");
+  EXPECT_FALSE(std::filesystem::exists(t.path + "/v.npy"));
+  tfm::test::expect_one_line_error(
+      run_tfm_in(t.path, {"classify", "--model", fixture("heads_seqcls"), "--input", t.path + "/fake.gz"}),
+      "fake.gz: not a gzip file");
+}
+
+// score folded a third TAB field into the target; invalid UTF-8 did not name where it came from.
+TEST(NewUserS13, ScoreAndTranslateInputErrorsNameTheirSource) {
+  tfm::test::TempFolder t;
+  tfm::test::expect_one_line_error(
+      run_tfm_in(t.path, {"score", "--model", fixture("d2l_trained")}, "go .\tva !\textra\n"),
+      "stdin line 1: expected 'source<TAB>target' (more than one TAB)");
+  tfm::test::expect_one_line_error(run_tfm_in(t.path, {"score", "--model", fixture("d2l_trained")}, "go .\tva \xff\n"),
+                                   "stdin line 1: target");
+  tfm::test::spit(t.path + "/mixed.en", "go .\ncaf\xc3 .\n");
+  tfm::test::expect_one_line_error(
+      run_tfm_in(t.path, {"translate", "--model", fixture("d2l_trained"), "--input", t.path + "/mixed.en", "-q"}),
+      t.path + "/mixed.en: sentence 2: invalid UTF-8");
+  tfm::test::expect_one_line_error(
+      run_tfm_in(t.path, {"rerank", "--model", fixture("heads_cross"), "--query", "\xff\xfe", "a"}), "--query: invalid UTF-8");
+  tfm::test::expect_one_line_error(run_tfm_in(t.path, {"embed", "--model", fixture("st_mean"), "--prompt", "\xff",
+                                                       "-i", "-", "-o", t.path + "/v.npy"},
+                                              "hello\n"),
+                                   "--prompt: invalid UTF-8");
+}
+
+// encode -o x.txt wrote .npy data into x.txt, --attention-png a.jpg PNG data into a .jpg.
+TEST(NewUserS13, OutputNamesMatchTheFormatWritten) {
+  tfm::test::TempFolder t;
+  tfm::test::expect_one_line_error(
+      run_tfm_in(t.path, {"encode", "--model", fixture("heads_seqcls"), "--text", "a", "-o", t.path + "/x.txt"}),
+      "must end in .npy");
+  tfm::test::expect_one_line_error(run_tfm_in(t.path, {"translate", "--model", fixture("d2l_trained"),
+                                                       "--attention-png", t.path + "/a.jpg", "go ."}),
+                                   "must end in .png or .svg");
+  EXPECT_FALSE(std::filesystem::exists(t.path + "/x.txt"));
+  EXPECT_FALSE(std::filesystem::exists(t.path + "/a.jpg"));
+  TfmRun ok = run_tfm_in(t.path, {"encode", "--model", fixture("heads_seqcls"), "--text", "a", "-o", "/dev/null"});
+  EXPECT_EQ(ok.exit_code, 0) << ok.describe();  // a device is taken as it is
+}
+
+// download refused --threads, which the README says every command takes.
+TEST(NewUserS13, DownloadTakesThreadsLikeEveryCommand) {
+  tfm::test::TempFolder t;
+  TfmRun r = run_tfm_in(t.path, {"download", "--threads", "1", "--help"});
+  EXPECT_EQ(r.exit_code, 0) << r.describe();
+  EXPECT_NE(r.out.find("--threads"), std::string::npos) << r.out;
+}
+
+// A completed fine-tuning run removes its training state; --resume on it now says so.
+TEST(NewUserS13, ResumeOfAFinishedFinetuneSaysItFinished) {
+  tfm::test::TempFolder t;
+  tfm::test::spit(t.path + "/train.csv", "text,label\nthe cat is good,pos\nthe dog is bad,neg\n");
+  const std::vector<std::string> a = {"finetune", "--model", fixture("heads_seqcls"), "--train", t.path + "/train.csv",
+                                      "--out", t.path + "/o", "--epochs", "1", "--no-progress"};
+  TfmRun r = run_tfm_in(t.path, a);
+  ASSERT_EQ(r.exit_code, 0) << r.describe();
+  std::vector<std::string> again = a;
+  again.push_back("--resume");
+  tfm::test::expect_one_line_error(run_tfm_in(t.path, again), "finished");
+}
+
+// translate on a recipe folder that holds only a checkpoint said "config.json: cannot open".
+TEST(NewUserS13, TranslateOnACheckpointOnlyFolderSaysToResume) {
+  tfm::test::TempFolder t;
+  std::filesystem::create_directory(t.path + "/run");
+  tfm::test::spit(t.path + "/run/checkpoint.safetensors", "x");
+  tfm::test::expect_one_line_error(run_tfm_in(t.path, {"translate", "--model", t.path + "/run", "go ."}),
+                                   "tfm train --resume " + t.path + "/run");
 }
 
 }  // namespace

@@ -86,8 +86,10 @@ struct FinetuneOptions {
   double max_grad_norm = 1.0;        ///< <= 0: no clipping
   double warmup_ratio = 0.0;         ///< warmup steps = ceil(ratio * total steps), unless warmup_steps > 0
   int64_t warmup_steps = 0;
-  int64_t max_length = 128;          ///< texts are truncated to this many tokens (special tokens included; embed:
-                                     ///< at most the folder's max_seq_length)
+  int64_t max_length = 128;          ///< texts are truncated to this many tokens (special tokens included), at
+                                     ///< most the longest input the model takes (max_position_embeddings, less the
+                                     ///< RoBERTa family's pad offset), as run_glue.py caps max_seq_length; embed:
+                                     ///< at most the folder's max_seq_length too
   double mlm_probability = 0.15;     ///< mlm: DataCollatorForLanguageModeling.mlm_probability, in (0, 1)
   /// mlm: run_mlm.py without --line_by_line: every text tokenized whole (special tokens included), each run of
   /// 1,000 consecutive texts concatenated and cut into blocks of max_length tokens, each run's remainder dropped

@@ -49,7 +49,8 @@ std::vector<std::string> recipe_keys();
 struct TrainSummary {
   double best_valid_bleu = 0;  ///< percent
   int64_t best_epoch = 0, epochs_run = 0, steps = 0;
-  double seconds = 0, tokens_per_sec = 0;
+  double seconds = 0, tokens_per_sec = 0;  ///< seconds: the whole run's, the invocations it was resumed from included
+  double invocation_seconds = 0;           ///< this call's wall seconds (less than `seconds` after a resume)
   /// target tokens per second of the training steps alone (this invocation's; tokens_per_sec is over `seconds`,
   /// which also counts the subword training, data encoding, validation and checkpoints)
   double step_tokens_per_sec = 0;

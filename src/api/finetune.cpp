@@ -30,6 +30,7 @@
 #include "io/safetensors.h"
 #include "io/table.h"
 #include "models/checkpoint_weights.h"
+#include "models/heads.h"
 #include "models/encoder.h"
 #include "ops/gemm.h"
 #include "ops/gemm_bf16.h"
@@ -219,7 +220,7 @@ std::optional<double> parse_number(const std::string& s) {
 bool is_regression(const FinetuneOptions& o, const nlohmann::json& config, const Table& train) {
   if (o.task != "classify") return false;
   if (!o.problem_type.empty()) return o.problem_type == "regression";
-  if (config.contains("problem_type") && config["problem_type"] == "regression") return true;
+  if (config.contains("problem_type") && config["problem_type"] == "regression") return true;  // checked at load
   if (!o.labels.empty()) return false;
   const int64_t col = require_column(train, o.train_file, o.label_column);
   bool fractional = false;
@@ -772,8 +773,9 @@ FinetuneBatch batch_rows(FinetuneBatch&& b, int64_t r0, int64_t r1) {
 }
 
 // finetune() on this process (one rank of an mpirun job, or the only one).
-FinetuneSummary finetune_on_this_rank(const std::string& model_dir, const FinetuneOptions& o) {
+FinetuneSummary finetune_on_this_rank(const std::string& model_dir, const FinetuneOptions& options) {
   const auto t0 = std::chrono::steady_clock::now();
+  FinetuneOptions o = options;
   check_options(o);
   api::require_dir(model_dir, "model folder");
   if (o.task != "embed") {  // a sentence-transformers folder may keep its Transformer in a subfolder
@@ -789,8 +791,13 @@ FinetuneSummary finetune_on_this_rank(const std::string& model_dir, const Finetu
   if (rank != 0) {
     // Only rank 0 reads or writes out_dir (it may not even be shared with the other ranks' hosts).
   } else if (o.resume) {
-    if (!fs::is_regular_file(state_path, ec))
+    if (!fs::is_regular_file(state_path, ec)) {
+      if (fs::is_regular_file(o.out_dir + "/train_log.csv", ec) && fs::is_regular_file(o.out_dir + "/config.json", ec))
+        throw std::invalid_argument("--resume: the run in " + o.out_dir + " finished and has no training state (" +
+                                    kStateFile + " is removed when a run completes); to train it further, "
+                                    "fine-tune again with it as the model and a new output folder");
       throw std::invalid_argument("--resume: " + o.out_dir + " has no training state (" + kStateFile + ") to resume from");
+    }
   } else if (fs::exists(o.out_dir, ec)) {
     if (!fs::is_directory(o.out_dir, ec)) throw std::invalid_argument("--out '" + o.out_dir + "' is a file");
     if (!fs::is_empty(o.out_dir, ec) && !o.overwrite)
@@ -806,6 +813,10 @@ FinetuneSummary finetune_on_this_rank(const std::string& model_dir, const Finetu
   const nlohmann::json cfg_json = load_json_file(cfg_path);
   const EncoderConfig config = EncoderConfig::from_json(cfg_json, cfg_path);
   check_finetune_family(config.model_type, model_dir);
+  checked_problem_type(cfg_json, cfg_path);  // problem_type and id2label well-formed
+  // As run_glue.py caps max_seq_length at the tokenizer's model_max_length: at most the longest input the model
+  // takes (the default 128 on a model of 64 positions trains at 64).
+  o.max_length = std::min(o.max_length, config.max_input_tokens());
   const Tokenizer tok(model_dir);
   const Table train = read_table(o.train_file);
   FinetuneSummary summary;
@@ -832,11 +843,11 @@ FinetuneSummary finetune_on_this_rank(const std::string& model_dir, const Finetu
   }
 
   const int64_t steps_per_epoch = api::finetune_steps_per_epoch(o, (int64_t)train_ex.size());
-  // The family's dropouts (training_dropouts): the body's, and the head's (classifier_dropout and the like).
+  // The family's dropouts (training_dropouts): the body's, the attention probabilities', and the head's
+  // (classifier_dropout and the like).
   const HeadKind kind = head_kind_of(o.task);
-  const auto [body_dropout, head_dropout] = training_dropouts(cfg_json, kind, cfg_path);
-  FinetuneHyperparameters hp = api::finetune_hyperparameters(o, steps_per_epoch * o.epochs, body_dropout);
-  hp.head_dropout = head_dropout;
+  const FinetuneHyperparameters hp =
+      api::finetune_hyperparameters(o, steps_per_epoch * o.epochs, training_dropouts(cfg_json, kind, cfg_path));
   const double init_range = json_number_or(cfg_json, "initializer_range", 0.02, cfg_path);
   CheckpointWeights weights(model_dir);
   std::unique_ptr<FinetuneModel> model;

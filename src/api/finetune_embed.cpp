@@ -28,7 +28,8 @@ namespace fs = std::filesystem;
 
 namespace tfm::api {
 
-FinetuneHyperparameters finetune_hyperparameters(const FinetuneOptions& o, int64_t total_steps, double dropout) {
+FinetuneHyperparameters finetune_hyperparameters(const FinetuneOptions& o, int64_t total_steps,
+                                                 const TrainingDropouts& dropouts) {
   FinetuneHyperparameters hp;
   hp.learning_rate = o.learning_rate;
   hp.weight_decay = o.weight_decay;
@@ -38,7 +39,9 @@ FinetuneHyperparameters finetune_hyperparameters(const FinetuneOptions& o, int64
   hp.max_grad_norm = o.max_grad_norm;
   hp.total_steps = total_steps;
   hp.warmup_steps = o.warmup_steps > 0 ? o.warmup_steps : (int64_t)std::ceil(o.warmup_ratio * (double)total_steps);
-  hp.dropout = (float)dropout;
+  hp.dropout = dropouts.body;
+  hp.attention_dropout = dropouts.attention;
+  hp.head_dropout = dropouts.head;
   hp.seed = o.seed;
   return hp;
 }
@@ -279,7 +282,7 @@ FinetuneSummary finetune_embed(const std::string& model_dir, const FinetuneOptio
   const BertTokenizer tok = BertTokenizer::from_dir(lay.transformer_dir);
   int64_t max_len = lay.max_seq_length > 0 ? lay.max_seq_length
                                            : std::min(config.max_position_embeddings, tok.model_max_length());
-  max_len = std::min({max_len, o.max_length, config.max_position_embeddings});
+  max_len = std::min({max_len, o.max_length, config.max_input_tokens()});
   const EmbedData train = read_embed_data(o.train_file, tok, lay.do_lower_case, max_len, nullptr);
   EmbedData eval;
   if (!o.eval_file.empty()) eval = read_embed_data(o.eval_file, tok, lay.do_lower_case, max_len, &train);
@@ -293,9 +296,10 @@ FinetuneSummary finetune_embed(const std::string& model_dir, const FinetuneOptio
   summary.eval_examples = (int64_t)eval.examples.size();
 
   const int64_t steps_per_epoch = finetune_steps_per_epoch(o, summary.train_examples);
-  // The body's dropout (training_dropouts: BERT hidden_dropout_prob; ModernBERT reads its own keys); no head.
+  // The body's dropouts (training_dropouts: BERT hidden_dropout_prob and attention_probs_dropout_prob; ModernBERT
+  // reads its own keys); no head.
   const FinetuneHyperparameters hp = finetune_hyperparameters(
-      o, steps_per_epoch * o.epochs, training_dropouts(cfg_json, HeadKind::TokenClassification, cfg_path).first);
+      o, steps_per_epoch * o.epochs, training_dropouts(cfg_json, HeadKind::TokenClassification, cfg_path));
   CheckpointWeights weights(lay.transformer_dir);
   SentenceEmbeddingTrainer trainer(config, weights, lay.pooling, lay.normalize, train.loss, hp);
   trainer.set_precision(o.precision == "bf16" ? ops::ComputeType::BF16 : ops::ComputeType::F32);

@@ -16,8 +16,9 @@
 namespace tfm::api {
 
 // TrainingArguments' optimizer and schedule fields of `o` for a run of total_steps optimizer steps: warmup_steps,
-// else ceil(warmup_ratio * total_steps); `dropout` (config.json hidden_dropout_prob) and o.seed.
-FinetuneHyperparameters finetune_hyperparameters(const FinetuneOptions& o, int64_t total_steps, double dropout);
+// else ceil(warmup_ratio * total_steps); the config's dropouts (training_dropouts) and o.seed.
+FinetuneHyperparameters finetune_hyperparameters(const FinetuneOptions& o, int64_t total_steps,
+                                                 const TrainingDropouts& dropouts);
 
 // Optimizer steps an epoch: ceil(ceil(examples / o.batch_size) / o.gradient_accumulation_steps).
 int64_t finetune_steps_per_epoch(const FinetuneOptions& o, int64_t examples);

@@ -107,6 +107,7 @@ TrainSummary train(const std::string& config_path, const std::string& out_dir, c
   TrainSummary s;
   s.best_valid_bleu = r.best_valid_bleu, s.best_epoch = r.best_epoch, s.epochs_run = r.epochs_run;
   s.steps = r.steps, s.seconds = r.seconds, s.tokens_per_sec = r.train_tokens_per_sec;
+  s.invocation_seconds = r.invocation_seconds;
   s.step_tokens_per_sec = r.step_tokens_per_sec;
   s.stopped_early = r.stopped_early;
   s.stopped_by_signal = r.stopped_by_signal;

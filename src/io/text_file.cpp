@@ -1,6 +1,8 @@
 #include "io/text_file.h"
 
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <unistd.h>
 #include <zlib.h>
 
 #include <cerrno>
@@ -55,8 +57,21 @@ void check_not_folder(const std::string& path, int fd) {
 }
 std::runtime_error empty_file_error(const std::string& path) { return std::runtime_error(path + ": empty file"); }
 
+void check_gzip_name(const std::string& path, int fd) {
+  if (path.size() < 4 || path.compare(path.size() - 3, 3, ".gz") != 0) return;
+  const int f = fd >= 0 ? fd : ::open(path.c_str(), O_RDONLY);
+  if (f < 0) return;  // the reader's own "cannot open" follows
+  unsigned char magic[2] = {0, 0};
+  const ssize_t n = ::pread(f, magic, 2, 0);
+  if (fd < 0) ::close(f);
+  if (n > 0 && (n < 2 || magic[0] != 0x1f || magic[1] != 0x8b))
+    throw std::runtime_error(path + ": not a gzip file (it does not start with gzip's magic bytes 1f 8b), though "
+                             "its name ends in .gz");
+}
+
 std::string read_file_maybe_gzip(const std::string& path) {
   check_not_folder(path);
+  check_gzip_name(path);
   errno = 0;
   gzFile f = gzopen(path.c_str(), "rb");
   if (!f) throw std::runtime_error(path + ": cannot open: " + (errno ? std::strerror(errno) : "out of memory"));

@@ -33,6 +33,10 @@ std::vector<std::string> read_lines(const std::string& path, bool allow_empty = 
 // through). Throws std::runtime_error "<path>: cannot open: ...", "<path>: is a folder, expected a file",
 // "<path>: read error: ..." or "<path>: larger than 1 GiB (decompressed)...".
 std::string read_file_maybe_gzip(const std::string& path);
+// A file named *.gz must be gzip: throws std::runtime_error "<path>: not a gzip file (it does not start with gzip's
+// magic bytes 1f 8b), though its name ends in .gz" otherwise (zlib would pass it through as plain text). fd: the open
+// file (read with pread at offset 0), or < 0 to open `path`. Nothing for other names or an empty file.
+void check_gzip_name(const std::string& path, int fd = -1);
 
 // The one wording of the input-file errors every command that reads text gives (read_lines, and `tfm embed`'s
 // streaming reader): throws std::runtime_error "<path>: is a folder, expected a file" when the open file `fd`

@@ -89,9 +89,9 @@ std::unique_ptr<EncoderModel> make_bert_variant(const EncoderConfig& config, Wei
 // "roberta.encoder.layer.0.attention.self.query.weight", "distilbert.transformer.layer.0.attention.q_lin.weight",
 // "mpnet.encoder.relative_attention_bias.weight"), so that the store saves as a Hugging Face checkpoint. Forward
 // and backward match the modeling file's base model in training mode: dropout p (nn::Context::dropout: HF
-// hidden_dropout_prob; DistilBERT's dropout, its attention_dropout taken equal) after the embeddings' LayerNorm, on
-// the attention probabilities, and on each sublayer's output before its residual LayerNorm (DistilBERT: the
-// feed-forward's only). Position ids, token types and MPNet's relative position bias as the variant says.
+// hidden_dropout_prob; DistilBERT's dropout) after the embeddings' LayerNorm and on each sublayer's output before
+// its residual LayerNorm (DistilBERT: the feed-forward's only), and nn::Context::attention_p() on the attention
+// probabilities (attention_probs_dropout_prob; DistilBERT's attention_dropout). Position ids, token types and MPNet's relative position bias as the variant says.
 class BertTrainable final : public TrainableEncoder {
  public:
   // BERT, its parameters under `prefix` ("bert.", or "" for a bare BertModel folder).

@@ -10,6 +10,7 @@
 #include "models/bert.h"
 #include "models/checkpoint_weights.h"
 #include "models/distilbert.h"
+#include "models/hf_seq2seq.h"
 #include "models/mpnet.h"
 #include "models/modernbert.h"
 #include "models/roberta.h"
@@ -30,6 +31,14 @@ std::string supported_encoder_types() {
 EncoderConfig EncoderConfig::from_json(const nlohmann::json& config, const std::string& file) {
   EncoderConfig c;
   c.model_type = json_string_or(config, "model_type", "bert", file);
+  // The family first: a translation folder's config has none of an encoder's keys.
+  if (c.model_type == "transformer_seq2seq" || is_hf_seq2seq_type(c.model_type))
+    throw std::runtime_error(file + ": this is a " + c.model_type + " folder (a translation model), not an encoder; "
+                             "'tfm translate' and 'tfm serve' run it");
+  if (c.model_type != "bert" && c.model_type != "transformer_encoder" && !is_roberta_family(c.model_type) &&
+      c.model_type != "distilbert" && c.model_type != "mpnet" && c.model_type != "modernbert")
+    throw std::runtime_error(file + ": model_type '" + c.model_type +
+                             "' is not an encoder this tool runs (supported: " + supported_encoder_types() + ")");
   // Families with their own key names are read through BERT's.
   const nlohmann::json j = c.model_type == "distilbert" ? distilbert_config_as_bert(config, file) : config;
   c.json = config;
@@ -84,14 +93,15 @@ EncoderConfig EncoderConfig::from_json(const nlohmann::json& config, const std::
   if (pos != "absolute")
     throw std::runtime_error(file + ": position_embedding_type '" + pos + "' is not supported (only 'absolute')");
   if (c.model_type == "modernbert") ModernBertConfig::from(c);  // its own keys, checked at load
-  if (c.model_type != "bert" && c.model_type != "transformer_encoder" && !is_roberta_family(c.model_type) &&
-      c.model_type != "distilbert" && c.model_type != "mpnet" && c.model_type != "modernbert")
-    throw std::runtime_error(file + ": model_type '" + c.model_type +
-                             "' is not an encoder this tool runs (supported: " + supported_encoder_types() + ")");
   return c;
 }
 
 EncoderConfig EncoderConfig::load(const std::string& path) { return from_json(load_json_file(path), path); }
+
+int64_t EncoderConfig::max_input_tokens() const {
+  if (model_type == "mpnet") return max_position_embeddings - 2;  // positions from MPNet's padding_idx 1
+  return is_roberta_family(model_type) ? max_position_embeddings - pad_token_id - 1 : max_position_embeddings;
+}
 
 EncoderOutput EncoderModel::forward_first_token(const Tensor& input_ids, const Tensor& token_type_ids,
                                                 const Tensor& attention_mask, bool unpadded) const {

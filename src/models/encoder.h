@@ -38,6 +38,9 @@ struct EncoderConfig {
   std::string source;   // the file it came from, for errors
 
   int64_t head_dim() const { return hidden_size / num_attention_heads; }
+  // The longest input the model takes, in tokens: max_position_embeddings, less pad_token_id + 1 for the RoBERTa
+  // family and less 2 for MPNet (whose positions start after the padding index, MPNet's fixed at 1).
+  int64_t max_input_tokens() const;
   // Parses and validates (positive sizes, hidden_size divisible by num_attention_heads, known activation).
   // `file` names the source in errors. A missing model_type defaults to "bert".
   static EncoderConfig from_json(const nlohmann::json& j, const std::string& file);

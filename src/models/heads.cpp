@@ -171,6 +171,18 @@ nn::LayerNorm load_head_layer_norm(CheckpointWeights& w, const std::string& p, i
 }
 }  // namespace detail
 
+std::string checked_problem_type(const nlohmann::json& config, const std::string& file) {
+  if (config.contains("id2label") && !config["id2label"].is_null() && !config["id2label"].is_object())
+    throw std::runtime_error(file + ": key 'id2label' must be an object of label ids to names, such as "
+                             "{\"0\": \"negative\", \"1\": \"positive\"}");
+  if (!config.contains("problem_type") || config["problem_type"].is_null()) return "";
+  const std::string p = json_string_or(config, "problem_type", "", file);
+  if (p != "regression" && p != "single_label_classification" && p != "multi_label_classification")
+    throw std::runtime_error(file + ": problem_type '" + p + "' is not one of regression, "
+                             "single_label_classification, multi_label_classification");
+  return p;
+}
+
 HeadKind detect_head_kind(const std::string& dir) {
   const std::string cfg_path = dir + "/config.json";
   nlohmann::json j = load_json_file(cfg_path);
@@ -189,7 +201,7 @@ TaskModel TaskModel::load(const std::string& dir, HeadKind want, std::optional<o
   EncoderConfig cfg = EncoderConfig::from_json(j, cfg_path);
   const FamilyHeads& family = family_heads(cfg.model_type, cfg_path);
   m.head_.architectures = read_architectures(j);
-  m.head_.problem_type = json_string_or(j, "problem_type", "", cfg_path);
+  m.head_.problem_type = checked_problem_type(j, cfg_path);
   if (j.contains("sentence_transformers") && j["sentence_transformers"].is_object())
     m.head_.activation_fn = json_string_or(j["sentence_transformers"], "activation_fn", "", cfg_path);
   if (m.head_.activation_fn.empty())
@@ -251,11 +263,7 @@ TaskModel TaskModel::load(const std::string& dir, HeadKind want, std::optional<o
   return m;
 }
 
-int64_t TaskModel::max_input_tokens() const {
-  const EncoderConfig& c = encoder_->config();
-  if (c.model_type == "mpnet") return c.max_position_embeddings - 2;  // positions from MPNet's padding_idx 1
-  return is_roberta_family(c.model_type) ? c.max_position_embeddings - c.pad_token_id - 1 : c.max_position_embeddings;
-}
+int64_t TaskModel::max_input_tokens() const { return encoder_->config().max_input_tokens(); }
 
 std::vector<float> TaskModel::run_stages(std::vector<float> x, int64_t N) const {
   std::vector<float> y;

@@ -42,6 +42,12 @@ struct HeadConfig {
 // has none ("... has no task head (architectures BertModel ...)").
 HeadKind detect_head_kind(const std::string& dir);
 
+// config.json's problem_type: "" when absent or null, else one of PretrainedConfig's allowed_problem_types
+// ("regression", "single_label_classification", "multi_label_classification"); another value, or one that is not
+// a string, is std::runtime_error naming `file` (transformers raises ValueError for it too). An id2label that is
+// present but not an object of id -> name (a list, a string) is refused the same way.
+std::string checked_problem_type(const nlohmann::json& config, const std::string& file);
+
 // An encoder body (make_encoder: any family) with one task head, from DIR/config.json, the checkpoint and the
 // tokenizer files.
 class TaskModel {
@@ -76,8 +82,7 @@ class TaskModel {
   // tokenizer.decode([id]), the fill-mask pipeline's token_str (WordPiece: the token, "##" kept).
   std::string decode_token(int64_t id) const;
 
-  // The longest input the body takes: max_position_embeddings, less pad_token_id + 1 for the RoBERTa family and
-  // less 2 for MPNet (whose positions start after the padding index, MPNet's fixed at 1).
+  // The longest input the body takes (EncoderConfig::max_input_tokens).
   int64_t max_input_tokens() const;
   HeadKind kind() const { return kind_; }
   const HeadConfig& head_config() const { return head_; }

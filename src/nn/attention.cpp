@@ -135,9 +135,9 @@ void MultiHeadAttention::forward(const Context& c, float* out, const float* xq_,
     v = V.data();
   }
   drop = ops::DropoutDraw{};
-  if (c.dropping()) {
+  if (c.attention_dropping()) {
     const ops::AttentionDropoutDims dims{num_heads, Lq, Lk};  // keyed masks ignore padding of Lq, Lk
-    drop = ops::dropout_draw((int64_t)probs.size(), c.dropout, *c.rng, &dims);
+    drop = ops::dropout_draw((int64_t)probs.size(), c.attention_p(), *c.rng, &dims);
   }
   const float* dm = dropout_mask_scratch(drop_mask, drop);
   if (!ops::attention_forward_train(cx, probs.data(), q, k, v, d, mask, dm))

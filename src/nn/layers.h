@@ -37,10 +37,13 @@ const float* dropout_mask_scratch(Buf& scratch, const ops::DropoutDraw& d);
 // How a saving forward runs.
 struct Context {
   Rng* rng = nullptr;     // dropout masks are drawn from it; null: no dropout (evaluation)
-  float dropout = 0.0f;   // p of every dropout of the model
+  float dropout = 0.0f;   // p of every dropout of the model but the attention probabilities'
+  float attention_dropout = -1.0f;  // p on the attention probabilities (BERT attention_probs_dropout_prob); < 0: dropout
   bool grad = false;      // a forward for backward (training): parameter products in each Linear's `precision`
   bool packed = false;    // Linear products on the packed inference weights where a Linear has them (Linear::pack)
   bool dropping() const { return rng && dropout > 0.0f; }
+  float attention_p() const { return attention_dropout >= 0.0f ? attention_dropout : dropout; }
+  bool attention_dropping() const { return rng && attention_p() > 0.0f; }
 };
 
 // torch.nn.Linear: y = x W^T + b. weight [out_features, in_features], bias [out_features] or none.

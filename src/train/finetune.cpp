@@ -114,6 +114,7 @@ nn::Context training_context(const FinetuneHyperparameters& hp, Rng& rng, bool d
   if (dropout) {  // a body with its own p per site (ModernBERT) drops whenever rng is set
     ctx.rng = &rng;
     ctx.dropout = hp.dropout;
+    ctx.attention_dropout = hp.attention_dropout;
   }
   return ctx;
 }
@@ -428,33 +429,42 @@ float dropout_of(const nlohmann::json& config, const char* key, double fallback,
   return (float)v;
 }
 
-// BERT and RoBERTa: hidden_dropout_prob; the classifiers' classifier_dropout when set.
-std::pair<float, float> bert_dropouts(const nlohmann::json& config, HeadKind kind, const std::string& file) {
-  const float body = dropout_of(config, "hidden_dropout_prob", 0.1, file);
-  float head = body;
+// BERT and RoBERTa: hidden_dropout_prob, attention_probs_dropout_prob; the classifiers' classifier_dropout when set.
+TrainingDropouts bert_dropouts(const nlohmann::json& config, HeadKind kind, const std::string& file) {
+  TrainingDropouts d;
+  d.body = d.head = dropout_of(config, "hidden_dropout_prob", 0.1, file);
+  d.attention = dropout_of(config, "attention_probs_dropout_prob", 0.1, file);
   if (kind != HeadKind::MaskedLM && config.contains("classifier_dropout") && !config["classifier_dropout"].is_null())
-    head = dropout_of(config, "classifier_dropout", body, file);
-  return {body, head};
+    d.head = dropout_of(config, "classifier_dropout", d.body, file);
+  return d;
 }
 
-// MPNet: hidden_dropout_prob for the body and the heads (MPNetConfig has no classifier_dropout).
-std::pair<float, float> mpnet_dropouts(const nlohmann::json& config, HeadKind, const std::string& file) {
-  const float p = dropout_of(config, "hidden_dropout_prob", 0.1, file);
-  return {p, p};
+// MPNet: hidden_dropout_prob for the body and the heads (MPNetConfig has no classifier_dropout),
+// attention_probs_dropout_prob.
+TrainingDropouts mpnet_dropouts(const nlohmann::json& config, HeadKind, const std::string& file) {
+  TrainingDropouts d;
+  d.body = d.head = dropout_of(config, "hidden_dropout_prob", 0.1, file);
+  d.attention = dropout_of(config, "attention_probs_dropout_prob", 0.1, file);
+  return d;
 }
 
-// DistilBERT: dropout; sequence classification seq_classif_dropout.
-std::pair<float, float> distilbert_dropouts(const nlohmann::json& config, HeadKind kind, const std::string& file) {
-  const float body = dropout_of(config, "dropout", 0.1, file);
-  return {body, kind == HeadKind::SequenceClassification ? dropout_of(config, "seq_classif_dropout", 0.2, file) : body};
+// DistilBERT: dropout, attention_dropout; sequence classification seq_classif_dropout.
+TrainingDropouts distilbert_dropouts(const nlohmann::json& config, HeadKind kind, const std::string& file) {
+  TrainingDropouts d;
+  d.body = dropout_of(config, "dropout", 0.1, file);
+  d.attention = dropout_of(config, "attention_dropout", 0.1, file);
+  d.head = kind == HeadKind::SequenceClassification ? dropout_of(config, "seq_classif_dropout", 0.2, file) : d.body;
+  return d;
 }
 
 // ModernBERT: the body reads embedding_dropout, attention_dropout and mlp_dropout itself (ModernBertTrainable;
 // checked here), so its p is 0; the classifiers' classifier_dropout (default 0).
-std::pair<float, float> modernbert_dropouts(const nlohmann::json& config, HeadKind kind, const std::string& file) {
+TrainingDropouts modernbert_dropouts(const nlohmann::json& config, HeadKind kind, const std::string& file) {
   for (const char* key : {"embedding_dropout", "attention_dropout", "mlp_dropout"}) dropout_of(config, key, 0.0, file);
   const bool set = config.contains("classifier_dropout") && !config["classifier_dropout"].is_null();
-  return {0.0f, kind != HeadKind::MaskedLM && set ? dropout_of(config, "classifier_dropout", 0.0, file) : 0.0f};
+  TrainingDropouts d;
+  d.head = kind != HeadKind::MaskedLM && set ? dropout_of(config, "classifier_dropout", 0.0, file) : 0.0f;
+  return d;
 }
 
 // One family: config.json model_type, the Hugging Face class-name stem, its body, its heads, its dropouts.
@@ -466,7 +476,7 @@ struct Family {
   // The head of `kind` (out: num_labels; masked LM: vocab_size).
   TrainingHead (*head)(const EncoderConfig& config, HeadKind kind, int64_t out);
   // training_dropouts.
-  std::pair<float, float> (*dropouts)(const nlohmann::json& config, HeadKind kind, const std::string& file);
+  TrainingDropouts (*dropouts)(const nlohmann::json& config, HeadKind kind, const std::string& file);
 };
 
 using BodyOptions = TrainableEncoderOptions;
@@ -545,7 +555,7 @@ std::string trained_architecture(const std::string& model_type, HeadKind kind) {
   return std::string(family_of(model_type, "config.json").class_stem) + task;
 }
 
-std::pair<float, float> training_dropouts(const nlohmann::json& config, HeadKind kind, const std::string& file) {
+TrainingDropouts training_dropouts(const nlohmann::json& config, HeadKind kind, const std::string& file) {
   const std::string model_type = json_string_or(config, "model_type", "bert", file);
   return family_of(model_type, file).dropouts(config, kind, file);
 }

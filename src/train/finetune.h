@@ -66,6 +66,8 @@ struct FinetuneHyperparameters {
   float dropout = 0.1f;        // the body's p (training_dropouts: hidden_dropout_prob; DistilBERT dropout;
                                // ModernBERT 0: its body reads its own p's)
   float head_dropout = -1.0f;  // the head's p (classifier_dropout, DistilBERT seq_classif_dropout); < 0: dropout
+  float attention_dropout = -1.0f;  // the attention probabilities' p (attention_probs_dropout_prob, DistilBERT
+                                    // attention_dropout); < 0: dropout
   uint64_t seed = 42;
 };
 
@@ -77,14 +79,21 @@ const char* trainable_model_types();
 // Throws std::invalid_argument "<where>: model_type 'mpnet' cannot be fine-tuned yet (supported: bert, ...)"
 // for a model_type outside trainable_model_types().
 void check_finetune_family(const std::string& model_type, const std::string& where);
-// The dropout of a family's *For<kind> model in training, from config.json: body = hidden_dropout_prob (default
+// The dropouts of a family's *For<kind> model in training (p's in [0, 1)).
+struct TrainingDropouts {
+  float body = 0.0f, attention = 0.0f, head = 0.0f;
+  bool operator==(const TrainingDropouts&) const = default;
+};
+// The dropouts of a family's *For<kind> model in training, from config.json: body = hidden_dropout_prob (default
 // 0.1; DistilBERT: dropout, default 0.1; ModernBERT: 0, its body reading embedding_dropout, attention_dropout and
-// mlp_dropout itself, checked here); head = classifier_dropout when set (not MPNet, whose config has none), else
+// mlp_dropout itself, checked here); attention (on the attention probabilities) = attention_probs_dropout_prob
+// (default 0.1; DistilBERT: attention_dropout, default 0.1; ModernBERT 0); head = classifier_dropout when set (not
+// MPNet, whose config has none), else
 // the body's (DistilBERT sequence classification: seq_classif_dropout, default 0.2; token classification:
 // dropout; ModernBERT classifier_dropout, default 0); masked LM heads have none (head = body, unused; ModernBERT
 // 0). Throws std::runtime_error naming `file` for a value that is not a number in [0, 1), std::invalid_argument
 // for a model_type outside trainable_model_types().
-std::pair<float, float> training_dropouts(const nlohmann::json& config, HeadKind kind, const std::string& file);
+TrainingDropouts training_dropouts(const nlohmann::json& config, HeadKind kind, const std::string& file);
 // The trainable body of config.model_type's family (check_finetune_family; std::invalid_argument for another),
 // its parameters registered in `store` (finalize the store, then body->load()).
 std::unique_ptr<TrainableEncoder> make_trainable_encoder(nn::ParamStore& store, const EncoderConfig& config,

@@ -973,6 +973,7 @@ RecipeResult run_recipe(const RecipeConfig& cfg_in, const std::string& out, bool
   res.epochs_run = (int64_t)log_rows.size();
   res.steps = step;
   res.seconds = now_s();
+  res.invocation_seconds = res.seconds - elapsed_before;
   res.train_tokens_per_sec = tokens_done / std::max(res.seconds, 1e-9);
   res.step_tokens_per_sec = step_tokens / std::max(step_seconds, 1e-9);
   if (op_profiling()) {  // TFM_PROFILE=1: where this invocation's training steps went, on each rank

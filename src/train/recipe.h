@@ -68,6 +68,7 @@ struct RecipeResult {
   double best_valid_bleu = 0;
   int64_t best_epoch = 0, epochs_run = 0, steps = 0;
   double seconds = 0, train_tokens_per_sec = 0;
+  double invocation_seconds = 0;  // this call's wall time (`seconds` adds the resumed runs' before it)
   // Target tokens per second of this invocation's training steps alone (batch, forward, backward, all-reduce,
   // update), without the subword training, data encoding, validation and checkpoints that `seconds` includes.
   double step_tokens_per_sec = 0;

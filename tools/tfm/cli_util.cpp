@@ -1,6 +1,9 @@
 // Option helpers shared by the subcommands (declared in cli_util.h): --threads, validators with plain messages,
 // checked writes to stdout.
 #include "cli_util.h"
+#include "io/text_file.h"
+
+#include <sys/stat.h>
 
 #include <cerrno>
 #include <cmath>
@@ -103,6 +106,25 @@ CLI::Validator positive() {
 CLI::Validator non_negative() {
   return number_check(">= 0", [](double v) { return v >= 0; }, "a number >= 0");
 }
+void require_utf8(const char* option, const std::string& value) {
+  if (auto bad = find_invalid_utf8(value))
+    throw CLI::ValidationError(std::string(option) + ": invalid UTF-8 at byte offset " + std::to_string(*bad));
+}
+
+CLI::Validator file_suffix(std::vector<std::string> suffixes) {
+  std::string names;
+  for (const std::string& s : suffixes) names += (names.empty() ? "" : " or ") + s;
+  return CLI::Validator(
+      [suffixes, names](std::string& v) -> std::string {
+        for (const std::string& s : suffixes)
+          if (v.size() > s.size() && v.compare(v.size() - s.size(), s.size(), s) == 0) return "";
+        struct stat st;
+        if (::stat(v.c_str(), &st) == 0 && !S_ISREG(st.st_mode) && !S_ISDIR(st.st_mode)) return "";  // /dev/stdout
+        return "must end in " + names + ", got '" + v + "'";
+      },
+      "FILE" + names);
+}
+
 CLI::Validator seed_value() {
   return CLI::Validator(
       [](std::string& s) -> std::string {

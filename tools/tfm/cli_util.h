@@ -32,6 +32,11 @@ CLI::Validator positive();
 CLI::Validator non_negative();
 // A whole number in [0, 2^64): seeds (CLI11 would turn -1 into 18446744073709551615).
 CLI::Validator seed_value();
+// A file name ending in one of `suffixes` (the format written follows it): "must end in .npy, got 'x.txt'".
+// A device or pipe that exists (/dev/stdout) is taken as it is.
+CLI::Validator file_suffix(std::vector<std::string> suffixes);
+// Throws CLI::ValidationError "<option>: invalid UTF-8 at byte offset N" when an option's text is not UTF-8.
+void require_utf8(const char* option, const std::string& value);
 // "[1, 2, 3]"
 std::string format_ids(const std::vector<int64_t>& ids);
 // Flushes stdout (C++ and C streams) and throws std::runtime_error "cannot write to standard output: <reason>" when

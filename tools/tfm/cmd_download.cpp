@@ -15,6 +15,7 @@ void add_download_command(CLI::App& app) {
     std::string id, revision, cache_dir;
     std::vector<std::string> include;
     bool quiet = false;
+    int threads = 0;
   };
   auto o = std::make_shared<Opts>();
   CLI::App* cmd = app.add_subcommand(
@@ -31,6 +32,7 @@ void add_download_command(CLI::App& app) {
       ->allow_extra_args(false);
   cmd->add_option("--cache-dir", o->cache_dir, "Cache folder instead of the environment's");
   cmd->add_flag("--quiet", o->quiet, "No progress on stderr");
+  add_threads_option(cmd, o->threads, "Accepted as by every command; files download one after the other");
   cmd->callback([o] {
     hub::HubOptions h;
     h.revision = o->revision;

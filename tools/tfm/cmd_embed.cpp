@@ -186,6 +186,7 @@ void add_embed_command(CLI::App& app) {
     }
     if (!o->prompt.empty() && !o->prompt_name.empty())
       throw CLI::ValidationError("give --prompt or --prompt-name, not both");
+    require_utf8("--prompt", o->prompt);
     EncoderOptions eo;  // SentenceTransformer.encode()'s pipeline, also for a plain folder with --pooling
     eo.pipeline = "sentence_transformers";
     eo.threads = o->threads;

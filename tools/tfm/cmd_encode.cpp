@@ -39,10 +39,12 @@ void add_encode_command(CLI::App& app) {
                   "Second sentence of a pair (token_type_ids 1), one per --text, in the same order")
       ->allow_extra_args(false);  // --pair A B: B is a TEXT, not a second pair
   cmd->add_flag("--no-special-tokens", o->no_special, "Do not add [CLS] / [SEP]");
-  cmd->add_option("--output,-o", o->output, "Write the hidden states here (.npy, float32)");
+  cmd->add_option("--output,-o", o->output, "Write the hidden states here (.npy, float32)")
+      ->check(file_suffix({".npy"}));
   cmd->add_flag("--all-layers", o->all_layers,
                 "Write every layer's output [num_hidden_layers + 1, B, L, H], the embedding output first");
-  cmd->add_option("--pooled", o->pooled, "Write BERT's pooler output [B, H] here (.npy)");
+  cmd->add_option("--pooled", o->pooled, "Write BERT's pooler output [B, H] here (.npy)")
+      ->check(file_suffix({".npy"}));
   cmd->add_option("--config", o->config, "config.json to use instead of the model folder's");
   cmd->add_option("--init", o->init, "Weights: 'file' (model.safetensors) or 'random' (seeded, PyTorch default init)")
       ->check(CLI::IsMember({"file", "random"}));

@@ -97,7 +97,11 @@ void add_finetune_command(CLI::App& app) {
       ->capture_default_str()->check(CLI::IsMember({"fp32", "bf16"}));
   add_threads_option(cmd, o->threads);
   cmd->add_flag("--no-progress", *no_progress, "Do not print progress");
-  cmd->callback([o, model, labels, no_progress] {
+  cmd->callback([o, model, labels, no_progress, cmd] {
+    if (cmd->count("--labels") && labels->empty())
+      throw CLI::ValidationError("--labels: no label names (give them comma-separated, or leave the option out)");
+    if (cmd->count("--mlm-probability") && o->task != "mlm")
+      throw CLI::ValidationError("--mlm-probability is the masking rate of --task mlm; this is --task " + o->task);
     if (!labels->empty()) {
       o->labels.clear();
       size_t start = 0;

@@ -43,6 +43,7 @@ void add_rerank_command(CLI::App& app) {
     std::vector<std::string> passages = gather_texts(o->texts, o->input, "passage");
     if (passages.empty() && o->input.empty()) throw CLI::ValidationError("give passages to rank, or --input FILE");
     if (o->query.find_first_not_of(" \t\v\f\r") == std::string::npos) throw CLI::ValidationError("--query is empty");
+    require_utf8("--query", o->query);
     const Classifier m(o->model, ClassifierOptions{o->threads, o->dtype});
     const int64_t C = m.num_labels();
     if (C > 2)

@@ -7,6 +7,7 @@
 
 #include "cli_util.h"
 #include "commands.h"
+#include "io/text_file.h"
 #include "tfm/translator.h"
 
 namespace tfm::cli {
@@ -27,6 +28,7 @@ bool read_line(std::istream& in, std::string& line, size_t line_no, const std::s
 }
 
 std::ifstream open_text(const std::string& path, const char* option) {
+  check_not_folder(path);
   std::ifstream f(path, std::ios::binary);
   if (!f) throw std::invalid_argument(std::string(option) + " " + path + ": cannot open");
   return f;
@@ -73,7 +75,9 @@ void add_score_command(CLI::App& app) {
           const size_t end = what.find_first_not_of("0123456789", sp + 1);
           if (end > sp + 1) {
             const size_t k = std::stoul(what.substr(sp + 1, end - sp - 1));
-            what = "line " + std::to_string(first + k - 1) + ": " + what.substr(0, sp) + what.substr(end);
+            const std::string& file = what.rfind("source ", 0) == 0 ? o->source : o->target;
+            const std::string where = o->source.empty() ? "stdin line " : file + ": line ";
+            what = where + std::to_string(first + k - 1) + ": " + what.substr(0, sp) + what.substr(end);
           }
         }
         throw std::invalid_argument(what);
@@ -95,8 +99,9 @@ void add_score_command(CLI::App& app) {
       if (o->source.empty()) {
         if (!read_line(std::cin, a, no, "stdin")) break;
         const size_t tab = a.find('\t');
-        if (tab == std::string::npos)
-          throw std::invalid_argument("stdin line " + std::to_string(no) + ": expected 'source<TAB>target'");
+        if (tab == std::string::npos || a.find('\t', tab + 1) != std::string::npos)
+          throw std::invalid_argument("stdin line " + std::to_string(no) + ": expected 'source<TAB>target' (" +
+                                      (tab == std::string::npos ? "no TAB" : "more than one TAB") + ")");
         b = a.substr(tab + 1);
         a.resize(tab);
       } else {

@@ -8,6 +8,7 @@
 
 #include "cli_util.h"
 #include "commands.h"
+#include "io/text_file.h"
 #include "tfm/tokenizer.h"
 
 namespace tfm::cli {
@@ -81,6 +82,7 @@ void add_tokenize_command(CLI::App& app) {
     }
     std::ifstream file;
     if (o->input != "-") {
+      check_not_folder(o->input);
       file.open(o->input, std::ios::binary);
       if (!file) throw std::runtime_error(o->input + ": cannot open");
     }

@@ -159,23 +159,31 @@ void add_train_command(CLI::App& app) {
       const TrainSummary r = train(*recipe, out, ro);  // under mpirun an error ends every rank
       if (r.stopped_by_signal) throw ExitStatus{128 + r.stopped_by_signal};  // 130 (SIGINT), 143 (SIGTERM)
       if (process_group().rank != 0) return;
+      // After --resume the run's figures span every invocation; say what this one took.
+      std::string this_call;
+      if (!resume->empty() && r.invocation_seconds < r.seconds) {
+        char buf[96];
+        std::snprintf(buf, sizeof buf, " (times over the whole run; this invocation %.1f s)", r.invocation_seconds);
+        this_call = buf;
+      }
       if (r.best_epoch == 0) {  // config.json + model.safetensors are written at the end of the first epoch
         // Same "in S s, T target tokens/s (U in the training steps)" as the line below (bench/multi30k.sh --short
         // reads both figures).
         std::printf("stopped after %lld steps in %.1f s, %.0f target tokens/s (%.0f in the training steps), before "
                     "the end of the first epoch: no model written yet (only a checkpoint); continue with 'tfm train "
-                    "--resume %s'\n",
-                    (long long)r.steps, r.seconds, r.tokens_per_sec, r.step_tokens_per_sec, out.c_str());
+                    "--resume %s'%s\n",
+                    (long long)r.steps, r.seconds, r.tokens_per_sec, r.step_tokens_per_sec, out.c_str(),
+                    this_call.c_str());
         return;
       }
       // "trained 2 epochs" / "trained 1 epoch, stopped in epoch 2": a cut-short epoch is not counted as trained.
       const std::string stopped_in =
           r.stopped_in_epoch ? ", stopped in epoch " + std::to_string(r.stopped_in_epoch) : std::string();
       std::printf("trained %lld %s%s (%lld steps) in %.1f s, %.0f target tokens/s (%.0f in the training steps); "
-                  "best validation BLEU %.2f (epoch %lld); model in %s\n",
+                  "best validation BLEU %.2f (epoch %lld); model in %s%s\n",
                   (long long)r.epochs_run, r.epochs_run == 1 ? "epoch" : "epochs", stopped_in.c_str(),
                   (long long)r.steps, r.seconds, r.tokens_per_sec, r.step_tokens_per_sec, r.best_valid_bleu,
-                  (long long)r.best_epoch, out.c_str());
+                  (long long)r.best_epoch, out.c_str(), this_call.c_str());
       return;
     }
     if (!sets->empty() || cmd->count("--max-tokens"))

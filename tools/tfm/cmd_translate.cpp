@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <filesystem>
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
@@ -149,7 +150,8 @@ void add_translate_command(CLI::App& app) {
   cmd->add_option("--attention-png", o->attention_png,
                   "Save the first sentence's attention weights as a PNG (or .svg), tokens on both axes: top row "
                   "encoder self-attention (last layer), bottom row decoder cross-attention (last layer) of the "
-                  "printed translation (with --beam: the best beam's), one titled panel per head, a colour bar");
+                  "printed translation (with --beam: the best beam's), one titled panel per head, a colour bar")
+      ->check(file_suffix({".png", ".svg"}));
   cmd->add_flag("--quiet,-q", o->quiet,
                 "No warnings (unknown words, truncated sentences); without it the first 10 are shown, then a count");
   add_threads_option(cmd, o->threads);
@@ -188,7 +190,8 @@ void add_translate_command(CLI::App& app) {
                   "many tokens; 0 = off")
       ->capture_default_str()->check(whole_range(0, 100000));
   cmd->add_option("--bad-words", o->bad_words,
-                  "Target text never generated (its token sequence is banned; repeat the option for several)");
+                  "Target text never generated (its token sequence is banned; repeat the option for several)")
+      ->allow_extra_args(false);  // --bad-words A "go .": "go ." is a sentence, not a second bad word
   cmd->add_option("--sampling-topk", o->sampling_topk,
                   "Random sampling from the K most likely tokens (0 = all, 1 = greedy decoding); with --beam 1")
       ->capture_default_str()->check(whole_range(0, 1 << 20));
@@ -211,6 +214,11 @@ void add_translate_command(CLI::App& app) {
       throw CLI::ValidationError("--quantize-output-projection runs the output projection in the --dtype type; "
                                  "give --dtype bf16 or int8 as well (with fp32 it changes nothing)");
     const std::string config_path = o->model + "/config.json";
+    std::error_code ec;
+    if (!std::filesystem::exists(config_path, ec) &&
+        std::filesystem::is_regular_file(o->model + "/checkpoint.safetensors", ec))
+      throw std::invalid_argument(o->model + " holds a training checkpoint but no model yet (a run stopped before the "
+                                  "end of its first epoch); continue it with 'tfm train --resume " + o->model + "'");
     const nlohmann::json config_json = load_json_file(config_path);
     if (const std::string t = json_string_or(config_json, "model_type", "", config_path);
         t == "bert" || t == "transformer_encoder")
@@ -244,6 +252,8 @@ void add_translate_command(CLI::App& app) {
     opt.repetition_penalty = o->repetition_penalty;
     opt.no_repeat_ngram_size = o->no_repeat_ngram_size;
     opt.min_length = o->min_length;
+    require_utf8("--target-prefix", o->target_prefix);
+    for (const std::string& w : o->bad_words) require_utf8("--bad-words", w);
     for (const std::string& w : o->bad_words) {
       std::vector<int64_t> ids = translator.encode_target(w);
       if (ids.empty()) throw std::invalid_argument("--bad-words '" + w + "' has no target token");
@@ -253,6 +263,10 @@ void add_translate_command(CLI::App& app) {
     opt.sampling_topp = o->sampling_topp;
     opt.sampling_temperature = o->sampling_temperature;
     opt.seed = o->seed;
+    for (const char* f : {"--sampling-topp", "--sampling-temperature"})
+      if (cmd->count(f) && o->sampling_topk == 1)
+        throw CLI::ValidationError(std::string(f) + " shapes random sampling, and --sampling-topk 1 (the default) "
+                                   "is greedy decoding; give --sampling-topk K as well (0 = all tokens)");
     if (o->sampling_topk != 1 && o->beam > 1)
       throw std::invalid_argument("--sampling-topk " + std::to_string(o->sampling_topk) +
                                   " samples one token a step; it needs --beam 1, got --beam " + std::to_string(o->beam));
@@ -287,6 +301,7 @@ void add_translate_command(CLI::App& app) {
         } catch (const std::invalid_argument& ex) {  // "sentence: invalid UTF-8 at byte offset N"
           std::string what = ex.what();
           if (what.rfind("sentence", 0) == 0) what.insert(8, " " + std::to_string(no));
+          if (!o->input.empty() && o->input != "-") what = o->input + ": " + what;  // name the file it came from
           throw std::invalid_argument(what);
         }
         src[i] = std::move(e.ids);

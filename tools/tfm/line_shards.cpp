@@ -37,6 +37,7 @@ void LineReader::open(const std::string& path) {
   }
   try {
     check_not_folder(name, fd);  // io/text_file: the wording of classify / rerank / fill-mask (read_lines)
+    if (path != "-") check_gzip_name(path, fd);
   } catch (...) {
     ::close(fd);
     throw;
