@@ -559,9 +559,11 @@ double max_abs_diff(const std::vector<float>& a, const std::vector<double>& b) {
 }  // namespace
 
 TEST(TrainKernels, SmallHeadAttentionMatchesReferenceForwardAndBackward) {
+  // Lengths of one, two and four vectors of keys (the kernels run 8 keys a vector pass, up to kFusedMaxKeys 32).
+  for (int64_t L0 : {7, 13, 32})
   for (int64_t Dh : {8, 16, 64})
     for (const MaskCase& mc : kCases) {
-      const int64_t B = 3, H = 2, Lq = 7, Lk = mc.causal ? 7 : 6, D = H * Dh;
+      const int64_t B = 3, H = 2, Lq = L0, Lk = mc.causal ? L0 : L0 - 1, D = H * Dh;
       auto q = random_vec(B * Lq * D, 1), k = random_vec(B * Lk * D, 2), v = random_vec(B * Lk * D, 3);
       auto dout = random_vec(B * Lq * D, 4);
       std::vector<int64_t> lens = {Lk, 3, 1};
