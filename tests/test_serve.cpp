@@ -1288,6 +1288,19 @@ TEST(ServeFields, TranslateTakesFormBodies) {
   r = http("POST", s.url("/translate"), "q=" + urlenc(src) + "&source=en&target=fr&api_key=wrong",
            {"Content-Type: application/x-www-form-urlencoded"});
   EXPECT_EQ(r.status, 401) << r.body;
+  // A JSON body under curl -d's default Content-Type (or none) is JSON, as LibreTranslate reads it; the api_key
+  // field in it authorises the request.
+  const std::string as_json = "\n " + json({{"q", src}, {"target", "fr"}, {"api_key", "k"}}).dump();
+  for (const std::vector<std::string>& h : {std::vector<std::string>{"Content-Type: application/x-www-form-urlencoded"},
+                                            std::vector<std::string>{"Content-Type:"}}) {
+    r = http("POST", s.url("/translate"), as_json, h);
+    ASSERT_EQ(r.status, 200) << r.body;
+    EXPECT_EQ(r.j()["translatedText"], want);
+  }
+  r = http("POST", s.url("/attention"), json({{"q", src}}).dump(),
+           {"Content-Type: application/x-www-form-urlencoded", "Authorization: Bearer k"});
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(r.j()["translatedText"], want);
   // multipart/form-data
   {
     Reply mr;

@@ -93,7 +93,8 @@ DecodeRequest parse_decode_request(std::string_view body, const RequestLimits& l
 // "format" ("text" only), "alternatives" (0..max_beam_size - 1: the beam's next best hypotheses after the
 // translation, num_return_sequences = alternatives + 1, the beam at least that wide), "api_key" (the server's key
 // when it has one). A JSON object, or the same fields as a form (application/x-www-form-urlencoded or
-// multipart/form-data) turned into one by form_to_json.
+// multipart/form-data) turned into one by form_to_json; a body that starts with '{' is JSON whatever its
+// Content-Type (`curl -d '{...}'` labels it a form), as for every route.
 struct TranslateRequest {
   std::vector<std::string> q;
   bool single = false;
