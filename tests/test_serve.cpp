@@ -1222,6 +1222,28 @@ TEST(ServeFields, HttpHygieneAndOpenApi) {
   EXPECT_EQ(r.header("Allow"), "GET, HEAD, OPTIONS") << r.headers;
   expect_error(http("POST", s.url("/embed"), ""), 422, "validation", "body is empty");
   expect_error(http("POST", s.url("/embed"), "inputs=x", {"Content-Type: text/plain"}), 422, "validation", "JSON");
+  // curl -d '{...}' labels JSON application/x-www-form-urlencoded: every route reads it as JSON.
+  for (const char* route : {"/embed", "/embed_all", "/tokenize"}) {
+    r = http("POST", s.url(route), R"({"inputs": "one"})", {"Content-Type: application/x-www-form-urlencoded"});
+    EXPECT_EQ(r.status, 200) << route << " " << r.body;
+  }
+  r = http("POST", s.url("/v1/embeddings"), R"({"input": "one"})", {"Content-Type: application/x-www-form-urlencoded"});
+  EXPECT_EQ(r.status, 200) << r.body;
+  // cpp-httplib refuses form bodies over 8192 bytes before any route: the answer says so (not --payload-limit).
+  r = http("POST", s.url("/embed"), json({{"inputs", std::string(9000, 'a')}}).dump(),
+           {"Content-Type: application/x-www-form-urlencoded"});
+  expect_error(r, 413, "payload_too_large", "limited to 8192 bytes; send JSON with Content-Type: application/json");
+  // Error messages quote a shortened excerpt of a long request value: first 80 bytes, then how many were left out.
+  const std::string deep = "{\"inputs\":" + std::string(50000, '[') + std::string(50000, ']') + "}";
+  r = http("POST", s.url("/embed"), deep);
+  expect_error(r, 422, "validation", "[[[[... (");
+  EXPECT_LT(r.body.size(), 400u) << r.body.substr(0, 400);
+  const std::string long_key = std::string(1000, 'k');
+  r = http("POST", s.url("/embed"), json({{"inputs", "one"}, {long_key, 1}}).dump());
+  expect_error(r, 422, "validation", "unknown field `" + long_key.substr(0, 80) + "... (920 more bytes)`");
+  r = http("POST", s.url("/embed"), json({{"inputs", "one"}, {"truncation_direction", std::string(5000, 'L')}}).dump());
+  expect_error(r, 422, "validation", "... (4920 more bytes)");
+  EXPECT_LT(r.body.size(), 400u) << r.body.substr(0, 400);
   // CORS: every answer names the origin; a preflight is answered without a key.
   r = http("POST", s.url("/embed"), R"({"inputs": "one"})");
   EXPECT_EQ(r.status, 200);

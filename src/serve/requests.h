@@ -23,6 +23,11 @@ struct ApiError : std::runtime_error {
 // 422 "validation" (bad field), 413 "payload_too_large" (more inputs than the limit).
 ApiError validation_error(const std::string& message);
 
+// A request value as error messages quote it: the value itself when it has at most 80 bytes, else its first 80
+// bytes (cut back to a whole UTF-8 character) + "... (N more bytes)", so that an error answer stays short
+// whatever the request held.
+std::string excerpt(std::string_view value);
+
 struct RequestLimits {
   int64_t max_client_batch_size = 32;  // inputs per request; more -> 413
   int64_t max_input_chars = 1 << 20;   // characters per input string; more -> 413

@@ -1075,7 +1075,7 @@ class Server {
                     o.bad_words_ids = r.bad_words_ids;
                     for (const std::string& w : r.bad_words) {
                       std::vector<int64_t> ids = backend.encode_target(w);
-                      if (ids.empty()) throw validation_error("`bad_words`: '" + w + "' has no target token");
+                      if (ids.empty()) throw validation_error("`bad_words`: '" + excerpt(w) + "' has no target token");
                       o.bad_words_ids.push_back(std::move(ids));
                     }
                     if (o.sampling_topk != 1 && o.beam_size > 1)
@@ -1194,8 +1194,8 @@ class Server {
       if ((source == "auto" || p.speaks(source)) && p.speaks(target) && source != target) return i;
     }
     if (!source_known)
-      throw validation_error("`source` '" + source + "' is not supported: " + what + served + " (GET /languages)");
-    throw validation_error("`target` '" + target + "' is not supported: " + what + served + " (GET /languages)");
+      throw validation_error("`source` '" + excerpt(source) + "' is not supported: " + what + served + " (GET /languages)");
+    throw validation_error("`target` '" + excerpt(target) + "' is not supported: " + what + served + " (GET /languages)");
   }
 
   json info() const {
