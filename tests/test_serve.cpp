@@ -330,7 +330,13 @@ TEST(Serve, LimitsAuthAndShutdown) {
                  {"TFM_SERVE_DEBUG_DELAY_MS=2500"});
   ASSERT_GT(s.port(), 0) << s.log();
   expect_error(http("GET", s.url("/health")), 503, "unhealthy");
+  EXPECT_EQ(s.log().find("listening on"), std::string::npos) << s.log();  // the load has not even begun
   ASSERT_TRUE(s.wait_ready()) << s.log();
+  // Printed before /health turns 200; the thread reading the server's stderr may be a moment behind.
+  const std::string listening = "listening on http://127.0.0.1:" + std::to_string(s.port());
+  for (int i = 0; i < 500 && s.log().find(listening) == std::string::npos; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  EXPECT_NE(s.log().find(listening), std::string::npos) << s.log();
   const std::vector<std::string> auth = {"Content-Type: application/json", "Authorization: Bearer sekret"};
   expect_error(http("POST", s.url("/embed"), R"({"inputs": "one"})"), 401, "unauthorized");
   expect_error(http("POST", s.url("/embed"), R"({"inputs": "one"})", {"Authorization: Bearer wrong"}), 401,
@@ -382,6 +388,18 @@ TEST(Serve, MaxBatchTokensBelowTheInputLimitIsRefused) {
   EXPECT_EQ(s.terminate_or_wait(), 1) << s.log();
   EXPECT_NE(s.log().find("--max-batch-tokens 10 is smaller than the model's max input length 20"), std::string::npos)
       << s.log();
+  EXPECT_EQ(s.log().find("listening on"), std::string::npos) << s.log();  // it never served
+}
+
+// A weights file cut short is refused at start (exit 1, the file named), and the server never says it listens.
+TEST(Serve, TruncatedWeightsAreRefusedBeforeListening) {
+  TempDir tmp;
+  const std::string m = make_bert_dir(tmp.path);
+  fs::resize_file(m + "/model.safetensors", fs::file_size(m + "/model.safetensors") / 2);
+  ServeProcess s({"--model", m});
+  EXPECT_EQ(s.terminate_or_wait(), 1) << s.log();
+  EXPECT_NE(s.log().find("model.safetensors"), std::string::npos) << s.log();
+  EXPECT_EQ(s.log().find("listening on"), std::string::npos) << s.log();
 }
 
 TEST(Serve, PortInUseIsRefused) {

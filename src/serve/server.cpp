@@ -257,8 +257,12 @@ class Server {
     // (wrk's p99 of 2.8-5.7 s at concurrency 64 on a small model, against 58-105 ms inside the server). listen()
     // again on the bound socket raises it; the kernel caps it at net.core.somaxconn.
     if (listen_fd >= 0) ::listen(listen_fd, SOMAXCONN);
-    std::fprintf(stderr, "listening on http://%s:%d (%s model %s)\n", o_.host.c_str(), port,
-                 translation_ ? "translation" : "embedding", o_.model.c_str());
+    // "listening on" only once the model is loaded and the options checked against it: a server that then refuses
+    // to start (a broken folder, --max-batch-tokens below the input limit) never says it listens. Until then
+    // /health answers 503 on the bound port.
+    const char* kind = translation_ ? "translation" : "embedding";
+    std::fprintf(stderr, "bound to http://%s:%d; loading the %s model %s (/health answers 503 until it is ready)\n",
+                 o_.host.c_str(), port, kind, o_.model.c_str());
     std::fflush(stderr);
 
     std::atomic<bool> done{false};
@@ -266,8 +270,10 @@ class Server {
     std::thread loader([&] {
       try {
         load();
+        std::fprintf(stderr, "listening on http://%s:%d (%s model %s, ready)\n", o_.host.c_str(), port, kind,
+                     o_.model.c_str());
+        std::fflush(stderr);
         ready_ = true;
-        std::fprintf(stderr, "model ready\n");
       } catch (const std::exception& e) {
         load_error = e.what();
         while (!svr_.is_running() && !done) std::this_thread::sleep_for(std::chrono::milliseconds(5));
