@@ -875,7 +875,9 @@ PYBIND11_MODULE(_tfm, m) {
             return out;
           },
           py::arg("texts"), py::arg("top_k") = 5, py::arg("max_length") = 0,
-          "Per text, per [MASK], the top_k {score, token, token_str, sequence} best first")
+          "Per text, per [MASK], the top_k {score, token, token_str, sequence} best first. ValueError for a text "
+          "without [MASK] ('input 1 has no [MASK] token', as the fill-mask pipeline raises), top_k < 1, a text over "
+          "max_position_embeddings without max_length")
       .def(
           "fill_mask",
           [](const tfm::MaskFiller& f, const py::object& inputs, int64_t top_k, int64_t max_length) -> py::object {
@@ -884,9 +886,6 @@ PYBIND11_MODULE(_tfm, m) {
                                              : string_list(inputs, "inputs");
             if (t.empty()) throw py::value_error("inputs is empty");
             std::vector<tfm::TextEncoding> enc = encode_texts(f.tokenizer(), t, max_length);
-            for (size_t i = 0; i < enc.size(); ++i)
-              if (std::count(enc[i].input_ids.begin(), enc[i].input_ids.end(), f.mask_token_id()) == 0)
-                throw py::value_error("input " + std::to_string(i) + " has no " + f.mask_token() + " token");
             std::vector<std::vector<std::vector<tfm::MaskCandidate>>> r;
             {
               py::gil_scoped_release nogil;
