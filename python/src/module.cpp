@@ -469,7 +469,13 @@ PYBIND11_MODULE(_tfm, m) {
             o.no_repeat_ngram_size = no_repeat_ngram_size;
             o.min_length = min_length;
             o.bad_words_ids = bad_words_ids;
-            if (!target_prefix.is_none()) {
+            std::vector<std::string> s = string_list(sentences, "sentences");
+            if (py::isinstance<py::str>(target_prefix)) {  // one prefix for every sentence (as /translate's field)
+              o.target_prefix.assign(s.size(), target_prefix.cast<std::string>());
+            } else if (!target_prefix.is_none()) {
+              if (!py::isinstance<py::sequence>(target_prefix))
+                throw py::type_error("target_prefix must be None, a str or a list of str, not " +
+                                     py::str(py::type::of(target_prefix).attr("__name__")).cast<std::string>());
               for (const py::handle& p : target_prefix)
                 o.target_prefix.push_back(p.is_none() ? std::string() : py::cast<std::string>(p));
             }
@@ -483,7 +489,6 @@ PYBIND11_MODULE(_tfm, m) {
             o.source_lang = source_lang;
             o.early_stopping = early_stopping;
             if (!forced_eos.is_none()) o.forced_eos = py::cast<bool>(forced_eos) ? 1 : 0;
-            std::vector<std::string> s = string_list(sentences, "sentences");
             std::vector<tfm::Translation> r;
             {
               py::gil_scoped_release nogil;
@@ -525,8 +530,9 @@ PYBIND11_MODULE(_tfm, m) {
           "disable_unk=True never generates <unk> (CTranslate2's disable_unk). CTranslate2's sampling: sampling_topk (1 = greedy, 0 = all "
           "tokens; beam_size 1), sampling_topp, sampling_temperature, seed (per-sentence streams: reproducible). "
           "Hugging Face processors: repetition_penalty, no_repeat_ngram_size, min_length (start token counted), "
-          "bad_words_ids (lists of target ids). target_prefix: None or one str per sentence ('' or None = none) that "
-          "the translation starts with (autocompletion)")
+          "bad_words_ids (lists of target ids). target_prefix: the text the translation starts with "
+          "(autocompletion): None (none), a str (the same prefix for every sentence) or a list of one str per "
+          "sentence ('' or None = none); TypeError for another type")
       .def_property_readonly("languages", &tfm::Translator::languages,
                              "Multilingual folders (M2M100, NLLB): the codes target_lang / source_lang take; else []")
       .def(
