@@ -8,7 +8,9 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <cctype>
 #include <cstdio>
+#include <cstring>
 #include <algorithm>
 #include <limits>
 #include <optional>
@@ -103,6 +105,33 @@ std::vector<std::string> string_list(const py::handle& obj, const char* name) {
     }
     throw py::value_error(std::string(name) + " must be a list of strings");
   }
+}
+
+// tfm::finetune's messages name its options as `tfm finetune` spells them; Python callers see tfm.finetune's
+// arguments instead ("--overwrite" -> "overwrite=True", "--task mlm" -> "task='mlm'", "--out" -> "out_dir").
+std::string finetune_argument_names(std::string msg) {
+  static const std::pair<const char*, const char*> names[] = {
+      {"--task mlm", "task='mlm'"},         {"--task classify", "task='classify'"},
+      {"--task embed", "task='embed'"},     {"--precision bf16", "precision='bf16'"},
+      {"--precision fp32", "precision='fp32'"}, {"--problem-type regression", "problem_type='regression'"},
+      {"--overwrite", "overwrite=True"},    {"--resume", "resume=True"},
+      {"--group-texts", "group_texts=True"}, {"--problem-type", "problem_type"},
+      {"--labels", "labels"},               {"--batch-size", "batch_size"},
+      {"--train FILE", "train"},            {"--out DIR", "out_dir"},
+      {"--out", "out_dir"}};
+  for (const auto& [flag, arg] : names) {
+    const size_t n = std::strlen(flag);
+    for (size_t p = 0; (p = msg.find(flag, p)) != std::string::npos;) {
+      const char next = p + n < msg.size() ? msg[p + n] : ' ';
+      if (std::isalnum((unsigned char)next) || next == '-' || next == '_') {  // a longer flag or word
+        p += n;
+        continue;
+      }
+      msg.replace(p, n, arg);
+      p += std::strlen(arg);
+    }
+  }
+  return msg;
 }
 
 }  // namespace
@@ -784,7 +813,17 @@ PYBIND11_MODULE(_tfm, m) {
         };
         const std::string dir = path_arg(model);
         py::gil_scoped_release nogil;
-        return tfm::finetune(dir, o);
+        try {
+          return tfm::finetune(dir, o);
+        } catch (const py::error_already_set&) {  // the progress callback's own exception
+          throw;
+        } catch (const tfm::FileNotFoundError&) {
+          throw;
+        } catch (const std::invalid_argument& e) {
+          throw std::invalid_argument(finetune_argument_names(e.what()));
+        } catch (const std::runtime_error& e) {
+          throw std::runtime_error(finetune_argument_names(e.what()));
+        }
       },
       py::arg("model_dir"), py::arg("train"), py::arg("out_dir"), py::arg("task") = "classify",
       py::arg("eval") = py::none(), py::arg("epochs") = 3, py::arg("batch_size") = 16, py::arg("lr") = 5e-5,
@@ -800,7 +839,8 @@ PYBIND11_MODULE(_tfm, m) {
       "BertFor{SequenceClassification,TokenClassification,MaskedLM} folder to out_dir; progress(FinetuneProgress) "
       "after every step and epoch; resume=True continues a stopped run; group_texts=True (mlm) cuts the concatenated texts into "
       "blocks of max_length as run_mlm.py without --line_by_line; data-parallel under mpirun; returns a FinetuneSummary. ValueError for "
-      "bad options or data.");
+      "bad options or data, naming these arguments (a non-empty out_dir: 'pass overwrite=True to replace it, or "
+      "resume=True to continue a stopped run').");
 
   // ------------------------------------------------------------------ token classification, fill-mask
   py::class_<tfm::TokenClassifier>(m, "TokenClassifier",
