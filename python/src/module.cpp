@@ -45,6 +45,16 @@ py::array_t<int64_t, py::array::c_style> id_array(const py::object& obj, const c
   if (a.ndim() != 2)
     throw py::value_error(std::string(name) + " must be 2-d [batch, length], got " + std::to_string(a.ndim()) +
                           "-d (use x[None, :] for one sequence)");
+  if (kind == 'u' && a.itemsize() == 8) {  // uint64 above the int64 maximum would wrap to negative ids
+    const auto u = py::array_t<uint64_t, py::array::c_style | py::array::forcecast>::ensure(a);
+    const py::ssize_t length = u.shape(1);
+    for (py::ssize_t i = 0; i < u.size(); ++i)
+      if (u.data()[i] > (uint64_t)std::numeric_limits<int64_t>::max())
+        throw py::value_error(std::string(name) + "[" + std::to_string(i / length) + ", " +
+                              std::to_string(i % length) + "] = " + std::to_string(u.data()[i]) +
+                              " is larger than the int64 maximum " +
+                              std::to_string(std::numeric_limits<int64_t>::max()));
+  }
   return py::array_t<int64_t, py::array::c_style | py::array::forcecast>::ensure(a);
 }
 
