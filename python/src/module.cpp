@@ -346,7 +346,9 @@ PYBIND11_MODULE(_tfm, m) {
           "prompt of config_sentence_transformers.json (SentenceTransformer.encode(prompt_name=); None = the "
           "folder's default; ValueError for an unknown name or a plain folder). dimensions: Matryoshka truncation "
           "(sentence-transformers truncate_dim): the first dimensions values, then normalised when normalizing; "
-          "ValueError when < 1 or > embedding_dim")
+          "ValueError when < 1 or > embedding_dim. An empty text '' is embedded (its special tokens alone, with "
+          "a prompt the prompt's tokens), as SentenceTransformer.encode does; `tfm embed` refuses empty lines "
+          "unless --skip-empty")
       .def_property_readonly("tokenizer", &tfm::Encoder::tokenizer, py::return_value_policy::reference_internal)
       .def_property_readonly("has_tokenizer", &tfm::Encoder::has_tokenizer)
       .def_property_readonly("model_type", &tfm::Encoder::model_type)

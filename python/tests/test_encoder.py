@@ -212,6 +212,10 @@ def test_errors(bert_dir, tmp_path):
         good.embed([b"a\xff"])
     with pytest.raises(ValueError):
         good.embed(["\udcff"])  # a lone surrogate cannot become UTF-8
+    # "" is embedded (its special tokens alone), as SentenceTransformer.encode does; the docstring says so
+    empty = good.embed([""])
+    assert empty.shape == (1, 32) and np.isfinite(empty).all()
+    assert "empty text '' is embedded" in tfm.Encoder.embed.__doc__
 
 
 def test_mpnet_folder_loads_and_matches_pytorch():
