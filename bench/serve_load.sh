@@ -103,7 +103,7 @@ SERVE_ENV=(); [ -n "${SERVE_SPINCOUNT:-}" ] && SERVE_ENV=(env GOMP_SPINCOUNT="$S
 "${SERVE_ENV[@]}" "$TFM" serve --model "$MODEL" --port 0 --threads "$THREADS" --max-concurrent-requests 256 \
   2> "$WORK/serve.log" &
 SERVER=$!
-for _ in $(seq 300); do grep -q "model ready" "$WORK/serve.log" && break; sleep 0.1; done
+for _ in $(seq 300); do grep -q "listening on" "$WORK/serve.log" && break; sleep 0.1; done
 PORT=$(grep -o 'listening on http://127.0.0.1:[0-9]*' "$WORK/serve.log" | grep -o '[0-9]*$')
 URL=http://127.0.0.1:$PORT
 cat > "$WORK/post.lua" <<LUA

@@ -107,8 +107,8 @@ class ServeProcess {
         log_.append(buf, n);
       }
     });
-    // The port from "listening on http://127.0.0.1:PORT" (at most 30 s).
-    const std::regex re("listening on http://127\\.0\\.0\\.1:([0-9]+)");
+    // The port from "bound to http://127.0.0.1:PORT" (printed before the model loads; at most 30 s).
+    const std::regex re("bound to http://127\\.0\\.0\\.1:([0-9]+)");
     for (int i = 0; i < 3000 && port_ == 0; ++i) {
       std::smatch m;
       std::string l = log();

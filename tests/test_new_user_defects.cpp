@@ -106,6 +106,21 @@ TEST(FillMask, SeveralMasksGiveOneListPerMaskKeepingTheOtherMasks) {
   }
 }
 
+// tfm::MaskFiller::fill answered an input without a mask token with no candidates (Python: [[]]) where the CLI
+// refuses it; it throws now, as the fill-mask pipeline raises, naming the input.
+TEST(FillMask, AnInputWithoutAMaskIsRefusedByTheLibrary) {
+  const tfm::MaskFiller m(fixture("heads_mlm"), tfm::ClassifierOptions{1});
+  const tfm::TextEncoding with = m.tokenizer().encode("the cat sat on the [MASK]");
+  const tfm::TextEncoding without = m.tokenizer().encode("the cat");
+  EXPECT_EQ(m.fill({with}).size(), 1u);
+  try {
+    m.fill({with, without});
+    FAIL() << "no exception";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_STREQ(e.what(), "input 1 has no [MASK] token");
+  }
+}
+
 // Ctrl-C or SIGTERM during recipe training killed it at once, losing up to a checkpoint interval. Now the step in
 // progress finishes, a checkpoint is saved, stderr says how to resume, and tfm exits 128 + the signal number.
 TEST(TrainSignals, CtrlCAndSigtermSaveACheckpointAndSayHowToResume) {

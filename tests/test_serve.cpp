@@ -330,7 +330,13 @@ TEST(Serve, LimitsAuthAndShutdown) {
                  {"TFM_SERVE_DEBUG_DELAY_MS=2500"});
   ASSERT_GT(s.port(), 0) << s.log();
   expect_error(http("GET", s.url("/health")), 503, "unhealthy");
+  EXPECT_EQ(s.log().find("listening on"), std::string::npos) << s.log();  // the load has not even begun
   ASSERT_TRUE(s.wait_ready()) << s.log();
+  // Printed before /health turns 200; the thread reading the server's stderr may be a moment behind.
+  const std::string listening = "listening on http://127.0.0.1:" + std::to_string(s.port());
+  for (int i = 0; i < 500 && s.log().find(listening) == std::string::npos; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  EXPECT_NE(s.log().find(listening), std::string::npos) << s.log();
   const std::vector<std::string> auth = {"Content-Type: application/json", "Authorization: Bearer sekret"};
   expect_error(http("POST", s.url("/embed"), R"({"inputs": "one"})"), 401, "unauthorized");
   expect_error(http("POST", s.url("/embed"), R"({"inputs": "one"})", {"Authorization: Bearer wrong"}), 401,
@@ -382,6 +388,18 @@ TEST(Serve, MaxBatchTokensBelowTheInputLimitIsRefused) {
   EXPECT_EQ(s.terminate_or_wait(), 1) << s.log();
   EXPECT_NE(s.log().find("--max-batch-tokens 10 is smaller than the model's max input length 20"), std::string::npos)
       << s.log();
+  EXPECT_EQ(s.log().find("listening on"), std::string::npos) << s.log();  // it never served
+}
+
+// A weights file cut short is refused at start (exit 1, the file named), and the server never says it listens.
+TEST(Serve, TruncatedWeightsAreRefusedBeforeListening) {
+  TempDir tmp;
+  const std::string m = make_bert_dir(tmp.path);
+  fs::resize_file(m + "/model.safetensors", fs::file_size(m + "/model.safetensors") / 2);
+  ServeProcess s({"--model", m});
+  EXPECT_EQ(s.terminate_or_wait(), 1) << s.log();
+  EXPECT_NE(s.log().find("model.safetensors"), std::string::npos) << s.log();
+  EXPECT_EQ(s.log().find("listening on"), std::string::npos) << s.log();
 }
 
 TEST(Serve, PortInUseIsRefused) {
@@ -1222,6 +1240,28 @@ TEST(ServeFields, HttpHygieneAndOpenApi) {
   EXPECT_EQ(r.header("Allow"), "GET, HEAD, OPTIONS") << r.headers;
   expect_error(http("POST", s.url("/embed"), ""), 422, "validation", "body is empty");
   expect_error(http("POST", s.url("/embed"), "inputs=x", {"Content-Type: text/plain"}), 422, "validation", "JSON");
+  // curl -d '{...}' labels JSON application/x-www-form-urlencoded: every route reads it as JSON.
+  for (const char* route : {"/embed", "/embed_all", "/tokenize"}) {
+    r = http("POST", s.url(route), R"({"inputs": "one"})", {"Content-Type: application/x-www-form-urlencoded"});
+    EXPECT_EQ(r.status, 200) << route << " " << r.body;
+  }
+  r = http("POST", s.url("/v1/embeddings"), R"({"input": "one"})", {"Content-Type: application/x-www-form-urlencoded"});
+  EXPECT_EQ(r.status, 200) << r.body;
+  // cpp-httplib refuses form bodies over 8192 bytes before any route: the answer says so (not --payload-limit).
+  r = http("POST", s.url("/embed"), json({{"inputs", std::string(9000, 'a')}}).dump(),
+           {"Content-Type: application/x-www-form-urlencoded"});
+  expect_error(r, 413, "payload_too_large", "limited to 8192 bytes; send JSON with Content-Type: application/json");
+  // Error messages quote a shortened excerpt of a long request value: first 80 bytes, then how many were left out.
+  const std::string deep = "{\"inputs\":" + std::string(50000, '[') + std::string(50000, ']') + "}";
+  r = http("POST", s.url("/embed"), deep);
+  expect_error(r, 422, "validation", "[[[[... (");
+  EXPECT_LT(r.body.size(), 400u) << r.body.substr(0, 400);
+  const std::string long_key = std::string(1000, 'k');
+  r = http("POST", s.url("/embed"), json({{"inputs", "one"}, {long_key, 1}}).dump());
+  expect_error(r, 422, "validation", "unknown field `" + long_key.substr(0, 80) + "... (920 more bytes)`");
+  r = http("POST", s.url("/embed"), json({{"inputs", "one"}, {"truncation_direction", std::string(5000, 'L')}}).dump());
+  expect_error(r, 422, "validation", "... (4920 more bytes)");
+  EXPECT_LT(r.body.size(), 400u) << r.body.substr(0, 400);
   // CORS: every answer names the origin; a preflight is answered without a key.
   r = http("POST", s.url("/embed"), R"({"inputs": "one"})");
   EXPECT_EQ(r.status, 200);
@@ -1288,6 +1328,19 @@ TEST(ServeFields, TranslateTakesFormBodies) {
   r = http("POST", s.url("/translate"), "q=" + urlenc(src) + "&source=en&target=fr&api_key=wrong",
            {"Content-Type: application/x-www-form-urlencoded"});
   EXPECT_EQ(r.status, 401) << r.body;
+  // A JSON body under curl -d's default Content-Type (or none) is JSON, as LibreTranslate reads it; the api_key
+  // field in it authorises the request.
+  const std::string as_json = "\n " + json({{"q", src}, {"target", "fr"}, {"api_key", "k"}}).dump();
+  for (const std::vector<std::string>& h : {std::vector<std::string>{"Content-Type: application/x-www-form-urlencoded"},
+                                            std::vector<std::string>{"Content-Type:"}}) {
+    r = http("POST", s.url("/translate"), as_json, h);
+    ASSERT_EQ(r.status, 200) << r.body;
+    EXPECT_EQ(r.j()["translatedText"], want);
+  }
+  r = http("POST", s.url("/attention"), json({{"q", src}}).dump(),
+           {"Content-Type: application/x-www-form-urlencoded", "Authorization: Bearer k"});
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(r.j()["translatedText"], want);
   // multipart/form-data
   {
     Reply mr;

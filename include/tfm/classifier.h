@@ -179,7 +179,8 @@ class MaskFiller {
 
   /// Per input (tokenizer().encode()), per [MASK] in it (left to right), the top_k candidates best first (ties:
   /// lower id first); top_k is capped at the vocabulary size. One forward pass. Throws std::invalid_argument for
-  /// an empty batch or input, an input longer than max_position_embeddings() or top_k < 1.
+  /// an empty batch or input, an input without a mask token ("input 0 has no [MASK] token", as the fill-mask
+  /// pipeline raises), an input longer than max_position_embeddings() or top_k < 1.
   std::vector<std::vector<std::vector<MaskCandidate>>> fill(const std::vector<TextEncoding>& batch,
                                                             int64_t top_k = 5) const;
 

@@ -8,7 +8,9 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <cctype>
 #include <cstdio>
+#include <cstring>
 #include <algorithm>
 #include <limits>
 #include <optional>
@@ -43,6 +45,16 @@ py::array_t<int64_t, py::array::c_style> id_array(const py::object& obj, const c
   if (a.ndim() != 2)
     throw py::value_error(std::string(name) + " must be 2-d [batch, length], got " + std::to_string(a.ndim()) +
                           "-d (use x[None, :] for one sequence)");
+  if (kind == 'u' && a.itemsize() == 8) {  // uint64 above the int64 maximum would wrap to negative ids
+    const auto u = py::array_t<uint64_t, py::array::c_style | py::array::forcecast>::ensure(a);
+    const py::ssize_t length = u.shape(1);
+    for (py::ssize_t i = 0; i < u.size(); ++i)
+      if (u.data()[i] > (uint64_t)std::numeric_limits<int64_t>::max())
+        throw py::value_error(std::string(name) + "[" + std::to_string(i / length) + ", " +
+                              std::to_string(i % length) + "] = " + std::to_string(u.data()[i]) +
+                              " is larger than the int64 maximum " +
+                              std::to_string(std::numeric_limits<int64_t>::max()));
+  }
   return py::array_t<int64_t, py::array::c_style | py::array::forcecast>::ensure(a);
 }
 
@@ -103,6 +115,33 @@ std::vector<std::string> string_list(const py::handle& obj, const char* name) {
     }
     throw py::value_error(std::string(name) + " must be a list of strings");
   }
+}
+
+// tfm::finetune's messages name its options as `tfm finetune` spells them; Python callers see tfm.finetune's
+// arguments instead ("--overwrite" -> "overwrite=True", "--task mlm" -> "task='mlm'", "--out" -> "out_dir").
+std::string finetune_argument_names(std::string msg) {
+  static const std::pair<const char*, const char*> names[] = {
+      {"--task mlm", "task='mlm'"},         {"--task classify", "task='classify'"},
+      {"--task embed", "task='embed'"},     {"--precision bf16", "precision='bf16'"},
+      {"--precision fp32", "precision='fp32'"}, {"--problem-type regression", "problem_type='regression'"},
+      {"--overwrite", "overwrite=True"},    {"--resume", "resume=True"},
+      {"--group-texts", "group_texts=True"}, {"--problem-type", "problem_type"},
+      {"--labels", "labels"},               {"--batch-size", "batch_size"},
+      {"--train FILE", "train"},            {"--out DIR", "out_dir"},
+      {"--out", "out_dir"}};
+  for (const auto& [flag, arg] : names) {
+    const size_t n = std::strlen(flag);
+    for (size_t p = 0; (p = msg.find(flag, p)) != std::string::npos;) {
+      const char next = p + n < msg.size() ? msg[p + n] : ' ';
+      if (std::isalnum((unsigned char)next) || next == '-' || next == '_') {  // a longer flag or word
+        p += n;
+        continue;
+      }
+      msg.replace(p, n, arg);
+      p += std::strlen(arg);
+    }
+  }
+  return msg;
 }
 
 }  // namespace
@@ -307,7 +346,9 @@ PYBIND11_MODULE(_tfm, m) {
           "prompt of config_sentence_transformers.json (SentenceTransformer.encode(prompt_name=); None = the "
           "folder's default; ValueError for an unknown name or a plain folder). dimensions: Matryoshka truncation "
           "(sentence-transformers truncate_dim): the first dimensions values, then normalised when normalizing; "
-          "ValueError when < 1 or > embedding_dim")
+          "ValueError when < 1 or > embedding_dim. An empty text '' is embedded (its special tokens alone, with "
+          "a prompt the prompt's tokens), as SentenceTransformer.encode does; `tfm embed` refuses empty lines "
+          "unless --skip-empty")
       .def_property_readonly("tokenizer", &tfm::Encoder::tokenizer, py::return_value_policy::reference_internal)
       .def_property_readonly("has_tokenizer", &tfm::Encoder::has_tokenizer)
       .def_property_readonly("model_type", &tfm::Encoder::model_type)
@@ -469,7 +510,13 @@ PYBIND11_MODULE(_tfm, m) {
             o.no_repeat_ngram_size = no_repeat_ngram_size;
             o.min_length = min_length;
             o.bad_words_ids = bad_words_ids;
-            if (!target_prefix.is_none()) {
+            std::vector<std::string> s = string_list(sentences, "sentences");
+            if (py::isinstance<py::str>(target_prefix)) {  // one prefix for every sentence (as /translate's field)
+              o.target_prefix.assign(s.size(), target_prefix.cast<std::string>());
+            } else if (!target_prefix.is_none()) {
+              if (!py::isinstance<py::sequence>(target_prefix))
+                throw py::type_error("target_prefix must be None, a str or a list of str, not " +
+                                     py::str(py::type::of(target_prefix).attr("__name__")).cast<std::string>());
               for (const py::handle& p : target_prefix)
                 o.target_prefix.push_back(p.is_none() ? std::string() : py::cast<std::string>(p));
             }
@@ -483,7 +530,6 @@ PYBIND11_MODULE(_tfm, m) {
             o.source_lang = source_lang;
             o.early_stopping = early_stopping;
             if (!forced_eos.is_none()) o.forced_eos = py::cast<bool>(forced_eos) ? 1 : 0;
-            std::vector<std::string> s = string_list(sentences, "sentences");
             std::vector<tfm::Translation> r;
             {
               py::gil_scoped_release nogil;
@@ -525,8 +571,9 @@ PYBIND11_MODULE(_tfm, m) {
           "disable_unk=True never generates <unk> (CTranslate2's disable_unk). CTranslate2's sampling: sampling_topk (1 = greedy, 0 = all "
           "tokens; beam_size 1), sampling_topp, sampling_temperature, seed (per-sentence streams: reproducible). "
           "Hugging Face processors: repetition_penalty, no_repeat_ngram_size, min_length (start token counted), "
-          "bad_words_ids (lists of target ids). target_prefix: None or one str per sentence ('' or None = none) that "
-          "the translation starts with (autocompletion)")
+          "bad_words_ids (lists of target ids). target_prefix: the text the translation starts with "
+          "(autocompletion): None (none), a str (the same prefix for every sentence) or a list of one str per "
+          "sentence ('' or None = none); TypeError for another type")
       .def_property_readonly("languages", &tfm::Translator::languages,
                              "Multilingual folders (M2M100, NLLB): the codes target_lang / source_lang take; else []")
       .def(
@@ -778,7 +825,17 @@ PYBIND11_MODULE(_tfm, m) {
         };
         const std::string dir = path_arg(model);
         py::gil_scoped_release nogil;
-        return tfm::finetune(dir, o);
+        try {
+          return tfm::finetune(dir, o);
+        } catch (const py::error_already_set&) {  // the progress callback's own exception
+          throw;
+        } catch (const tfm::FileNotFoundError&) {
+          throw;
+        } catch (const std::invalid_argument& e) {
+          throw std::invalid_argument(finetune_argument_names(e.what()));
+        } catch (const std::runtime_error& e) {
+          throw std::runtime_error(finetune_argument_names(e.what()));
+        }
       },
       py::arg("model_dir"), py::arg("train"), py::arg("out_dir"), py::arg("task") = "classify",
       py::arg("eval") = py::none(), py::arg("epochs") = 3, py::arg("batch_size") = 16, py::arg("lr") = 5e-5,
@@ -794,7 +851,8 @@ PYBIND11_MODULE(_tfm, m) {
       "BertFor{SequenceClassification,TokenClassification,MaskedLM} folder to out_dir; progress(FinetuneProgress) "
       "after every step and epoch; resume=True continues a stopped run; group_texts=True (mlm) cuts the concatenated texts into "
       "blocks of max_length as run_mlm.py without --line_by_line; data-parallel under mpirun; returns a FinetuneSummary. ValueError for "
-      "bad options or data.");
+      "bad options or data, naming these arguments (a non-empty out_dir: 'pass overwrite=True to replace it, or "
+      "resume=True to continue a stopped run').");
 
   // ------------------------------------------------------------------ token classification, fill-mask
   py::class_<tfm::TokenClassifier>(m, "TokenClassifier",
@@ -875,7 +933,9 @@ PYBIND11_MODULE(_tfm, m) {
             return out;
           },
           py::arg("texts"), py::arg("top_k") = 5, py::arg("max_length") = 0,
-          "Per text, per [MASK], the top_k {score, token, token_str, sequence} best first")
+          "Per text, per [MASK], the top_k {score, token, token_str, sequence} best first. ValueError for a text "
+          "without [MASK] ('input 1 has no [MASK] token', as the fill-mask pipeline raises), top_k < 1, a text over "
+          "max_position_embeddings without max_length")
       .def(
           "fill_mask",
           [](const tfm::MaskFiller& f, const py::object& inputs, int64_t top_k, int64_t max_length) -> py::object {
@@ -884,9 +944,6 @@ PYBIND11_MODULE(_tfm, m) {
                                              : string_list(inputs, "inputs");
             if (t.empty()) throw py::value_error("inputs is empty");
             std::vector<tfm::TextEncoding> enc = encode_texts(f.tokenizer(), t, max_length);
-            for (size_t i = 0; i < enc.size(); ++i)
-              if (std::count(enc[i].input_ids.begin(), enc[i].input_ids.end(), f.mask_token_id()) == 0)
-                throw py::value_error("input " + std::to_string(i) + " has no " + f.mask_token() + " token");
             std::vector<std::vector<std::vector<tfm::MaskCandidate>>> r;
             {
               py::gil_scoped_release nogil;

@@ -91,6 +91,11 @@ def test_mask_filler_matches_the_pipeline():
         np.testing.assert_allclose([c["score"] for c in g[0]], [c["score"] for c in want], rtol=1e-4, atol=1e-6)
     with pytest.raises(RuntimeError, match="no masked"):
         tfm.MaskFiller(os.path.join(FIXTURES, "heads_seqcls"))
+    # a text without [MASK] is refused (it gave [[]]), as by `tfm fill-mask` and the fill-mask pipeline
+    with pytest.raises(ValueError, match=r"^input 1 has no \[MASK\] token$"):
+        tfm.MaskFiller(d).fill(["the cat sat on the [MASK]", "the cat"])
+    with pytest.raises(ValueError, match=r"^input 0 has no \[MASK\] token$"):
+        tfm.MaskFiller(d).fill_mask("the cat")
 
 
 def _safetensors_header(path):

@@ -194,6 +194,12 @@ def test_errors(bert_dir, tmp_path):
         enc.forward(np.ones((1, 21), np.int64))
     with pytest.raises(ValueError, match=r"batch, length >= 1"):
         enc.forward(np.ones((0, 3), np.int64))
+    # uint64 ids above the int64 maximum are refused with their own value (they used to wrap to negative ones)
+    with pytest.raises(ValueError, match=r"input_ids\[0, 1\] = 9223372036854775808 is larger than the int64 maximum"):
+        enc.forward(np.array([[1, 2**63]], dtype=np.uint64))
+    with pytest.raises(ValueError, match=r"token_type_ids\[0, 0\] = 18446744073709551615 is larger"):
+        enc.forward(np.array([[1, 2]]), token_type_ids=np.array([[2**64 - 1, 0]], dtype=np.uint64))
+    np.testing.assert_array_equal(enc.forward(np.array([[1, 2]], dtype=np.uint64)), enc.forward(np.array([[1, 2]])))
     with pytest.raises(RuntimeError, match="no tokenizer"):
         enc.embed(["hello"])
     good = tfm.Encoder(bert_dir)
@@ -206,6 +212,10 @@ def test_errors(bert_dir, tmp_path):
         good.embed([b"a\xff"])
     with pytest.raises(ValueError):
         good.embed(["\udcff"])  # a lone surrogate cannot become UTF-8
+    # "" is embedded (its special tokens alone), as SentenceTransformer.encode does; the docstring says so
+    empty = good.embed([""])
+    assert empty.shape == (1, 32) and np.isfinite(empty).all()
+    assert "empty text '' is embedded" in tfm.Encoder.embed.__doc__
 
 
 def test_mpnet_folder_loads_and_matches_pytorch():

@@ -37,7 +37,7 @@ def test_finetune_errors_are_value_errors(tmp_path):
     model = f"{FIX}/heads_seqcls"
     with pytest.raises(ValueError, match="has no training state"):
         tfm.finetune(model, str(tmp_path / "train.csv"), str(tmp_path / "o"), task="embed", resume=True)
-    with pytest.raises(ValueError, match="it is for --task mlm only"):
+    with pytest.raises(ValueError, match=r"^group_texts=True concatenates .*; it is for task='mlm' only$"):
         tfm.finetune(model, str(tmp_path / "train.csv"), str(tmp_path / "o"), group_texts=True)
     with pytest.raises(ValueError, match="label 'pos' is not in the label set"):
         tfm.finetune(model, str(tmp_path / "train.csv"), str(tmp_path / "o"), labels=["neg", "x"])
@@ -46,6 +46,17 @@ def test_finetune_errors_are_value_errors(tmp_path):
     with pytest.raises(TypeError):
         tfm.finetune(model, str(tmp_path / "train.csv"), str(tmp_path / "o"), progress=3)
     assert not (tmp_path / "o").exists()
+    # the messages name tfm.finetune's arguments, not `tfm finetune`'s flags
+    (tmp_path / "full").mkdir()
+    (tmp_path / "full" / "x").write_text("x")
+    with pytest.raises(ValueError) as e:
+        tfm.finetune(model, str(tmp_path / "train.csv"), str(tmp_path / "full"))
+    assert str(e.value) == (f"out_dir '{tmp_path / 'full'}' already exists and is not an empty folder; choose a new "
+                            "folder, pass overwrite=True to replace it, or resume=True to continue a stopped run")
+    with pytest.raises(ValueError, match=r"^resume=True: .* has no training state"):
+        tfm.finetune(model, str(tmp_path / "train.csv"), str(tmp_path / "full"), resume=True)
+    with pytest.raises(ValueError, match=r"^problem_type is for task='classify', not 'mlm'$"):
+        tfm.finetune(model, str(tmp_path / "train.csv"), str(tmp_path / "o"), task="mlm", problem_type="regression")
 
 
 def test_finetune_token_classify_and_mlm(tmp_path):

@@ -48,6 +48,11 @@ def test_target_prefix(tr):
     assert tr.translate_batch(src, beam_size=3, target_prefix=prefix) == [words(c["beam_ids"]) for c in FX["prefix"]]
     with pytest.raises(ValueError, match="target_prefix has 1 entries"):
         tr.translate_batch(src, target_prefix=["je"])
+    # a str is the prefix of every sentence (not a list of its characters), as /translate's field
+    assert tr.translate_batch(src, target_prefix=prefix[0]) == tr.translate_batch(src, target_prefix=[prefix[0]] * len(src))
+    assert tr.translate_batch(src[:1], target_prefix=prefix[0]) == tr.translate_batch(src[:1], target_prefix=prefix[:1])
+    with pytest.raises(TypeError, match="target_prefix must be None, a str or a list of str, not int"):
+        tr.translate_batch(src, target_prefix=3)
 
 
 def test_score_batch(tr):

@@ -308,11 +308,15 @@ std::vector<std::vector<std::vector<MaskCandidate>>> MaskFiller::fill(const std:
   if (top_k < 1) throw std::invalid_argument("top_k must be >= 1, got " + std::to_string(top_k));
   BatchTensors bt = impl_->batch(in);
   std::vector<std::pair<int64_t, int64_t>> pos;
-  for (size_t b = 0; b < in.size(); ++b)
+  for (size_t b = 0; b < in.size(); ++b) {
+    const size_t before = pos.size();
     for (size_t l = 0; l < in[b].input_ids.size(); ++l)
       if (in[b].input_ids[l] == impl_->mask_id) pos.push_back({(int64_t)b, (int64_t)l});
+    // As the fill-mask pipeline (PipelineException "No mask_token (...) found on the input").
+    if (pos.size() == before)
+      throw std::invalid_argument("input " + std::to_string(b) + " has no " + mask_token() + " token");
+  }
   std::vector<std::vector<std::vector<MaskCandidate>>> out(in.size());
-  if (pos.empty()) return out;
   api::apply_threads(impl_->threads);
   Tensor logits = m.mlm_logits(bt.input_ids, bt.token_type_ids, bt.attention_mask, pos);
   const int64_t V = m.encoder_config().vocab_size, K = std::min<int64_t>(top_k, V);

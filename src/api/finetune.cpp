@@ -802,8 +802,8 @@ FinetuneSummary finetune_on_this_rank(const std::string& model_dir, const Finetu
     if (!fs::is_directory(o.out_dir, ec)) throw std::invalid_argument("--out '" + o.out_dir + "' is a file");
     if (!fs::is_empty(o.out_dir, ec) && !o.overwrite)
       throw std::invalid_argument("--out '" + o.out_dir +
-                                  "' already exists and is not an empty folder; choose a new folder, pass --overwrite, "
-                                  "or --resume a stopped run");
+                                  "' already exists and is not an empty folder; choose a new folder, pass --overwrite to "
+                                  "replace it, or --resume to continue a stopped run");
     if (fs::equivalent(o.out_dir, model_dir, ec))
       throw std::invalid_argument("--out is the model folder itself; choose another folder");
   }

@@ -11,6 +11,14 @@ using nlohmann::json;
 
 ApiError validation_error(const std::string& message) { return ApiError(422, "validation", message); }
 
+std::string excerpt(std::string_view value) {
+  constexpr size_t kMax = 80;
+  if (value.size() <= kMax) return std::string(value);
+  size_t n = kMax;
+  while (n > 0 && ((unsigned char)value[n] & 0xC0) == 0x80) --n;  // not inside a UTF-8 character
+  return std::string(value.substr(0, n)) + "... (" + std::to_string(value.size() - n) + " more bytes)";
+}
+
 namespace {
 
 json parse_object(std::string_view body) {
@@ -79,7 +87,7 @@ void only_fields(const json& j, std::initializer_list<const char*> known) {
     if (ok) continue;
     std::string names;
     for (const char* k : known) names += std::string(names.empty() ? "" : ", ") + k;
-    throw validation_error("unknown field `" + it.key() + "` (this route takes " + names + ")");
+    throw validation_error("unknown field `" + excerpt(it.key()) + "` (this route takes " + names + ")");
   }
 }
 
@@ -101,7 +109,7 @@ bool truncation_left(const json& j) {
   const std::string d = string_or(j, "truncation_direction", "Right");
   if (d == "Right" || d == "right") return false;
   if (d == "Left" || d == "left") return true;
-  throw validation_error("`truncation_direction` '" + d + "' is not supported; use \"Right\" or \"Left\"");
+  throw validation_error("`truncation_direction` '" + excerpt(d) + "' is not supported; use \"Right\" or \"Left\"");
 }
 
 // A list of token ids (non-empty, each a whole number >= 0).
@@ -111,7 +119,7 @@ std::vector<int64_t> id_list(const json& a, const std::string& where) {
   for (const json& x : a) {
     if (!x.is_number_integer() || x.get<int64_t>() < 0)
       throw validation_error(where + " must be a string or a list of token ids (whole numbers >= 0), found " +
-                             x.dump());
+                             excerpt(x.dump()));
     v.push_back(x.get<int64_t>());
   }
   return v;
@@ -196,7 +204,7 @@ EmbedRequest parse_embed_request(std::string_view body, const RequestLimits& lim
   if (fmt == "base64")
     r.base64 = true;
   else if (fmt != "float")
-    throw validation_error("`encoding_format` '" + fmt + "' is not supported; use \"float\" or \"base64\"");
+    throw validation_error("`encoding_format` '" + excerpt(fmt) + "' is not supported; use \"float\" or \"base64\"");
   return r;
 }
 
@@ -246,7 +254,7 @@ DecodeRequest parse_decode_request(std::string_view body, const RequestLimits& l
     std::vector<int64_t> v;
     for (const json& x : a) {
       if (!x.is_number_integer() || x.get<int64_t>() < 0)
-        throw validation_error("`ids` must hold whole numbers >= 0, found " + x.dump());
+        throw validation_error("`ids` must hold whole numbers >= 0, found " + excerpt(x.dump()));
       v.push_back(x.get<int64_t>());
     }
     return v;
@@ -280,7 +288,7 @@ TranslateRequest parse_translate_request(std::string_view body, const RequestLim
   r.target = string_or(j, "target", "");
   if (r.target.empty()) throw validation_error("missing field `target` (a language code from GET /languages)");
   const std::string format = string_or(j, "format", "text");
-  if (format != "text") throw validation_error("`format` '" + format + "' is not supported; use \"text\"");
+  if (format != "text") throw validation_error("`format` '" + excerpt(format) + "' is not supported; use \"text\"");
   if (auto it = j.find("beam_size"); it != j.end() && !it->is_null()) {
     if (!it->is_number_integer() || it->get<int64_t>() < 1 || it->get<int64_t>() > max_beam_size)
       throw validation_error("`beam_size` must be a whole number from 1 to " + std::to_string(max_beam_size));

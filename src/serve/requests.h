@@ -23,6 +23,11 @@ struct ApiError : std::runtime_error {
 // 422 "validation" (bad field), 413 "payload_too_large" (more inputs than the limit).
 ApiError validation_error(const std::string& message);
 
+// A request value as error messages quote it: the value itself when it has at most 80 bytes, else its first 80
+// bytes (cut back to a whole UTF-8 character) + "... (N more bytes)", so that an error answer stays short
+// whatever the request held.
+std::string excerpt(std::string_view value);
+
 struct RequestLimits {
   int64_t max_client_batch_size = 32;  // inputs per request; more -> 413
   int64_t max_input_chars = 1 << 20;   // characters per input string; more -> 413
@@ -93,7 +98,8 @@ DecodeRequest parse_decode_request(std::string_view body, const RequestLimits& l
 // "format" ("text" only), "alternatives" (0..max_beam_size - 1: the beam's next best hypotheses after the
 // translation, num_return_sequences = alternatives + 1, the beam at least that wide), "api_key" (the server's key
 // when it has one). A JSON object, or the same fields as a form (application/x-www-form-urlencoded or
-// multipart/form-data) turned into one by form_to_json.
+// multipart/form-data) turned into one by form_to_json; a body that starts with '{' is JSON whatever its
+// Content-Type (`curl -d '{...}'` labels it a form), as for every route.
 struct TranslateRequest {
   std::vector<std::string> q;
   bool single = false;

@@ -257,8 +257,12 @@ class Server {
     // (wrk's p99 of 2.8-5.7 s at concurrency 64 on a small model, against 58-105 ms inside the server). listen()
     // again on the bound socket raises it; the kernel caps it at net.core.somaxconn.
     if (listen_fd >= 0) ::listen(listen_fd, SOMAXCONN);
-    std::fprintf(stderr, "listening on http://%s:%d (%s model %s)\n", o_.host.c_str(), port,
-                 translation_ ? "translation" : "embedding", o_.model.c_str());
+    // "listening on" only once the model is loaded and the options checked against it: a server that then refuses
+    // to start (a broken folder, --max-batch-tokens below the input limit) never says it listens. Until then
+    // /health answers 503 on the bound port.
+    const char* kind = translation_ ? "translation" : "embedding";
+    std::fprintf(stderr, "bound to http://%s:%d; loading the %s model %s (/health answers 503 until it is ready)\n",
+                 o_.host.c_str(), port, kind, o_.model.c_str());
     std::fflush(stderr);
 
     std::atomic<bool> done{false};
@@ -266,8 +270,10 @@ class Server {
     std::thread loader([&] {
       try {
         load();
+        std::fprintf(stderr, "listening on http://%s:%d (%s model %s, ready)\n", o_.host.c_str(), port, kind,
+                     o_.model.c_str());
+        std::fflush(stderr);
         ready_ = true;
-        std::fprintf(stderr, "model ready\n");
       } catch (const std::exception& e) {
         load_error = e.what();
         while (!svr_.is_running() && !done) std::this_thread::sleep_for(std::chrono::milliseconds(5));
@@ -521,7 +527,7 @@ class Server {
     std::string got = req.get_header_value("Authorization");
     const std::string want = "Bearer " + o_.api_key;
     if (got.empty() && req.path == "/translate") {  // LibreTranslate clients send the key as the api_key field
-      json j = json::parse(translate_body(req), nullptr, false);
+      json j = json::parse(json_body(req, true), nullptr, false);
       if (j.is_object() && j.contains("api_key") && j["api_key"].is_string()) got = "Bearer " + j["api_key"].get<std::string>();
     }
     if (got.size() != want.size()) return false;
@@ -758,7 +764,16 @@ class Server {
     });
     svr_.set_error_handler([this](const httplib::Request& req, httplib::Response& res) {
       if (!res.body.empty()) return;
-      if (res.status == 413)
+      // cpp-httplib (a compiled library) refuses an application/x-www-form-urlencoded body over 8192 bytes before
+      // any route sees it, JSON sent by a plain `curl -d` included.
+      const bool form = req.get_header_value("Content-Type").rfind("application/x-www-form-urlencoded", 0) == 0;
+      const uint64_t length = std::strtoull(req.get_header_value("Content-Length").c_str(), nullptr, 10);
+      if (res.status == 413 && form && length <= (uint64_t)o_.payload_limit)
+        send_error(res, 413, "payload_too_large",
+                   "an application/x-www-form-urlencoded body is limited to " +
+                       std::to_string(CPPHTTPLIB_FORM_URL_ENCODED_PAYLOAD_MAX_LENGTH) +
+                       " bytes; send JSON with Content-Type: application/json");
+      else if (res.status == 413)
         send_error(res, 413, "payload_too_large",
                    "request body over " + std::to_string(o_.payload_limit) + " bytes (--payload-limit)");
       else if (res.status == 404 && route_table_.count(req.path)) {
@@ -817,7 +832,7 @@ class Server {
     if (!translation_) {
       add("POST", "/embed", "text-embeddings-inference /embed: pooled embeddings",
           guard([this](const httplib::Request& req, httplib::Response& res) {
-                  EmbedRequest r = parse_embed_request(req.body, limits_, EmbedRoute::Embed);
+                  EmbedRequest r = parse_embed_request(json_body(req), limits_, EmbedRoute::Embed);
                   need_embedder();
                   check_dimensions(r);
                   std::vector<Task> tasks = embed_tasks(r, kOpEmbed, "inputs");
@@ -828,7 +843,7 @@ class Server {
                 }, true));
       add("POST", "/embed_all", "text-embeddings-inference /embed_all: every token's embedding",
           guard([this](const httplib::Request& req, httplib::Response& res) {
-                  EmbedRequest r = parse_embed_request(req.body, limits_, EmbedRoute::EmbedAll);
+                  EmbedRequest r = parse_embed_request(json_body(req), limits_, EmbedRoute::EmbedAll);
                   std::vector<Task> tasks = embed_tasks(r, kOpEmbedAll, "inputs");
                   run_queued(tasks, req);
                   json out = json::array();
@@ -844,7 +859,7 @@ class Server {
                 }, true));
       add("POST", "/v1/embeddings", "OpenAI embeddings",
           guard([this](const httplib::Request& req, httplib::Response& res) {
-                  EmbedRequest r = parse_embed_request(req.body, limits_, EmbedRoute::OpenAI);
+                  EmbedRequest r = parse_embed_request(json_body(req), limits_, EmbedRoute::OpenAI);
                   need_embedder();
                   check_dimensions(r);
                   std::vector<Task> tasks = embed_tasks(r, kOpEmbed, "input");
@@ -863,7 +878,7 @@ class Server {
                 }, true));
       add("POST", "/similarity", "text-embeddings-inference /similarity: cosine similarity to a source sentence",
           guard([this](const httplib::Request& req, httplib::Response& res) {
-                  SimilarityRequest s = parse_similarity_request(req.body, limits_);
+                  SimilarityRequest s = parse_similarity_request(json_body(req), limits_);
                   EmbedRequest r;
                   r.inputs.push_back(s.source_sentence);
                   r.inputs.insert(r.inputs.end(), s.sentences.begin(), s.sentences.end());
@@ -889,7 +904,7 @@ class Server {
                     throw ApiError(501, "not_implemented",
                                    "/embed_sparse needs a masked-LM checkpoint (config.json architectures "
                                    "BertForMaskedLM, a SPLADE model); " + o_.model + " has no masked-LM head");
-                  EmbedRequest r = parse_embed_request(req.body, limits_, EmbedRoute::EmbedSparse);
+                  EmbedRequest r = parse_embed_request(json_body(req), limits_, EmbedRoute::EmbedSparse);
                   if (r.prompt_name)
                     throw validation_error("`prompt_name`: " + o_.model +
                                            " is not a sentence-transformers folder, so it has no prompts");
@@ -917,7 +932,7 @@ class Server {
                 }, true));
       add("POST", "/tokenize", "text-embeddings-inference /tokenize",
           guard([this](const httplib::Request& req, httplib::Response& res) {
-                  TokenizeRequest r = parse_tokenize_request(req.body, limits_);
+                  TokenizeRequest r = parse_tokenize_request(json_body(req), limits_);
                   const auto t0 = std::chrono::steady_clock::now();
                   json out = json::array();
                   need_embedder();
@@ -942,7 +957,7 @@ class Server {
       // text-embeddings-inference /decode: the text of each list of ids.
       add("POST", "/decode", "text-embeddings-inference /decode: token ids to text",
           guard([this](const httplib::Request& req, httplib::Response& res) {
-                  DecodeRequest r = parse_decode_request(req.body, limits_);
+                  DecodeRequest r = parse_decode_request(json_body(req), limits_);
                   need_embedder();
                   json out = json::array();
                   for (const auto& ids : r.ids) {
@@ -959,7 +974,7 @@ class Server {
       add("POST", "/predict", "text-embeddings-inference /predict: sequence classification",
           guard([this](const httplib::Request& req, httplib::Response& res) {
                   need_head("/predict");
-                  PredictRequest r = parse_predict_request(req.body, limits_);
+                  PredictRequest r = parse_predict_request(json_body(req), limits_);
                   std::vector<Task> tasks = logit_tasks(r.texts, &r.pairs, r.truncate.value_or(o_.auto_truncate),
                                                         r.single, "inputs");
                   run_queued(tasks, req);
@@ -987,7 +1002,7 @@ class Server {
                     throw ApiError(400, "not_a_reranker",
                                    o_.model + " has " + std::to_string(C) +
                                        " labels; /rerank needs a cross-encoder with one (or two) labels (use /predict)");
-                  RerankRequest r = parse_rerank_request(req.body, limits_);
+                  RerankRequest r = parse_rerank_request(json_body(req), limits_);
                   std::vector<std::string> queries(r.texts.size(), r.query);
                   std::vector<Task> tasks =
                       logit_tasks(queries, &r.texts, r.truncate.value_or(o_.auto_truncate), false, "texts");
@@ -1019,7 +1034,7 @@ class Server {
     } else {
       add("POST", "/translate", "LibreTranslate /translate (JSON or form body)",
           guard([this](const httplib::Request& req, httplib::Response& res) {
-                  TranslateRequest r = parse_translate_request(translate_body(req), limits_, o_.max_beam_size);
+                  TranslateRequest r = parse_translate_request(json_body(req, true), limits_, o_.max_beam_size);
                   const size_t pair = route(r.source, r.target);
                   TranslationBackend& backend = *pairs_[pair].backend;
                   // A multilingual folder translates into `target` (its forced first token) from `source`.
@@ -1066,7 +1081,7 @@ class Server {
                     o.bad_words_ids = r.bad_words_ids;
                     for (const std::string& w : r.bad_words) {
                       std::vector<int64_t> ids = backend.encode_target(w);
-                      if (ids.empty()) throw validation_error("`bad_words`: '" + w + "' has no target token");
+                      if (ids.empty()) throw validation_error("`bad_words`: '" + excerpt(w) + "' has no target token");
                       o.bad_words_ids.push_back(std::move(ids));
                     }
                     if (o.sampling_topk != 1 && o.beam_size > 1)
@@ -1101,7 +1116,7 @@ class Server {
                 }, true));
       add("POST", "/attention", "the web page's attention maps",
           guard([this](const httplib::Request& req, httplib::Response& res) {
-                  std::string q = parse_attention_request(req.body, limits_);
+                  std::string q = parse_attention_request(json_body(req), limits_);
                   std::vector<Task> tasks(1);
                   tasks[0].key = kOpAttention;
                   tasks[0].ids = translator_->encode_source(q, o_.auto_truncate);
@@ -1145,8 +1160,14 @@ class Server {
     }
   }
 
-  // A /translate body as JSON: the body itself, or its form fields (urlencoded or multipart) as a JSON object.
-  static std::string translate_body(const httplib::Request& req) {
+  // A request body as JSON text, for every route. A body that starts with '{' (after white space) is JSON
+  // whatever its Content-Type: `curl -d '{...}'` sends application/x-www-form-urlencoded, and LibreTranslate reads
+  // such a body as JSON too. Otherwise, where the route takes forms (`forms`: /translate), the fields of an
+  // urlencoded or multipart form as a JSON object (form_to_json); else the body as it is.
+  static std::string json_body(const httplib::Request& req, bool forms = false) {
+    const size_t start = req.body.find_first_not_of(" \t\r\n");
+    if (start != std::string::npos && req.body[start] == '{') return req.body;
+    if (!forms) return req.body;
     const std::string ct = req.get_header_value("Content-Type");
     if (ct.rfind("application/x-www-form-urlencoded", 0) == 0) return form_to_json(parse_urlencoded(req.body));
     if (ct.rfind("multipart/form-data", 0) == 0) {
@@ -1157,7 +1178,7 @@ class Server {
     return req.body;
   }
   static bool has_field(const httplib::Request& req, const char* field) {
-    json j = json::parse(translate_body(req), nullptr, false);
+    json j = json::parse(json_body(req, true), nullptr, false);
     return j.is_object() && j.contains(field);
   }
 
@@ -1179,8 +1200,8 @@ class Server {
       if ((source == "auto" || p.speaks(source)) && p.speaks(target) && source != target) return i;
     }
     if (!source_known)
-      throw validation_error("`source` '" + source + "' is not supported: " + what + served + " (GET /languages)");
-    throw validation_error("`target` '" + target + "' is not supported: " + what + served + " (GET /languages)");
+      throw validation_error("`source` '" + excerpt(source) + "' is not supported: " + what + served + " (GET /languages)");
+    throw validation_error("`target` '" + excerpt(target) + "' is not supported: " + what + served + " (GET /languages)");
   }
 
   json info() const {

@@ -42,10 +42,12 @@ struct ServeOptions {
                                           // ("": as the folder stores it, int8 after `tfm convert --dtype int8`)
 };
 
-// Listens, loads the model in the background (/health answers 503 until it is ready), serves until SIGTERM or
-// SIGINT, then stops accepting, finishes the requests in flight and returns 0. Prints
-// "listening on http://HOST:PORT" to stderr once the socket is bound. Throws std::runtime_error when the folder
-// is not a model folder, the address cannot be bound, or the model fails to load.
+// Binds the socket, loads the model in the background (/health answers 503 until it is ready), serves until
+// SIGTERM or SIGINT, then stops accepting, finishes the requests in flight and returns 0. Prints
+// "bound to http://HOST:PORT; loading ..." to stderr once the socket is bound, and "listening on
+// http://HOST:PORT" once the model is loaded and the options are checked against it (never when it then fails).
+// Throws std::runtime_error when the folder is not a model folder, the address cannot be bound, an option does not
+// fit the model (--max-batch-tokens below its input limit), or the model fails to load.
 int run_server(const ServeOptions& options);
 
 }  // namespace tfm::serve
