@@ -88,7 +88,9 @@ void add_finetune_command(CLI::App& app) {
       ->check(whole_range(0, int64_t{1} << 40));
   cmd->add_option("--max-grad-norm", o->max_grad_norm, "Clip the gradients' global norm to this (0: no clipping)")
       ->capture_default_str()->check(in_range(0.0, 1e6));
-  cmd->add_option("--max-length", o->max_length, "Truncate texts to this many tokens")->capture_default_str()
+  cmd->add_option("--max-length", o->max_length,
+                  "Truncate texts to this many tokens (at most the model's max_position_embeddings, as run_glue.py "
+                  "caps max_seq_length)")->capture_default_str()
       ->check(whole_range(2, 1 << 20));
   cmd->add_option("--seed", o->seed, "Seed of shuffling, dropout, masking and a new head")->capture_default_str()
       ->check(seed_value());
