@@ -1252,10 +1252,18 @@ TEST(ServeFields, HttpHygieneAndOpenApi) {
            {"Content-Type: application/x-www-form-urlencoded"});
   expect_error(r, 413, "payload_too_large", "limited to 8192 bytes; send JSON with Content-Type: application/json");
   // Error messages quote a shortened excerpt of a long request value: first 80 bytes, then how many were left out.
-  const std::string deep = "{\"inputs\":" + std::string(50000, '[') + std::string(50000, ']') + "}";
+  const std::string deep = "{\"inputs\":" + std::string(60, '[') + std::string(60, ']') + "}";
   r = http("POST", s.url("/embed"), deep);
-  expect_error(r, 422, "validation", "[[[[... (");
+  expect_error(r, 422, "validation", "... (36 more bytes)");
   EXPECT_LT(r.body.size(), 400u) << r.body.substr(0, 400);
+  // JSON nested 200,000 deep overflowed a server thread's stack (the process died): refused before parsing.
+  for (const char* route : {"/embed", "/v1/embeddings", "/tokenize", "/similarity"}) {
+    const std::string deeper = "{\"inputs\":" + std::string(200000, '[') + std::string(200000, ']') + "}";
+    r = http("POST", s.url(route), deeper);
+    EXPECT_EQ(r.status, 422) << route << " " << r.body.substr(0, 400);
+    EXPECT_NE(r.body.find("request body nests JSON deeper than 64 levels"), std::string::npos) << route << " " << r.body;
+  }
+  EXPECT_EQ(http("GET", s.url("/health")).status, 200);
   const std::string long_key = std::string(1000, 'k');
   r = http("POST", s.url("/embed"), json({{"inputs", "one"}, {long_key, 1}}).dump());
   expect_error(r, 422, "validation", "unknown field `" + long_key.substr(0, 80) + "... (920 more bytes)`");

@@ -19,11 +19,32 @@ std::string excerpt(std::string_view value) {
   return std::string(value.substr(0, n)) + "... (" + std::to_string(value.size() - n) + " more bytes)";
 }
 
+void check_json_depth(std::string_view body) {
+  int depth = 0;
+  bool in_string = false, escaped = false;
+  for (const char c : body) {
+    if (in_string) {
+      if (escaped) escaped = false;
+      else if (c == '\\') escaped = true;
+      else if (c == '"') in_string = false;
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      if (++depth > kMaxJsonDepth)
+        throw ApiError(422, "validation",
+                       "request body nests JSON deeper than " + std::to_string(kMaxJsonDepth) + " levels");
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+  }
+}
+
 namespace {
 
 json parse_object(std::string_view body) {
   if (body.find_first_not_of(" \t\r\n") == std::string_view::npos)
     throw validation_error("the request body is empty: send a JSON object (Content-Type: application/json)");
+  check_json_depth(body);
   json j = json::parse(body.begin(), body.end(), nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) throw validation_error("request body is not valid JSON (UTF-8)");
   if (!j.is_object()) throw validation_error("request body must be a JSON object");

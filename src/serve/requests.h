@@ -23,6 +23,12 @@ struct ApiError : std::runtime_error {
 // 422 "validation" (bad field), 413 "payload_too_large" (more inputs than the limit).
 ApiError validation_error(const std::string& message);
 
+// JSON nesting ([ and { outside strings) deeper than kMaxJsonDepth: a request is refused with a 422 before it is
+// parsed, since parsing and walking a 200,000-deep body overflowed a server thread's stack.
+constexpr int kMaxJsonDepth = 64;
+// Throws ApiError 422 (validation) when `body` nests deeper than kMaxJsonDepth.
+void check_json_depth(std::string_view body);
+
 // A request value as error messages quote it: the value itself when it has at most 80 bytes, else its first 80
 // bytes (cut back to a whole UTF-8 character) + "... (N more bytes)", so that an error answer stays short
 // whatever the request held.

@@ -527,7 +527,7 @@ class Server {
     std::string got = req.get_header_value("Authorization");
     const std::string want = "Bearer " + o_.api_key;
     if (got.empty() && req.path == "/translate") {  // LibreTranslate clients send the key as the api_key field
-      json j = json::parse(json_body(req, true), nullptr, false);
+      json j = parse_shallow(json_body(req, true));
       if (j.is_object() && j.contains("api_key") && j["api_key"].is_string()) got = "Bearer " + j["api_key"].get<std::string>();
     }
     if (got.size() != want.size()) return false;
@@ -1164,6 +1164,16 @@ class Server {
   // whatever its Content-Type: `curl -d '{...}'` sends application/x-www-form-urlencoded, and LibreTranslate reads
   // such a body as JSON too. Otherwise, where the route takes forms (`forms`: /translate), the fields of an
   // urlencoded or multipart form as a JSON object (form_to_json); else the body as it is.
+  // The body parsed as JSON, or a discarded value when it is not JSON or nests deeper than kMaxJsonDepth (the
+  // route's own parse then answers 422).
+  static json parse_shallow(const std::string& body) {
+    try {
+      check_json_depth(body);
+    } catch (const ApiError&) {
+      return json(json::value_t::discarded);
+    }
+    return json::parse(body, nullptr, false);
+  }
   static std::string json_body(const httplib::Request& req, bool forms = false) {
     const size_t start = req.body.find_first_not_of(" \t\r\n");
     if (start != std::string::npos && req.body[start] == '{') return req.body;
@@ -1178,7 +1188,7 @@ class Server {
     return req.body;
   }
   static bool has_field(const httplib::Request& req, const char* field) {
-    json j = json::parse(json_body(req, true), nullptr, false);
+    json j = parse_shallow(json_body(req, true));
     return j.is_object() && j.contains(field);
   }
 
