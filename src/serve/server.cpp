@@ -1160,10 +1160,6 @@ class Server {
     }
   }
 
-  // A request body as JSON text, for every route. A body that starts with '{' (after white space) is JSON
-  // whatever its Content-Type: `curl -d '{...}'` sends application/x-www-form-urlencoded, and LibreTranslate reads
-  // such a body as JSON too. Otherwise, where the route takes forms (`forms`: /translate), the fields of an
-  // urlencoded or multipart form as a JSON object (form_to_json); else the body as it is.
   // The body parsed as JSON, or a discarded value when it is not JSON or nests deeper than kMaxJsonDepth (the
   // route's own parse then answers 422).
   static json parse_shallow(const std::string& body) {
@@ -1174,6 +1170,10 @@ class Server {
     }
     return json::parse(body, nullptr, false);
   }
+  // A request body as JSON text, for every route. A body that starts with '{' (after white space) is JSON
+  // whatever its Content-Type: `curl -d '{...}'` sends application/x-www-form-urlencoded, and LibreTranslate reads
+  // such a body as JSON too. Otherwise, where the route takes forms (`forms`: /translate), the fields of an
+  // urlencoded or multipart form as a JSON object (form_to_json); else the body as it is.
   static std::string json_body(const httplib::Request& req, bool forms = false) {
     const size_t start = req.body.find_first_not_of(" \t\r\n");
     if (start != std::string::npos && req.body[start] == '{') return req.body;
