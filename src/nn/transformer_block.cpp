@@ -248,12 +248,12 @@ void block_inference(const EncoderBlock& blk, float* X, int64_t n, BlockScratch&
                      Attend&& attend) {
   const int64_t Hd = blk.attention.hidden_size, I = blk.ffn.linear1.out_features;
   const ops::ComputeType ffn_in = blk.ffn.linear1.input_type();
-  s.qkv.resize(n * 3 * Hd);
-  s.ctx.resize(n * Hd);
-  s.inter.resize(n * I);
+  grow(s.qkv, n * 3 * Hd);
+  grow(s.ctx, n * Hd);
+  grow(s.inter, n * I);
   if (!blk.norm_first) {
     // a = LN1(W_o attention(x) + x); x = LN2(FFN(a) + a)
-    s.a.resize(n * Hd);
+    grow(s.a, n * Hd);
     float* a = s.a.data();
     attend(a, X, &s.xq);
     s.xq.clear();  // used once: X changes below
@@ -294,7 +294,7 @@ namespace {
 // it; first = LN2(FFN(a) + a) with a = LN1(attention + x[:, 0]), as block_inference on these B rows.
 void finish_first_token(const EncoderBlock& blk, float* first, int64_t B, BlockScratch& s) {
   float* a = s.a.data();
-  s.inter.resize(B * blk.ffn.linear1.out_features);
+  grow(s.inter, B * blk.ffn.linear1.out_features);
   {
     OpTimer t("add_layernorm");
     blk.norm1.forward_inference_to(a, nullptr, a, first, B, blk.ffn.linear1.input_type(), s.aq);
@@ -309,9 +309,9 @@ void EncoderBlock::forward_inference_first_token(float* first, const float* X, i
                                                  const ops::AttentionMask& mask, BlockScratch& s) const {
   if (norm_first) throw std::logic_error("EncoderBlock::forward_inference_first_token: post-LN blocks only");
   const int64_t Hd = attention.hidden_size;
-  s.qkv.resize(B * L * 3 * Hd);
-  s.ctx.resize(B * Hd);
-  s.a.resize(B * Hd);
+  grow(s.qkv, B * L * 3 * Hd);
+  grow(s.ctx, B * Hd);
+  grow(s.a, B * Hd);
   attention.forward_inference_first_token(s.a.data(), X, B, L, mask, s.qkv.data(), s.ctx.data(), &s.xq);
   s.xq.clear();
   for (int64_t b = 0; b < B; ++b) std::memcpy(first + b * Hd, X + b * L * Hd, sizeof(float) * Hd);  // x[:, 0]
@@ -322,9 +322,9 @@ void EncoderBlock::forward_inference_first_token(float* first, const float* X, c
                                                  const ops::AttentionMask& mask, BlockScratch& s) const {
   if (norm_first) throw std::logic_error("EncoderBlock::forward_inference_first_token: post-LN blocks only");
   const int64_t Hd = attention.hidden_size, B = seqs.batch, T = seqs.tokens();
-  s.qkv.resize(T * 3 * Hd);
-  s.ctx.resize(B * Hd);
-  s.a.resize(B * Hd);
+  grow(s.qkv, T * 3 * Hd);
+  grow(s.ctx, B * Hd);
+  grow(s.a, B * Hd);
   attention.forward_inference_first_token(s.a.data(), X, seqs, mask, s.qkv.data(), s.ctx.data(), &s.xq);
   s.xq.clear();
   for (int64_t b = 0; b < B; ++b) {  // each sentence's first row (an empty sentence: zeros, overwritten later)
@@ -378,7 +378,13 @@ void encoder_stack_inference(const std::vector<EncoderBlock>& layers, float* X, 
   if (key_mask)
     for (int64_t i = 0; i < N && !padded; ++i) padded = key_mask[i] == 0.0f;
   const bool pre_ln = layers[0].norm_first;
-  BlockScratch s;  // activation buffers, reused by every layer
+  // Activation buffers, reused by every layer and kept by the thread for its next forward: fresh buffers cost
+  // page faults and zero-fills on every call (5.8% of an int8 BERT-base forward at [8, 128], BENCHMARKS.md
+  // session 14). The thread holds its largest batch's buffers until it exits. Nothing carries over: the
+  // prepared inputs are emptied here.
+  thread_local BlockScratch s;
+  for (ops::PreparedInput* p : {&s.xq, &s.aq, &s.hq}) p->clear();
+  s.next_input = ops::ComputeType::F32;
   // A relative bias read at positions inside the sentence needs the real tokens of each row in one run.
   const bool zero_padded_rows = padded && unpadded && score_bias && !real_tokens_contiguous(key_mask, B, L);
   // Unpadded, a row whose position 0 is padding reads 0 there (the contract above).
@@ -391,7 +397,7 @@ void encoder_stack_inference(const std::vector<EncoderBlock>& layers, float* X, 
     if (padded) mask.key_mask = key_mask;
     mask.bias = score_bias;  // [heads, L, L], bias_batch_stride 0: shared by the batch rows
     if (pre_ln) {  // pre-LN layers chain their LayerNorms: s.h holds the next layer's norm1(x) on entry
-      s.h.resize(N * H);
+      grow(s.h, N * H);
       layers[0].norm1.forward_inference_to(s.h.data(), nullptr, X, nullptr, N, layers[0].attention.qkv.input_type(),
                                            s.xq);
     }
@@ -434,8 +440,8 @@ void encoder_stack_inference(const std::vector<EncoderBlock>& layers, float* X, 
     return;
   }
   const Varlen seqs{B, offsets.data(), max_len};
-  std::vector<float> packed(T * H);
-  float* P = packed.data();
+  grow(s.tokens, T * H);
+  float* P = s.tokens.data();
   auto scatter = [&](float* dst) {  // padded rows zero
     std::memset(dst, 0, sizeof(float) * N * H);
 #pragma omp parallel for if (T * H > 65536)
@@ -444,7 +450,7 @@ void encoder_stack_inference(const std::vector<EncoderBlock>& layers, float* X, 
 #pragma omp parallel for if (T * H > 65536)
   for (int64_t t = 0; t < T; ++t) std::memcpy(P + t * H, X + rows[t] * H, sizeof(float) * H);
   if (pre_ln) {
-    s.h.resize(T * H);
+    grow(s.h, T * H);
     layers[0].norm1.forward_inference_to(s.h.data(), nullptr, P, nullptr, T, layers[0].attention.qkv.input_type(),
                                          s.xq);
   }

@@ -31,6 +31,7 @@ struct Residual {
 // Scratch of the inference paths, reused across layers and calls.
 struct BlockScratch {
   Buf h, qkv, ctx, a, inter;
+  Buf tokens;  // the unpadded stack's real tokens [T, H], gathered from the padded batch
   // GEMM inputs already in their product's input type (ops::PreparedInput), written by the LayerNorm or the
   // product that made them, so that no product converts an fp32 input of its own: xq the QKV product's input
   // (X post-LN, h pre-LN; written by the previous layer's last LayerNorm, or the stack's first one), aq the FFN
