@@ -1,6 +1,6 @@
 // Branch-free float approximations of exp, erf and tanh that GCC auto-vectorises (AVX2) inside loops.
 // std::exp / std::erf do not vectorise without -ffast-math, and they dominate softmax and GELU time.
-// Accuracy: exp within 2 ulp on [-87, 88]; erf within 3e-7 absolute; tanh within 3e-7 absolute.
+// Accuracy: exp within 2 ulp on [-87, 88]; erf within 5e-7 absolute; tanh within 3e-7 absolute.
 #pragma once
 #include <bit>
 #include <cstdint>
@@ -28,21 +28,31 @@ inline float fast_exp(float x_in) {
   return x_in < -87.3f ? 0.0f : y;  // underflow to 0 as expf does (no denormals)
 }
 
-// erf by Abramowitz & Stegun 7.1.26: 1 - t (a1 + a2 t + ... + a5 t^4) exp(-x^2), t = 1 / (1 + p |x|), absolute
-// error <= 1.5e-7 (the form of PyTorch's vectorised erf). gauss receives exp(-x^2), which GELU's derivative
-// reuses (its normal density at sqrt(2) x), so value and derivative cost one exp.
-inline float fast_erf(float x, float& gauss) {
-  const float z = x < 0 ? -x : x;
-  const float t = 1.0f / (1.0f + 0.3275911f * z);
-  const float poly =
-      t * (0.254829592f + t * (-0.284496736f + t * (1.421413741f + t * (-1.453152027f + t * 1.061405429f))));
-  gauss = fast_exp(-z * z);
-  const float r = 1.0f - poly * gauss;
-  return x < 0 ? -r : r;
+// erf as a rational function of x, x * P(x^2) / Q(x^2), with x clamped to [-4, 4] (erf is +-1 in float beyond):
+// the approximation of Eigen's generic_fast_erf_float (and XLA's), absolute error <= 5e-7 in float arithmetic
+// (4.4e-7 measured over [-6, 6] against math.erf). 13 multiply-adds and one division, no exp: 1.7x faster than
+// the Abramowitz & Stegun 7.1.26 form with its exp that it replaced (GELU on AVX-512, BENCHMARKS.md session 14).
+inline float fast_erf(float x_in) {
+  const float x = x_in > 4.0f ? 4.0f : (x_in < -4.0f ? -4.0f : x_in);
+  const float x2 = x * x;
+  float p = -2.72614225801306e-10f;
+  p = p * x2 + 2.77068142495902e-08f;
+  p = p * x2 + -2.10102402082508e-06f;
+  p = p * x2 + -5.69250639462346e-05f;
+  p = p * x2 + -7.34990630326855e-04f;
+  p = p * x2 + -2.95459980854025e-03f;
+  p = p * x2 + -1.60960333262415e-02f;
+  float q = -1.45660718464996e-05f;
+  q = q * x2 + -2.13374055278905e-04f;
+  q = q * x2 + -1.68282697438203e-03f;
+  q = q * x2 + -7.37332916720468e-03f;
+  q = q * x2 + -1.42647390514189e-02f;
+  return x * p / q;
 }
-inline float fast_erf(float x) {
-  float gauss;
-  return fast_erf(x, gauss);
+// The same erf, and gauss = exp(-x^2), which GELU's derivative needs (its normal density at sqrt(2) x).
+inline float fast_erf(float x, float& gauss) {
+  gauss = fast_exp(-x * x);
+  return fast_erf(x);
 }
 
 inline float fast_tanh(float x) {
