@@ -262,6 +262,30 @@ TFM_ALWAYS_INLINE void dequant_rows(float* y, int64_t n0, int64_t n1, int64_t O,
   for (int64_t n = n0; n < n1; ++n) {
     float* r = y + n * O;
     const float s = rs[n];
+    if (bias && ep == Epilogue::Gelu && next && next->ct == ComputeType::I8) {
+      // BERT's FFN-in: dequantisation, bias, GELU (act_impl's expression) and the row's max |y| in one pass,
+      // then the s8 row: the values of the separate passes below (quantize_row_s8 on the finished row), 3% faster.
+      float mx = 0.0f, bad = 0.0f;
+#pragma omp simd reduction(max : mx) reduction(+ : bad)
+      for (int64_t o = 0; o < O; ++o) {
+        const float v = r[o] * (s * ws[o]) + bias[o];
+        const float g = 0.5f * v * (1.0f + vm::fast_erf(v * detail::kInvSqrt2));
+        r[o] = g;
+        const float a = g < 0.0f ? -g : g;
+        mx = a > mx ? a : mx;
+        bad += g * 0.0f;
+      }
+      int8_t* q = next->s8.data() + n * next->cols;
+      if (bad != 0.0f || !std::isfinite(mx)) {  // a NaN or an infinity: the row's outputs come out NaN
+        std::memset(q, 0, (size_t)O);
+        next->scale[n] = NAN;
+      } else {
+        const float scale = detail::s8_scale_of(mx);
+        detail::quantize_s8(q, r, O, 1.0f / scale);
+        next->scale[n] = scale;
+      }
+      continue;
+    }
     if (bias) {
 #pragma omp simd
       for (int64_t o = 0; o < O; ++o) r[o] = r[o] * (s * ws[o]) + bias[o];
