@@ -410,8 +410,9 @@ TEST(Bf16Attention, EveryMaskFormMatchesRoundedReference) {
           for (int64_t i = 0; i < Lq; ++i) {
             bool any = false;
             for (int64_t j = 0; j < Lk && !any; ++j) any = m.visible(b, i, j, Lq, Lk);
-            if (!any)
+            if (!any) {
               for (int64_t c = 0; c < D; ++c) ASSERT_EQ(out[(b * Lq + i) * out_ld + c], 0.0f) << what;
+            }
           }
       }
   set_kernel_bf16_dot(saved_dot);
@@ -639,7 +640,7 @@ TEST(TrainKernels, LongSequencesRunThePerHeadGemmsAndMatchTheReference) {
     std::vector<float> p_ref(p.size()), out_ref(out.size());
     attention_forward_ref(out_ref.data(), p_ref.data(), q.data(), k.data(), v.data(), d, m);
     EXPECT_TRUE(test::all_close(p, p_ref, 1e-6f, 1e-5f));
-    if (!with_dropout) EXPECT_TRUE(test::all_close(out, out_ref, 1e-5f, 1e-5f));
+    if (!with_dropout) { EXPECT_TRUE(test::all_close(out, out_ref, 1e-5f, 1e-5f)); }
     std::vector<float> ones(drop.size(), 1.0f);
     std::vector<double> dq_ref, dk_ref, dv_ref;
     backward_ref(dq_ref, dk_ref, dv_ref, dout.data(), p.data(), q.data(), k.data(), v.data(),
@@ -704,7 +705,7 @@ TEST(AttentionStep, SentenceBlocksWithValidLensMatchReferenceAndEmptyRowsAreZero
   for (int64_t h = 0; h < heads; ++h)
     for (int64_t j = 0; j < Ls; ++j) {
       EXPECT_EQ(p[(2 * heads + h) * Ls + j], 0.0f);
-      if (j >= 3) EXPECT_EQ(p[(1 * heads + h) * Ls + j], 0.0f) << "masked key " << j;
+      if (j >= 3) { EXPECT_EQ(p[(1 * heads + h) * Ls + j], 0.0f) << "masked key " << j; }
     }
 }
 

@@ -116,6 +116,6 @@ TEST(Decode, BatchedBeamSearchEqualsOneSentenceAtATimeAndBeamOneEqualsGreedy) {
       auto single = beam_search_batch(model, src.i64() + b * Ls, valid.i64() + b, 1, Ls, opt)[0];
       EXPECT_EQ(batched[b], single) << "beam " << k << " row " << b;
     }
-    if (k == 1) EXPECT_EQ(batched, greedy_decode(model, src.i64(), valid.i64(), N, Ls, opt));
+    if (k == 1) { EXPECT_EQ(batched, greedy_decode(model, src.i64(), valid.i64(), N, Ls, opt)); }
   }
 }

@@ -180,8 +180,9 @@ TEST(EncoderFirstToken, LastLayerOnPositionZeroEqualsTheFullForward) {
       EXPECT_LE(worst, 1e-5 * std::max(scale, 1.0));
       EXPECT_GT(scale, 0.0);
       ASSERT_EQ(first.pooler_output.defined(), full.pooler_output.defined());
-      if (full.pooler_output.defined())
+      if (full.pooler_output.defined()) {
         EXPECT_TRUE(test::all_close(first.pooler_output.f32(), full.pooler_output.f32(), B * H, 1e-5f, 1e-5f));
+      }
       }
     }
 }

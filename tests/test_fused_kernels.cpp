@@ -118,7 +118,7 @@ TEST(FusedKernels, LayerNormWritesTheProductInputOnBothIsas) {
             PreparedInput q, from_out, ref;
             layer_norm_forward_to(out.data(), sum.data(), x.data(), res, w.data(), b.data(), N, C, 1e-5f, ct, q);
             EXPECT_EQ(std::memcmp(out.data(), want.data(), sizeof(float) * N * C), 0);  // NaN rows too
-            if (residual) EXPECT_EQ(std::memcmp(sum.data(), sum_want.data(), sizeof(float) * N * C), 0);
+            if (residual) { EXPECT_EQ(std::memcmp(sum.data(), sum_want.data(), sizeof(float) * N * C), 0); }
             prepare_input(from_out, ct, out.data(), N, C);
             EXPECT_TRUE(prepared_close(q, from_out));
             std::vector<float> xs(N * C), lref(N * C);
@@ -130,7 +130,7 @@ TEST(FusedKernels, LayerNormWritesTheProductInputOnBothIsas) {
             } else {  // one bf16 unit, or 1e-5 near zero (outputs are O(1); the reference sums in another order)
               for (int64_t i = 0; i < N * C; ++i) {
                 const int ulps = std::abs((int)(int16_t)q.bf16[i] - (int)(int16_t)ref.bf16[i]);
-                if (ulps > 1) ASSERT_NEAR(bf16_to_float(q.bf16[i]), bf16_to_float(ref.bf16[i]), 1e-5f) << "element " << i;
+                if (ulps > 1) { ASSERT_NEAR(bf16_to_float(q.bf16[i]), bf16_to_float(ref.bf16[i]), 1e-5f) << "element " << i; }
               }
             }
             if (ct == ComputeType::I8 && N > 1) {

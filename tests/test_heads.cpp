@@ -179,7 +179,7 @@ TEST(HeadsCli, ClassifyPrintsPipelineShapes) {
     int64_t k = std::find(labels.begin(), labels.end(), all[0][i]["label"].get<std::string>()) - labels.begin();
     ASSERT_LT(k, 3);
     EXPECT_NEAR(all[0][i]["score"].get<double>(), row[k], 1e-4);
-    if (i) EXPECT_GE(all[0][i - 1]["score"].get<double>(), all[0][i]["score"].get<double>());
+    if (i) { EXPECT_GE(all[0][i - 1]["score"].get<double>(), all[0][i]["score"].get<double>()); }
   }
 }
 

@@ -101,15 +101,16 @@ TEST(FillMask, SeveralMasksGiveOneListPerMaskKeepingTheOtherMasks) {
   ASSERT_TRUE(lines[1].is_array() && lines[1].size() == 3 && lines[1][0].is_object()) << lines[1].dump();
   for (const auto& c : lines[1]) {
     const std::string tok = c["token_str"].get<std::string>();
-    if (tok != "[MASK]" && tok != "[UNK]" && tok != "[CLS]" && tok != "[SEP]" && tok != "[PAD]")
+    if (tok != "[MASK]" && tok != "[UNK]" && tok != "[CLS]" && tok != "[SEP]" && tok != "[PAD]") {
       EXPECT_EQ(c["sequence"].get<std::string>(), "the cat sat on the " + tok + ".");
+    }
   }
 }
 
 // tfm::MaskFiller::fill answered an input without a mask token with no candidates (Python: [[]]) where the CLI
 // refuses it; it throws now, as the fill-mask pipeline raises, naming the input.
 TEST(FillMask, AnInputWithoutAMaskIsRefusedByTheLibrary) {
-  const tfm::MaskFiller m(fixture("heads_mlm"), tfm::ClassifierOptions{1});
+  const tfm::MaskFiller m(fixture("heads_mlm"), tfm::ClassifierOptions{1, ""});
   const tfm::TextEncoding with = m.tokenizer().encode("the cat sat on the [MASK]");
   const tfm::TextEncoding without = m.tokenizer().encode("the cat");
   EXPECT_EQ(m.fill({with}).size(), 1u);
@@ -420,7 +421,7 @@ TEST(Int8Folder, OtherDtypesDequantiseAndDtypeReportsTheTypeUsed) {
   TfmRun stored = run_tfm_in(t.path, {"classify", "--model", cls, "a cat"});
   ASSERT_EQ(as_fp32.exit_code, 0) << as_fp32.describe();
   EXPECT_EQ(stored.out, as_int8.out);
-  if (native_int8) EXPECT_NE(as_fp32.out, as_int8.out);
+  if (native_int8) { EXPECT_NE(as_fp32.out, as_int8.out); }
 }
 
 // encode on a folder without model.safetensors names --init random; encode --pooled on a checkpoint without a

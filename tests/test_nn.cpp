@@ -354,7 +354,7 @@ TEST(NnBlock, FirstTokenOnlyEqualsTheFullLayerAtPositionZero) {
     blk.backward(dfirst.data(), dx.data());
     EXPECT_TRUE(all_close(dx, dx_ref, 1e-5f, 1e-4f)) << "bias " << with_bias;
     EXPECT_TRUE(all_close(store.all_grad(), g_ref, 1e-5f, 1e-4f)) << "bias " << with_bias;
-    if (with_bias) EXPECT_TRUE(all_close(blk.attention.dbias, dbias_ref, 1e-5f, 1e-4f));
+    if (with_bias) { EXPECT_TRUE(all_close(blk.attention.dbias, dbias_ref, 1e-5f, 1e-4f)); }
   }
   nn::ParamStore store;
   nn::EncoderBlock pre = make_encoder_block(store, /*norm_first=*/true, ops::Activation::Gelu);

@@ -343,7 +343,7 @@ TEST(LabelSmoothingReference, RowsMatchTorchCrossEntropyWithIgnoredRows) {
                                       eps);
   EXPECT_EQ(inplace, dlogits);
   for (int64_t n = 0; n < N; ++n)
-    if (weight[n] != 0.0f) EXPECT_EQ(loss2[n], loss[n]) << n;
+    if (weight[n] != 0.0f) { EXPECT_EQ(loss2[n], loss[n]) << n; }
 }
 
 TEST(LabelSmoothingReference, Seq2SeqLossAndGradientsMatchTorchForBothTrainers) {
