@@ -30,7 +30,13 @@ LEVELS=${LEVELS:-1 8 64}
 # done for them is lost. A client of a batching server waits longer: 30 s here; time-outs still count as failed.
 WRK_TIMEOUT_S=${WRK_TIMEOUT_S:-30}
 DATA=${TFM_DATA_DIR:-$(dirname "$0")/../../shared/data}
-command -v wrk > /dev/null || { echo "serve_load: needs wrk (apt-get install wrk)" >&2; exit 1; }
+if ! command -v wrk > /dev/null; then  # the load generator, from Debian, installed as ensure_openblas.sh installs its peers
+  echo "serve_load: installing wrk (the load generator)" >&2
+  SUDO=""
+  [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  { $SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq wrk >&2; } ||
+    { echo "serve_load: needs wrk (apt-get install wrk)" >&2; exit 1; }
+fi
 WORK=$(mktemp -d)
 SERVER=""
 trap 'kill $SERVER 2>/dev/null || true; rm -rf "$WORK"' EXIT
