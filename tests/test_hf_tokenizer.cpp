@@ -309,3 +309,47 @@ TEST(EngineFuzz, RandomInputsKeepTheContract) {
 }
 
 }  // namespace
+
+// tokenizer.json's model.vocab is read while parsing, straight into the vocabulary (HfTokenizer::from_json_text's
+// SAX reader): the same tokenizer as the tree gave (ids, the last of duplicate keys), the same errors for values that
+// are not integers (nested containers included), and a "vocab" object elsewhere left to its component.
+TEST(HfTokenizerVocab, ReadWhileParsingAsTheTreeReadsIt) {
+  auto load = [](const std::string& vocab_json, const std::string& extra = "") {
+    return tfm::HfTokenizer::from_json_text(
+        "{\"version\": \"1.0\"," + extra +
+            " \"model\": {\"type\": \"WordPiece\", \"unk_token\": \"[UNK]\", \"continuing_subword_prefix\": \"##\","
+            " \"max_input_chars_per_word\": 100, \"vocab\": " + vocab_json + "}}",
+        "t.json");
+  };
+  tfm::HfTokenizer t = load(R"({"[UNK]": 0, "a": 1, "b": 2, "b": 3})");
+  EXPECT_EQ(t.token_to_id("a"), 1);
+  EXPECT_EQ(t.token_to_id("b"), 3);  // the last of duplicate keys, as nlohmann's tree keeps it
+  EXPECT_EQ(t.token_to_id("[UNK]"), 0);
+  EXPECT_EQ(*t.id_to_token(3), "b");
+  auto error_of = [&](const std::string& vocab_json, const std::string& extra = "") {
+    try {
+      load(vocab_json, extra);
+    } catch (const std::exception& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_EQ(error_of(R"({"[UNK]": 0, "a": 1.5})"), "t.json: model.vocab['a'] must be an integer id");
+  EXPECT_EQ(error_of(R"({"[UNK]": 0, "x": "2", "y": null})"), "t.json: model.vocab['x'] must be an integer id");
+  EXPECT_EQ(error_of(R"({"[UNK]": 0, "n": {"k": [1, {"z": 2}]}, "c": 3})"),
+            "t.json: model.vocab['n'] must be an integer id");
+  EXPECT_EQ(error_of(R"({"[UNK]": 0, "a": [1]})"), "t.json: model.vocab['a'] must be an integer id");
+  // A JSON syntax error is reported as such, also after a bad vocabulary value.
+  EXPECT_NE(error_of(R"({"[UNK]": 0, "a": true, )").find("invalid JSON at byte"), std::string::npos);
+  // A second "model" key replaces the first, vocabulary included.
+  tfm::HfTokenizer twice = tfm::HfTokenizer::from_json_text(
+      R"({"model": {"type": "WordPiece", "vocab": {"[UNK]": 0, "old": 1}},)"
+      R"( "model": {"type": "WordPiece", "unk_token": "[UNK]", "vocab": {"[UNK]": 0, "new": 1}}})",
+      "t.json");
+  EXPECT_EQ(twice.token_to_id("new"), 1);
+  EXPECT_EQ(twice.token_to_id("old"), -1);
+  // "vocab" keys at other places are the tree's (here an unknown top-level key, ignored) and do not touch the model's.
+  tfm::HfTokenizer other = load(R"({"[UNK]": 0, "z": 1})", R"( "extra": {"vocab": {"q": 7}},)");
+  EXPECT_EQ(other.token_to_id("z"), 1);
+  EXPECT_EQ(other.token_to_id("q"), -1);
+}

@@ -84,7 +84,9 @@ class Decoder {
 // Builders from tokenizer.json values; throw std::runtime_error "<source>: <component>: <what>".
 std::unique_ptr<Normalizer> make_normalizer(const nlohmann::json& j, const std::string& source);
 std::unique_ptr<PreTokenizer> make_pre_tokenizer(const nlohmann::json& j, const std::string& source);
-std::unique_ptr<Model> make_model(const nlohmann::json& j, const std::string& source);
+// vocab: model.vocab already read (HfTokenizer::from_json_text reads it while parsing, and leaves an empty object in
+// j), moved from; null: read from j["vocab"].
+std::unique_ptr<Model> make_model(const nlohmann::json& j, const std::string& source, Vocab* vocab = nullptr);
 std::unique_ptr<PostProcessor> make_post_processor(const nlohmann::json& j, const std::string& source);
 std::unique_ptr<Decoder> make_decoder(const nlohmann::json& j, const std::string& source);
 

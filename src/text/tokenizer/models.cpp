@@ -60,6 +60,11 @@ Vocab read_vocab_object(const json& v, const std::string& source) {
   return out;
 }
 
+// The model's vocabulary: the one read while parsing (moved from) or model.vocab of the tree.
+Vocab vocab_of(const json& m, const std::string& source, Vocab* read) {
+  return read ? std::move(*read) : read_vocab_object(m.at("vocab"), source);
+}
+
 std::string opt_str(const json& j, const char* key, const std::string& fallback) {
   if (!j.contains(key) || j[key].is_null()) return fallback;
   return j[key].get<std::string>();
@@ -153,8 +158,8 @@ class WordLevelModel : public Model {
 
 class BpeModel : public Model {
  public:
-  BpeModel(const json& m, const std::string& source) {
-    vocab_ = read_vocab_object(m.at("vocab"), source);
+  BpeModel(const json& m, const std::string& source, Vocab* read) {
+    vocab_ = vocab_of(m, source, read);
     build_reverse(source);
     if (m.contains("unk_token") && !m["unk_token"].is_null()) unk_ = m["unk_token"].get<std::string>();
     prefix_ = opt_str(m, "continuing_subword_prefix", "");
@@ -457,7 +462,7 @@ std::unique_ptr<Model> make_wordpiece(Vocab vocab, const std::string& unk, const
   return std::make_unique<WordPieceModel>(std::move(vocab), unk, prefix, max_chars, source);
 }
 
-std::unique_ptr<Model> make_model(const json& m, const std::string& source) {
+std::unique_ptr<Model> make_model(const json& m, const std::string& source, Vocab* vocab) {
   if (!m.is_object()) throw std::runtime_error(source + ": model must be an object");
   std::string t = m.contains("type") && m["type"].is_string() ? m["type"].get<std::string>() : "";
   try {
@@ -468,16 +473,16 @@ std::unique_ptr<Model> make_model(const json& m, const std::string& source) {
       else if (m.contains("vocab")) t = "WordLevel";
     }
     if (t == "WordPiece")
-      return make_wordpiece(read_vocab_object(m.at("vocab"), source), opt_str(m, "unk_token", "[UNK]"),
+      return make_wordpiece(vocab_of(m, source, vocab), opt_str(m, "unk_token", "[UNK]"),
                             opt_str(m, "continuing_subword_prefix", "##"),
                             m.contains("max_input_chars_per_word") && !m["max_input_chars_per_word"].is_null()
                                 ? m["max_input_chars_per_word"].get<int64_t>()
                                 : 100,
                             source);
     if (t == "WordLevel")
-      return std::make_unique<WordLevelModel>(read_vocab_object(m.at("vocab"), source),
+      return std::make_unique<WordLevelModel>(vocab_of(m, source, vocab),
                                               opt_str(m, "unk_token", "<unk>"), source);
-    if (t == "BPE") return std::make_unique<BpeModel>(m, source);
+    if (t == "BPE") return std::make_unique<BpeModel>(m, source, vocab);
     if (t == "Unigram") return std::make_unique<UnigramModel>(m, source);
   } catch (const json::exception& e) {
     throw std::runtime_error(source + ": model " + t + ": " + e.what());

@@ -341,20 +341,125 @@ std::optional<PaddingParams> parse_padding(const json& j, const std::string& sou
   return p;
 }
 
+// json::parse for tokenizer.json, except that model.vocab (an object token -> id) goes straight into a Vocab and
+// the tree holds an empty object there. Building nlohmann's tree of a 30,522-token vocabulary (std::map nodes),
+// reading it back and freeing it was most of loading bert-base-uncased's tokenizer.json: about 36 of the 100 ms of
+// a one-sentence `tfm encode` (BENCHMARKS.md, session 14). Everything else is nlohmann's DOM parser, unchanged:
+// the same tree, the same parse errors; a duplicate key keeps its last value, as the tree does. A vocabulary value
+// that is not an integer is remembered and reported after a successful parse, with read_vocab_object's message.
+class VocabSax {
+ public:
+  using number_integer_t = json::number_integer_t;
+  using number_unsigned_t = json::number_unsigned_t;
+  using number_float_t = json::number_float_t;
+  using string_t = json::string_t;
+  using binary_t = json::binary_t;
+
+  VocabSax(json& root, tok::Vocab& vocab) : dom_(root, true), vocab_(vocab) {}
+  bool read_vocab() const { return read_; }
+  const std::string* bad_key() const { return bad_ ? &bad_key_ : nullptr; }
+
+  bool null() { return in_vocab_ ? not_integer() : dom_.null(); }
+  bool boolean(bool v) { return in_vocab_ ? not_integer() : dom_.boolean(v); }
+  bool number_integer(number_integer_t v) {
+    if (!in_vocab_) return dom_.number_integer(v);
+    if (!skip_) vocab_[key_] = v;
+    return true;
+  }
+  bool number_unsigned(number_unsigned_t v) {
+    if (!in_vocab_) return dom_.number_unsigned(v);
+    if (!skip_) vocab_[key_] = (int64_t)v;  // as json::get<int64_t> converts it
+    return true;
+  }
+  bool number_float(number_float_t v, const string_t& text) {
+    return in_vocab_ ? not_integer() : dom_.number_float(v, text);
+  }
+  bool string(string_t& v) { return in_vocab_ ? not_integer() : dom_.string(v); }
+  bool binary(binary_t& v) { return in_vocab_ ? not_integer() : dom_.binary(v); }
+  bool key(string_t& k) {
+    if (in_vocab_) {
+      if (!skip_) key_ = k;
+      return true;
+    }
+    frames_.back().key = k;
+    return dom_.key(k);
+  }
+  bool start_object(std::size_t n) {
+    if (in_vocab_) return nested();
+    const bool vocab = frames_.size() == 2 && frames_[0].object && frames_[0].key == "model" && frames_[1].object &&
+                       frames_[1].key == "vocab";
+    frames_.push_back({true, {}});
+    if (!vocab) return dom_.start_object(n);
+    in_vocab_ = read_ = true;
+    vocab_.clear();  // a second "model" or "vocab" key: the last one counts, as in the tree
+    vocab_.reserve(32768);
+    return dom_.start_object(0);
+  }
+  bool end_object() {
+    if (in_vocab_ && skip_) return --skip_, true;
+    frames_.pop_back();
+    in_vocab_ = false;
+    return dom_.end_object();
+  }
+  bool start_array(std::size_t n) {
+    if (in_vocab_) return nested();
+    frames_.push_back({false, {}});
+    return dom_.start_array(n);
+  }
+  bool end_array() {
+    if (in_vocab_) return --skip_, true;  // only arrays nested in a vocabulary value reach here inside it
+    frames_.pop_back();
+    return dom_.end_array();
+  }
+  template <class Exception>
+  bool parse_error(std::size_t pos, const std::string& token, const Exception& e) {
+    return dom_.parse_error(pos, token, e);  // throws e (json::parse_error, ...) as its own type
+  }
+
+ private:
+  struct Frame {
+    bool object;
+    std::string key;  // the object's current key
+  };
+  bool not_integer() {
+    if (!skip_ && !bad_) {
+      bad_ = true;
+      bad_key_ = key_;
+    }
+    return true;
+  }
+  bool nested() {  // an object or array as a vocabulary value: not an integer; its contents are skipped
+    not_integer();
+    ++skip_;
+    return true;
+  }
+
+  nlohmann::detail::json_sax_dom_parser<json> dom_;
+  tok::Vocab& vocab_;
+  std::vector<Frame> frames_;
+  bool in_vocab_ = false, read_ = false, bad_ = false;
+  int skip_ = 0;  // depth of containers nested in a vocabulary value
+  std::string key_, bad_key_;
+};
+
 }  // namespace
 
 HfTokenizer HfTokenizer::from_json_text(const std::string& text, const std::string& source) {
   json j;
+  tok::Vocab vocab;
+  VocabSax sax(j, vocab);
   try {
-    j = json::parse(text);
+    json::sax_parse(text, &sax);
   } catch (const json::parse_error& e) {
     throw std::runtime_error(source + ": invalid JSON at byte " + std::to_string(e.byte) + ": " + e.what());
   }
+  if (const std::string* k = sax.bad_key())
+    throw std::runtime_error(source + ": model.vocab['" + *k + "'] must be an integer id");
   if (!j.is_object()) throw std::runtime_error(source + ": expected a JSON object, found " + std::string(j.type_name()));
   auto impl = std::make_shared<Impl>();
   try {
     if (!j.contains("model")) throw std::runtime_error(source + ": no \"model\"");
-    impl->model = make_model(j["model"], source);
+    impl->model = make_model(j["model"], source, sax.read_vocab() ? &vocab : nullptr);
     impl->normalizer = make_normalizer(j.value("normalizer", json()), source);
     impl->pre_tokenizer = make_pre_tokenizer(j.value("pre_tokenizer", json()), source);
     impl->post_processor = make_post_processor(j.value("post_processor", json()), source);
