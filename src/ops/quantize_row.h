@@ -44,10 +44,9 @@ TFM_ALWAYS_INLINE void quantize_s8(int8_t* q, const float* x, int64_t n, float i
   }
 }
 
-// One row with its own scale; returns the scale, NaN (and q all 0) when the row holds a NaN or an infinity, so
-// that the row's outputs come out NaN.
-TFM_ALWAYS_INLINE float quantize_row_s8(int8_t* q, const float* x, int64_t n) {
-  const float mx = row_absmax(x, n);
+// One row with its own scale, given its max |x| (row_absmax's value: NaN when the row holds a NaN or an
+// infinity); returns the scale, NaN (and q all 0) for such a row, so that the row's outputs come out NaN.
+TFM_ALWAYS_INLINE float quantize_row_s8_given_max(int8_t* q, const float* x, int64_t n, float mx) {
   if (!std::isfinite(mx)) {
     std::memset(q, 0, (size_t)n);
     return NAN;
@@ -55,6 +54,10 @@ TFM_ALWAYS_INLINE float quantize_row_s8(int8_t* q, const float* x, int64_t n) {
   const float scale = s8_scale_of(mx);
   quantize_s8(q, x, n, 1.0f / scale);
   return scale;
+}
+// The same, finding the max itself.
+TFM_ALWAYS_INLINE float quantize_row_s8(int8_t* q, const float* x, int64_t n) {
+  return quantize_row_s8_given_max(q, x, n, row_absmax(x, n));
 }
 
 TFM_ALWAYS_INLINE void row_to_bf16(uint16_t* d, const float* x, int64_t n) {
