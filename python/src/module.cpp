@@ -399,7 +399,6 @@ PYBIND11_MODULE(_tfm, m) {
             o.function = function;
             o.max_length = max_length;
             o.batch_size = batch_size;
-            o.batch_tokens = batch_tokens;
             std::vector<std::string> t = string_list(texts, "texts");
             std::vector<tfm::Classification> r;
             {
@@ -434,7 +433,6 @@ PYBIND11_MODULE(_tfm, m) {
             tfm::ClassifyOptions o;
             o.max_length = max_length;
             o.batch_size = batch_size;
-            o.batch_tokens = batch_tokens;
             std::vector<std::string> t = string_list(texts, "texts");
             tfm::FloatArray out;
             {
