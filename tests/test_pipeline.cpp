@@ -55,8 +55,10 @@ TEST(EmbedPipeline, EncoderEmbedEqualsTheCliBitForBit) {
       EXPECT_EQ(std::memcmp(api.data(), cli.f32(), sizeof(float) * api.numel()), 0)
           << folder << " batch_tokens " << bt << " batch_size " << bs;
       // embed of the encodings tokenize() gives: the same path.
+      tfm::TokenizeOptions to;  // cut to max_seq_length as embed() and `tfm embed` cut
+      to.max_length = enc.max_input_length();
       std::vector<tfm::TextEncoding> enc_texts;
-      for (const std::string& s : texts) enc_texts.push_back(enc.tokenize(s));
+      for (const std::string& s : texts) enc_texts.push_back(enc.tokenize(s, to));
       const tfm::FloatArray pre = enc.embed(enc_texts, o);
       EXPECT_EQ(std::memcmp(pre.data(), api.data(), sizeof(float) * api.numel()), 0) << folder;
     }
@@ -142,7 +144,7 @@ TEST(StoredDtype, AsTheFolderStoresIt) {
   EXPECT_EQ(tfm::stored_dtype(t.path + "/int8"), "int8");
   c.dtype = "bf16";
   tfm::convert(fixture("bert"), t.path + "/bf16", c);
-  EXPECT_EQ(tfm::stored_dtype(t.path + "/bf16"), "bf16");
+  EXPECT_EQ(tfm::stored_dtype(t.path + "/bf16"), "fp32") << "bf16 weights compute in fp32 unless asked";
   // A sentence-transformers folder with its Transformer module in 0_Transformer.
   std::filesystem::create_directories(t.path + "/st/0_Transformer");
   std::filesystem::copy_file(t.path + "/int8/model.safetensors", t.path + "/st/0_Transformer/model.safetensors");

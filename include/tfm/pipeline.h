@@ -59,10 +59,10 @@ FloatArray truncate_dimensions(const FloatArray& embeddings, int64_t dimensions,
 /// The same for one vector.
 std::vector<float> truncate_dimensions(std::vector<float> embedding, int64_t dimensions, bool normalize);
 
-/// The compute type the folder's weights are stored in: "int8" for a folder from `tfm convert --dtype int8`,
-/// "bf16" for one from `--dtype bf16`, else "fp32" (what a model loaded with dtype "" computes in). Reads the
-/// safetensors header of DIR (or DIR/0_Transformer for a sentence-transformers folder), no weights. Throws
-/// tfm::FileNotFoundError when neither holds weights.
+/// The compute type a model loaded from the folder with dtype "" (as stored) computes in: "int8" for a folder from
+/// `tfm convert --dtype int8` (safetensors metadata tfm_dtype), else "fp32" (bf16-stored weights are widened).
+/// Reads the safetensors header of DIR (or DIR/0_Transformer for a sentence-transformers folder), no weights.
+/// Throws tfm::FileNotFoundError when neither holds weights.
 std::string stored_dtype(const std::string& dir);
 
 /// A folder's tokenizer must not produce ids outside the model's embedding table. Throws std::runtime_error
