@@ -9,7 +9,8 @@
 # Every folder under tests/fixtures with a config.json or a tokenizer is given to each command that may accept it
 # (encode, embed with each pooling mode, classify, fill-mask, rerank, translate with greedy, beam, sampling and
 # the Hugging Face processors, tokenize, and convert --dtype int8 / bf16 followed by encode / translate of the
-# converted folder), in fp32, bf16 and int8 where the command takes --dtype, with --threads 2. One line per run:
+# converted folder), in fp32 and int8 where the command takes --dtype (TFM_HASH_DTYPES="bf16 int8" adds bf16),
+# with --threads 2. One line per run:
 #   FOLDER  COMMAND  DTYPE  SHA256(stdout and output files)  rc=EXIT
 # A model folder without a tokenizer is given a generated WordPiece vocabulary (with_tokenizer below).
 # A command that refuses a folder gives rc != 0 and is still listed (a refusal that appears or disappears shows in
@@ -35,13 +36,15 @@ threads=(--threads 2)
 printf '%s\n' "a fox ran" "Hello, world!" "hi" >"$tmp/lines.txt"
 texts=("The fox ran." "hi there")
 
-# run LABEL COMMAND...: runs it in an empty output folder, prints LABEL, the hash and the exit status.
+# run LABEL COMMAND...: runs it in $tmp with an empty output folder o/, prints LABEL, the hash and the exit status.
+# Paths given to the commands are relative to $tmp (or the fixtures' own), so that what they print does not name
+# the random temporary folder.
 last_rc=0
 run() {
   local label=$1
   shift
   rm -rf "$tmp/o" && mkdir -p "$tmp/o"
-  (cd "$tmp/o" && "$@" >"$tmp/stdout" 2>"$tmp/stderr" </dev/null)
+  (cd "$tmp" && "$@" >"$tmp/stdout" 2>"$tmp/stderr" </dev/null)
   last_rc=$?
   local h
   h=$( (cat "$tmp/stdout"; find "$tmp/o" -type f | LC_ALL=C sort | while read -r f; do
@@ -51,13 +54,14 @@ run() {
   printf '%s\t%s\trc=%d\n' "$label" "$h" "$last_rc" >>"$out"
 }
 
-# each_dtype FOLDER COMMAND_LABEL COMMAND...: fp32, then bf16 and int8 when fp32 succeeded.
+# each_dtype FOLDER COMMAND_LABEL COMMAND...: fp32, then the other dtypes ($dtypes) when fp32 succeeded.
+dtypes=${TFM_HASH_DTYPES:-int8}
 each_dtype() {
   local folder=$1 label=$2
   shift 2
   run "$folder	$label	fp32" "$@" --dtype fp32 "${threads[@]}"
   [ "$last_rc" -eq 0 ] || return 0
-  for dt in bf16 int8; do run "$folder	$label	$dt" "$@" --dtype "$dt" "${threads[@]}"; done
+  for dt in $dtypes; do run "$folder	$label	$dt" "$@" --dtype "$dt" "${threads[@]}"; done
 }
 
 [ "$out" = /dev/stdout ] || : >"$out"
@@ -73,7 +77,8 @@ with_tokenizer() {
     printf '%s\n' "$src"
     return
   fi
-  local dst=$tmp/linked/$f
+  local rel=linked/${f//\//__}
+  local dst=$tmp/$rel
   mkdir -p "$dst"
   for x in "$src"/*; do ln -s "$x" "$dst/"; done
   local n
@@ -81,18 +86,19 @@ with_tokenizer() {
   { printf '%s\n' '[PAD]' '[UNK]' '[CLS]' '[SEP]' '[MASK]'
     for c in {a..z}; do printf '%s\n' "$c"; done
     for c in {a..z}; do printf '##%s\n' "$c"; done; } | head -n "${n:-5}" >"$dst/vocab.txt"
-  printf '%s\n' "$dst"
+  printf '%s\n' "$rel"
 }
 
 for f in "${folders[@]}"; do
+  [[ $f =~ ${TFM_HASH_ONLY:-.} ]] || continue  # TFM_HASH_ONLY=REGEX: only the folders it matches
   dir=$(with_tokenizer "$f")
   run "$f	tokenize	-" "$tfm" tokenize --model "$dir" "${texts[@]}"
   run "$f	tokenize-pair	-" "$tfm" tokenize --model "$dir" "${texts[0]}" --pair "${texts[1]}"
   [ -f "$dir/config.json" ] || continue
-  each_dtype "$f" encode "$tfm" encode --model "$dir" --text "${texts[0]}" --text "${texts[1]}" -o "$tmp/o/h.npy"
-  each_dtype "$f" embed "$tfm" embed --model "$dir" -i "$tmp/lines.txt" -o "$tmp/o/e.npy" -q
+  each_dtype "$f" encode "$tfm" encode --model "$dir" --text "${texts[0]}" --text "${texts[1]}" -o o/h.npy
+  each_dtype "$f" embed "$tfm" embed --model "$dir" -i lines.txt -o o/e.npy -q
   for p in cls mean max mean_sqrt_len weightedmean lasttoken; do
-    each_dtype "$f" "embed-$p" "$tfm" embed --model "$dir" -i "$tmp/lines.txt" -o "$tmp/o/e.npy" -q --pooling "$p"
+    each_dtype "$f" "embed-$p" "$tfm" embed --model "$dir" -i lines.txt -o o/e.npy -q --pooling "$p"
   done
   each_dtype "$f" classify "$tfm" classify --model "$dir" "${texts[@]}" --all-scores
   each_dtype "$f" classify-sigmoid "$tfm" classify --model "$dir" "${texts[@]}" --all-scores --function-to-apply sigmoid
@@ -118,14 +124,14 @@ for f in "${folders[@]}"; do
   # The converted folders (tfm convert's own quantiser and rounding), then a run of each.
   for dt in int8 bf16; do
     rm -rf "$tmp/conv"
-    run "$f	convert	$dt" "$tfm" convert --model "$dir" --dtype "$dt" --out "$tmp/conv" "${threads[@]}"
+    run "$f	convert	$dt" "$tfm" convert --model "$dir" --dtype "$dt" --out conv "${threads[@]}"
     # The hash above covers stdout only: the converted weights are hashed here.
     if [ "$last_rc" -eq 0 ]; then
       printf '%s\tconvert-weights\t%s\t%s\trc=0\n' "$f" "$dt" \
         "$(cat "$tmp/conv/model.safetensors" | sha256sum | cut -c1-64)" >>"$out"
-      run "$f	encode-converted	$dt" "$tfm" encode --model "$tmp/conv" --text "${texts[0]}" --text "${texts[1]}" \
-        -o "$tmp/o/h.npy" "${threads[@]}"
-      run "$f	translate-converted	$dt" "$tfm" translate --model "$tmp/conv" -q "${lang[@]}" "I want to know why." \
+      run "$f	encode-converted	$dt" "$tfm" encode --model conv --text "${texts[0]}" --text "${texts[1]}" \
+        -o o/h.npy "${threads[@]}"
+      run "$f	translate-converted	$dt" "$tfm" translate --model conv -q "${lang[@]}" "I want to know why." \
         "Hello" --beam 2 --scores "${threads[@]}"
     fi
   done
