@@ -15,6 +15,8 @@
 #include "io/safetensors.h"
 #include "models/encoder.h"
 #include "models/hf_seq2seq.h"
+#include "ops/gemm.h"
+#include "ops/gemm_bf16.h"
 
 namespace tfm {
 namespace {
@@ -28,13 +30,6 @@ bool is_linear_weight(const std::string& name, const Shape& shape) {
   return shape.size() == 2 && ends_with(name, ".weight") && name.find("embeddings") == std::string::npos &&
          name.find("pooler") == std::string::npos && name.find("cls.") == std::string::npos &&
          (name.find("layer.") != std::string::npos || name.find("layers.") != std::string::npos);
-}
-
-uint16_t to_bf16(float f) {  // round to nearest even, as torch's .to(torch.bfloat16)
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  u += 0x7fffu + ((u >> 16) & 1u);
-  return (uint16_t)(u >> 16);
 }
 
 }  // namespace
@@ -84,26 +79,18 @@ ConvertSummary convert(const std::string& model, const std::string& out_dir, con
         r.dtype = "BF16";
         r.bytes.resize(2 * n);
         for (int64_t i = 0; i < n; ++i) {
-          uint16_t h = to_bf16(w[i]);
+          uint16_t h = ops::to_bf16(w[i]);  // round to nearest even, as torch's .to(torch.bfloat16)
           std::memcpy(r.bytes.data() + 2 * i, &h, 2);
         }
       } else {
-        // Symmetric per output row: scale = max |w| / 127, q = round(w / scale) (what PackedLinear does at load).
+        // Symmetric per output row, PackedLinear's own quantiser: a converted folder loads to the same weights.
         const int64_t rows = r.shape[0], cols = r.shape[1];
         r.dtype = "I8";
         r.bytes.resize(n);
+        std::vector<float> scale(rows);
+        ops::quantize_weights_s8(reinterpret_cast<int8_t*>(r.bytes.data()), scale.data(), w, rows, cols);
         RawTensor sc{name + "_scale", "F32", {rows}, std::vector<unsigned char>(4 * rows)};
-        for (int64_t row = 0; row < rows; ++row) {
-          float mx = 0;
-          for (int64_t c = 0; c < cols; ++c) mx = std::fmax(mx, std::fabs(w[row * cols + c]));
-          // Same arithmetic as PackedLinear's quantize_row, so a converted folder loads to identical weights.
-          float scale = mx > 0 ? mx / 127.0f : 1.0f, inv = 1.0f / scale;
-          for (int64_t c = 0; c < cols; ++c) {
-            float q = std::nearbyint(w[row * cols + c] * inv);
-            r.bytes[row * cols + c] = (unsigned char)(int8_t)std::fmax(-127.0f, std::fmin(127.0f, q));
-          }
-          std::memcpy(sc.bytes.data() + 4 * row, &scale, 4);
-        }
+        std::memcpy(sc.bytes.data(), scale.data(), 4 * rows);
         out.push_back(std::move(sc));
       }
       ++converted;

@@ -34,6 +34,7 @@
 #include "models/encoder.h"
 #include "ops/gemm.h"
 #include "ops/gemm_bf16.h"
+#include "ops/softmax.h"
 #include "tfm/tokenizer.h"
 #include "train/finetune.h"
 #include "train/group_texts.h"
@@ -399,12 +400,7 @@ std::vector<int64_t> range_of(size_t begin, size_t end) {
 
 using api::EvalResult;
 
-double log_softmax_nll(const float* z, int64_t C, int64_t y) {
-  const double mx = *std::max_element(z, z + C);
-  double sum = 0;
-  for (int64_t c = 0; c < C; ++c) sum += std::exp((double)z[c] - mx);
-  return std::log(sum) + mx - z[y];
-}
+double log_softmax_nll(const float* z, int64_t C, int64_t y) { return ops::logsumexp(z, C) - z[y]; }
 
 // The eval examples in padded batches of `batch`, in order.
 std::vector<FinetuneBatch> eval_batches(const std::vector<Example>& ex, int64_t batch, int64_t pad_id) {

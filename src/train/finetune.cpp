@@ -17,6 +17,7 @@
 #include "models/mpnet.h"
 #include "models/roberta.h"
 #include "ops/activation.h"
+#include "ops/softmax.h"
 #include "ops/gemm_bf16.h"
 #include "train/finetune_embed.h"
 
@@ -819,10 +820,7 @@ double MaskedLMTrainer::loss_sum(const FinetuneBatch& batch, int64_t* count) {
   double total = 0;
   for (int64_t m = 0; m < M; ++m) {
     const float* z = logits_.data() + m * V;
-    const double mx = *std::max_element(z, z + V);
-    double sum = 0;
-    for (int64_t v = 0; v < V; ++v) sum += std::exp((double)z[v] - mx);
-    total += std::log(sum) + mx - z[targets_[m]];
+    total += ops::logsumexp(z, V) - z[targets_[m]];
   }
   return total;
 }
