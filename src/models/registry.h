@@ -86,8 +86,6 @@ struct ModelFamily {
   FamilyHeads (*heads)() = nullptr;
   // Whether its Linear weights may be stored prequantised as int8 (tfm convert --dtype int8).
   bool int8_weights = true;
-  // Whether it takes text pairs (tfm encode --pair); the tutorial encoder has no segment embeddings to mark them.
-  bool text_pairs = true;
 
   // ---- fine-tuning (train/finetune.h); all three null: the family cannot be fine-tuned
   // The trainable body, its parameters registered in `store`.

@@ -106,14 +106,13 @@ std::unique_ptr<EncoderModel> make_transformer_encoder(const EncoderConfig& conf
 }
 
 // The tutorial encoder: inference only (no task heads, no fine-tuning), its attention reading unpacked per-head
-// weights (so no prequantised int8), no segment embeddings.
+// weights (so no prequantised int8).
 const ModelFamily& transformer_encoder_family() {
   static const ModelFamily f{
       .name = "transformer_encoder",
       .model_types = {{"transformer_encoder", ""}},
       .make_encoder = make_transformer_encoder,
       .int8_weights = false,
-      .text_pairs = false,
   };
   return f;
 }
