@@ -132,7 +132,6 @@ TEST(Registry, MaxInputTokensFollowTheFamily) {
   EXPECT_EQ(config("roberta", -1).max_input_tokens(), 18);  // RobertaConfig's pad_token_id 1
   EXPECT_EQ(config("xlm-roberta", 3).max_input_tokens(), 16);
   EXPECT_EQ(config("mpnet", -1).max_input_tokens(), 18);
-  EXPECT_EQ(config("distilbert", -1).max_input_tokens(), 20);
   EXPECT_EQ(config("roberta", -1).pad_token_id, 1);
   EXPECT_EQ(config("bert", -1).pad_token_id, 0);
 }
