@@ -992,6 +992,21 @@ PYBIND11_MODULE(_tfm, m) {
       },
       py::arg("model_dir"), py::arg("out_dir"), py::arg("dtype"),
       "Copy an encoder folder with its Linear weights in 'bf16' or 'int8' (tfm convert); returns a ConvertSummary");
+  py::class_<tfm::ModelInfo>(m, "ModelInfo")
+      .def_readonly("dir", &tfm::ModelInfo::dir)
+      .def_readonly("model_type", &tfm::ModelInfo::model_type)
+      .def_readonly("family", &tfm::ModelInfo::family)
+      .def_readonly("architectures", &tfm::ModelInfo::architectures)
+      .def_readonly("translation", &tfm::ModelInfo::translation)
+      .def_readonly("task", &tfm::ModelInfo::task)
+      .def_readonly("source_lang", &tfm::ModelInfo::source_lang)
+      .def_readonly("target_lang", &tfm::ModelInfo::target_lang);
+  m.def(
+      "inspect_model", [](const py::object& model_dir) { return tfm::inspect_model(path_arg(model_dir)); },
+      py::arg("model_dir"),
+      "What a model folder holds (its config.json through the family registry): family, model_type, "
+      "architectures, translation, task, source_lang / target_lang; RuntimeError for a folder of an unsupported "
+      "kind");
   py::class_<tfm::D2lTrainSummary>(m, "D2lTrainSummary")
       .def_readonly("loss", &tfm::D2lTrainSummary::loss)
       .def_readonly("token_loss", &tfm::D2lTrainSummary::token_loss)

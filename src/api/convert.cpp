@@ -15,6 +15,8 @@
 #include "io/safetensors.h"
 #include "models/encoder.h"
 #include "models/hf_seq2seq.h"
+#include "models/registry.h"
+#include "models/seq2seq.h"
 #include "ops/gemm.h"
 #include "ops/gemm_bf16.h"
 
@@ -48,20 +50,23 @@ ConvertSummary convert(const std::string& model, const std::string& out_dir, con
   {
     const std::string cp = model_dir + "/config.json";
     api::require_file(cp);
-    const std::string type = json_string_or(load_json_file(cp), "model_type", "", cp);
-    if (type == "transformer_seq2seq")
-      throw std::invalid_argument(cp + ": this is a transformer_seq2seq folder (a translation model), not an "
-                                  "encoder; convert takes encoder folders and Marian / M2M100 / NLLB folders");
-    translation = is_hf_seq2seq_type(type);
-    if (translation) hf_seq2seq_config(load_json_file(cp), cp);  // validated before anything is written
-  }
-  if (!translation) {
-    EncoderConfig config = EncoderConfig::load(model_dir + "/config.json");
-    // Every Hugging Face family reads its Linear weights through nn::Linear::load_packed, which takes prequantised
-    // int8; the tutorial encoder reads its per-head projections unpacked.
-    if (options.dtype == "int8" && config.model_type == "transformer_encoder")
-      throw std::runtime_error("dtype int8: model_type 'transformer_encoder' is not supported (its attention reads "
-                               "unpacked per-head weights); use bf16");
+    const nlohmann::json cj = load_json_file(cp);
+    const std::string type = read_model_type(cj, cp, default_model_type(cj));
+    const ModelFamily& family = family_of(type, cp);
+    // tfm train's translation folders keep their own weight names; Hugging Face ones are converted.
+    if (!family.hugging_face)
+      require_encoder_family(family, type, cp, "convert takes encoder folders and Marian / M2M100 / NLLB folders");
+    translation = family.translation;
+    if (translation) {
+      family.seq2seq_config(cj, cp);  // validated before anything is written
+    } else {
+      EncoderConfig::from_json(cj, cp);
+      // Families that read their Linear weights through nn::Linear::load_packed take prequantised int8; the
+      // tutorial encoder reads its per-head projections unpacked.
+      if (options.dtype == "int8" && !family.int8_weights)
+        throw std::runtime_error("dtype int8: model_type '" + type + "' is not supported (its attention reads "
+                                 "unpacked per-head weights); use bf16");
+    }
   }
   SafeTensors st = SafeTensors::open(model_dir + "/model.safetensors");
   std::vector<RawTensor> out;

@@ -572,7 +572,7 @@ void write_model_folder(const std::string& model_dir, const FinetuneOptions& o, 
   fs::create_directories(o.out_dir);
   nlohmann::json out_cfg = cfg_json;
   out_cfg["architectures"] = {
-      trained_architecture(json_string_or(cfg_json, "model_type", "bert", model_dir + "/config.json"), head_kind_of(o.task))};
+      trained_architecture(read_model_type(cfg_json, model_dir + "/config.json", "bert"), head_kind_of(o.task))};
   if (o.task != "mlm") {
     nlohmann::json id2label = nlohmann::json::object(), label2id = nlohmann::json::object();
     for (size_t i = 0; i < labels.size(); ++i) {

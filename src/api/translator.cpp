@@ -16,6 +16,7 @@
 #include "decode/search.h"
 #include "io/json_util.h"
 #include "models/hf_seq2seq.h"
+#include "models/registry.h"
 #include "models/seq2seq.h"
 #include "ops/gemm.h"
 #include "text/nmt_data.h"
@@ -389,10 +390,12 @@ Translator::Translator(const std::string& model, const TranslatorOptions& option
   impl_->threads = options.threads;
   const std::string config_path = dir + "/config.json";
   const nlohmann::json j = load_json_file(config_path);
-  const std::string model_type = json_string_or(j, "model_type", "transformer_seq2seq", config_path);
-  if (is_hf_seq2seq_type(model_type)) {  // Marian / M2M100 / NLLB: transformers' names, tokenizer and generate
+  const std::string model_type = read_model_type(j, config_path, default_model_type(j));
+  const ModelFamily& family = family_of(model_type, config_path);
+  require_translation_family(family, model_type, config_path, "tfm::Encoder and 'tfm encode' run it");
+  if (family.hugging_face) {  // Marian / M2M100 / NLLB: transformers' names, tokenizer and generate
     impl_->model_type = model_type;
-    impl_->model = std::make_unique<Seq2SeqModel>(hf_seq2seq_config(j, config_path));
+    impl_->model = std::make_unique<Seq2SeqModel>(family.seq2seq_config(j, config_path));
     impl_->hf_tok = TranslationTokenizer::load(dir, model_type);
     const std::string gen_path = dir + "/generation_config.json";
     std::error_code ec;
@@ -403,7 +406,7 @@ Translator::Translator(const std::string& model, const TranslatorOptions& option
     impl_->dtype = ops::compute_type_name(ct);
     return;
   }
-  impl_->model = std::make_unique<Seq2SeqModel>(Seq2SeqConfig::from_json(j, config_path));
+  impl_->model = std::make_unique<Seq2SeqModel>(family.seq2seq_config(j, config_path));
   const Seq2SeqConfig& c = impl_->model->config();
   std::error_code ec;
   const bool subword =
@@ -448,7 +451,8 @@ std::vector<std::string> Translator::languages() const {
   return impl_->hf() ? impl_->hf_tok->language_codes() : std::vector<std::string>{};
 }
 bool Translator::handles_model_type(const std::string& model_type) {
-  return model_type == "transformer_seq2seq" || is_hf_seq2seq_type(model_type);
+  const ModelFamily* family = find_family(model_type);
+  return family && family->translation;
 }
 bool Translator::subword() const { return impl_->subword(); }
 const std::string& Translator::dtype() const { return impl_->dtype; }

@@ -15,6 +15,7 @@
 #include "ops/embedding.h"
 #include "nn/transformer_block.h"
 #include "ops/activation.h"
+#include "models/registry.h"
 
 namespace tfm {
 namespace {
@@ -446,6 +447,46 @@ std::unique_ptr<EncoderModel> make_bert(const EncoderConfig& config, WeightSourc
 std::unique_ptr<EncoderModel> detail::make_bert_variant(const EncoderConfig& config, WeightSource& weights,
                                                         ops::ComputeType dtype, const BertVariant& variant) {
   return std::make_unique<Bert>(config, weights, dtype, variant);
+}
+
+// ---------------------------------------------------------------- the family's entry (models/registry.h)
+
+std::unique_ptr<TrainableEncoder> detail::bert_variant_body(nn::ParamStore& store, const EncoderConfig& c,
+                                                            const TrainableEncoderOptions& o, BertVariant v) {
+  if (o.bare) v.prefix = "";
+  return std::make_unique<BertTrainable>(store, c, v, o.pooler, o.first_token_only);
+}
+
+namespace {
+// modeling_bert.py: BertForSequenceClassification classifier(dropout(pooler_output)); BertOnlyMLMHead.
+TrainingHeadSpec bert_training_head(const EncoderConfig& c, HeadKind kind, int64_t C) {
+  if (kind == HeadKind::TokenClassification) return detail::token_classifier_head(C);
+  if (kind == HeadKind::SequenceClassification) {
+    TrainingHeadSpec h;
+    h.input = HeadInput::PoolerOutput;
+    h.stages = {detail::head_stage("classifier", C, true)};
+    return h;
+  }
+  return detail::lm_head("cls.predictions.transform.dense", ops::parse_activation(c.hidden_act),
+                         "cls.predictions.transform.LayerNorm", "cls.predictions.decoder", "cls.predictions.bias",
+                         {"cls.predictions.decoder.bias"}, c);
+}
+}  // namespace
+
+const ModelFamily& bert_family() {
+  static const ModelFamily f{
+      .name = "bert",
+      .model_types = {{"bert", "Bert"}},
+      .make_encoder = make_bert,
+      .heads = bert_heads,
+      .trainable_body =
+          [](nn::ParamStore& s, const EncoderConfig& c, const TrainableEncoderOptions& o) {
+            return detail::bert_variant_body(s, c, o, detail::BertVariant{});
+          },
+      .training_head = bert_training_head,
+      .training_dropouts = detail::bert_dropouts,
+  };
+  return f;
 }
 
 }  // namespace tfm

@@ -80,6 +80,10 @@ nn::EncoderBlock post_ln_layer(const nn::Vars& vb, const EncoderConfig& config, 
 // make_bert with `variant`'s names and position ids.
 std::unique_ptr<EncoderModel> make_bert_variant(const EncoderConfig& config, WeightSource& weights,
                                                 ops::ComputeType dtype, const BertVariant& variant);
+// The trainable body of `variant` (BertTrainable), its parameters under variant.prefix, or under none when
+// options.bare.
+std::unique_ptr<TrainableEncoder> bert_variant_body(nn::ParamStore& store, const EncoderConfig& config,
+                                                    const TrainableEncoderOptions& options, BertVariant variant);
 }  // namespace detail
 
 // BertModel for training (fine-tuning), and the families of detail::BertVariant (RobertaModel, XLMRobertaModel,

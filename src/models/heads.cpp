@@ -8,12 +8,12 @@
 #include <stdexcept>
 
 #include "io/json_util.h"
-#include "models/bert.h"
 #include "models/checkpoint_weights.h"
 #include "models/distilbert.h"
+#include "models/modernbert.h"
 #include "models/mpnet.h"
 #include "models/pooling.h"
-#include "models/modernbert.h"
+#include "models/registry.h"
 #include "models/roberta.h"
 #include "nn/weights.h"
 #include "ops/activation.h"
@@ -101,24 +101,12 @@ void clean_up_tokenization(std::string& s) {
 }
 }  // namespace
 
-const FamilyHeads& family_heads(const std::string& model_type, const std::string& file) {
-  // One line per family; its layout lives in the family's own file.
-  static const std::vector<std::pair<std::string, FamilyHeads>> table = {
-      {"bert", bert_heads()},
-      {"roberta", roberta_heads()},
-      {"xlm-roberta", roberta_heads()},
-      {"camembert", roberta_heads()},
-      {"distilbert", distilbert_heads()},
-      {"mpnet", mpnet_heads()},
-      {"modernbert", modernbert_heads()},
-  };
-  std::string names;
-  for (const auto& [name, heads] : table) {
-    if (name == model_type) return heads;
-    names += (names.empty() ? "" : ", ") + name;
-  }
-  throw std::runtime_error(file + ": task heads are not implemented for model_type '" + model_type +
-                           "' (supported: " + names + ")");
+FamilyHeads family_heads(const std::string& model_type, const std::string& file) {
+  const ModelFamily& family = family_of(model_type, file);
+  if (!family.heads)
+    throw std::runtime_error(file + ": task heads are not implemented for model_type '" + model_type +
+                             "' (supported: " + model_types_with_heads() + ")");
+  return family.heads();
 }
 
 namespace detail {

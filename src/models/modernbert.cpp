@@ -1,6 +1,7 @@
 #include "models/modernbert.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <stdexcept>
 #include <string>
@@ -17,6 +18,7 @@
 #include "ops/embedding.h"
 #include "ops/local_attention.h"
 #include "ops/rotary.h"
+#include "models/registry.h"
 
 namespace tfm {
 
@@ -556,6 +558,77 @@ void ModernBertTrainable::backward(const float* dlast, const float* dpooled) {
   if (!emb_drop_.empty()) ops::dropout_apply(dx.data(), dx.data(), emb_drop_.data(), N * H);
   emb_norm_.backward(dh.data(), dx.data());
   ops::embedding_backward(tok_.grad(), dh.data(), ids_.data(), N, H);
+}
+
+// ---------------------------------------------------------------- the family's entry (models/registry.h)
+
+namespace {
+// modeling_modernbert.py: ModernBertPredictionHead head(x) = norm(act(dense(x))) (dense bias classifier_bias, norm
+// bias norm_bias, eps norm_eps, act classifier_activation), then ForSequenceClassification: pool (classifier_pooling
+// "cls" h[:, 0], "mean" the mean over attention_mask), head, drop (classifier_dropout), classifier;
+// ForTokenClassification: head, drop, classifier per token; ForMaskedLM: decoder(head(h)), the decoder tied to
+// tok_embeddings, bias decoder.bias when decoder_bias. A head tensor not in the checkpoint as _init_weights draws
+// it: trunc_normal_ (cutoff initializer_cutoff_factor, default 3) with std initializer_range /
+// sqrt(2 num_hidden_layers) for head.dense ("out"), hidden_size^-0.5 for the classifier ("final_out").
+TrainingHeadSpec modernbert_training_head(const EncoderConfig& c, HeadKind kind, int64_t C) {
+  const ModernBertConfig m = ModernBertConfig::from(c);
+  const nlohmann::json& j = c.json;
+  const double range = json_number_or(j, "initializer_range", 0.02, c.source);
+  const double cutoff = j.contains("initializer_cutoff_factor") && !j["initializer_cutoff_factor"].is_null()
+                            ? json_number_or(j, "initializer_cutoff_factor", 3.0, c.source)
+                            : 3.0;
+  HeadStageSpec head = detail::head_stage("head.dense", c.hidden_size, false);
+  head.linear_bias = m.classifier_bias;
+  head.act = m.classifier_activation;
+  head.norm = "head.norm";
+  head.norm_bias = m.norm_bias;
+  head.norm_eps = (float)m.norm_eps;
+  head.init_std = range / std::sqrt(2.0 * (double)c.num_hidden_layers);
+  head.init_cutoff = cutoff;
+  TrainingHeadSpec h;
+  if (kind == HeadKind::MaskedLM) {
+    HeadStageSpec decoder = detail::head_stage("decoder", c.vocab_size, false);
+    decoder.tied = true;
+    if (m.decoder_bias) decoder.bias = "decoder.bias";
+    h.stages = {head, decoder};
+    return h;
+  }
+  HeadStageSpec classifier = detail::head_stage("classifier", C, true);
+  classifier.init_std = 1.0 / std::sqrt((double)c.hidden_size);
+  classifier.init_cutoff = cutoff;
+  if (kind == HeadKind::SequenceClassification)
+    h.input = m.classifier_pooling == "mean" ? HeadInput::MeanTokens : HeadInput::FirstToken;
+  h.stages = {head, classifier};
+  return h;
+}
+
+// The body reads embedding_dropout, attention_dropout and mlp_dropout itself (ModernBertTrainable; checked here),
+// so its p is 0; the classifiers' classifier_dropout (default 0).
+TrainingDropouts modernbert_dropouts(const nlohmann::json& config, HeadKind kind, const std::string& file) {
+  for (const char* key : {"embedding_dropout", "attention_dropout", "mlp_dropout"})
+    detail::dropout_of(config, key, 0.0, file);
+  const bool set = config.contains("classifier_dropout") && !config["classifier_dropout"].is_null();
+  TrainingDropouts d;
+  d.head = kind != HeadKind::MaskedLM && set ? detail::dropout_of(config, "classifier_dropout", 0.0, file) : 0.0f;
+  return d;
+}
+}  // namespace
+
+const ModelFamily& modernbert_family() {
+  static const ModelFamily f{
+      .name = "modernbert",
+      .model_types = {{"modernbert", "ModernBert"}},
+      .check_config = [](const EncoderConfig& c) { ModernBertConfig::from(c); },  // its own keys, checked at load
+      .make_encoder = make_modernbert,
+      .heads = modernbert_heads,
+      .trainable_body = [](nn::ParamStore& s, const EncoderConfig& c,
+                           const TrainableEncoderOptions& o) -> std::unique_ptr<TrainableEncoder> {
+        return std::make_unique<ModernBertTrainable>(s, c, o.bare ? "" : "model.");
+      },
+      .training_head = modernbert_training_head,
+      .training_dropouts = modernbert_dropouts,
+  };
+  return f;
 }
 
 }  // namespace tfm

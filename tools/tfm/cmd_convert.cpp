@@ -6,7 +6,6 @@
 
 #include "cli_util.h"
 #include "commands.h"
-#include "io/json_util.h"
 #include "tfm/convert.h"
 
 namespace tfm::cli {
@@ -35,16 +34,8 @@ void add_convert_command(CLI::App& app) {
       throw std::runtime_error("--out '" + o->out + "' exists and is not an empty folder; nothing written");
     if (!fs::is_directory(o->model, ec))
       throw std::runtime_error("--model '" + o->model + "' is not a folder");
-    {
-      const std::string cp = o->model + "/config.json";
-      const nlohmann::json cj = load_json_file(cp);
-      const std::string type = json_string_or(cj, "model_type", "", cp);
-      if (type == "transformer_seq2seq")
-        throw std::invalid_argument(cp + ": this is a transformer_seq2seq folder (a translation model), not an "
-                                    "encoder; convert takes encoder folders only");
-      if (o->dtype == "int8" && type == "transformer_encoder")
-        throw std::runtime_error("--dtype int8: model_type 'transformer_encoder' is not supported; use --dtype bf16");
-    }
+    // The folder's kind (an unsupported model_type, a tfm train translation folder, int8 of the tutorial encoder)
+    // is checked by convert() before anything is written.
     ConvertOptions co;
     co.dtype = o->dtype;
     const ConvertSummary s = convert(o->model, o->out, co);
