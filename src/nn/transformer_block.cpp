@@ -234,9 +234,12 @@ const float* EncoderBlock::restore_output() {
 }
 
 void EncoderBlock::set_input(const float* x) {
+  if (norm_first) {  // the attention read LN1(x), which r1.h keeps
+    r1.x = norm1.x = x;
+    return;
+  }
   attention.xkv = x;
   if (!first_token_L) attention.xq = x;  // else the queries' input stays x_first
-  if (norm_first) r1.x = norm1.x = x;
 }
 
 namespace {
