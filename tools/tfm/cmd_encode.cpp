@@ -46,7 +46,7 @@ void add_encode_command(CLI::App& app) {
   cmd->add_option("--pooled", o->pooled, "Write BERT's pooler output [B, H] here (.npy)")
       ->check(file_suffix({".npy"}));
   cmd->add_option("--config", o->config, "config.json to use instead of the model folder's");
-  cmd->add_option("--init", o->init, "Weights: 'file' (model.safetensors) or 'random' (seeded, PyTorch default init)")
+  cmd->add_option("--init", o->init, "Weights: 'file' (model.safetensors) or 'random' (seeded; Hugging Face families as BertModel(config) initialises them: N(0, initializer_range), LayerNorm 1 / 0, biases 0)")
       ->check(CLI::IsMember({"file", "random"}));
   cmd->add_option("--seed", o->seed, "Seed of --init random")->check(seed_value());
   cmd->add_option("--save", o->save,
