@@ -13,6 +13,7 @@
 #include "io/safetensors.h"
 #include "io/torch_pickle.h"
 #include "tfm/encoder.h"
+#include "tfm/tfm.h"
 
 namespace tfm::cli {
 
@@ -199,7 +200,12 @@ void add_encode_command(CLI::App& app) {
     }
     const FloatArray& result = o->all_layers ? out.hidden_states : out.last_hidden_state;
     std::cout << (o->all_layers ? "hidden_states" : "last_hidden_state") << " shape: " << shape_str(result.shape())
-              << " (computed in " << model->dtype() << ")\n";
+              << " (computed in " << model->dtype()
+              << (native_dtype(model->dtype()) ? std::string()
+                                               : "; this CPU has no native " + model->dtype() +
+                                                     " products, so its " + model->dtype() +
+                                                     " weights are multiplied in fp32")
+              << ")\n";
     // Every check before the first write, so an error leaves no half of the requested outputs behind.
     if (!o->pooled.empty() && !out.pooler_output.data())
       throw std::invalid_argument("--pooled: this " + model_type +
