@@ -9,7 +9,7 @@
     tfm.Classifier("path/to/bert-classifier").classify(["great!"])  # [{"label": ..., "score": ...}]
     tr = tfm.Translator("path/to/seq2seq")
     tr.translate_batch(["go ."], beam_size=4, length_penalty=0.6, return_scores=True)  # [(text, score)]
-    tfm.bleu.corpus(refs, hyps).score                    # sacreBLEU's corpus BLEU
+    tfm.bleu.corpus(hyps, refs).score                    # sacreBLEU's corpus_bleu(hypotheses, [references])
     tfm.train("configs/multi30k-en-fr.json", "runs/en-fr", progress=print)
 
 Errors are ValueError (bad arguments, arrays or text), FileNotFoundError (missing folder or file) and RuntimeError

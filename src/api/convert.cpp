@@ -34,6 +34,22 @@ bool is_linear_weight(const std::string& name, const Shape& shape) {
          (name.find("layer.") != std::string::npos || name.find("layers.") != std::string::npos);
 }
 
+// w[r, c] = q[r, c] * scale[r]: the weights an int8 folder computes with (nn::Linear's dequantised load).
+Tensor dequantize_int8(const SafeTensors& st, const std::string& name) {
+  const Shape shape = st.shape_of(name);
+  const std::string sn = name + "_scale";
+  if (!st.has(sn) || st.dtype_of(sn) != "F32" || st.shape_of(sn) != Shape{shape[0]})
+    throw std::runtime_error(st.path() + ": int8 tensor '" + name + "' needs '" + sn + "' (F32, [" +
+                             std::to_string(shape[0]) + "]); nothing written");
+  Tensor scale = st.get(sn);
+  const int8_t* q = reinterpret_cast<const int8_t*>(st.raw_data(name));
+  Tensor t = Tensor::empty(shape);
+  float* w = t.f32();
+  for (int64_t r = 0; r < shape[0]; ++r)
+    for (int64_t c = 0; c < shape[1]; ++c) w[r * shape[1] + c] = (float)q[r * shape[1] + c] * scale.f32()[r];
+  return t;
+}
+
 }  // namespace
 
 ConvertSummary convert(const std::string& model, const std::string& out_dir, const ConvertOptions& options) {
@@ -69,13 +85,36 @@ ConvertSummary convert(const std::string& model, const std::string& out_dir, con
     }
   }
   SafeTensors st = SafeTensors::open(model_dir + "/model.safetensors");
+  // An int8 Linear weight (a folder this command wrote) is "<name>" I8 [out, in] plus "<name>_scale" F32 [out].
+  auto is_int8_linear = [&](const std::string& name) {
+    return st.dtype_of(name) == "I8" && is_linear_weight(name, st.shape_of(name));
+  };
   std::vector<RawTensor> out;
-  size_t converted = 0;
+  size_t converted = 0, unchanged = 0;
   for (const std::string& name : st.names()) {
     RawTensor r{name, st.dtype_of(name), st.shape_of(name), {}};
     const int64_t n = shape_numel(r.shape);
-    if (is_linear_weight(name, r.shape) && (r.dtype == "F32" || r.dtype == "F16" || r.dtype == "BF16")) {
-      Tensor t = st.get(name);  // F32
+    // A scale goes with its int8 weight: copied with it (int8 -> int8) or dropped once the weight is dequantised.
+    if (ends_with(name, "_scale") && st.has(name.substr(0, name.size() - 6)) &&
+        is_int8_linear(name.substr(0, name.size() - 6)))
+      continue;
+    const bool int8_source = is_int8_linear(name);
+    if (int8_source && options.dtype == "int8") {
+      // Already in the target dtype: weight and scale copied as stored (requantising could move a scale by an ulp).
+      const std::string sn = name + "_scale";
+      if (!st.has(sn) || st.dtype_of(sn) != "F32" || st.shape_of(sn) != Shape{r.shape[0]})
+        throw std::runtime_error(st.path() + ": int8 tensor '" + name + "' needs '" + sn + "' (F32, [" +
+                                 std::to_string(r.shape[0]) + "]); nothing written");
+      const unsigned char* p = st.raw_data(name);
+      r.bytes.assign(p, p + n);
+      const unsigned char* ps = st.raw_data(sn);
+      out.push_back(std::move(r));
+      out.push_back(RawTensor{sn, "F32", {st.shape_of(name)[0]}, std::vector<unsigned char>(ps, ps + 4 * st.shape_of(name)[0])});
+      ++unchanged;
+      continue;
+    }
+    if (is_linear_weight(name, r.shape) && (r.dtype == "F32" || r.dtype == "F16" || r.dtype == "BF16" || int8_source)) {
+      Tensor t = int8_source ? dequantize_int8(st, name) : st.get(name);  // F32
       const float* w = t.f32();
       for (int64_t i = 0; i < n; ++i)
         if (!std::isfinite(w[i]))
@@ -136,6 +175,7 @@ ConvertSummary convert(const std::string& model, const std::string& out_dir, con
   save_safetensors_raw(dst, std::move(out), meta);
   ConvertSummary s;
   s.converted = (int64_t)converted;
+  s.unchanged = (int64_t)unchanged;
   s.weights_path = dst;
   s.bytes = fs::file_size(dst);
   s.source_bytes = fs::file_size(model_dir + "/model.safetensors");

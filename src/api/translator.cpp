@@ -197,8 +197,9 @@ struct Translator::Impl {
     check_length_penalty_rule(true, o.length_penalty, o.beam_size, o.return_scores, false);
     if (!std::isnan(o.length_penalty)) over["length_penalty"] = o.length_penalty;
     if (o.max_steps < 0 || o.max_steps > c.max_len)
-      throw std::invalid_argument("max_steps must be from 0 (the model's) to max_position_embeddings " +
-                                  std::to_string(c.max_len) + ", got " + std::to_string(o.max_steps));
+      throw std::invalid_argument("max_new_tokens (max_steps, --max-steps) must be from 0 (the model's) to "
+                                  "max_position_embeddings " + std::to_string(c.max_len) + ", got " +
+                                  std::to_string(o.max_steps));
     if (o.max_steps > 0) over["max_new_tokens"] = o.max_steps;
     if (!o.early_stopping.empty()) {
       if (o.early_stopping == "true" || o.early_stopping == "false")
@@ -244,6 +245,17 @@ struct Translator::Impl {
   }
 
   DecodeOptions decode_options(const TranslateOptions& o0) const {
+    // min_length counts the decoder input (start token + output), which has at most max_len positions: above
+    // that <eos> could never be generated.
+    if (o0.min_length > model->config().max_len)
+      throw std::invalid_argument("min_length " + std::to_string(o0.min_length) + " is more than the model's " +
+                                  std::to_string(model->config().max_len) +
+                                  " decoder positions (max_position_embeddings), so no translation could end; use "
+                                  "at most " + std::to_string(model->config().max_len));
+    if (hf() && hf_tok->kind() == TranslationTokenizer::Kind::kMarian && !o0.source_lang.empty())
+      throw std::invalid_argument("source_lang '" + o0.source_lang + "': a Marian folder translates from the one "
+                                  "source language it was trained on and takes no source language (target_lang "
+                                  "picks the target of a multi-target model)");
     if (hf()) return hf_decode_options(o0);
     if (!o0.target_lang.empty() || !o0.source_lang.empty() || !o0.early_stopping.empty() || o0.forced_eos != -1)
       throw std::invalid_argument("target_lang, source_lang, early_stopping and forced_eos apply to Hugging Face "
@@ -259,8 +271,9 @@ struct Translator::Impl {
     const Seq2SeqConfig& c = model->config();
     check_length_penalty_rule(false, o.length_penalty, o.beam_size, o.return_scores, false);
     if (o.max_steps < 0 || o.max_steps > c.max_len)
-      throw std::invalid_argument("max_steps must be from 0 (the model's num_steps) to the model's max_len " +
-                                  std::to_string(c.max_len) + ", got " + std::to_string(o.max_steps));
+      throw std::invalid_argument("max_new_tokens (max_steps, --max-steps) must be from 0 (the model's num_steps) "
+                                  "to the model's max_len " + std::to_string(c.max_len) + ", got " +
+                                  std::to_string(o.max_steps));
     DecodeOptions opt;
     opt.beam_size = o.beam_size;
     opt.length_penalty = o.length_penalty;

@@ -14,6 +14,7 @@
 #include "io/torch_pickle.h"
 #include "tfm/encoder.h"
 #include "tfm/pipeline.h"
+#include "tfm/tfm.h"
 
 namespace tfm::cli {
 
@@ -47,7 +48,7 @@ void add_encode_command(CLI::App& app) {
   cmd->add_option("--pooled", o->pooled, "Write BERT's pooler output [B, H] here (.npy)")
       ->check(file_suffix({".npy"}));
   cmd->add_option("--config", o->config, "config.json to use instead of the model folder's");
-  cmd->add_option("--init", o->init, "Weights: 'file' (model.safetensors) or 'random' (seeded, PyTorch default init)")
+  cmd->add_option("--init", o->init, "Weights: 'file' (model.safetensors) or 'random' (seeded; Hugging Face families as BertModel(config) initialises them: N(0, initializer_range), LayerNorm 1 / 0, biases 0)")
       ->check(CLI::IsMember({"file", "random"}));
   cmd->add_option("--seed", o->seed, "Seed of --init random")->check(seed_value());
   cmd->add_option("--save", o->save,
@@ -186,7 +187,12 @@ void add_encode_command(CLI::App& app) {
     }
     const FloatArray& result = o->all_layers ? out.hidden_states : out.last_hidden_state;
     std::cout << (o->all_layers ? "hidden_states" : "last_hidden_state") << " shape: " << shape_str(result.shape())
-              << " (computed in " << model->dtype() << ")\n";
+              << " (computed in " << model->dtype()
+              << (native_dtype(model->dtype()) ? std::string()
+                                               : "; this CPU has no native " + model->dtype() +
+                                                     " products, so its " + model->dtype() +
+                                                     " weights are multiplied in fp32")
+              << ")\n";
     // Every check before the first write, so an error leaves no half of the requested outputs behind.
     if (!o->pooled.empty() && !out.pooler_output.data())
       throw std::invalid_argument("--pooled: this " + model_type +
