@@ -1,14 +1,11 @@
-// `tfm encode` against PyTorch: the golden BERT and tutorial-encoder weights, a padded batch of texts whose ids the
-// fixture script computed from its vocab.txt (tests/fixtures/reference/encode_cli, scripts/make_reference_fixtures.py).
-// The whole output is compared, padded positions included.
+// `tfm encode`: against PyTorch, the golden BERT and tutorial-encoder weights, a padded batch of texts whose ids the
+// fixture script computed from its vocab.txt (tests/fixtures/reference/encode_cli, scripts/make_reference_fixtures.py),
+// the whole output compared, padded positions included; then its input checks (texts without tokens, pairs, missing
+// weights or pooler), whose expected values come from `tfm tokenize` (tested against Hugging Face) and the encoder
+// library (tested against PyTorch).
 #include "test_paths.h"
-#include <fcntl.h>
-#include <spawn.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
-#include <cerrno>
-#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -18,63 +15,17 @@
 
 #include "io/npy.h"
 #include "io/safetensors.h"
+#include "cli_util.h"
+#include "models/encoder.h"
 #include "test_util.h"
-
-extern char** environ;
 
 namespace tfm::test {
 namespace {
 
 namespace fs = std::filesystem;
 
-std::string slurp(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
-
-struct RunOut {
-  int exit_code = -1;
-  std::string out, err;
-};
-
-// TFM_BINARY with `args` (no shell), OMP_NUM_THREADS=1, stdout/stderr through files in `dir`.
-RunOut run_tfm(const std::string& dir, const std::vector<std::string>& args) {
-  RunOut r;
-  const std::string out_path = dir + "/.stdout", err_path = dir + "/.stderr";
-  std::vector<std::string> argv_s = {TFM_BINARY};
-  argv_s.insert(argv_s.end(), args.begin(), args.end());
-  std::vector<char*> argv;
-  for (auto& a : argv_s) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  std::vector<std::string> env_s;
-  for (char** e = environ; *e; ++e)
-    if (std::strncmp(*e, "OMP_NUM_THREADS=", 16) != 0) env_s.push_back(*e);
-  env_s.push_back("OMP_NUM_THREADS=1");
-  std::vector<char*> envp;
-  for (auto& e : env_s) envp.push_back(e.data());
-  envp.push_back(nullptr);
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
-  posix_spawn_file_actions_addopen(&fa, 1, out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  posix_spawn_file_actions_addopen(&fa, 2, err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  pid_t pid = 0;
-  int rc = posix_spawn(&pid, argv[0], &fa, nullptr, argv.data(), envp.data());
-  posix_spawn_file_actions_destroy(&fa);
-  if (rc != 0) {
-    ADD_FAILURE() << "posix_spawn: " << std::strerror(rc);
-    return r;
-  }
-  int status = 0;
-  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-  }
-  if (WIFEXITED(status)) r.exit_code = WEXITSTATUS(status);
-  r.out = slurp(out_path);
-  r.err = slurp(err_path);
-  return r;
-}
+using RunOut = TfmRun;
+RunOut run_tfm(const std::string& dir, const std::vector<std::string>& args) { return run_tfm_in(dir, args); }
 
 // A model folder: the golden fixture's config.json + model.safetensors, the reference vocab.txt.
 std::string model_dir(const std::string& model) {
@@ -172,6 +123,80 @@ TEST(CliEncodeReference, BertSentencePairMatchesPyTorch) {
   expect_close(load_npy(dir + "/last.npy"), fx.get("last_hidden_state"), "last_hidden_state");
   expect_close(load_npy(dir + "/pooled.npy"), fx.get("pooler_output"), "pooler_output");
   if (!::testing::Test::HasFailure()) fs::remove_all(dir);
+}
+
+
+// A text that gives no tokens is an error in a batch as alone. The defect it catches: alone an error, with --text hi an all-[PAD]
+// row written with non-zero hidden and pooled values.
+TEST(CliEncodeInput, TextWithoutTokensIsAnErrorInABatchToo) {
+  TempDir tmp;
+  const std::string& dir = tmp.path;
+  const std::string bert = bert_dir(dir);
+  TfmRun alone = tfm(dir, {"encode", "--model", bert, "--threads", "1", "--no-special-tokens", "--text", "   "});
+  expect_error(alone, "no tokens");
+  TfmRun batch = tfm(dir, {"encode", "--model", bert, "--threads", "1", "--no-special-tokens", "--text", "   ", "--text",
+                        "the cat", "-o", dir + "/h.npy", "--pooled", dir + "/p.npy"});
+  expect_error(batch, "--text 1 of 2 produces no tokens");
+  EXPECT_FALSE(fs::exists(dir + "/h.npy"));
+  EXPECT_FALSE(fs::exists(dir + "/p.npy"));
+  TfmRun empty = tfm(dir, {"encode", "--model", bert, "--threads", "1", "--text", "the", "--text", ""});
+  expect_error(empty, "--text 2 of 2 is empty");
+}
+
+// An empty --text fails with one line before any weights are made (it came after "initialising ... randomly").
+TEST(CliEncodeInput, EmptyTextIsOneErrorLineBeforeInit) {
+  TempFolder tmp;
+  TfmRun r = run_tfm_in(tmp.path, {"encode", "--model", data_dir() + "/bert-base-uncased", "--init", "random",
+                                   "--text", "time flies", "--text", ""});
+  expect_one_line_error(r, "--text 2 of 2 is empty");
+}
+
+// encode --pair gives token_type_ids 1 to the second segment, as tokenize --pair (tested against Hugging Face),
+// and the hidden states are the encoder's on those ids (the encoder is tested against PyTorch).
+TEST(CliEncodeInput, PairGivesTokenTypeIds) {
+  TempDir tmp;
+  const std::string& dir = tmp.path;
+  const std::string bert = bert_dir(dir);
+  TfmRun t = tfm(dir, {"tokenize", "--model", bert, "the cat sat", "--pair", "a dog"});
+  ASSERT_EQ(t.exit_code, 0) << describe(t);
+  nlohmann::json tj = nlohmann::json::parse(t.out);
+  TfmRun e = tfm(dir, {"encode", "--model", bert, "--threads", "1", "--text", "the cat sat", "--pair", "a dog", "-o",
+                    dir + "/h.npy"});
+  ASSERT_EQ(e.exit_code, 0) << describe(e);
+  const auto ids = tj["input_ids"].get<std::vector<int64_t>>(), tt = tj["token_type_ids"].get<std::vector<int64_t>>();
+  EXPECT_TRUE(has(e.out, "token_type_ids: [0, 0, 0, 0, 0, 1, 1, 1]")) << e.out;  // [CLS] the cat sat [SEP] a dog [SEP]
+  Tensor h = load_npy(dir + "/h.npy");
+  const int64_t L = (int64_t)ids.size();
+  ASSERT_EQ(h.shape(), (std::vector<int64_t>{1, L, 32}));
+  auto model = load_encoder(bert);
+  Tensor in = Tensor::empty({1, L}, DType::I64), types = Tensor::empty({1, L}, DType::I64);
+  Tensor zeros = Tensor::empty({1, L}, DType::I64), mask = Tensor::empty({1, L}, DType::I64);
+  for (int64_t i = 0; i < L; ++i) {
+    in.i64()[i] = ids[i];
+    types.i64()[i] = tt[i];
+    zeros.i64()[i] = 0;
+    mask.i64()[i] = 1;
+  }
+  Tensor want = model->forward(in, types, mask, false).last_hidden_state;
+  Tensor without = model->forward(in, zeros, mask, false).last_hidden_state;
+  EXPECT_TRUE(all_close(h.f32(), want.f32(), (size_t)want.numel(), 1e-6f));
+  EXPECT_FALSE(all_close(h.f32(), without.f32(), (size_t)want.numel(), 1e-4f)) << "token_type_ids were all 0";
+}
+
+// encode on a folder without model.safetensors names --init random; encode --pooled on a checkpoint without a
+// pooler fails before running the model (nothing printed on stdout).
+TEST(CliEncodeInput, MissingWeightsAndMissingPoolerAreNamedBeforeRunning) {
+  tfm::test::TempFolder t;
+  const std::string dir = t.path + "/noweights";
+  std::filesystem::create_directories(dir);
+  std::filesystem::copy_file(fixture("heads_mlm/config.json"), dir + "/config.json");
+  std::filesystem::copy_file(fixture("heads_mlm/vocab.txt"), dir + "/vocab.txt");
+  TfmRun r = run_tfm_in(t.path, {"encode", "--model", dir, "the cat"});
+  tfm::test::expect_one_line_error(r, "--init random");
+  // heads_mlm has no pooler (BertForMaskedLM).
+  TfmRun p = run_tfm_in(t.path, {"encode", "--model", fixture("heads_mlm"), "--pooled", t.path + "/p.npy", "the cat"});
+  tfm::test::expect_one_line_error(p, "has no pooler");
+  EXPECT_EQ(p.out, "") << "failed before the forward pass";
 }
 
 }  // namespace tfm::test
