@@ -197,7 +197,7 @@ class Server {
       auto [s, t] = folder_languages(o.model, cj, config_path);
       source_lang_ = !o.source_lang.empty() ? o.source_lang : !s.empty() ? s : "en";
       target_lang_ = !o.target_lang.empty() ? o.target_lang : !t.empty() ? t : "fr";
-      pairs_.push_back({o.model, source_lang_, target_lang_, nullptr});
+      pairs_.push_back({o.model, source_lang_, target_lang_, nullptr, {}});
     }
     for (const std::string& dir : o.extra_models) {
       const std::string path = dir + "/config.json";
@@ -212,7 +212,7 @@ class Server {
       for (const Pair& p : pairs_)
         if (p.source == s && p.target == t)
           throw std::runtime_error("--model " + p.model + " and --model " + dir + " both translate " + s + " -> " + t);
-      pairs_.push_back({dir, s, t, nullptr});
+      pairs_.push_back({dir, s, t, nullptr, {}});
     }
     limits_.max_client_batch_size = o.max_client_batch_size;
     limits_.max_input_chars = o.payload_limit;
