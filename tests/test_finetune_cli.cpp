@@ -1,10 +1,11 @@
-// `tfm finetune` end to end (issue 25): trains a classifier on a small task, writes a folder that `tfm classify`
+// `tfm finetune` end to end: trains a classifier on a small task, writes a folder that `tfm classify`
 // loads with the labels it was trained on, and refuses bad data with one-line errors.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "run_tfm.h"

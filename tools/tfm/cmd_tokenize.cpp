@@ -57,7 +57,7 @@ void add_tokenize_command(CLI::App& app) {
   CLI::Option* decode = cmd->add_option("--decode", o->decode,
                                         "Print the text of these ids instead (special tokens skipped; ids without a "
                                         "token in the vocabulary skipped, as Hugging Face decode does)");
-  decode->expected(0, CLI::detail::expected_max_vector_size)->check(CLI::NonNegativeNumber);
+  decode->expected(0, CLI::detail::expected_max_vector_size)->check(whole_range(0, INT64_MAX));
   cmd->add_flag("--keep-special", o->keep_special, "With --decode: keep special tokens");
   add_threads_option(cmd, o->threads);
   cmd->callback([o, decode] {
