@@ -613,8 +613,7 @@ std::vector<std::string> model_files(const std::vector<std::string>& all) {
 }
 
 DownloadSummary download_model(const std::string& id, const HubOptions& opts) {
-  // Any single valid name is taken here, as huggingface_hub takes it (an explicit download).
-  if (!is_model_id(id) && !(id.find('/') == std::string::npos && id_part_ok(id)))
+  if (!is_model_id(id))
     throw std::invalid_argument("'" + id + "' is not a Hugging Face model id (expected <org>/<name>, e.g. "
                                 "sentence-transformers/all-MiniLM-L6-v2, or a name the hub kept without an "
                                 "organisation, e.g. bert-base-uncased)");
@@ -694,7 +693,9 @@ std::string resolve_model(const std::string& path_or_id, const HubOptions& opts)
   if (!is_model_id(path_or_id) && !cached_name) return path_or_id;
   std::optional<std::string> snap = cached_snapshot(path_or_id, opts);
   const bool offline = offline_of(opts);
-  if (snap && (offline || (fs::exists(fs::path(*snap) / "config.json", ec) && has_weights(*snap)))) return *snap;
+  if (snap && (offline || !is_model_id(path_or_id) ||
+               (fs::exists(fs::path(*snap) / "config.json", ec) && has_weights(*snap))))
+    return *snap;
   if (offline)
     throw NotCachedError(path_or_id + ": no such model folder, and the Hugging Face cache " +
                              (fs::path(cache_dir(opts)) / repo_folder_name(path_or_id)).string() +
