@@ -37,7 +37,9 @@ std::vector<Task> Server::embed_tasks(const EmbedRequest& r, BatchKey::Op op, co
   const int64_t slot = op == BatchKey::Op::Embed && !prompt.empty() ? prompt_slot(prompt) : 0;
   std::vector<Task> tasks(r.inputs.size());
   for (size_t i = 0; i < r.inputs.size(); ++i) {
-    const std::string where = std::string("`") + field + (r.single ? "" : "[" + std::to_string(i) + "]") + "`";
+    std::string where = std::string("`") + field;
+    if (!r.single) (where += '[') += std::to_string(i) + ']';
+    where += '`';
     TokenizedInput t;
     if (!r.token_ids[i].empty()) {
       t.ids = r.token_ids[i];
