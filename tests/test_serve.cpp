@@ -179,6 +179,10 @@ TEST(Serve, EmbeddingRoutes) {
   dec = http("POST", s.url("/decode"), R"({"ids": [[2, 7, 3], [8]], "skip_special_tokens": false})");
   ASSERT_EQ(dec.status, 200) << dec.body;
   EXPECT_EQ(dec.j(), json::array({"[CLS] an [SEP]", "time"}));
+  // Ids without a token (the vocabulary has 60) are skipped, as tokenizers' decode and tfm tokenize --decode do.
+  dec = http("POST", s.url("/decode"), R"({"ids": [[5, 60, 17, 100000], []]})");
+  ASSERT_EQ(dec.status, 200) << dec.body;
+  EXPECT_EQ(dec.j(), json::array({"the cat", ""}));
   EXPECT_EQ(http("POST", s.url("/decode"), R"({"ids": ["x"]})").status, 422);
   EXPECT_EQ(http("POST", s.url("/decode"), R"({"tokens": [1]})").status, 422);
   // start / stop: character offsets in the text as Hugging Face's offset_mapping (accents stripped, punctuation

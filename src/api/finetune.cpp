@@ -1092,7 +1092,10 @@ void run_finetune_loop(const FinetuneOptions& o, const FinetuneTask& task, const
             e.metrics.clear();
             for (size_t c = 0; c < cols.size(); ++c) e.metrics.emplace_back(cols[c], v[5 + c]);
           }
-          for (const auto& [k, v] : e.metrics) row += "," + fmt(v);
+          for (const auto& [k, v] : e.metrics) {
+            row += ',';
+            row += fmt(v);
+          }
           rs.epoch_eval.push_back(e.loss);
           pe.eval_loss = e.loss;
           pe.eval_accuracy = e.accuracy;

@@ -21,7 +21,9 @@ int64_t PoolingConfig::num_modes() const {
 std::string PoolingConfig::describe() const {
   std::string s;
   auto add = [&](bool on, const char* n) {
-    if (on) s += (s.empty() ? "" : "+") + std::string(n);
+    if (!on) return;
+    if (!s.empty()) s += '+';
+    s += n;
   };
   add(cls, "cls");
   add(max, "max");

@@ -384,8 +384,8 @@ void encoder_stack_inference(const std::vector<EncoderBlock>& layers, float* X, 
     for (int64_t i = 0; i < N && !padded; ++i) padded = key_mask[i] == 0.0f;
   const bool pre_ln = layers[0].norm_first;
   // Activation buffers, reused by every layer and kept by the thread for its next forward: fresh buffers cost
-  // page faults and zero-fills on every call (5.8% of an int8 BERT-base forward at [8, 128], BENCHMARKS.md
-  // session 14). The thread holds its largest batch's buffers until it exits. Nothing carries over: the
+  // page faults and zero-fills on every call (5.8% of an int8 BERT-base forward at [8, 128], BENCHMARKS.md).
+  // The thread holds its largest batch's buffers until it exits. Nothing carries over: the
   // prepared inputs are emptied here.
   thread_local BlockScratch s;
   for (ops::PreparedInput* p : {&s.xq, &s.aq, &s.hq}) p->clear();

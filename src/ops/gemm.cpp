@@ -75,7 +75,7 @@ void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alp
   // A transposed whose pitch is a multiple of 4 KiB (the weight gradients dW = dY^T X of a 1024- or 3072-wide
   // layer): oneDNN's AVX2 sgemm read it at half speed (Zen 3, [1024 x 256 x 1024]: 75 against 153 GFLOP/s with a
   // 64-byte longer pitch), so it is copied to one first, which costs a few percent of the product. Only without
-  // AVX-512, where it was measured (session 9), and up to 16 MiB of A (BERT-base's [4096 x 3072] gained 7%, less
+  // AVX-512, the CPUs it was measured on, and up to 16 MiB of A (BERT-base's [4096 x 3072] gained 7%, less
   // than a 50 MB copy held per thread is worth). The copy changes no value.
   thread_local std::vector<float> a_padded;
   if (trans_a && lda >= M && (lda * 4) % 4096 == 0 && M * N * K >= (int64_t)1 << 24 && K * lda <= ((int64_t)4 << 20) &&
@@ -470,8 +470,8 @@ struct PackedLinear::Impl {
     // A plain row-major [in, out] layout (oneDNN's gemm-based matmul: AVX2 CPUs) gets rows 64 bytes longer than
     // out. With a row pitch that is a multiple of 1 KiB (768, 2304, 3072 fp32 columns: every BERT shape) the
     // sgemm's panel reads fall into the same cache sets: [128, 768] x [768, 3072] ran at 80 GFLOP/s against 182
-    // padded on 2 Zen 3 cores, and a BERT-base forward at [1, 128] took 190 ms against 140 (BENCHMARKS.md,
-    // session 9). Below ~20 rows the product is bound by reading the weights from memory, and the same either way.
+    // padded on 2 Zen 3 cores, and a BERT-base forward at [1, 128] took 190 ms against 140 (BENCHMARKS.md).
+    // Below ~20 rows the product is bound by reading the weights from memory, and the same either way.
     const dnnl_memory_desc_t& c = weights_md.data;
     if (c.format_kind == dnnl_blocked && c.format_desc.blocking.inner_nblks == 0 &&
         c.format_desc.blocking.strides[0] == out && c.format_desc.blocking.strides[1] == 1) {

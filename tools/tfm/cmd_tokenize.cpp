@@ -61,23 +61,28 @@ void add_tokenize_command(CLI::App& app) {
   cmd->add_flag("--no-special-tokens", o->no_special, "Do not add the special tokens ([CLS]/[SEP], <s>/</s>...)");
   cmd->add_option("--max-length", o->max_length, "Truncate to this many tokens, special tokens included (0: none)")
       ->check(whole_range(0, 1 << 20));
-  cmd->add_option("--decode", o->decode, "Print the text of these ids instead (special tokens skipped)");
+  // As Hugging Face tokenizers' decode: ids the vocabulary has no token for are skipped, no ids give an empty line.
+  CLI::Option* decode = cmd->add_option("--decode", o->decode,
+                                        "Print the text of these ids instead (special tokens skipped; ids without a "
+                                        "token in the vocabulary skipped, as Hugging Face decode does)");
+  decode->expected(0, CLI::detail::expected_max_vector_size)->check(whole_range(0, INT64_MAX));
   cmd->add_flag("--keep-special", o->keep_special, "With --decode: keep special tokens");
   add_threads_option(cmd, o->threads);
-  cmd->callback([o] {
-    const int given = (!o->texts.empty()) + (!o->input.empty()) + (!o->decode.empty());
+  cmd->callback([o, decode] {
+    const bool decoding = decode->count() > 0;
+    const int given = (!o->texts.empty()) + (!o->input.empty()) + decoding;
     if (given != 1)
       throw CLI::ValidationError("give TEXT..., --input FILE or --decode ID... (exactly one of them)");
     if (!o->pairs.empty() && o->pairs.size() != o->texts.size())
       throw CLI::ValidationError("--pair: give one per TEXT (" + std::to_string(o->texts.size()) + " texts, " +
                                  std::to_string(o->pairs.size()) + " --pair)");
-    if (o->keep_special && o->decode.empty()) throw CLI::ValidationError("--keep-special goes with --decode");
+    if (o->keep_special && !decoding) throw CLI::ValidationError("--keep-special goes with --decode");
     if (SourceTokenizer::is_translation_folder(o->model)) {
       const SourceTokenizer tok(o->model);
       if (!o->pairs.empty() || o->no_special || o->max_length > 0 || o->keep_special)
         throw CLI::ValidationError("--pair, --no-special-tokens, --max-length and --keep-special apply to encoder "
                                    "tokenizers; " + o->model + " is a " + tok.model_type() + " translation folder");
-      if (!o->decode.empty()) {
+      if (decoding) {
         std::cout << tok.decode(o->decode) << "\n";
         return;
       }
@@ -117,7 +122,7 @@ void add_tokenize_command(CLI::App& app) {
       throw CLI::ValidationError("--source-lang and --target-lang apply to translation folders; " + o->model +
                                  " is not one");
     Tokenizer tok(o->model);
-    if (!o->decode.empty()) {
+    if (decoding) {
       std::cout << tok.decode(o->decode, !o->keep_special) << "\n";
       return;
     }

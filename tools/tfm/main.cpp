@@ -94,8 +94,9 @@ static std::string without_verbatim_marks(std::string s) {
 static void add_revision_option(CLI::App* cmd) {
   CLI::Option* model = cmd->get_option_no_throw("--model");
   if (!model) return;
-  model->description(model->get_description() + ", or a Hugging Face model id (org/name), found in the "
-                     "huggingface_hub cache or downloaded into it");
+  model->description(model->get_description() + ", or a Hugging Face model id (org/name, or a name the hub kept "
+                     "without an organisation, as bert-base-uncased), found in the huggingface_hub cache or "
+                     "downloaded into it");
   static std::deque<std::string> values;  // one per command; read back through the option's results
   values.emplace_back();
   cmd->add_option("--revision", values.back(), "With a model id: the branch, tag or commit hash (default: main)");
