@@ -73,7 +73,7 @@ RunTimes BatchQueue::run(std::vector<Task>& tasks, std::function<bool()> client_
 
 std::vector<Task*> BatchQueue::take_batch() {
   // Requests in the order of their oldest queued task, each with its tasks of the batch's key, oldest first.
-  const int64_t key = queue_.front()->key;
+  const BatchKey key = queue_.front()->key;
   std::vector<std::pair<RequestState*, std::vector<size_t>>> requests;
   for (size_t i = 0; i < queue_.size(); ++i) {
     Task* t = queue_[i];

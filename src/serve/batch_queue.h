@@ -46,9 +46,30 @@ struct RunTimes {
   double queue_s = 0, inference_s = 0;
 };
 
+// What a batch runs: tasks batch together only with equal keys. An embedding server never makes translation keys
+// and vice versa.
+struct BatchKey {
+  enum class Op : uint8_t {
+    None,
+    Embed,       // pooled embeddings, with the prompt of prompt_slot (a Pooling may exclude the prompt)
+    EmbedAll,    // every token's embedding
+    Attention,   // the web page's attention maps
+    Logits,      // a sequence-classification head
+    Sparse,      // SPLADE of a masked-LM head
+    Translate,   // one batch per language pair and beam size
+    Generation,  // the tasks of one /translate request with generation fields (its options kept by the server)
+  };
+  Op op = Op::None;
+  int64_t prompt_slot = 0;  // Embed: the request's prompt (0: the server's own)
+  int64_t pair = 0;         // Translate: index of the language pair served
+  int64_t beam_size = 0;    // Translate
+  int64_t generation = 0;   // Generation: the request's id
+  bool operator==(const BatchKey&) const = default;
+};
+
 // One input of one request.
 struct Task {
-  int64_t key = 0;                  // tasks batch together only with the same key
+  BatchKey key;                     // tasks batch together only with the same key
   int64_t tokens = 0;               // sequence length, padding excluded
   std::vector<int64_t> ids, token_type_ids;
   std::string target_prefix;        // translation: the text the translation starts with ("" = none)

@@ -1,0 +1,165 @@
+#include <cctype>
+#include <cstdio>
+#include <cstdlib>
+#include <ctime>
+#include <utility>
+
+#include "serve/server_core.h"
+#include "serve/web_page.h"
+
+namespace tfm::serve {
+
+using nlohmann::json;
+
+void Server::hooks() {
+  svr_.set_pre_routing_handler([](const httplib::Request&, httplib::Response&) {
+    request_start() = std::chrono::steady_clock::now();
+    stage_times() = StageTimes{};
+    return httplib::Server::HandlerResponse::Unhandled;
+  });
+  if (!o_.cors_allow_origin.empty()) {
+    // A browser page from that origin may call the API (its preflight OPTIONS answered below).
+    httplib::Headers h = {{"Access-Control-Allow-Origin", o_.cors_allow_origin},
+                          {"Access-Control-Expose-Headers", "Content-Type"}};
+    if (o_.cors_allow_origin != "*") h.emplace("Vary", "Origin");
+    svr_.set_default_headers(h);
+  }
+  svr_.Options(".*", [this](const httplib::Request& req, httplib::Response& res) {
+    const std::string allow = allow_header(req.path);
+    if (allow.empty()) return send_error(res, 404, "not_found", "no route " + req.path);
+    res.status = 204;
+    res.set_header("Allow", allow);
+    if (!o_.cors_allow_origin.empty()) {
+      res.set_header("Access-Control-Allow-Methods", allow);
+      res.set_header("Access-Control-Allow-Headers", "Content-Type, Authorization");
+      res.set_header("Access-Control-Max-Age", "600");
+    }
+  });
+  svr_.set_error_handler([this](const httplib::Request& req, httplib::Response& res) {
+    if (!res.body.empty()) return;
+    // cpp-httplib (a compiled library) refuses an application/x-www-form-urlencoded body over 8192 bytes before
+    // any route sees it, JSON sent by a plain `curl -d` included.
+    const bool form = req.get_header_value("Content-Type").rfind("application/x-www-form-urlencoded", 0) == 0;
+    const uint64_t length = std::strtoull(req.get_header_value("Content-Length").c_str(), nullptr, 10);
+    if (res.status == 413 && form && length <= (uint64_t)o_.payload_limit)
+      send_error(res, 413, "payload_too_large",
+                 "an application/x-www-form-urlencoded body is limited to " +
+                     std::to_string(CPPHTTPLIB_FORM_URL_ENCODED_PAYLOAD_MAX_LENGTH) +
+                     " bytes; send JSON with Content-Type: application/json");
+    else if (res.status == 413)
+      send_error(res, 413, "payload_too_large",
+                 "request body over " + std::to_string(o_.payload_limit) + " bytes (--payload-limit)");
+    else if (res.status == 404 && route_table_.count(req.path)) {
+      const std::string allow = allow_header(req.path);
+      res.set_header("Allow", allow);
+      send_error(res, 405, "method_not_allowed",
+                 req.method + " " + req.path + " is not allowed (Allow: " + allow + ")");
+    } else if (res.status == 404)
+      send_error(res, 404, "not_found", "no route " + req.method + " " + req.path + " (GET /openapi.json lists them)");
+    else
+      send_error(res, res.status, "http", "HTTP error " + std::to_string(res.status));
+    if (req.path == "/v1/embeddings") to_openai_error(res);
+  });
+  svr_.set_logger([this](const httplib::Request& req, const httplib::Response& res) {
+    const double ms = seconds_since(request_start()) * 1e3;
+    const bool is_known = route_table_.count(req.path) > 0;
+    metrics_.count_request(is_known ? req.path : "other", res.status);
+    if (!o_.access_log) return;
+    char when[32];
+    std::time_t now = std::time(nullptr);
+    std::tm tm;
+    gmtime_r(&now, &tm);
+    std::strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", &tm);
+    // A model request also says where its time went (as text-embeddings-inference logs it): tokenization,
+    // waiting in the queue, the model's batches, and the answer (serialising and writing it).
+    const StageTimes st = std::exchange(stage_times(), StageTimes{});  // a request httplib answers itself
+                                                                       // (413) skips the pre-routing reset
+    char stages[160] = "";
+    if (st.inference_s >= 0)
+      std::snprintf(stages, sizeof stages, " (tokenize %.1fms, queue %.1fms, model %.1fms, answer %.1fms)",
+                    std::max(st.tokenize_s, 0.0) * 1e3, st.queue_s * 1e3, st.inference_s * 1e3,
+                    seconds_since(st.ran) * 1e3);
+    std::fprintf(stderr, "%s %s \"%s %s\" %d %zu %.1fms%s\n", when, req.remote_addr.c_str(), req.method.c_str(),
+                 req.path.c_str(), res.status, res.body.size(), ms, stages);
+  });
+}
+
+void Server::meta_routes() {
+  // The page is static (no model data) and needs no key: a browser cannot send one for the page itself; its
+  // scripts send the key typed into it.
+  add("GET", "/", "the web page", [](const httplib::Request&, httplib::Response& res) {
+    res.set_content(web_page_html(), "text/html; charset=utf-8");
+  });
+  add("GET", "/health", "200 once the model is loaded, else 503", [this](const httplib::Request&, httplib::Response& res) {
+    if (ready_)
+      send_json(res, 200, {{"status", "ok"}});
+    else
+      send_error(res, 503, "unhealthy", "the model is still loading");
+  });
+  add("GET", "/metrics", "Prometheus metrics", guard([this](const httplib::Request&, httplib::Response& res) {
+             res.set_content(metrics_.render(), "text/plain; version=0.0.4");
+           }, false));
+  add("GET", "/info", "the model and the server's limits",
+      guard([this](const httplib::Request&, httplib::Response& res) { send_json(res, 200, info()); }, false));
+  add("GET", "/openapi.json", "this document",
+      guard([this](const httplib::Request&, httplib::Response& res) { send_json(res, 200, openapi()); }, false));
+}
+
+// OpenAPI 3.0 description of route_table_.
+json Server::openapi() const {
+  json paths = json::object();
+  for (const auto& [path, methods] : route_table_) {
+    json item = json::object();
+    for (const auto& [m, d] : methods) {
+      json op = {{"summary", d.summary},
+                 {"operationId", (m == "GET" ? "get" : "post") + std::string(path == "/" ? "_page" : path)},
+                 {"responses",
+                  {{"200", {{"description", "success"}}},
+                   {"4XX", {{"description", "{\"error\": message, \"error_type\": type}"}}}}}};
+      if (d.has_body)
+        op["requestBody"] = {{"required", true},
+                             {"content", {{"application/json", {{"schema", {{"type", "object"}}}}}}}};
+      std::string lower = m;
+      for (char& c : lower) c = (char)std::tolower((unsigned char)c);
+      item[lower] = op;
+    }
+    paths[path] = item;
+  }
+  return {{"openapi", "3.0.3"},
+          {"info", {{"title", "tfm serve"}, {"version", "1"},
+                    {"description", std::string("transformer.cpp serving ") + model_id_ + " (" +
+                                        (translation_ ? "translation" : "embedding") + " model)"}}},
+          {"paths", paths}};
+}
+
+json Server::info() const {
+  json j = {{"model_id", model_id_},
+            {"model_type", model_type_},
+            {"model_kind", translation_ ? "translation" : "embedding"},
+            {"ready", ready_.load()},
+            {"max_concurrent_requests", o_.max_concurrent_requests},
+            {"max_batch_tokens", o_.max_batch_tokens},
+            {"max_client_batch_size", o_.max_client_batch_size},
+            {"payload_limit", o_.payload_limit},
+            {"auto_truncate", o_.auto_truncate},
+            {"max_input_length", ready_ ? json(max_input_length_) : json(nullptr)},
+            {"dtype", ready_ ? json(dtype_) : json(nullptr)}};  // written by load() before ready_
+  if (translation_) {
+    j["source_lang"] = source_lang_;
+    j["target_lang"] = target_lang_;
+    j["pairs"] = json::array();
+    for (const Pair& p : pairs_) j["pairs"].push_back({{"source", p.source}, {"target", p.target}, {"model", p.model}});
+    j["max_beam_size"] = o_.max_beam_size;
+    if (ready_) j["num_layers"] = translator_->num_layers(), j["num_heads"] = translator_->num_heads();
+  } else {
+    j["pooling"] = ready_ && embedder_ ? json(embedder_->pooling()) : json(o_.pooling.empty() ? "mean" : o_.pooling);
+    if (ready_ && embedder_) j["hidden_size"] = embedder_->hidden_size();
+    if (ready_ && head_) {
+      j["head"] = task_head_name(TaskHead::SequenceClassification);
+      j["labels"] = head_->labels();
+    }
+  }
+  return j;
+}
+
+}  // namespace tfm::serve

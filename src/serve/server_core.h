@@ -1,0 +1,165 @@
+// The server behind run_server: the loaded model(s), the batching queue, the request guard and the route table.
+// Routes come in groups, one file each (routes_meta.cpp, routes_embed.cpp, routes_classify.cpp,
+// routes_translate.cpp); a group is a member function that registers its routes with add() and is listed in
+// Server::kRouteGroups. Every group is registered on every server: a group that does not apply to the model
+// answers its paths with 404 saying what they need (not_for_this_model).
+#pragma once
+#include <httplib.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "serve/backends.h"
+#include "serve/batch_queue.h"
+#include "serve/http_util.h"
+#include "serve/metrics.h"
+#include "serve/requests.h"
+#include "serve/server.h"
+#include "tfm/classifier.h"
+
+namespace tfm::serve {
+
+class Server {
+ public:
+  explicit Server(const ServeOptions& o);
+  int run();
+
+ private:
+  using json = nlohmann::json;
+  using Handler = std::function<void(const httplib::Request&, httplib::Response&)>;
+
+  // server.cpp: loading, batches, the guard every model route runs behind.
+  void load();
+  // Loaded weights are multiplied where they lie on their first use and packed on the second (load once, run
+  // once: a one-sentence `tfm encode` never packs). A server packs them before it reports ready, by running each
+  // encoder twice on a short input, so that its first requests take no longer than the rest.
+  void warm_up();
+  // Runs on the queue's worker thread: the only thread that touches the model.
+  void run_batch(std::vector<Task*>& batch);
+  // The request's connection check for the batching queue: a request whose client has disconnected is dropped
+  // before its batch runs (serve/connection.h).
+  static std::function<bool()> client_gone(const httplib::Request& req);
+
+  // Where a request's time went, for its access-log line; per connection thread, reset as each request starts.
+  // Negative: the request had no such stage.
+  struct StageTimes {
+    double tokenize_s = -1, queue_s = -1, inference_s = -1;
+    std::chrono::steady_clock::time_point ran;  // when its last batch finished
+  };
+  static StageTimes& stage_times();
+  static std::chrono::steady_clock::time_point& request_start();
+  void observe_tokenization(double seconds);
+  // Runs a request's tasks through the queue (BatchQueue::run), noting its queue and model time.
+  void run_queued(std::vector<Task>& tasks, const httplib::Request& req);
+
+  // Wraps a handler: API key, readiness, the concurrency limit, errors as JSON.
+  httplib::Server::Handler guard(Handler h, bool model_route);
+  bool authorized(const httplib::Request& req) const;
+
+  // The batch-key slot of a prompt name ("" = the server's own prompt: slot 0).
+  int64_t prompt_slot(const std::string& name);
+  std::string prompt_of_slot(int64_t slot);
+
+  // Every route this server answers: path -> methods (405 with Allow for another method; /openapi.json).
+  struct RouteDoc {
+    std::string summary;
+    bool has_body = false;
+  };
+  std::map<std::string, std::map<std::string, RouteDoc>> route_table_;
+  void add(const std::string& method, const std::string& path, const std::string& summary,
+           httplib::Server::Handler h);
+  // POST `path` answered 404: it needs `needs`, which this server's model is not.
+  void not_for_this_model(const std::string& path, const std::string& needs);
+  std::string allow_header(const std::string& path) const;
+
+  // Registers the hooks (CORS, OPTIONS, errors, access log) and every route group.
+  void routes();
+  // The route groups, in registration order. Adding a group: its file, its declaration here, its entry here.
+  void meta_routes();       // routes_meta.cpp: /, /health, /metrics, /info, /openapi.json; hooks
+  void embed_routes();      // routes_embed.cpp: /embed, /embed_all, /v1/embeddings, /similarity, /embed_sparse,
+                            // /tokenize, /decode
+  void classify_routes();   // routes_classify.cpp: /predict, /rerank
+  void translate_routes();  // routes_translate.cpp: /translate, /attention, /languages
+  static constexpr void (Server::*kRouteGroups[])() = {&Server::meta_routes, &Server::embed_routes,
+                                                       &Server::classify_routes, &Server::translate_routes};
+
+  // routes_meta.cpp
+  void hooks();  // pre-routing, CORS, OPTIONS, error handler, access log
+  json openapi() const;  // OpenAPI 3.0 description of route_table_
+  json info() const;
+
+  // routes_embed.cpp
+  // Cuts `t` to `limit` tokens from the left, as tokenizers' TruncationDirection::Left: the leading and trailing
+  // special tokens stay, the text's first tokens go.
+  static void truncate_left(TokenizedInput& t, int64_t limit);
+  // Tokenizes every input for the encoder (token-id inputs used as given), 422 over the limit unless truncating
+  // (from the right, or the left with truncation_direction Left). `limit`: 0 = the server's max input length.
+  std::vector<Task> embed_tasks(const EmbedRequest& r, BatchKey::Op op, const char* field, int64_t vocab_size,
+                                int64_t limit = 0,
+                                const std::function<TokenizedInput(const std::string&, int64_t)>& tokenize = {});
+  std::vector<Task> embed_tasks(const EmbedRequest& r, BatchKey::Op op, const char* field);
+  // A pooled vector as the request asks: the first `dimensions` values (Matryoshka, as sentence-transformers'
+  // truncate_dim), then L2-normalised when `normalize`.
+  static std::vector<float> finish(std::vector<float> v, int64_t dimensions, bool normalize);
+  void check_dimensions(const EmbedRequest& r) const;
+  void need_embedder() const;
+
+  // routes_classify.cpp
+  // A sequence-classification head, or 501 naming what the folder holds instead.
+  void need_head(const std::string& path) const;
+  // Tokenizes (text, pair) inputs for the head (422 over max_position_embeddings unless truncating).
+  std::vector<Task> logit_tasks(const std::vector<std::string>& texts, const std::vector<std::string>* pairs,
+                                bool truncate, bool single, const char* field);
+
+  // routes_translate.cpp
+  // The pair serving source -> target ("auto": the first pair into target), or 422 naming the pairs served.
+  size_t route(const std::string& source, const std::string& target) const;
+
+  ServeOptions o_;
+  std::string model_type_, model_id_, source_lang_, target_lang_;
+  std::string dtype_ = "fp32";  // compute type of the Linear layers (/info)
+  bool translation_ = false;
+  RequestLimits limits_;
+  httplib::Server svr_;
+  Metrics metrics_;
+  std::atomic<bool> ready_{false};
+  std::atomic<int64_t> in_flight_{0};
+  int64_t max_input_length_ = 0;
+  std::unique_ptr<EmbeddingModel> embedder_;
+  struct Pair {
+    std::string model, source, target;
+    std::unique_ptr<TranslationBackend> backend;
+    // A multilingual folder's language codes (M2M100 / NLLB, filled when it loads): it serves any source ->
+    // target of them other than the fixed pairs, the target passed on as TranslateOptions::target_lang
+    // (forced_bos_token_id). Empty: the pair source -> target only.
+    std::vector<std::string> languages;
+    bool speaks(const std::string& code) const {
+      return std::find(languages.begin(), languages.end(), code) != languages.end();
+    }
+  };
+  std::vector<Pair> pairs_;
+  std::mutex custom_mu_;
+  // Generation keys in flight: the pair and the options of each.
+  std::map<int64_t, std::pair<size_t, TranslateOptions>> custom_;
+  int64_t next_custom_ = 0;
+  TranslationBackend* translator_ = nullptr;  // translation: one per --model, the first is translator_ (/attention)
+  std::unique_ptr<Classifier> head_;  // sequence classification / cross-encoder, when the folder has one
+  std::unique_ptr<MaskFiller> sparse_;  // masked-LM head: /embed_sparse
+  std::mutex prompt_mu_;
+  std::vector<std::string> prompt_slots_{""};
+  int64_t head_max_length_ = 0;
+  std::string embed_error_;          // why a head folder cannot embed
+  std::unique_ptr<BatchQueue> queue_;
+};
+
+}  // namespace tfm::serve
