@@ -232,7 +232,7 @@ TEST(LanguageId, Command) {
   EXPECT_NE(r.out.find("\ten\t"), std::string::npos) << r.out;
   test::expect_one_line_error(run({"langid", "train", "--corpus", "en=" + dir + "/pairs.tsv", "--corpus",
                                    "fr=" + dir + "/fr.txt", "--out", dir + "/x.json"}),
-                              "pairs.tsv: line 1 has a TAB: name the column of this language, e.g. --corpus en:1=");
+                              "pairs.tsv: its lines have TAB-separated columns: name the column of 'en', e.g. --corpus en:1=");
   test::expect_one_line_error(
       run({"langid", "train", "--corpus", "en", "--corpus", "fr=" + dir + "/fr.txt", "--out", dir + "/x.json"}),
       "--corpus expects CODE=FILE");

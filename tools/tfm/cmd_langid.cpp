@@ -44,13 +44,17 @@ CorpusSpec parse_corpus(const std::string& s) {
 std::vector<std::string> corpus_lines(const CorpusSpec& c, int64_t max_lines) {
   std::vector<std::string> lines = read_lines(c.path);  // "<path>: cannot open: ..." / "<path>: empty file" / UTF-8
   std::vector<std::string> out;
+  if (c.column == 0) {  // a file of TAB-separated columns (fra.txt) read whole would mix its languages
+    size_t seen = 0, tabbed = 0;
+    for (size_t i = 0; i < lines.size() && seen < 10; ++i)
+      if (!lines[i].empty()) ++seen, tabbed += lines[i].find('\t') != std::string::npos;
+    if (seen > 0 && tabbed == seen)
+      throw std::invalid_argument(c.path + ": its lines have TAB-separated columns: name the column of '" +
+                                  c.language + "', e.g. --corpus " + c.language + ":1=" + c.path);
+  }
   for (size_t i = 0; i < lines.size() && (max_lines == 0 || (int64_t)out.size() < max_lines); ++i) {
     std::string& line = lines[i];
     if (c.column == 0) {
-      if (line.find('\t') != std::string::npos)
-        throw std::invalid_argument(c.path + ": line " + std::to_string(i + 1) +
-                                    " has a TAB: name the column of this language, e.g. --corpus " + c.language +
-                                    ":1=" + c.path);
       if (!line.empty()) out.push_back(std::move(line));
       continue;
     }
