@@ -128,8 +128,7 @@ TEST(ServeLibreTranslate, TrainedDirectionIsServed) {
                   "this model translates en -> fr");
   EXPECT_EQ(s.terminate(), 0) << s.log();
 
-  // Other options and names: --source-lang / --target-lang are written as given; a Tatoeba name that maps to no
-  // language writes none (and says so).
+  // --source-lang / --target-lang are written as given; both or neither.
   r = test::run_tfm_in(tmp.path, {"train", "--data", tmp.path + "/fra.txt", "--out", tmp.path + "/x", "--epochs", "1",
                                   "--num-examples", "50", "--threads", "1", "--no-progress", "--source-lang", "de",
                                   "--target-lang", "fr"});

@@ -205,9 +205,6 @@ void add_train_command(CLI::App& app) {
                                  "mpirun is the subword recipe (--config)");
     o->threads = *threads;
     const D2lTrainSummary r = train_d2l(*o);
-    if (r.source_lang.empty())
-      std::fprintf(stderr, "note: the corpus's languages are not known from its name; config.json names no direction "
-                           "(tfm serve then reads it from the folder name): give --source-lang and --target-lang\n");
     std::printf("trained %lld %s in %.1f s: loss %.4f (mean per token %.4f), %.0f tokens/s; model in %s\n",
                 (long long)r.epochs_run, r.epochs_run == 1 ? "epoch" : "epochs", r.seconds, r.loss, r.token_loss, r.tokens_per_sec, o->out.c_str());
   });
