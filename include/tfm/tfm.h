@@ -14,6 +14,7 @@
 #include "tfm/language_id.h"
 #include "tfm/process_group.h"
 #include "tfm/finetune.h"
+#include "tfm/pipeline.h"
 #include "tfm/tokenizer.h"
 #include "tfm/train.h"
 #include "tfm/translator.h"
