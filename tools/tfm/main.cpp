@@ -151,6 +151,7 @@ int main(int argc, char** argv) {
   tfm::cli::add_serve_command(app);
   tfm::cli::add_download_command(app);
   tfm::cli::add_finetune_command(app);
+  tfm::cli::add_langid_command(app);
   // An unknown command is an error, also with --help (CLI11 would print the top-level help and exit 0).
   if (argc > 1 && argv[1][0] != '-') {
     bool known = false;
