@@ -15,6 +15,7 @@
 #include "io/safetensors.h"
 #include "serve/connection.h"
 #include "serve/server_core.h"
+#include "serve/worker_pool.h"
 
 namespace tfm::serve {
 
@@ -93,8 +94,10 @@ int Server::run() {
   sigaction(SIGTERM, &sa, nullptr);
   sigaction(SIGINT, &sa, nullptr);
 
-  const int pool = (int)std::min<int64_t>(o_.max_concurrent_requests + 8, 1024);
-  svr_.new_task_queue = [pool] { return new httplib::ThreadPool(pool); };
+  // A thread per open connection, started as connections come (serve/worker_pool.h): idle keep-alive clients
+  // never keep a new one waiting; the concurrency limit is the guard's per-request 429.
+  const size_t max_threads = (size_t)std::min<int64_t>(o_.max_concurrent_requests, 1 << 16) + 1024;
+  svr_.new_task_queue = [max_threads] { return new WorkerPool(max_threads); };
   svr_.set_payload_max_length((size_t)o_.payload_limit);
   svr_.set_keep_alive_max_count(1000);
   svr_.set_tcp_nodelay(true);  // headers and body go out as two writes: Nagle + delayed ACK would add ~40 ms
