@@ -14,7 +14,10 @@ namespace tfm::serve {
 void send_json(httplib::Response& res, int status, const nlohmann::json& body);
 // {"error": message, "error_type": type}
 void send_error(httplib::Response& res, int status, const std::string& type, const std::string& message);
-// OpenAI's error object for /v1/embeddings: {"error": {"message", "type", "param", "code"}} from ours.
+// OpenAI's routes (/v1/...) answer errors in OpenAI's shape.
+bool openai_route(const std::string& path);
+// OpenAI's error object {"error": {"message", "type", "param", "code"}} from ours: a validation error (422) is
+// OpenAI's 400 with `param` the field it names; `code` is our error_type.
 void to_openai_error(httplib::Response& res);
 
 // RFC 4648 base64 of little-endian float32 values (OpenAI's encoding_format "base64").

@@ -101,7 +101,7 @@ void Server::embed_routes() {
   if (translation_) {
     for (const char* path : {"/embed", "/embed_all", "/v1/embeddings", "/tokenize", "/decode", "/similarity",
                              "/embed_sparse"})
-      not_for_this_model(path, "an encoder model (bert, transformer_encoder)");
+      not_for_this_model(path, "an encoder model");
     return;
   }
   add("POST", "/embed", "text-embeddings-inference /embed: pooled embeddings",
