@@ -895,6 +895,9 @@ TEST(ServeBrowser, PageTranslatesWithTheChosenBeamSizeAndNamesThePooling) {
     EXPECT_NE(dom.find("id=\"beam\""), std::string::npos) << dom;
     EXPECT_NE(dom.find("data-beam=\"2\""), std::string::npos) << dom;
     EXPECT_NE(dom.find(">aide-moi !<"), std::string::npos) << dom;
+    // The attention drawn is the beam's best hypothesis, and the page says so.
+    EXPECT_NE(dom.find("best hypothesis (beam size 2)"), std::string::npos) << dom;
+    EXPECT_NE(dom.find("data-panels=\""), std::string::npos) << dom;
     dom = dump_dom(s.url("/?q=help%20!"), tmp.path);
     EXPECT_NE(dom.find("&lt;unk&gt; !<"), std::string::npos) << dom;
     EXPECT_EQ(s.terminate(), 0);

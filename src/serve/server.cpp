@@ -417,6 +417,8 @@ void Server::warn_ignored(httplib::Response& res) {
 
 bool Server::authorized(const httplib::Request& req) const {
   if (o_.api_key.empty()) return true;
+  // LibreTranslate answers /languages without a key: its clients list the languages before they translate.
+  if (req.path == "/languages") return true;
   std::string got = req.get_header_value("Authorization");
   const std::string want = "Bearer " + o_.api_key;
   if (got.empty() && req.path == "/translate") {  // LibreTranslate clients send the key as the api_key field
