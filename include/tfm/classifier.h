@@ -96,6 +96,12 @@ class Classifier {
   /// default, "softmax", "sigmoid" or "none"), [num_labels] in label order. Throws std::invalid_argument for an
   /// unknown function.
   std::vector<float> scores(const float* logits, const std::string& function = "") const;
+  /// A cross-encoder's relevance score of one (query, passage) pair from its logits [num_labels], as rerank(),
+  /// sentence-transformers' CrossEncoder.rank and text-embeddings-inference's /rerank score it: one label, its
+  /// activation (sigmoid unless config.json names another); two labels, the softmax probability of label 1. With
+  /// raw_scores: the logit (two labels: logit 1 - logit 0). Throws std::runtime_error when the head has more than
+  /// two labels (not a cross-encoder).
+  float rerank_score(const float* logits, bool raw_scores = false) const;
   /// Ranks passages for a query with a cross-encoder, as sentence-transformers' CrossEncoder.rank and `tfm rerank`
   /// do: each (query, passage) pair scored (one label: its activation, sigmoid unless config.json names another;
   /// two labels: the softmax probability of label 1), best first (ties keep the input order). Throws

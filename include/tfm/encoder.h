@@ -100,12 +100,18 @@ struct EmbedOptions {
   std::string prompt_name;
   /// Matryoshka truncation (sentence-transformers truncate_dim): keep the first `dimensions` values of each
   /// embedding, then L2-normalise if normalising. 0: all embedding_dim() values. < 0 or > embedding_dim() throws
-  /// std::invalid_argument.
+  /// std::invalid_argument (tfm::check_dimensions).
   int64_t dimensions = 0;
   /// Truncate texts to this many tokens (0: a sentence-transformers folder's max_seq_length; for a plain folder an
   /// error when a text is over the model's limit).
   int64_t max_length = 0;
-  int64_t batch_size = 32;        ///< texts per forward pass
+  /// Batching (tfm::length_batches, as `tfm embed` batches and with its defaults): texts sorted by token count
+  /// and cut into batches of at most batch_size texts and batch_tokens padded tokens (texts x the longest), so
+  /// that little padding is computed. Each text's vector depends only on its batch: the same texts with the same
+  /// two limits give the same numbers here, through `tfm embed` and through Python's Encoder.embed. < 1 throws
+  /// std::invalid_argument.
+  int64_t batch_size = 128;
+  int64_t batch_tokens = 16384;
 };
 
 /// What an encoder's config.json describes, read and validated as Encoder's constructor does (sizes bounded, the
@@ -154,6 +160,13 @@ class Encoder {
   /// (unless max_length), invalid UTF-8; std::runtime_error when the folder has no tokenizer.
   FloatArray embed(const std::vector<std::string>& texts, const EmbedOptions& options = {}) const;
 
+  /// Pooled embeddings of texts already tokenized by tokenize() (special tokens added, any lengths), batched as
+  /// embed(texts) batches them (batch_size, batch_tokens), [encodings.size(), embedding_dim()] float32 in input
+  /// order; `tfm embed` runs this. Options as embed(inputs, options) takes them, plus the batch limits. Throws
+  /// std::invalid_argument for an empty list or encoding, an id outside the vocabulary, an encoding longer than
+  /// max_position_embeddings, pooling or max_length given.
+  FloatArray embed(const std::vector<TextEncoding>& encodings, const EmbedOptions& options = {}) const;
+
   /// Pooled embeddings of an already tokenized batch (rows right-padded; a row ends at its last attention_mask 1),
   /// [batch, embedding_dim()] float32, not normalised unless the folder's pipeline ends in Normalize: the
   /// sentence-transformers pipeline (Pooling, Dense, Normalize) on each row, or for a plain folder the options'
@@ -161,9 +174,9 @@ class Encoder {
   FloatArray embed(const EncoderInputs& inputs) const;
   /// embed(inputs) with per-call options: normalize (unset: as embed(inputs)), prompt_name (a
   /// sentence-transformers folder whose Pooling excludes the prompt needs to know its length; the ids must hold the
-  /// prompt, see tokenize(text, options, prompt_name)) and dimensions. pooling, max_length and batch_size are not
-  /// for pre-tokenized inputs: a non-default value throws std::invalid_argument, as the errors of EmbedOptions and
-  /// forward() do.
+  /// prompt, see tokenize(text, options, prompt_name)) and dimensions. pooling, max_length, batch_size and
+  /// batch_tokens are not for pre-tokenized inputs: a non-default value throws std::invalid_argument, as the errors
+  /// of EmbedOptions and forward() do.
   FloatArray embed(const EncoderInputs& inputs, const EmbedOptions& options) const;
   /// Token embeddings of an already tokenized batch, [batch, length, hidden_size] float32: last_hidden_state, or
   /// for a sentence-transformers folder its Transformer module's output (before Pooling; as

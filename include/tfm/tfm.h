@@ -13,6 +13,7 @@
 #include "tfm/hub.h"
 #include "tfm/process_group.h"
 #include "tfm/finetune.h"
+#include "tfm/pipeline.h"
 #include "tfm/tokenizer.h"
 #include "tfm/train.h"
 #include "tfm/translator.h"

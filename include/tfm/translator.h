@@ -196,6 +196,13 @@ class Translator {
   /// ("transformer_seq2seq", "marian", "m2m_100").
   static bool handles_model_type(const std::string& model_type);
 
+  /// The one rule on TranslateOptions::length_penalty, which translate_batch applies and `tfm translate` and
+  /// Python call: NaN (the model's default) always passes; our models take a GNMT alpha >= 0, which greedy
+  /// decoding ignores, so a non-zero value needs beam_size > 1 or return_scores; Hugging Face folders take any
+  /// finite number. Throws std::invalid_argument naming the options as the library spells them, or with
+  /// cli_names as `tfm translate` does (--length-penalty, --beam, --scores).
+  void check_length_penalty(float length_penalty, int64_t beam_size, bool return_scores, bool cli_names = false) const;
+
   int64_t num_steps() const;  ///< the model's default decoding limit (tokens)
   int64_t num_layers() const;  ///< encoder (= decoder) layers
   int64_t num_heads() const;

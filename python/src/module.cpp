@@ -312,7 +312,8 @@ PYBIND11_MODULE(_tfm, m) {
           "embed",
           [](const tfm::Encoder& e, const py::object& texts, std::optional<bool> normalize,
              const std::string& pooling, int64_t max_length, int64_t batch_size,
-             const std::optional<std::string>& prompt_name, const std::optional<int64_t>& dimensions) {
+             const std::optional<std::string>& prompt_name, const std::optional<int64_t>& dimensions,
+             int64_t batch_tokens) {
             tfm::EmbedOptions o;
             o.normalize = normalize;
             if (prompt_name) {
@@ -320,13 +321,13 @@ PYBIND11_MODULE(_tfm, m) {
               o.prompt_name = *prompt_name;
             }
             if (dimensions) {
-              if (*dimensions < 1)
-                throw py::value_error("dimensions must be >= 1 (None = all), got " + std::to_string(*dimensions));
+              if (*dimensions < 1) tfm::check_dimensions(*dimensions, e.embedding_dim());  // 0 is not "all" here
               o.dimensions = *dimensions;
             }
             o.pooling = pooling;
             o.max_length = max_length;
             o.batch_size = batch_size;
+            o.batch_tokens = batch_tokens;
             std::vector<std::string> t = string_list(texts, "texts");
             tfm::FloatArray out;
             {
@@ -336,7 +337,8 @@ PYBIND11_MODULE(_tfm, m) {
             return to_numpy(out);
           },
           py::arg("texts"), py::arg("normalize") = py::none(), py::arg("pooling") = "", py::arg("max_length") = 0,
-          py::arg("batch_size") = 32, py::arg("prompt_name") = py::none(), py::arg("dimensions") = py::none(),
+          py::arg("batch_size") = tfm::EmbedOptions{}.batch_size, py::arg("prompt_name") = py::none(),
+          py::arg("dimensions") = py::none(), py::arg("batch_tokens") = tfm::EmbedOptions{}.batch_tokens,
           "One vector per text, [len(texts), embedding_dim] float32. A sentence-transformers folder (modules.json) "
           "runs its pipeline as SentenceTransformer.encode(): pooling '' = its own Pooling module (or 'mean', "
           "'cls', 'max', ... joined by '+'), normalize None = as its modules.json says. A plain folder: pooling "
@@ -348,7 +350,9 @@ PYBIND11_MODULE(_tfm, m) {
           "(sentence-transformers truncate_dim): the first dimensions values, then normalised when normalizing; "
           "ValueError when < 1 or > embedding_dim. An empty text '' is embedded (its special tokens alone, with "
           "a prompt the prompt's tokens), as SentenceTransformer.encode does; `tfm embed` refuses empty lines "
-          "unless --skip-empty")
+          "unless --skip-empty. Batching as `tfm embed`'s (same defaults): texts sorted by token count, batches of "
+          "at most batch_size texts and batch_tokens padded tokens; the same texts and limits give the CLI's "
+          "numbers")
       .def_property_readonly("tokenizer", &tfm::Encoder::tokenizer, py::return_value_policy::reference_internal)
       .def_property_readonly("has_tokenizer", &tfm::Encoder::has_tokenizer)
       .def_property_readonly("model_type", &tfm::Encoder::model_type)

@@ -104,12 +104,26 @@ Classifier::~Classifier() = default;
 Classifier::Classifier(Classifier&&) noexcept = default;
 Classifier& Classifier::operator=(Classifier&&) noexcept = default;
 
+namespace {
+// A cross-encoder scores a pair with one label (its activation) or two (softmax of label 1).
+void check_cross_encoder(int64_t num_labels) {
+  if (num_labels > 2)
+    throw std::runtime_error("this model has " + std::to_string(num_labels) +
+                             " labels; rerank needs a cross-encoder with one (or two) labels");
+}
+}  // namespace
+
+float Classifier::rerank_score(const float* logits, bool raw_scores) const {
+  const int64_t C = num_labels();
+  check_cross_encoder(C);
+  const std::vector<float> sc = scores(logits, raw_scores ? "none" : C == 2 ? "softmax" : "");
+  return C == 2 ? (raw_scores ? sc[1] - sc[0] : sc[1]) : sc[0];
+}
+
 std::vector<RankedPassage> Classifier::rerank(const std::string& query, const std::vector<std::string>& passages,
                                               const RerankOptions& o) const {
   const int64_t C = num_labels();
-  if (C > 2)
-    throw std::runtime_error("this model has " + std::to_string(C) +
-                             " labels; rerank needs a cross-encoder with one (or two) labels");
+  check_cross_encoder(C);
   if (query.find_first_not_of(" \t\v\f\r\n") == std::string::npos) throw std::invalid_argument("query is empty");
   if (passages.empty()) throw std::invalid_argument("passages is empty");
   if (o.top_k < 0) throw std::invalid_argument("top_k must be >= 0, got " + std::to_string(o.top_k));
@@ -131,15 +145,11 @@ std::vector<RankedPassage> Classifier::rerank(const std::string& query, const st
                                   " tokens, more than max_position_embeddings (" + std::to_string(limit) +
                                   "); pass max_length to truncate");
   }
-  const std::string fn = o.raw_scores ? "none" : C == 2 ? "softmax" : "";
   std::vector<RankedPassage> out;
   for (size_t s = 0; s < enc.size(); s += (size_t)o.batch_size) {
     const size_t n = std::min(enc.size() - s, (size_t)o.batch_size);
     const FloatArray lg = logits(std::vector<TextEncoding>(enc.begin() + s, enc.begin() + s + n));
-    for (size_t b = 0; b < n; ++b) {
-      const std::vector<float> sc = scores(lg.data() + b * C, fn);
-      out.push_back({(int64_t)(s + b), C == 2 ? (o.raw_scores ? sc[1] - sc[0] : sc[1]) : sc[0]});
-    }
+    for (size_t b = 0; b < n; ++b) out.push_back({(int64_t)(s + b), rerank_score(lg.data() + b * C, o.raw_scores)});
   }
   std::stable_sort(out.begin(), out.end(), [](const RankedPassage& a, const RankedPassage& b) { return a.score > b.score; });
   if (o.top_k > 0 && (size_t)o.top_k < out.size()) out.resize(o.top_k);

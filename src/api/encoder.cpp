@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <functional>
 #include <filesystem>
 #include <optional>
 #include <set>
@@ -13,6 +14,8 @@
 
 #include "api/common.h"
 #include "api/impl.h"
+#include "text/vocab_check.h"
+#include "tfm/pipeline.h"
 #include "io/json_util.h"
 #include "io/safetensors.h"
 #include "models/encoder.h"
@@ -79,22 +82,6 @@ struct Encoder::Impl {
 };
 
 namespace {
-// Matryoshka truncation (sentence-transformers truncate_dim): the first `dims` columns of [N, D], then L2
-// normalisation when `normalize`.
-FloatArray truncate_dims(FloatArray a, int64_t dims, bool normalize) {
-  const int64_t N = a.size(0), D = a.size(1);
-  if (dims < 0 || dims > D)
-    throw std::invalid_argument("dimensions must be from 1 to the embedding size " + std::to_string(D) + ", got " +
-                                std::to_string(dims));
-  if (dims == 0 || dims == D) {
-    if (!normalize) return a;
-    dims = D;
-  }
-  Tensor t = Tensor::empty({N, dims});
-  for (int64_t n = 0; n < N; ++n) std::copy(a.data() + n * D, a.data() + n * D + dims, t.f32() + n * dims);
-  if (normalize) l2_normalize_rows(t);
-  return api::to_array(std::move(t));
-}
 Tensor id_view(const int64_t* p, const Shape& shape) {
   return p ? Tensor::view_of(const_cast<int64_t*>(p), shape, DType::I64, nullptr) : Tensor();
 }
@@ -201,10 +188,7 @@ Encoder::Encoder(const std::string& model, const EncoderOptions& options) : impl
   if (options.load_tokenizer &&
       (fs::exists(model_dir + "/tokenizer.json", ec) || fs::exists(model_dir + "/vocab.txt", ec))) {
     impl_->tokenizer.emplace(model_dir);
-    const int64_t tv = impl_->tokenizer->vocab_size(), mv = impl_->config().vocab_size;
-    if (tv > mv)
-      throw std::runtime_error(model_dir + ": tokenizer vocabulary (" + std::to_string(tv) +
-                               " tokens) is larger than config.json vocab_size (" + std::to_string(mv) + ")");
+    check_tokenizer_vocab(model_dir, impl_->tokenizer->vocab_size(), impl_->config().vocab_size);
   }
 }
 EncoderConfigInfo Encoder::read_config(const std::string& config_path) {
@@ -268,6 +252,21 @@ Tensor encode_and_pool(const EncoderModel& m, const PoolingConfig& pc, const Enc
   return encode_and_pool(m, pc, id_view(in.input_ids, shape), id_view(in.token_type_ids, shape),
                          id_view(in.attention_mask, shape));
 }
+Tensor plain_embed(const EncoderModel& m, const PoolingConfig& pc, const std::vector<const Encoding*>& rows,
+                   int64_t pad_id, bool normalize) {
+  const int64_t B = (int64_t)rows.size();
+  int64_t L = 0;
+  for (const Encoding* e : rows) L = std::max(L, (int64_t)e->input_ids.size());
+  std::vector<int64_t> ids(B * L, pad_id), mask(B * L, 0), types(B * L, 0);
+  for (int64_t b = 0; b < B; ++b) {
+    std::copy(rows[b]->input_ids.begin(), rows[b]->input_ids.end(), ids.begin() + b * L);
+    std::copy(rows[b]->attention_mask.begin(), rows[b]->attention_mask.end(), mask.begin() + b * L);
+    std::copy(rows[b]->token_type_ids.begin(), rows[b]->token_type_ids.end(), types.begin() + b * L);
+  }
+  Tensor pooled = encode_and_pool(m, pc, EncoderInputs{ids.data(), mask.data(), types.data(), B, L});  // [B, D]
+  if (normalize) l2_normalize_rows(pooled);  // torch.nn.functional.normalize
+  return pooled;
+}
 }  // namespace
 
 FloatArray Encoder::forward(const TokenBatch& b) const {
@@ -279,18 +278,49 @@ FloatArray Encoder::forward(const TokenBatch& b) const {
                                b.input_ids.size(0), b.input_ids.size(1)});
 }
 
+namespace {
+void check_batch_options(const EmbedOptions& o) {
+  if (o.batch_size < 1) throw std::invalid_argument("batch_size must be >= 1, got " + std::to_string(o.batch_size));
+  if (o.batch_tokens < 1)
+    throw std::invalid_argument("batch_tokens must be >= 1, got " + std::to_string(o.batch_tokens));
+}
+// Embeds rows in batches of similar length (tfm::length_batches under batch_tokens and batch_size) and returns
+// [N, D] in input order; run(batch) embeds one batch, [batch.size(), D].
+Tensor embed_batched(const std::vector<Encoding>& rows, const EmbedOptions& o, int64_t D,
+                     const std::function<Tensor(const std::vector<const Encoding*>&)>& run) {
+  std::vector<int64_t> lengths;
+  lengths.reserve(rows.size());
+  for (const Encoding& e : rows) lengths.push_back((int64_t)e.input_ids.size());
+  BatchLimits limits;
+  limits.max_tokens = o.batch_tokens;
+  limits.max_rows = o.batch_size;
+  Tensor result = Tensor::empty({(int64_t)rows.size(), D});
+  for (const std::vector<size_t>& batch : length_batches(lengths, limits)) {
+    std::vector<const Encoding*> ptrs;
+    for (size_t i : batch) ptrs.push_back(&rows[i]);
+    const Tensor e = run(ptrs);  // [batch.size(), D]
+    for (size_t r = 0; r < batch.size(); ++r)
+      std::copy(e.f32() + r * D, e.f32() + (r + 1) * D, result.f32() + batch[r] * D);
+  }
+  return result;
+}
+// A plain folder's pooled rows: right-padded with `pad_id` (attention_mask 0) into one [B, L] batch.
+Tensor plain_embed(const EncoderModel& m, const PoolingConfig& pc, const std::vector<const Encoding*>& rows,
+                   int64_t pad_id, bool normalize);
+}  // namespace
+
 FloatArray Encoder::embed(const std::vector<std::string>& texts, const EmbedOptions& o) const {
   if (texts.empty()) throw std::invalid_argument("texts is empty");
-  if (o.batch_size < 1) throw std::invalid_argument("batch_size must be >= 1, got " + std::to_string(o.batch_size));
+  check_batch_options(o);
   if (o.max_length < 0) throw std::invalid_argument("max_length must be >= 0, got " + std::to_string(o.max_length));
-  if (o.dimensions < 0) throw std::invalid_argument("dimensions must be >= 0, got " + std::to_string(o.dimensions));
+  if (o.dimensions < 0) check_dimensions(o.dimensions, embedding_dim());
   impl_->check_plain_prompt(o.prompt_name);
   if (o.dimensions > 0) {  // cut the unnormalised vectors, then normalise as asked (or as the folder does)
     EmbedOptions full = o;
     full.dimensions = 0;
     const bool norm = o.normalize.value_or(impl_->st && impl_->st->normalizes());
     full.normalize = false;
-    return truncate_dims(embed(texts, full), o.dimensions, norm);
+    return truncate_dimensions(embed(texts, full), o.dimensions, norm);
   }
   if (impl_->st) {
     const SentenceTransformer* st = &*impl_->st;
@@ -307,19 +337,16 @@ FloatArray Encoder::embed(const std::vector<std::string>& texts, const EmbedOpti
       custom.emplace(impl_->st_variant(o.prompt_name, o.normalize));
       st = &*custom;
     }
-    api::apply_threads(impl_->threads);
-    const int64_t N = (int64_t)texts.size(), D = st->dimension();
-    Tensor result = Tensor::empty({N, D});
-    for (int64_t s = 0; s < N; s += o.batch_size) {
-      const int64_t n = std::min(o.batch_size, N - s);
-      for (int64_t i = s; i < s + n; ++i)
-        if (auto bad = find_invalid_utf8(texts[i]))
-          throw std::invalid_argument("text " + std::to_string(i) + ": invalid UTF-8 at byte offset " +
-                                      std::to_string(*bad));
-      Tensor e = st->encode(std::vector<std::string>(texts.begin() + s, texts.begin() + s + n));
-      std::copy(e.f32(), e.f32() + n * D, result.f32() + s * D);
+    const int64_t N = (int64_t)texts.size();
+    std::vector<Encoding> enc(N);
+    for (int64_t i = 0; i < N; ++i) {
+      if (auto bad = find_invalid_utf8(texts[i]))
+        throw std::invalid_argument("text " + std::to_string(i) + ": invalid UTF-8 at byte offset " +
+                                    std::to_string(*bad));
+      enc[i] = st->tokenize(texts[i]);  // prompt, do_lower_case, cut to max_seq_length
     }
-    return api::to_array(std::move(result));
+    api::apply_threads(impl_->threads);
+    return api::to_array(embed_batched(enc, o, st->dimension(), [&](const auto& b) { return st->embed(b); }));
   }
   const PoolingConfig pc = impl_->plain_pooling(o.pooling);
   const Tokenizer& tok = tokenizer();
@@ -333,18 +360,58 @@ FloatArray Encoder::embed(const std::vector<std::string>& texts, const EmbedOpti
                                   " tokens, more than max_position_embeddings (" +
                                   std::to_string(c.max_position_embeddings) + "); pass max_length to truncate");
   api::apply_threads(impl_->threads);
-  const int64_t N = (int64_t)texts.size(), H = c.hidden_size, D = pc.output_dim(H);
-  Tensor result = Tensor::empty({N, D});
-  for (int64_t s = 0; s < N; s += o.batch_size) {
-    const int64_t n = std::min(o.batch_size, N - s);
-    TokenBatch b = api::pad_batch(tok.impl_->tok, std::vector<Encoding>(enc.begin() + s, enc.begin() + s + n));
-    Tensor pooled = encode_and_pool(impl_->plain(), pc,  // [n, D]
-                                    EncoderInputs{b.input_ids.data(), b.attention_mask.data(),
-                                                  b.token_type_ids.data(), b.input_ids.size(0), b.input_ids.size(1)});
-    if (o.normalize.value_or(false)) l2_normalize_rows(pooled);  // torch.nn.functional.normalize
-    std::copy(pooled.f32(), pooled.f32() + n * D, result.f32() + s * D);
+  const int64_t pad = tok.impl_->tok.pad_id();
+  const bool norm = o.normalize.value_or(false);
+  return api::to_array(embed_batched(enc, o, pc.output_dim(c.hidden_size), [&](const auto& b) {
+    return plain_embed(impl_->plain(), pc, b, pad, norm);
+  }));
+}
+
+FloatArray Encoder::embed(const std::vector<TextEncoding>& encodings, const EmbedOptions& o) const {
+  if (encodings.empty()) throw std::invalid_argument("encodings is empty");
+  if (!o.pooling.empty() || o.max_length != 0)
+    throw std::invalid_argument("embed(encodings, options): pooling and max_length are for texts, not for already "
+                                "tokenized inputs");
+  check_batch_options(o);
+  impl_->check_plain_prompt(o.prompt_name);
+  if (o.dimensions != 0) check_dimensions(o.dimensions, embedding_dim());
+  std::vector<Encoding> rows(encodings.size());
+  const int64_t V = vocab_size();
+  for (size_t i = 0; i < encodings.size(); ++i) {
+    const TextEncoding& t = encodings[i];
+    const size_t n = t.input_ids.size();
+    if (n == 0) throw std::invalid_argument("encoding " + std::to_string(i) + " is empty");
+    if ((int64_t)n > max_position_embeddings())
+      throw std::invalid_argument("encoding " + std::to_string(i) + " has " + std::to_string(n) +
+                                  " tokens, more than max_position_embeddings (" +
+                                  std::to_string(max_position_embeddings()) + ")");
+    for (int64_t id : t.input_ids)
+      if (id < 0 || id >= V)
+        throw std::invalid_argument("encoding " + std::to_string(i) + ": token id " + std::to_string(id) +
+                                    " is outside the vocabulary [0, " + std::to_string(V) + ")");
+    rows[i].input_ids = t.input_ids;
+    rows[i].token_type_ids = t.token_type_ids.size() == n ? t.token_type_ids : std::vector<int64_t>(n, 0);
+    rows[i].attention_mask.assign(n, 1);
   }
-  return api::to_array(std::move(result));
+  api::apply_threads(impl_->threads);
+  if (!impl_->st) {
+    const PoolingConfig pc = impl_->plain_pooling("");
+    const int64_t pad = impl_->tokenizer ? impl_->tokenizer->impl_->tok.pad_id() : 0;
+    const bool norm = o.normalize.value_or(false);
+    const Tensor out = embed_batched(rows, o, pc.output_dim(hidden_size()), [&](const auto& b) {
+      return plain_embed(impl_->plain(), pc, b, pad, norm && o.dimensions == 0);
+    });
+    return truncate_dimensions(api::to_array(out), o.dimensions, norm && o.dimensions != 0);
+  }
+  if (o.dimensions == 0) {  // the pipeline as it is (or with the prompt / Normalize asked for)
+    const SentenceTransformer v = impl_->st_variant(o.prompt_name, o.normalize);
+    return api::to_array(embed_batched(rows, o, v.dimension(), [&](const auto& b) { return v.embed(b); }));
+  }
+  // Matryoshka: cut the unnormalised vectors, then normalise as asked (or as the folder does).
+  const bool norm = o.normalize.value_or(impl_->st->normalizes());
+  const SentenceTransformer v = impl_->st_variant(o.prompt_name, false);
+  const Tensor out = embed_batched(rows, o, v.dimension(), [&](const auto& b) { return v.embed(b); });
+  return truncate_dimensions(api::to_array(out), o.dimensions, norm);
 }
 
 FloatArray Encoder::embed(const EncoderInputs& in) const {
@@ -360,14 +427,12 @@ FloatArray Encoder::embed(const EncoderInputs& in) const {
 }
 
 FloatArray Encoder::embed(const EncoderInputs& in, const EmbedOptions& o) const {
-  if (!o.pooling.empty() || o.max_length != 0 || o.batch_size != 32)
-    throw std::invalid_argument("embed(inputs, options): pooling, max_length and batch_size are for texts, not for "
-                                "already tokenized inputs");
+  if (!o.pooling.empty() || o.max_length != 0 || o.batch_size != EmbedOptions{}.batch_size ||
+      o.batch_tokens != EmbedOptions{}.batch_tokens)
+    throw std::invalid_argument("embed(inputs, options): pooling, max_length, batch_size and batch_tokens are for "
+                                "texts, not for already tokenized inputs");
   impl_->check_plain_prompt(o.prompt_name);
-  const int64_t D = embedding_dim();
-  if (o.dimensions < 0 || o.dimensions > D)
-    throw std::invalid_argument("dimensions must be from 1 to the embedding size " + std::to_string(D) + ", got " +
-                                std::to_string(o.dimensions));
+  if (o.dimensions != 0) check_dimensions(o.dimensions, embedding_dim());
   FloatArray out;
   bool norm = false;
   if (!impl_->st) {
@@ -381,7 +446,7 @@ FloatArray Encoder::embed(const EncoderInputs& in, const EmbedOptions& o) const 
     std::vector<Encoding> enc = unpadded_rows(in);
     out = api::to_array(v.embed(pointers(enc)));
   }
-  return truncate_dims(std::move(out), o.dimensions, norm);
+  return truncate_dimensions(out, o.dimensions, norm);
 }
 
 std::vector<std::string> Encoder::prompt_names() const {

@@ -9,6 +9,7 @@
 #include <stdexcept>
 
 #include "api/common.h"
+#include "tfm/pipeline.h"
 #include "decode/decoder_cache.h"
 #include "decode/generation_config.h"
 #include "decode/logits_process.h"
@@ -24,6 +25,25 @@
 #include "text/vocab.h"
 
 namespace tfm {
+
+namespace {
+// Translator::check_length_penalty, for Impl's option checks too.
+void check_length_penalty_rule(bool hf, float lp, int64_t beam_size, bool return_scores, bool cli) {
+  if (std::isnan(lp)) return;  // the model's default
+  const std::string name = cli ? "--length-penalty" : "length_penalty";
+  if (hf) {
+    if (!std::isfinite(lp)) throw std::invalid_argument(name + " must be a finite number, got " + std::to_string(lp));
+    return;
+  }
+  if (!std::isfinite(lp) || lp < 0)
+    throw std::invalid_argument(name + " must be a finite number >= 0 (the GNMT alpha), got " + std::to_string(lp));
+  // Greedy decoding ignores it; only beam search, or the returned scores, would show it.
+  if (lp != 0 && beam_size <= 1 && !return_scores)
+    throw std::invalid_argument(name + " applies to beam search only (or the returned scores); give " +
+                                (cli ? "--beam N (N > 1) or --scores" : "beam_size > 1 or return_scores") +
+                                " as well");
+}
+}  // namespace
 
 struct Translator::Impl {
   std::unique_ptr<Seq2SeqModel> model;
@@ -173,11 +193,8 @@ struct Translator::Impl {
       bad.insert(bad.end(), o.bad_words_ids.begin(), o.bad_words_ids.end());
       over["bad_words_ids"] = bad;
     }
-    if (!std::isnan(o.length_penalty)) {
-      if (!std::isfinite(o.length_penalty))
-        throw std::invalid_argument("length_penalty must be a finite number, got " + std::to_string(o.length_penalty));
-      over["length_penalty"] = o.length_penalty;
-    }
+    check_length_penalty_rule(true, o.length_penalty, o.beam_size, o.return_scores, false);
+    if (!std::isnan(o.length_penalty)) over["length_penalty"] = o.length_penalty;
     if (o.max_steps < 0 || o.max_steps > c.max_len)
       throw std::invalid_argument("max_steps must be from 0 (the model's) to max_position_embeddings " +
                                   std::to_string(c.max_len) + ", got " + std::to_string(o.max_steps));
@@ -239,13 +256,7 @@ struct Translator::Impl {
       throw std::invalid_argument("num_hypotheses must be from 1 to beam_size (" + std::to_string(o.beam_size) +
                                   "), got " + std::to_string(o.num_hypotheses));
     const Seq2SeqConfig& c = model->config();
-    if (!std::isfinite(o.length_penalty) || o.length_penalty < 0)
-      throw std::invalid_argument("length_penalty must be a finite number >= 0, got " +
-                                  std::to_string(o.length_penalty));
-    // As `tfm translate --length-penalty` without --beam: greedy decoding ignores it, only scores would show it.
-    if (o.length_penalty != 0 && o.beam_size == 1 && !o.return_scores)
-      throw std::invalid_argument("length_penalty applies to beam search (or the returned scores) only; give "
-                                  "beam_size > 1 or return_scores as well");
+    check_length_penalty_rule(false, o.length_penalty, o.beam_size, o.return_scores, false);
     if (o.max_steps < 0 || o.max_steps > c.max_len)
       throw std::invalid_argument("max_steps must be from 0 (the model's num_steps) to the model's max_len " +
                                   std::to_string(c.max_len) + ", got " + std::to_string(o.max_steps));
@@ -292,29 +303,29 @@ struct Translator::Impl {
               const TranslateOptions& o, const DecodeOptions& opt,
               const std::vector<std::vector<int64_t>>& prefixes = {}) {
     std::unique_ptr<LogitsProcessor> proc = logits_processor(o);
-    std::vector<size_t> order(srcs.size());
-    for (size_t i = 0; i < order.size(); ++i) order[i] = i;
-    std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return srcs[a]->size() < srcs[b]->size(); });
-    const size_t batch = o.beam_size > 1 ? 32 : 64;
-    for (size_t s = 0; s < order.size(); s += batch) {
-      const size_t n = std::min(batch, order.size() - s);
+    std::vector<int64_t> lengths;
+    for (const std::vector<int64_t>* src : srcs) lengths.push_back((int64_t)src->size());
+    BatchLimits limits;
+    limits.max_rows = o.beam_size > 1 ? 32 : 64;  // sentences (beam search keeps beam_size rows of each)
+    for (const std::vector<size_t>& order : length_batches(lengths, limits)) {
+      const size_t n = order.size();
       int64_t Ls = 0;
-      for (size_t k = 0; k < n; ++k) Ls = std::max<int64_t>(Ls, padded_len((int64_t)srcs[order[s + k]]->size()));
+      for (size_t k = 0; k < n; ++k) Ls = std::max<int64_t>(Ls, padded_len((int64_t)srcs[order[k]]->size()));
       std::vector<int64_t> ids(n * Ls, pad()), vl(n);
       for (size_t k = 0; k < n; ++k) {
-        const auto& v = *srcs[order[s + k]];
+        const auto& v = *srcs[order[k]];
         std::copy(v.begin(), v.end(), ids.begin() + k * Ls);
         vl[k] = (int64_t)v.size();
       }
       std::vector<std::vector<int64_t>> prefix;  // this batch's target prefixes, or none
       if (!prefixes.empty())
-        for (size_t k = 0; k < n; ++k) prefix.push_back(prefixes[order[s + k]]);
+        for (size_t k = 0; k < n; ++k) prefix.push_back(prefixes[order[k]]);
       // HF's greedy / sampling with processors on the logits (Hugging Face folders always: greedy search, with
       // the folder's forced tokens)
       if (opt.beam_size == 1 && (proc || !prefix.empty() || opt.hf)) {
         auto res = generate_greedy(*model, ids.data(), vl.data(), (int64_t)n, Ls, opt, proc.get(), prefix);
         for (size_t k = 0; k < n; ++k) {
-          Translation& t = *outs[order[s + k]];
+          Translation& t = *outs[order[k]];
           t.ids = std::move(res[k].tokens);
           t.finished = res[k].finished;
           if (o.return_scores) t.logp = t.score = res[k].logp;
@@ -324,7 +335,7 @@ struct Translator::Impl {
       if (opt.beam_size == 1 && !o.return_scores && !opt.hf) {
         auto res = greedy_decode(*model, ids.data(), vl.data(), (int64_t)n, Ls, opt);
         for (size_t k = 0; k < n; ++k) {
-          Translation& t = *outs[order[s + k]];
+          Translation& t = *outs[order[k]];
           t.ids = std::move(res[k]);
           // Decoding stops at <eos> or after max_steps tokens (<eos> counted): a shorter output ended with <eos>.
           t.finished = (int64_t)t.ids.size() < opt.max_steps;
@@ -337,7 +348,7 @@ struct Translator::Impl {
       if (!prefix.empty()) bopt.target_prefix = &prefix;
       auto res = beam_search_hypotheses(*model, ids.data(), vl.data(), (int64_t)n, Ls, bopt);
       for (size_t k = 0; k < n; ++k) {
-        Translation& t = *outs[order[s + k]];
+        Translation& t = *outs[order[k]];
         if (o.num_hypotheses > 1)
           for (int64_t h = 0; h < o.num_hypotheses && h < (int64_t)res[k].size(); ++h) {
             Translation alt;
@@ -422,6 +433,11 @@ Translator::Translator(const std::string& model, const TranslatorOptions& option
 Translator::~Translator() = default;
 Translator::Translator(Translator&&) noexcept = default;
 Translator& Translator::operator=(Translator&&) noexcept = default;
+
+void Translator::check_length_penalty(float length_penalty, int64_t beam_size, bool return_scores,
+                                      bool cli_names) const {
+  check_length_penalty_rule(impl_->hf(), length_penalty, beam_size, return_scores, cli_names);
+}
 
 int64_t Translator::num_steps() const {
   return impl_->hf() ? std::min<int64_t>(impl_->gen->max_steps(), impl_->model->config().max_len)

@@ -16,6 +16,7 @@
 #include "models/roberta.h"
 #include "nn/weights.h"
 #include "ops/layer_norm.h"
+#include "text/vocab_check.h"
 
 namespace tfm {
 
@@ -221,9 +222,7 @@ TaskModel TaskModel::load(const std::string& dir, HeadKind want, std::optional<o
   m.encoder_ = make_encoder(cfg, w, ct);
   if (m.layout_->stages.empty()) throw std::logic_error("head layout without stages");
   m.tokenizer_ = std::make_shared<BertTokenizer>(BertTokenizer::from_dir(dir));
-  if (m.tokenizer_->vocab_size() > cfg.vocab_size)
-    throw std::runtime_error(dir + ": tokenizer vocabulary (" + std::to_string(m.tokenizer_->vocab_size()) +
-                             " tokens) is larger than config.json vocab_size (" + std::to_string(cfg.vocab_size) + ")");
+  check_tokenizer_vocab(dir, m.tokenizer_->vocab_size(), cfg.vocab_size);
   const std::string tc = dir + "/tokenizer_config.json";
   if (fs::exists(tc)) m.cleanup_ = json_bool_or(load_json_file(tc), "clean_up_tokenization_spaces", true, tc);
   m.mask_token_ = read_mask_token(tc);

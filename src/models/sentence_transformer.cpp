@@ -7,6 +7,7 @@
 #include "io/json_util.h"
 #include "models/checkpoint_weights.h"
 #include "nn/weights.h"
+#include "text/vocab_check.h"
 
 namespace tfm {
 
@@ -130,9 +131,7 @@ SentenceTransformer SentenceTransformer::load(const std::string& dir, const Sent
   m.encoder_ = make_encoder(cfg, w, m.compute_type_);
   w.check_all_used(transformer_dir + "/config.json");
   m.tokenizer_ = std::make_shared<BertTokenizer>(BertTokenizer::from_dir(transformer_dir));
-  if (m.tokenizer_->vocab_size() > cfg.vocab_size)
-    throw std::runtime_error(transformer_dir + ": tokenizer vocabulary (" + std::to_string(m.tokenizer_->vocab_size()) +
-                             " tokens) is larger than config.json vocab_size (" + std::to_string(cfg.vocab_size) + ")");
+  check_tokenizer_vocab(transformer_dir, m.tokenizer_->vocab_size(), cfg.vocab_size);
   const int64_t limit = std::min(cfg.max_position_embeddings, m.tokenizer_->model_max_length());
   m.max_seq_length_ = opt.max_seq_length > 0 ? opt.max_seq_length : st_max > 0 ? st_max : limit;
   if (m.max_seq_length_ > cfg.max_position_embeddings)

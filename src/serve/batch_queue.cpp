@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "serve/requests.h"
+#include "tfm/pipeline.h"
 
 namespace tfm::serve {
 
@@ -90,23 +91,23 @@ std::vector<Task*> BatchQueue::take_batch() {
   // task that does not fit (its tasks keep their order); the oldest task always goes.
   std::vector<Task*> batch;
   std::vector<bool> taken(queue_.size(), false), done(requests.size(), false);
-  int64_t longest = 0, real = 0;
+  BatchLimits limits;  // the library's rule of what fits a batch (tfm/pipeline.h)
+  limits.max_tokens = max_batch_tokens_;
+  limits.max_real_tokens = max_real_tokens_;
+  BatchBudget budget(limits);
   for (size_t round = 0;; ++round) {
     bool added = false;
     for (size_t r = 0; r < requests.size(); ++r) {
       if (done[r] || round >= requests[r].second.size()) continue;
       const size_t i = requests[r].second[round];
       Task* t = queue_[i];
-      const int64_t l = std::max(longest, t->tokens);
-      const bool fits = (int64_t)(batch.size() + 1) * l <= max_batch_tokens_ && real + t->tokens <= max_real_tokens_;
-      if (!batch.empty() && !fits) {
+      if (!budget.fits(t->tokens)) {
         done[r] = true;
         continue;
       }
       batch.push_back(t);
       taken[i] = true;
-      longest = l;
-      real += t->tokens;
+      budget.add(t->tokens);
       added = true;
     }
     if (!added) break;

@@ -11,7 +11,6 @@
 #include <cstring>
 #include <filesystem>
 #include <memory>
-#include <numeric>
 #include <stdexcept>
 
 #include "cli_util.h"
@@ -208,6 +207,9 @@ void add_embed_command(CLI::App& app) {
     }
     const Encoder model(o->model, eo);
     const int64_t D = model.embedding_dim(), max_seq_length = model.max_input_length();
+    EmbedOptions eo_batch;
+    eo_batch.batch_size = o->batch_size;
+    eo_batch.batch_tokens = o->batch_tokens;
     TokenizeOptions to;
     to.max_length = max_seq_length;  // cut to max_seq_length, as SentenceTransformer.encode()
     to.return_offsets = false;
@@ -251,8 +253,8 @@ void add_embed_command(CLI::App& app) {
       while (!eof) {
         lines.clear();
         line_nos.clear();
-        const int64_t chunk_start_bytes = in.bytes;  // progress: the part of the chunk embedded so far counts
         while ((int64_t)lines.size() < o->chunk_lines) {
+          if (!lines.empty() && in.paused()) break;  // a co-process waits for these lines' answer (line_shards.h)
           if (!in.next(line)) {  // an empty input gives an empty [0, dim] output, as in classify / rerank / fill-mask
             eof = true;
             break;
@@ -287,38 +289,10 @@ void add_embed_command(CLI::App& app) {
           // count sequences at the limit as (possibly) truncated, as a hint in the summary.
           if ((int64_t)enc[i].input_ids.size() >= max_seq_length) ++truncated;
         }
-        // Length buckets: stable sort by token count, then greedy batches under both limits.
-        std::vector<int64_t> order(n);
-        std::iota(order.begin(), order.end(), 0);
-        std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) {
-          return enc[a].input_ids.size() < enc[b].input_ids.size();
-        });
-        std::vector<float> result(n * D);
-        std::vector<int64_t> ids, types, mask;
-        for (int64_t s = 0; s < n;) {
-          int64_t e = s;
-          std::vector<const TextEncoding*> batch;
-          while (e < n && (int64_t)batch.size() < o->batch_size) {
-            const int64_t len = (int64_t)enc[order[e]].input_ids.size();  // the longest so far (sorted)
-            if (!batch.empty() && (int64_t)(batch.size() + 1) * len > o->batch_tokens) break;
-            batch.push_back(&enc[order[e]]);
-            ++e;
-          }
-          // Right-padded [B, L] (the pipeline reads each row up to its last attention_mask 1).
-          const int64_t B = (int64_t)batch.size(), L = (int64_t)batch.back()->input_ids.size();
-          ids.assign(B * L, 0), types.assign(B * L, 0), mask.assign(B * L, 0);
-          for (int64_t r = 0; r < B; ++r) {
-            const TextEncoding& t = *batch[r];
-            std::copy(t.input_ids.begin(), t.input_ids.end(), ids.begin() + r * L);
-            std::copy(t.token_type_ids.begin(), t.token_type_ids.end(), types.begin() + r * L);
-            std::fill_n(mask.begin() + r * L, t.input_ids.size(), int64_t{1});
-          }
-          const FloatArray v = model.embed(EncoderInputs{ids.data(), mask.data(), types.data(), B, L});
-          for (int64_t r = 0; r < B; ++r)
-            std::memcpy(result.data() + order[s + r] * D, v.data() + r * D, sizeof(float) * D);
-          s = e;
-          show(w.rows() + s, chunk_start_bytes + (in.bytes - chunk_start_bytes) * s / n);
-        }
+        // Batches of similar length under --batch-tokens and --batch-size (tfm::length_batches), as
+        // tfm::Encoder::embed of texts batches them.
+        const FloatArray result = model.embed(enc, eo_batch);
+        show(w.rows() + n, in.bytes);
         for (int64_t i = 0; i < n; ++i) {
           const float* r = result.data() + i * D;
           for (int64_t k = 0; k < D; ++k)
@@ -328,6 +302,7 @@ void add_embed_command(CLI::App& app) {
           w.row(r, o->skip_empty ? line_nos[i] : 0);
           if (o->skip_empty) kept_lines.push_back(line_nos[i]);
         }
+        if (std::fflush(f) != 0) throw std::runtime_error("cannot write the embeddings: " + std::string(std::strerror(errno)));
       }
       w.finish();
       if (!sharded) progress.update(w.rows(), in.bytes, in.total_bytes, true);

@@ -13,6 +13,7 @@
 #include "io/safetensors.h"
 #include "io/torch_pickle.h"
 #include "tfm/encoder.h"
+#include "tfm/pipeline.h"
 
 namespace tfm::cli {
 
@@ -89,9 +90,7 @@ void add_encode_command(CLI::App& app) {
       throw CLI::ValidationError("--pair: model_type 'transformer_encoder' has no segment embeddings, so the pair's "
                                  "token_type_ids would be ignored");
     const Tokenizer tok(o->model);
-    if (tok.vocab_size() > vocab_size)
-      throw std::runtime_error("tokenizer vocabulary (" + std::to_string(tok.vocab_size()) + " tokens) is larger than " +
-                               config_path + " vocab_size (" + std::to_string(vocab_size) + ")");
+    check_tokenizer_vocab(o->model, tok.vocab_size(), vocab_size);
     if (o->max_length > max_positions)
       throw CLI::ValidationError("--max-length " + std::to_string(o->max_length) +
                                  " is more than the model's max_position_embeddings (" + std::to_string(max_positions) +

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli_util.h"
+#include "line_shards.h"
 #include "commands.h"
 #include "io/text_file.h"
 #include "tfm/tokenizer.h"
@@ -86,10 +87,21 @@ void add_tokenize_command(CLI::App& app) {
       file.open(o->input, std::ios::binary);
       if (!file) throw std::runtime_error(o->input + ": cannot open");
     }
-    std::istream& in = o->input == "-" ? std::cin : file;
+    // Standard input is read as it arrives, and a chunk ends where the writer pauses (line_shards.h LineReader),
+    // so that a co-process writing a line and waiting for its answer gets it.
+    const bool from_stdin = o->input == "-";
+    LineReader stdin_lines;
+    if (from_stdin) stdin_lines.open("-");
+    std::istream& in = file;
+    auto next_line = [&](std::string& line) {
+      if (from_stdin) return stdin_lines.next(line);  // one trailing '\r' removed
+      if (!std::getline(in, line)) return false;
+      if (!line.empty() && line.back() == '\r') line.pop_back();
+      return true;
+    };
     // Chunks of lines encoded in parallel, printed in order and flushed; standard input in small chunks so that
     // a pipe's lines come back while more are still being written.
-    const size_t chunk = o->input == "-" ? 64 : 4096;
+    const size_t chunk = from_stdin ? 64 : 4096;
     std::vector<std::string> lines;
     std::vector<std::string> out;
     size_t line_no = 0;
@@ -97,8 +109,9 @@ void add_tokenize_command(CLI::App& app) {
     bool more = true;
     while (more) {
       lines.clear();
-      while (lines.size() < chunk && (more = (bool)std::getline(in, line))) {
-        if (!line.empty() && line.back() == '\r') line.pop_back();
+      while (lines.size() < chunk) {
+        if (!lines.empty() && from_stdin && stdin_lines.paused()) break;
+        if (!(more = next_line(line))) break;
         lines.push_back(line);
       }
       out.assign(lines.size(), std::string());

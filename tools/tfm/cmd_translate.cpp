@@ -21,6 +21,7 @@
 #include "io/json_util.h"
 #include "io/plot.h"
 #include "line_shards.h"
+#include "tfm/pipeline.h"
 #include "tfm/process_group.h"
 #include "tfm/translator.h"
 
@@ -230,10 +231,12 @@ void add_translate_command(CLI::App& app) {
     to.quantize_output_projection = o->quantize_output;
     const Translator translator(o->model, to);  // the one loader of a translation folder (src/api/translator.cpp)
     const bool hf = translator.model_type() != "transformer_seq2seq";
+    try {  // the library's rule (Translator::check_length_penalty), in the CLI's names
+      if (cmd->count("--length-penalty")) translator.check_length_penalty(o->length_penalty, o->beam, o->scores, true);
+    } catch (const std::invalid_argument& e) {
+      throw CLI::ValidationError(e.what());
+    }
     if (!hf) {
-      if (cmd->count("--length-penalty") && o->beam <= 1)
-        throw CLI::ValidationError("--length-penalty applies to beam search only; give --beam N (N > 1) as well");
-      if (o->length_penalty < 0) throw CLI::ValidationError("--length-penalty: the GNMT alpha must be >= 0");
       for (const char* f : {"--target-lang", "--source-lang", "--early-stopping", "--forced-eos"})
         if (cmd->count(f))
           throw CLI::ValidationError(std::string(f) + " applies to Hugging Face folders (Marian, M2M100, NLLB) only");
@@ -352,20 +355,20 @@ void add_translate_command(CLI::App& app) {
         std::fprintf(stderr, "wrote %s\n", o->attention_png.c_str());
       }
       // Batches of similar length, at most --max-batch-tokens source tokens (sentences x longest) each.
-      std::sort(todo.begin(), todo.end(), [&](size_t a, size_t b) {
-        return src[a].size() != src[b].size() ? src[a].size() < src[b].size() : a < b;
-      });
+      std::vector<int64_t> lengths;
+      for (size_t i : todo) lengths.push_back((int64_t)src[i].size());
+      BatchLimits limits;
+      limits.max_tokens = o->max_batch_tokens;
       std::vector<std::string> out(sentences.size());
-      for (size_t k = 0; k < todo.size();) {
-        size_t end = k + 1;
-        while (end < todo.size() && (int64_t)((end - k + 1) * src[todo[end]].size()) <= o->max_batch_tokens) ++end;
+      for (const std::vector<size_t>& batch : length_batches(lengths, limits)) {
         std::vector<std::vector<int64_t>> sources;
         TranslateOptions bo = opt;
-        for (size_t j = k; j < end; ++j) sources.push_back(src[todo[j]]);
+        for (size_t j : batch) sources.push_back(src[todo[j]]);
         if (!o->target_prefix.empty()) bo.target_prefix.assign(sources.size(), o->target_prefix);
         std::vector<Translation> res = translator.translate_ids(sources, bo);
-        for (size_t j = k; j < end; ++j) {
-          Translation& t = res[j - k];
+        for (size_t b = 0; b < batch.size(); ++b) {
+          const size_t j = batch[b];
+          Translation& t = res[b];
           target_tokens += (int64_t)t.ids.size();
           // --num-hypotheses N: N lines, best first; --scores: each with a TAB and its score.
           std::string lines;
@@ -380,7 +383,6 @@ void add_translate_command(CLI::App& app) {
           }
           out[todo[j]] = std::move(lines);
         }
-        k = end;
       }
       return out;
     };
@@ -467,6 +469,23 @@ void add_translate_command(CLI::App& app) {
         };
         if (!o->sentences.empty()) {  // sentences given on the command line, into --output
           for (const std::string& s : o->sentences) chunk.push_back(s), ++no;
+        } else if (from_stdin) {
+          // Read as it arrives: what has come is answered whenever the writer pauses, so a co-process that writes
+          // a line and waits for its translation gets it; a file or a fast writer still fills whole chunks.
+          LineReader lines;
+          lines.open("-");
+          lines.name = "stdin";
+          lines.strip_cr = false;
+          lines.max_line = size_t(1) << 20;
+          std::string line;
+          for (;;) {
+            if (!chunk.empty() && lines.paused()) flush_chunk();
+            if (!lines.next(line)) break;
+            ++no;
+            bytes += (int64_t)line.size() + 1;
+            chunk.push_back(line);
+            if (chunk.size() == kChunkLines) flush_chunk();
+          }
         } else {
           std::string line;
           while ((end_line < 0 || (int64_t)no + 1 < end_line) && read_line_capped(in, line, no + 1, in_name.c_str())) {

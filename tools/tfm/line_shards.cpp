@@ -2,6 +2,7 @@
 #include "line_shards.h"
 
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -21,8 +22,20 @@
 
 namespace tfm::cli {
 
+struct LineReader::Inflate {
+  z_stream z{};
+  std::string in;  // compressed bytes read and not yet inflated
+  bool ended = false;  // the last gzip member ended (more members may follow)
+  Inflate() {
+    if (inflateInit2(&z, 16 + MAX_WBITS) != Z_OK) throw std::runtime_error("cannot start zlib's inflate");
+  }
+  ~Inflate() { inflateEnd(&z); }
+};
+
 LineReader::~LineReader() {
   if (gz) gzclose(gz);
+  if (fd_ >= 0) ::close(fd_);
+  delete inflate_;
 }
 
 void LineReader::open(const std::string& path) {
@@ -44,6 +57,10 @@ void LineReader::open(const std::string& path) {
   }
   struct stat sb;
   if (fstat(fd, &sb) == 0 && S_ISREG(sb.st_mode)) total_bytes = sb.st_size;
+  if (path == "-" && total_bytes < 0) {  // zlib's gzread would wait to fill its buffer: read as data arrives
+    fd_ = fd;
+    return;
+  }
   gz = gzdopen(fd, "rb");
   if (!gz) {
     ::close(fd);
@@ -66,26 +83,94 @@ bool LineReader::next(std::string& line) {
       pos = buf.size();
       break;
     }
+    if (max_line > 0 && buf.size() - pos > max_line)
+      throw std::invalid_argument(name + " line " + std::to_string(line_no + 1) + " is longer than " +
+                                  (max_line == (size_t(1) << 20) ? std::string("1 MiB")
+                                                                 : std::to_string(max_line) + " bytes"));
     buf.erase(0, pos);
     pos = 0;
     char tmp[1 << 16];
-    int n = gzread(gz, tmp, sizeof tmp);
+    const size_t n = fill(tmp, sizeof tmp);
+    if (n == 0) eof = true;
+    buf.append(tmp, n);
+  }
+  if (max_line > 0 && line.size() > max_line)
+    throw std::invalid_argument(name + " line " + std::to_string(line_no + 1) + " is longer than " +
+                                (max_line == (size_t(1) << 20) ? std::string("1 MiB")
+                                                               : std::to_string(max_line) + " bytes"));
+  ++line_no;
+  if (strip_cr && !line.empty() && line.back() == '\r') line.pop_back();
+  return true;
+}
+
+size_t LineReader::fill(char* out, size_t cap) {
+  if (gz) {
+    const int n = gzread(gz, out, (unsigned)cap);
     if (n < 0) {
       int err = 0;
       throw std::runtime_error(name + ": read error: " + gzerror(gz, &err));
     }
-    if (n == 0) eof = true;
-    buf.append(tmp, (size_t)n);
     bytes = gzoffset(gz) >= 0 ? (int64_t)gzoffset(gz) : bytes + n;
     if (n == 0) {  // a truncated .gz reads as end of file; gzerror tells
       int err = 0;
       const char* msg = gzerror(gz, &err);
       if (err != Z_OK && err != Z_STREAM_END) throw std::runtime_error(name + ": read error: " + msg);
     }
+    return (size_t)n;
   }
-  ++line_no;
-  if (!line.empty() && line.back() == '\r') line.pop_back();
-  return true;
+  auto read_some = [&](char* p, size_t n) -> size_t {  // what has arrived, at least one byte unless at the end
+    for (;;) {
+      const ssize_t r = ::read(fd_, p, n);
+      if (r >= 0) {
+        bytes += r;
+        return (size_t)r;
+      }
+      if (errno != EINTR) throw std::runtime_error(name + ": read error: " + std::strerror(errno));
+    }
+  };
+  if (!sniffed_) {  // gzip data piped in (cat x.gz | tfm ...): inflated as it arrives
+    sniffed_ = true;
+    size_t n = read_some(out, cap);
+    if (n == 1) n += read_some(out + 1, cap - 1);  // the magic is two bytes
+    if (n < 2 || (unsigned char)out[0] != 0x1f || (unsigned char)out[1] != 0x8b) return n;
+    inflate_ = new Inflate;
+    inflate_->in.assign(out, n);
+  }
+  if (!inflate_) return read_some(out, cap);
+  Inflate& f = *inflate_;
+  for (;;) {
+    if (f.in.empty()) {
+      char tmp[1 << 16];
+      const size_t n = read_some(tmp, sizeof tmp);
+      if (n == 0) {
+        if (!f.ended) throw std::runtime_error(name + ": read error: the gzip data ends early (truncated)");
+        return 0;
+      }
+      f.in.assign(tmp, n);
+    }
+    if (f.ended) {  // another gzip member follows
+      inflateReset(&f.z);
+      f.ended = false;
+    }
+    f.z.next_in = (Bytef*)f.in.data();
+    f.z.avail_in = (uInt)f.in.size();
+    f.z.next_out = (Bytef*)out;
+    f.z.avail_out = (uInt)cap;
+    const int ret = inflate(&f.z, Z_NO_FLUSH);
+    if (ret != Z_OK && ret != Z_STREAM_END && ret != Z_BUF_ERROR)
+      throw std::runtime_error(name + ": read error: " + (f.z.msg ? f.z.msg : "invalid gzip data"));
+    f.in.erase(0, f.in.size() - f.z.avail_in);
+    if (ret == Z_STREAM_END) f.ended = true;
+    const size_t produced = cap - f.z.avail_out;
+    if (produced > 0) return produced;
+  }
+}
+
+bool LineReader::paused() const {
+  if (fd_ < 0 || eof || buf.find('\n', pos) != std::string::npos) return false;
+  if (inflate_ && !inflate_->in.empty()) return false;
+  pollfd p{fd_, POLLIN, 0};
+  return ::poll(&p, 1, 0) == 0;  // nothing to read yet (an error or hang-up reads as input, reported by next())
 }
 
 void LineReader::skip_to(int64_t first) {

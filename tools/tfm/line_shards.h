@@ -19,9 +19,13 @@
 
 namespace tfm::cli {
 
-// Reads lines ('\n' separated, one trailing '\r' removed) from a plain or gzip file or stdin (zlib reads both),
-// counting the file bytes consumed for the progress ETA. Lines may hold any byte, NUL included. Throws
-// std::runtime_error naming the file: cannot open, is a folder, read error (a truncated .gz).
+// Reads lines ('\n' separated, one trailing '\r' removed unless strip_cr is false) from a plain or gzip file or
+// stdin (zlib reads both), counting the file bytes consumed for the progress ETA. Lines may hold any byte, NUL
+// included. Throws std::runtime_error naming the file: cannot open, is a folder, read error (a truncated .gz), a
+// line over max_line bytes. Standard input that is not a file (a pipe, a socket, a terminal) is read with read(2)
+// as its data arrives, never waiting for more than the line asked for, and paused() tells when the writer has
+// sent nothing more yet: a co-process that writes a line and waits for its answer gets it (tfm embed, tokenize
+// and translate answer what they hold at each pause).
 struct LineReader {
   gzFile gz = nullptr;
   std::string name;
@@ -30,6 +34,8 @@ struct LineReader {
   size_t pos = 0;
   bool eof = false;
   int64_t end_line = -1;  // > 0: next() reports the end of input before this 1-based line (a rank's range)
+  bool strip_cr = true;   // drop one trailing '\r' (CRLF files)
+  size_t max_line = 0;    // > 0: a longer line throws "<name> line N is longer than 1 MiB" (max_line 1 MiB)
   LineReader() = default;
   LineReader(const LineReader&) = delete;
   LineReader& operator=(const LineReader&) = delete;
@@ -38,6 +44,16 @@ struct LineReader {
   bool next(std::string& line);
   // Reads and drops lines up to (not including) 1-based line `first`.
   void skip_to(int64_t first);
+  // Standard input that is not a file: no whole line is buffered and none can be read without waiting. Always
+  // false for a file (its data is there to read).
+  bool paused() const;
+
+ private:
+  size_t fill(char* out, size_t cap);  // the next bytes of input (0 at its end)
+  int fd_ = -1;                        // stdin that is not a file, read as it arrives
+  struct Inflate;                      // gzip data on such a stdin
+  Inflate* inflate_ = nullptr;
+  bool sniffed_ = false;               // the first bytes checked for the gzip magic
 };
 
 // Whether a line is blank (empty or only " \t\v\f\r"): embed's empty line.
