@@ -106,15 +106,6 @@ std::vector<std::pair<std::string, std::string>> parse_urlencoded(const std::str
   return out;
 }
 
-std::vector<float> l2_normalized(std::vector<float> v) {
-  double s = 0;
-  for (float x : v) s += (double)x * x;
-  const double n = std::sqrt(s);
-  if (n > 0)
-    for (float& x : v) x = (float)(x / n);
-  return v;
-}
-
 // The body parsed as JSON, or a discarded value when it is not JSON or nests deeper than kMaxJsonDepth (the
 // route's own parse then answers 422).
 json parse_shallow(const std::string& body) {

@@ -37,8 +37,6 @@ std::string json_body(const httplib::Request& req, bool forms = false);
 // Whether the request's body (JSON or form) has this top-level field.
 bool has_field(const httplib::Request& req, const char* field);
 
-std::vector<float> l2_normalized(std::vector<float> v);
-
 double seconds_since(std::chrono::steady_clock::time_point t);
 
 // TFM_SERVE_DEBUG_DELAY_MS: tests only. Sleeps this long before loading the model and before each batch, so a

@@ -13,9 +13,10 @@
 #include <thread>
 
 #include "io/json_util.h"
-#include "io/safetensors.h"
 #include "serve/connection.h"
 #include "serve/server_core.h"
+#include "tfm/error.h"
+#include "tfm/pipeline.h"
 #include "serve/worker_pool.h"
 
 namespace tfm::serve {
@@ -225,13 +226,9 @@ void Server::load() {
   if (!o_.dtype.empty()) {
     dtype_ = o_.dtype;
   } else if (!translation_) {
-    std::string st = o_.model + "/model.safetensors";
-    std::error_code ec;
-    if (!std::filesystem::exists(st, ec)) st = o_.model + "/0_Transformer/model.safetensors";
-    if (std::filesystem::exists(st, ec)) {
-      const SafeTensors file = SafeTensors::open(st);
-      const nlohmann::json& meta = file.metadata();
-      if (meta.is_object() && meta.contains("tfm_dtype") && meta["tfm_dtype"] == "int8") dtype_ = "int8";
+    try {
+      dtype_ = stored_dtype(o_.model);
+    } catch (const FileNotFoundError&) {  // weights elsewhere (a hub snapshot): fp32, as loaded
     }
   }
   int64_t max_source = 0;
