@@ -206,8 +206,15 @@ TEST(Dtypes, ConvertRoundTripsToTheSameModel) {
     Tensor first = converted->forward(ids, tt, mask).last_hidden_state;
     Tensor got = converted->forward(ids, tt, mask).last_hidden_state;
     ASSERT_EQ(got.shape(), want.shape());
-    EXPECT_GE(min_token_cosine(first, want, mask), 0.9999) << name << ", first forward";
-    EXPECT_EQ(std::memcmp(got.f32(), want.f32(), got.nbytes()), 0) << name;
+    if (ct == ComputeType::I8 && ops::int8_weight_max() < 127) {
+      // Without VNNI the stored 8-bit weights are requantised to 7 bits at load (ops/gemm.h): not the rounding of
+      // the fp32 weights quantised at load, but as close to fp32.
+      EXPECT_GE(min_token_cosine(got, want, mask), 0.999) << name;
+      EXPECT_EQ(std::memcmp(first.f32(), got.f32(), got.nbytes()), 0) << name << ": packed at once";
+    } else {
+      EXPECT_GE(min_token_cosine(first, want, mask), 0.9999) << name << ", first forward";
+      EXPECT_EQ(std::memcmp(got.f32(), want.f32(), got.nbytes()), 0) << name;
+    }
     // A second convert into the now non-empty folder is refused.
     EXPECT_NE(std::system(cmd.c_str()), 0);
   }

@@ -402,7 +402,7 @@ TEST(NnBlock, FusedQuantisationLeavesTheStackOutputUnchanged) {
     test::IsaScope scope(isa);
     for (bool norm_first : {false, true})
       for (ops::ComputeType ct : {ops::ComputeType::BF16, ops::ComputeType::I8}) {
-        if (ct == ops::ComputeType::BF16 && !ops::has_bf16_gemm()) continue;
+        if (ct == ops::ComputeType::BF16 && !ops::has_native_product(ct) && !ops::bf16_gemm_emulated()) continue;
         nn::ParamStore stores[3];
         std::vector<nn::EncoderBlock> layers;
         for (int l = 0; l < 3; ++l) {

@@ -117,6 +117,7 @@ TrainSummary train(const std::string& config_path, const std::string& out_dir, c
 
 D2lTrainSummary train_d2l(const D2lTrainOptions& o) {
   api::check_threads(o.threads);
+  if (!o.data.empty()) api::require_file(o.data);  // FileNotFoundError, as every missing input
   if (dist::world().world_size() > 1)
     throw std::invalid_argument("the d2l trainer runs as one process; data-parallel training under mpirun is the "
                                 "subword recipe (tfm::train)");

@@ -155,7 +155,7 @@ void add_train_command(CLI::App& app) {
       sigaddset(&stop_set, SIGINT);
       sigaddset(&stop_set, SIGTERM);
       pthread_sigmask(SIG_BLOCK, &stop_set, nullptr);
-      std::thread(watch_stop_signals, stop_set).detach();
+      std::thread([stop_set] { watch_stop_signals(stop_set); }).detach();  // this file's overload
       const TrainSummary r = train(*recipe, out, ro);  // under mpirun an error ends every rank
       if (r.stopped_by_signal) throw ExitStatus{128 + r.stopped_by_signal};  // 130 (SIGINT), 143 (SIGTERM)
       if (process_group().rank != 0) return;

@@ -129,6 +129,7 @@ static int exit_with_help(const CLI::App& app, const CLI::Error& e) {
 int main(int argc, char** argv) {
   keep_standard_fds_reserved();
   default_omp_spin_count(argc, argv);
+  tfm::cli::set_command_line(argc, argv);
   CLI::App app{"tfm: Transformer encoders and encoder-decoders in C++ (transformer.cpp).\n"
                "Run 'tfm <command> --help' for the options of a command."};
   app.require_subcommand(1);
