@@ -11,6 +11,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <filesystem>
+#include <fstream>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <regex>
@@ -165,5 +167,41 @@ class ServeProcess {
   std::string log_;
   std::thread reader_;
 };
+
+// A scratch folder removed with everything in it when the test ends.
+struct ScratchDir {
+  std::string path;
+  ScratchDir() {
+    path = (std::filesystem::temp_directory_path() /
+            ("tfm_serve_" + std::to_string(::getpid()) + "_" +
+             std::to_string(std::chrono::steady_clock::now().time_since_epoch().count())))
+               .string();
+    std::filesystem::create_directories(path);
+  }
+  ~ScratchDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path, ec);
+  }
+};
+
+// A small encoder folder for server tests: tests/fixtures/bert (vocab 60, hidden 32, max_position_embeddings 20)
+// plus its 60-line WordPiece vocab.txt, in dir/bert.
+inline std::string bert_serve_dir(const std::string& dir) {
+  const std::string m = dir + "/bert";
+  std::filesystem::create_directories(m);
+  std::filesystem::copy_file(std::string(TFM_SOURCE_DIR) + "/tests/fixtures/bert/config.json", m + "/config.json");
+  std::filesystem::copy_file(std::string(TFM_SOURCE_DIR) + "/tests/fixtures/bert/model.safetensors",
+                             m + "/model.safetensors");
+  std::string vocab = "[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\n";
+  const char* words[] = {"the",   "a",     "an",    "time",  "flies", "like",  "arrow", "fruit", "banana", "i",
+                         "have",  "dream", "cat",   "dog",   "sat",   "on",    "mat",   "is",    "was",    "and",
+                         "or",    "to",    "of",    "in",    "it",    "he",    "she",   "we",    "they",   "you",
+                         "red",   "blue",  "green", "big",   "small", "run",   "walk",  "eat",   "drink",  "sleep",
+                         "house", "car",   "tree",  "bird",  "fish",  "sun",   "moon",  "star",  "water",  "fire",
+                         "one",   "two",   "three", "four",  "five"};
+  for (const char* w : words) vocab += std::string(w) + "\n";
+  std::ofstream(m + "/vocab.txt") << vocab;
+  return m;
+}
 
 }  // namespace tfm::test

@@ -24,6 +24,7 @@
 #include <numeric>
 #include <nlohmann/json.hpp>
 #include <regex>
+#include <set>
 #include <cctype>
 #include <sstream>
 #include <thread>
@@ -219,8 +220,9 @@ TEST(Serve, EmbeddingRoutes) {
   expect_error(http("POST", s.url("/embed"), many.dump()), 413, "payload_too_large", "32");
   {  // OpenAI's error shape on /v1/embeddings
     Reply bad = http("POST", s.url("/v1/embeddings"), R"({"input": "x", "encoding_format": "hex"})");
-    EXPECT_EQ(bad.status, 422) << bad.body;
+    EXPECT_EQ(bad.status, 400) << bad.body;
     EXPECT_EQ(bad.j()["error"]["type"], "invalid_request_error") << bad.body;
+    EXPECT_EQ(bad.j()["error"]["param"], "encoding_format") << bad.body;
     EXPECT_NE(bad.j()["error"]["message"].get<std::string>().find("encoding_format"), std::string::npos) << bad.body;
   }
   expect_error(http("GET", s.url("/nope")), 404, "not_found");
@@ -897,6 +899,9 @@ TEST(ServeBrowser, PageTranslatesWithTheChosenBeamSizeAndNamesThePooling) {
     EXPECT_NE(dom.find("id=\"beam\""), std::string::npos) << dom;
     EXPECT_NE(dom.find("data-beam=\"2\""), std::string::npos) << dom;
     EXPECT_NE(dom.find(">aide-moi !<"), std::string::npos) << dom;
+    // The attention drawn is the beam's best hypothesis, and the page says so.
+    EXPECT_NE(dom.find("best hypothesis (beam size 2)"), std::string::npos) << dom;
+    EXPECT_NE(dom.find("data-panels=\""), std::string::npos) << dom;
     dom = dump_dom(s.url("/?q=help%20!"), tmp.path);
     EXPECT_NE(dom.find("&lt;unk&gt; !<"), std::string::npos) << dom;
     EXPECT_EQ(s.terminate(), 0);
@@ -1137,10 +1142,14 @@ TEST(ServeFields, EmbedFieldsMatchPyTorch) {
     ASSERT_EQ(r.status, 200) << r.body;
     EXPECT_LE(max_diff_rows(fields::openai_rows(r), e.get("embeddings")), 1e-5);
   }
-  // Fields a route does not take are refused, not ignored.
-  expect_error(embed({{"inputs", "x"}, {"normalise", false}}), 422, "validation", "unknown field `normalise`");
-  expect_error(http("POST", s.url("/embed_all"), json({{"inputs", "x"}, {"normalize", false}}).dump()), 422,
-               "validation", "unknown field `normalize`");
+  // Fields a route does not take are ignored, as text-embeddings-inference ignores them, and named in a Warning.
+  r = embed({{"inputs", "x"}, {"normalise", false}});
+  EXPECT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(r.header("Warning"), "299 tfm \"unknown fields ignored: normalise\"") << r.headers;
+  r = http("POST", s.url("/embed_all"), json({{"inputs", "x"}, {"normalize", false}}).dump());
+  EXPECT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(r.header("Warning"), "299 tfm \"unknown fields ignored: normalize\"") << r.headers;
+  EXPECT_EQ(embed({{"inputs", "x"}}).header("Warning"), "");
   expect_error(embed({{"inputs", "x"}, {"truncation_direction", "Up"}}), 422, "validation", "truncation_direction");
 
   // OpenAI: dimensions (cut, then normalised), encoding_format base64 (little-endian float32).
@@ -1158,7 +1167,7 @@ TEST(ServeFields, EmbedFieldsMatchPyTorch) {
     EXPECT_LE(max_diff_rows(rows, e.get("embeddings")), 1e-5);
   }
   Reply bad = http("POST", s.url("/v1/embeddings"), json({{"input", "x"}, {"dimensions", 99}}).dump());
-  EXPECT_EQ(bad.status, 422) << bad.body;
+  EXPECT_EQ(bad.status, 400) << bad.body;  // OpenAI's status for a bad request
   ASSERT_TRUE(bad.j()["error"].is_object()) << bad.body;
   EXPECT_EQ(bad.j()["error"]["type"], "invalid_request_error");
   EXPECT_NE(bad.j()["error"]["message"].get<std::string>().find("dimensions"), std::string::npos) << bad.body;
@@ -1264,13 +1273,15 @@ TEST(ServeFields, HttpHygieneAndOpenApi) {
   for (const char* route : {"/embed", "/v1/embeddings", "/tokenize", "/similarity"}) {
     const std::string deeper = "{\"inputs\":" + std::string(200000, '[') + std::string(200000, ']') + "}";
     r = http("POST", s.url(route), deeper);
-    EXPECT_EQ(r.status, 422) << route << " " << r.body.substr(0, 400);
+    EXPECT_EQ(r.status, std::string(route) == "/v1/embeddings" ? 400 : 422) << route << " " << r.body.substr(0, 400);
     EXPECT_NE(r.body.find("request body nests JSON deeper than 64 levels"), std::string::npos) << route << " " << r.body;
   }
   EXPECT_EQ(http("GET", s.url("/health")).status, 200);
   const std::string long_key = std::string(1000, 'k');
   r = http("POST", s.url("/embed"), json({{"inputs", "one"}, {long_key, 1}}).dump());
-  expect_error(r, 422, "validation", "unknown field `" + long_key.substr(0, 80) + "... (920 more bytes)`");
+  EXPECT_EQ(r.status, 200) << r.body.substr(0, 400);
+  EXPECT_EQ(r.header("Warning"), "299 tfm \"unknown fields ignored: " + long_key.substr(0, 80) + "... (920 more bytes)\"")
+      << r.headers;
   r = http("POST", s.url("/embed"), json({{"inputs", "one"}, {"truncation_direction", std::string(5000, 'L')}}).dump());
   expect_error(r, 422, "validation", "... (4920 more bytes)");
   EXPECT_LT(r.body.size(), 400u) << r.body.substr(0, 400);
@@ -1286,27 +1297,32 @@ TEST(ServeFields, HttpHygieneAndOpenApi) {
   EXPECT_EQ(r.header("Access-Control-Allow-Origin"), "https://example.com") << r.headers;
 
   // /openapi.json lists exactly the routes the server answers, each with its method.
-  const std::map<std::string, std::string> served = {
-      {"/", "get"},          {"/health", "get"},    {"/metrics", "get"},        {"/info", "get"},
-      {"/openapi.json", "get"}, {"/embed", "post"}, {"/embed_all", "post"},     {"/v1/embeddings", "post"},
-      {"/similarity", "post"}, {"/embed_sparse", "post"}, {"/tokenize", "post"}, {"/decode", "post"},
-      {"/predict", "post"},  {"/rerank", "post"}};
+  const std::map<std::string, std::set<std::string>> served = {
+      {"/", {"get", "post"}},    {"/invocations", {"post"}}, {"/health", {"get"}},       {"/metrics", {"get"}},
+      {"/info", {"get"}},        {"/openapi.json", {"get"}}, {"/embed", {"post"}},       {"/embed_all", {"post"}},
+      {"/v1/embeddings", {"post"}}, {"/v1/models", {"get"}}, {"/v1/models/{model}", {"get"}},
+      {"/similarity", {"post"}}, {"/embed_sparse", {"post"}}, {"/tokenize", {"post"}},   {"/decode", {"post"}},
+      {"/predict", {"post"}},    {"/rerank", {"post"}}};
   r = http("GET", s.url("/openapi.json"));
   ASSERT_EQ(r.status, 200) << r.body;
   const json doc = r.j();
   EXPECT_EQ(doc["openapi"].get<std::string>().substr(0, 2), "3.");
-  std::map<std::string, std::string> listed;
-  for (auto it = doc["paths"].begin(); it != doc["paths"].end(); ++it) {
-    ASSERT_EQ(it.value().size(), 1u) << it.key();
-    listed[it.key()] = it.value().begin().key();
-  }
+  std::map<std::string, std::set<std::string>> listed;
+  for (auto it = doc["paths"].begin(); it != doc["paths"].end(); ++it)
+    for (auto m = it.value().begin(); m != it.value().end(); ++m) listed[it.key()].insert(m.key());
   EXPECT_EQ(listed, served);
-  for (const auto& [path, method] : listed) {
-    // Each listed route is routed (its own errors, never 404 / 405); the other method is 405.
-    Reply got = http(method == "get" ? "GET" : "POST", s.url(path), method == "get" ? "" : "{}");
-    EXPECT_NE(got.status, 404) << path << " " << got.body;
-    EXPECT_NE(got.status, 405) << path << " " << got.body;
-    EXPECT_EQ(http(method == "get" ? "POST" : "GET", s.url(path), "{}").status, 405) << path;
+  for (const auto& [route, methods] : listed) {
+    // Each listed route is routed (its own errors, never 404 / 405); a method it does not take is 405.
+    const std::string path = route == "/v1/models/{model}" ? "/v1/models/" + fs::path(m).filename().string() : route;
+    for (const std::string method : {"get", "post"}) {
+      Reply got = http(method == "get" ? "GET" : "POST", s.url(path), method == "get" ? "" : "{}");
+      if (!methods.count(method)) {
+        EXPECT_EQ(got.status, 405) << method << " " << path;
+        continue;
+      }
+      EXPECT_NE(got.status, 404) << path << " " << got.body;
+      EXPECT_NE(got.status, 405) << path << " " << got.body;
+    }
   }
   EXPECT_EQ(http("GET", s.url("/nope")).status, 404);
   EXPECT_EQ(s.terminate(), 0) << s.log();
@@ -1405,8 +1421,9 @@ TEST(ServeFields, TranslateTakesFormBodies) {
   expect_error(http("POST", s.url("/translate"), json({{"q", src}, {"target", "fr"}, {"alternatives", 64}}).dump(),
                     auth),
                400, "validation", "alternatives");
-  expect_error(http("POST", s.url("/translate"), json({{"q", src}, {"target", "fr"}, {"colour", 1}}).dump(), auth),
-               400, "validation", "unknown field");
+  r = http("POST", s.url("/translate"), json({{"q", src}, {"target", "fr"}, {"colour", 1}}).dump(), auth);
+  EXPECT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(r.header("Warning"), "299 tfm \"unknown fields ignored: colour\"") << r.headers;
   EXPECT_EQ(s.terminate(), 0) << s.log();
 }
 
@@ -1480,6 +1497,57 @@ TEST(ServeHf, TranslateMarianAndM2M100) {
   EXPECT_EQ(de.j()["translatedText"].size(), src.size());
   expect_error(http("POST", s.url("/translate"), R"({"q": "Run!", "source": "en", "target": "xx"})"), 400,
                "validation", "`target` 'xx' is not supported");
+}
+
+// /attention translates as /translate does: the beam_size asked (1: greedy, not the folder's default beam of 4;
+// more: the beam's best hypothesis), the folder's default without one. Marian's references: "Thank you." is
+// "Merci !" greedy and "Merci bien." with the default beam (tests/fixtures/marian_trained/expected.json).
+TEST(ServeHf, AttentionHonoursBeamSize) {
+  ServeProcess s({"--model", test::fixture("marian_trained"), "--quiet"});
+  ASSERT_TRUE(s.wait_ready()) << s.log();
+  auto attention = [&](const json& body) { return http("POST", s.url("/attention"), body.dump()); };
+  Reply greedy = attention({{"q", "Thank you."}, {"beam_size", 1}});
+  ASSERT_EQ(greedy.status, 200) << greedy.body;
+  EXPECT_EQ(greedy.j()["translatedText"], "Merci !");
+  Reply dflt = attention({{"q", "Thank you."}});
+  ASSERT_EQ(dflt.status, 200) << dflt.body;
+  EXPECT_EQ(dflt.j()["translatedText"], "Merci bien.");
+  Reply beam = attention({{"q", "Thank you."}, {"beam_size", 4}});
+  ASSERT_EQ(beam.status, 200) << beam.body;
+  const json b = beam.j();
+  EXPECT_EQ(b["translatedText"], "Merci bien.");
+  ASSERT_FALSE(b["cross"].empty());
+  EXPECT_EQ(b["cross"][0][0].size(), b["target_tokens"].size()) << "one attention row per target step";
+  expect_error(attention({{"q", "Thank you."}, {"beam_size", 99}}), 422, "validation", "beam_size");
+  Reply extra = attention({{"q", "Thank you."}, {"beam_size", 1}, {"colour", 1}});
+  EXPECT_EQ(extra.status, 200) << extra.body;
+  EXPECT_EQ(extra.header("Warning"), "299 tfm \"unknown fields ignored: colour\"") << extra.headers;
+  EXPECT_EQ(s.terminate(), 0) << s.log();
+}
+
+// A classifier folder is served and reported as a classifier (a one-label cross-encoder as a reranker), not as
+// an embedding model; --pooling on a translation folder is refused, not ignored.
+TEST(ServeInfo, ReportsWhatTheFolderIs) {
+  {
+    ServeProcess s({"--model", test::fixture("heads_seqcls")});
+    ASSERT_TRUE(s.wait_ready()) << s.log();
+    EXPECT_EQ(http("GET", s.url("/info")).j()["model_kind"], "classifier");
+    EXPECT_NE(s.log().find("loading the classifier model"), std::string::npos) << s.log();
+    EXPECT_EQ(s.terminate(), 0) << s.log();
+  }
+  {
+    ServeProcess s({"--model", test::fixture("heads_cross"), "--quiet"});
+    ASSERT_TRUE(s.wait_ready()) << s.log();
+    EXPECT_EQ(http("GET", s.url("/info")).j()["model_kind"], "reranker");
+    EXPECT_EQ(s.terminate(), 0) << s.log();
+  }
+  TempDir tmp;
+  const std::string cmd = std::string(TFM_BINARY) + " serve --port 0 --model " + test::fixture("d2l_trained") +
+                          " --pooling cls 2>" + tmp.path + "/err";
+  EXPECT_NE(std::system(cmd.c_str()), 0);
+  const std::string err = test::slurp(tmp.path + "/err");
+  EXPECT_NE(err.find("--pooling"), std::string::npos) << err;
+  EXPECT_NE(err.find("translation"), std::string::npos) << err;
 }
 
 }  // namespace

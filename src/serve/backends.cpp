@@ -157,8 +157,10 @@ std::vector<Translation> TranslationBackend::translate(const std::vector<const s
   return tr_.translate_ids(src, options);
 }
 
-nlohmann::json TranslationBackend::attention(const std::vector<int64_t>& source) const {
-  const TranslationAttention a = tr_.attention(source);
+nlohmann::json TranslationBackend::attention(const std::vector<int64_t>& source, int64_t beam_size) const {
+  TranslateOptions o;
+  o.beam_size = beam_size;
+  const TranslationAttention a = tr_.attention(source, o);
   // [layers][heads][rows][keys] as nested lists.
   auto nested = [](const std::vector<FloatArray>& maps) {
     nlohmann::json out = nlohmann::json::array();

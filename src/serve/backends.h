@@ -89,10 +89,11 @@ class TranslationBackend {
   // num_hypotheses > 1 each Translation holds its n-best list in `hypotheses`.
   std::vector<Translation> translate(const std::vector<const std::vector<int64_t>*>& sources,
                                      const TranslateOptions& options) const;
-  // Greedy translation of one source plus every layer's attention, for the web page:
+  // The translation of one source (beam_size 0: the model's default; beam search: its best hypothesis, decoded
+  // again with teacher forcing) plus every layer's attention, for the web page:
   // {"translatedText", "source_tokens" [Ls], "target_tokens" [T], "num_layers", "num_heads",
   //  "encoder_self" [layers][heads][Ls][Ls], "cross" [layers][heads][T][Ls]}.
-  nlohmann::json attention(const std::vector<int64_t>& source) const;
+  nlohmann::json attention(const std::vector<int64_t>& source, int64_t beam_size = 0) const;
   int64_t num_layers() const { return tr_.num_layers(); }
   int64_t num_heads() const { return tr_.num_heads(); }
 

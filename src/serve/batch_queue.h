@@ -62,7 +62,7 @@ struct BatchKey {
   Op op = Op::None;
   int64_t prompt_slot = 0;  // Embed: the request's prompt (0: the server's own)
   int64_t pair = 0;         // Translate: index of the language pair served
-  int64_t beam_size = 0;    // Translate
+  int64_t beam_size = 0;    // Translate, Attention (0: the model's default)
   int64_t generation = 0;   // Generation: the request's id
   bool operator==(const BatchKey&) const = default;
 };

@@ -34,13 +34,22 @@ void send_error(httplib::Response& res, int status, const std::string& type, con
   send_json(res, status, {{"error", message}, {"error_type", type}});
 }
 
-// OpenAI's error object for /v1/embeddings: {"error": {"message", "type", "param", "code"}} from ours.
+bool openai_route(const std::string& path) { return path.rfind("/v1/", 0) == 0; }
+
 void to_openai_error(httplib::Response& res) {
   json j = json::parse(res.body, nullptr, false);
   if (!j.is_object() || !j.contains("error") || !j["error"].is_string()) return;
-  const std::string type = res.status >= 500 ? "server_error" : "invalid_request_error";
-  send_json(res, res.status,
-            {{"error", {{"message", j["error"]}, {"type", type}, {"param", nullptr}, {"code", j.value("error_type", "")}}}});
+  const std::string message = j["error"], code = j.value("error_type", "");
+  // OpenAI answers a bad request 400 (its clients raise BadRequestError) naming the field in `param`: ours is the
+  // first `field` (or `field[i]`) the message quotes.
+  json param = nullptr;
+  if (const size_t a = message.find('`'); a != std::string::npos) {
+    const size_t b = message.find('`', a + 1);
+    if (b != std::string::npos) param = message.substr(a + 1, std::min(b, message.find('[', a + 1)) - a - 1);
+  }
+  const int status = res.status == 422 ? 400 : res.status;
+  const std::string type = status >= 500 ? "server_error" : "invalid_request_error";
+  send_json(res, status, {{"error", {{"message", message}, {"type", type}, {"param", param}, {"code", code}}}});
 }
 
 bool libretranslate_route(const std::string& path) {
@@ -101,15 +110,6 @@ std::vector<std::pair<std::string, std::string>> parse_urlencoded(const std::str
     i = amp + 1;
   }
   return out;
-}
-
-std::vector<float> l2_normalized(std::vector<float> v) {
-  double s = 0;
-  for (float x : v) s += (double)x * x;
-  const double n = std::sqrt(s);
-  if (n > 0)
-    for (float& x : v) x = (float)(x / n);
-  return v;
 }
 
 // The body parsed as JSON, or a discarded value when it is not JSON or nests deeper than kMaxJsonDepth (the

@@ -14,7 +14,10 @@ namespace tfm::serve {
 void send_json(httplib::Response& res, int status, const nlohmann::json& body);
 // {"error": message, "error_type": type}
 void send_error(httplib::Response& res, int status, const std::string& type, const std::string& message);
-// OpenAI's error object for /v1/embeddings: {"error": {"message", "type", "param", "code"}} from ours.
+// OpenAI's routes (/v1/...) answer errors in OpenAI's shape.
+bool openai_route(const std::string& path);
+// OpenAI's error object {"error": {"message", "type", "param", "code"}} from ours: a validation error (422) is
+// OpenAI's 400 with `param` the field it names; `code` is our error_type.
 void to_openai_error(httplib::Response& res);
 // The routes LibreTranslate defines (/translate, /detect, /languages, /frontend/settings, /translate_file,
 // /download_file/NAME, /suggest): a bad request is answered 400 there (422 elsewhere), and a form's api_key field
@@ -37,8 +40,6 @@ nlohmann::json parse_shallow(const std::string& body);
 std::string json_body(const httplib::Request& req, bool forms = false);
 // Whether the request's body (JSON or form) has this top-level field.
 bool has_field(const httplib::Request& req, const char* field);
-
-std::vector<float> l2_normalized(std::vector<float> v);
 
 double seconds_since(std::chrono::steady_clock::time_point t);
 

@@ -9,6 +9,11 @@ namespace tfm::serve {
 
 using nlohmann::json;
 
+std::vector<std::string>& ignored_fields() {
+  thread_local std::vector<std::string> fields;
+  return fields;
+}
+
 ApiError validation_error(const std::string& message) { return ApiError(422, "validation", message); }
 
 std::string excerpt(std::string_view value) {
@@ -100,16 +105,41 @@ std::string string_or(const json& j, const char* field, const std::string& dflt)
   return it->get<std::string>();
 }
 
-// 422 for a field of `j` that is not in `known` (a field the route would otherwise ignore).
-void only_fields(const json& j, std::initializer_list<const char*> known) {
-  for (auto it = j.begin(); it != j.end(); ++it) {
-    bool ok = false;
-    for (const char* k : known) ok |= it.key() == k;
-    if (ok) continue;
-    std::string names;
-    for (const char* k : known) names += std::string(names.empty() ? "" : ", ") + k;
-    throw validation_error("unknown field `" + excerpt(it.key()) + "` (this route takes " + names + ")");
+bool is_one_of(const std::string& key, std::initializer_list<const char*> known) {
+  for (const char* k : known)
+    if (key == k) return true;
+  return false;
+}
+
+// Notes each field of `j` that is not in `known` as ignored (ignored_fields), named after `prefix`.
+void only_fields(const json& j, std::initializer_list<const char*> known, const std::string& prefix = "") {
+  for (auto it = j.begin(); it != j.end(); ++it)
+    if (!is_one_of(it.key(), known)) ignored_fields().push_back(prefix + it.key());
+}
+
+// The Hugging Face Inference API's shape, {"inputs": ..., "parameters": {...}}: each `known` parameter becomes a
+// field of `j` (422 when the body also gives it, with another value), any other is ignored. True when the body
+// has a `parameters` object.
+bool lift_parameters(json& j, std::initializer_list<const char*> known) {
+  auto p = j.find("parameters");
+  if (p == j.end()) return false;
+  if (p->is_null()) {
+    j.erase(p);
+    return false;
   }
+  if (!p->is_object()) throw validation_error("`parameters` must be an object");
+  const json params = std::move(*p);
+  j.erase("parameters");
+  for (auto it = params.begin(); it != params.end(); ++it) {
+    if (!is_one_of(it.key(), known)) {
+      ignored_fields().push_back("parameters." + it.key());
+      continue;
+    }
+    if (auto top = j.find(it.key()); top != j.end() && *top != it.value())
+      throw validation_error("`" + it.key() + "` is given twice, as a field and in `parameters`, with different values");
+    j[it.key()] = it.value();
+  }
+  return true;
 }
 
 std::optional<bool> optional_bool(const json& j, const char* field) {
@@ -155,10 +185,12 @@ EmbedRequest parse_embed_request(std::string_view body, const RequestLimits& lim
   if (!j.contains(field)) throw validation_error(std::string("missing field `") + field + "`");
   switch (route) {
     case EmbedRoute::Embed:
+      lift_parameters(j, {"normalize", "truncate", "truncation_direction", "prompt_name", "dimensions"});
       only_fields(j, {"inputs", "normalize", "truncate", "truncation_direction", "prompt_name", "dimensions"});
       break;
     case EmbedRoute::EmbedAll:
     case EmbedRoute::EmbedSparse:
+      lift_parameters(j, {"truncate", "truncation_direction", "prompt_name"});
       only_fields(j, {"inputs", "truncate", "truncation_direction", "prompt_name"});
       break;
     case EmbedRoute::OpenAI:
@@ -235,7 +267,7 @@ SimilarityRequest parse_similarity_request(std::string_view body, const RequestL
   auto in = j.find("inputs");
   if (in == j.end() || !in->is_object())
     throw validation_error("missing field `inputs` (an object with `source_sentence` and `sentences`)");
-  only_fields(*in, {"source_sentence", "sentences"});
+  only_fields(*in, {"source_sentence", "sentences"}, "inputs.");
   SimilarityRequest r;
   bool single = false;
   auto src = string_or_list(*in, "source_sentence", limits, single);
@@ -247,7 +279,7 @@ SimilarityRequest parse_similarity_request(std::string_view body, const RequestL
   if (single) throw validation_error("`sentences` must be a list of strings");
   if (auto p = j.find("parameters"); p != j.end() && !p->is_null()) {
     if (!p->is_object()) throw validation_error("`parameters` must be an object");
-    only_fields(*p, {"truncate", "truncation_direction", "prompt_name"});
+    only_fields(*p, {"truncate", "truncation_direction", "prompt_name"}, "parameters.");
     r.truncate = optional_bool(*p, "truncate");
     r.truncate_left = truncation_left(*p);
     r.prompt_name = optional_string(*p, "prompt_name");
@@ -323,6 +355,7 @@ TranslateRequest parse_translate_request(std::string_view body, const RequestLim
     r.alternatives = it->get<int64_t>();
   }
   r.api_key = string_or(j, "api_key", "");
+  if (r.api_key.empty()) r.api_key = string_or(j, "apiKey", "");  // the libretranslate npm client's name
   if (j.contains("truncate") && !j["truncate"].is_null()) r.truncate = bool_or(j, "truncate", false);
   // Generation fields: checked for type and range here, the rest (sampling with beam_size > 1) by tfm::Translator.
   auto whole = [&](const char* name, int64_t lo, int64_t hi, int64_t& out) {
@@ -428,10 +461,11 @@ std::string form_to_json(const std::vector<std::pair<std::string, std::string>>&
 
 PredictRequest parse_predict_request(std::string_view body, const RequestLimits& limits) {
   json j = parse_object(body);
-  only_fields(j, {"inputs", "raw_scores", "truncate", "truncation_direction"});
+  PredictRequest r;
+  r.hf_inference = lift_parameters(j, {"raw_scores", "truncate", "truncation_direction", "top_k", "function_to_apply"});
+  only_fields(j, {"inputs", "raw_scores", "truncate", "truncation_direction", "top_k", "function_to_apply"});
   if (truncation_left(j))
     throw validation_error("`truncation_direction` \"Left\" is not supported for text pairs; use \"Right\"");
-  PredictRequest r;
   auto it = j.find("inputs");
   if (it != j.end() && it->is_array() && !it->empty() && (*it)[0].is_array()) {
     // A batch of sequences: [[text], [text, text_pair], ...].
@@ -474,11 +508,22 @@ PredictRequest parse_predict_request(std::string_view body, const RequestLimits&
   }
   r.raw_scores = bool_or(j, "raw_scores", false);
   if (j.contains("truncate") && !j["truncate"].is_null()) r.truncate = bool_or(j, "truncate", false);
+  if (auto k = j.find("top_k"); k != j.end() && !k->is_null()) {
+    if (!k->is_number_integer() || k->get<int64_t>() < 1) throw validation_error("`top_k` must be a whole number >= 1");
+    r.top_k = k->get<int64_t>();
+  }
+  r.function = string_or(j, "function_to_apply", r.raw_scores ? "none" : "");
+  if (r.function != "" && r.function != "none" && r.function != "sigmoid" && r.function != "softmax")
+    throw validation_error("`function_to_apply` '" + excerpt(r.function) +
+                           "' is not supported; use \"sigmoid\", \"softmax\" or \"none\"");
+  if (r.raw_scores && r.function != "none")
+    throw validation_error("`raw_scores` true asks for no function; `function_to_apply` '" + r.function + "' for one");
   return r;
 }
 
 RerankRequest parse_rerank_request(std::string_view body, const RequestLimits& limits) {
   json j = parse_object(body);
+  lift_parameters(j, {"raw_scores", "return_text", "truncate", "truncation_direction"});
   only_fields(j, {"query", "texts", "raw_scores", "return_text", "truncate", "truncation_direction"});
   if (truncation_left(j))
     throw validation_error("`truncation_direction` \"Left\" is not supported for text pairs; use \"Right\"");
@@ -495,12 +540,20 @@ RerankRequest parse_rerank_request(std::string_view body, const RequestLimits& l
   return r;
 }
 
-std::string parse_attention_request(std::string_view body, const RequestLimits& limits) {
+AttentionRequest parse_attention_request(std::string_view body, const RequestLimits& limits, int64_t max_beam_size) {
   json j = parse_object(body);
+  only_fields(j, {"q", "source", "target", "beam_size"});
+  AttentionRequest r;
   bool single = false;
   auto q = string_or_list(j, "q", limits, single);
   if (!single) throw validation_error("`q` must be one string");
-  return q[0];
+  r.q = q[0];
+  if (auto it = j.find("beam_size"); it != j.end() && !it->is_null()) {
+    if (!it->is_number_integer() || it->get<int64_t>() < 1 || it->get<int64_t>() > max_beam_size)
+      throw validation_error("`beam_size` must be a whole number from 1 to " + std::to_string(max_beam_size));
+    r.beam_size = it->get<int64_t>();
+  }
+  return r;
 }
 
 }  // namespace tfm::serve

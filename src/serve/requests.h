@@ -23,6 +23,11 @@ struct ApiError : std::runtime_error {
 // 422 "validation" (bad field), 413 "payload_too_large" (more inputs than the limit).
 ApiError validation_error(const std::string& message);
 
+// Fields of the requests parsed on this thread that their route does not take ("parameters.x" inside a Hugging
+// Face `parameters` object): ignored, as text-embeddings-inference and LibreTranslate ignore them; the server
+// clears the list before each request and names them in a Warning header and its access log.
+std::vector<std::string>& ignored_fields();
+
 // JSON nesting ([ and { outside strings) deeper than kMaxJsonDepth: a request is refused with a 422 before it is
 // parsed, since parsing and walking a 200,000-deep body overflowed a server thread's stack.
 constexpr int kMaxJsonDepth = 64;
@@ -39,7 +44,9 @@ struct RequestLimits {
   int64_t max_input_chars = 1 << 20;   // characters per input string; more -> 413
 };
 
-// Which route an embedding request is for: the fields each accepts (any other field is answered 422).
+// Which route an embedding request is for: the fields each takes (any other is ignored: ignored_fields). /embed,
+// /embed_all and /embed_sparse also take them in the Hugging Face Inference API's shape, {"inputs", "parameters":
+// {...}} (a field given both ways with different values is 422).
 enum class EmbedRoute {
   Embed,       // TEI /embed: inputs, normalize, truncate, truncation_direction, prompt_name, dimensions
   EmbedAll,    // TEI /embed_all: inputs, truncate, truncation_direction, prompt_name
@@ -67,7 +74,7 @@ struct EmbedRequest {
     return false;
   }
 };
-// Throws ApiError: 422 on malformed JSON, a missing, unknown or mistyped field, an empty list, an empty string or
+// Throws ApiError: 422 on malformed JSON, a missing or mistyped field, an empty list, an empty string or
 // list of ids, a negative id; 413 when the list is longer than max_client_batch_size or a string longer than
 // max_input_chars.
 EmbedRequest parse_embed_request(std::string_view body, const RequestLimits& limits, EmbedRoute route);
@@ -139,10 +146,17 @@ TranslateRequest parse_translate_request(std::string_view body, const RequestLim
 // text-embeddings-inference /predict: "inputs" is a string (one text), a list of two strings (one (text, text_pair)
 // pair, as TEI reads it), a list of other length of strings (a batch of texts), or a list of lists of one or two
 // strings (a batch of texts / pairs); "raw_scores" (default false: the head's activation), "truncate".
+// Also the Hugging Face Inference API's text-classification shape: {"inputs", "parameters": {"top_k",
+// "function_to_apply", "truncate", ...}}.
 struct PredictRequest {
   std::vector<std::string> texts, pairs;  // pairs empty, or [texts.size()] with "" for a text without a pair
   bool single = false;                    // answer one list of {score, label}, not a list of lists
   bool raw_scores = false;
+  std::string function;                   // "function_to_apply": "sigmoid", "softmax", "none" ("" the head's own;
+                                          // raw_scores: "none")
+  int64_t top_k = 0;                      // the best top_k labels of each input (0: all)
+  bool hf_inference = false;              // sent with `parameters`: answered as the Inference API does, a list
+                                          // of labels per input even for one input
   std::optional<bool> truncate;
 };
 PredictRequest parse_predict_request(std::string_view body, const RequestLimits& limits);
@@ -156,7 +170,11 @@ struct RerankRequest {
 };
 RerankRequest parse_rerank_request(std::string_view body, const RequestLimits& limits);
 
-// /attention (web page): {"q": string, "source"?: string}.
-std::string parse_attention_request(std::string_view body, const RequestLimits& limits);
+// /attention (web page): {"q": string, "beam_size"?: 1..max_beam_size} ("source" and "target" taken, unused).
+struct AttentionRequest {
+  std::string q;
+  int64_t beam_size = 0;  // 0: the model's default, as /translate
+};
+AttentionRequest parse_attention_request(std::string_view body, const RequestLimits& limits, int64_t max_beam_size);
 
 }  // namespace tfm::serve

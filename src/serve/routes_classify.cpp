@@ -44,7 +44,7 @@ std::vector<Task> Server::logit_tasks(const std::vector<std::string>& texts, con
 void Server::classify_routes() {
   if (translation_) {
     for (const char* path : {"/predict", "/rerank"})
-      not_for_this_model(path, "an encoder model (bert, transformer_encoder)");
+      not_for_this_model(path, "an encoder model");
     return;
   }
   // text-embeddings-inference /predict: per input every label with its score, best first.
@@ -55,7 +55,7 @@ void Server::classify_routes() {
               std::vector<Task> tasks = logit_tasks(r.texts, &r.pairs, r.truncate.value_or(o_.auto_truncate),
                                                     r.single, "inputs");
               run_queued(tasks, req);
-              const std::string fn = r.raw_scores ? "none" : "";  // "": the pipeline's default
+              const std::string& fn = r.function;  // "": the pipeline's default
               const auto& labels = head_->labels();
               json out = json::array();
               for (Task& t : tasks) {
@@ -64,10 +64,14 @@ void Server::classify_routes() {
                 std::iota(order.begin(), order.end(), 0);
                 std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return sc[a] > sc[b]; });
                 json one = json::array();
+                if (r.top_k > 0 && (size_t)r.top_k < order.size()) order.resize(r.top_k);
                 for (size_t k : order) one.push_back({{"score", sc[k]}, {"label", labels[k]}});
                 out.push_back(one);
               }
-              send_json(res, 200, r.single ? out[0] : out);
+              // The Hugging Face Inference API (a request with `parameters`, or at / and /invocations) answers a
+              // list of labels per input, one input included; text-embeddings-inference's /predict the labels.
+              const bool nested = r.hf_inference || req.path != "/predict";
+              send_json(res, 200, r.single && !nested ? out[0] : out);
             }, true));
   // text-embeddings-inference /rerank with a cross-encoder: [{index, score[, text]}] best first, scored as
   // sentence-transformers' CrossEncoder.rank does (one label: its activation; two: softmax of label 1).

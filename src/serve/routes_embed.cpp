@@ -1,6 +1,7 @@
 #include <cmath>
 
 #include "serve/server_core.h"
+#include "tfm/pipeline.h"
 
 namespace tfm::serve {
 
@@ -85,8 +86,7 @@ std::vector<float> Server::finish(std::vector<float> v, int64_t dimensions, bool
   if (dimensions > (int64_t)v.size())
     throw validation_error("`dimensions` " + std::to_string(dimensions) + " is more than the embedding size " +
                            std::to_string(v.size()));
-  if (dimensions > 0) v.resize(dimensions);
-  return normalize ? l2_normalized(std::move(v)) : v;
+  return truncate_dimensions(std::move(v), dimensions, normalize);
 }
 void Server::check_dimensions(const EmbedRequest& r) const {
   if (r.dimensions > embedder_->hidden_size())
@@ -103,7 +103,7 @@ void Server::embed_routes() {
   if (translation_) {
     for (const char* path : {"/embed", "/embed_all", "/v1/embeddings", "/tokenize", "/decode", "/similarity",
                              "/embed_sparse"})
-      not_for_this_model(path, "an encoder model (bert, transformer_encoder)");
+      not_for_this_model(path, "an encoder model");
     return;
   }
   add("POST", "/embed", "text-embeddings-inference /embed: pooled embeddings",
@@ -164,10 +164,12 @@ void Server::embed_routes() {
               r.prompt_name = s.prompt_name;
               std::vector<Task> tasks = embed_tasks(r, BatchKey::Op::Embed, "inputs");
               run_queued(tasks, req);
-              const std::vector<float> a = l2_normalized(tasks[0].vector);
+              std::vector<float>& a = tasks[0].vector;
+              l2_normalize(a.data(), (int64_t)a.size());
               json out = json::array();
               for (size_t i = 1; i < tasks.size(); ++i) {
-                const std::vector<float> b = l2_normalized(tasks[i].vector);
+                std::vector<float>& b = tasks[i].vector;
+                l2_normalize(b.data(), (int64_t)b.size());
                 double dot = 0;
                 for (size_t k = 0; k < a.size(); ++k) dot += (double)a[k] * b[k];
                 out.push_back((float)dot);

@@ -31,7 +31,11 @@ void Server::hooks() {
     res.set_header("Allow", allow);
     if (!o_.cors_allow_origin.empty()) {
       res.set_header("Access-Control-Allow-Methods", allow);
-      res.set_header("Access-Control-Allow-Headers", "Content-Type, Authorization");
+      // The headers the request will send, as the browser lists them (the openai client's x-stainless-*), else
+      // the two a plain call needs.
+      const std::string asked = req.get_header_value("Access-Control-Request-Headers");
+      res.set_header("Access-Control-Allow-Headers", asked.empty() ? "Content-Type, Authorization" : asked);
+      if (!asked.empty()) res.set_header("Vary", "Access-Control-Request-Headers");
       res.set_header("Access-Control-Max-Age", "600");
     }
   });
@@ -49,7 +53,7 @@ void Server::hooks() {
     else if (res.status == 413)
       send_error(res, 413, "payload_too_large",
                  "request body over " + std::to_string(o_.payload_limit) + " bytes (--payload-limit)");
-    else if (res.status == 404 && route_table_.count(req.path)) {
+    else if (res.status == 404 && !route_of(req.path).empty()) {
       const std::string allow = allow_header(req.path);
       res.set_header("Allow", allow);
       send_error(res, 405, "method_not_allowed",
@@ -58,12 +62,12 @@ void Server::hooks() {
       send_error(res, 404, "not_found", "no route " + req.method + " " + req.path + " (GET /openapi.json lists them)");
     else
       send_error(res, res.status, "http", "HTTP error " + std::to_string(res.status));
-    if (req.path == "/v1/embeddings") to_openai_error(res);
+    if (openai_route(req.path)) to_openai_error(res);
   });
   svr_.set_logger([this](const httplib::Request& req, const httplib::Response& res) {
     const double ms = seconds_since(request_start()) * 1e3;
-    const bool is_known = route_table_.count(req.path) > 0;
-    metrics_.count_request(is_known ? req.path : "other", res.status);
+    const std::string route = route_of(req.path);
+    metrics_.count_request(route.empty() ? "other" : route, res.status);
     if (!o_.access_log) return;
     char when[32];
     std::time_t now = std::time(nullptr);
@@ -79,8 +83,10 @@ void Server::hooks() {
       std::snprintf(stages, sizeof stages, " (tokenize %.1fms, queue %.1fms, model %.1fms, answer %.1fms)",
                     std::max(st.tokenize_s, 0.0) * 1e3, st.queue_s * 1e3, st.inference_s * 1e3,
                     seconds_since(st.ran) * 1e3);
-    std::fprintf(stderr, "%s %s \"%s %s\" %d %zu %.1fms%s\n", when, req.remote_addr.c_str(), req.method.c_str(),
-                 req.path.c_str(), res.status, res.body.size(), ms, stages);
+    const std::string warning = res.get_header_value("Warning");  // fields the request sent that were ignored
+    std::fprintf(stderr, "%s %s \"%s %s\" %d %zu %.1fms%s%s%s\n", when, req.remote_addr.c_str(), req.method.c_str(),
+                 req.path.c_str(), res.status, res.body.size(), ms, stages, warning.empty() ? "" : " warning: ",
+                 warning.empty() ? "" : warning.substr(std::min<size_t>(warning.find('"') + 1, warning.size())).c_str());
   });
 }
 
@@ -103,6 +109,31 @@ void Server::meta_routes() {
       guard([this](const httplib::Request&, httplib::Response& res) { send_json(res, 200, info()); }, false));
   add("GET", "/openapi.json", "this document",
       guard([this](const httplib::Request&, httplib::Response& res) { send_json(res, 200, openapi()); }, false));
+  // POST / and /invocations (SageMaker's path) answer as the route of the model's task, so that clients pointed at
+  // the server's root (the Hugging Face Inference client's endpointUrl) work.
+  for (const char* path : {"/", "/invocations"})
+    add("POST", path, "the model's task: /embed, /predict, /rerank or /translate (GET /info model_kind)",
+        [this](const httplib::Request& req, httplib::Response& res) {
+          if (!ready_) return send_error(res, 503, "unhealthy", "the model is still loading");
+          handlers_.at("POST " + task_route())(req, res);
+        });
+  // OpenAI's model list, which tools call to discover or check the model: the one this server runs.
+  auto model_object = [this] {
+    return json{{"id", model_id_}, {"object", "model"}, {"created", started_}, {"owned_by", "tfm"}};
+  };
+  add("GET", "/v1/models", "OpenAI models: the model this server runs",
+      guard([model_object](const httplib::Request&, httplib::Response& res) {
+              send_json(res, 200, {{"object", "list"}, {"data", json::array({model_object()})}});
+            }, false));
+  add("GET", "/v1/models/{model}", "OpenAI model: this server's model, else 404",
+      guard([this, model_object](const httplib::Request& req, httplib::Response& res) {
+              const std::string id = req.matches.size() > 1 ? req.matches[1].str() : "";
+              if (id != model_id_)
+                return send_error(res, 404, "model_not_found",
+                                  "The model '" + excerpt(id) + "' does not exist; this server runs '" + model_id_ +
+                                      "' (GET /v1/models)");
+              send_json(res, 200, model_object());
+            }, false));
 }
 
 // OpenAPI 3.0 description of route_table_.
@@ -128,14 +159,21 @@ json Server::openapi() const {
   return {{"openapi", "3.0.3"},
           {"info", {{"title", "tfm serve"}, {"version", "1"},
                     {"description", std::string("transformer.cpp serving ") + model_id_ + " (" +
-                                        (translation_ ? "translation" : "embedding") + " model)"}}},
+                                        model_kind_ + " model)"}}},
           {"paths", paths}};
+}
+
+std::string Server::task_route() const {
+  if (translation_) return "/translate";
+  if (model_kind_ == "classifier") return "/predict";
+  if (model_kind_ == "reranker") return "/rerank";
+  return "/embed";
 }
 
 json Server::info() const {
   json j = {{"model_id", model_id_},
             {"model_type", model_type_},
-            {"model_kind", translation_ ? "translation" : "embedding"},
+            {"model_kind", model_kind_},
             {"ready", ready_.load()},
             {"max_concurrent_requests", o_.max_concurrent_requests},
             {"max_batch_tokens", o_.max_batch_tokens},

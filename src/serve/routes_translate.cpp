@@ -140,8 +140,8 @@ std::vector<Task> Server::translate_texts(const TranslateRequest& r, const std::
 
 void Server::translate_routes() {
   if (!translation_) {
-    not_for_this_model("/translate", "a translation model (transformer_seq2seq)");
-    not_for_this_model("/attention", "a translation model (transformer_seq2seq)");
+    not_for_this_model("/translate", "a translation model");
+    not_for_this_model("/attention", "a translation model");
     svr_.Get("/languages", guard([this](const httplib::Request&, httplib::Response& res) {
                send_error(res, 404, "not_found", "/languages needs a translation model; this server runs an "
                                                  "embedding model (" + model_type_ + ")");
@@ -157,10 +157,10 @@ void Server::translate_routes() {
             }, true));
   add("POST", "/attention", "the web page's attention maps",
       guard([this](const httplib::Request& req, httplib::Response& res) {
-              std::string q = parse_attention_request(json_body(req), limits_);
+              const AttentionRequest r = parse_attention_request(json_body(req), limits_, o_.max_beam_size);
               std::vector<Task> tasks(1);
-              tasks[0].key = BatchKey{.op = BatchKey::Op::Attention};
-              tasks[0].ids = translator_->encode_source(q, o_.auto_truncate);
+              tasks[0].key = BatchKey{.op = BatchKey::Op::Attention, .beam_size = r.beam_size};
+              tasks[0].ids = translator_->encode_source(r.q, o_.auto_truncate);
               tasks[0].tokens = (int64_t)tasks[0].ids.size();
               run_queued(tasks, req);
               res.set_content(tasks[0].json, "application/json");

@@ -7,14 +7,17 @@
 #include <cmath>
 #include <csignal>
 #include <cstdio>
+#include <ctime>
 #include <filesystem>
 #include <optional>
 #include <thread>
 
 #include "io/json_util.h"
-#include "io/safetensors.h"
 #include "serve/connection.h"
 #include "serve/server_core.h"
+#include "tfm/error.h"
+#include "tfm/pipeline.h"
+#include "serve/worker_pool.h"
 
 namespace tfm::serve {
 
@@ -56,6 +59,23 @@ Server::Server(const ServeOptions& o) : o_(o) {
   if (!o.extra_models.empty() && !translation_)
     throw std::runtime_error("several --model folders are served only for translation; " + o.model + " is a " +
                              model_type_ + " folder");
+  if (translation_ && !o.pooling.empty())
+    throw std::runtime_error("--pooling is for encoders (embeddings); " + o.model + " is a translation model (" +
+                             model_type_ + ")");
+  // What the folder is served as (/info model_kind, the start-up lines): a sequence-classification head is a
+  // classifier, or a reranker (cross-encoder) with one label, as text-embeddings-inference names them.
+  model_kind_ = translation_ ? "translation" : "embedding";
+  if (!translation_) {
+    try {
+      if (detect_task_head(o.model) == TaskHead::SequenceClassification) {
+        const auto labels = cj.find("id2label");
+        const int64_t n = labels != cj.end() && labels->is_object() ? (int64_t)labels->size()
+                                                                     : cj.value("num_labels", (int64_t)2);
+        model_kind_ = n == 1 ? "reranker" : "classifier";
+      }
+    } catch (const std::exception&) {  // no head (or unreadable): load() reports a broken folder
+    }
+  }
   if (translation_) {
     auto [s, t] = folder_languages(o.model, cj, config_path);
     source_lang_ = !o.source_lang.empty() ? o.source_lang : !s.empty() ? s : "en";
@@ -85,6 +105,7 @@ Server::Server(const ServeOptions& o) : o_(o) {
   }
   limits_.max_client_batch_size = o.max_client_batch_size;
   limits_.max_input_chars = o.payload_limit;
+  started_ = (int64_t)std::time(nullptr);
   model_id_ = o.model;
   while (model_id_.size() > 1 && model_id_.back() == '/') model_id_.pop_back();
   if (auto p = model_id_.rfind('/'); p != std::string::npos) model_id_ = model_id_.substr(p + 1);
@@ -99,8 +120,10 @@ int Server::run() {
   sigaction(SIGTERM, &sa, nullptr);
   sigaction(SIGINT, &sa, nullptr);
 
-  const int pool = (int)std::min<int64_t>(o_.max_concurrent_requests + 8, 1024);
-  svr_.new_task_queue = [pool] { return new httplib::ThreadPool(pool); };
+  // A thread per open connection, started as connections come (serve/worker_pool.h): idle keep-alive clients
+  // never keep a new one waiting; the concurrency limit is the guard's per-request 429.
+  const size_t max_threads = (size_t)std::min<int64_t>(o_.max_concurrent_requests, 1 << 16) + 1024;
+  svr_.new_task_queue = [max_threads] { return new WorkerPool(max_threads); };
   svr_.set_payload_max_length((size_t)o_.payload_limit);
   svr_.set_keep_alive_max_count(1000);
   svr_.set_tcp_nodelay(true);  // headers and body go out as two writes: Nagle + delayed ACK would add ~40 ms
@@ -129,7 +152,7 @@ int Server::run() {
   // "listening on" only once the model is loaded and the options checked against it: a server that then refuses
   // to start (a broken folder, --max-batch-tokens below the input limit) never says it listens. Until then
   // /health answers 503 on the bound port.
-  const char* kind = translation_ ? "translation" : "embedding";
+  const char* kind = model_kind_.c_str();
   std::fprintf(stderr, "bound to http://%s:%d; loading the %s model %s (/health answers 503 until it is ready)\n",
                o_.host.c_str(), port, kind, o_.model.c_str());
   std::fflush(stderr);
@@ -210,13 +233,9 @@ void Server::load() {
   if (!o_.dtype.empty()) {
     dtype_ = o_.dtype;
   } else if (!translation_) {
-    std::string st = o_.model + "/model.safetensors";
-    std::error_code ec;
-    if (!std::filesystem::exists(st, ec)) st = o_.model + "/0_Transformer/model.safetensors";
-    if (std::filesystem::exists(st, ec)) {
-      const SafeTensors file = SafeTensors::open(st);
-      const nlohmann::json& meta = file.metadata();
-      if (meta.is_object() && meta.contains("tfm_dtype") && meta["tfm_dtype"] == "int8") dtype_ = "int8";
+    try {
+      dtype_ = stored_dtype(o_.model);
+    } catch (const FileNotFoundError&) {  // weights elsewhere (a hub snapshot): fp32, as loaded
     }
   }
   int64_t max_source = 0;
@@ -283,7 +302,7 @@ void Server::run_batch(std::vector<Task*>& batch) {
       batch[i]->vector.assign(p, p + C);
     }
   } else if (key.op == Op::Attention) {
-    for (Task* t : batch) t->json = translator_->attention(t->ids).dump();
+    for (Task* t : batch) t->json = translator_->attention(t->ids, key.beam_size).dump();
   } else if (key.op == Op::Generation) {
     std::pair<size_t, TranslateOptions> c;
     {
@@ -344,11 +363,11 @@ void Server::run_queued(std::vector<Task>& tasks, const httplib::Request& req) {
 
 httplib::Server::Handler Server::guard(Handler h, bool model_route) {
   return [this, h, model_route](const httplib::Request& req, httplib::Response& res) {
-    struct OpenAiErrors {  // /v1/embeddings answers errors in OpenAI's shape
+    struct OpenAiErrors {  // OpenAI's routes answer errors in OpenAI's shape
       const httplib::Request& req;
       httplib::Response& res;
       ~OpenAiErrors() {
-        if (req.path == "/v1/embeddings" && res.status >= 400) to_openai_error(res);
+        if (openai_route(req.path) && res.status >= 400) to_openai_error(res);
         if (res.status == 422 && libretranslate_route(req.path)) res.status = 400;  // LibreTranslate's status
       }
     } openai_errors{req, res};
@@ -371,8 +390,10 @@ httplib::Server::Handler Server::guard(Handler h, bool model_route) {
       }
       slot.n = &in_flight_;
     }
+    ignored_fields().clear();
     try {
       h(req, res);
+      warn_ignored(res);
     } catch (const ApiError& e) {
       send_error(res, e.status, e.type, e.what());
     } catch (const std::invalid_argument& e) {
@@ -383,13 +404,33 @@ httplib::Server::Handler Server::guard(Handler h, bool model_route) {
   };
 }
 
+void Server::warn_ignored(httplib::Response& res) {
+  std::vector<std::string>& fields = ignored_fields();
+  if (fields.empty()) return;
+  // RFC 7234's Warning (299: a persistent warning), the field names quoted short and printable.
+  std::string names;
+  for (size_t i = 0; i < fields.size() && i < 8; ++i) {
+    std::string n = excerpt(fields[i]);
+    for (char& c : n)
+      if ((unsigned char)c < 0x20 || (unsigned char)c >= 0x7f || c == '"' || c == '\\') c = '?';
+    names += (names.empty() ? "" : ", ") + n;
+  }
+  if (fields.size() > 8) names += " and " + std::to_string(fields.size() - 8) + " more";
+  res.set_header("Warning", "299 tfm \"unknown fields ignored: " + names + "\"");
+  fields.clear();
+}
+
 bool Server::authorized(const httplib::Request& req) const {
   if (o_.api_key.empty()) return true;
+  // LibreTranslate answers /languages without a key: its clients list the languages before they translate.
+  if (req.path == "/languages") return true;
   std::string got = req.get_header_value("Authorization");
   const std::string want = "Bearer " + o_.api_key;
   if (got.empty() && libretranslate_route(req.path)) {  // LibreTranslate clients send the key as the api_key field
     json j = parse_shallow(json_body(req, true));
-    if (j.is_object() && j.contains("api_key") && j["api_key"].is_string()) got = "Bearer " + j["api_key"].get<std::string>();
+    for (const char* field : {"api_key", "apiKey"})  // apiKey: the libretranslate npm client's name
+      if (got.empty() && j.is_object() && j.contains(field) && j[field].is_string() && !j[field].empty())
+        got = "Bearer " + j[field].get<std::string>();
   }
   if (got.size() != want.size()) return false;
   unsigned char diff = 0;
@@ -412,25 +453,37 @@ std::string Server::prompt_of_slot(int64_t slot) {
 
 void Server::add(const std::string& method, const std::string& path, const std::string& summary, httplib::Server::Handler h) {
   route_table_[path][method] = RouteDoc{summary, method == "POST"};
+  handlers_[method + " " + path] = h;
+  std::string pattern = path;  // "{name}": one path segment
+  for (size_t a; (a = pattern.find('{')) != std::string::npos;) pattern.replace(a, pattern.find('}', a) - a + 1, "([^/]+)");
   if (method == "GET")
-    svr_.Get(path, std::move(h));
+    svr_.Get(pattern, std::move(h));
   else
-    svr_.Post(path, std::move(h));
+    svr_.Post(pattern, std::move(h));
+}
+
+std::string Server::route_of(const std::string& path) const {
+  if (route_table_.count(path)) return path;
+  for (const auto& [route, methods] : route_table_) {
+    const size_t brace = route.find('{');
+    if (brace == std::string::npos || path.compare(0, brace, route, 0, brace) != 0) continue;
+    if (path.size() > brace && path.find('/', brace) == std::string::npos) return route;
+  }
+  return "";
 }
 
 void Server::not_for_this_model(const std::string& path, const std::string& needs) {
   auto h = [this, path, needs](const httplib::Request&, httplib::Response& res) {
     send_error(res, 404, "not_found",
-               path + " needs " + needs + "; this server runs " +
-                   (translation_ ? "a translation model (transformer_seq2seq)" : "an embedding model (" +
-                                                                                      model_type_ + ")"));
+               path + " needs " + needs + "; this server runs " + (model_kind_ == "embedding" ? "an " : "a ") +
+                   model_kind_ + " model (" + model_type_ + ")");
   };
   svr_.Post(path, guard(h, false));
 }
 
 std::string Server::allow_header(const std::string& path) const {
   std::string allow;
-  auto it = route_table_.find(path);
+  auto it = route_table_.find(route_of(path));
   if (it == route_table_.end()) return allow;
   for (const auto& [m, d] : it->second) {
     allow += (allow.empty() ? "" : ", ") + m;

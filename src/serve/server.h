@@ -4,9 +4,11 @@
 // holds a BertForSequenceClassification head (classifier or cross-encoder);
 // and /similarity, /embed_sparse (SPLADE) when the folder holds a BertForMaskedLM head;
 // transformer_seq2seq models answer LibreTranslate's /translate (JSON or form bodies) and /languages. Every server
-// answers /, /info, /health, /metrics and /openapi.json (the routes, OpenAPI 3). Each request field is honoured or
-// refused with 422 (serve/requests.h). Errors are {"error": message, "error_type": type} (/v1/embeddings: OpenAI's
-// {"error": {"message", "type", "param", "code"}}); a wrong method on a route is 405 with Allow.
+// answers /, /info, /health, /metrics, /openapi.json (the routes, OpenAPI 3), OpenAI's /v1/models, and POST / and
+// /invocations as the route of the model's task. Each request field a route takes is honoured (or refused with
+// 422); any other is ignored and named in a Warning header (serve/requests.h). Errors are {"error": message,
+// "error_type": type} (OpenAI's routes: {"error": {"message", "type", "param", "code"}}, a bad field 400); a wrong
+// method on a route is 405 with Allow.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -27,7 +29,8 @@ struct ServeOptions {
   int64_t max_client_batch_size = 32;     // inputs per request; more -> 413
   int64_t payload_limit = 2000000;        // request body bytes; more -> 413
   bool auto_truncate = false;             // cut over-long inputs instead of answering 422
-  std::string api_key;                    // non-empty: every route but / and /health needs Authorization: Bearer KEY
+  std::string api_key;                    // non-empty: every route but GET /, /health and /languages
+                                          // needs Authorization: Bearer KEY
   std::string pooling;                    // encoders: tfm::EmbedOptions::pooling's modes ("": mean, or a
                                           // sentence-transformers folder's own Pooling module)
   std::string prompt_name;                // sentence-transformers folders: prompt (default: the folder's default)

@@ -71,6 +71,8 @@ class Server {
   // Wraps a handler: API key, readiness, the concurrency limit, errors as JSON.
   httplib::Server::Handler guard(Handler h, bool model_route);
   bool authorized(const httplib::Request& req) const;
+  // Names the request's ignored fields (serve/requests.h ignored_fields) in a Warning header.
+  static void warn_ignored(httplib::Response& res);
 
   // The batch-key slot of a prompt name ("" = the server's own prompt: slot 0).
   int64_t prompt_slot(const std::string& name);
@@ -82,16 +84,19 @@ class Server {
     bool has_body = false;
   };
   std::map<std::string, std::map<std::string, RouteDoc>> route_table_;
+  std::map<std::string, httplib::Server::Handler> handlers_;  // "METHOD path" -> the handler add() registered
   void add(const std::string& method, const std::string& path, const std::string& summary,
            httplib::Server::Handler h);
   // POST `path` answered 404: it needs `needs`, which this server's model is not.
   void not_for_this_model(const std::string& path, const std::string& needs);
   std::string allow_header(const std::string& path) const;
+  // The route_table_ entry answering `path` ("/v1/models/{model}" for /v1/models/x), "" when none.
+  std::string route_of(const std::string& path) const;
 
   // Registers the hooks (CORS, OPTIONS, errors, access log) and every route group.
   void routes();
   // The route groups, in registration order. Adding a group: its file, its declaration here, its entry here.
-  void meta_routes();       // routes_meta.cpp: /, /health, /metrics, /info, /openapi.json; hooks
+  void meta_routes();       // routes_meta.cpp: /, /health, /metrics, /info, /openapi.json, /v1/models; hooks
   void embed_routes();      // routes_embed.cpp: /embed, /embed_all, /v1/embeddings, /similarity, /embed_sparse,
                             // /tokenize, /decode
   void classify_routes();   // routes_classify.cpp: /predict, /rerank
@@ -105,6 +110,8 @@ class Server {
   // routes_meta.cpp
   void hooks();  // pre-routing, CORS, OPTIONS, error handler, access log
   json openapi() const;  // OpenAPI 3.0 description of route_table_
+  // The route answering POST / and /invocations (as text-embeddings-inference routes them): the model's task.
+  std::string task_route() const;
   json info() const;
 
   // routes_embed.cpp
@@ -163,7 +170,9 @@ class Server {
   ServeOptions o_;
   std::string model_type_, model_id_, source_lang_, target_lang_;
   std::string dtype_ = "fp32";  // compute type of the Linear layers (/info)
+  int64_t started_ = 0;         // when the server started, Unix seconds (/v1/models "created")
   bool translation_ = false;
+  std::string model_kind_;  // "translation", "embedding", "classifier" or "reranker" (/info model_kind)
   RequestLimits limits_;
   httplib::Server svr_;
   Metrics metrics_;

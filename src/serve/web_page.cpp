@@ -26,6 +26,7 @@ small{color:#666}
 <label id="beamctl" hidden><small>beam size</small> <input id="beam" type="number" min="1" value="1" size="3"></label>
 <label><small>API key</small> <input id="key" type="password" size="12"></label>
 <div id="out"></div>
+<small id="attnnote"></small>
 <div id="panels"></div>
 <script>
 "use strict";
@@ -96,17 +97,19 @@ async function run() {
     if (info.model_kind === "translation") {
       const q = $("text").value.trim(), beam = Math.max(1, Math.round(+$("beam").value || 1));
       const pairs = info.pairs || [{source: info.source_lang, target: info.target_lang}], pair = +$("pair").value || 0;
-      if (beam > 1 || pair > 0) {  // /attention decodes greedily with the first pair; the rest goes through /translate
-        last = null; $("panels").innerHTML = "";
+      if (pair > 0) {  // /attention translates with the first pair; the others go through /translate
+        last = null; $("panels").innerHTML = ""; $("attnnote").textContent = "";
         const t = await call("/translate", {q: q, source: pairs[pair].source, target: pairs[pair].target,
                                             beam_size: beam});
         $("out").textContent = t.translatedText; $("out").dataset.done = "1"; $("out").dataset.beam = beam;
-        $("panels").innerHTML = "<small>attention is drawn for beam size 1 (greedy decoding) of the first " +
-                                "language pair</small>";
+        $("panels").innerHTML = "<small>no attention is drawn for this language pair: it is drawn for the first " +
+                                "one</small>";
         return;
       }
-      last = await call("/attention", {q: q});
-      $("out").textContent = last.translatedText; $("out").dataset.done = "1"; $("out").dataset.beam = 1;
+      last = await call("/attention", {q: q, beam_size: beam});
+      $("out").textContent = last.translatedText; $("out").dataset.done = "1"; $("out").dataset.beam = beam;
+      $("attnnote").textContent = beam > 1 ? "attention of the beam's best hypothesis (beam size " + beam + ")"
+                                           : "attention of greedy decoding (beam size 1)";
       drawAttention();
     } else {
       const s = $("text").value.split("\n").map(x => x.trim()).filter(x => x);
