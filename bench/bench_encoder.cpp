@@ -14,7 +14,10 @@
 // /proc/self/status (MiB) after the shape ran, so it is cumulative over the shapes run so far; it includes the
 // mmapped weight pages that forward touched.
 //
-// --dtype loads the model with that compute type (load_encoder; ops/gemm.h PackedLinear).
+// --dtype loads the model with that compute type (load_encoder; ops/gemm.h PackedLinear). "isa" is oneDNN's
+// run-time ISA and "int8_weight_max" 127 (8-bit int8 weights, VNNI / AMX) or 63 (7-bit, without VNNI).
+// ONEDNN_MAX_CPU_ISA=AVX2 (or AVX512_CORE) in the environment runs oneDNN's kernels of a CPU without VNNI (and
+// without AVX512_BF16) on any CPU: int8 with 7-bit weights, as on Zen 3.
 // --sgemm prints {"kind":"sgemm",...}: ops::gemm (plain dnnl_sgemm) for 1024x3072x768 (x[N, in] @ W[out, in]^T),
 // and {"kind":"packed_gemm","dtype":..}: the same product on weights packed once (oneDNN matmul, PackedLinear)
 // for fp32, bf16 and int8; the fp32 figure is the ceiling the encoder's GEMMs can reach with these threads.
@@ -345,9 +348,9 @@ int main(int argc, char** argv) {
       std::printf(
           "{\"kind\":\"encoder\",\"dtype\":\"%s\",\"B\":%lld,\"L\":%lld,\"reps\":%d,\"median_ms\":%.3f,\"min_ms\":%.3f,"
           "\"gflop\":%.3f,\"gflops\":%.1f,\"peak_rss_mb\":%.1f,\"rss_mb\":%.1f,\"weights_mb\":%.1f,"
-          "\"checksum\":%.6g}\n",
+          "\"checksum\":%.6g,\"isa\":\"%s\",\"int8_weight_max\":%d}\n",
           o.dtype.c_str(), (long long)B, (long long)L, o.reps, med * 1e3, best * 1e3, gflop, gflop / med, proc_status_mb("VmHWM"),
-          proc_status_mb("VmRSS"), weights_mb, sum);
+          proc_status_mb("VmRSS"), weights_mb, sum, tfm::ops::cpu_isa_name().c_str(), tfm::ops::int8_weight_max());
       std::fflush(stdout);
     }
     if (o.breakdown)

@@ -40,3 +40,11 @@ add_test(NAME python_tests
          WORKING_DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR})
 set_tests_properties(python_tests PROPERTIES TIMEOUT 900 ENVIRONMENT
                      "PYTHONPATH=${CMAKE_BINARY_DIR}/python;TFM_BINARY=$<TARGET_FILE:tfm>;OMP_NUM_THREADS=2;PYTHONDONTWRITEBYTECODE=1")
+
+# pyproject.toml: `pip install --no-build-isolation .` and `python3 -m build --wheel --no-isolation` into fresh
+# virtual environments, both building through this build folder (its tfm_python target, already up to date).
+add_test(NAME python_install
+         COMMAND ${Python_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/tests/test_python_install.py
+         WORKING_DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR})
+set_tests_properties(python_install PROPERTIES TIMEOUT 900 ENVIRONMENT
+                     "TFM_BUILD_DIR=${CMAKE_BINARY_DIR};PYTHONDONTWRITEBYTECODE=1;CMAKE_BUILD_PARALLEL_LEVEL=2")

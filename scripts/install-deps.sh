@@ -12,6 +12,7 @@ PKGS=(
   libcairo2-dev fonts-dejavu-core # plots
   libcpp-httplib-dev              # tfm serve
   pybind11-dev python3-dev python3-numpy python3-pytest  # Python bindings
+  python3-pip python3-setuptools python3-wheel python3-build python3-venv  # pip install . / python3 -m build
   libopenmpi-dev openmpi-bin     # data-parallel training (mpirun)
   chromium                        # browser test of the web page
   iproute2                        # ss: the serve test reads the listening socket's backlog

@@ -240,13 +240,7 @@ inline void check_finetune_finite_differences(FinetuneModel& t, const FinetuneBa
     const auto& entry = t.params().entries()[e];
     for (int64_t k = 0; k < 4; ++k) {
       const int64_t i = entry.offset + (k * 7919) % entry.numel;
-      const float keep = p[i], h = 1e-2f;
-      p[i] = keep + h;
-      const double up = t.compute_gradients(b, false);
-      p[i] = keep - h;
-      const double down = t.compute_gradients(b, false);
-      p[i] = keep;
-      const double fd = (up - down) / (2.0 * h);
+      const double fd = central_difference(p.data(), (size_t)i, 1e-2f, [&] { return (double)t.compute_gradients(b, false); });
       EXPECT_NEAR(grad[i], fd, 3e-3 + 0.03 * std::fabs(fd)) << name << " [" << i - entry.offset << "]";
     }
   }

@@ -21,6 +21,8 @@
 using namespace tfm;
 using namespace tfm::ops;
 using tfm::test::all_close;
+using tfm::test::expect_gradient;
+using tfm::test::max_abs_diff;
 using tfm::test::random_vec;
 
 using tfm::test::isas;
@@ -119,23 +121,6 @@ TEST_P(AttentionMasks, FastMatchesReferenceAndMaskedRowsAreZero) {
       }
 }
 
-namespace {
-// Central differences (step 1e-2) of loss() in each entry of x against the analytic gradient g.
-void expect_finite_differences(std::vector<float>& x, const std::vector<float>& g, const std::function<double()>& loss,
-                               const std::string& what) {
-  for (size_t i = 0; i < x.size(); ++i) {
-    const float keep = x[i], h = 1e-2f;
-    x[i] = keep + h;
-    const double up = loss();
-    x[i] = keep - h;
-    const double dn = loss();
-    x[i] = keep;
-    const double num = (up - dn) / (2 * h);
-    EXPECT_NEAR(g[i], num, 2e-3 + 2e-2 * std::fabs(num)) << what << "[" << i << "]";
-  }
-}
-}  // namespace
-
 // Finite differences of L = sum(out * R) against attention_backward, for every mask form.
 TEST_P(AttentionMasks, GradientMatchesFiniteDifferences) {
   AttnCase c = attention_cases()[GetParam()];
@@ -161,9 +146,9 @@ TEST_P(AttentionMasks, GradientMatchesFiniteDifferences) {
   std::vector<float> o(B * Lq * D), pr(B * H * Lq * Lk), dq(q.size()), dk(k.size()), dv(v.size());
   attention_forward(o.data(), pr.data(), q.data(), k.data(), v.data(), d, m, dm.data());
   attention_backward(dq.data(), dk.data(), dv.data(), R.data(), pr.data(), q.data(), k.data(), v.data(), d, dm.data());
-  expect_finite_differences(q, dq, loss, c.name + " dq");
-  expect_finite_differences(k, dk, loss, c.name + " dk");
-  expect_finite_differences(v, dv, loss, c.name + " dv");
+  expect_gradient(q, dq, loss, c.name + " dq");
+  expect_gradient(k, dk, loss, c.name + " dk");
+  expect_gradient(v, dv, loss, c.name + " dv");
 }
 
 INSTANTIATE_TEST_SUITE_P(AllForms, AttentionMasks, ::testing::Range(0, 8));
@@ -202,10 +187,10 @@ TEST(AttentionScoreBias, GradientMatchesFiniteDifferencesOnBothKernels) {
       attention_backward(dq.data(), dk.data(), dv.data(), R.data(), pr.data(), q.data(), k.data(), v.data(), d,
                          dm.data(), dbias.data());
       const std::string where = std::string(ops::kernel_isa_name(isa)) + " Dh " + std::to_string(Dh);
-      expect_finite_differences(bias, dbias, loss, where + " dbias");
-      expect_finite_differences(q, dq, loss, where + " dq");
-      expect_finite_differences(k, dk, loss, where + " dk");
-      expect_finite_differences(v, dv, loss, where + " dv");
+      expect_gradient(bias, dbias, loss, where + " dbias");
+      expect_gradient(q, dq, loss, where + " dq");
+      expect_gradient(k, dk, loss, where + " dk");
+      expect_gradient(v, dv, loss, where + " dv");
       double total = 0;
       for (int64_t hi = 0; hi < H * L; ++hi) {
         EXPECT_EQ(dbias[hi * L + 4], 0.0f) << where << " row " << hi;
@@ -552,11 +537,6 @@ void backward_ref(std::vector<double>& dq, std::vector<double>& dk, std::vector<
       }
 }
 
-double max_abs_diff(const std::vector<float>& a, const std::vector<double>& b) {
-  double w = 0;
-  for (size_t i = 0; i < a.size(); ++i) w = std::max(w, std::fabs((double)a[i] - b[i]));
-  return w;
-}
 }  // namespace
 
 TEST(TrainKernels, SmallHeadAttentionMatchesReferenceForwardAndBackward) {

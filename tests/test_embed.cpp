@@ -16,26 +16,26 @@
 
 using namespace tfm;
 using tfm::test::fixture;
+using tfm::test::max_abs_diff;
+using tfm::test::run_tfm_in;
+using tfm::test::TfmRun;
 
 namespace {
+
+std::vector<nlohmann::json> json_lines(const std::string& out) {
+  std::vector<nlohmann::json> v;
+  std::istringstream in(out);
+  std::string line;
+  while (std::getline(in, line))
+    if (!line.empty()) v.push_back(nlohmann::json::parse(line));
+  return v;
+}
 
 std::vector<std::string> sentences() {
   std::vector<std::string> s;
   std::stringstream ss(test::slurp(fixture("st_mean/sentences.txt")));
   for (std::string line; std::getline(ss, line);) s.push_back(line);
   return s;
-}
-
-// Max |a - b| over all elements, shapes must agree.
-double max_abs_diff(const Tensor& a, const Tensor& b) {
-  EXPECT_EQ(a.shape(), b.shape());
-  if (a.shape() != b.shape()) return INFINITY;
-  double worst = 0;
-  for (int64_t i = 0; i < a.numel(); ++i) {
-    double e = std::fabs((double)a.f32()[i] - b.f32()[i]);
-    if (!(e <= worst)) worst = std::isnan(e) ? INFINITY : e;
-  }
-  return worst;
 }
 
 Tensor rows_of_jsonl(const std::string& text) {
@@ -324,4 +324,22 @@ TEST(EmbedCli, EncodeWithoutPoolerWeights) {
   r = test::run_tfm_in(t.path, {"encode", "--model", fixture("heads_mlm"), "--text", "the cat", "--pooled",
                                 t.path + "/p.npy"});
   test::expect_one_line_error(r, "no pooler");
+}
+
+// --skip-empty left no record of which lines were dropped: JSON lines now carry "line", and a .npy output gets
+// OUT.lines.txt with the input line of each row, so rows line up with the input.
+TEST(EmbedCli, SkipEmptyRowsNameTheirInputLines) {
+  tfm::test::TempFolder t;
+  const std::string lines = t.path + "/lines.txt";
+  tfm::test::spit(lines, "\nthe cat sat\n   \nthe dog ran\n\n");
+  TfmRun j = run_tfm_in(t.path, {"embed", "-q", "--model", fixture("st_mean"), "--input", lines, "--skip-empty"});
+  ASSERT_EQ(j.exit_code, 0) << j.describe();
+  std::vector<nlohmann::json> rows = json_lines(j.out);
+  ASSERT_EQ(rows.size(), 2u);
+  EXPECT_EQ(rows[0]["line"], 2);
+  EXPECT_EQ(rows[1]["line"], 4);
+  TfmRun n = run_tfm_in(t.path, {"embed", "-q", "--model", fixture("st_mean"), "--input", lines, "--skip-empty", "-o",
+                                 t.path + "/v.npy"});
+  ASSERT_EQ(n.exit_code, 0) << n.describe();
+  EXPECT_EQ(tfm::test::slurp(t.path + "/v.lines.txt"), "2\n4\n");
 }

@@ -21,7 +21,6 @@
 #include "models/encoder.h"
 #include "models/heads.h"
 #include "run_tfm.h"
-#include "cosine.h"
 #include "test_util.h"
 
 using namespace tfm;

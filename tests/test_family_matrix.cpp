@@ -24,7 +24,6 @@
 #include "io/safetensors.h"
 #include "run_tfm.h"
 #include "serve_client.h"
-#include "cosine.h"
 #include "test_util.h"
 #include "text/bert_tokenizer.h"
 

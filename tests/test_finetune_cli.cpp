@@ -1,10 +1,11 @@
-// `tfm finetune` end to end (issue 25): trains a classifier on a small task, writes a folder that `tfm classify`
+// `tfm finetune` end to end: trains a classifier on a small task, writes a folder that `tfm classify`
 // loads with the labels it was trained on, and refuses bad data with one-line errors.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "run_tfm.h"
@@ -14,6 +15,8 @@ namespace tfm {
 namespace {
 
 using test::fixture;
+using test::run_tfm_in;
+using test::TfmRun;
 
 // A task the tiny fixture model can learn: the sentiment word decides the label. Words of heads_seqcls/vocab.txt.
 void write_task(const std::string& dir) {
@@ -124,6 +127,58 @@ TEST(FinetuneCli, BadDataAndOptionsAreOneLineErrors) {
       "pooler");
   EXPECT_FALSE(std::filesystem::exists(t.path + "/o"));  // nothing written on failure
   EXPECT_FALSE(std::filesystem::exists(t.path + "/o2"));
+}
+
+// finetune's default --max-length 128 on a model of 64 positions failed ("sequence of 128 tokens is longer than
+// max_position_embeddings (64)"); it is capped at the model's longest input, as run_glue.py caps max_seq_length.
+TEST(FinetuneCli, FinetuneCapsMaxLengthAtTheModelsPositions) {
+  tfm::test::TempFolder t;
+  std::string long_text;
+  for (int i = 0; i < 150; ++i) long_text += "the cat ";
+  tfm::test::spit(t.path + "/train.csv", "text,label\n" + long_text + ",pos\nthe dog is bad,neg\n");
+  for (const char* len : {"", "512"}) {
+    std::vector<std::string> a = {"finetune", "--model", fixture("heads_seqcls"), "--train", t.path + "/train.csv",
+                                  "--out", t.path + "/o" + len, "--epochs", "1", "--no-progress"};
+    if (*len) a.insert(a.end(), {"--max-length", len});
+    TfmRun r = run_tfm_in(t.path, a);
+    ASSERT_EQ(r.exit_code, 0) << r.describe();
+  }
+  TfmRun c = run_tfm_in(t.path, {"classify", "--model", t.path + "/o", "--max-length", "64", long_text});
+  EXPECT_EQ(c.exit_code, 0) << c.describe();
+}
+
+// id2label given as a list was ignored (labels LABEL_0, ...), and an unknown problem_type accepted; transformers
+// refuses both.
+TEST(FinetuneCli, MalformedId2labelAndProblemTypeAreRefused) {
+  tfm::test::TempFolder t;
+  const nlohmann::json cfg = nlohmann::json::parse(tfm::test::slurp(fixture("heads_seqcls/config.json")));
+  for (const auto& [key, value] : std::vector<std::pair<std::string, nlohmann::json>>{
+           {"id2label", nlohmann::json::array({"a", "b", "c"})}, {"problem_type", "foo"}}) {
+    SCOPED_TRACE(key);
+    nlohmann::json c = cfg;
+    c[key] = value;
+    const std::string m = t.path + "/m_" + key;
+    tfm::test::link_folder(fixture("heads_seqcls"), m, {{"config.json", ""}});
+    tfm::test::spit(m + "/config.json", c.dump());
+    tfm::test::expect_one_line_error(run_tfm_in(t.path, {"classify", "--model", m, "the cat"}), key);
+    tfm::test::spit(t.path + "/train.csv", "text,label\nthe cat is good,pos\nthe dog is bad,neg\n");
+    tfm::test::expect_one_line_error(run_tfm_in(t.path, {"finetune", "--model", m, "--train", t.path + "/train.csv",
+                                                         "--out", t.path + "/o"}),
+                                     key);
+  }
+}
+
+// A completed fine-tuning run removes its training state; --resume on it now says so.
+TEST(FinetuneCli, ResumeOfAFinishedFinetuneSaysItFinished) {
+  tfm::test::TempFolder t;
+  tfm::test::spit(t.path + "/train.csv", "text,label\nthe cat is good,pos\nthe dog is bad,neg\n");
+  const std::vector<std::string> a = {"finetune", "--model", fixture("heads_seqcls"), "--train", t.path + "/train.csv",
+                                      "--out", t.path + "/o", "--epochs", "1", "--no-progress"};
+  TfmRun r = run_tfm_in(t.path, a);
+  ASSERT_EQ(r.exit_code, 0) << r.describe();
+  std::vector<std::string> again = a;
+  again.push_back("--resume");
+  tfm::test::expect_one_line_error(run_tfm_in(t.path, again), "finished");
 }
 
 }  // namespace

@@ -475,7 +475,8 @@ TEST(ScoreCommand, PrintsTheReferenceLogLikelihood) {
   spit(dir.path + "/short.txt", "go .\n");
   auto r = run_tfm_in(dir.path, {"score", "--model", fixture("d2l_trained"), "--source", dir.path + "/src.txt",
                                  "--target", dir.path + "/short.txt"});
-  tfm::test::expect_one_line_error(r, "have different line counts");
+  tfm::test::expect_one_line_error(r, "score: --source " + dir.path + "/src.txt has " + std::to_string(sums.size()) +
+                                         " lines but --target " + dir.path + "/short.txt has 1");
   r = run_tfm_in(dir.path, {"score", "--model", fixture("d2l_trained")}, "go .\n");
   tfm::test::expect_one_line_error(r, "stdin line 1: expected 'source<TAB>target'");
 }

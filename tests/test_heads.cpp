@@ -1,17 +1,30 @@
 // Golden tests of the BERT task heads against PyTorch (fixtures from scripts/make_embed_fixtures.py:
 // tests/fixtures/heads_*), and of `tfm classify`, `tfm fill-mask`, `tfm rerank` against the pipeline outputs the
-// fixture script computed.
+// fixture script computed: the printed orderings for inputs in another order than the fixture's, for every --top-k
+// (rerank sorts passages by score, best first; fill-mask lists the K most probable tokens, best first, ties lower id
+// first as torch.topk); the token offsets /tokenize returns against Hugging Face tokenizers'.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
+#include <map>
 #include <nlohmann/json.hpp>
+#include <numeric>
+#include <sstream>
 
 #include "io/safetensors.h"
 #include "models/heads.h"
 #include "run_tfm.h"
 #include "test_util.h"
+#include "text/bert_tokenizer.h"
+#include "tfm/tfm.h"
 
 using namespace tfm;
+using tfm::test::data_dir;
 using tfm::test::fixture;
+using tfm::test::run_tfm_in;
+using tfm::test::slurp;
+using tfm::test::TfmRun;
 
 namespace {
 
@@ -59,6 +72,13 @@ std::vector<nlohmann::json> json_lines(const std::string& out) {
   std::stringstream ss(out);
   for (std::string line; std::getline(ss, line);) v.push_back(nlohmann::json::parse(line));
   return v;
+}
+
+nlohmann::json one_json_line(const test::TfmRun& r) {
+  std::stringstream ss(r.out);
+  std::string line;
+  std::getline(ss, line);
+  return nlohmann::json::parse(line);
 }
 
 }  // namespace
@@ -250,4 +270,168 @@ TEST(HeadsCli, ClassifyErrors) {
   test::TfmRun r = test::run_tfm_in(t.path, {"classify", "--model", fixture("heads_seqcls"), "hi", "--dtype", "fp32",
                                              "--threads", "1"});
   EXPECT_EQ(r.exit_code, 0) << r.describe();
+}
+
+// The fixture's passages reversed and one repeated: the printed order must follow PyTorch's score of each
+// passage (not the input order, not ascending), indices must be positions in this input, and --top-k K must be
+// the first K of the full ranking.
+TEST(Rerank, OrderFollowsPyTorchScoresWhateverTheInputOrder) {
+  test::TempFolder t;
+  auto j = nlohmann::json::parse(test::slurp(fixture("heads_cross/expected.json")));
+  std::map<std::string, double> score_of;  // PyTorch's sigmoid score of each passage
+  for (const auto& r : j["ranking"]) score_of[j["passages"][r["index"].get<size_t>()]] = r["score"].get<double>();
+  std::vector<std::string> passages;
+  for (auto it = j["passages"].rbegin(); it != j["passages"].rend(); ++it) passages.push_back(*it);
+  passages.push_back(j["passages"][1]);
+  std::vector<std::string> args = {"rerank", "--model", fixture("heads_cross"), "--query", j["query"]};
+  args.insert(args.end(), passages.begin(), passages.end());
+  test::TfmRun r = test::run_tfm_in(t.path, args);
+  ASSERT_EQ(r.exit_code, 0) << r.describe();
+  const nlohmann::json full = one_json_line(r);
+  ASSERT_EQ(full.size(), passages.size()) << r.out;
+  std::vector<int64_t> seen;
+  for (size_t k = 0; k < full.size(); ++k) {
+    const int64_t i = full[k]["index"];
+    ASSERT_GE(i, 0);
+    ASSERT_LT(i, (int64_t)passages.size());
+    seen.push_back(i);
+    EXPECT_NEAR(full[k]["score"].get<double>(), score_of[passages[i]], 1e-4) << "rank " << k << ": " << passages[i];
+    if (k) {
+      EXPECT_GE(full[k - 1]["score"].get<double>(), full[k]["score"].get<double>()) << "rank " << k;
+    }
+  }
+  std::sort(seen.begin(), seen.end());
+  std::vector<int64_t> all(passages.size());
+  std::iota(all.begin(), all.end(), 0);
+  EXPECT_EQ(seen, all);
+  // The best passage by PyTorch's scores is first.
+  const auto best = std::max_element(score_of.begin(), score_of.end(),
+                                     [](const auto& a, const auto& b) { return a.second < b.second; });
+  EXPECT_EQ(passages[full[0]["index"].get<size_t>()], best->first);
+  for (int k : {1, 2, 4}) {
+    args.insert(args.begin() + 1, {"--top-k", std::to_string(k)});
+    test::TfmRun rk = test::run_tfm_in(t.path, args);
+    args.erase(args.begin() + 1, args.begin() + 3);
+    ASSERT_EQ(rk.exit_code, 0) << rk.describe();
+    const nlohmann::json top = one_json_line(rk);
+    ASSERT_EQ(top.size(), (size_t)k) << rk.out;
+    for (int q = 0; q < k; ++q) EXPECT_EQ(top[q]["index"], full[q]["index"]) << "top-k " << k << " rank " << q;
+  }
+}
+
+// --top-k K for K = 1, 3 and more than the vocabulary: the candidates are PyTorch's K most probable tokens at the
+// mask (softmax of the fixture's logits), best first, each with its probability; K beyond the vocabulary gives
+// every token once.
+TEST(FillMask, TopKAreTheMostProbableTokensBestFirst) {
+  test::TempFolder t;
+  auto j = nlohmann::json::parse(test::slurp(fixture("heads_mlm/expected.json")));
+  auto e = SafeTensors::open(fixture("heads_mlm/expected.safetensors"));
+  const Tensor logits = e.get("logits"), ids = e.get("input_ids");
+  const int64_t L = logits.size(1), V = logits.size(2);
+  const int64_t mask_id = j["results"][0][0]["token"].get<int64_t>() == 4 ? 4 : -1;  // [MASK] (id 4) ranks first here
+  ASSERT_EQ(mask_id, 4);
+  for (size_t b = 0; b < j["texts"].size(); ++b) {
+    // PyTorch's distribution at this text's mask.
+    int64_t pos = -1;
+    for (int64_t l = 0; l < L; ++l)
+      if (ids.i64()[b * L + l] == mask_id) pos = l;
+    ASSERT_GE(pos, 0);
+    const float* lg = logits.f32() + (b * L + pos) * V;
+    std::vector<double> p(V);
+    const double mx = *std::max_element(lg, lg + V);
+    double sum = 0;
+    for (int64_t v = 0; v < V; ++v) sum += p[v] = std::exp((double)lg[v] - mx);
+    for (double& x : p) x /= sum;
+    std::vector<int64_t> order(V);
+    std::iota(order.begin(), order.end(), 0);
+    std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t c) { return p[a] > p[c]; });
+    for (int64_t k : {int64_t{1}, int64_t{3}, V + 20}) {
+      SCOPED_TRACE("text " + std::to_string(b) + " top-k " + std::to_string(k));
+      test::TfmRun r = test::run_tfm_in(t.path, {"fill-mask", "--model", fixture("heads_mlm"), "--top-k",
+                                                 std::to_string(k), j["texts"][b].get<std::string>()});
+      ASSERT_EQ(r.exit_code, 0) << r.describe();
+      const nlohmann::json cands = one_json_line(r);
+      ASSERT_EQ((int64_t)cands.size(), std::min(k, V)) << r.out;
+      std::vector<int64_t> tokens;
+      for (size_t q = 0; q < cands.size(); ++q) {
+        const int64_t id = cands[q]["token"].get<int64_t>();
+        ASSERT_GE(id, 0);
+        ASSERT_LT(id, V);
+        tokens.push_back(id);
+        // The token at rank q has the q-th largest PyTorch probability (equal to 1e-5: near ties may swap).
+        EXPECT_NEAR(p[id], p[order[q]], 1e-5) << "rank " << q << " token " << id << ", expected " << order[q];
+        EXPECT_NEAR(cands[q]["score"].get<double>(), p[id], 1e-5) << "rank " << q;
+      }
+      std::sort(tokens.begin(), tokens.end());
+      EXPECT_EQ(std::unique(tokens.begin(), tokens.end()), tokens.end()) << "a token listed twice";
+    }
+  }
+}
+
+// The fill-mask pipeline returns one list per [MASK]; with several masks it decodes `sequence` with
+// skip_special_tokens=False, so each sequence keeps the other masks (and [CLS] / [SEP]). tfm dropped them:
+// "edmonton is the of france."
+TEST(FillMask, SeveralMasksGiveOneListPerMaskKeepingTheOtherMasks) {
+  tfm::test::TempFolder t;
+  TfmRun r = run_tfm_in(t.path, {"fill-mask", "--model", fixture("heads_mlm"), "--top-k", "3",
+                                 "paris is the [MASK] of [MASK].", "the cat sat on the [MASK]."});
+  ASSERT_EQ(r.exit_code, 0) << r.describe();
+  std::vector<nlohmann::json> lines = json_lines(r.out);
+  ASSERT_EQ(lines.size(), 2u);
+  ASSERT_TRUE(lines[0].is_array() && lines[0].size() == 2) << lines[0].dump();
+  for (size_t m = 0; m < 2; ++m) {
+    ASSERT_EQ(lines[0][m].size(), 3u);
+    for (const auto& c : lines[0][m]) {
+      const std::string tok = c["token_str"].get<std::string>();
+      if (tok.find_first_of(".,?!'") != std::string::npos) continue;  // clean_up_tokenization would move it
+      // WordPiece decoding: a "##" piece joins the word before it.
+      const std::string word = tok.rfind("##", 0) == 0 ? tok.substr(2) : " " + tok;
+      const std::string want = m == 0 ? "[CLS] paris is the" + word + " of [MASK]. [SEP]"
+                                      : "[CLS] paris is the [MASK] of" + word + ". [SEP]";
+      EXPECT_EQ(c["sequence"].get<std::string>(), want);
+    }
+  }
+  // One mask: a flat list, special tokens skipped.
+  ASSERT_TRUE(lines[1].is_array() && lines[1].size() == 3 && lines[1][0].is_object()) << lines[1].dump();
+  for (const auto& c : lines[1]) {
+    const std::string tok = c["token_str"].get<std::string>();
+    if (tok != "[MASK]" && tok != "[UNK]" && tok != "[CLS]" && tok != "[SEP]" && tok != "[PAD]") {
+      EXPECT_EQ(c["sequence"].get<std::string>(), "the cat sat on the " + tok + ".");
+    }
+  }
+}
+
+// tfm::MaskFiller::fill answered an input without a mask token with no candidates (Python: [[]]) where the CLI
+// refuses it; it throws now, as the fill-mask pipeline raises, naming the input.
+TEST(FillMask, AnInputWithoutAMaskIsRefusedByTheLibrary) {
+  const tfm::MaskFiller m(fixture("heads_mlm"), tfm::ClassifierOptions{1, ""});
+  const tfm::TextEncoding with = m.tokenizer().encode("the cat sat on the [MASK]");
+  const tfm::TextEncoding without = m.tokenizer().encode("the cat");
+  EXPECT_EQ(m.fill({with}).size(), 1u);
+  try {
+    m.fill({with, without});
+    FAIL() << "no exception";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_STREQ(e.what(), "input 1 has no [MASK] token");
+  }
+}
+
+// The character offsets /tokenize returns (token_offsets) equal Hugging Face tokenizers' offset_mapping on texts
+// with accents, punctuation and extra spaces (tests/fixtures/tokenizer/bert_base_uncased_offsets.json, from the
+// npm tokenizers library: scripts/make_tokenizer_fixtures.js --offsets).
+TEST(HeadsTokenOffsets, MatchHuggingFaceOnAccentsAndPunctuation) {
+  const auto fx = nlohmann::json::parse(slurp(fixture("tokenizer/bert_base_uncased_offsets.json")));
+  BertTokenizer tok = BertTokenizer::from_dir(data_dir() + "/bert-base-uncased");
+  ASSERT_GE(fx["cases"].size(), 5u);
+  for (const auto& c : fx["cases"]) {
+    const std::string text = c["text"];
+    Encoding e = tok.encode(text, nullptr, true, 0);
+    ASSERT_EQ(e.input_ids, c["ids"].get<std::vector<int64_t>>()) << text;
+    auto got = token_offsets(tok, text, e);
+    ASSERT_EQ(got.size(), c["offsets"].size());
+    for (size_t i = 0; i < got.size(); ++i) {
+      EXPECT_EQ(got[i].first, c["offsets"][i][0].get<int64_t>()) << text << " token " << i;
+      EXPECT_EQ(got[i].second, c["offsets"][i][1].get<int64_t>()) << text << " token " << i;
+    }
+  }
 }

@@ -17,6 +17,7 @@
 #include "text/bert_tokenizer.h"
 #include "text/tokenizer/tokenizer.h"
 #include "text/tokenizer/unicode.h"
+#include "tokenizer_details.h"
 
 namespace {
 
@@ -232,6 +233,34 @@ const json& first_case(const std::string& name, const std::string& text, bool sp
       return c;
   throw std::runtime_error("no case");
 }
+// The Nmt normalizer (sentencepiece conversions): control characters removed, other whitespace-like code points
+// turned into spaces, offsets kept on the original text.
+TEST(EngineDetails, NmtNormalizerMatchesHuggingFace) {
+  EXPECT_EQ(tfm::test::check_detail_cases("nmt_normalizer"), 9);
+}
+
+// The Whitespace pre-tokenizer's \w: superscripts and fractions (category No: x², m³, ½, ¼) split from the word,
+// letter numbers (Ⅻ) and other scripts' decimal digits stay in it.
+TEST(EngineDetails, WhitespaceSplitsSuperscriptsAndFractionsFromWords) {
+  EXPECT_EQ(tfm::test::check_detail_cases("wordlevel_whitespace_numbers"), 10);
+  const tfm::HfTokenizer tok = tfm::test::detail_hf_tokenizer("wordlevel_whitespace_numbers");
+  EXPECT_EQ(tok.encode("x²").tokens, (std::vector<std::string>{"x", "²"}));
+}
+
+// decode skips the ids the vocabulary does not have, as tokenizers' decode does; no ids decode to "".
+TEST(EngineDetails, DecodeSkipsIdsWithoutAToken) {
+  const json& doc = tfm::test::detail_cases();
+  const tfm::HfTokenizer tok = tfm::test::detail_hf_tokenizer(doc.at("decode_tokenizer").get<std::string>());
+  int n = 0;
+  for (const json& c : doc.at("decodes")) {
+    const auto ids = c.at("ids").get<std::vector<int64_t>>();
+    EXPECT_EQ(tok.decode(ids, c.at("skip_special_tokens").get<bool>()), c.at("decoded").get<std::string>())
+        << c.dump();
+    ++n;
+  }
+  EXPECT_EQ(n, 10);
+}
+
 
 TEST(EngineCli, TokenizePrintsHuggingFaceEncodings) {
   tfm::test::TempFolder tmp;

@@ -181,6 +181,18 @@ struct FakeHub {
                                  return true;
                                });
     });
+    // A name the hub kept without an organisation: redirected to the repository it moved to (here org/st), as
+    // huggingface.co answers bert-base-uncased with google-bert/bert-base-uncased.
+    server.Get(R"(/api/models/([^/]+)/revision/([^/]+))", [](const httplib::Request& req, httplib::Response& res) {
+      if (req.matches[1] != "bert-base-uncased") return deny(res, 404, "RepoNotFound", "Repository not found");
+      res.status = 307;
+      res.set_header("Location", "/api/models/org/st/revision/" + std::string(req.matches[2]));
+    });
+    server.Get(R"(/([^/]+)/resolve/([^/]+)/(.+))", [](const httplib::Request& req, httplib::Response& res) {
+      if (req.matches[1] != "bert-base-uncased") return deny(res, 404, "RepoNotFound", "Repository not found");
+      res.status = 307;
+      res.set_header("Location", "/org/st/resolve/" + std::string(req.matches[2]) + "/" + std::string(req.matches[3]));
+    });
     port = server.bind_to_any_port("127.0.0.1");
     thread = std::thread([this] { server.listen_after_bind(); });
     while (!server.is_running()) ::usleep(1000);
@@ -242,7 +254,13 @@ TEST(Hub, ModelIdsAndFolderNames) {
   using tfm::hub::is_model_id;
   EXPECT_TRUE(is_model_id("sentence-transformers/all-MiniLM-L6-v2"));
   EXPECT_TRUE(is_model_id("BAAI/bge-small-en-v1.5"));
-  EXPECT_FALSE(is_model_id("bert-base-uncased"));  // a single name is a folder here
+  // The names the hub kept without an organisation are ids, as huggingface_hub takes them; another single name
+  // is a folder.
+  for (const char* legacy : {"bert-base-uncased", "gpt2", "roberta-base", "distilbert-base-uncased", "t5-small"})
+    EXPECT_TRUE(is_model_id(legacy)) << legacy;
+  EXPECT_FALSE(is_model_id("mymodel"));
+  EXPECT_FALSE(is_model_id("out"));
+  EXPECT_EQ(tfm::hub::repo_folder_name("gpt2"), "models--gpt2");
   EXPECT_FALSE(is_model_id("/abs/path"));
   EXPECT_FALSE(is_model_id("./org/name"));
   EXPECT_FALSE(is_model_id("a/b/c"));
@@ -366,6 +384,33 @@ TEST(Hub, DownloadsIntoTheSameLayout) {
   EXPECT_EQ(hub.resolve_gets, before);
   EnvVar c("HF_HUB_CACHE", cache), off("HF_HUB_OFFLINE", "1");
   expect_st_mean_embeddings("org/st");
+}
+
+// bert-base-uncased (a name without an organisation) downloads through the hub's redirect into
+// models--bert-base-uncased, as huggingface_hub stores it, and resolves from there; a single name that is neither
+// such a name nor in the cache stays a folder name and reaches no server.
+TEST(Hub, LegacyIdsWithoutAnOrganisation) {
+  TempFolder t;
+  FakeHub hub;
+  const std::string cache = t.path + "/hub";
+  tfm::hub::DownloadSummary s = tfm::hub::download_model("bert-base-uncased", options(hub, cache));
+  const fs::path repo = fs::path(cache) / "models--bert-base-uncased";
+  EXPECT_EQ(s.commit, kMain);
+  EXPECT_EQ(s.snapshot, (repo / "snapshots" / kMain).string());
+  EXPECT_EQ(s.downloaded, 8);
+  EXPECT_EQ(slurp((repo / "refs/main").string()), kMain);
+  EXPECT_EQ(tfm::hub::resolve_model("bert-base-uncased", options(hub, cache)), s.snapshot);
+  expect_st_mean_embeddings(s.snapshot);
+  const int before = hub.resolve_gets;
+  EXPECT_EQ(tfm::hub::resolve_model("mymodel", options(hub, cache)), "mymodel");
+  EXPECT_EQ(hub.resolve_gets, before);
+  // A single name the cache holds (huggingface_hub wrote models--mymodel) resolves offline.
+  fs::create_directories(fs::path(cache) / "models--mymodel");
+  fs::copy(repo, fs::path(cache) / "models--mymodel", fs::copy_options::recursive | fs::copy_options::copy_symlinks);
+  EnvVar off("HF_HUB_OFFLINE", "1");
+  tfm::hub::HubOptions o = options(hub, cache);
+  o.offline = true;
+  EXPECT_EQ(tfm::hub::resolve_model("mymodel", o), (fs::path(cache) / "models--mymodel/snapshots" / kMain).string());
 }
 
 TEST(Hub, RevisionIncludeAndBlobsShared) {

@@ -48,10 +48,12 @@ std::vector<float> tie_inputs(int64_t n) {
   return x;
 }
 
-// Why a test of the native kernels of ct skips on this CPU (PackedLinear runs the fp32 fallback there).
-std::string no_native(ComputeType ct) {
-  return std::string("no native ") + compute_type_name(ct) + " matmul on this CPU (" + cpu_isa_name() +
-         "): PackedLinear multiplies in fp32";
+// Whether a bf16 PackedLinear runs bf16 arithmetic here: the CPU's instructions, or their emulation
+// (TFM_EMULATE_BF16=1, which the test suite sets); and why not.
+bool bf16_linear() { return has_native_product(ComputeType::BF16) || bf16_gemm_emulated(); }
+std::string no_bf16() {
+  return std::string("no bf16 matmul on this CPU (") + cpu_isa_name() +
+         ") and TFM_EMULATE_BF16 unset: PackedLinear multiplies in fp32";
 }
 
 }  // namespace
@@ -82,7 +84,7 @@ TEST(Bf16Linear, RoundsActivationsToNearestEvenBitExact) {
   int64_t differ = 0;
   for (int64_t i = 0; i < N * O; ++i) differ += want[i] != trunc[i];
   ASSERT_GT(differ, N * O / 2) << "the inputs must tell rounding from truncation";
-  if (!has_native_product(ComputeType::BF16)) GTEST_SKIP() << no_native(ComputeType::BF16);
+  if (!bf16_linear()) GTEST_SKIP() << no_bf16();
   PackedLinear lin(w.data(), b.data(), I, O, ComputeType::BF16);
   std::vector<float> y(N * O);
   lin.forward(y.data(), x.data(), N);
@@ -115,14 +117,15 @@ TEST(Bf16Linear, TrainingProductRoundsToNearestEvenBitExact) {
 
 namespace {
 
-// Symmetric int8 quantisation as documented in ops/gemm.h, in fp32 as torch would compute it: scale = max|v| / 127
-// (1 for all zeros), q = round_half_even(v * (1 / scale)) clamped to [-127, 127].
-float quantise(std::vector<int>& q, const float* v, int64_t n) {
+// Symmetric int8 quantisation as documented in ops/gemm.h, in fp32 as torch would compute it: scale = max|v| / qmax
+// (1 for all zeros), q = round_half_even(v * (1 / scale)) clamped to [-qmax, qmax]. Activations have qmax 127,
+// weights int8_weight_max() (63 on a CPU without VNNI).
+float quantise(std::vector<int>& q, const float* v, int64_t n, int qmax = 127) {
   float mx = 0.0f;
   for (int64_t i = 0; i < n; ++i) mx = std::max(mx, std::fabs(v[i]));
-  const float scale = mx > 0.0f ? mx / 127.0f : 1.0f, inv = 1.0f / scale;
+  const float fq = (float)qmax, scale = mx > 0.0f ? mx / fq : 1.0f, inv = 1.0f / scale;
   q.resize(n);
-  for (int64_t i = 0; i < n; ++i) q[i] = (int)std::clamp(std::nearbyint(v[i] * inv), -127.0f, 127.0f);
+  for (int64_t i = 0; i < n; ++i) q[i] = (int)std::clamp(std::nearbyint(v[i] * inv), -fq, fq);
   return scale;
 }
 
@@ -153,12 +156,11 @@ struct Int8Scales {
 // Per-token int8 (the default) against the documented quantisation computed here: the int32 sums are exact, so
 // the only differences left are the fp32 rounding of the dequantisation (relative 1e-6).
 TEST(Int8Linear, PerTokenScalesMatchTheDocumentedQuantisation) {
-  if (!has_native_product(ComputeType::I8)) GTEST_SKIP() << no_native(ComputeType::I8);
   Int8Scales per_token(Int8ActivationScales::PerToken);
   Int8Case c;
   std::vector<std::vector<int>> qw(c.O);
   std::vector<float> sw(c.O);
-  for (int64_t o = 0; o < c.O; ++o) sw[o] = quantise(qw[o], c.w.data() + o * c.I, c.I);
+  for (int64_t o = 0; o < c.O; ++o) sw[o] = quantise(qw[o], c.w.data() + o * c.I, c.I, int8_weight_max());
   std::vector<float> want(c.N * c.O);
   for (int64_t n = 0; n < c.N; ++n) {
     std::vector<int> qx;
@@ -183,7 +185,6 @@ TEST(Int8Linear, PerTokenScalesMatchTheDocumentedQuantisation) {
 // With one scale per token a row's result does not depend on the other rows of the call: each row alone, bit for
 // bit the same as in the batch (what keeps a served request independent of its batch-mates).
 TEST(Int8Linear, PerTokenRowDoesNotDependOnItsBatchMates) {
-  if (!has_native_product(ComputeType::I8)) GTEST_SKIP() << no_native(ComputeType::I8);
   Int8Scales per_token(Int8ActivationScales::PerToken);
   Int8Case c;
   PackedLinear lin(c.w.data(), c.b.data(), c.I, c.O, ComputeType::I8);
@@ -200,7 +201,6 @@ TEST(Int8Linear, PerTokenRowDoesNotDependOnItsBatchMates) {
 // every compute type and epilogue; the other rows are unaffected (int8 per tensor falls back to per-row scales for
 // such a call). Before: int8 quantised NaN to -127 and returned finite numbers.
 TEST(Int8Linear, NonFiniteActivationGivesNaNRowsNotFiniteAnswers) {
-  if (!has_native_product(ComputeType::I8)) GTEST_SKIP() << no_native(ComputeType::I8);
   Int8Case c;
   std::vector<float> bad = c.x;
   bad[2 * c.I + 17] = NAN;
@@ -269,8 +269,7 @@ struct FusedQuantScope {
 // bit from an int8 product, whose epilogue and prepare_input share one row kernel; within one bf16 ulp from a bf16
 // product, whose bf16 output oneDNN rounds itself), for every pairing of bf16 and int8 products.
 TEST(Int8Linear, PreparedInputAndForwardToMatchTheFp32PathOnBothIsas) {
-  for (ComputeType ct : {ComputeType::BF16, ComputeType::I8})
-    if (!has_native_product(ct)) GTEST_SKIP() << no_native(ct);
+  if (!bf16_linear()) GTEST_SKIP() << no_bf16();
   using tfm::test::prepared_close;
   Int8Scales per_token(Int8ActivationScales::PerToken);
   FusedQuantScope fused(true);
@@ -308,14 +307,13 @@ TEST(Int8Linear, PreparedInputAndForwardToMatchTheFp32PathOnBothIsas) {
 // activation_forward_ref, then prepare_input_ref. Within one s8 step (the activations' fast erf / tanh and fp32
 // rounding can move a value across a half), scales within 1e-5, on both ISA copies.
 TEST(Int8Linear, FusedEpilogueToNextInputMatchesThePlainReference) {
-  if (!has_native_product(ComputeType::I8)) GTEST_SKIP() << no_native(ComputeType::I8);
   using tfm::test::prepared_close;
   Int8Scales per_token(Int8ActivationScales::PerToken);
   FusedQuantScope fused(true);
   Int8Case c;
   std::vector<std::vector<int>> qw(c.O);
   std::vector<float> sw(c.O), acc_scaled(c.N * c.O);
-  for (int64_t o = 0; o < c.O; ++o) sw[o] = quantise(qw[o], c.w.data() + o * c.I, c.I);
+  for (int64_t o = 0; o < c.O; ++o) sw[o] = quantise(qw[o], c.w.data() + o * c.I, c.I, int8_weight_max());
   for (int64_t n = 0; n < c.N; ++n) {
     std::vector<int> qx;
     const float sx = quantise(qx, c.x.data() + n * c.I, c.I);
@@ -343,7 +341,6 @@ TEST(Int8Linear, FusedEpilogueToNextInputMatchesThePlainReference) {
 // What a product takes prepared: its own type per token; fp32 (nothing) for fp32, per-tensor int8 and with the
 // fusion off; a mismatched prepared input is refused with std::invalid_argument, as is forward_to an fp32 input.
 TEST(Int8Linear, PreparedInputTypeFollowsTheScalesAndTheSwitch) {
-  if (!has_native_product(ComputeType::I8)) GTEST_SKIP() << no_native(ComputeType::I8);
   Int8Case c;
   PackedLinear i8(c.w.data(), c.b.data(), c.I, c.O, ComputeType::I8);
   PackedLinear f32(c.w.data(), c.b.data(), c.I, c.O, ComputeType::F32);

@@ -23,6 +23,8 @@ namespace tfm {
 namespace {
 
 using test::all_close;
+using test::expect_gradient;
+using test::GradCheck;
 using test::random_vec;
 
 constexpr int64_t H = 16, kHeads = 2, F = 24;
@@ -96,25 +98,9 @@ double dot(const float* y, const std::vector<float>& R) {
   return s;
 }
 
-// Central differences of f with respect to every element of x, against the analytic gradient g.
-void expect_grad(const std::function<double()>& f, float* x, const float* g, size_t n, const std::string& what) {
-  const float h = 2e-3f;
-  int bad = 0;
-  for (size_t i = 0; i < n && bad < 5; ++i) {
-    const float keep = x[i];
-    x[i] = keep + h;
-    const double up = f();
-    x[i] = keep - h;
-    const double dn = f();
-    x[i] = keep;
-    const double num = (up - dn) / (2 * h);
-    const double tol = 5e-3 + 3e-2 * std::fabs(num);
-    if (!(std::fabs(g[i] - num) <= tol)) {
-      ++bad;
-      ADD_FAILURE() << what << "[" << i << "]: analytic " << g[i] << ", numeric " << num;
-    }
-  }
-}
+// Central differences of f with respect to every element, against the analytic gradient (the first 5 misses
+// reported).
+const GradCheck kGrad{2e-3, 5e-3, 3e-2, false, 1, 5};
 
 // An encoder block's backward from R (after f's forward) against central differences of f = <out, R>: the input
 // gradient and every parameter's.
@@ -124,9 +110,9 @@ void expect_encoder_block_grads(nn::ParamStore& store, nn::EncoderBlock& blk, co
   std::vector<float> dx(x.size(), 0.0f);
   blk.backward(R.data(), dx.data());
   const std::vector<float> g = store.all_grad();
-  expect_grad(f, x.data(), dx.data(), x.size(), "dx");
+  expect_gradient(x.data(), dx.data(), x.size(), f, "dx", kGrad);
   for (const auto& e : store.entries())
-    expect_grad(f, store.all_data().data() + e.offset, g.data() + e.offset, e.numel, e.name);
+    expect_gradient(store.all_data().data() + e.offset, g.data() + e.offset, e.numel, f, e.name, kGrad);
 }
 
 struct BlockCase {
@@ -177,10 +163,10 @@ TEST_P(NnBlockGrad, DecoderBlockMatchesFiniteDifferences) {
   std::vector<float> dx(x.size(), 0.0f), denc(enc.size(), 0.0f);
   blk.backward(R.data(), dx.data(), denc.data());
   const std::vector<float> g = store.all_grad();
-  expect_grad(f, x.data(), dx.data(), x.size(), "dx");
-  expect_grad(f, enc.data(), denc.data(), enc.size(), "denc");
+  expect_gradient(x.data(), dx.data(), x.size(), f, "dx", kGrad);
+  expect_gradient(enc.data(), denc.data(), enc.size(), f, "denc", kGrad);
   for (const auto& e : store.entries())
-    expect_grad(f, store.all_data().data() + e.offset, g.data() + e.offset, e.numel, e.name);
+    expect_gradient(store.all_data().data() + e.offset, g.data() + e.offset, e.numel, f, e.name, kGrad);
 }
 
 INSTANTIATE_TEST_SUITE_P(PostAndPreLN, NnBlockGrad,
@@ -402,7 +388,7 @@ TEST(NnBlock, FusedQuantisationLeavesTheStackOutputUnchanged) {
     test::IsaScope scope(isa);
     for (bool norm_first : {false, true})
       for (ops::ComputeType ct : {ops::ComputeType::BF16, ops::ComputeType::I8}) {
-        if (ct == ops::ComputeType::BF16 && !ops::has_bf16_gemm()) continue;
+        if (ct == ops::ComputeType::BF16 && !ops::has_native_product(ct) && !ops::bf16_gemm_emulated()) continue;
         nn::ParamStore stores[3];
         std::vector<nn::EncoderBlock> layers;
         for (int l = 0; l < 3; ++l) {
@@ -567,9 +553,9 @@ TEST(NnLayers, LinearAndLayerNormMatchFiniteDifferences) {
   ln.backward(dy.data(), R.data());
   lin.backward(dx.data(), dy.data(), x.data(), N, /*accumulate=*/false);
   const std::vector<float> g = store.all_grad();
-  expect_grad(f, x.data(), dx.data(), x.size(), "dx");
+  expect_gradient(x.data(), dx.data(), x.size(), f, "dx", kGrad);
   for (const auto& e : store.entries())
-    expect_grad(f, store.all_data().data() + e.offset, g.data() + e.offset, e.numel, e.name);
+    expect_gradient(store.all_data().data() + e.offset, g.data() + e.offset, e.numel, f, e.name, kGrad);
 }
 
 TEST(NnLayers, EmbeddingScalesAddsPositionsAndScattersGradients) {

@@ -17,41 +17,14 @@
 
 using namespace tfm;
 using tfm::test::fixture;
+using tfm::test::max_abs_diff;
+using tfm::test::min_row_cosine;
 using tfm::test::run_tfm_in;
 using tfm::test::spit;
 using tfm::test::TempFolder;
 using tfm::test::TfmRun;
 
 namespace {
-// Max |a - b| over every element (pad rows included: both sides compute them with position pad_token_id).
-double max_abs_diff(const Tensor& got, const Tensor& want) {
-  EXPECT_EQ(got.shape(), want.shape());
-  if (got.numel() != want.numel()) return INFINITY;
-  double worst = 0;
-  for (int64_t i = 0; i < got.numel(); ++i) {
-    double e = std::fabs((double)got.f32()[i] - want.f32()[i]);
-    if (!(e <= worst)) worst = std::isnan(e) ? INFINITY : e;
-  }
-  return worst;
-}
-
-// Smallest per-token cosine between a and b ([B, L, H]) over positions with attention_mask 1.
-double min_token_cosine(const Tensor& a, const Tensor& b, const Tensor& attention_mask) {
-  const int64_t H = a.size(-1), N = a.numel() / H;
-  double worst = 1.0;
-  for (int64_t n = 0; n < N; ++n) {
-    if (attention_mask.defined() && attention_mask.i64()[n] == 0) continue;
-    double ab = 0, aa = 0, bb = 0;
-    for (int64_t h = 0; h < H; ++h) {
-      double x = a.f32()[n * H + h], y = b.f32()[n * H + h];
-      ab += x * y, aa += x * x, bb += y * y;
-    }
-    double cs = ab / std::sqrt(aa * bb);
-    if (!(cs >= worst)) worst = std::isnan(cs) ? -2.0 : cs;
-  }
-  return worst;
-}
-
 constexpr double kTol = 2e-5;
 }  // namespace
 
@@ -117,7 +90,7 @@ TEST(RobertaDtypes, Bf16AndInt8TokenCosineToFp32Reference) {
     SafeTensorsWeights w(fixture("roberta/model.safetensors"));
     auto model = make_encoder(c, w, ct);
     EncoderOutput out = model->forward(io.get("input_ids"), Tensor(), mask);
-    const double cs = min_token_cosine(out.last_hidden_state, io.get("last_hidden_state"), mask);
+    const double cs = min_row_cosine(out.last_hidden_state, io.get("last_hidden_state"), mask);
     EXPECT_GE(cs, ct == ops::ComputeType::BF16 ? 0.9999 : 0.999) << ops::compute_type_name(ct);
   }
 }

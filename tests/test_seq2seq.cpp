@@ -199,14 +199,8 @@ TEST_P(Seq2SeqOptionsGrad, GradientsMatchFiniteDifferences) {
   int checked = 0;
   for (int trial = 0; trial < 120; ++trial) {
     int64_t i = (int64_t)pick.below((uint64_t)w.size());
-    float keep = w[i];
-    const float h = 2e-3f;
-    w[i] = keep + h;
-    double up = m.forward_backward(b, nullptr, 0.1f, true).loss_sum;
-    w[i] = keep - h;
-    double dn = m.forward_backward(b, nullptr, 0.1f, true).loss_sum;
-    w[i] = keep;
-    double num = (up - dn) / (2 * h);
+    const double num = test::central_difference(w.data(), (size_t)i, 2e-3f,
+                                                [&] { return (double)m.forward_backward(b, nullptr, 0.1f, true).loss_sum; });
     EXPECT_NEAR(grad[i], num, 2e-3 + 3e-2 * std::fabs(num)) << "param element " << i;
     ++checked;
   }

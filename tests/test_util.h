@@ -1,14 +1,18 @@
-// Shared helpers for the test suite.
+// Shared helpers for the test suite: ISA scopes, fixture paths, random inputs, and the numeric comparisons every
+// test uses (tolerances, max_abs_diff, cosines, central finite differences of a backward pass).
 #pragma once
 #include "test_paths.h"
 #include <gtest/gtest.h>
 
+#include <climits>
 #include <cmath>
+#include <cstdint>
 #include <cstdlib>
 #include <string>
 #include <vector>
 
 #include "core/rng.h"
+#include "core/tensor.h"
 #include "ops/gemm.h"
 #include "ops/attention.h"
 #include "ops/isa.h"
@@ -116,6 +120,94 @@ inline ::testing::AssertionResult prepared_close(const ops::PreparedInput& a, co
                                              << " vs " << (int)b.s8[i];
   }
   return ::testing::AssertionSuccess();
+}
+
+// Largest |a - b| over the elements (a NaN difference counts as infinity); a size mismatch fails the test and
+// returns infinity.
+template <class A, class B>
+double max_abs_diff(const A* a, const B* b, size_t n) {
+  double worst = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const double e = std::fabs((double)a[i] - (double)b[i]);
+    if (!(e <= worst)) worst = std::isnan(e) ? INFINITY : e;
+  }
+  return worst;
+}
+template <class A, class B>
+double max_abs_diff(const std::vector<A>& a, const std::vector<B>& b) {
+  EXPECT_EQ(a.size(), b.size());
+  if (a.size() != b.size()) return INFINITY;
+  return max_abs_diff(a.data(), b.data(), a.size());
+}
+// fp32 tensors of the same shape.
+inline double max_abs_diff(const Tensor& got, const Tensor& want) {
+  EXPECT_EQ(got.shape(), want.shape());
+  if (got.shape() != want.shape()) return INFINITY;
+  return max_abs_diff(got.f32(), want.f32(), (size_t)got.numel());
+}
+
+// Cosine of two vectors of n floats, in double.
+inline double cosine(const float* a, const float* b, int64_t n) {
+  double ab = 0, aa = 0, bb = 0;
+  for (int64_t i = 0; i < n; ++i) ab += (double)a[i] * b[i], aa += (double)a[i] * a[i], bb += (double)b[i] * b[i];
+  return ab / std::sqrt(aa * bb);
+}
+
+// Smallest cosine over the rows of [N, C] tensors (rows with attention_mask 0 skipped when a mask is given); a NaN
+// row counts as -2.
+inline double min_row_cosine(const Tensor& a, const Tensor& b, const Tensor& mask = Tensor()) {
+  EXPECT_EQ(a.shape(), b.shape());
+  const int64_t C = a.size(-1), N = a.numel() / C;
+  double worst = 1.0;
+  for (int64_t n = 0; n < N; ++n) {
+    if (mask.defined() && mask.i64()[n] == 0) continue;
+    const double c = cosine(a.f32() + n * C, b.f32() + n * C, C);
+    if (!(c >= worst)) worst = std::isnan(c) ? -2.0 : c;
+  }
+  return worst;
+}
+
+// The central difference (loss(x + h e_i) - loss(x - h e_i)) / 2h of a scalar loss() that reads x; x[i] is restored.
+template <class T, class Loss>
+double central_difference(T* x, size_t i, T h, Loss&& loss) {
+  const T keep = x[i];
+  x[i] = keep + h;
+  const double up = loss();
+  x[i] = keep - h;
+  const double down = loss();
+  x[i] = keep;
+  return (up - down) / (2 * h);
+}
+
+// A gradient check: step h, |analytic - numeric| <= atol + rtol * |numeric| (or * |analytic| with
+// rtol_of_analytic), every `stride`-th coordinate, reporting at most max_failures coordinates.
+struct GradCheck {
+  double h = 1e-2;
+  double atol = 2e-3, rtol = 2e-2;
+  bool rtol_of_analytic = false;
+  size_t stride = 1;
+  int max_failures = INT_MAX;
+};
+
+// The analytic gradient g of loss() (a scalar function of the n values at x) against central differences.
+template <class T, class Loss>
+void expect_gradient(T* x, const float* g, size_t n, Loss&& loss, const std::string& what, const GradCheck& c = {}) {
+  int bad = 0;
+  for (size_t i = 0; i < n && bad < c.max_failures; i += c.stride) {
+    const double num = central_difference(x, i, (T)c.h, loss);
+    const double tol = c.atol + c.rtol * std::fabs(c.rtol_of_analytic ? (double)g[i] : num);
+    if (!(std::fabs((double)g[i] - num) <= tol)) {
+      ++bad;
+      ADD_FAILURE() << what << "[" << i << "]: analytic " << g[i] << ", numeric " << num << " (tolerance " << tol
+                    << ")";
+    }
+  }
+}
+template <class T, class Loss>
+void expect_gradient(std::vector<T>& x, const std::vector<float>& g, Loss&& loss, const std::string& what,
+                     const GradCheck& c = {}) {
+  ASSERT_EQ(x.size(), g.size()) << what;
+  expect_gradient(x.data(), g.data(), x.size(), loss, what, c);
 }
 
 }  // namespace tfm::test

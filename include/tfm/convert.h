@@ -17,6 +17,7 @@ struct ConvertOptions {
 
 struct ConvertSummary {
   int64_t converted = 0;      ///< Linear weights rewritten
+  int64_t unchanged = 0;      ///< Linear weights already stored in the target dtype (int8 -> int8), copied as stored
   std::string weights_path;   ///< out_dir/model.safetensors
   uint64_t bytes = 0;         ///< its size in bytes
   uint64_t source_bytes = 0;  ///< size of model_dir/model.safetensors in bytes
@@ -25,7 +26,8 @@ struct ConvertSummary {
 /// Writes a copy of `model_dir` (config.json, model.safetensors; any encoder family: BERT, RoBERTa, XLM-RoBERTa,
 /// CamemBERT, DistilBERT, ..., transformer_encoder; or a Hugging Face Marian / M2M100 / NLLB translation folder, whose
 /// encoder and decoder layers' Linear weights are converted and whose shared embedding / tied output projection
-/// stays F32) into `out_dir`
+/// stays F32; or a folder this function wrote: int8 weights are dequantised, w = q * scale, then converted, and
+/// copied as stored when the target is int8 too) into `out_dir`
 /// (created; must not exist or be empty) with the encoder's Linear weights (rank 2 "*.weight" of the layers, not
 /// embeddings, pooler or heads) in options.dtype; embeddings, LayerNorm and biases stay F32; the metadata gets
 /// "tfm_dtype". Every other file and subfolder is copied byte for byte (a sentence-transformers folder keeps its

@@ -50,8 +50,10 @@ struct EncoderOptions {
   std::string pipeline = "auto";
   /// config.json to read instead of model_dir/config.json ("" = the folder's).
   std::string config_path;
-  /// true: random weights instead of model_dir/model.safetensors (PyTorch's default initialisation, seeded by
-  /// `seed`), for demos and tests without a checkpoint.
+  /// true: random weights instead of model_dir/model.safetensors, seeded by `seed`, for demos and tests without a
+  /// checkpoint: a Hugging Face family as its model class initialises itself (BertModel(config): matrices
+  /// N(0, initializer_range), the pad token's embedding row 0, biases 0, LayerNorm 1 / 0); transformer_encoder
+  /// with PyTorch's default initialisation.
   bool random_weights = false;
   uint64_t seed = 0;
   /// false: the folder's tokenizer is not loaded (a caller that tokenizes with its own tfm::Tokenizer saves the
@@ -141,7 +143,8 @@ class Encoder {
   Encoder& operator=(Encoder&&) noexcept;
 
   /// Writes the folder of an Encoder built with EncoderOptions::random_weights, so that Encoder(dir) computes the
-  /// same outputs: config.json (the one it was built from), model.safetensors (every parameter, under the names
+  /// same outputs: config.json (the one it was built from, its architectures naming the base model class:
+  /// BertForMaskedLM -> BertModel), model.safetensors (every parameter, under the names
   /// the loader reads) and the tokenizer files of its folder. Atomic: written to DIR.tmp-<pid> next to it and
   /// renamed onto `dir`, which must be absent or an empty folder. Throws std::logic_error for an Encoder loaded
   /// from a checkpoint, std::runtime_error when `dir` is not empty or cannot be written.

@@ -130,6 +130,10 @@ struct FinetuneSummary {
   /// under mpirun and the update (not evaluation or saving). The first includes the one-time work of a new run
   /// (buffers growing, weights packed).
   std::vector<double> step_seconds;
+  /// The signal number given to request_finetune_stop when it ended the run before its last step, else 0. The
+  /// training state of that step is saved in out_dir (resume with the same options and resume = true); the model
+  /// folder holds the best epoch so far when eval_file is given, else nothing yet.
+  int stopped_by_signal = 0;
 };
 
 /// Fine-tunes the model folder `model_dir` (model_type bert, roberta, xlm-roberta, camembert, distilbert, mpnet or
@@ -169,5 +173,11 @@ struct FinetuneSummary {
 /// default under DDP gives each device's batch its own negatives). An exception on any rank ends every rank with
 /// its message (exit code 1); a rank that dies ends the job (mpirun).
 FinetuneSummary finetune(const std::string& model_dir, const FinetuneOptions& options);
+
+/// Asks a running finetune() to stop after the optimizer step in progress: it saves the training state and returns
+/// with stopped_by_signal = signo (a request during the last step lets the run finish). Async-signal-safe (one
+/// atomic store), so a SIGINT / SIGTERM handler may call it; under mpirun rank 0's request stops every rank at the
+/// same step. The request stays set: a later finetune() in the process stops after its first step.
+void request_finetune_stop(int signo);
 
 }  // namespace tfm

@@ -11,6 +11,8 @@
 #include "tfm/encoder.h"
 #include "tfm/error.h"
 #include "tfm/hub.h"
+#include "tfm/language_id.h"
+#include "tfm/model_info.h"
 #include "tfm/process_group.h"
 #include "tfm/finetune.h"
 #include "tfm/pipeline.h"

@@ -89,6 +89,10 @@ struct D2lTrainOptions {
   float label_smoothing = 0.0f;  ///< of the cross-entropy (0 = d2l)
   bool progress = true;          ///< progress bar on stderr
   bool overwrite = false;        ///< train into an `out` folder that already holds files (its model files are replaced)
+  /// The direction trained, written to config.json as source_lang / target_lang (the languages `tfm serve` offers).
+  /// Both empty: read from a Tatoeba file name as manythings.org names them (English, TAB, the language of the
+  /// name: fra.txt -> en, fr; deu.txt -> en, de), else none is written. Give both or neither.
+  std::string source_lang, target_lang;
   int threads = 0;               ///< OpenMP threads (0 = OMP_NUM_THREADS, else all cores); bit-exact for equal threads
 };
 
@@ -98,6 +102,7 @@ struct D2lTrainSummary {
   double tokens_per_sec = 0;  ///< valid target tokens per second over the whole run
   double seconds = 0;
   int64_t epochs_run = 0;
+  std::string source_lang, target_lang;  ///< the direction written to config.json ("": none was known)
 };
 
 /// Trains from scratch and writes out/{config.json, model.safetensors, src_vocab.txt, tgt_vocab.txt, train_log.csv,

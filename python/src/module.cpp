@@ -73,7 +73,12 @@ py::dict encoding_to_dict(const tfm::TextEncoding& e) {
   d["token_type_ids"] = e.token_type_ids;
   d["tokens"] = e.tokens;
   d["special_tokens_mask"] = std::vector<int>(e.special.begin(), e.special.end());
-  if (!e.offsets.empty()) d["offsets"] = e.offsets;
+  if (!e.offsets.empty()) {  // Hugging Face's offset_mapping: (0, 0) for special tokens (the C++ API's (-1, -1))
+    std::vector<std::pair<int64_t, int64_t>> off;
+    off.reserve(e.offsets.size());
+    for (const auto& [a, b] : e.offsets) off.emplace_back(a < 0 ? 0 : a, a < 0 ? 0 : b);
+    d["offsets"] = off;
+  }
   return d;
 }
 
@@ -184,7 +189,8 @@ PYBIND11_MODULE(_tfm, m) {
           py::arg("max_length") = 0,
           "One text (or pair), unpadded: {input_ids, token_type_ids, tokens, special_tokens_mask, offsets}; offsets "
           "are character [start, end) pairs in each token's own text (a pair's second text counts from its own "
-          "start), (-1, -1) for special tokens")
+          "start), (0, 0) for special tokens as Hugging Face's offset_mapping gives them (special_tokens_mask tells "
+          "them from an empty token at the text's start)")
       .def(py::init([](const py::object& path) {
              const std::string dir = path_arg(path);
              py::gil_scoped_release nogil;
@@ -671,13 +677,25 @@ PYBIND11_MODULE(_tfm, m) {
       .def("__repr__", [](const tfm::bleu::CorpusScore& s) { return "<CorpusScore " + s.format() + ">"; });
   bleu.def(
       "corpus",
-      [](const py::object& refs, const py::object& hyps) {
-        auto r = string_list(refs, "refs"), h = string_list(hyps, "hyps");
+      [](const py::object& hypotheses, const py::object& references) {
+        // sacrebleu.corpus_bleu(hypotheses, [references]): one reference stream, given as it is or wrapped in a list.
+        py::object refs = references;
+        if (py::isinstance<py::list>(references) || py::isinstance<py::tuple>(references)) {
+          const py::sequence seq = py::reinterpret_borrow<py::sequence>(references);
+          if (seq.size() > 0 && !py::isinstance<py::str>(seq[0]) && py::isinstance<py::sequence>(seq[0])) {
+            if (seq.size() != 1)
+              throw py::value_error("references: " + std::to_string(seq.size()) +
+                                    " reference streams; tfm.bleu.corpus takes one (a list of str, or [list of str])");
+            refs = seq[0];
+          }
+        }
+        auto h = string_list(hypotheses, "hypotheses"), r = string_list(refs, "references");
         py::gil_scoped_release nogil;
         return tfm::bleu::corpus(r, h);
       },
-      py::arg("refs"), py::arg("hyps"),
-      "sacrebleu.corpus_bleu(hyps, [refs]) with its defaults (13a, cased, 4-grams, exp smoothing)");
+      py::arg("hypotheses"), py::arg("references"),
+      "sacrebleu.corpus_bleu(hypotheses, [references]) with its defaults (13a, cased, 4-grams, exp smoothing), in "
+      "its argument order: hypotheses first; references a list of str, or sacreBLEU's one-stream [list of str]");
   bleu.def("sentence", &tfm::bleu::sentence, py::arg("hypothesis"), py::arg("reference"), py::arg("k") = 2,
            "d2l.ai's sentence BLEU (space-separated tokens, n-grams up to k)");
 
@@ -693,7 +711,17 @@ PYBIND11_MODULE(_tfm, m) {
       .def_readonly("lr", &tfm::TrainProgress::lr)
       .def_readonly("tokens_per_sec", &tfm::TrainProgress::tokens_per_sec)
       .def_readonly("valid_loss", &tfm::TrainProgress::valid_loss)
-      .def_readonly("valid_bleu", &tfm::TrainProgress::valid_bleu);
+      .def_readonly("valid_bleu", &tfm::TrainProgress::valid_bleu)
+      .def("__repr__", [](const tfm::TrainProgress& p) {
+        char buf[320];
+        std::snprintf(buf, sizeof buf,
+                      "TrainProgress(epoch=%lld/%lld, batch=%lld/%lld, step=%lld, train_loss=%.4f, lr=%.3g, "
+                      "tokens_per_sec=%.0f, epoch_end=%s, valid_loss=%.4f, valid_bleu=%.2f)",
+                      (long long)p.epoch, (long long)p.epochs, (long long)p.batch, (long long)p.num_batches,
+                      (long long)p.step, p.train_loss, p.lr, p.tokens_per_sec, p.epoch_end ? "True" : "False",
+                      p.valid_loss, p.valid_bleu);
+        return std::string(buf);
+      });
   py::class_<tfm::TrainSummary>(m, "TrainSummary")
       .def_readonly("best_valid_bleu", &tfm::TrainSummary::best_valid_bleu)
       .def_readonly("best_epoch", &tfm::TrainSummary::best_epoch)
@@ -765,7 +793,21 @@ PYBIND11_MODULE(_tfm, m) {
         return d;
       })
       .def_readonly("eval_mrr", &tfm::FinetuneProgress::eval_mrr)
-      .def_readonly("eval_spearman", &tfm::FinetuneProgress::eval_spearman);
+      .def_readonly("eval_spearman", &tfm::FinetuneProgress::eval_spearman)
+      .def("__repr__", [](const tfm::FinetuneProgress& p) {
+        char buf[256];
+        std::snprintf(buf, sizeof buf,
+                      "FinetuneProgress(epoch=%lld/%lld, step=%lld/%lld, train_loss=%.4f, lr=%.3g, "
+                      "examples_per_sec=%.1f, epoch_end=%s",
+                      (long long)p.epoch, (long long)p.epochs, (long long)p.step, (long long)p.total_steps,
+                      p.train_loss, p.lr, p.examples_per_sec, p.epoch_end ? "True" : "False");
+        std::string r = buf;
+        for (const auto& [k, v] : p.eval_metrics) {
+          std::snprintf(buf, sizeof buf, ", %s=%.4f", k.c_str(), v);
+          r += buf;
+        }
+        return r + ")";
+      });
   py::class_<tfm::FinetuneSummary>(m, "FinetuneSummary")
       .def_readonly("out_dir", &tfm::FinetuneSummary::out_dir)
       .def_readonly("labels", &tfm::FinetuneSummary::labels)
@@ -788,6 +830,7 @@ PYBIND11_MODULE(_tfm, m) {
       .def_readonly("loss", &tfm::FinetuneSummary::loss)
       .def_readonly("seconds", &tfm::FinetuneSummary::seconds)
       .def_readonly("step_seconds", &tfm::FinetuneSummary::step_seconds)
+      .def_readonly("stopped_by_signal", &tfm::FinetuneSummary::stopped_by_signal)
       .def("__repr__", [](const tfm::FinetuneSummary& s) {
         char buf[320];
         std::snprintf(buf, sizeof buf,
@@ -988,7 +1031,13 @@ PYBIND11_MODULE(_tfm, m) {
       .def_readonly("converted", &tfm::ConvertSummary::converted)
       .def_readonly("weights_path", &tfm::ConvertSummary::weights_path)
       .def_readonly("bytes", &tfm::ConvertSummary::bytes)
-      .def_readonly("source_bytes", &tfm::ConvertSummary::source_bytes);
+      .def_readonly("source_bytes", &tfm::ConvertSummary::source_bytes)
+      .def_readonly("unchanged", &tfm::ConvertSummary::unchanged)
+      .def("__repr__", [](const tfm::ConvertSummary& s) {
+        return "ConvertSummary(converted=" + std::to_string(s.converted) + ", unchanged=" + std::to_string(s.unchanged) +
+               ", weights_path=" + py::repr(py::str(s.weights_path)).cast<std::string>() +
+               ", bytes=" + std::to_string(s.bytes) + ", source_bytes=" + std::to_string(s.source_bytes) + ")";
+      });
   m.def(
       "convert",
       [](const py::object& model_dir, const py::object& out_dir, const std::string& dtype) {
@@ -1000,12 +1049,34 @@ PYBIND11_MODULE(_tfm, m) {
       },
       py::arg("model_dir"), py::arg("out_dir"), py::arg("dtype"),
       "Copy an encoder folder with its Linear weights in 'bf16' or 'int8' (tfm convert); returns a ConvertSummary");
+  py::class_<tfm::ModelInfo>(m, "ModelInfo")
+      .def_readonly("dir", &tfm::ModelInfo::dir)
+      .def_readonly("model_type", &tfm::ModelInfo::model_type)
+      .def_readonly("family", &tfm::ModelInfo::family)
+      .def_readonly("architectures", &tfm::ModelInfo::architectures)
+      .def_readonly("translation", &tfm::ModelInfo::translation)
+      .def_readonly("task", &tfm::ModelInfo::task)
+      .def_readonly("source_lang", &tfm::ModelInfo::source_lang)
+      .def_readonly("target_lang", &tfm::ModelInfo::target_lang);
+  m.def(
+      "inspect_model", [](const py::object& model_dir) { return tfm::inspect_model(path_arg(model_dir)); },
+      py::arg("model_dir"),
+      "What a model folder holds (its config.json through the family registry): family, model_type, "
+      "architectures, translation, task, source_lang / target_lang; RuntimeError for a folder of an unsupported "
+      "kind");
   py::class_<tfm::D2lTrainSummary>(m, "D2lTrainSummary")
       .def_readonly("loss", &tfm::D2lTrainSummary::loss)
       .def_readonly("token_loss", &tfm::D2lTrainSummary::token_loss)
       .def_readonly("tokens_per_sec", &tfm::D2lTrainSummary::tokens_per_sec)
       .def_readonly("seconds", &tfm::D2lTrainSummary::seconds)
-      .def_readonly("epochs_run", &tfm::D2lTrainSummary::epochs_run);
+      .def_readonly("epochs_run", &tfm::D2lTrainSummary::epochs_run)
+      .def("__repr__", [](const tfm::D2lTrainSummary& s) {
+        char buf[200];
+        std::snprintf(buf, sizeof buf,
+                      "D2lTrainSummary(loss=%.4f, token_loss=%.4f, epochs_run=%lld, seconds=%.1f, tokens_per_sec=%.0f)",
+                      s.loss, s.token_loss, (long long)s.epochs_run, s.seconds, s.tokens_per_sec);
+        return std::string(buf);
+      });
   m.def(
       "train_d2l",
       [](const py::object& data, const py::object& out_dir, int64_t num_examples, int64_t epochs, uint64_t seed,

@@ -25,8 +25,8 @@ def test_encode_offsets_match_hugging_face():
         assert e["tokens"] == case["tokens"]
         assert e["input_ids"] == case["ids"]
         assert e["special_tokens_mask"] == case["special"]
-        # HF gives (0, 0) to special tokens; the API gives (-1, -1) (no place in the text).
-        want = [tuple(o) if not s else (-1, -1) for o, s in zip(case["offsets"], case["special"])]
+        # Hugging Face's offset_mapping, (0, 0) for special tokens included.
+        want = [tuple(o) for o in case["offsets"]]
         assert [tuple(o) for o in e["offsets"]] == want, case["text"]
 
 
@@ -37,7 +37,7 @@ def test_encode_pair_and_errors():
     assert e["token_type_ids"][-1] == 1 and e["token_type_ids"][0] == 0
     # Pairs have offsets too (HF offset_mapping), the second text counting from its own start: by hand, "a b" has
     # a [0, 1) and b [2, 3), "c" has c [0, 1).
-    assert [tuple(o) for o in e["offsets"]] == [(-1, -1), (0, 1), (2, 3), (-1, -1), (0, 1), (-1, -1)]
+    assert [tuple(o) for o in e["offsets"]] == [(0, 0), (0, 1), (2, 3), (0, 0), (0, 1), (0, 0)]
     with pytest.raises(ValueError, match="max_length"):
         tok.encode("a b", max_length=1)
 

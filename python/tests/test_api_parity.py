@@ -1,4 +1,4 @@
-"""Python parity with the CLI and the server (issue 22): Encoder.embed(prompt_name=, normalize=, dimensions=),
+"""Python parity with the CLI and the server: Encoder.embed(prompt_name=, normalize=, dimensions=),
 Encoder.forward(output_hidden_states=True), Classifier.rerank, MaskFiller.fill_mask. Expected values are PyTorch's
 (tests/fixtures/serve from scripts/make_serve_fixtures.py, bert/io.safetensors, heads_* from
 scripts/make_embed_fixtures.py)."""

@@ -222,7 +222,7 @@ def test_errors(bert_dir, tmp_path):
         enc.forward(np.ones((1, 21), np.int64))
     with pytest.raises(ValueError, match=r"batch, length >= 1"):
         enc.forward(np.ones((0, 3), np.int64))
-    # uint64 ids above the int64 maximum are refused with their own value (they used to wrap to negative ones)
+    # uint64 ids above the int64 maximum are refused with their own value (not wrapped to negative ones)
     with pytest.raises(ValueError, match=r"input_ids\[0, 1\] = 9223372036854775808 is larger than the int64 maximum"):
         enc.forward(np.array([[1, 2**63]], dtype=np.uint64))
     with pytest.raises(ValueError, match=r"token_type_ids\[0, 0\] = 18446744073709551615 is larger"):

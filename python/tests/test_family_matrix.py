@@ -1,4 +1,4 @@
-"""Every encoder family through tfm.Encoder and tfm.Classifier in every dtype (issue 21), the Python side of
+"""Every encoder family through tfm.Encoder and tfm.Classifier in every dtype, the Python side of
 tests/test_family_matrix.cpp: the sequence-classifier folders of scripts/make_family_head_fixtures.py (BERT,
 RoBERTa, DistilBERT, MPNet, ModernBERT) against their PyTorch references. fp32 equals the reference (atol 1e-4);
 bf16 / int8 keep a token cosine >= 0.9999 / >= 0.999 and logits within 2% / 8% of the reference logits' norm."""

@@ -1,4 +1,4 @@
-"""What a new user hit in the Python module (issue 26): the same option checks as the CLI, messages in the module's
+"""The Python module's interface checks: the same option checks as the CLI, messages in the module's
 own words, and values that can be read. Expected values come from the CLI, the fixtures and the documented errors."""
 import json
 import os

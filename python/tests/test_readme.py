@@ -25,7 +25,7 @@ def test_readme_python_example_prints_what_it_shows():
 
 
 def test_readme_documents_what_new_users_asked_for():
-    """Issue 26: running mpirun as root, the /attention route and the page's ?q=, and where `make install` puts the
+    """The README answers what users ask: running mpirun as root, the /attention route and the page's ?q=, and where `make install` puts the
     Python package for the interpreter the module is built for (the version must be this interpreter's)."""
     readme = open(os.path.join(ROOT, "README.md"), encoding="utf-8").read()
     assert "--allow-run-as-root" in readme

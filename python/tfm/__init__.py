@@ -9,7 +9,7 @@
     tfm.Classifier("path/to/bert-classifier").classify(["great!"])  # [{"label": ..., "score": ...}]
     tr = tfm.Translator("path/to/seq2seq")
     tr.translate_batch(["go ."], beam_size=4, length_penalty=0.6, return_scores=True)  # [(text, score)]
-    tfm.bleu.corpus(refs, hyps).score                    # sacreBLEU's corpus BLEU
+    tfm.bleu.corpus(hyps, refs).score                    # sacreBLEU's corpus_bleu(hypotheses, [references])
     tfm.train("configs/multi30k-en-fr.json", "runs/en-fr", progress=print)
 
 Errors are ValueError (bad arguments, arrays or text), FileNotFoundError (missing folder or file) and RuntimeError
@@ -25,6 +25,7 @@ from ._tfm import (  # noqa: F401
     FinetuneProgress,
     FinetuneSummary,
     MaskFiller,
+    ModelInfo,
     TokenClassifier,
     Tokenizer,
     TrainProgress,
@@ -35,6 +36,7 @@ from ._tfm import (  # noqa: F401
     convert,
     download,
     finetune,
+    inspect_model,
     native_dtype,
     train,
     train_d2l,
@@ -43,6 +45,6 @@ from ._tfm import (  # noqa: F401
 # `import tfm.bleu` / `from tfm.bleu import corpus` find the extension's submodule.
 _sys.modules[__name__ + ".bleu"] = bleu
 
-__all__ = ["Classifier", "ConvertSummary", "D2lTrainSummary", "Encoder", "MaskFiller", "TokenClassifier", "Tokenizer",
+__all__ = ["Classifier", "ConvertSummary", "D2lTrainSummary", "Encoder", "MaskFiller", "ModelInfo", "TokenClassifier", "Tokenizer",
            "Translator", "TrainProgress", "TrainSummary", "FinetuneProgress", "FinetuneSummary", "bleu", "convert",
-           "download", "finetune", "native_dtype", "train", "train_d2l", "__version__"]
+           "download", "finetune", "inspect_model", "native_dtype", "train", "train_d2l", "__version__"]

@@ -15,6 +15,10 @@
 #include "io/safetensors.h"
 #include "models/encoder.h"
 #include "models/hf_seq2seq.h"
+#include "models/registry.h"
+#include "models/seq2seq.h"
+#include "ops/gemm.h"
+#include "ops/gemm_bf16.h"
 
 namespace tfm {
 namespace {
@@ -30,11 +34,20 @@ bool is_linear_weight(const std::string& name, const Shape& shape) {
          (name.find("layer.") != std::string::npos || name.find("layers.") != std::string::npos);
 }
 
-uint16_t to_bf16(float f) {  // round to nearest even, as torch's .to(torch.bfloat16)
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  u += 0x7fffu + ((u >> 16) & 1u);
-  return (uint16_t)(u >> 16);
+// w[r, c] = q[r, c] * scale[r]: the weights an int8 folder computes with (nn::Linear's dequantised load).
+Tensor dequantize_int8(const SafeTensors& st, const std::string& name) {
+  const Shape shape = st.shape_of(name);
+  const std::string sn = name + "_scale";
+  if (!st.has(sn) || st.dtype_of(sn) != "F32" || st.shape_of(sn) != Shape{shape[0]})
+    throw std::runtime_error(st.path() + ": int8 tensor '" + name + "' needs '" + sn + "' (F32, [" +
+                             std::to_string(shape[0]) + "]); nothing written");
+  Tensor scale = st.get(sn);
+  const int8_t* q = reinterpret_cast<const int8_t*>(st.raw_data(name));
+  Tensor t = Tensor::empty(shape);
+  float* w = t.f32();
+  for (int64_t r = 0; r < shape[0]; ++r)
+    for (int64_t c = 0; c < shape[1]; ++c) w[r * shape[1] + c] = (float)q[r * shape[1] + c] * scale.f32()[r];
+  return t;
 }
 
 }  // namespace
@@ -53,29 +66,55 @@ ConvertSummary convert(const std::string& model, const std::string& out_dir, con
   {
     const std::string cp = model_dir + "/config.json";
     api::require_file(cp);
-    const std::string type = json_string_or(load_json_file(cp), "model_type", "", cp);
-    if (type == "transformer_seq2seq")
-      throw std::invalid_argument(cp + ": this is a transformer_seq2seq folder (a translation model), not an "
-                                  "encoder; convert takes encoder folders and Marian / M2M100 / NLLB folders");
-    translation = is_hf_seq2seq_type(type);
-    if (translation) hf_seq2seq_config(load_json_file(cp), cp);  // validated before anything is written
-  }
-  if (!translation) {
-    EncoderConfig config = EncoderConfig::load(model_dir + "/config.json");
-    // Every Hugging Face family reads its Linear weights through nn::Linear::load_packed, which takes prequantised
-    // int8; the tutorial encoder reads its per-head projections unpacked.
-    if (options.dtype == "int8" && config.model_type == "transformer_encoder")
-      throw std::runtime_error("dtype int8: model_type 'transformer_encoder' is not supported (its attention reads "
-                               "unpacked per-head weights); use bf16");
+    const nlohmann::json cj = load_json_file(cp);
+    const std::string type = read_model_type(cj, cp, default_model_type(cj));
+    const ModelFamily& family = family_of(type, cp);
+    // tfm train's translation folders keep their own weight names; Hugging Face ones are converted.
+    if (!family.hugging_face)
+      require_encoder_family(family, type, cp, "convert takes encoder folders and Marian / M2M100 / NLLB folders");
+    translation = family.translation;
+    if (translation) {
+      family.seq2seq_config(cj, cp);  // validated before anything is written
+    } else {
+      EncoderConfig::from_json(cj, cp);
+      // Families that read their Linear weights through nn::Linear::load_packed take prequantised int8; the
+      // tutorial encoder reads its per-head projections unpacked.
+      if (options.dtype == "int8" && !family.int8_weights)
+        throw std::runtime_error("dtype int8: model_type '" + type + "' is not supported (its attention reads "
+                                 "unpacked per-head weights); use bf16");
+    }
   }
   SafeTensors st = SafeTensors::open(model_dir + "/model.safetensors");
+  // An int8 Linear weight (a folder this command wrote) is "<name>" I8 [out, in] plus "<name>_scale" F32 [out].
+  auto is_int8_linear = [&](const std::string& name) {
+    return st.dtype_of(name) == "I8" && is_linear_weight(name, st.shape_of(name));
+  };
   std::vector<RawTensor> out;
-  size_t converted = 0;
+  size_t converted = 0, unchanged = 0;
   for (const std::string& name : st.names()) {
     RawTensor r{name, st.dtype_of(name), st.shape_of(name), {}};
     const int64_t n = shape_numel(r.shape);
-    if (is_linear_weight(name, r.shape) && (r.dtype == "F32" || r.dtype == "F16" || r.dtype == "BF16")) {
-      Tensor t = st.get(name);  // F32
+    // A scale goes with its int8 weight: copied with it (int8 -> int8) or dropped once the weight is dequantised.
+    if (ends_with(name, "_scale") && st.has(name.substr(0, name.size() - 6)) &&
+        is_int8_linear(name.substr(0, name.size() - 6)))
+      continue;
+    const bool int8_source = is_int8_linear(name);
+    if (int8_source && options.dtype == "int8") {
+      // Already in the target dtype: weight and scale copied as stored (requantising could move a scale by an ulp).
+      const std::string sn = name + "_scale";
+      if (!st.has(sn) || st.dtype_of(sn) != "F32" || st.shape_of(sn) != Shape{r.shape[0]})
+        throw std::runtime_error(st.path() + ": int8 tensor '" + name + "' needs '" + sn + "' (F32, [" +
+                                 std::to_string(r.shape[0]) + "]); nothing written");
+      const unsigned char* p = st.raw_data(name);
+      r.bytes.assign(p, p + n);
+      const unsigned char* ps = st.raw_data(sn);
+      out.push_back(std::move(r));
+      out.push_back(RawTensor{sn, "F32", {st.shape_of(name)[0]}, std::vector<unsigned char>(ps, ps + 4 * st.shape_of(name)[0])});
+      ++unchanged;
+      continue;
+    }
+    if (is_linear_weight(name, r.shape) && (r.dtype == "F32" || r.dtype == "F16" || r.dtype == "BF16" || int8_source)) {
+      Tensor t = int8_source ? dequantize_int8(st, name) : st.get(name);  // F32
       const float* w = t.f32();
       for (int64_t i = 0; i < n; ++i)
         if (!std::isfinite(w[i]))
@@ -84,26 +123,18 @@ ConvertSummary convert(const std::string& model, const std::string& out_dir, con
         r.dtype = "BF16";
         r.bytes.resize(2 * n);
         for (int64_t i = 0; i < n; ++i) {
-          uint16_t h = to_bf16(w[i]);
+          uint16_t h = ops::to_bf16(w[i]);  // round to nearest even, as torch's .to(torch.bfloat16)
           std::memcpy(r.bytes.data() + 2 * i, &h, 2);
         }
       } else {
-        // Symmetric per output row: scale = max |w| / 127, q = round(w / scale) (what PackedLinear does at load).
+        // Symmetric per output row, PackedLinear's own quantiser: a converted folder loads to the same weights.
         const int64_t rows = r.shape[0], cols = r.shape[1];
         r.dtype = "I8";
         r.bytes.resize(n);
+        std::vector<float> scale(rows);
+        ops::quantize_weights_s8(reinterpret_cast<int8_t*>(r.bytes.data()), scale.data(), w, rows, cols);
         RawTensor sc{name + "_scale", "F32", {rows}, std::vector<unsigned char>(4 * rows)};
-        for (int64_t row = 0; row < rows; ++row) {
-          float mx = 0;
-          for (int64_t c = 0; c < cols; ++c) mx = std::fmax(mx, std::fabs(w[row * cols + c]));
-          // Same arithmetic as PackedLinear's quantize_row, so a converted folder loads to identical weights.
-          float scale = mx > 0 ? mx / 127.0f : 1.0f, inv = 1.0f / scale;
-          for (int64_t c = 0; c < cols; ++c) {
-            float q = std::nearbyint(w[row * cols + c] * inv);
-            r.bytes[row * cols + c] = (unsigned char)(int8_t)std::fmax(-127.0f, std::fmin(127.0f, q));
-          }
-          std::memcpy(sc.bytes.data() + 4 * row, &scale, 4);
-        }
+        std::memcpy(sc.bytes.data(), scale.data(), 4 * rows);
         out.push_back(std::move(sc));
       }
       ++converted;
@@ -144,6 +175,7 @@ ConvertSummary convert(const std::string& model, const std::string& out_dir, con
   save_safetensors_raw(dst, std::move(out), meta);
   ConvertSummary s;
   s.converted = (int64_t)converted;
+  s.unchanged = (int64_t)unchanged;
   s.weights_path = dst;
   s.bytes = fs::file_size(dst);
   s.source_bytes = fs::file_size(model_dir + "/model.safetensors");

@@ -14,6 +14,8 @@
 
 #include "api/common.h"
 #include "api/impl.h"
+#include "core/rng.h"
+#include "io/atomic_file.h"
 #include "text/vocab_check.h"
 #include "tfm/pipeline.h"
 #include "io/json_util.h"
@@ -82,6 +84,39 @@ struct Encoder::Impl {
 };
 
 namespace {
+
+// The weights a Hugging Face encoder starts from when built from its config (BertModel(config):
+// PreTrainedModel._init_weights): every matrix (Linear and Embedding weights) N(0, initializer_range), the
+// word_embeddings row padding_idx (pad_token_id) zero, biases 0, LayerNorm weight 1 and bias 0; seeded, in the
+// order the model asks for them.
+class HfInitWeights : public WeightSource {
+ public:
+  HfInitWeights(uint64_t seed, float std, int64_t padding_idx) : rng_(seed), std_(std), padding_idx_(padding_idx) {}
+  Tensor get(const std::string& name, const Shape& shape, const std::vector<std::string>&) override {
+    Tensor t = Tensor::empty(shape);
+    float* p = t.f32();
+    const int64_t n = t.numel();
+    const bool norm = name.find("LayerNorm") != std::string::npos || name.find("layer_norm") != std::string::npos ||
+                      name.find("norm.") != std::string::npos;
+    if (norm || shape.size() != 2) {
+      const bool one = norm && (name.ends_with("weight") || name.ends_with("gamma"));
+      t.fill(one ? 1.0f : 0.0f);
+    } else {
+      for (int64_t i = 0; i < n; ++i) p[i] = std_ * rng_.normal();
+      if (name.find("word_embeddings") != std::string::npos && padding_idx_ >= 0 && padding_idx_ < shape[0])
+        std::fill(p + padding_idx_ * shape[1], p + (padding_idx_ + 1) * shape[1], 0.0f);
+    }
+    created_.emplace_back(name, t);
+    return t;
+  }
+  const std::vector<std::pair<std::string, Tensor>>& created() const { return created_; }
+
+ private:
+  Rng rng_;
+  float std_;
+  int64_t padding_idx_;
+  std::vector<std::pair<std::string, Tensor>> created_;
+};
 Tensor id_view(const int64_t* p, const Shape& shape) {
   return p ? Tensor::view_of(const_cast<int64_t*>(p), shape, DType::I64, nullptr) : Tensor();
 }
@@ -166,9 +201,23 @@ Encoder::Encoder(const std::string& model, const EncoderOptions& options) : impl
   if (!options.random_weights) api::require_weights(model_dir);
   ops::ComputeType ct = want ? *want : ops::ComputeType::F32;
   if (options.random_weights) {
-    RandomWeights w(options.seed);
-    impl_->model = make_encoder(EncoderConfig::load(config_path), w, ct);
-    impl_->random_params = w.created();
+    // A Hugging Face family as its model class initialises itself (BertModel(config)); the tutorial encoder as
+    // PyTorch's modules do.
+    const EncoderConfig config = EncoderConfig::load(config_path);
+    const nlohmann::json cj = load_json_file(config_path);
+    const bool hf = config.model_type != "transformer_encoder";
+    const double init_std = cj.contains("initializer_range") && cj["initializer_range"].is_number()
+                           ? cj["initializer_range"].get<double>()
+                           : 0.02;  // PretrainedConfig's default
+    if (hf) {
+      HfInitWeights w(options.seed, (float)init_std, config.pad_token_id);
+      impl_->model = make_encoder(config, w, ct);
+      impl_->random_params = w.created();
+    } else {
+      RandomWeights w(options.seed);
+      impl_->model = make_encoder(config, w, ct);
+      impl_->random_params = w.created();
+    }
   } else if (!options.config_path.empty()) {
     CheckpointWeights w(model_dir);
     if (!want) ct = w.stored_compute_type();  // int8 for a `tfm convert --dtype int8` folder
@@ -544,7 +593,21 @@ void Encoder::save(const std::string& dir) const {
   fs::remove_all(tmp, ec);
   try {
     fs::create_directories(tmp);
-    fs::copy_file(impl_->config_path, tmp / "config.json");
+    // The model built is the bare encoder: architectures names its base class (BertForMaskedLM -> BertModel), as
+    // BertModel(config).save_pretrained writes it.
+    nlohmann::ordered_json cfg = nlohmann::ordered_json::parse(read_whole_file(impl_->config_path));
+    if (cfg.is_object() && cfg.contains("architectures") && cfg["architectures"].is_array()) {
+      nlohmann::ordered_json bases = nlohmann::ordered_json::array();
+      for (const auto& a : cfg["architectures"]) {
+        if (!a.is_string()) continue;
+        const std::string name = a.get<std::string>();
+        const size_t f = name.find("For");
+        const std::string base = f == std::string::npos || f == 0 ? name : name.substr(0, f) + "Model";
+        if (std::find(bases.begin(), bases.end(), base) == bases.end()) bases.push_back(base);
+      }
+      cfg["architectures"] = bases;
+    }
+    write_file_atomic((tmp / "config.json").string(), cfg.dump(2) + "\n");
     std::vector<std::pair<std::string, Tensor>> params;
     std::set<std::string> seen;
     for (const auto& [name, t] : impl_->random_params)

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -34,6 +35,7 @@
 #include "models/encoder.h"
 #include "ops/gemm.h"
 #include "ops/gemm_bf16.h"
+#include "ops/softmax.h"
 #include "tfm/tokenizer.h"
 #include "train/finetune.h"
 #include "train/group_texts.h"
@@ -44,6 +46,9 @@ namespace tfm {
 namespace {
 
 const char* kStateFile = "trainer_state.safetensors";
+// Set by request_finetune_stop (from a signal handler or watcher thread); read after every optimizer step.
+std::atomic<int> finetune_stop_signal{0};
+static_assert(std::atomic<int>::is_always_lock_free, "request_finetune_stop must be async-signal-safe");
 
 // One training or evaluation example, tokenized. labels: {label} (classify), one per token with -100
 // (token-classify), empty (mlm: drawn per batch; regression). target: {value} for regression, else empty.
@@ -119,6 +124,40 @@ int64_t require_column(const Table& t, const std::string& path, const std::strin
   const int64_t c = t.column(name);
   if (c < 0) throw std::invalid_argument(path + ": no column '" + name + "' (columns: " + column_list(t) + ")");
   return c;
+}
+
+// Every column the task reads (classify: text and label, unless regression options make the label numeric, still
+// a column; token-classify: tokens and tags; mlm: text), checked before the labels are: a file without its text
+// column is told so, not that its labels are too few.
+void require_task_columns(const FinetuneOptions& o, const Table& t, const std::string& path) {
+  if (o.task == "classify") {
+    require_column(t, path, o.text_column);
+    require_column(t, path, o.label_column);
+  } else if (o.task == "token-classify") {
+    require_column(t, path, o.tokens_column);
+    require_column(t, path, o.tags_column);
+  } else if (o.task == "mlm") {
+    require_column(t, path, o.text_column);
+  }
+}
+
+// Fails early, before any training, when `dir` (--out) cannot be created or written: its nearest existing
+// ancestor must be a folder this process may write into.
+void require_creatable_folder(const std::string& dir) {
+  std::error_code ec;
+  fs::path p = fs::absolute(fs::path(dir), ec);
+  if (ec) p = fs::path(dir);
+  while (!p.empty() && !fs::exists(p, ec)) {
+    const fs::path parent = p.parent_path();
+    if (parent == p) break;
+    p = parent;
+  }
+  if (p.empty()) p = ".";
+  if (!fs::is_directory(p, ec))
+    throw std::invalid_argument("--out '" + dir + "' cannot be created: '" + p.string() + "' is not a folder");
+  if (::access(p.c_str(), W_OK | X_OK) != 0)
+    throw std::invalid_argument("--out '" + dir + "' cannot be written: no write permission on '" + p.string() +
+                                "' (" + std::strerror(errno) + ")");
 }
 
 // A list cell: a JSON array (of strings or numbers: a number's JSON text), or items separated by whitespace.
@@ -399,12 +438,7 @@ std::vector<int64_t> range_of(size_t begin, size_t end) {
 
 using api::EvalResult;
 
-double log_softmax_nll(const float* z, int64_t C, int64_t y) {
-  const double mx = *std::max_element(z, z + C);
-  double sum = 0;
-  for (int64_t c = 0; c < C; ++c) sum += std::exp((double)z[c] - mx);
-  return std::log(sum) + mx - z[y];
-}
+double log_softmax_nll(const float* z, int64_t C, int64_t y) { return ops::logsumexp(z, C) - z[y]; }
 
 // The eval examples in padded batches of `batch`, in order.
 std::vector<FinetuneBatch> eval_batches(const std::vector<Example>& ex, int64_t batch, int64_t pad_id) {
@@ -576,7 +610,7 @@ void write_model_folder(const std::string& model_dir, const FinetuneOptions& o, 
   fs::create_directories(o.out_dir);
   nlohmann::json out_cfg = cfg_json;
   out_cfg["architectures"] = {
-      trained_architecture(json_string_or(cfg_json, "model_type", "bert", model_dir + "/config.json"), head_kind_of(o.task))};
+      trained_architecture(read_model_type(cfg_json, model_dir + "/config.json", "bert"), head_kind_of(o.task))};
   if (o.task != "mlm") {
     nlohmann::json id2label = nlohmann::json::object(), label2id = nlohmann::json::object();
     for (size_t i = 0; i < labels.size(); ++i) {
@@ -807,6 +841,7 @@ FinetuneSummary finetune_on_this_rank(const std::string& model_dir, const Finetu
     if (fs::equivalent(o.out_dir, model_dir, ec))
       throw std::invalid_argument("--out is the model folder itself; choose another folder");
   }
+  if (rank == 0) require_creatable_folder(o.out_dir);
   api::apply_threads(o.threads);
   if (o.task == "embed") return api::finetune_embed(model_dir, o);
   const std::string cfg_path = model_dir + "/config.json";
@@ -819,6 +854,7 @@ FinetuneSummary finetune_on_this_rank(const std::string& model_dir, const Finetu
   o.max_length = std::min(o.max_length, config.max_input_tokens());
   const Tokenizer tok(model_dir);
   const Table train = read_table(o.train_file);
+  require_task_columns(o, train, o.train_file);
   FinetuneSummary summary;
   const bool regression = is_regression(o, cfg_json, train);
   if (regression) {
@@ -921,6 +957,8 @@ FinetuneSummary finetune_on_this_rank(const std::string& model_dir, const Finetu
 
 }  // namespace
 
+void request_finetune_stop(int signo) { finetune_stop_signal.store(signo); }
+
 FinetuneSummary finetune(const std::string& model_dir, const FinetuneOptions& o) {
   try {
     return finetune_on_this_rank(model_dir, o);
@@ -992,6 +1030,7 @@ void run_finetune_loop(const FinetuneOptions& o, const FinetuneTask& task, const
       // One optimizer step over the next (up to) `accum` micro-batches, each loss divided by their number.
       const int64_t group = std::min(accum, micro_per_epoch - rs.micro);
       const auto step_start = std::chrono::steady_clock::now();
+      bool saved = false;  // the state was saved after this step
       params.zero_grad();
       double step_loss = 0;
       for (int64_t g = 0; g < group; ++g, ++rs.micro) {
@@ -1053,7 +1092,10 @@ void run_finetune_loop(const FinetuneOptions& o, const FinetuneTask& task, const
             e.metrics.clear();
             for (size_t c = 0; c < cols.size(); ++c) e.metrics.emplace_back(cols[c], v[5 + c]);
           }
-          for (const auto& [k, v] : e.metrics) row += "," + fmt(v);
+          for (const auto& [k, v] : e.metrics) {
+            row += ',';
+            row += fmt(v);
+          }
           rs.epoch_eval.push_back(e.loss);
           pe.eval_loss = e.loss;
           pe.eval_accuracy = e.accuracy;
@@ -1086,18 +1128,30 @@ void run_finetune_loop(const FinetuneOptions& o, const FinetuneTask& task, const
           ++rs.epoch;  // the state saved is that of the next epoch's start
           rs.shuffle_at_epoch = shuffle.state();
           save();
+          saved = true;
           --rs.epoch;
         }
       } else if (o.save_steps > 0 && opt.steps() % o.save_steps == 0) {
         save();
+        saved = true;
       }
       if (o.progress && lead) o.progress(p);
       if (epoch_done && o.progress && lead) o.progress(pe);
+      // A stop request ends the run at this step boundary with its state saved (rank 0's request, so every rank
+      // stops at the same step); the last step of the last epoch finishes the run instead.
+      int stop = finetune_stop_signal.load();
+      if (world_size > 1) comm.broadcast(&stop, sizeof stop, 0);
+      if (stop != 0 && !(epoch_done && rs.epoch == o.epochs)) {
+        if (!epoch_done && !saved) save();
+        summary.stopped_by_signal = stop;
+        break;
+      }
       if (epoch_done) break;
     }
+    if (summary.stopped_by_signal) break;
   }
   summary.steps = opt.steps();
-  if (lead) {
+  if (lead && !summary.stopped_by_signal) {
     if (!task.has_eval) task.write_model();
     write_log_and_plot(o.out_dir, rs);
     std::error_code ec;

@@ -3,7 +3,10 @@
 #include "tfm/train.h"
 
 #include <algorithm>
+#include <cstring>
 #include <filesystem>
+#include <map>
+#include <tuple>
 #include <stdexcept>
 
 #include "api/common.h"
@@ -115,8 +118,31 @@ TrainSummary train(const std::string& config_path, const std::string& out_dir, c
   return s;
 }
 
+namespace {
+
+// Tatoeba's pair files as manythings.org names them: "fra.txt" (in fra-eng/) holds English, TAB, French. The
+// ISO 639-3 code of the name -> its ISO 639-1 code (what LibreTranslate and the served models use).
+std::pair<std::string, std::string> tatoeba_languages(const std::string& path) {
+  static const std::map<std::string, std::string> iso1 = {
+      {"ara", "ar"}, {"bul", "bg"}, {"cat", "ca"}, {"ces", "cs"}, {"cmn", "zh"}, {"dan", "da"}, {"deu", "de"},
+      {"ell", "el"}, {"est", "et"}, {"fin", "fi"}, {"fra", "fr"}, {"heb", "he"}, {"hin", "hi"}, {"hun", "hu"},
+      {"ind", "id"}, {"ita", "it"}, {"jpn", "ja"}, {"kor", "ko"}, {"lit", "lt"}, {"nld", "nl"}, {"nob", "nb"},
+      {"pes", "fa"}, {"pol", "pl"}, {"por", "pt"}, {"ron", "ro"}, {"rus", "ru"}, {"slk", "sk"}, {"spa", "es"},
+      {"swe", "sv"}, {"tha", "th"}, {"tur", "tr"}, {"ukr", "uk"}, {"vie", "vi"}};
+  std::string name = std::filesystem::path(path).filename().string();
+  for (const char* ext : {".gz", ".txt"})
+    if (name.size() > std::strlen(ext) && name.compare(name.size() - std::strlen(ext), std::strlen(ext), ext) == 0)
+      name.resize(name.size() - std::strlen(ext));
+  auto it = iso1.find(name);
+  if (it == iso1.end()) return {};
+  return {"en", it->second};
+}
+
+}  // namespace
+
 D2lTrainSummary train_d2l(const D2lTrainOptions& o) {
   api::check_threads(o.threads);
+  if (!o.data.empty()) api::require_file(o.data);  // FileNotFoundError, as every missing input
   if (dist::world().world_size() > 1)
     throw std::invalid_argument("the d2l trainer runs as one process; data-parallel training under mpirun is the "
                                 "subword recipe (tfm::train)");
@@ -126,11 +152,26 @@ D2lTrainSummary train_d2l(const D2lTrainOptions& o) {
   t.ffn_num_hiddens = o.ffn_num_hiddens, t.dropout = o.dropout, t.batch_size = o.batch_size, t.lr = o.lr;
   t.epochs = o.epochs, t.seed = o.seed, t.label_smoothing = o.label_smoothing, t.progress = o.progress;
   t.overwrite = o.overwrite;
+  if (o.source_lang.empty() != o.target_lang.empty())
+    throw std::invalid_argument("give both source_lang and target_lang (--source-lang, --target-lang), or neither");
+  for (const std::string* code : {&o.source_lang, &o.target_lang})
+    if (code->size() > 16 || code->find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-") !=
+                                 std::string::npos)
+      throw std::invalid_argument("language code '" + *code + "' is not a code such as en, fr or fra_Latn (letters, "
+                                  "digits, '_' and '-', at most 16)");
+  if (!o.source_lang.empty() && o.source_lang == o.target_lang)
+    throw std::invalid_argument("source_lang and target_lang are both '" + o.source_lang + "'");
+  if (o.source_lang.empty()) {
+    std::tie(t.source_lang, t.target_lang) = tatoeba_languages(o.data);
+  } else {
+    t.source_lang = o.source_lang, t.target_lang = o.target_lang;
+  }
   api::apply_threads(o.threads);
   const TrainResult r = train_seq2seq(t);
   D2lTrainSummary s;
   s.loss = r.loss, s.token_loss = r.token_loss, s.tokens_per_sec = r.tokens_per_sec, s.seconds = r.seconds;
   s.epochs_run = r.epochs_run;
+  s.source_lang = t.source_lang, s.target_lang = t.target_lang;
   return s;
 }
 

@@ -16,6 +16,7 @@
 #include "decode/search.h"
 #include "io/json_util.h"
 #include "models/hf_seq2seq.h"
+#include "models/registry.h"
 #include "models/seq2seq.h"
 #include "ops/gemm.h"
 #include "text/nmt_data.h"
@@ -196,8 +197,9 @@ struct Translator::Impl {
     check_length_penalty_rule(true, o.length_penalty, o.beam_size, o.return_scores, false);
     if (!std::isnan(o.length_penalty)) over["length_penalty"] = o.length_penalty;
     if (o.max_steps < 0 || o.max_steps > c.max_len)
-      throw std::invalid_argument("max_steps must be from 0 (the model's) to max_position_embeddings " +
-                                  std::to_string(c.max_len) + ", got " + std::to_string(o.max_steps));
+      throw std::invalid_argument("max_new_tokens (max_steps, --max-steps) must be from 0 (the model's) to "
+                                  "max_position_embeddings " + std::to_string(c.max_len) + ", got " +
+                                  std::to_string(o.max_steps));
     if (o.max_steps > 0) over["max_new_tokens"] = o.max_steps;
     if (!o.early_stopping.empty()) {
       if (o.early_stopping == "true" || o.early_stopping == "false")
@@ -243,6 +245,17 @@ struct Translator::Impl {
   }
 
   DecodeOptions decode_options(const TranslateOptions& o0) const {
+    // min_length counts the decoder input (start token + output), which has at most max_len positions: above
+    // that <eos> could never be generated.
+    if (o0.min_length > model->config().max_len)
+      throw std::invalid_argument("min_length " + std::to_string(o0.min_length) + " is more than the model's " +
+                                  std::to_string(model->config().max_len) +
+                                  " decoder positions (max_position_embeddings), so no translation could end; use "
+                                  "at most " + std::to_string(model->config().max_len));
+    if (hf() && hf_tok->kind() == TranslationTokenizer::Kind::kMarian && !o0.source_lang.empty())
+      throw std::invalid_argument("source_lang '" + o0.source_lang + "': a Marian folder translates from the one "
+                                  "source language it was trained on and takes no source language (target_lang "
+                                  "picks the target of a multi-target model)");
     if (hf()) return hf_decode_options(o0);
     if (!o0.target_lang.empty() || !o0.source_lang.empty() || !o0.early_stopping.empty() || o0.forced_eos != -1)
       throw std::invalid_argument("target_lang, source_lang, early_stopping and forced_eos apply to Hugging Face "
@@ -258,8 +271,9 @@ struct Translator::Impl {
     const Seq2SeqConfig& c = model->config();
     check_length_penalty_rule(false, o.length_penalty, o.beam_size, o.return_scores, false);
     if (o.max_steps < 0 || o.max_steps > c.max_len)
-      throw std::invalid_argument("max_steps must be from 0 (the model's num_steps) to the model's max_len " +
-                                  std::to_string(c.max_len) + ", got " + std::to_string(o.max_steps));
+      throw std::invalid_argument("max_new_tokens (max_steps, --max-steps) must be from 0 (the model's num_steps) "
+                                  "to the model's max_len " + std::to_string(c.max_len) + ", got " +
+                                  std::to_string(o.max_steps));
     DecodeOptions opt;
     opt.beam_size = o.beam_size;
     opt.length_penalty = o.length_penalty;
@@ -389,10 +403,12 @@ Translator::Translator(const std::string& model, const TranslatorOptions& option
   impl_->threads = options.threads;
   const std::string config_path = dir + "/config.json";
   const nlohmann::json j = load_json_file(config_path);
-  const std::string model_type = json_string_or(j, "model_type", "transformer_seq2seq", config_path);
-  if (is_hf_seq2seq_type(model_type)) {  // Marian / M2M100 / NLLB: transformers' names, tokenizer and generate
+  const std::string model_type = read_model_type(j, config_path, default_model_type(j));
+  const ModelFamily& family = family_of(model_type, config_path);
+  require_translation_family(family, model_type, config_path, "tfm::Encoder and 'tfm encode' run it");
+  if (family.hugging_face) {  // Marian / M2M100 / NLLB: transformers' names, tokenizer and generate
     impl_->model_type = model_type;
-    impl_->model = std::make_unique<Seq2SeqModel>(hf_seq2seq_config(j, config_path));
+    impl_->model = std::make_unique<Seq2SeqModel>(family.seq2seq_config(j, config_path));
     impl_->hf_tok = TranslationTokenizer::load(dir, model_type);
     const std::string gen_path = dir + "/generation_config.json";
     std::error_code ec;
@@ -403,7 +419,7 @@ Translator::Translator(const std::string& model, const TranslatorOptions& option
     impl_->dtype = ops::compute_type_name(ct);
     return;
   }
-  impl_->model = std::make_unique<Seq2SeqModel>(Seq2SeqConfig::from_json(j, config_path));
+  impl_->model = std::make_unique<Seq2SeqModel>(family.seq2seq_config(j, config_path));
   const Seq2SeqConfig& c = impl_->model->config();
   std::error_code ec;
   const bool subword =
@@ -448,7 +464,8 @@ std::vector<std::string> Translator::languages() const {
   return impl_->hf() ? impl_->hf_tok->language_codes() : std::vector<std::string>{};
 }
 bool Translator::handles_model_type(const std::string& model_type) {
-  return model_type == "transformer_seq2seq" || is_hf_seq2seq_type(model_type);
+  const ModelFamily* family = find_family(model_type);
+  return family && family->translation;
 }
 bool Translator::subword() const { return impl_->subword(); }
 const std::string& Translator::dtype() const { return impl_->dtype; }

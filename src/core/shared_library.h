@@ -15,6 +15,7 @@
 #include <atomic>
 #include <mutex>
 #include <string>
+#include <type_traits>
 
 namespace tfm {
 
@@ -102,8 +103,23 @@ class LazyFunction<R(A..., ...) noexcept> : public LazyFunction<R(A..., ...)> {
   using LazyFunction<R(A..., ...)>::LazyFunction;
 };
 
+namespace detail {
+// The plain function type of a function pointer, rebuilt from its return and parameter types: without the
+// attributes a C header may attach to the declaration (glibc's nonnull), which GCC would drop from a template
+// argument with -Wignored-attributes.
+template <class R, class... A>
+R (*plain_function(R (*)(A...)))(A...);
+template <class R, class... A>
+R (*plain_function(R (*)(A..., ...)))(A..., ...);
+template <class R, class... A>
+R (*plain_function(R (*)(A...) noexcept))(A...) noexcept;
+template <class R, class... A>
+R (*plain_function(R (*)(A..., ...) noexcept))(A..., ...) noexcept;
+}  // namespace detail
+
 }  // namespace tfm
 
 // Declares `name` (a function declared by an included C header, at global scope) as a LazyFunction of `lib`, in
 // the current namespace: `TFM_LAZY_FUNCTION(curl_library(), curl_easy_init);`. In a header, put `inline` before.
-#define TFM_LAZY_FUNCTION(lib, name) const ::tfm::LazyFunction<decltype(::name)> name{lib, #name}
+#define TFM_LAZY_FUNCTION(lib, name) \
+  const ::tfm::LazyFunction<std::remove_pointer_t<decltype(::tfm::detail::plain_function(&::name))>> name{lib, #name}

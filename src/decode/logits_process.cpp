@@ -9,6 +9,7 @@
 #include <string>
 
 #include "decode/decoder_cache.h"
+#include "ops/softmax.h"
 
 namespace tfm {
 
@@ -20,16 +21,6 @@ std::string num(double v) {
   return s;
 }
 }  // namespace
-
-void log_softmax_inplace(float* x, int64_t V) {
-  float mx = -INFINITY;
-  for (int64_t v = 0; v < V; ++v) mx = std::max(mx, x[v]);
-  if (!std::isfinite(mx)) return;  // all -inf: nothing to normalise
-  double sum = 0;
-  for (int64_t v = 0; v < V; ++v) sum += std::exp((double)x[v] - mx);
-  const double lse = (double)mx + std::log(sum);
-  for (int64_t v = 0; v < V; ++v) x[v] = (float)((double)x[v] - lse);
-}
 
 LogitsProcessor::LogitsProcessor(LogitsProcessorOptions o, int64_t vocab_size) : o_(std::move(o)), V_(vocab_size) {
   if (!(o_.repetition_penalty > 0) || !std::isfinite(o_.repetition_penalty))
@@ -116,14 +107,13 @@ void LogitsProcessor::warp(float* scores) const {
     std::vector<int64_t> order(V_);
     std::iota(order.begin(), order.end(), 0);
     std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return scores[a] < scores[b]; });
-    const float mx = scores[order.back()];
-    double total = 0;
-    for (int64_t v = 0; v < V_; ++v) total += std::exp((double)scores[v] - mx);
+    std::vector<double> e(V_);
+    const double total = ops::softmax_exp(scores, V_, e.data());
     double cum = 0;
     const double limit = 1.0 - (double)o_.top_p;
     for (int64_t i = 0; i + 1 < V_; ++i) {  // the last (best) token is always kept
       const int64_t v = order[i];
-      cum += std::exp((double)scores[v] - mx) / total;
+      cum += e[v] / total;
       if (cum <= limit) scores[v] = kNegInf;
     }
   }
@@ -144,10 +134,8 @@ void LogitsProcessor::start(int64_t rows, const int64_t* src, const int64_t* src
 int64_t LogitsProcessor::next_token(int64_t row, float* scores) {
   if (!o_.do_sample) return std::max_element(scores, scores + V_) - scores;  // first maximum, as torch.argmax
   warp(scores);
-  const float mx = *std::max_element(scores, scores + V_);
   std::vector<double> p(V_);
-  double total = 0;
-  for (int64_t v = 0; v < V_; ++v) total += p[v] = std::exp((double)scores[v] - mx);
+  const double total = ops::softmax_exp(scores, V_, p.data());
   // A uniform double in [0, 1) from the top 53 bits (std::uniform_real_distribution is not the same everywhere).
   const double u = (double)(rng_.at(row)() >> 11) * 0x1.0p-53 * total;
   double cum = 0;
@@ -201,7 +189,7 @@ std::vector<Hypothesis> generate_greedy(Seq2SeqModel& model, const int64_t* src,
       if (forced) {
         tok = target_prefix[b][t];
         std::copy_n(x, V, row.data());
-        log_softmax_inplace(row.data(), V);
+        ops::log_softmax(row.data(), V);
         h.logp += row[tok];
       } else {
         if (processor) {
@@ -211,7 +199,7 @@ std::vector<Hypothesis> generate_greedy(Seq2SeqModel& model, const int64_t* src,
         }
         if (opt.hf) apply_logits_processors(x, 1, V, t, opt);  // forced BOS / EOS after them, as HF
         std::copy_n(x, V, row.data());
-        log_softmax_inplace(row.data(), V);
+        ops::log_softmax(row.data(), V);
         tok = processor ? processor->next_token(b, x) : std::max_element(x, x + V) - x;
         h.logp += row[tok];
       }
@@ -262,7 +250,7 @@ std::vector<std::vector<double>> score_targets(Seq2SeqModel& model, const int64_
       const int64_t n = (int64_t)target[b].size();
       if (t > n) continue;
       float* x = logits.data() + b * V;
-      log_softmax_inplace(x, V);
+      ops::log_softmax(x, V);
       const int64_t label = t < n ? target[b][t] : opt.eos_id;
       out[b].push_back(x[label]);
       tokens[b] = t < n ? target[b][t] : opt.eos_id;  // rows past their end feed <eos> (ignored)

@@ -99,7 +99,4 @@ std::vector<std::vector<double>> score_targets(Seq2SeqModel& model, const int64_
                                                int64_t B, int64_t Ls, const std::vector<std::vector<int64_t>>& target,
                                                const DecodeOptions& opt);
 
-// log_softmax in place over x [V] (max-shifted, sum in double).
-void log_softmax_inplace(float* x, int64_t V);
-
 }  // namespace tfm

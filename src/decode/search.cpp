@@ -3,7 +3,7 @@
 #include "decode/decoder_cache.h"
 #include "decode/logits_process.h"
 #include "core/profile.h"
-#include "ops/vec_math.h"
+#include "ops/softmax.h"
 
 #include <algorithm>
 #include <limits>
@@ -31,9 +31,9 @@ int64_t argmax(const float* x, int64_t n) {
   return best;
 }
 
-// One logits row x[V] of a beam with log-probability `logp`: returns lse = log(sum_v exp(x[v])) (max-shifted,
-// exp in float by vm::fast_exp, within 2 ulp, summed in double: as exact as the float logits) and in `out`
-// (unordered) every token that can be among the row's M best in beam search's order, logp + (x[v] - lse)
+// One logits row x[V] of a beam with log-probability `logp`: returns lse = log(sum_v exp(x[v]))
+// (ops::logsumexp_fast: max-shifted, exp in float within 2 ulp, summed in double: as exact as the float logits)
+// and in `out` (unordered) every token that can be among the row's M best in beam search's order, logp + (x[v] - lse)
 // descending then token ascending, with that logp; the vocabulary is never sorted.
 // Why that is enough: the candidate logp is non-decreasing in x[v] (rounding is monotone), so with x_M the M-th
 // largest logit the M best all have logp >= lp_M = logp(x_M); every token with logp >= lp_M is returned. Those
@@ -70,13 +70,7 @@ double row_candidates(const float* x, int64_t V, int64_t M, double logp, std::ve
   }
   if (heap.empty()) return -INFINITY;
   const float mx = *std::max_element(heap.begin(), heap.end());
-  double lse = 0;
-  if (!normalized) {
-    double sum = 0;
-#pragma omp simd reduction(+ : sum)
-    for (int64_t v = 0; v < V; ++v) sum += (double)vm::fast_exp(x[v] - mx);
-    lse = (double)mx + std::log(sum);
-  }
+  const double lse = normalized ? 0.0 : ops::logsumexp_fast(x, V, mx);
   if (M <= 0) return lse;
   const float xM = heap.front();
   auto cand_logp = [&](float xv) { return logp + ((double)xv - lse); };
@@ -93,17 +87,6 @@ double row_candidates(const float* x, int64_t V, int64_t M, double logp, std::ve
       }
   }
   return lse;
-}
-// x[V] = log_softmax(x) in place (exp by vm::fast_exp, the sum in double).
-void log_softmax_row(float* x, int64_t V) {
-  float mx = -INFINITY;
-  for (int64_t v = 0; v < V; ++v) mx = std::max(mx, x[v]);
-  double sum = 0;
-#pragma omp simd reduction(+ : sum)
-  for (int64_t v = 0; v < V; ++v) sum += (double)vm::fast_exp(x[v] - mx);
-  const float lse = (float)((double)mx + std::log(sum));
-#pragma omp simd
-  for (int64_t v = 0; v < V; ++v) x[v] -= lse;
 }
 }  // namespace
 
@@ -274,7 +257,7 @@ std::vector<std::vector<Hypothesis>> beam_search_hypotheses(Seq2SeqModel& model,
       decode_profile::Timer tm(decode_profile::kLogSoftmaxTopK);
       if (opt.hf) {  // transformers: log_softmax, then the processors on the log-probabilities (below)
 #pragma omp parallel for schedule(static) if (R * V >= (1 << 16))
-        for (int64_t r = 0; r < R; ++r) log_softmax_row(logits.data() + r * V, V);
+        for (int64_t r = 0; r < R; ++r) ops::log_softmax_fast(logits.data() + r * V, V);
       } else {
         suppress_token(logits.data(), R, V, opt.suppress_id);
       }
@@ -302,7 +285,7 @@ std::vector<std::vector<Hypothesis>> beam_search_hypotheses(Seq2SeqModel& model,
           thread_local std::vector<int64_t> ids;
           ids.assign(1, opt.bos_id);
           ids.insert(ids.end(), row_tokens[r]->begin(), row_tokens[r]->end());
-          if (!opt.hf) log_softmax_inplace(x, V);  // hf: done above
+          if (!opt.hf) ops::log_softmax(x, V);  // hf: done above
           opt.logits_processor->process(ids.data(), (int64_t)ids.size(), x);
         }
         if (opt.hf && f < 0) apply_logits_processors(x, 1, V, t, opt);  // after them, as HF orders ForcedBOS / EOS

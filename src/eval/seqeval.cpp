@@ -20,7 +20,7 @@ std::vector<std::tuple<std::string, int64_t, int64_t>> seqeval_entities(const st
     const std::string rest = chunk.size() > 1 ? chunk.substr(1) : "";
     const size_t dash = rest.find('-');
     std::string type = dash == std::string::npos ? rest : rest.substr(dash + 1);  // chunk[1:].split('-', 1)[-1]
-    if (type.empty()) type = "_";
+    if (type.empty()) type.push_back('_');
     const std::string& p = prev_tag;
     const bool end = p == "E" || p == "S" || (p == "B" && (tag == "B" || tag == "S" || tag == "O")) ||
                      (p == "I" && (tag == "B" || tag == "S" || tag == "O")) ||

@@ -499,17 +499,50 @@ std::string cache_dir(const HubOptions& opts) {
   return hf_home() + "/hub";
 }
 
+namespace {
+
+// One part of a repository id (huggingface_hub's validate_repo_id).
+bool id_part_ok(const std::string& p) {
+  if (p.empty() || p.size() > 96 || p[0] == '.' || p[0] == '-' || p.back() == '.') return false;
+  if (p.find("..") != std::string::npos || p.find("--") != std::string::npos) return false;
+  for (unsigned char c : p)
+    if (!(std::isalnum(c) || c == '.' || c == '_' || c == '-')) return false;
+  return true;
+}
+
+// The models the hub once kept without an organisation (now under google-bert/, openai-community/, FacebookAI/,
+// distilbert/, google-t5/, albert/, ...): the hub still answers their old names with a redirect, and
+// huggingface_hub / transformers take them as ids. Any other single name is a folder (a typo is not sent to the
+// network), unless the cache already has it.
+const std::set<std::string>& legacy_ids() {
+  static const std::set<std::string> ids = {
+      "albert-base-v1", "albert-base-v2", "albert-large-v1", "albert-large-v2", "albert-xlarge-v1", "albert-xlarge-v2",
+      "albert-xxlarge-v1", "albert-xxlarge-v2", "bert-base-cased", "bert-base-cased-finetuned-mrpc",
+      "bert-base-chinese", "bert-base-german-cased", "bert-base-german-dbmdz-cased", "bert-base-german-dbmdz-uncased",
+      "bert-base-multilingual-cased", "bert-base-multilingual-uncased", "bert-base-uncased", "bert-large-cased",
+      "bert-large-cased-whole-word-masking", "bert-large-cased-whole-word-masking-finetuned-squad",
+      "bert-large-uncased", "bert-large-uncased-whole-word-masking",
+      "bert-large-uncased-whole-word-masking-finetuned-squad", "camembert-base", "ctrl", "distilbert-base-cased",
+      "distilbert-base-cased-distilled-squad", "distilbert-base-german-cased", "distilbert-base-multilingual-cased",
+      "distilbert-base-uncased", "distilbert-base-uncased-distilled-squad",
+      "distilbert-base-uncased-finetuned-sst-2-english", "distilgpt2", "distilroberta-base", "gpt2", "gpt2-large",
+      "gpt2-medium", "gpt2-xl", "openai-gpt", "roberta-base", "roberta-base-openai-detector", "roberta-large",
+      "roberta-large-mnli", "roberta-large-openai-detector", "t5-11b", "t5-3b", "t5-base", "t5-large", "t5-small",
+      "transfo-xl-wt103", "xlm-clm-ende-1024", "xlm-clm-enfr-1024", "xlm-mlm-100-1280", "xlm-mlm-17-1280",
+      "xlm-mlm-en-2048", "xlm-mlm-ende-1024", "xlm-mlm-enfr-1024", "xlm-mlm-enro-1024", "xlm-mlm-tlm-xnli15-1024",
+      "xlm-mlm-xnli15-1024", "xlm-roberta-base", "xlm-roberta-large", "xlm-roberta-large-finetuned-conll02-dutch",
+      "xlm-roberta-large-finetuned-conll02-spanish", "xlm-roberta-large-finetuned-conll03-english",
+      "xlm-roberta-large-finetuned-conll03-german", "xlnet-base-cased", "xlnet-large-cased"};
+  return ids;
+}
+
+}  // namespace
+
 bool is_model_id(const std::string& s) {
   size_t slash = s.find('/');
-  if (slash == std::string::npos || s.find('/', slash + 1) != std::string::npos) return false;
-  auto part_ok = [](const std::string& p) {
-    if (p.empty() || p.size() > 96 || p[0] == '.' || p[0] == '-' || p.back() == '.') return false;
-    if (p.find("..") != std::string::npos || p.find("--") != std::string::npos) return false;
-    for (unsigned char c : p)
-      if (!(std::isalnum(c) || c == '.' || c == '_' || c == '-')) return false;
-    return true;
-  };
-  return part_ok(s.substr(0, slash)) && part_ok(s.substr(slash + 1));
+  if (slash == std::string::npos) return legacy_ids().count(s) > 0;
+  if (s.find('/', slash + 1) != std::string::npos) return false;
+  return id_part_ok(s.substr(0, slash)) && id_part_ok(s.substr(slash + 1));
 }
 
 std::string repo_folder_name(const std::string& id) {
@@ -582,7 +615,8 @@ std::vector<std::string> model_files(const std::vector<std::string>& all) {
 DownloadSummary download_model(const std::string& id, const HubOptions& opts) {
   if (!is_model_id(id))
     throw std::invalid_argument("'" + id + "' is not a Hugging Face model id (expected <org>/<name>, e.g. "
-                                "sentence-transformers/all-MiniLM-L6-v2)");
+                                "sentence-transformers/all-MiniLM-L6-v2, or a name the hub kept without an "
+                                "organisation, e.g. bert-base-uncased)");
   Client cl;
   cl.id = id;
   cl.revision = revision_of(opts);
@@ -652,10 +686,16 @@ DownloadSummary download_model(const std::string& id, const HubOptions& opts) {
 
 std::string resolve_model(const std::string& path_or_id, const HubOptions& opts) {
   std::error_code ec;
-  if (path_or_id.empty() || fs::exists(path_or_id, ec) || !is_model_id(path_or_id)) return path_or_id;
+  if (path_or_id.empty() || fs::exists(path_or_id, ec)) return path_or_id;
+  // A single name the cache has (huggingface_hub writes models--<name> for one) is an id too.
+  const bool cached_name = path_or_id.find('/') == std::string::npos && id_part_ok(path_or_id) &&
+                           fs::is_directory(fs::path(cache_dir(opts)) / repo_folder_name(path_or_id), ec);
+  if (!is_model_id(path_or_id) && !cached_name) return path_or_id;
   std::optional<std::string> snap = cached_snapshot(path_or_id, opts);
   const bool offline = offline_of(opts);
-  if (snap && (offline || (fs::exists(fs::path(*snap) / "config.json", ec) && has_weights(*snap)))) return *snap;
+  if (snap && (offline || !is_model_id(path_or_id) ||
+               (fs::exists(fs::path(*snap) / "config.json", ec) && has_weights(*snap))))
+    return *snap;
   if (offline)
     throw NotCachedError(path_or_id + ": no such model folder, and the Hugging Face cache " +
                              (fs::path(cache_dir(opts)) / repo_folder_name(path_or_id)).string() +

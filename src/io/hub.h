@@ -48,9 +48,11 @@ struct HubOptions {
 // The cache folder the options name (see the file comment). Never empty.
 std::string cache_dir(const HubOptions& opts = {});
 // True when `s` has the shape of a hub model id: "<org>/<name>", each part of [A-Za-z0-9._-], not starting with
-// '.' or '-', at most 96 characters each (huggingface_hub's validate_repo_id). Absolute and ./ paths never are.
+// '.' or '-', at most 96 characters each (huggingface_hub's validate_repo_id), or one of the names the hub kept
+// without an organisation (bert-base-uncased, gpt2, roberta-base, distilbert-base-uncased, t5-small, ...), which
+// it still answers with a redirect. Absolute and ./ paths never are.
 bool is_model_id(const std::string& s);
-// "org/name" -> "models--org--name" (huggingface_hub's repo_folder_name).
+// "org/name" -> "models--org--name", "gpt2" -> "models--gpt2" (huggingface_hub's repo_folder_name).
 std::string repo_folder_name(const std::string& id);
 // The snapshot folder of `id` at opts.revision in the cache, or nullopt when the cache has none: a 40-hex
 // revision names snapshots/<revision> directly, anything else is looked up in refs/<revision>.
@@ -79,7 +81,8 @@ struct DownloadSummary {
 // not match; the cache cannot be written. std::invalid_argument when `id` is not a model id.
 DownloadSummary download_model(const std::string& id, const HubOptions& opts = {});
 
-// What every command does with a --model value: an existing path is returned unchanged; a model id resolves to its
+// What every command does with a --model value: an existing path is returned unchanged; a model id (or a single
+// name the cache has, as huggingface_hub's models--<name>) resolves to its
 // cached snapshot (used as is when it has config.json and weights, or when offline), else it is downloaded with
 // download_model. Anything else is returned unchanged (the caller reports the missing folder). Throws
 // NotCachedError naming the id and the cache folder when offline and the id is not cached; download_model's errors

@@ -15,6 +15,7 @@
 #include "ops/embedding.h"
 #include "nn/transformer_block.h"
 #include "ops/activation.h"
+#include "models/registry.h"
 
 namespace tfm {
 namespace {
@@ -267,10 +268,16 @@ BertTrainable::BertTrainable(nn::ParamStore& store, const EncoderConfig& c, cons
   nn::Vars vb(store);
   if (!prefix_.empty()) vb = vb.prefix(prefix_.substr(0, prefix_.size() - (prefix_.back() == '.' ? 1 : 0)));
   const nn::Vars emb = vb.prefix("embeddings");
-  word_ = emb.prefix("word_embeddings").get("weight", {c.vocab_size, H});
-  pos_ = emb.prefix("position_embeddings").get("weight", {c.max_position_embeddings, H});
-  if (variant.token_type_embeddings) type_ = emb.prefix("token_type_embeddings").get("weight", {c.type_vocab_size, H});
-  emb_ln_ = nn::LayerNorm::load(emb.prefix("LayerNorm"), H, (float)c.layer_norm_eps);
+  emb_.word = emb.prefix("word_embeddings").get("weight", {c.vocab_size, H});
+  emb_.position = emb.prefix("position_embeddings").get("weight", {c.max_position_embeddings, H});
+  if (variant.token_type_embeddings)
+    emb_.type = emb.prefix("token_type_embeddings").get("weight", {c.type_vocab_size, H});
+  emb_.norm = nn::LayerNorm::load(emb.prefix("LayerNorm"), H, (float)c.layer_norm_eps);
+  emb_.vocab_size = c.vocab_size;
+  emb_.max_positions = c.max_position_embeddings;
+  emb_.type_vocab_size = c.type_vocab_size;
+  emb_.dim = H;
+  emb_.train_position = variant.trainable_position_embeddings;
   auto layer = variant.layer ? variant.layer : bert_layer;
   for (int64_t l = 0; l < c.num_hidden_layers; ++l)
     layers_.push_back(layer(vb.prefix(variant.layers).prefix(l), c, ops::ComputeType::F32, /*trainable=*/true));
@@ -314,7 +321,7 @@ void BertTrainable::forward(const nn::Context& ctx, const int64_t* input_ids, co
   L_ = L;
   ids_.assign(input_ids, input_ids + N);
   types_.assign(N, 0);
-  if (token_type_ids && type_.defined()) types_.assign(token_type_ids, token_type_ids + N);
+  if (token_type_ids && emb_.type.defined()) types_.assign(token_type_ids, token_type_ids + N);
   if (variant_.positions_from_padding) {
     positions_ =
         detail::position_ids_from_padding(c, input_ids, B, L, padding_index(c, variant_), padding_name(variant_));
@@ -327,24 +334,7 @@ void BertTrainable::forward(const nn::Context& ctx, const int64_t* input_ids, co
       throw std::invalid_argument("token_type_ids value " + std::to_string(types_[n]) + " is outside [0, " +
                                   std::to_string(c.type_vocab_size) + ")");
   // Embeddings: word + position + token_type (each an nn.Embedding lookup), LayerNorm, dropout.
-  emb_sum_.resize(N * H);
-  tmp_.resize(N * H);
-  ops::embedding_forward(emb_sum_.data(), ids_.data(), word_.data(), N, c.vocab_size, H);
-  ops::embedding_forward(tmp_.data(), positions_.data(), pos_.data(), N, c.max_position_embeddings, H);
-  for (int64_t i = 0; i < N * H; ++i) emb_sum_[i] += tmp_[i];
-  if (type_.defined()) {
-    ops::embedding_forward(tmp_.data(), types_.data(), type_.data(), N, c.type_vocab_size, H);
-    for (int64_t i = 0; i < N * H; ++i) emb_sum_[i] += tmp_[i];
-  }
-  x0_.resize(N * H);
-  emb_ln_.forward(x0_.data(), emb_sum_.data(), N);
-  emb_drop_.clear();
-  if (ctx.dropping()) {
-    emb_drop_.resize(N * H);
-    ops::dropout_mask(emb_drop_.data(), N * H, ctx.dropout, *ctx.rng);
-    emb_ln_out_ = x0_;
-    ops::dropout_apply(x0_.data(), emb_ln_out_.data(), emb_drop_.data(), N * H);
-  }
+  emb_.forward(ctx, ids_.data(), positions_.data(), types_.data(), N, L);
   mask_ = ops::AttentionMask{};
   key_mask_.clear();
   if (key_mask) {
@@ -358,7 +348,7 @@ void BertTrainable::forward(const nn::Context& ctx, const int64_t* input_ids, co
     detail::mpnet_position_bias(score_bias_.data(), rel_bias_.data(), c.num_attention_heads, L);
     mask_.bias = score_bias_.data();
   }
-  const float* x = x0_.data();
+  const float* x = emb_.out.data();
   for (size_t l = 0; l < layers_.size(); ++l) {
     const bool first_only = first_token_only() && l + 1 == layers_.size();
     ops::AttentionMask mask = mask_;
@@ -395,7 +385,7 @@ void BertTrainable::set_precision(ops::ComputeType precision) {
 }
 
 const float* BertTrainable::last_hidden_state() const {
-  return layers_.empty() ? x0_.data() : layers_.back().out.data();
+  return layers_.empty() ? emb_.out.data() : layers_.back().out.data();
 }
 
 void BertTrainable::backward(const float* dlast, const float* dpooled) {
@@ -431,12 +421,7 @@ void BertTrainable::backward(const float* dlast, const float* dpooled) {
   }
   if (rel_bias_.defined())
     detail::mpnet_position_bias_backward(rel_bias_.grad(), dscore_bias_.data(), c.num_attention_heads, L);
-  if (!emb_drop_.empty()) ops::dropout_apply(dx_.data(), dx_.data(), emb_drop_.data(), N * H);
-  tmp_.resize(N * H);
-  emb_ln_.backward(tmp_.data(), dx_.data());
-  ops::embedding_backward(word_.grad(), tmp_.data(), ids_.data(), N, H);
-  if (variant_.trainable_position_embeddings) ops::embedding_backward(pos_.grad(), tmp_.data(), positions_.data(), N, H);
-  if (type_.defined()) ops::embedding_backward(type_.grad(), tmp_.data(), types_.data(), N, H);
+  emb_.backward(dx_.data());
 }
 
 std::unique_ptr<EncoderModel> make_bert(const EncoderConfig& config, WeightSource& weights, ops::ComputeType dtype) {
@@ -446,6 +431,46 @@ std::unique_ptr<EncoderModel> make_bert(const EncoderConfig& config, WeightSourc
 std::unique_ptr<EncoderModel> detail::make_bert_variant(const EncoderConfig& config, WeightSource& weights,
                                                         ops::ComputeType dtype, const BertVariant& variant) {
   return std::make_unique<Bert>(config, weights, dtype, variant);
+}
+
+// ---------------------------------------------------------------- the family's entry (models/registry.h)
+
+std::unique_ptr<TrainableEncoder> detail::bert_variant_body(nn::ParamStore& store, const EncoderConfig& c,
+                                                            const TrainableEncoderOptions& o, BertVariant v) {
+  if (o.bare) v.prefix = "";
+  return std::make_unique<BertTrainable>(store, c, v, o.pooler, o.first_token_only);
+}
+
+namespace {
+// modeling_bert.py: BertForSequenceClassification classifier(dropout(pooler_output)); BertOnlyMLMHead.
+TrainingHeadSpec bert_training_head(const EncoderConfig& c, HeadKind kind, int64_t C) {
+  if (kind == HeadKind::TokenClassification) return detail::token_classifier_head(C);
+  if (kind == HeadKind::SequenceClassification) {
+    TrainingHeadSpec h;
+    h.input = HeadInput::PoolerOutput;
+    h.stages = {detail::head_stage("classifier", C, true)};
+    return h;
+  }
+  return detail::lm_head("cls.predictions.transform.dense", ops::parse_activation(c.hidden_act),
+                         "cls.predictions.transform.LayerNorm", "cls.predictions.decoder", "cls.predictions.bias",
+                         {"cls.predictions.decoder.bias"}, c);
+}
+}  // namespace
+
+const ModelFamily& bert_family() {
+  static const ModelFamily f{
+      .name = "bert",
+      .model_types = {{"bert", "Bert"}},
+      .make_encoder = make_bert,
+      .heads = bert_heads,
+      .trainable_body =
+          [](nn::ParamStore& s, const EncoderConfig& c, const TrainableEncoderOptions& o) {
+            return detail::bert_variant_body(s, c, o, detail::BertVariant{});
+          },
+      .training_head = bert_training_head,
+      .training_dropouts = detail::bert_dropouts,
+  };
+  return f;
 }
 
 }  // namespace tfm

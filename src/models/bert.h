@@ -80,6 +80,10 @@ nn::EncoderBlock post_ln_layer(const nn::Vars& vb, const EncoderConfig& config, 
 // make_bert with `variant`'s names and position ids.
 std::unique_ptr<EncoderModel> make_bert_variant(const EncoderConfig& config, WeightSource& weights,
                                                 ops::ComputeType dtype, const BertVariant& variant);
+// The trainable body of `variant` (BertTrainable), its parameters under variant.prefix, or under none when
+// options.bare.
+std::unique_ptr<TrainableEncoder> bert_variant_body(nn::ParamStore& store, const EncoderConfig& config,
+                                                    const TrainableEncoderOptions& options, BertVariant variant);
 }  // namespace detail
 
 // BertModel for training (fine-tuning), and the families of detail::BertVariant (RobertaModel, XLMRobertaModel,
@@ -136,14 +140,14 @@ class BertTrainable final : public TrainableEncoder {
   detail::BertVariant variant_;
   std::string prefix_;
   std::vector<std::string> names_, frozen_;
-  nn::Param word_, pos_, type_, rel_bias_;
-  nn::LayerNorm emb_ln_;
+  nn::Embeddings emb_;  // word, position, token type, LayerNorm, dropout
+  nn::Param rel_bias_;
   std::vector<nn::EncoderBlock> layers_;
   nn::Linear pooler_;
   // Saved by forward.
   int64_t B_ = 0, L_ = 0;
   std::vector<int64_t> ids_, types_, positions_;
-  std::vector<float> emb_sum_, emb_ln_out_, emb_drop_, x0_, key_mask_, cls_, pooled_, dx_, tmp_;
+  std::vector<float> key_mask_, cls_, pooled_, dx_, tmp_;
   std::vector<float> score_bias_, dscore_bias_;  // [heads, L, L]: MPNet's position bias and its gradient
   std::vector<float> score_bias_first_;          // [heads, 1, L]: its row 0 (a first_token_only last layer)
   ops::AttentionMask mask_;

@@ -8,6 +8,7 @@
 #include "models/bert.h"
 #include "models/checkpoint_weights.h"
 #include "nn/transformer_block.h"
+#include "models/registry.h"
 
 namespace tfm {
 namespace {
@@ -100,5 +101,50 @@ std::unique_ptr<EncoderModel> make_distilbert(const EncoderConfig& config, Weigh
 }
 
 FamilyHeads distilbert_heads() { return {detect_distilbert_head, load_distilbert_head}; }
+
+// ---------------------------------------------------------------- the family's entry (models/registry.h)
+
+namespace {
+// modeling_distilbert.py: pre_classifier, ReLU, dropout, classifier; vocab_transform, activation, vocab_layer_norm,
+// vocab_projector.
+TrainingHeadSpec distilbert_training_head(const EncoderConfig& c, HeadKind kind, int64_t C) {
+  if (kind == HeadKind::TokenClassification) return detail::token_classifier_head(C);
+  if (kind == HeadKind::SequenceClassification) {
+    TrainingHeadSpec h;
+    h.stages = {detail::head_stage("pre_classifier", c.hidden_size, false), detail::head_stage("classifier", C, true)};
+    h.stages[0].act = ops::Activation::Relu;
+    return h;
+  }
+  return detail::lm_head("vocab_transform", ops::parse_activation(c.hidden_act), "vocab_layer_norm",
+                         "vocab_projector", "vocab_projector.bias", {}, c);  // get_activation(config.activation)
+}
+
+// DistilBERT: dropout, attention_dropout; sequence classification seq_classif_dropout.
+TrainingDropouts distilbert_dropouts(const nlohmann::json& config, HeadKind kind, const std::string& file) {
+  TrainingDropouts d;
+  d.body = detail::dropout_of(config, "dropout", 0.1, file);
+  d.attention = detail::dropout_of(config, "attention_dropout", 0.1, file);
+  d.head = kind == HeadKind::SequenceClassification ? detail::dropout_of(config, "seq_classif_dropout", 0.2, file)
+                                                    : d.body;
+  return d;
+}
+}  // namespace
+
+const ModelFamily& distilbert_family() {
+  static const ModelFamily f{
+      .name = "distilbert",
+      .model_types = {{"distilbert", "DistilBert"}},
+      .config_as_bert = distilbert_config_as_bert,
+      .make_encoder = make_distilbert,
+      .heads = distilbert_heads,
+      .trainable_body =
+          [](nn::ParamStore& s, const EncoderConfig& c, const TrainableEncoderOptions& o) {
+            return detail::bert_variant_body(s, c, o, detail::distilbert_variant(c));
+          },
+      .training_head = distilbert_training_head,
+      .training_dropouts = distilbert_dropouts,
+  };
+  return f;
+}
 
 }  // namespace tfm

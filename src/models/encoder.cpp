@@ -7,40 +7,23 @@
 #include <stdexcept>
 
 #include "io/json_util.h"
-#include "models/bert.h"
 #include "models/checkpoint_weights.h"
-#include "models/distilbert.h"
-#include "models/hf_seq2seq.h"
-#include "models/mpnet.h"
-#include "models/modernbert.h"
-#include "models/roberta.h"
-#include "models/transformer_encoder.h"
+#include "models/registry.h"
 #include "core/profile.h"
 #include "nn/layers.h"
 
 namespace tfm {
 
-bool is_roberta_family(const std::string& model_type) {
-  return model_type == "roberta" || model_type == "xlm-roberta" || model_type == "camembert";
-}
-
-std::string supported_encoder_types() {
-  return "bert, roberta, xlm-roberta, camembert, distilbert, mpnet, modernbert, transformer_encoder";
-}
-
 EncoderConfig EncoderConfig::from_json(const nlohmann::json& config, const std::string& file) {
   EncoderConfig c;
-  c.model_type = json_string_or(config, "model_type", "bert", file);
+  c.model_type = read_model_type(config, file, "");
+  c.model_type_given = !c.model_type.empty();
+  if (c.model_type.empty()) c.model_type = "bert";
+  const ModelFamily& family = family_of(c.model_type, file);
   // The family first: a translation folder's config has none of an encoder's keys.
-  if (c.model_type == "transformer_seq2seq" || is_hf_seq2seq_type(c.model_type))
-    throw std::runtime_error(file + ": this is a " + c.model_type + " folder (a translation model), not an encoder; "
-                             "'tfm translate' and 'tfm serve' run it");
-  if (c.model_type != "bert" && c.model_type != "transformer_encoder" && !is_roberta_family(c.model_type) &&
-      c.model_type != "distilbert" && c.model_type != "mpnet" && c.model_type != "modernbert")
-    throw std::runtime_error(file + ": model_type '" + c.model_type +
-                             "' is not an encoder this tool runs (supported: " + supported_encoder_types() + ")");
+  require_encoder_family(family, c.model_type, file, "'tfm translate' and 'tfm serve' run it");
   // Families with their own key names are read through BERT's.
-  const nlohmann::json j = c.model_type == "distilbert" ? distilbert_config_as_bert(config, file) : config;
+  const nlohmann::json j = family.config_as_bert ? family.config_as_bert(config, file) : config;
   c.json = config;
   c.source = file;
   c.vocab_size = json_int(j, "vocab_size", file);
@@ -55,9 +38,7 @@ EncoderConfig EncoderConfig::from_json(const nlohmann::json& config, const std::
   if (j.is_object() && j.contains("hidden_act") && j["hidden_act"].is_null())
     throw std::runtime_error(file + ": key 'hidden_act' is null (expected an activation name: gelu, relu, ...)");
   c.hidden_act = json_string_or(j, "hidden_act", "gelu", file);
-  // RobertaConfig's default pad_token_id is 1 (<pad> in fairseq's dictionary); BertConfig's is 0.
-  const bool pad_one = is_roberta_family(c.model_type) || c.model_type == "mpnet";  // MPNetConfig's default too
-  c.pad_token_id = json_int_or(j, "pad_token_id", pad_one ? 1 : 0, file);
+  c.pad_token_id = json_int_or(j, "pad_token_id", family.default_pad_token_id, file);
   c.relative_attention_num_buckets = json_int_or(j, "relative_attention_num_buckets", 32, file);
   check_at_most(file, "relative_attention_num_buckets", c.relative_attention_num_buckets, 1 << 16);
   auto positive = [&](const char* key, int64_t v) {
@@ -92,15 +73,15 @@ EncoderConfig EncoderConfig::from_json(const nlohmann::json& config, const std::
   const std::string pos = json_string_or(j, "position_embedding_type", "absolute", file);
   if (pos != "absolute")
     throw std::runtime_error(file + ": position_embedding_type '" + pos + "' is not supported (only 'absolute')");
-  if (c.model_type == "modernbert") ModernBertConfig::from(c);  // its own keys, checked at load
+  if (family.check_config) family.check_config(c);
   return c;
 }
 
 EncoderConfig EncoderConfig::load(const std::string& path) { return from_json(load_json_file(path), path); }
 
 int64_t EncoderConfig::max_input_tokens() const {
-  if (model_type == "mpnet") return max_position_embeddings - 2;  // positions from MPNet's padding_idx 1
-  return is_roberta_family(model_type) ? max_position_embeddings - pad_token_id - 1 : max_position_embeddings;
+  const ModelFamily* family = find_family(model_type);
+  return family && family->max_input_tokens ? family->max_input_tokens(*this) : max_position_embeddings;
 }
 
 EncoderOutput EncoderModel::forward_first_token(const Tensor& input_ids, const Tensor& token_type_ids,
@@ -115,12 +96,17 @@ EncoderOutput EncoderModel::forward_first_token(const Tensor& input_ids, const T
 }
 
 std::unique_ptr<EncoderModel> make_encoder(const EncoderConfig& config, WeightSource& weights, ops::ComputeType dtype) {
-  if (config.model_type == "transformer_encoder") return make_transformer_encoder(config, weights, dtype);
-  if (is_roberta_family(config.model_type)) return make_roberta(config, weights, dtype);
-  if (config.model_type == "distilbert") return make_distilbert(config, weights, dtype);
-  if (config.model_type == "mpnet") return make_mpnet(config, weights, dtype);
-  if (config.model_type == "modernbert") return make_modernbert(config, weights, dtype);
-  return make_bert(config, weights, dtype);
+  const std::string file = config.source.empty() ? "config.json" : config.source;
+  const ModelFamily& family = family_of(config.model_type, file);
+  require_encoder_family(family, config.model_type, file);
+  try {
+    return family.make_encoder(config, weights, dtype);
+  } catch (const std::runtime_error& e) {
+    // A tutorial encoder folder without model_type is read as BERT, and its tensor names do not match.
+    if (config.model_type_given || std::string(e.what()).find("missing tensor") == std::string::npos) throw;
+    throw std::runtime_error(std::string(e.what()) + " (" + file + " has no model_type, so it is read as BERT; a "
+                             "pre-LN tutorial encoder needs \"model_type\": \"transformer_encoder\")");
+  }
 }
 
 std::unique_ptr<EncoderModel> load_encoder(const std::string& dir, std::optional<ops::ComputeType> dtype,

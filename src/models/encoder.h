@@ -14,15 +14,11 @@
 
 namespace tfm {
 
-// The keys of a Hugging Face BERT config.json; both encoder architectures read them.
-// Whether config.json's model_type is RoBERTa's architecture ("roberta", "xlm-roberta", "camembert").
-bool is_roberta_family(const std::string& model_type);
-// The model_type values EncoderConfig accepts, comma-separated, for error messages.
-std::string supported_encoder_types();
-
+// The keys of a Hugging Face BERT config.json, which every encoder family reads (a family with its own key names
+// maps them to these: models/registry.h ModelFamily::config_as_bert).
 struct EncoderConfig {
-  std::string model_type;  // "bert", "roberta", "xlm-roberta", "camembert", "distilbert", "mpnet", "modernbert" or
-                           // "transformer_encoder"
+  std::string model_type;  // config.json's: a model type of an encoder family of models/registry.h ("bert",
+                           // "roberta", "xlm-roberta", ..., "transformer_encoder")
   int64_t vocab_size = 30522;
   int64_t hidden_size = 768;
   int64_t num_hidden_layers = 12;
@@ -34,15 +30,18 @@ struct EncoderConfig {
   std::string hidden_act = "gelu";
   int64_t pad_token_id = 0;
   int64_t relative_attention_num_buckets = 32;  // MPNet: rows of encoder.relative_attention_bias
+  bool model_type_given = true;  // false: config.json has no model_type (read as "bert")
   nlohmann::json json;  // config.json as read, for a family's own keys (ModernBertConfig::from)
   std::string source;   // the file it came from, for errors
 
   int64_t head_dim() const { return hidden_size / num_attention_heads; }
-  // The longest input the model takes, in tokens: max_position_embeddings, less pad_token_id + 1 for the RoBERTa
-  // family and less 2 for MPNet (whose positions start after the padding index, MPNet's fixed at 1).
+  // The longest input the model takes, in tokens: the family's rule (ModelFamily::max_input_tokens: less
+  // pad_token_id + 1 for the RoBERTa family, less 2 for MPNet, whose positions start after the padding index), else
+  // max_position_embeddings.
   int64_t max_input_tokens() const;
-  // Parses and validates (positive sizes, hidden_size divisible by num_attention_heads, known activation).
-  // `file` names the source in errors. A missing model_type defaults to "bert".
+  // Parses and validates (positive sizes, hidden_size divisible by num_attention_heads, known activation, the
+  // family's own keys). `file` names the source in errors. A missing model_type defaults to "bert"; one no family
+  // answers is models/registry.h family_of's refusal, a translation family's require_encoder_family's.
   static EncoderConfig from_json(const nlohmann::json& j, const std::string& file);
   static EncoderConfig load(const std::string& path);
 };
@@ -86,9 +85,10 @@ class EncoderModel {
   EncoderConfig config_;
 };
 
-// Builds the architecture named by config.model_type with weights from `weights`; the Linear layers are packed
+// Builds the family of config.model_type (models/registry.h) with weights from `weights`; the Linear layers are packed
 // for `dtype` (ops/gemm.h PackedLinear: fp32, bf16 or int8 dynamic quantisation). Throws std::runtime_error
-// when this CPU has no oneDNN kernel for `dtype`.
+// when this CPU has no oneDNN kernel for `dtype`, and the family's for a missing tensor (with a hint when
+// config.json has no model_type: a tutorial encoder folder read as BERT).
 std::unique_ptr<EncoderModel> make_encoder(const EncoderConfig& config, WeightSource& weights,
                                            ops::ComputeType dtype = ops::ComputeType::F32);
 // Loads DIR/config.json and DIR/model.safetensors (Linear weights packed, their mmapped pages then released;

@@ -1,8 +1,9 @@
 // How a family lays out its task heads: the tensors and the small computation between the encoder output and the
 // logits, as each family's modeling_*.py writes its *ForSequenceClassification / *ForTokenClassification /
 // *ForMaskedLM. A family provides one FamilyHeads (a function in its own file: bert_heads(), roberta_heads(),
-// distilbert_heads(), ...) and models/heads.cpp family_heads() maps config.json model_type to it; the rest
-// (labels, batching, scoring, decoding) is shared by every family in models/heads.
+// distilbert_heads(), ...) named by its ModelFamily entry (models/registry.h), which models/heads.cpp
+// family_heads() finds by config.json model_type; the rest (labels, batching, scoring, decoding) is shared by every
+// family in models/heads.
 #pragma once
 #include <optional>
 #include <vector>

@@ -8,14 +8,17 @@
 #include <stdexcept>
 
 #include "io/json_util.h"
-#include "models/bert.h"
 #include "models/checkpoint_weights.h"
 #include "models/distilbert.h"
-#include "models/mpnet.h"
 #include "models/modernbert.h"
+#include "models/mpnet.h"
+#include "models/pooling.h"
+#include "models/registry.h"
 #include "models/roberta.h"
 #include "nn/weights.h"
+#include "ops/activation.h"
 #include "ops/layer_norm.h"
+#include "ops/softmax.h"
 #include "text/vocab_check.h"
 
 namespace tfm {
@@ -98,24 +101,12 @@ void clean_up_tokenization(std::string& s) {
 }
 }  // namespace
 
-const FamilyHeads& family_heads(const std::string& model_type, const std::string& file) {
-  // One line per family; its layout lives in the family's own file.
-  static const std::vector<std::pair<std::string, FamilyHeads>> table = {
-      {"bert", bert_heads()},
-      {"roberta", roberta_heads()},
-      {"xlm-roberta", roberta_heads()},
-      {"camembert", roberta_heads()},
-      {"distilbert", distilbert_heads()},
-      {"mpnet", mpnet_heads()},
-      {"modernbert", modernbert_heads()},
-  };
-  std::string names;
-  for (const auto& [name, heads] : table) {
-    if (name == model_type) return heads;
-    names += (names.empty() ? "" : ", ") + name;
-  }
-  throw std::runtime_error(file + ": task heads are not implemented for model_type '" + model_type +
-                           "' (supported: " + names + ")");
+FamilyHeads family_heads(const std::string& model_type, const std::string& file) {
+  const ModelFamily& family = family_of(model_type, file);
+  if (!family.heads)
+    throw std::runtime_error(file + ": task heads are not implemented for model_type '" + model_type +
+                             "' (supported: " + model_types_with_heads() + ")");
+  return family.heads();
 }
 
 namespace detail {
@@ -279,7 +270,7 @@ std::vector<float> TaskModel::run_stages(std::vector<float> x, int64_t N) const 
 }
 
 Tensor TaskModel::sequence_logits(const Tensor& ids, const Tensor& tt, const Tensor& mask) const {
-  const int64_t B = ids.size(0), L = ids.size(1), H = encoder_->config().hidden_size;
+  const int64_t B = ids.size(0), H = encoder_->config().hidden_size;
   std::vector<float> x(B * H, 0.0f);
   if (layout_->input != HeadInput::MeanTokens) {  // the head reads position 0 only: so does the last layer
     EncoderOutput out = encoder_->forward_first_token(ids, tt, mask);
@@ -287,17 +278,8 @@ Tensor TaskModel::sequence_logits(const Tensor& ids, const Tensor& tt, const Ten
     if (!from.defined()) throw std::logic_error("sequence head reads a pooler the model lacks");
     std::copy_n(from.f32(), B * H, x.data());
   } else {
-    EncoderOutput out = encoder_->forward(ids, tt, mask);
-    const float* h = out.last_hidden_state.f32();
-    for (int64_t b = 0; b < B; ++b) {
-      int64_t n = 0;
-      for (int64_t l = 0; l < L; ++l) {
-        if (mask.defined() && mask.i64()[b * L + l] == 0) continue;
-        ++n;
-        for (int64_t c = 0; c < H; ++c) x[b * H + c] += h[(b * L + l) * H + c];
-      }
-      for (int64_t c = 0; c < H; ++c) x[b * H + c] /= (float)std::max<int64_t>(n, 1);
-    }
+    const Tensor pooled = mean_pool(encoder_->forward(ids, tt, mask).last_hidden_state, mask);
+    std::copy_n(pooled.f32(), B * H, x.data());
   }
   std::vector<float> y = run_stages(std::move(x), B);
   Tensor logits = Tensor::empty({B, num_labels()});
@@ -373,14 +355,8 @@ BatchTensors make_batch(const std::vector<Encoding>& enc, int64_t pad_id) {
 
 std::vector<float> apply_score_function(const float* x, int64_t n, ScoreFunction f) {
   std::vector<float> s(x, x + n);
-  if (f == ScoreFunction::Sigmoid) {
-    for (auto& v : s) v = 1.0f / (1.0f + std::exp(-v));
-  } else if (f == ScoreFunction::Softmax) {
-    float mx = *std::max_element(s.begin(), s.end());
-    double sum = 0;
-    for (auto& v : s) sum += std::exp((double)v - mx);
-    for (auto& v : s) v = (float)(std::exp((double)v - mx) / sum);
-  }
+  if (f == ScoreFunction::Sigmoid) ops::sigmoid_forward(s.data(), s.data(), n);
+  else if (f == ScoreFunction::Softmax) ops::softmax(s.data(), n, s.data());
   return s;
 }
 

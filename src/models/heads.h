@@ -18,9 +18,10 @@
 
 namespace tfm {
 
-// The head layout of config.json model_type ("bert", "roberta", "xlm-roberta", "camembert", "distilbert", ...).
-// Throws std::runtime_error naming the families with heads for any other type.
-const FamilyHeads& family_heads(const std::string& model_type, const std::string& file);
+// The head layout of config.json model_type's family (models/registry.h ModelFamily::heads). Throws
+// std::runtime_error naming the model types with heads for a family without them, family_of's refusal for a
+// model_type no family answers.
+FamilyHeads family_heads(const std::string& model_type, const std::string& file);
 
 // How a cross-encoder / classifier turns logits into scores.
 enum class ScoreFunction { Sigmoid, Softmax, None };

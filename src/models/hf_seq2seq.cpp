@@ -6,6 +6,7 @@
 #include <stdexcept>
 
 #include "io/json_util.h"
+#include "models/registry.h"
 
 namespace tfm {
 
@@ -13,7 +14,7 @@ bool is_hf_seq2seq_type(const std::string& t) { return t == "marian" || t == "m2
 
 Seq2SeqConfig hf_seq2seq_config(const nlohmann::json& j, const std::string& file) {
   Seq2SeqConfig c;
-  c.family = json_string_or(j, "model_type", "", file);
+  c.family = read_model_type(j, file, "");
   if (!is_hf_seq2seq_type(c.family))
     throw std::runtime_error(file + ": model_type '" + c.family + "' is not 'marian' or 'm2m_100'");
   const bool marian = c.family == "marian";
@@ -219,6 +220,32 @@ void hf_seq2seq_load_extras(Seq2SeqModel& model, const SafeTensors& st, const st
     std::copy_n(t.f32(), c.max_len * H, model.m_.P.data());
     seen.insert(n);
   }
+}
+
+// ---------------------------------------------------------------- the families' entries (models/registry.h)
+
+const ModelFamily& marian_family() {
+  static const ModelFamily f{
+      .name = "marian",
+      .model_types = {{"marian", "Marian"}},
+      .architectures = {"MarianMTModel"},
+      .translation = true,
+      .seq2seq_config = hf_seq2seq_config,
+      .hugging_face = true,
+  };
+  return f;
+}
+
+// M2M100 and NLLB (NLLB's checkpoints are M2M100ForConditionalGeneration under model_type m2m_100).
+const ModelFamily& m2m_100_family() {
+  static const ModelFamily f{
+      .name = "m2m_100",
+      .model_types = {{"m2m_100", "M2M100"}},
+      .translation = true,
+      .seq2seq_config = hf_seq2seq_config,
+      .hugging_face = true,
+  };
+  return f;
 }
 
 }  // namespace tfm

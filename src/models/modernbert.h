@@ -12,6 +12,8 @@
 // positions of it (rope theta local_rope_theta). Positions are 0 .. L-1 in every row, padding or not (the eager
 // / SDPA path of Hugging Face, which pads rather than unpads). Memory is linear in L: local layers run the banded
 // kernel (ops/local_attention.h), global layers the blocked online-softmax attention (ops/attention.h).
+// The model is a composition of nn/ modules: nn::EncoderBlock per layer (pre-LN, rotary, window, GeGLU options),
+// nn::encoder_stack_inference / encoder_stack_forward / encoder_stack_backward for the stack.
 #pragma once
 #include <memory>
 #include <string>
@@ -22,6 +24,7 @@
 #include "models/trainable_encoder.h"
 #include "nn/layers.h"
 #include "nn/params.h"
+#include "nn/transformer_block.h"
 #include "ops/activation.h"
 
 namespace tfm {
@@ -77,7 +80,8 @@ FamilyHeads modernbert_heads();
 // checkpoint (or under no prefix: a sentence-transformers Transformer module's ModernBertModel names).
 // Forward and backward match modeling_modernbert.py's eager (padded) path in training mode: embeddings
 // drop(norm(tok_embeddings[ids])); each layer's attention on the rotated q, k with the key padding mask, and on
-// sliding layers also the band |i - j| <= local_attention // 2 (a [B, L, L] mask); dropout on the attention
+// sliding layers also the band |i - j| <= local_attention // 2 (the banded kernel's backward: memory linear in L,
+// except with attention_dropout > 0, which runs the dense kernel under a band mask); dropout on the attention
 // probabilities and after Wo (attention_dropout), on act(input) * gate before mlp.Wo (mlp_dropout), after the
 // embeddings' norm (embedding_dropout). Those p come from config.json (default 0), not from nn::Context::dropout:
 // a forward drops when ctx.rng is set. The layers' norms, Linears and attention run in fp32 or in the precision
@@ -110,25 +114,16 @@ class ModernBertTrainable final : public TrainableEncoder {
   std::string word_embeddings_name() const override { return prefix_ + "embeddings.tok_embeddings.weight"; }
 
  private:
-  struct Layer {
-    bool global = true, has_attn_norm = false;
-    nn::LayerNorm attn_norm, mlp_norm;
-    nn::Linear wqkv, wo, wi, mlp_wo;
-    // Saved by forward: the layer's input x and x + attention (x1); the normed inputs; q | k (rotated) | v; the
-    // attention probabilities, context and dropout masks; Wi's output and the gated product.
-    std::vector<float> x, x1, h, h2, qkv, probs, pdrop, ctx, odrop, inter, gated, mdrop;
-  };
   EncoderConfig config_;
   ModernBertConfig m_;
-  float embedding_dropout_ = 0, attention_dropout_ = 0, mlp_dropout_ = 0;
+  float attention_dropout_ = 0;
   std::string prefix_;
   std::vector<std::string> names_, frozen_;
-  nn::Param tok_;
-  nn::LayerNorm emb_norm_, final_norm_;
-  std::vector<Layer> layers_;
+  nn::Embeddings emb_;  // tok_embeddings, norm, embedding_dropout
+  std::vector<nn::EncoderBlock> layers_;
+  nn::LayerNorm final_norm_;
   int64_t B_ = 0, L_ = 0;
-  std::vector<int64_t> ids_;
-  std::vector<float> emb_, emb_normed_, emb_drop_, out_, last_, band_, gcos_, gsin_, lcos_, lsin_;
+  std::vector<float> key_mask_, last_;
 };
 
 }  // namespace tfm

@@ -12,6 +12,7 @@
 #include "nn/params.h"
 #include "nn/transformer_block.h"
 #include "ops/activation.h"
+#include "models/registry.h"
 
 namespace tfm {
 
@@ -199,6 +200,39 @@ detail::BertVariant detail::mpnet_variant() {
 
 std::unique_ptr<EncoderModel> make_mpnet(const EncoderConfig& config, WeightSource& weights, ops::ComputeType dtype) {
   return std::make_unique<MPNet>(config, weights, dtype);
+}
+
+// ---------------------------------------------------------------- the family's entry (models/registry.h)
+
+namespace {
+// MPNet: hidden_dropout_prob for the body and the heads (MPNetConfig has no classifier_dropout),
+// attention_probs_dropout_prob.
+TrainingDropouts mpnet_dropouts(const nlohmann::json& config, HeadKind, const std::string& file) {
+  TrainingDropouts d;
+  d.body = d.head = detail::dropout_of(config, "hidden_dropout_prob", 0.1, file);
+  d.attention = detail::dropout_of(config, "attention_probs_dropout_prob", 0.1, file);
+  return d;
+}
+}  // namespace
+
+const ModelFamily& mpnet_family() {
+  static const ModelFamily f{
+      .name = "mpnet",
+      .model_types = {{"mpnet", "MPNet"}},
+      .default_pad_token_id = 1,  // MPNetConfig's
+      .make_encoder = make_mpnet,
+      // Positions start after MPNet's padding_idx, fixed at 1.
+      .max_input_tokens = [](const EncoderConfig& c) { return c.max_position_embeddings - 2; },
+      .heads = mpnet_heads,
+      .trainable_body =
+          [](nn::ParamStore& s, const EncoderConfig& c, const TrainableEncoderOptions& o) {
+            return detail::bert_variant_body(s, c, o, detail::mpnet_variant());
+          },
+      // MPNetForSequenceClassification's MPNetClassificationHead and MPNetLMHead are RoBERTa's, names included.
+      .training_head = detail::roberta_training_head,
+      .training_dropouts = mpnet_dropouts,
+  };
+  return f;
 }
 
 }  // namespace tfm

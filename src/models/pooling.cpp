@@ -1,5 +1,6 @@
 #include "models/pooling.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -20,7 +21,9 @@ int64_t PoolingConfig::num_modes() const {
 std::string PoolingConfig::describe() const {
   std::string s;
   auto add = [&](bool on, const char* n) {
-    if (on) s += (s.empty() ? "" : "+") + std::string(n);
+    if (!on) return;
+    if (!s.empty()) s += '+';
+    s += n;
   };
   add(cls, "cls");
   add(max, "max");
@@ -151,6 +154,17 @@ Tensor pool(const PoolingConfig& c, const Tensor& h, const Tensor& mask, int64_t
   return out;
 }
 
+Tensor mean_pool(const Tensor& h, const Tensor& mask) {
+  PoolingConfig c;
+  c.mean = true;
+  if (mask.defined()) return pool(c, h, mask);
+  if (h.ndim() != 3)
+    throw std::invalid_argument("mean_pool: token_embeddings must be [B, L, H], got " + shape_str(h.shape()));
+  Tensor all = Tensor::empty({h.size(0), h.size(1)}, DType::I64);
+  std::fill(all.i64(), all.i64() + all.numel(), (int64_t)1);
+  return pool(c, h, all);
+}
+
 namespace {
 DenseActivation parse_dense_activation(const std::string& name, const std::string& file) {
   std::string n = name;
@@ -198,9 +212,7 @@ Tensor DenseModule::forward(const Tensor& x) const {
     case DenseActivation::Tanh: ops::tanh_forward(p, p, n); break;
     case DenseActivation::ReLU: ops::activation_forward(p, p, n, ops::Activation::Relu); break;
     case DenseActivation::GELU: ops::activation_forward(p, p, n, ops::Activation::Gelu); break;
-    case DenseActivation::Sigmoid:
-      for (int64_t i = 0; i < n; ++i) p[i] = 1.0f / (1.0f + std::exp(-p[i]));
-      break;
+    case DenseActivation::Sigmoid: ops::sigmoid_forward(p, p, n); break;
   }
   return y;
 }

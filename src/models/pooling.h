@@ -43,6 +43,12 @@ struct PoolingConfig {
 Tensor pool(const PoolingConfig& config, const Tensor& token_embeddings, const Tensor& attention_mask,
             int64_t prompt_length = 0);
 
+// The one mean pooling (pool() with only `mean` on; the ModernBERT classifier_pooling "mean" head calls it too):
+// out [B, H] = sum of token_embeddings [B, L, H] over the positions where attention_mask [B, L] int64 is non-zero,
+// summed in double, divided by max(count, 1e-9) (sentence-transformers' Pooling: torch.clamp(sum_mask, min=1e-9)),
+// so a row without a real token gives zeros. attention_mask undefined: every position counts.
+Tensor mean_pool(const Tensor& token_embeddings, const Tensor& attention_mask);
+
 // Activations a Dense module names ("torch.nn.modules.activation.Tanh", ...).
 enum class DenseActivation { Identity, Tanh, ReLU, GELU, Sigmoid };
 

@@ -5,6 +5,7 @@
 
 #include "models/bert.h"
 #include "models/checkpoint_weights.h"
+#include "models/registry.h"
 
 namespace tfm {
 namespace {
@@ -68,6 +69,42 @@ detail::BertVariant detail::roberta_variant() {
 
 std::unique_ptr<EncoderModel> make_roberta(const EncoderConfig& config, WeightSource& weights, ops::ComputeType dtype) {
   return detail::make_bert_variant(config, weights, dtype, detail::roberta_variant());
+}
+
+// ---------------------------------------------------------------- the family's entry (models/registry.h)
+
+// modeling_roberta.py (XLM-R and CamemBERT alike): RobertaClassificationHead on <s>, RobertaLMHead.
+TrainingHeadSpec detail::roberta_training_head(const EncoderConfig& c, HeadKind kind, int64_t C) {
+  if (kind == HeadKind::TokenClassification) return token_classifier_head(C);
+  if (kind == HeadKind::SequenceClassification) {
+    TrainingHeadSpec h;
+    h.stages = {head_stage("classifier.dense", c.hidden_size, true), head_stage("classifier.out_proj", C, true)};
+    h.stages[0].tanh = true;
+    return h;
+  }
+  // RobertaLMHead calls gelu whatever hidden_act says.
+  return lm_head("lm_head.dense", ops::Activation::Gelu, "lm_head.layer_norm", "lm_head.decoder", "lm_head.bias",
+                 {"lm_head.decoder.bias"}, c);
+}
+
+// RoBERTa, XLM-RoBERTa and CamemBERT: one architecture under three model types.
+const ModelFamily& roberta_family() {
+  static const ModelFamily f{
+      .name = "roberta",
+      .model_types = {{"roberta", "Roberta"}, {"xlm-roberta", "XLMRoberta"}, {"camembert", "Camembert"}},
+      .default_pad_token_id = 1,  // RobertaConfig's (<pad> in fairseq's dictionary)
+      .make_encoder = make_roberta,
+      // Positions start after pad_token_id.
+      .max_input_tokens = [](const EncoderConfig& c) { return c.max_position_embeddings - c.pad_token_id - 1; },
+      .heads = roberta_heads,
+      .trainable_body =
+          [](nn::ParamStore& s, const EncoderConfig& c, const TrainableEncoderOptions& o) {
+            return detail::bert_variant_body(s, c, o, detail::roberta_variant());
+          },
+      .training_head = detail::roberta_training_head,
+      .training_dropouts = detail::bert_dropouts,
+  };
+  return f;
 }
 
 }  // namespace tfm

@@ -8,6 +8,7 @@
 #include "models/bert.h"
 #include "models/encoder.h"
 #include "models/head_layout.h"
+#include "models/registry.h"
 
 namespace tfm {
 // Weight names as RobertaModel.state_dict() writes them ("embeddings.word_embeddings.weight",
@@ -42,5 +43,7 @@ BertVariant roberta_variant();
 std::optional<HeadKind> detect_lm_style_head(const CheckpointWeights& w);
 HeadLayout load_lm_style_head(HeadKind kind, const EncoderConfig& c, CheckpointWeights& w,
                               const std::string& base_prefix);
+// RobertaFor*'s heads in training (MPNetFor*'s are the same, names included).
+TrainingHeadSpec roberta_training_head(const EncoderConfig& c, HeadKind kind, int64_t C);
 }  // namespace detail
 }  // namespace tfm

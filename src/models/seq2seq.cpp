@@ -145,8 +145,8 @@ void Seq2SeqModel::set_precision(ops::ComputeType precision) {
 
 void Seq2SeqModel::prepare_inference(ops::ComputeType dtype, bool quantize_output_projection) {
   for_each_linear(m_, [&](nn::Linear& l) { l.pack(dtype); });
-  // The output projection picks the words: it stays fp32 unless asked (issue 9: quantise it only where measured
-  // to be safe; on the Multi30k recipe's model int8 there cost 0.05 BLEU beyond int8 elsewhere).
+  // The output projection picks the words: it stays fp32 unless asked (quantise it only where measured to be
+  // safe; on the Multi30k recipe's model int8 there cost 0.05 BLEU beyond int8 elsewhere).
   m_.dense.pack(quantize_output_projection ? dtype : ops::ComputeType::F32);
   // A decoder step multiplies a few rows: one product for the three self-attention projections, not three.
   const int64_t H = config_.num_hiddens;

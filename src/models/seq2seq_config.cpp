@@ -3,12 +3,13 @@
 
 #include "io/json_util.h"
 #include "models/seq2seq.h"
+#include "models/registry.h"
 
 namespace tfm {
 
 Seq2SeqConfig Seq2SeqConfig::from_json(const nlohmann::json& j, const std::string& file) {
   Seq2SeqConfig c;
-  std::string type = json_string_or(j, "model_type", "transformer_seq2seq", file);
+  const std::string type = read_model_type(j, file, "transformer_seq2seq");
   if (type != "transformer_seq2seq")
     throw std::runtime_error(file + ": model_type '" + type + "' is not 'transformer_seq2seq'");
   c.num_hiddens = json_int(j, "num_hiddens", file);
@@ -79,6 +80,17 @@ nlohmann::json Seq2SeqConfig::to_json() const {
           {"tgt_vocab_size", tgt_vocab_size},     {"max_len", max_len},
           {"decode_positions", decode_positions}, {"norm_first", norm_first},
           {"shared_embeddings", shared_embeddings}, {"attention_bias", attention_bias}, {"activation", activation}};
+}
+
+// The d2l tutorial's encoder-decoder (tfm train's recipe writes it; its own vocabularies or spm.model).
+const ModelFamily& d2l_seq2seq_family() {
+  static const ModelFamily f{
+      .name = "d2l_seq2seq",
+      .model_types = {{"transformer_seq2seq", ""}},
+      .translation = true,
+      .seq2seq_config = Seq2SeqConfig::from_json,
+  };
+  return f;
 }
 
 }  // namespace tfm

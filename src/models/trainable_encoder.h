@@ -1,8 +1,8 @@
 // The encoder body of fine-tuning (train/finetune.h, train/finetune_embed.h): a family's base model (BertModel,
 // RobertaModel, DistilBertModel, ModernBertModel, ...) with every tensor a trainable entry of an nn::ParamStore,
 // named as the family's Hugging Face checkpoints name it, and a saving forward with its backward. The trainers
-// hold a body through this interface only; a family adds an implementation (its composition file, models/) and a
-// row of train/finetune.cpp's family table.
+// hold a body through this interface only; a family adds an implementation (its composition file, models/) and
+// names it in its ModelFamily entry (models/registry.h trainable_body).
 #pragma once
 #include <cstdint>
 #include <string>

@@ -6,6 +6,7 @@
 #include "nn/params.h"
 #include "nn/transformer_block.h"
 #include "ops/activation.h"
+#include "models/registry.h"
 
 namespace tfm {
 namespace {
@@ -102,6 +103,18 @@ class TutorialEncoder : public EncoderModel {
 std::unique_ptr<EncoderModel> make_transformer_encoder(const EncoderConfig& config, WeightSource& weights,
                                                       ops::ComputeType dtype) {
   return std::make_unique<TutorialEncoder>(config, weights, dtype);
+}
+
+// The tutorial encoder: inference only (no task heads, no fine-tuning), its attention reading unpacked per-head
+// weights (so no prequantised int8).
+const ModelFamily& transformer_encoder_family() {
+  static const ModelFamily f{
+      .name = "transformer_encoder",
+      .model_types = {{"transformer_encoder", ""}},
+      .make_encoder = make_transformer_encoder,
+      .int8_weights = false,
+  };
+  return f;
 }
 
 }  // namespace tfm

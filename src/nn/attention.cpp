@@ -1,6 +1,7 @@
 #include "nn/attention.h"
 
 #include <cstring>
+#include <mutex>
 #include <stdexcept>
 
 #include "core/profile.h"
@@ -10,13 +11,99 @@
 #include "ops/matmul.h"
 #include "ops/attention_train.h"
 #include "ops/dropout.h"
+#include "ops/local_attention.h"
+#include "ops/rotary.h"
 
 namespace tfm::nn {
+
+struct RotaryCache {
+  std::mutex mu;
+  std::shared_ptr<const RotaryTables> tables;
+};
+
+Rotary Rotary::make(double theta, int64_t dim) {
+  if (!(theta > 0.0)) throw std::invalid_argument("Rotary: theta must be positive");
+  if (dim <= 0 || dim % 2 != 0) throw std::invalid_argument("Rotary: the rotated dimension must be even and positive");
+  Rotary r;
+  r.theta = theta;
+  r.dim = dim;
+  r.cache = std::make_shared<RotaryCache>();
+  return r;
+}
+
+std::shared_ptr<const RotaryTables> Rotary::tables(int64_t len) const {
+  if (!cache) throw std::logic_error("Rotary::tables: a Rotary made without Rotary::make");
+  std::lock_guard<std::mutex> lock(cache->mu);
+  if (!cache->tables || cache->tables->len < len) {
+    // Row p depends on p only (ops::rotary_tables), so a longer table holds the shorter one's rows bit for bit.
+    auto t = std::make_shared<RotaryTables>();
+    int64_t n = 64;
+    while (n < len) n *= 2;
+    t->len = n;
+    t->half = dim / 2;
+    t->cos.resize(n * t->half);
+    t->sin.resize(n * t->half);
+    ops::rotary_tables(t->cos.data(), t->sin.data(), n, dim, theta);
+    cache->tables = std::move(t);
+  }
+  return cache->tables;
+}
+
+namespace {
+// q and k (rows of stride ld; k == q + hidden_size: the fused layout, rotated as one row of 2 * heads) rotated
+// in place at their positions, or back (the transposed rotation) for gradients. seqs null: a padded [B, L]
+// batch, positions 0 .. L - 1; else each sentence from its start column.
+void rotate_qk(const MultiHeadAttention& a, float* q, float* k, int64_t ld, int64_t B, int64_t L, const Varlen* seqs,
+               bool back) {
+  OpTimer t("rotary");
+  const int64_t nh = a.num_heads, hd = a.head_dim(), dim = a.rotary.dim;
+  int64_t need = L;
+  if (seqs) {
+    need = 0;
+    for (int64_t b = 0; b < seqs->batch; ++b)
+      need = std::max(need, (seqs->start ? seqs->start[b] : 0) + seqs->offsets[b + 1] - seqs->offsets[b]);
+  }
+  const std::shared_ptr<const RotaryTables> tab = a.rotary.tables(need);
+  const int64_t half = tab->half;
+  auto run = [&](float* x, int64_t heads, int64_t rows_b, int64_t len, const float* cs, const float* sn) {
+    if (back) {
+      ops::rotary_backward(x, rows_b, len, heads, hd, ld, cs, sn, dim);
+    } else {
+      ops::rotary_apply(x, rows_b, len, heads, hd, ld, cs, sn, dim);
+    }
+  };
+  const bool fused = k == q + a.hidden_size;
+  for (float* x : {q, k}) {
+    if (fused && x == k) break;
+    const int64_t heads = fused ? 2 * nh : nh;
+    if (!seqs) {
+      run(x, heads, B, L, tab->cos.data(), tab->sin.data());
+      continue;
+    }
+    for (int64_t b = 0; b < seqs->batch; ++b) {
+      const int64_t o = seqs->offsets[b], len = seqs->offsets[b + 1] - o, st = seqs->start ? seqs->start[b] : 0;
+      if (len > 0) run(x + o * ld, heads, 1, len, tab->cos.data() + st * half, tab->sin.data() + st * half);
+    }
+  }
+}
+
+void check_window_mask(const ops::AttentionMask& m) {
+  if (m.query_mask || m.mask || m.valid_lens || m.causal || m.bias)
+    throw std::invalid_argument("MultiHeadAttention: sliding-window attention takes a key_mask only");
+}
+}  // namespace
+
 namespace {
 // A bf16 model's attention runs in bf16 too (AVX512-BF16 dot products, fp32 softmax), and so does an int8
 // model's: its products then see q, k, v within bf16's rounding (token cosine to fp32 well above int8's 0.999,
 // tests/test_dtypes.cpp), at twice the fp32 kernel's speed.
 bool bf16_attention(ops::ComputeType ct) { return ct == ops::ComputeType::BF16 || ct == ops::ComputeType::I8; }
+// Rotary attention keeps fp32 products: rotated q and k rounded to bf16 on top of int8 products moved a ModernBERT
+// classifier's score 0.033 from PyTorch's (tests/test_modernbert.cpp allows 0.03), and its sliding-window layers
+// run the fp32 banded kernel anyway.
+bool bf16_attention(const MultiHeadAttention& a) {
+  return bf16_attention(a.qkv.packed.compute_type()) && !a.rotary.enabled();
+}
 }  // namespace
 
 namespace {
@@ -88,15 +175,21 @@ void MultiHeadAttention::forward(const Context& c, float* out, const float* xq_,
   Lk = Lk_;
   const int64_t H = hidden_size;
   float* cx = take_scratch(ctx, B * Lq * H);
-  probs.resize(B * num_heads * Lq * Lk);
-  fused_qkv = xq == xkv && Lq == Lk && stackable_qkv(*this, c);
+  const bool self = xq == xkv && Lq == Lk;
+  if ((rotary.enabled() || window >= 0) && !self)
+    throw std::invalid_argument("MultiHeadAttention::forward: rotary positions and windows need self-attention");
+  fused_qkv = self && (qkv.weight.defined() || stackable_qkv(*this, c));
   ops::AttentionDims d{B, Lq, Lk, num_heads, head_dim()};
   const float *q, *k, *v;
   if (fused_qkv) {
     for (Buf* b : {&Q, &K, &V}) Buf().swap(*b);
     const int64_t N = B * Lq;
     QKV.resize(N * 3 * H);
-    if (query.precision == ops::ComputeType::BF16) {
+    if (qkv.weight.defined()) {  // a trainable fused projection
+      Context lin = c;
+      lin.packed = false;
+      qkv.forward(lin, QKV.data(), xq, N);
+    } else if (query.precision == ops::ComputeType::BF16) {
       SerialScope serial(serial_below(N * 3 * H * H));
       float beta = 0.0f;
       if (query.bias.defined()) {  // QKV seeded with the stacked biases, the product added to them
@@ -134,18 +227,43 @@ void MultiHeadAttention::forward(const Context& c, float* out, const float* xq_,
     k = K.data();
     v = V.data();
   }
+  if (rotary.enabled()) {
+    const int64_t ld = fused_qkv ? 3 * H : H;
+    rotate_qk(*this, const_cast<float*>(q), const_cast<float*>(k), ld, B, Lq, nullptr, /*back=*/false);
+  }
   drop = ops::DropoutDraw{};
   if (c.attention_dropping()) {
     const ops::AttentionDropoutDims dims{num_heads, Lq, Lk};  // keyed masks ignore padding of Lq, Lk
-    drop = ops::dropout_draw((int64_t)probs.size(), c.attention_p(), *c.rng, &dims);
+    drop = ops::dropout_draw(B * num_heads * Lq * Lk, c.attention_p(), *c.rng, &dims);
   }
-  const float* dm = dropout_mask_scratch(drop_mask, drop);
-  if (!ops::attention_forward_train(cx, probs.data(), q, k, v, d, mask, dm))
-    ops::attention_forward(cx, probs.data(), q, k, v, d, mask, dm);
-  give_scratch(drop_mask);
+  windowed = window >= 0 && !drop.defined();
+  if (window >= 0) check_window_mask(mask);
+  if (windowed) {  // the banded kernel: no [L, L] weights
+    Buf().swap(probs);
+    lse.resize(B * num_heads * Lq);
+    window_key_mask = mask.key_mask;
+    ops::sliding_window_attention_train(cx, lse.data(), q, k, v, d, mask.key_mask, window);
+  } else {
+    probs.resize(B * num_heads * Lq * Lk);
+    ops::AttentionMask m = mask;
+    if (window >= 0) {  // dropout on the weights: the dense kernel under the band (and key) mask
+      band.assign(B * Lq * Lk, 0.0f);
+      for (int64_t b = 0; b < B; ++b)
+        for (int64_t i = 0; i < Lq; ++i)
+          for (int64_t j = std::max<int64_t>(0, i - window); j <= std::min(Lk - 1, i + window); ++j)
+            band[(b * Lq + i) * Lk + j] = !mask.key_mask || mask.key_mask[b * Lk + j] != 0.0f ? 1.0f : 0.0f;
+      m = ops::AttentionMask{};
+      m.mask = band.data();
+    }
+    const float* dm = dropout_mask_scratch(drop_mask, drop);
+    if (!ops::attention_forward_train(cx, probs.data(), q, k, v, d, m, dm))
+      ops::attention_forward(cx, probs.data(), q, k, v, d, m, dm);
+    give_scratch(drop_mask);
+  }
   output.forward(c, out, cx, B * Lq);
   ctx_src = cx;
-  if (output.saved_input(cx, B * Lq)) give_scratch(ctx);  // bf16: the output product's copy is all backward needs
+  // bf16: the output product's copy is all backward needs (the banded backward reads the output itself)
+  if (!windowed && output.saved_input(cx, B * Lq)) give_scratch(ctx);
 }
 
 void MultiHeadAttention::backward(const float* dout, float* dxq, float* dxkv) {
@@ -161,12 +279,22 @@ void MultiHeadAttention::backward(const float* dout, float* dxq, float* dxkv) {
   float* db = score_bias ? dbias.data() : nullptr;
   // The forward's mask again (given back below, once attention_backward has read it).
   const float* dm = dropout_mask_scratch(drop_mask, drop);
+  // The attention's input gradients, then the rotation's (q, k rotated back).
+  auto attend_back = [&](float* dq, float* dk, float* dv, const float* q, const float* k, const float* v,
+                         const ops::AttentionDims& dd) {
+    if (windowed) {
+      ops::sliding_window_attention_backward(dq, dk, dv, dctx.data(), ctx_src, lse.data(), q, k, v, dd,
+                                             window_key_mask, window);
+    } else {
+      ops::attention_backward(dq, dk, dv, dctx.data(), probs.data(), q, k, v, dd, dm, db);
+    }
+    if (rotary.enabled()) rotate_qk(*this, dq, dk, dd.q_ld ? dd.q_ld : hidden_size, B, Lq, nullptr, /*back=*/true);
+  };
   if (!fused_qkv) {
     take_scratch(dQ, B * Lq * H);
     take_scratch(dK, B * Lk * H);
     take_scratch(dV, B * Lk * H);
-    ops::attention_backward(dQ.data(), dK.data(), dV.data(), dctx.data(), probs.data(), Q.data(), K.data(), V.data(),
-                            d, dm, db);
+    attend_back(dQ.data(), dK.data(), dV.data(), Q.data(), K.data(), V.data(), d);
     give_scratch(drop_mask);
     query.backward(dxq, dQ.data(), xq, B * Lq);
     key.backward(dxkv, dK.data(), xkv, B * Lk);
@@ -178,9 +306,14 @@ void MultiHeadAttention::backward(const float* dout, float* dxq, float* dxkv) {
   float* dqkv = take_scratch(dQKV, N * H3);
   const float* q = QKV.data();
   d.q_ld = d.k_ld = d.v_ld = H3;  // dq | dk | dv written as the columns of dQKV, as q | k | v lie in QKV
-  ops::attention_backward(dqkv, dqkv + H, dqkv + 2 * H, dctx.data(), probs.data(), q, q + H, q + 2 * H, d, dm, db);
+  attend_back(dqkv, dqkv + H, dqkv + 2 * H, q, q + H, q + 2 * H, d);
   give_scratch(drop_mask);
   give_scratch(dctx);
+  if (qkv.weight.defined()) {  // the trainable fused projection
+    qkv.backward(dxq, dqkv, xq, N);
+    give_scratch(dQKV);
+    return;
+  }
   const Linear* parts[3] = {&query, &key, &value};
   if (query.precision == ops::ComputeType::BF16) {
     backward_stacked_bf16(dqkv, dxq, dxkv);
@@ -241,13 +374,19 @@ void MultiHeadAttention::forward_inference(float* out, const float* x, int64_t B
     OpTimer t("qkv_gemm");
     qkv.forward_inference(qkv_buf, x, N, ops::Epilogue::None, xq);
   }
+  if (rotary.enabled()) rotate_qk(*this, qkv_buf, qkv_buf + H, 3 * H, B_, L, nullptr, /*back=*/false);
   {
     OpTimer t("attention");
     ops::AttentionDims dims{B_, L, L, num_heads, head_dim()};
     dims.q_ld = dims.k_ld = dims.v_ld = 3 * H;  // heads read in place from the fused QKV rows
     dims.out_ld = H;
-    dims.bf16 = bf16_attention(qkv.packed.compute_type());
-    ops::attention_forward(ctx_buf, nullptr, qkv_buf, qkv_buf + H, qkv_buf + 2 * H, dims, mask);
+    if (window >= 0) {
+      check_window_mask(mask);
+      ops::sliding_window_attention(ctx_buf, qkv_buf, qkv_buf + H, qkv_buf + 2 * H, dims, mask.key_mask, window);
+    } else {
+      dims.bf16 = bf16_attention(*this);
+      ops::attention_forward(ctx_buf, nullptr, qkv_buf, qkv_buf + H, qkv_buf + 2 * H, dims, mask);
+    }
   }
   OpTimer t("attn_out_gemm");
   output.forward_inference(out, ctx_buf, N);
@@ -256,6 +395,8 @@ void MultiHeadAttention::forward_inference(float* out, const float* x, int64_t B
 void MultiHeadAttention::forward_inference_first_token(float* out, const float* x, int64_t B_, int64_t L,
                                                        const ops::AttentionMask& mask, float* qkv_buf,
                                                        float* ctx_buf, const ops::PreparedInput* xq) const {
+  if (rotary.enabled() || window >= 0)
+    throw std::logic_error("MultiHeadAttention::forward_inference_first_token: no rotary positions or window");
   const int64_t H = hidden_size;
   {
     OpTimer t("qkv_gemm");
@@ -277,6 +418,8 @@ void MultiHeadAttention::forward_inference_first_token(float* out, const float* 
 void MultiHeadAttention::forward_inference_first_token(float* out, const float* x, const Varlen& seqs,
                                                        const ops::AttentionMask& mask, float* qkv_buf,
                                                        float* ctx_buf, const ops::PreparedInput* xq) const {
+  if (rotary.enabled() || window >= 0)
+    throw std::logic_error("MultiHeadAttention::forward_inference_first_token: no rotary positions or window");
   const int64_t H = hidden_size, B_ = seqs.batch;
   {
     OpTimer t("qkv_gemm");
@@ -310,14 +453,20 @@ void MultiHeadAttention::forward_inference(float* out, const float* x, const Var
     OpTimer t("qkv_gemm");
     qkv.forward_inference(qkv_buf, x, T, ops::Epilogue::None, xq);
   }
+  if (rotary.enabled()) rotate_qk(*this, qkv_buf, qkv_buf + H, 3 * H, 0, 0, &seqs, /*back=*/false);
   {
     OpTimer t("attention");
     ops::AttentionDims dims{seqs.batch, seqs.max_len, seqs.max_len, num_heads, head_dim()};
     dims.q_ld = dims.k_ld = dims.v_ld = 3 * H;
     dims.out_ld = H;
     dims.seq_offsets = seqs.offsets;
-    dims.bf16 = bf16_attention(qkv.packed.compute_type());
-    ops::attention_forward(ctx_buf, nullptr, qkv_buf, qkv_buf + H, qkv_buf + 2 * H, dims, mask);
+    if (window >= 0) {
+      check_window_mask(mask);
+      ops::sliding_window_attention(ctx_buf, qkv_buf, qkv_buf + H, qkv_buf + 2 * H, dims, nullptr, window);
+    } else {
+      dims.bf16 = bf16_attention(*this);
+      ops::attention_forward(ctx_buf, nullptr, qkv_buf, qkv_buf + H, qkv_buf + 2 * H, dims, mask);
+    }
   }
   OpTimer t("attn_out_gemm");
   output.forward_inference(out, ctx_buf, T);

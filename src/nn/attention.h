@@ -6,6 +6,8 @@
 // Heads are column slices of the projections: head h is columns [h * head_dim, (h + 1) * head_dim).
 #pragma once
 #include <cstdint>
+#include <memory>
+#include <vector>
 
 #include "nn/layers.h"
 #include "ops/attention.h"
@@ -20,7 +22,28 @@ struct Varlen {
   int64_t batch = 0;
   const int64_t* offsets = nullptr;  // [batch + 1], non-decreasing, offsets[0] = 0
   int64_t max_len = 0;               // the longest sentence (scratch sizing)
+  // [batch] or null (0): the padded column of each sentence's first token, where rotary positions start (Hugging
+  // Face's unpadded path keeps each token's padded position id).
+  const int64_t* start = nullptr;
   int64_t tokens() const { return offsets[batch]; }
+};
+
+// Rotary position embeddings (ops/rotary.h) of a self-attention: q and k rotated at each token's position before
+// the scores. theta per module (ModernBERT's global and local layers differ); dim the rotated columns per head
+// (head_dim * partial_rotary_factor; 0: head_dim). The cos / sin tables of positions 0 .. n - 1 are computed once
+// and shared by copies of a Rotary made by make() (every layer of one theta), grown when a longer input comes.
+struct RotaryTables {
+  int64_t len = 0, half = 0;
+  std::vector<float> cos, sin;  // [len, half]
+};
+struct Rotary {
+  double theta = 0.0;  // 0: no rotary positions
+  int64_t dim = 0;
+  std::shared_ptr<struct RotaryCache> cache;
+  static Rotary make(double theta, int64_t dim);
+  bool enabled() const { return theta > 0.0; }
+  // Tables of at least len positions (thread-safe).
+  std::shared_ptr<const RotaryTables> tables(int64_t len) const;
 };
 
 struct MultiHeadAttention {
@@ -28,6 +51,16 @@ struct MultiHeadAttention {
   Linear qkv;                        // optional fused self-attention projection [3H, H]: q | k | v columns
   int64_t num_heads = 1, hidden_size = 0;
   int64_t head_dim() const { return hidden_size / num_heads; }
+  // Options of self-attention (off by default; the plain module pays nothing for them):
+  //  - rotary: q and k rotated at their positions (padded: column l of the row; unpadded: Varlen::start + the
+  //    token's index in its sentence);
+  //  - window >= 0: sliding-window attention (ops/local_attention.h), each query sees the keys within `window`
+  //    positions (ModernBERT's local layers: local_attention // 2). Training keeps O(L * window) memory (the
+  //    banded kernel's log-sum-exp, no [L, L] weights), except with dropout on the attention weights, which runs
+  //    the dense kernel under a band mask. The mask may then hold only a key_mask.
+  //  - a trainable fused projection: qkv with parameters ([3H, H], "Wqkv") instead of query / key / value.
+  Rotary rotary;
+  int64_t window = -1;
 
   // Saving forward. xq: [B, Lq, H], xkv: [B, Lk, H] (both alive until backward); out: [B, Lq, H] written.
   // Attention weights [B, heads, Lq, Lk] stay in `probs`; dropout (ctx) drops them, as d2l's DotProductAttention.
@@ -92,6 +125,10 @@ struct MultiHeadAttention {
   Buf drop_mask;
   const float* ctx_src = nullptr;
   int64_t B = 0, Lq = 0, Lk = 0;
+  // The banded training forward's log-sum-exp [B, heads, L], its key mask, and whether it ran (windowed).
+  Buf lse, band;
+  const float* window_key_mask = nullptr;
+  bool windowed = false;
   bool score_bias = false;  // the forward's mask had a score bias
   bool fused_qkv = false;   // the forward ran the stacked q | k | v product (QKV holds them)
 };

@@ -1,5 +1,6 @@
 #include "nn/layers.h"
 
+#include <cmath>
 #include <cstring>
 #include <functional>
 #include <memory>
@@ -80,7 +81,8 @@ Linear Linear::from_weights(const float* weight, const float* bias, int64_t in, 
   return l;
 }
 
-Linear Linear::load_packed(const std::vector<Vars>& parts, int64_t in, int64_t out, ops::ComputeType ct) {
+Linear Linear::load_packed(const std::vector<Vars>& parts, int64_t in, int64_t out, ops::ComputeType ct,
+                           bool has_bias) {
   const int64_t n = (int64_t)parts.size();
   std::vector<const int8_t*> q(n);
   std::vector<const float*> sc(n);
@@ -95,20 +97,22 @@ Linear Linear::load_packed(const std::vector<Vars>& parts, int64_t in, int64_t o
   if (quantised == n && ct != ops::ComputeType::I8) {
     // A `tfm convert --dtype int8` folder asked for another compute type: dequantised (w = q * scale of its row)
     // and packed for it, so the model computes in the type it reports.
-    std::vector<float> weight(n * out * in), bias(n * out);
+    std::vector<float> weight(n * out * in), bias(has_bias ? n * out : 0);
     for (int64_t i = 0; i < n; ++i) {
       for (int64_t r = 0; r < out; ++r)
         for (int64_t c = 0; c < in; ++c) weight[(i * out + r) * in + c] = (float)q[i][r * in + c] * sc[i][r];
       parts[i].release_bytes(q[i], (size_t)(out * in));
+      if (!has_bias) continue;
       Param b = parts[i].get("bias", {out});
       std::memcpy(bias.data() + i * out, b.data(), sizeof(float) * out);
     }
-    l.packed = ops::PackedLinear(weight.data(), bias.data(), in, n * out, ct);
+    l.packed = ops::PackedLinear(weight.data(), has_bias ? bias.data() : nullptr, in, n * out, ct);
     return l;
   }
-  std::vector<float> bias(n * out);
+  std::vector<float> bias(has_bias ? n * out : 0);
+  const float* bias_ptr = has_bias ? bias.data() : nullptr;
   auto get_biases = [&] {  // after the weights, so that a missing weight is named first
-    for (int64_t i = 0; i < n; ++i) {
+    for (int64_t i = 0; i < n && has_bias; ++i) {
       Param b = parts[i].get("bias", {out});
       std::memcpy(bias.data() + i * out, b.data(), sizeof(float) * out);
     }
@@ -122,7 +126,7 @@ Linear Linear::load_packed(const std::vector<Vars>& parts, int64_t in, int64_t o
     for (int64_t i = 0; i < n; ++i)
       if (!(releasers[i] = parts[i].bytes_releaser(w[i], part_bytes))) return false;
     get_biases();
-    l.packed = ops::PackedLinear::lazy(std::move(w), weight_scale, bias.data(), in, out, ct, nullptr,
+    l.packed = ops::PackedLinear::lazy(std::move(w), weight_scale, bias_ptr, in, out, ct, nullptr,
                                        [releasers = std::move(releasers)] {
                                          for (const auto& r : releasers) r();
                                        });
@@ -138,7 +142,7 @@ Linear Linear::load_packed(const std::vector<Vars>& parts, int64_t in, int64_t o
       parts[i].release_bytes(q[i], (size_t)(out * in));
     }
     get_biases();
-    l.packed = ops::PackedLinear::from_int8(qw.data(), scale.data(), bias.data(), in, n * out);
+    l.packed = ops::PackedLinear::from_int8(qw.data(), scale.data(), bias_ptr, in, n * out);
     return l;
   }
   // The weights are read once, by the packing: the packed copy is checked for NaN / Inf instead of the file, and
@@ -162,7 +166,7 @@ Linear Linear::load_packed(const std::vector<Vars>& parts, int64_t in, int64_t o
         joined.resize(n * out * in);
         for (int64_t i = 0; i < n; ++i) std::memcpy(joined.data() + i * out * in, h[i], sizeof(uint16_t) * out * in);
       }
-      l.packed = ops::PackedLinear::from_bf16(n > 1 ? joined.data() : h[0], bias.data(), in, n * out);
+      l.packed = ops::PackedLinear::from_bf16(n > 1 ? joined.data() : h[0], bias_ptr, in, n * out);
       if (!l.packed.all_finite()) check_weights();
       for (int64_t i = 0; i < n; ++i) parts[i].release_bytes(h[i], sizeof(uint16_t) * out * in);
       return l;
@@ -181,7 +185,7 @@ Linear Linear::load_packed(const std::vector<Vars>& parts, int64_t in, int64_t o
       releasers[i] = parts[i].releaser(held->back());
     }
     get_biases();
-    l.packed = ops::PackedLinear::lazy(std::move(w), nullptr, bias.data(), in, out, ct, held,
+    l.packed = ops::PackedLinear::lazy(std::move(w), nullptr, bias_ptr, in, out, ct, held,
                                        [releasers = std::move(releasers)] {
                                          for (const auto& r : releasers) r();
                                        });
@@ -191,7 +195,7 @@ Linear Linear::load_packed(const std::vector<Vars>& parts, int64_t in, int64_t o
   if (n == 1) {
     Param w = parts[0].get_unchecked("weight", {out, in});
     get_biases();
-    l.packed = ops::PackedLinear(w.data(), bias.data(), in, out, ct);
+    l.packed = ops::PackedLinear(w.data(), bias_ptr, in, out, ct);
     if (!l.packed.all_finite()) check_weights();
     parts[0].release(w);
     return l;
@@ -203,7 +207,7 @@ Linear Linear::load_packed(const std::vector<Vars>& parts, int64_t in, int64_t o
     parts[i].release(w);
   }
   get_biases();
-  l.packed = ops::PackedLinear(weight.data(), bias.data(), in, n * out, ct);
+  l.packed = ops::PackedLinear(weight.data(), bias_ptr, in, n * out, ct);
   if (!l.packed.all_finite()) check_weights();
   return l;
 }
@@ -318,29 +322,135 @@ LayerNorm LayerNorm::load(const Vars& vb, int64_t C, float eps, bool has_bias) {
   return ln;
 }
 
+LayerNorm LayerNorm::identity(int64_t C) {
+  LayerNorm ln;
+  ln.C = C;
+  return ln;
+}
+
+namespace {
+// The identity's out = y (+ residual), sum_out the same sum.
+void identity_sum(float* out, float* sum_out, const float* y, const float* residual, int64_t n) {
+  if (residual) {
+#pragma omp parallel for simd if (n > 65536)
+    for (int64_t i = 0; i < n; ++i) out[i] = y[i] + residual[i];
+  } else if (out != y) {
+    std::memcpy(out, y, sizeof(float) * n);
+  }
+  if (sum_out && sum_out != out) std::memcpy(sum_out, out, sizeof(float) * n);
+}
+}  // namespace
+
+LayerNorm LayerNorm::load_rms(const Vars& vb, int64_t C, float eps, float offset) {
+  LayerNorm ln;
+  ln.weight = vb.get("weight", {C});
+  ln.C = C;
+  ln.eps = eps;
+  ln.rms = true;
+  ln.rms_offset = offset;
+  return ln;
+}
+
+namespace {
+// RMSNorm of rows [N, C] (in place allowed); rstd [N] written when non-null. Accumulated in double per row.
+void rms_forward(float* out, float* rstd, const float* x, const float* w, float offset, int64_t N, int64_t C,
+                 float eps) {
+#pragma omp parallel for if (N * C > 65536)
+  for (int64_t n = 0; n < N; ++n) {
+    const float* xr = x + n * C;
+    double ss = 0;
+    for (int64_t c = 0; c < C; ++c) ss += (double)xr[c] * xr[c];
+    const float r = (float)(1.0 / std::sqrt(ss / (double)C + (double)eps));
+    if (rstd) rstd[n] = r;
+    float* o = out + n * C;
+    for (int64_t c = 0; c < C; ++c) o[c] = xr[c] * r * (offset + w[c]);
+  }
+}
+}  // namespace
+
 void LayerNorm::forward_inference(float* out, const float* inp, int64_t N) const {
+  if (is_identity()) return identity_sum(out, nullptr, inp, nullptr, N * C);
+  if (rms) return rms_forward(out, nullptr, inp, weight.data(), rms_offset, N, C, eps);
   ops::layer_norm_forward(out, nullptr, nullptr, inp, weight.data(), bias.data(), N, C, eps);
 }
 
 void LayerNorm::forward_inference_to(float* out, float* sum_out, const float* y, const float* residual, int64_t N,
                                      ops::ComputeType ct, ops::PreparedInput& prepared) const {
+  if (is_identity()) {
+    identity_sum(out, sum_out, y, residual, N * C);
+    if (ct == ops::ComputeType::F32) {
+      prepared.clear();
+    } else {
+      ops::prepare_input(prepared, ct, out, N, C);
+    }
+    return;
+  }
+  if (rms) {
+    if (residual) {
+      add_forward_inference(out, sum_out, y, residual, N);
+    } else {
+      rms_forward(out, nullptr, y, weight.data(), rms_offset, N, C, eps);
+    }
+    if (ct == ops::ComputeType::F32) {
+      prepared.clear();
+    } else {
+      ops::prepare_input(prepared, ct, out, N, C);
+    }
+    return;
+  }
   ops::layer_norm_forward_to(out, sum_out, y, residual, weight.data(), bias.data(), N, C, eps, ct, prepared);
 }
 
 void LayerNorm::add_forward_inference(float* out, float* sum_out, const float* y, const float* residual,
                                       int64_t N) const {
+  if (is_identity()) return identity_sum(out, sum_out, y, residual, N * C);
+  if (rms) {
+    Buf sum(N * C);
+    identity_sum(sum.data(), nullptr, y, residual, N * C);
+    if (sum_out) std::memcpy(sum_out, sum.data(), sizeof(float) * N * C);
+    return rms_forward(out, nullptr, sum.data(), weight.data(), rms_offset, N, C, eps);
+  }
   ops::add_layer_norm_forward(out, sum_out, y, residual, weight.data(), bias.data(), N, C, eps);
 }
 
 void LayerNorm::forward(float* out, const float* inp, int64_t N_) {
   x = inp;
   N = N_;
-  mean.resize(N);
+  if (is_identity()) return identity_sum(out, nullptr, inp, nullptr, N * C);
   rstd.resize(N);
+  if (rms) return rms_forward(out, rstd.data(), inp, weight.data(), rms_offset, N, C, eps);
+  mean.resize(N);
   ops::layer_norm_forward(out, mean.data(), rstd.data(), inp, weight.data(), bias.data(), N, C, eps);
 }
 
 void LayerNorm::backward(float* dinp, const float* dout, bool accumulate) {
+  if (is_identity()) {
+    if (!accumulate) return identity_sum(dinp, nullptr, dout, nullptr, N * C);
+#pragma omp simd
+    for (int64_t i = 0; i < N * C; ++i) dinp[i] += dout[i];
+    return;
+  }
+  if (rms) {
+    // y = x r w', r = (mean(x^2) + eps)^-1/2, w' = offset + w:
+    // dx_j = r w'_j dy_j - x_j r^3 / C sum_i dy_i w'_i x_i;  dw_i += dy_i x_i r.
+    float* gw = weight.grad();
+    const float* w = weight.data();
+    for (int64_t n = 0; n < N; ++n) {
+      const float* xr = x + n * C;
+      const float* dy = dout + n * C;
+      const float r = rstd[n];
+      double dot = 0;
+      for (int64_t c = 0; c < C; ++c) dot += (double)dy[c] * (rms_offset + w[c]) * xr[c];
+      const float k = (float)(dot * r * r * r / (double)C);
+      float* dx = dinp + n * C;
+      for (int64_t c = 0; c < C; ++c) {
+        const float v = r * (rms_offset + w[c]) * dy[c] - xr[c] * k;
+        dx[c] = accumulate ? dx[c] + v : v;
+        if (gw) gw[c] += dy[c] * xr[c] * r;
+      }
+    }
+    return;
+  }
   if (!accumulate) {
     ops::layer_norm_backward(dinp, weight.grad(), bias.grad(), dout, x, weight.data(), mean.data(), rstd.data(), N,
                              C);
@@ -361,6 +471,18 @@ void FeedForward::forward(const Context& ctx, float* out, const float* x_, int64
   x = x_;
   N = N_;
   const int64_t I = linear1.out_features;
+  if (gated) {
+    const int64_t Ig = I / 2;
+    h.resize(N * I);
+    linear1.forward(ctx, h.data(), x, N, ops::Epilogue::None, /*keep_bf16_input=*/false);  // x lives until backward
+    g.resize(N * Ig);
+    ops::glu_forward(g.data(), h.data(), N, Ig, act);
+    gdrop = ctx.rng && gate_dropout > 0.0f ? ops::dropout_draw(N * Ig, gate_dropout, *ctx.rng) : ops::DropoutDraw{};
+    if (const float* m = dropout_mask_scratch(gmask, gdrop)) ops::dropout_apply(g.data(), g.data(), m, N * Ig);
+    give_scratch(gmask);
+    linear2.forward(ctx, out, g.data(), N);
+    return;
+  }
   if (act == ops::Activation::Relu) {
     // ReLU in place: its backward needs only the sign, and relu(h) > 0 exactly where h > 0.
     a.resize(N * I);
@@ -390,6 +512,20 @@ void FeedForward::forward(const Context& ctx, float* out, const float* x_, int64
 
 void FeedForward::backward(const float* dout, float* dx) {
   const int64_t I = linear1.out_features;
+  if (gated) {
+    const int64_t Ig = I / 2;
+    Buf dg;
+    float* d = take_scratch(dg, N * Ig);
+    linear2.backward(d, dout, g.data(), N, /*accumulate=*/false);
+    if (const float* m = dropout_mask_scratch(gmask, gdrop)) ops::dropout_apply(d, d, m, N * Ig);
+    give_scratch(gmask);
+    float* dh = take_scratch(da, N * I);
+    ops::glu_backward(dh, d, h.data(), N, Ig, act);
+    give_scratch(dg);
+    linear1.backward(dx, dh, x, N);
+    give_scratch(da);
+    return;
+  }
   float* d = take_scratch(da, N * I);
   if (act == ops::Activation::Relu) {
     linear2.backward(d, dout, a.data(), N, /*accumulate=*/false);
@@ -420,6 +556,21 @@ void FeedForward::backward(const float* dout, float* dx) {
 
 void FeedForward::forward_inference(float* out, const float* x_, float* hidden, int64_t N_,
                                     const ops::PreparedInput* xq, ops::PreparedInput* hq) const {
+  if (gated) {
+    const int64_t I2 = linear1.out_features;
+    float* gv = hidden + N_ * I2;
+    {
+      OpTimer t("ffn_in_gemm");
+      linear1.forward_inference(hidden, x_, N_, ops::Epilogue::None, xq);
+    }
+    {
+      OpTimer t("glu");
+      ops::glu_forward(gv, hidden, N_, I2 / 2, act);
+    }
+    OpTimer t("ffn_out_gemm");
+    linear2.forward_inference(out, gv, N_);
+    return;
+  }
   const ops::ComputeType next = linear2.input_type();
   const bool to_next = hq && next != ops::ComputeType::F32 && linear1.packed.defined();
   {
@@ -442,6 +593,69 @@ void Linear::forward_inference(float* out, const float* inp, int64_t N, ops::Epi
     return;
   }
   forward_inference(out, inp, N, act);
+}
+
+// ---------------------------------------------------------------- Embeddings
+
+void Embeddings::forward(const Context& ctx, const int64_t* ids_, const int64_t* positions_, const int64_t* types_,
+                         int64_t N_, int64_t L) {
+  const int64_t H = dim;
+  N = N_;
+  ids.assign(ids_, ids_ + N);
+  sum.resize(N * H);
+  ops::embedding_forward(sum.data(), ids.data(), word.data(), N, vocab_size, H);
+  if (position.defined()) {
+    positions.resize(N);
+    for (int64_t n = 0; n < N; ++n) positions[n] = positions_ ? positions_[n] : n % L;
+    tmp.resize(N * H);
+    ops::embedding_forward(tmp.data(), positions.data(), position.data(), N, max_positions, H);
+    for (int64_t i = 0; i < N * H; ++i) sum[i] += tmp[i];
+  }
+  if (type.defined()) {
+    types.assign(N, 0);
+    if (types_) types.assign(types_, types_ + N);
+    tmp.resize(N * H);
+    ops::embedding_forward(tmp.data(), types.data(), type.data(), N, type_vocab_size, H);
+    for (int64_t i = 0; i < N * H; ++i) sum[i] += tmp[i];
+  }
+  normed.resize(N * H);
+  norm.forward(normed.data(), sum.data(), N);
+  const float p = dropout >= 0.0f ? dropout : ctx.dropout;
+  drop.clear();
+  const float* x = normed.data();
+  if (ctx.rng && p > 0.0f) {
+    drop.resize(N * H);
+    ops::dropout_mask(drop.data(), N * H, p, *ctx.rng);
+    tmp.resize(N * H);
+    ops::dropout_apply(tmp.data(), normed.data(), drop.data(), N * H);
+    x = tmp.data();
+  }
+  if (project.weight.defined()) {
+    out.resize(N * project.out_features);
+    Context lin = ctx;
+    lin.packed = false;
+    if (x == tmp.data()) std::swap(tmp, normed);  // the projection's input stays for backward
+    project.forward(lin, out.data(), normed.data(), N);
+  } else {
+    out.assign(x, x + N * H);
+  }
+}
+
+void Embeddings::backward(float* dout) {
+  const int64_t H = dim;
+  float* d = dout;
+  if (project.weight.defined()) {
+    tmp.resize(N * H);
+    project.backward(tmp.data(), dout, normed.data(), N, /*accumulate=*/false);
+    d = tmp.data();
+  }
+  if (!drop.empty()) ops::dropout_apply(d, d, drop.data(), N * H);
+  Buf dsum(N * H);
+  norm.backward(dsum.data(), d);
+  ops::embedding_backward(word.grad(), dsum.data(), ids.data(), N, H);
+  if (position.defined() && train_position)
+    ops::embedding_backward(position.grad(), dsum.data(), positions.data(), N, H);
+  if (type.defined()) ops::embedding_backward(type.grad(), dsum.data(), types.data(), N, H);
 }
 
 // ---------------------------------------------------------------- Embedding

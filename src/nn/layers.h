@@ -75,7 +75,9 @@ struct Linear {
   // by the file's pages, and a model that runs once never copies them). Parts stored prequantised by
   // `tfm convert --dtype int8` (I8 + "<name>_scale") are used as stored for ct int8, and dequantised
   // (w = q * scale of the row) and packed in `ct` otherwise.
-  static Linear load_packed(const std::vector<Vars>& parts, int64_t in, int64_t out, ops::ComputeType ct);
+  // has_bias false: the parts have no "<name>.bias" (bias-free projections: ModernBERT, Llama-style layers).
+  static Linear load_packed(const std::vector<Vars>& parts, int64_t in, int64_t out, ops::ComputeType ct,
+                            bool has_bias = true);
   // An inference-only Linear packed from weight [out, in] and bias [out] (or null), both copied.
   static Linear from_weights(const float* weight, const float* bias, int64_t in, int64_t out, ops::ComputeType ct);
   // Packs the parameters for inference in `ct` (they stay, for training). Throws std::runtime_error when this CPU
@@ -127,6 +129,15 @@ struct LayerNorm {
   // "<vb>.weight" [C] and, when has_bias, "<vb>.bias" [C]; without it (nn.LayerNorm(bias=False), ModernBERT's
   // norm_bias false) the shift is a constant zero that gets no gradient.
   static LayerNorm load(const Vars& vb, int64_t C, float eps, bool has_bias = true);
+  // The identity over C columns (nn.Identity in a norm's place: ModernBERT's layer 0 attn_norm): every forward
+  // copies (or adds y + residual), backward passes the gradient through; no parameters.
+  static LayerNorm identity(int64_t C);
+  bool is_identity() const { return !weight.defined(); }
+  // RMSNorm (Zhang & Sennrich 2019; LlamaRMSNorm, T5LayerNorm): y = x / sqrt(mean(x^2) + eps) * (offset + w),
+  // no mean, no bias; offset 1 is Gemma's (1 + w) variant. "<vb>.weight" [C].
+  static LayerNorm load_rms(const Vars& vb, int64_t C, float eps, float offset = 0.0f);
+  bool rms = false;
+  float rms_offset = 0.0f;
   // out, inp: [N, C]; in place allowed.
   void forward_inference(float* out, const float* inp, int64_t N) const;
   // out = LayerNorm(y + residual) in one pass; sum_out, when non-null, receives y + residual (the pre-LN
@@ -144,9 +155,17 @@ struct LayerNorm {
 };
 
 // Position-wise feed-forward network: linear2(act(linear1(x))), dropout off (the reference modules' placement).
+// gated (GLU variants, Shazeer 2020: GeGLU with act GELU, SwiGLU with SiLU; ModernBertMLP, Llama's MLP with its
+// gate and up projections stacked): linear1 is [2I, H] and (a, g) = linear1(x) split in halves,
+//   out = linear2(dropout(act(a) * g))                      (ops::glu_forward)
+// with gate_dropout p on the gated product (ModernBERT's mlp_dropout; drawn when the Context has an rng).
 struct FeedForward {
-  Linear linear1, linear2;  // [I, H] and [H, I]
+  Linear linear1, linear2;  // [I, H] and [H, I] (gated: [2I, H] and [H, I])
   ops::Activation act = ops::Activation::Relu;
+  bool gated = false;
+  float gate_dropout = 0.0f;
+  // The floats of forward_inference's `hidden` per row: I, or 3I gated (linear1's 2I and the gated I).
+  int64_t inference_hidden() const { return gated ? linear1.out_features * 3 / 2 : linear1.out_features; }
   // Saved for backward: x, and h = linear1(x) (ReLU: a = relu(h) in place instead). a (GELU / SiLU) and da are
   // scratch (take_scratch): backward computes act(h) again, with act'(h) in the same pass, for linear2's weight
   // gradient (in bf16 training too: linear2 keeps no bf16 copy of it, [N, I] per layer). With fp32 products
@@ -156,19 +175,48 @@ struct FeedForward {
   Buf h, a, da;
   const float* h_bias = nullptr;
   int64_t N = 0;
+  // Gated: h is linear1's output [N, 2I], g the gated product (after its dropout) [N, I], gdrop its dropout.
+  Buf g, gmask;
+  ops::DropoutDraw gdrop;
 
   // out: [N, H], x: [N, H] (alive until backward).
   void forward(const Context& ctx, float* out, const float* x, int64_t N);
   // dx [N, H] added to (+=). dout may alias dx: it is read entirely before dx is written. Consumes the saved
   // state: h may be overwritten (with act'(h), fp32), so a second backward needs a new forward.
   void backward(const float* dout, float* dx);
-  // Inference on packed weights, the bias and activation fused into the first product; hidden: [N, I] scratch.
+  // Inference on packed weights, the bias and activation fused into the first product; hidden: [N,
+  // inference_hidden()] scratch.
   // xq: null, or x already in linear1's input type (used when it holds x). hq: null, or where the first product
   // writes its output in linear2's input type when linear2 takes one (ops::PackedLinear::forward_to: the
   // activation's output quantised or rounded in the same pass, no fp32 round trip); hidden is then scratch whose
   // contents are unspecified. The same result either way.
   void forward_inference(float* out, const float* x, float* hidden, int64_t N, const ops::PreparedInput* xq = nullptr,
                          ops::PreparedInput* hq = nullptr) const;
+};
+
+// An encoder's input embeddings (BertEmbeddings, ModernBertEmbeddings, ElectraEmbeddings):
+//   out = project(dropout(norm(word[ids] + position[positions] + type[types])))
+// position, type and project optional (undefined: absent); norm may be an identity. The sum is added in that
+// order (word + position, then + type).
+struct Embeddings {
+  Param word, position, type;
+  LayerNorm norm;
+  Linear project;                 // ELECTRA's embeddings_project [H, E]; undefined: none
+  int64_t vocab_size = 0, max_positions = 0, type_vocab_size = 0, dim = 0;
+  bool train_position = true;     // false: the position table gets no gradient (DistilBERT's sinusoidal table)
+  float dropout = -1.0f;          // p after the norm; < 0: the Context's dropout
+  // Saved by forward.
+  std::vector<int64_t> ids, positions, types;
+  Buf sum, normed, out, drop, tmp;
+  int64_t N = 0;
+
+  // Saving forward on N tokens: ids [N] in [0, vocab_size) (std::out_of_range otherwise); positions [N] (null
+  // with a position table: n % L for rows of L) and types [N] (null: 0), read when the tables exist. out holds
+  // [N, dim] (or the projection's width) afterwards.
+  void forward(const Context& ctx, const int64_t* ids, const int64_t* positions, const int64_t* types, int64_t N,
+               int64_t L);
+  // dout [N, out width], overwritten; the tables' gradients added to.
+  void backward(float* dout);
 };
 
 // torch.nn.Embedding, scaled and with a position table added (d2l's TransformerEncoder: embedding(x) *

@@ -159,6 +159,8 @@ void EncoderBlock::forward(const Context& ctx, const float* x, int64_t B, int64_
   float* ao = take_scratch(attn_out, N * H);
   Context sub1 = ctx;  // the attention sublayer's residual dropout
   if (!attention_output_dropout) sub1.dropout = 0.0f;
+  Context sub2 = ctx;  // the feed-forward sublayer's
+  if (!ffn_output_dropout) sub2.dropout = 0.0f;
   if (!norm_first) {
     attention.forward(ctx, ao, xq, x, B, Lq, L, mask);
     // Y = LN1(r1.sum) is scratch too: backward recomputes it from the saved sum (the FFN's input).
@@ -167,7 +169,7 @@ void EncoderBlock::forward(const Context& ctx, const float* x, int64_t B, int64_
     give_scratch(attn_out);
     float* fo = take_scratch(ffn_out, N * H);
     ffn.forward(ctx, fo, y, N);
-    post_forward(ctx, r2, norm2, out.data(), y, fo, N);
+    post_forward(sub2, r2, norm2, out.data(), y, fo, N);
     give_scratch(Y);
   } else {
     Y.resize(N * H);
@@ -178,7 +180,7 @@ void EncoderBlock::forward(const Context& ctx, const float* x, int64_t B, int64_
     const float* h2 = pre_norm(r2, norm2, Y.data(), N);
     float* fo = take_scratch(ffn_out, N * H);
     ffn.forward(ctx, fo, h2, N);
-    pre_residual(ctx, r2, out.data(), fo);
+    pre_residual(sub2, r2, out.data(), fo);
   }
   give_scratch(ffn_out);
 }
@@ -232,9 +234,12 @@ const float* EncoderBlock::restore_output() {
 }
 
 void EncoderBlock::set_input(const float* x) {
+  if (norm_first) {  // the attention read LN1(x), which r1.h keeps
+    r1.x = norm1.x = x;
+    return;
+  }
   attention.xkv = x;
   if (!first_token_L) attention.xq = x;  // else the queries' input stays x_first
-  if (norm_first) r1.x = norm1.x = x;
 }
 
 namespace {
@@ -246,11 +251,11 @@ namespace {
 template <class Attend>
 void block_inference(const EncoderBlock& blk, float* X, int64_t n, BlockScratch& s, const LayerNorm* next_norm,
                      Attend&& attend) {
-  const int64_t Hd = blk.attention.hidden_size, I = blk.ffn.linear1.out_features;
+  const int64_t Hd = blk.attention.hidden_size;
   const ops::ComputeType ffn_in = blk.ffn.linear1.input_type();
   grow(s.qkv, n * 3 * Hd);
   grow(s.ctx, n * Hd);
-  grow(s.inter, n * I);
+  grow(s.inter, n * blk.ffn.inference_hidden());
   if (!blk.norm_first) {
     // a = LN1(W_o attention(x) + x); x = LN2(FFN(a) + a)
     grow(s.a, n * Hd);
@@ -294,7 +299,7 @@ namespace {
 // it; first = LN2(FFN(a) + a) with a = LN1(attention + x[:, 0]), as block_inference on these B rows.
 void finish_first_token(const EncoderBlock& blk, float* first, int64_t B, BlockScratch& s) {
   float* a = s.a.data();
-  grow(s.inter, B * blk.ffn.linear1.out_features);
+  grow(s.inter, B * blk.ffn.inference_hidden());
   {
     OpTimer t("add_layernorm");
     blk.norm1.forward_inference_to(a, nullptr, a, first, B, blk.ffn.linear1.input_type(), s.aq);
@@ -379,8 +384,8 @@ void encoder_stack_inference(const std::vector<EncoderBlock>& layers, float* X, 
     for (int64_t i = 0; i < N && !padded; ++i) padded = key_mask[i] == 0.0f;
   const bool pre_ln = layers[0].norm_first;
   // Activation buffers, reused by every layer and kept by the thread for its next forward: fresh buffers cost
-  // page faults and zero-fills on every call (5.8% of an int8 BERT-base forward at [8, 128], BENCHMARKS.md
-  // session 14). The thread holds its largest batch's buffers until it exits. Nothing carries over: the
+  // page faults and zero-fills on every call (5.8% of an int8 BERT-base forward at [8, 128], BENCHMARKS.md).
+  // The thread holds its largest batch's buffers until it exits. Nothing carries over: the
   // prepared inputs are emptied here.
   thread_local BlockScratch s;
   for (ops::PreparedInput* p : {&s.xq, &s.aq, &s.hq}) p->clear();
@@ -439,7 +444,10 @@ void encoder_stack_inference(const std::vector<EncoderBlock>& layers, float* X, 
     if (first_token) std::memset(first_token, 0, sizeof(float) * B * H);
     return;
   }
-  const Varlen seqs{B, offsets.data(), max_len};
+  std::vector<int64_t> start(B, 0);  // each sentence's first padded column: its rotary positions start there
+  for (int64_t b = 0; b < B; ++b)
+    if (offsets[b + 1] > offsets[b]) start[b] = rows[offsets[b]] - b * L;
+  const Varlen seqs{B, offsets.data(), max_len, start.data()};
   grow(s.tokens, T * H);
   float* P = s.tokens.data();
   auto scatter = [&](float* dst) {  // padded rows zero
@@ -468,6 +476,34 @@ void encoder_stack_inference(const std::vector<EncoderBlock>& layers, float* X, 
     if (hidden_states) scatter(hidden_states + (l + 1) * N * H);
   }
   scatter(X);
+}
+
+const float* encoder_stack_forward(std::vector<EncoderBlock>& layers, const Context& ctx, const float* x, int64_t B,
+                                   int64_t L, const ops::AttentionMask& mask) {
+  for (size_t l = 0; l < layers.size(); ++l) {
+    layers[l].forward(ctx, x, B, L, mask);
+    if (l > 0) layers[l - 1].release_output();  // read; backward recomputes it (EncoderBlock::restore_output)
+    x = layers[l].out.data();
+  }
+  return x;
+}
+
+void encoder_stack_backward(std::vector<EncoderBlock>& layers, const float* dout, float* dx, int64_t n) {
+  if (layers.empty()) {
+    std::memcpy(dx, dout, sizeof(float) * n);
+    return;
+  }
+  Buf cur(dout, dout + n), next;
+  for (int64_t l = (int64_t)layers.size() - 1; l >= 0; --l) {
+    float* d = l == 0 ? dx : (next.assign(n, 0.0f), next.data());
+    if (l == 0) std::memset(dx, 0, sizeof(float) * n);
+    if (l > 0) layers[l].set_input(layers[l - 1].restore_output());
+    layers[l].backward(cur.data(), d);
+    if (l > 0) {
+      layers[l - 1].release_output();
+      std::swap(cur, next);
+    }
+  }
 }
 
 // ---------------------------------------------------------------- decoder block

@@ -50,6 +50,11 @@ struct EncoderBlock {
   // false: no dropout on the attention sublayer's output before its residual (DistilBERT's TransformerBlock:
   // sa_layer_norm(out_lin(context) + x)); the attention probabilities and the feed-forward output keep theirs.
   bool attention_output_dropout = true;
+  // false: no dropout on the feed-forward sublayer's output before its residual (ModernBERT drops inside its MLP
+  // instead: FeedForward::gate_dropout).
+  bool ffn_output_dropout = true;
+  // The options a family composes (off by default): attention.rotary / attention.window (nn/attention.h),
+  // ffn.gated (nn/layers.h), an identity norm1 (LayerNorm::identity: ModernBERT's first layer) pre-LN.
 
   // Saving forward: x [B, L, H] (alive until backward); the result is `out` [B, L, H].
   // first_token_only: the caller reads position 0 of each row only (sequence classification's h[:, 0], as the
@@ -126,6 +131,15 @@ struct EncoderBlock {
 void encoder_stack_inference(const std::vector<EncoderBlock>& layers, float* X, int64_t B, int64_t L,
                              const float* key_mask, bool unpadded, float* hidden_states = nullptr,
                              const float* score_bias = nullptr, float* first_token = nullptr);
+
+// The training forward of an encoder's layers on x [B, L, H] (alive until backward), each layer's saving forward
+// after the other (post-LN layers give back their outputs once read: EncoderBlock::release_output). Returns the
+// last layer's output [B, L, H] (x when there are no layers).
+const float* encoder_stack_forward(std::vector<EncoderBlock>& layers, const Context& ctx, const float* x, int64_t B,
+                                   int64_t L, const ops::AttentionMask& mask);
+// Its backward: dout [n = B * L * H], the gradient of the last output; dx [n] written with the gradient of x.
+// Parameter gradients are added to.
+void encoder_stack_backward(std::vector<EncoderBlock>& layers, const float* dout, float* dx, int64_t n);
 
 // Whether every row of key_mask [B, L] (1 = real token) holds its real tokens as one contiguous run (right or
 // left padding, no holes): then positions relative inside a row are the same padded and unpadded.

@@ -184,4 +184,8 @@ void tanh_forward(float* out, const float* inp, int64_t n) {
   for (int64_t i = 0; i < n; ++i) out[i] = vm::fast_tanh(inp[i]);
 }
 
+void sigmoid_forward(float* out, const float* inp, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) out[i] = 1.0f / (1.0f + std::exp(-inp[i]));
+}
+
 }  // namespace tfm::ops

@@ -42,5 +42,8 @@ void activation_forward_ref(float* out, const float* inp, int64_t n, Activation 
 void activation_backward_ref(float* dinp, const float* dout, const float* inp, int64_t n, Activation act);
 // out[n] = tanh(inp[n]) (BERT pooler)
 void tanh_forward(float* out, const float* inp, int64_t n);
+// out[n] = 1 / (1 + exp(-inp[n])) with the float std::exp (torch.sigmoid; scores and Dense modules, not a hot
+// loop). out may be inp.
+void sigmoid_forward(float* out, const float* inp, int64_t n);
 
 }  // namespace tfm::ops

@@ -332,6 +332,12 @@ TFM_TARGET_AVX512 void flash_task_avx512(const FlashArgs& a, int64_t bh, int64_t
 // folded per block once per task, key limits and 3-D masks per row); the scores are masked, exponentiated and
 // rounded to bf16 in registers; the accumulator's rescale by exp(m_old - m_new) rides on its reload.
 
+// GCC 12 reports "'__Y' may be used uninitialized" inside avx512fintrin.h wherever an unmasked AVX-512 intrinsic
+// (unpack, shuffle_i32x4, max, roundscale, ...) is inlined: its pass-through operand is _mm512_undefined_*(), a
+// self-initialised variable. A known false positive of GCC 12 (GCC bug 105593, fixed in 13), silenced for these
+// kernels only.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #define TFM_BF16_INLINE TFM_TARGET_AVX512_BF16 TFM_ALWAYS_INLINE
 
 // r[0..15] (16 rows of 16 words) -> its transpose in place: r[c] holds word c of every row.
@@ -591,6 +597,7 @@ TFM_TARGET_AVX512_BF16 void flash_task_bf16_short(const FlashArgs& a, int64_t bh
   flash_bf16_body<2, 8, 4>(a, bh, i0, i1, sc);
 }
 #undef TFM_BF16_INLINE
+#pragma GCC diagnostic pop
 
 using FlashFn = void (*)(const FlashArgs&, int64_t, int64_t, int64_t, FlashScratch&);
 // Whether this call runs the bf16 copy: a bf16 (or int8) model's attention where the CPU and the cap allow.

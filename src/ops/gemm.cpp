@@ -75,7 +75,7 @@ void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alp
   // A transposed whose pitch is a multiple of 4 KiB (the weight gradients dW = dY^T X of a 1024- or 3072-wide
   // layer): oneDNN's AVX2 sgemm read it at half speed (Zen 3, [1024 x 256 x 1024]: 75 against 153 GFLOP/s with a
   // 64-byte longer pitch), so it is copied to one first, which costs a few percent of the product. Only without
-  // AVX-512, where it was measured (session 9), and up to 16 MiB of A (BERT-base's [4096 x 3072] gained 7%, less
+  // AVX-512, the CPUs it was measured on, and up to 16 MiB of A (BERT-base's [4096 x 3072] gained 7%, less
   // than a 50 MB copy held per thread is worth). The copy changes no value.
   thread_local std::vector<float> a_padded;
   if (trans_a && lda >= M && (lda * 4) % 4096 == 0 && M * N * K >= (int64_t)1 << 24 && K * lda <= ((int64_t)4 << 20) &&
@@ -140,19 +140,20 @@ std::string cpu_isa_name() {
 
 bool has_native_product(ComputeType ct) {
   if (ct == ComputeType::BF16) return has_bf16_gemm();
-  if (ct == ComputeType::I8) {
-    static const bool vnni = [] {
-      switch (dnnl_get_effective_cpu_isa()) {
-        case dnnl_cpu_isa_avx2_vnni:
-        case dnnl_cpu_isa_avx512_core_vnni:
-        case dnnl_cpu_isa_avx512_core_bf16:
-        case dnnl_cpu_isa_avx512_core_amx: return true;
-        default: return false;
-      }
-    }();
-    return vnni;
-  }
   return true;
+}
+
+int int8_weight_max() {
+  static const int qmax = [] {
+    switch (dnnl_get_effective_cpu_isa()) {
+      case dnnl_cpu_isa_avx2_vnni:
+      case dnnl_cpu_isa_avx512_core_vnni:
+      case dnnl_cpu_isa_avx512_core_bf16:
+      case dnnl_cpu_isa_avx512_core_amx: return 127;
+      default: return 63;  // vpmaddubsw's saturating int16 pair sums (gemm.h)
+    }
+  }();
+  return qmax;
 }
 
 std::string onednn_version() {
@@ -202,9 +203,11 @@ dt src_type(ComputeType ct) { return weight_type(ct); }  // s8 activations: symm
 // scale = max|x| / 127 (1 for an all-zero input); each kernel in two copies, chosen by kernel_isa() (ops/isa.h).
 float absmax_avx2(const float* x, int64_t n) { return detail::row_absmax(x, n); }
 TFM_TARGET_AVX512 float absmax_avx512(const float* x, int64_t n) { return detail::row_absmax(x, n); }
-void quantize_avx2(int8_t* q, const float* x, int64_t n, float inv) { detail::quantize_s8(q, x, n, inv); }
-TFM_TARGET_AVX512 void quantize_avx512(int8_t* q, const float* x, int64_t n, float inv) {
-  detail::quantize_s8(q, x, n, inv);
+void quantize_avx2(int8_t* q, const float* x, int64_t n, float inv, float qmax) {
+  detail::quantize_s8(q, x, n, inv, qmax);
+}
+TFM_TARGET_AVX512 void quantize_avx512(int8_t* q, const float* x, int64_t n, float inv, float qmax) {
+  detail::quantize_s8(q, x, n, inv, qmax);
 }
 // Rows [r0, r1) of p from x (p.cols floats a row).
 void prepare_rows_avx2(PreparedInput& p, const float* x, int64_t r0, int64_t r1) {
@@ -216,23 +219,32 @@ TFM_TARGET_AVX512 void prepare_rows_avx512(PreparedInput& p, const float* x, int
 
 bool avx512() { return kernel_isa() == KernelIsa::Avx512; }
 inline float absmax(const float* x, int64_t n) { return avx512() ? absmax_avx512(x, n) : absmax_avx2(x, n); }
-inline void quantize(int8_t* q, const float* x, int64_t n, float inv) {
-  avx512() ? quantize_avx512(q, x, n, inv) : quantize_avx2(q, x, n, inv);
+inline void quantize(int8_t* q, const float* x, int64_t n, float inv, float qmax = 127.0f) {
+  avx512() ? quantize_avx512(q, x, n, inv, qmax) : quantize_avx2(q, x, n, inv, qmax);
 }
 
-// Quantises one row with its own scale (detail::quantize_row_s8): returns the scale, NaN (q all 0) for a row
-// holding a NaN or an infinity.
-inline float quantize_row(int8_t* q, const float* x, int64_t n) {
+// Quantises one row with its own scale (detail::quantize_row_s8; q in [-qmax, qmax]): returns the scale, NaN
+// (q all 0) for a row holding a NaN or an infinity.
+inline float quantize_row(int8_t* q, const float* x, int64_t n, float qmax = 127.0f) {
   const float mx = absmax(x, n);
   if (!std::isfinite(mx)) {
     std::memset(q, 0, (size_t)n);
     return NAN;
   }
-  const float scale = detail::s8_scale_of(mx);
-  quantize(q, x, n, 1.0f / scale);
+  const float scale = detail::s8_scale_of(mx, qmax);
+  quantize(q, x, n, 1.0f / scale, qmax);
   return scale;
 }
 
+}  // namespace
+
+void quantize_weights_s8(int8_t* q, float* scale, const float* w, int64_t rows, int64_t cols, int qmax) {
+  if (qmax < 1 || qmax > 127) throw std::invalid_argument("quantize_weights_s8: qmax " + std::to_string(qmax));
+#pragma omp parallel for schedule(static)
+  for (int64_t r = 0; r < rows; ++r) scale[r] = quantize_row(q + r * cols, w + r * cols, cols, (float)qmax);
+}
+
+namespace {
 // Quantises x[n] with one scale for the whole tensor (one read for max |x|, one to round); returns the scale, or
 // NaN without writing q when x holds a NaN or an infinity (the caller then quantises row by row, so that only the
 // rows holding them come out NaN, as in fp32).
@@ -340,6 +352,10 @@ struct PackedLinear::Impl {
   std::vector<float> bias;     // [out] or empty
   std::vector<float> w_scale;  // [out], int8 only
   bool fuse_bias = false;      // bias as a matmul argument (fp32/bf16); int8 adds it in the dequant pass
+  // bf16 arithmetic without bf16 instructions (bf16_gemm_emulated): ct BF16, the weights packed as fp32 holding
+  // their bf16 values, each bf16 input widened to fp32 (exact) before an fp32 product (exact products, fp32 sums:
+  // a native run up to summation order), a bf16 output rounded to nearest even as oneDNN rounds it.
+  bool emulated = false;
   // key: (((rows * 8 + epilogue) * 2 + fused) * 2 + bf16 output) * 2 + in place -> the primitive and its
   // scratchpad layout
   mutable MatmulCache<int64_t> cache;
@@ -354,7 +370,8 @@ struct PackedLinear::Impl {
   std::shared_ptr<const void> owner;
   std::function<void()> after_pack;
 
-  memory::desc src_md(int64_t M) const { return memory::desc({M, in}, src_type(ct), tag::ab); }
+  dt wdt() const { return emulated ? dt::f32 : weight_type(ct); }  // the packed weights' type
+  memory::desc src_md(int64_t M) const { return memory::desc({M, in}, emulated ? dt::f32 : src_type(ct), tag::ab); }
   memory::desc dst_md(int64_t M, bool bf16_dst = false) const {
     return memory::desc({M, out}, bf16_dst ? dt::bf16 : dt::f32, tag::ab);
   }
@@ -440,10 +457,10 @@ struct PackedLinear::Impl {
 
   // Picks the layout and reorders `src` (plain [out, in] of type `src_dt`) into it.
   void pack(const void* src, dt src_dt) {
-    memory::desc any_md({in, out}, weight_type(ct), tag::any);
+    memory::desc any_md({in, out}, wdt(), tag::any);
     dnnl::matmul::primitive_desc pd;
     try {
-      auto d = dnnl::matmul::desc(memory::desc({128, in}, src_type(ct), tag::ab), any_md, dst_md(128));
+      auto d = dnnl::matmul::desc(src_md(128), any_md, dst_md(128));
       pd = dnnl::matmul::primitive_desc(d, cpu_engine());
     } catch (const dnnl::error& e) {
       throw std::runtime_error(std::string("oneDNN ") + onednn_version() + " has no " + compute_type_name(ct) +
@@ -453,13 +470,13 @@ struct PackedLinear::Impl {
     // A plain row-major [in, out] layout (oneDNN's gemm-based matmul: AVX2 CPUs) gets rows 64 bytes longer than
     // out. With a row pitch that is a multiple of 1 KiB (768, 2304, 3072 fp32 columns: every BERT shape) the
     // sgemm's panel reads fall into the same cache sets: [128, 768] x [768, 3072] ran at 80 GFLOP/s against 182
-    // padded on 2 Zen 3 cores, and a BERT-base forward at [1, 128] took 190 ms against 140 (BENCHMARKS.md,
-    // session 9). Below ~20 rows the product is bound by reading the weights from memory, and the same either way.
+    // padded on 2 Zen 3 cores, and a BERT-base forward at [1, 128] took 190 ms against 140 (BENCHMARKS.md).
+    // Below ~20 rows the product is bound by reading the weights from memory, and the same either way.
     const dnnl_memory_desc_t& c = weights_md.data;
     if (c.format_kind == dnnl_blocked && c.format_desc.blocking.inner_nblks == 0 &&
         c.format_desc.blocking.strides[0] == out && c.format_desc.blocking.strides[1] == 1) {
-      const int64_t esize = (int64_t)memory::data_type_size(weight_type(ct));
-      weights_md = memory::desc({in, out}, weight_type(ct), memory::dims{out + 64 / esize, 1});
+      const int64_t esize = (int64_t)memory::data_type_size(wdt());
+      weights_md = memory::desc({in, out}, wdt(), memory::dims{out + 64 / esize, 1});
     }
     weights = memory(weights_md, cpu_engine());
     // The gaps are zero: all_finite() reads the whole buffer.
@@ -501,22 +518,32 @@ void widen_weights(float* dst, const void* src, const float* scale, int64_t rows
 }
 }  // namespace
 
+PackedLinear PackedLinear::emulated_bf16(const float* weight, const float* bias, int64_t in_features,
+                                         int64_t out_features) {
+  auto im = std::make_shared<Impl>();
+  im->in = in_features;
+  im->out = out_features;
+  im->ct = ComputeType::BF16;
+  im->emulated = true;
+  if (bias) im->bias.assign(bias, bias + out_features);
+  im->fuse_bias = bias != nullptr;
+  im->pack(weight, dt::f32);
+  PackedLinear p;
+  p.impl_ = std::move(im);
+  return p;
+}
+
 PackedLinear::PackedLinear(const float* weight, const float* bias, int64_t in_features, int64_t out_features,
                            ComputeType ct) {
-  if (!has_native_product(ct)) {  // the fp32 fallback: the weights this type would multiply by, in fp32
-    note_fallback(ct);
+  if (!has_native_product(ct)) {  // bf16 without bf16 instructions: the weights it would multiply by, in fp32
     std::vector<float> w((size_t)in_features * out_features);
-    if (ct == ComputeType::BF16) {
 #pragma omp parallel for schedule(static)
-      for (int64_t i = 0; i < in_features * out_features; ++i) w[i] = round_to_bf16(weight[i]);
-    } else {
-      std::vector<int8_t> q(w.size());
-      std::vector<float> scale(out_features);
-#pragma omp parallel for schedule(static)
-      for (int64_t o = 0; o < out_features; ++o)
-        scale[o] = quantize_row(q.data() + o * in_features, weight + o * in_features, in_features);
-      widen_weights(w.data(), q.data(), scale.data(), out_features, in_features, ct);
+    for (int64_t i = 0; i < in_features * out_features; ++i) w[i] = round_to_bf16(weight[i]);
+    if (bf16_gemm_emulated()) {
+      *this = emulated_bf16(w.data(), bias, in_features, out_features);
+      return;
     }
+    note_fallback(ct);
     *this = PackedLinear(w.data(), bias, in_features, out_features, ComputeType::F32);
     return;
   }
@@ -529,9 +556,7 @@ PackedLinear::PackedLinear(const float* weight, const float* bias, int64_t in_fe
   if (ct == ComputeType::I8) {
     std::vector<int8_t> q((size_t)in_features * out_features);
     im->w_scale.resize(out_features);
-#pragma omp parallel for
-    for (int64_t o = 0; o < out_features; ++o)
-      im->w_scale[o] = quantize_row(q.data() + o * in_features, weight + o * in_features, in_features);
+    quantize_weights_s8(q.data(), im->w_scale.data(), weight, out_features, in_features, int8_weight_max());
     im->pack(q.data(), dt::s8);
   } else {
     im->pack(weight, dt::f32);
@@ -541,11 +566,10 @@ PackedLinear::PackedLinear(const float* weight, const float* bias, int64_t in_fe
 
 PackedLinear PackedLinear::from_int8(const int8_t* weight, const float* weight_scale, const float* bias,
                                      int64_t in_features, int64_t out_features) {
-  if (!has_native_product(ComputeType::I8)) {
-    note_fallback(ComputeType::I8);
+  if (int8_weight_max() < 127) {  // 8-bit weights requantised for a CPU without VNNI (gemm.h)
     std::vector<float> w((size_t)in_features * out_features);
     widen_weights(w.data(), weight, weight_scale, out_features, in_features, ComputeType::I8);
-    return PackedLinear(w.data(), bias, in_features, out_features, ComputeType::F32);
+    return PackedLinear(w.data(), bias, in_features, out_features, ComputeType::I8);
   }
   auto im = std::make_shared<Impl>();
   im->in = in_features;
@@ -562,9 +586,10 @@ PackedLinear PackedLinear::from_int8(const int8_t* weight, const float* weight_s
 PackedLinear PackedLinear::from_bf16(const uint16_t* weight, const float* bias, int64_t in_features,
                                      int64_t out_features) {
   if (!has_native_product(ComputeType::BF16)) {
-    note_fallback(ComputeType::BF16);
     std::vector<float> w((size_t)in_features * out_features);
     widen_weights(w.data(), weight, nullptr, out_features, in_features, ComputeType::BF16);
+    if (bf16_gemm_emulated()) return emulated_bf16(w.data(), bias, in_features, out_features);
+    note_fallback(ComputeType::BF16);
     return PackedLinear(w.data(), bias, in_features, out_features, ComputeType::F32);
   }
   auto im = std::make_shared<Impl>();
@@ -583,13 +608,18 @@ PackedLinear PackedLinear::lazy(std::vector<const void*> parts, const float* wei
                                 int64_t in_features, int64_t part_out, ComputeType ct, std::shared_ptr<const void> owner,
                                 std::function<void()> after_pack) {
   const int64_t out = (int64_t)parts.size() * part_out;
-  if (!has_native_product(ct)) {  // widened and packed at once (the fp32 fallback)
-    note_fallback(ct);
+  const bool requantise = ct == ComputeType::I8 && int8_weight_max() < 127;
+  if (!has_native_product(ct) || requantise) {  // widened and packed at once (bf16 without bf16 instructions, or
+                                                // int8 requantised to 7 bits)
     std::vector<float> w((size_t)out * in_features);
     for (size_t i = 0; i < parts.size(); ++i)
       widen_weights(w.data() + i * part_out * in_features, parts[i],
                     weight_scale ? weight_scale + i * part_out : nullptr, part_out, in_features, ct);
-    PackedLinear p(w.data(), bias, in_features, out, ComputeType::F32);
+    const bool emulate = !requantise && bf16_gemm_emulated();
+    if (!requantise && !emulate) note_fallback(ct);
+    PackedLinear p = emulate ? emulated_bf16(w.data(), bias, in_features, out)
+                             : PackedLinear(w.data(), bias, in_features, out,
+                                            requantise ? ComputeType::I8 : ComputeType::F32);
     if (after_pack) after_pack();
     return p;
   }
@@ -661,7 +691,7 @@ bool PackedLinear::all_finite() const {
   for (float s : im.w_scale) bad |= !(std::fabs(s) <= FLT_MAX);  // quantize_row's NaN marks a non-finite row
   if (bad) return false;
   if (im.ct == ComputeType::I8) return true;
-  const bool bf16 = im.ct == ComputeType::BF16;
+  const bool bf16 = im.ct == ComputeType::BF16 && !im.emulated;  // emulated: fp32 weights
   {
     std::shared_lock<std::shared_mutex> lock(im.pack_mu);
     if (!im.packed.load(std::memory_order_relaxed)) {
@@ -686,7 +716,16 @@ ComputeType PackedLinear::compute_type() const { return impl_ ? impl_->ct : Comp
 void PackedLinear::Impl::run(float* out_f32, uint16_t* out_bf16, const void* src, const float* row_scale,
                              const float* col_scale, int64_t N, Epilogue ep, PreparedInput* next) const {
   const int64_t O = out;
-  const bool fused = col_scale != nullptr, bf16_dst = out_bf16 != nullptr;
+  thread_local std::vector<float> emulated_src, emulated_dst;
+  if (emulated) {  // bf16 input widened to fp32; a bf16 output made from an fp32 one below
+    const uint16_t* h = static_cast<const uint16_t*>(src);
+    float* x = scratch(emulated_src, (size_t)(N * in));
+#pragma omp parallel for if (N * in > 65536)
+    for (int64_t i = 0; i < N * in; ++i) x[i] = std::bit_cast<float>((uint32_t)h[i] << 16);
+    src = x;
+    if (out_bf16) out_f32 = scratch(emulated_dst, (size_t)(N * O));
+  }
+  const bool fused = col_scale != nullptr, bf16_dst = out_bf16 != nullptr && !emulated;
   // Packing lazy weights is the one change a product makes to the shared Impl; it runs under pack_mu.
   Impl& self = const_cast<Impl&>(*this);
   std::shared_lock<std::shared_mutex> plain_lock;
@@ -742,6 +781,10 @@ void PackedLinear::Impl::run(float* out_f32, uint16_t* out_bf16, const void* src
   }
   cpu_stream().wait();
   if (plain_lock.owns_lock()) plain_lock.unlock();
+  if (emulated && out_bf16) {
+#pragma omp parallel for if (N * O > 65536)
+    for (int64_t i = 0; i < N * O; ++i) out_bf16[i] = to_bf16(out_f32[i]);
+  }
   if (ct != ComputeType::I8 || fused) return;
   // out = act(acc * x_scale[n] * w_scale[o] + bias[o]) (the int32 sums arrive converted to fp32), then the next
   // product's input row, one row at a time while it is in cache, on the calling thread per chunk of rows. A single

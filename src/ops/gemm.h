@@ -10,14 +10,19 @@
 //   One matmul primitive is created per (rows, activation) and cached (about 0.15 ms each).
 //
 // What each compute type does on a CPU without the instructions (oneDNN picks kernels at run time; the build
-// stays x86-64-v3): fp32 runs everywhere (AVX2 brgemm/gemm kernels on Zen 3 or Haswell). bf16 uses AMX or
-// AVX512_BF16; int8 uses AMX or VNNI (AVX512_VNNI, AVX_VNNI). Without them (has_native_product false) a
-// PackedLinear of that type falls back to an fp32 product of the same weights: bf16 weights (rounded to bf16,
-// or as stored) and int8 weights (quantised, or as stored, times their row scales) widened to fp32, inputs kept
-// fp32, so its compute_type() is F32 and the result is at least as close to fp32 as the native product (the
-// model's dtype() still names the type of its weights); one line on stderr says so, once per process, when stderr
-// is a terminal. (oneDNN 2.6 has no bf16 matmul on AVX2-only CPUs, and its non-VNNI int8
-// kernels sum u8 x s8 pairs in saturating int16 (vpmaddubsw): token cosines of 0.97 on Zen 3.)
+// stays x86-64-v3): fp32 runs everywhere (AVX2 brgemm/gemm kernels on Zen 3 or Haswell).
+// int8 runs as int8 everywhere: with AMX or VNNI (AVX512_VNNI, AVX_VNNI) on 8-bit weights; without them
+// oneDNN's AVX2 / AVX-512 kernels (gemm:jit) sum pairs of u8 x s8 products in saturating int16 (vpmaddubsw), so
+// the weights are quantised to 7 bits there (int8_weight_max() 63: a pair is at most 2 x 255 x 63 = 32,130 <
+// 32,767, the remedy oneDNN documents and ONNX Runtime's reduce_range), and 8-bit weights stored by `tfm convert`
+// are requantised to 7 bits at load. (8-bit weights there gave token cosines of 0.96-0.98 on Zen 3.)
+// ONEDNN_MAX_CPU_ISA=AVX2 (or AVX512_CORE) at start-up runs this path on a CPU that has VNNI.
+// bf16 uses AMX or AVX512_BF16. Without them (has_native_product false) a bf16 PackedLinear falls back to an
+// fp32 product of the same weights (rounded to bf16, or as stored) widened to fp32, inputs kept fp32, so its
+// compute_type() is F32 and the result is at least as close to fp32 as the native product (the model's dtype()
+// still names the type of its weights); one line on stderr says so, once per process, when stderr is a terminal
+// (oneDNN 2.6 has no bf16 matmul on AVX2-only CPUs). With TFM_EMULATE_BF16=1 (ops/gemm_bf16.h) it runs the bf16
+// arithmetic instead (activations rounded to bf16, fp32 sums), so that its tests run on every CPU.
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -46,9 +51,12 @@ const char* compute_type_name(ComputeType ct);  // "fp32", "bf16", "int8"
 // oneDNN's run-time view of the CPU (e.g. "avx512_core_amx"), and the oneDNN version, for logs and benchmarks.
 std::string cpu_isa_name();
 std::string onednn_version();
-// Whether a PackedLinear of type ct multiplies in ct on this CPU: always for F32; BF16 with AVX512_BF16 or AMX
-// (has_bf16_gemm); I8 with VNNI or AMX. Otherwise it runs the fp32 fallback described above.
+// Whether a PackedLinear of type ct multiplies in ct on this CPU: always for F32 and I8 (7-bit weights without
+// VNNI); BF16 with AVX512_BF16 or AMX (has_bf16_gemm). Otherwise it runs the fp32 fallback described above.
 bool has_native_product(ComputeType ct);
+// The largest |q| of the int8 weights a PackedLinear multiplies by on this CPU: 127 where oneDNN runs VNNI or AMX
+// int8 kernels, 63 (7-bit weights) where it does not (see above). Decided once, from oneDNN's effective ISA.
+int int8_weight_max();
 
 // Granularity of int8 activation scales, process-wide: PerToken by default, PerTensor when TFM_INT8_ACT=tensor
 // at start-up. PerToken keeps each row independent of the other rows of a call (a served request's result does
@@ -93,6 +101,14 @@ void prepare_input(PreparedInput& dst, ComputeType ct, const float* x, int64_t r
 // against (s8 values may differ by one where x / scale and x * (1 / scale) round to different sides of a half).
 void prepare_input_ref(PreparedInput& dst, ComputeType ct, const float* x, int64_t rows, int64_t cols);
 
+// The one int8 weight quantiser: symmetric, one scale per output row, what PackedLinear applies to fp32 weights
+// at load (qmax int8_weight_max()) and what `tfm convert --dtype int8` stores (qmax 127, so a converted folder
+// loads to the same weights on a VNNI CPU): scale[r] = max |w[r, :]| / qmax (1 for an all-zero row),
+// q[r, c] = w[r, c] * (1 / scale[r]) rounded half to even, clamped to [-qmax, qmax]; a row holding a NaN or an
+// infinity gets scale NaN and q all 0. w [rows, cols] fp32 row-major; q [rows, cols] and scale [rows] written.
+// Parallel over rows. Throws std::invalid_argument for qmax outside [1, 127].
+void quantize_weights_s8(int8_t* q, float* scale, const float* w, int64_t rows, int64_t cols, int qmax = 127);
+
 // Optional activation applied to the product (torch.nn.Linear followed by it).
 enum class Epilogue { None, Relu, Gelu, GeluTanh, Silu };
 Epilogue epilogue_of(Activation act);
@@ -118,9 +134,11 @@ class PackedLinear {
  public:
   PackedLinear() = default;
   // weight: [out_features, in_features] fp32 row-major; bias: [out_features] or null. Both are copied (packed),
-  // so the caller may release them afterwards. Where !has_native_product(ct), the fp32 fallback (above).
+  // so the caller may release them afterwards. Where !has_native_product(ct), the fp32 fallback (above). I8
+  // weights are quantised to int8_weight_max().
   PackedLinear(const float* weight, const float* bias, int64_t in_features, int64_t out_features, ComputeType ct);
-  // Prequantised int8 weights (tfm convert): weight [out, in] s8, weight_scale [out] (w = weight * scale).
+  // Prequantised int8 weights (tfm convert): weight [out, in] s8, weight_scale [out] (w = weight * scale). Where
+  // int8_weight_max() is below 127 they are requantised to it (w = weight * scale quantised again).
   static PackedLinear from_int8(const int8_t* weight, const float* weight_scale, const float* bias,
                                 int64_t in_features, int64_t out_features);
   // bf16 weights as stored by `tfm convert --dtype bf16` (weight [out, in] raw bf16): packed for ComputeType
@@ -136,7 +154,8 @@ class PackedLinear {
   // thread-safe, as the constructor does), then calls `after_pack` (e.g. to drop the file pages) and drops
   // `owner`, which must keep the parts valid and unchanged until then. Where oneDNN has no fast kernel for the
   // plain layout (its reference kernel would run), the weights are packed at once instead.
-  // Where !has_native_product(ct), the parts are widened to fp32 and packed at once (the fallback above).
+  // Where !has_native_product(ct), the parts are widened to fp32 and packed at once (the fallback above); I8
+  // parts where int8_weight_max() is below 127 are requantised and packed at once.
   static PackedLinear lazy(std::vector<const void*> parts, const float* weight_scale, const float* bias,
                            int64_t in_features, int64_t part_out, ComputeType ct, std::shared_ptr<const void> owner,
                            std::function<void()> after_pack = {});
@@ -171,6 +190,9 @@ class PackedLinear {
   struct Impl;
 
  private:
+  // ComputeType BF16 run as bf16_gemm_emulated() says (weight: [out, in] fp32 holding bf16 values).
+  static PackedLinear emulated_bf16(const float* weight, const float* bias, int64_t in_features,
+                                    int64_t out_features);
   std::shared_ptr<Impl> impl_;
 };
 

@@ -272,4 +272,110 @@ void sliding_window_attention_ref(float* out, const float* q, const float* k, co
   }
 }
 
+namespace {
+AttentionDims checked_train(const AttentionDims& dims, const float* key_mask, int64_t window) {
+  if (dims.seq_offsets)
+    throw std::invalid_argument("sliding_window_attention_train: a padded batch only (seq_offsets must be null)");
+  return checked(dims, key_mask, window);
+}
+// The visible keys [lo, hi) of query i in a row of L (the band; padded keys are skipped by the callers).
+inline void band(int64_t i, int64_t L, int64_t w, int64_t& lo, int64_t& hi) {
+  lo = i - w > 0 ? i - w : 0;
+  hi = i + w + 1 < L ? i + w + 1 : L;
+}
+}  // namespace
+
+void sliding_window_attention_train(float* out, float* lse, const float* q, const float* k, const float* v,
+                                   const AttentionDims& dims, const float* key_mask, int64_t window) {
+  const AttentionDims d = checked_train(dims, key_mask, window);
+  const int64_t L = d.q_len, nh = d.num_heads, Dh = d.head_dim, BH = d.batch * nh;
+#pragma omp parallel for schedule(static) if (BH > 1 && BH * L * (2 * window + 1) * Dh > 65536)
+  for (int64_t bh = 0; bh < BH; ++bh) {
+    const int64_t b = bh / nh, h = bh % nh;
+    std::vector<float> s(2 * window + 1), acc(Dh);
+    for (int64_t i = 0; i < L; ++i) {
+      const float* qi = q + (b * L + i) * d.q_ld + h * Dh;
+      int64_t lo, hi;
+      band(i, L, window, lo, hi);
+      float mx = -INFINITY;
+      for (int64_t j = lo; j < hi; ++j) {
+        float& sj = s[j - lo];
+        sj = -INFINITY;
+        if (key_mask && key_mask[b * L + j] == 0.0f) continue;
+        const float* kj = k + (b * L + j) * d.k_ld + h * Dh;
+        float dot = 0.0f;
+        for (int64_t c = 0; c < Dh; ++c) dot += qi[c] * kj[c];
+        sj = dot * d.scale;
+        mx = sj > mx ? sj : mx;
+      }
+      float* o = out + (b * L + i) * d.out_ld + h * Dh;
+      if (mx == -INFINITY) {  // no visible key
+        for (int64_t c = 0; c < Dh; ++c) o[c] = 0.0f;
+        lse[bh * L + i] = -INFINITY;
+        continue;
+      }
+      float sum = 0.0f;
+      std::fill(acc.begin(), acc.end(), 0.0f);
+      for (int64_t j = lo; j < hi; ++j) {
+        if (s[j - lo] == -INFINITY) continue;
+        const float p = std::exp(s[j - lo] - mx);
+        sum += p;
+        const float* vj = v + (b * L + j) * d.v_ld + h * Dh;
+        for (int64_t c = 0; c < Dh; ++c) acc[c] += p * vj[c];
+      }
+      for (int64_t c = 0; c < Dh; ++c) o[c] = acc[c] / sum;
+      lse[bh * L + i] = mx + std::log(sum);
+    }
+  }
+}
+
+void sliding_window_attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* out,
+                                       const float* lse, const float* q, const float* k, const float* v,
+                                       const AttentionDims& dims, const float* key_mask, int64_t window) {
+  const AttentionDims d = checked_train(dims, key_mask, window);
+  const int64_t L = d.q_len, nh = d.num_heads, Dh = d.head_dim, BH = d.batch * nh;
+  // Each (batch, head) owns its columns of dq, dk, dv: the tasks write disjoint memory.
+#pragma omp parallel for schedule(static) if (BH > 1 && BH * L * (2 * window + 1) * Dh > 32768)
+  for (int64_t bh = 0; bh < BH; ++bh) {
+    const int64_t b = bh / nh, h = bh % nh;
+    for (int64_t i = 0; i < L; ++i) {
+      float* dqi = dq + (b * L + i) * d.q_ld + h * Dh;
+      float* dki = dk + (b * L + i) * d.k_ld + h * Dh;
+      float* dvi = dv + (b * L + i) * d.v_ld + h * Dh;
+      for (int64_t c = 0; c < Dh; ++c) dqi[c] = dki[c] = dvi[c] = 0.0f;
+    }
+    for (int64_t i = 0; i < L; ++i) {
+      const float m = lse[bh * L + i];
+      if (m == -INFINITY) continue;  // no visible key: out_i = 0 is constant
+      const float* qi = q + (b * L + i) * d.q_ld + h * Dh;
+      const float* doi = dout + (b * L + i) * d.out_ld + h * Dh;
+      const float* oi = out + (b * L + i) * d.out_ld + h * Dh;
+      float* dqi = dq + (b * L + i) * d.q_ld + h * Dh;
+      float D = 0.0f;
+      for (int64_t c = 0; c < Dh; ++c) D += doi[c] * oi[c];
+      int64_t lo, hi;
+      band(i, L, window, lo, hi);
+      for (int64_t j = lo; j < hi; ++j) {
+        if (key_mask && key_mask[b * L + j] == 0.0f) continue;
+        const float* kj = k + (b * L + j) * d.k_ld + h * Dh;
+        const float* vj = v + (b * L + j) * d.v_ld + h * Dh;
+        float dot = 0.0f, dp = 0.0f;
+        for (int64_t c = 0; c < Dh; ++c) {
+          dot += qi[c] * kj[c];
+          dp += doi[c] * vj[c];
+        }
+        const float p = std::exp(dot * d.scale - m);
+        const float ds = p * (dp - D) * d.scale;
+        float* dkj = dk + (b * L + j) * d.k_ld + h * Dh;
+        float* dvj = dv + (b * L + j) * d.v_ld + h * Dh;
+        for (int64_t c = 0; c < Dh; ++c) {
+          dvj[c] += p * doi[c];
+          dqi[c] += ds * kj[c];
+          dkj[c] += ds * qi[c];
+        }
+      }
+    }
+  }
+}
+
 }  // namespace tfm::ops

@@ -27,6 +27,19 @@ namespace tfm::ops {
 void sliding_window_attention(float* out, const float* q, const float* k, const float* v, const AttentionDims& dims,
                               const float* key_mask, int64_t window);
 
+// Training forward: out as sliding_window_attention (padded batch only; dims.seq_offsets must be null), and
+// lse [B, heads, L] the log-sum-exp of each query's visible scaled scores (-inf for a query with no visible key,
+// whose output is 0), all that the backward needs besides q, k, v and out: memory O(L * window), no [L, L].
+void sliding_window_attention_train(float* out, float* lse, const float* q, const float* k, const float* v,
+                                   const AttentionDims& dims, const float* key_mask, int64_t window);
+// Backward of sliding_window_attention_train (the flash-attention recomputation: p_ij = exp(s_ij - lse_i),
+// dS_ij = p_ij (dout_i . v_j - dout_i . out_i)). dq, dk, dv are written, in q, k, v's layout (strides q_ld,
+// k_ld, v_ld: they may be views into one fused gradient buffer); dout, out have stride out_ld. Throws as
+// sliding_window_attention_train.
+void sliding_window_attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* out,
+                                       const float* lse, const float* q, const float* k, const float* v,
+                                       const AttentionDims& dims, const float* key_mask, int64_t window);
+
 // Plain reference: double precision, the full [L] score row per query with masked entries skipped.
 void sliding_window_attention_ref(float* out, const float* q, const float* k, const float* v,
                                   const AttentionDims& dims, const float* key_mask, int64_t window);

@@ -28,18 +28,19 @@ TFM_ALWAYS_INLINE float row_absmax(const float* x, int64_t n) {
   return bad == 0.0f ? mx : NAN;
 }
 
-// Symmetric int8 scale of a finite max |x|: max / 127, or 1 for an all-zero row.
-TFM_ALWAYS_INLINE float s8_scale_of(float mx) { return mx > 0.0f ? mx / 127.0f : 1.0f; }
+// Symmetric int8 scale of a finite max |x|: max / qmax, or 1 for an all-zero row. qmax is 127, or 63 for the 7-bit
+// weights of CPUs without VNNI (ops/gemm.h int8_weight_max).
+TFM_ALWAYS_INLINE float s8_scale_of(float mx, float qmax = 127.0f) { return mx > 0.0f ? mx / qmax : 1.0f; }
 
-// q[i] = round_half_even(x[i] * inv) clamped to [-127, 127]. Adding and subtracting 1.5 * 2^23 rounds to nearest
+// q[i] = round_half_even(x[i] * inv) clamped to [-qmax, qmax]. Adding and subtracting 1.5 * 2^23 rounds to nearest
 // even without a libm call, so the loop vectorises.
-TFM_ALWAYS_INLINE void quantize_s8(int8_t* q, const float* x, int64_t n, float inv) {
+TFM_ALWAYS_INLINE void quantize_s8(int8_t* q, const float* x, int64_t n, float inv, float qmax = 127.0f) {
   constexpr float kRound = 12582912.0f;
 #pragma omp simd
   for (int64_t i = 0; i < n; ++i) {
     float r = (x[i] * inv + kRound) - kRound;
-    r = r > 127.0f ? 127.0f : r;
-    r = r < -127.0f ? -127.0f : r;
+    r = r > qmax ? qmax : r;
+    r = r < -qmax ? -qmax : r;
     q[i] = (int8_t)(int32_t)r;
   }
 }

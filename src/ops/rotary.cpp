@@ -10,9 +10,10 @@ namespace {
 
 // One token row: every head's halves rotated by the position's angles (c, s: [half]).
 // sign -1: the transposed rotation (backward).
-TFM_ALWAYS_INLINE void rotate_row(float* x, int64_t num_heads, int64_t head_dim, const float* c, const float* s0,
-                                  float sign) {
-  const int64_t half = head_dim / 2;
+// rot: the rotated leading dimensions of each head (head_dim unless partial).
+TFM_ALWAYS_INLINE void rotate_row(float* x, int64_t num_heads, int64_t head_dim, int64_t rot, const float* c,
+                                  const float* s0, float sign) {
+  const int64_t half = rot / 2;
   for (int64_t h = 0; h < num_heads; ++h) {
     float* x1 = x + h * head_dim;
     float* x2 = x1 + half;
@@ -26,21 +27,22 @@ TFM_ALWAYS_INLINE void rotate_row(float* x, int64_t num_heads, int64_t head_dim,
   }
 }
 
-void rotate_rows_avx2(float* x, int64_t r0, int64_t r1, int64_t L, int64_t nh, int64_t hd, int64_t ld,
+void rotate_rows_avx2(float* x, int64_t r0, int64_t r1, int64_t L, int64_t nh, int64_t hd, int64_t rot, int64_t ld,
                       const float* cos, const float* sin, float sign) {
-  const int64_t half = hd / 2;
+  const int64_t half = rot / 2;
   for (int64_t r = r0; r < r1; ++r)
-    rotate_row(x + r * ld, nh, hd, cos + (r % L) * half, sin + (r % L) * half, sign);
+    rotate_row(x + r * ld, nh, hd, rot, cos + (r % L) * half, sin + (r % L) * half, sign);
 }
 TFM_TARGET_AVX512 void rotate_rows_avx512(float* x, int64_t r0, int64_t r1, int64_t L, int64_t nh, int64_t hd,
-                                          int64_t ld, const float* cos, const float* sin, float sign) {
-  const int64_t half = hd / 2;
+                                          int64_t rot, int64_t ld, const float* cos, const float* sin, float sign) {
+  const int64_t half = rot / 2;
   for (int64_t r = r0; r < r1; ++r)
-    rotate_row(x + r * ld, nh, hd, cos + (r % L) * half, sin + (r % L) * half, sign);
+    rotate_row(x + r * ld, nh, hd, rot, cos + (r % L) * half, sin + (r % L) * half, sign);
 }
 
 void rotate_rows(float* x, int64_t batch, int64_t seq_len, int64_t num_heads, int64_t head_dim, int64_t ld,
-                 const float* cos, const float* sin, float sign) {
+                 const float* cos, const float* sin, float sign, int64_t rot) {
+  if (rot == 0) rot = head_dim;
   const int64_t rows = batch * seq_len;
   auto fn = kernel_isa() == KernelIsa::Avx512 ? rotate_rows_avx512 : rotate_rows_avx2;
   constexpr int64_t kChunk = 64;
@@ -48,20 +50,20 @@ void rotate_rows(float* x, int64_t batch, int64_t seq_len, int64_t num_heads, in
 #pragma omp parallel for schedule(static) if (rows * num_heads * head_dim > 65536)
   for (int64_t t = 0; t < nchunk; ++t) {
     const int64_t r0 = t * kChunk, r1 = r0 + kChunk < rows ? r0 + kChunk : rows;
-    fn(x, r0, r1, seq_len, num_heads, head_dim, ld, cos, sin, sign);
+    fn(x, r0, r1, seq_len, num_heads, head_dim, rot, ld, cos, sin, sign);
   }
 }
 
 }  // namespace
 
 void rotary_apply(float* x, int64_t batch, int64_t seq_len, int64_t num_heads, int64_t head_dim, int64_t ld,
-                  const float* cos, const float* sin) {
-  rotate_rows(x, batch, seq_len, num_heads, head_dim, ld, cos, sin, 1.0f);
+                  const float* cos, const float* sin, int64_t rotary_dim) {
+  rotate_rows(x, batch, seq_len, num_heads, head_dim, ld, cos, sin, 1.0f, rotary_dim);
 }
 
 void rotary_backward(float* dx, int64_t batch, int64_t seq_len, int64_t num_heads, int64_t head_dim, int64_t ld,
-                     const float* cos, const float* sin) {
-  rotate_rows(dx, batch, seq_len, num_heads, head_dim, ld, cos, sin, -1.0f);
+                     const float* cos, const float* sin, int64_t rotary_dim) {
+  rotate_rows(dx, batch, seq_len, num_heads, head_dim, ld, cos, sin, -1.0f, rotary_dim);
 }
 
 void rotary_tables(float* cos, float* sin, int64_t seq_len, int64_t head_dim, double theta) {
@@ -82,14 +84,14 @@ void rotary_tables(float* cos, float* sin, int64_t seq_len, int64_t head_dim, do
 }
 
 void rotary_apply_ref(float* x, int64_t batch, int64_t seq_len, int64_t num_heads, int64_t head_dim, int64_t ld,
-                      double theta) {
-  const int64_t half = head_dim / 2;
+                      double theta, int64_t rotary_dim) {
+  const int64_t rot = rotary_dim ? rotary_dim : head_dim, half = rot / 2;
   for (int64_t b = 0; b < batch; ++b)
     for (int64_t l = 0; l < seq_len; ++l)
       for (int64_t h = 0; h < num_heads; ++h) {
         float* v = x + (b * seq_len + l) * ld + h * head_dim;
         for (int64_t i = 0; i < half; ++i) {
-          const double angle = (double)l / std::pow(theta, (double)(2 * i) / (double)head_dim);
+          const double angle = (double)l / std::pow(theta, (double)(2 * i) / (double)rot);
           const double a = v[i], c = v[i + half];
           v[i] = (float)(a * std::cos(angle) - c * std::sin(angle));
           v[i + half] = (float)(c * std::cos(angle) + a * std::sin(angle));

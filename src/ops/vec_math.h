@@ -31,7 +31,7 @@ inline float fast_exp(float x_in) {
 // erf as a rational function of x, x * P(x^2) / Q(x^2), with x clamped to [-4, 4] (erf is +-1 in float beyond):
 // the approximation of Eigen's generic_fast_erf_float (and XLA's), absolute error <= 5e-7 in float arithmetic
 // (4.4e-7 measured over [-6, 6] against math.erf). 13 multiply-adds and one division, no exp: 1.7x faster than
-// the Abramowitz & Stegun 7.1.26 form with its exp that it replaced (GELU on AVX-512, BENCHMARKS.md session 14).
+// the Abramowitz & Stegun 7.1.26 form with its exp (GELU on AVX-512, BENCHMARKS.md).
 inline float fast_erf(float x_in) {
   const float x = x_in > 4.0f ? 4.0f : (x_in < -4.0f ? -4.0f : x_in);
   const float x2 = x * x;

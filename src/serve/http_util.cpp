@@ -43,6 +43,12 @@ void to_openai_error(httplib::Response& res) {
             {{"error", {{"message", j["error"]}, {"type", type}, {"param", nullptr}, {"code", j.value("error_type", "")}}}});
 }
 
+bool libretranslate_route(const std::string& path) {
+  for (const char* p : {"/translate", "/detect", "/languages", "/frontend/settings", "/translate_file", "/suggest"})
+    if (path == p) return true;
+  return path.rfind("/download_file/", 0) == 0;
+}
+
 // RFC 4648 base64 of little-endian float32 values (OpenAI's encoding_format "base64").
 std::string base64_f32(const std::vector<float>& v) {
   static const char* t = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";

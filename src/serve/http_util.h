@@ -16,6 +16,10 @@ void send_json(httplib::Response& res, int status, const nlohmann::json& body);
 void send_error(httplib::Response& res, int status, const std::string& type, const std::string& message);
 // OpenAI's error object for /v1/embeddings: {"error": {"message", "type", "param", "code"}} from ours.
 void to_openai_error(httplib::Response& res);
+// The routes LibreTranslate defines (/translate, /detect, /languages, /frontend/settings, /translate_file,
+// /download_file/NAME, /suggest): a bad request is answered 400 there (422 elsewhere), and a form's api_key field
+// is an API key.
+bool libretranslate_route(const std::string& path);
 
 // RFC 4648 base64 of little-endian float32 values (OpenAI's encoding_format "base64").
 std::string base64_f32(const std::vector<float>& v);

@@ -299,7 +299,7 @@ DecodeRequest parse_decode_request(std::string_view body, const RequestLimits& l
 
 TranslateRequest parse_translate_request(std::string_view body, const RequestLimits& limits, int64_t max_beam_size) {
   json j = parse_object(body);
-  only_fields(j, {"q", "source", "target", "format", "beam_size", "alternatives", "api_key", "truncate",
+  only_fields(j, {"q", "source", "target", "format", "beam_size", "alternatives", "api_key", "apiKey", "truncate",
                   "sampling_topk", "sampling_topp", "sampling_temperature", "seed", "repetition_penalty",
                   "no_repeat_ngram_size", "min_length", "target_prefix", "length_penalty", "early_stopping",
                   "max_new_tokens", "bad_words", "bad_words_ids", "forced_eos"});
@@ -308,8 +308,9 @@ TranslateRequest parse_translate_request(std::string_view body, const RequestLim
   r.source = string_or(j, "source", "auto");
   r.target = string_or(j, "target", "");
   if (r.target.empty()) throw validation_error("missing field `target` (a language code from GET /languages)");
-  const std::string format = string_or(j, "format", "text");
-  if (format != "text") throw validation_error("`format` '" + excerpt(format) + "' is not supported; use \"text\"");
+  r.format = string_or(j, "format", "text");
+  if (r.format != "text" && r.format != "html")
+    throw validation_error("`format` '" + excerpt(r.format) + "' is not supported; use \"text\" or \"html\"");
   if (auto it = j.find("beam_size"); it != j.end() && !it->is_null()) {
     if (!it->is_number_integer() || it->get<int64_t>() < 1 || it->get<int64_t>() > max_beam_size)
       throw validation_error("`beam_size` must be a whole number from 1 to " + std::to_string(max_beam_size));

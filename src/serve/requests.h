@@ -110,6 +110,7 @@ struct TranslateRequest {
   std::vector<std::string> q;
   bool single = false;
   std::string source, target;
+  std::string format = "text";  // LibreTranslate's "text" or "html" (tags kept, the text between them translated)
   int64_t beam_size = 0;  // 0 (not given): the model's default (generation_config.json's num_beams, or greedy)
   int64_t alternatives = 0;
   std::string api_key;

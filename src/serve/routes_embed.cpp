@@ -37,7 +37,9 @@ std::vector<Task> Server::embed_tasks(const EmbedRequest& r, BatchKey::Op op, co
   const int64_t slot = op == BatchKey::Op::Embed && !prompt.empty() ? prompt_slot(prompt) : 0;
   std::vector<Task> tasks(r.inputs.size());
   for (size_t i = 0; i < r.inputs.size(); ++i) {
-    const std::string where = std::string("`") + field + (r.single ? "" : "[" + std::to_string(i) + "]") + "`";
+    std::string where = std::string("`") + field;
+    if (!r.single) (where += '[') += std::to_string(i) + ']';
+    where += '`';
     TokenizedInput t;
     if (!r.token_ids[i].empty()) {
       t.ids = r.token_ids[i];
@@ -234,14 +236,8 @@ void Server::embed_routes() {
               DecodeRequest r = parse_decode_request(json_body(req), limits_);
               need_embedder();
               json out = json::array();
-              for (const auto& ids : r.ids) {
-                for (int64_t id : ids)
-                  if (id >= embedder_->vocab_size())
-                    throw validation_error("`ids`: token id " + std::to_string(id) +
-                                           " is not below the vocabulary size " +
-                                           std::to_string(embedder_->vocab_size()));
-                out.push_back(embedder_->decode(ids, r.skip_special_tokens));
-              }
+              // Ids without a token are skipped, as tokenizers' decode (and the CLI and Python) do.
+              for (const auto& ids : r.ids) out.push_back(embedder_->decode(ids, r.skip_special_tokens));
               send_json(res, 200, out);
             }, true));
 }

@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <map>
 
 #include "serve/server_core.h"
@@ -5,8 +6,6 @@
 namespace tfm::serve {
 
 using nlohmann::json;
-
-namespace {
 
 // English names of ISO 639-1 codes, as LibreTranslate's /languages gives them.
 std::string language_name(const std::string& code) {
@@ -22,8 +21,6 @@ std::string language_name(const std::string& code) {
   auto it = names.find(code);
   return it == names.end() ? code : it->second;
 }
-
-}  // namespace
 
 // The pair serving source -> target ("auto": the first pair into target), or 422 naming the pairs served.
 size_t Server::route(const std::string& source, const std::string& target) const {
@@ -47,6 +44,100 @@ size_t Server::route(const std::string& source, const std::string& target) const
   throw validation_error("`target` '" + excerpt(target) + "' is not supported: " + what + served + " (GET /languages)");
 }
 
+std::vector<Task> Server::translate_texts(const TranslateRequest& r, const std::vector<std::string>& texts,
+                                          const std::vector<std::string>& sources, const std::vector<size_t>& origin,
+                                          const httplib::Request& req) {
+  const auto t0 = std::chrono::steady_clock::now();
+  // One group per (pair, source): a multilingual folder translates into `target` (its forced first token) from
+  // the group's source.
+  struct Group {
+    size_t pair;
+    std::string source;
+    TranslateOptions langs;
+    int64_t generation = 0;  // 0: none
+  };
+  std::vector<Group> groups;
+  std::vector<size_t> group_of(texts.size());
+  for (size_t i = 0; i < texts.size(); ++i) {
+    const size_t pair = route(sources[i], r.target);
+    auto it = std::find_if(groups.begin(), groups.end(),
+                           [&](const Group& g) { return g.pair == pair && g.source == sources[i]; });
+    if (it == groups.end()) {
+      Group g{pair, sources[i], {}};
+      if (!pairs_[pair].languages.empty() && pairs_[pair].speaks(r.target)) {
+        g.langs.target_lang = r.target;
+        if (pairs_[pair].speaks(sources[i])) g.langs.source_lang = sources[i];
+      }
+      groups.push_back(std::move(g));
+      it = groups.end() - 1;
+    }
+    group_of[i] = size_t(it - groups.begin());
+  }
+  std::vector<Task> tasks(texts.size());
+  for (size_t i = 0; i < texts.size(); ++i) {
+    const Group& g = groups[group_of[i]];
+    try {
+      tasks[i].ids = pairs_[g.pair].backend->encode_source(texts[i], r.truncate.value_or(o_.auto_truncate), g.langs);
+    } catch (const ApiError& e) {
+      throw validation_error(std::string("`q") + (r.single ? "" : "[" + std::to_string(origin[i]) + "]") + "`: " +
+                             e.what());
+    }
+    tasks[i].key = BatchKey{.op = BatchKey::Op::Translate, .pair = (int64_t)g.pair, .beam_size = r.beam_size};
+    tasks[i].tokens = (int64_t)tasks[i].ids.size();
+    if (!r.target_prefix.empty()) tasks[i].target_prefix = r.target_prefix[origin[i]];
+  }
+  observe_tokenization(seconds_since(t0));
+  // Generation fields: this request's tasks batch on their own (one key per group), with its options.
+  struct Forget {  // the options go when the request ends, however it ends
+    Server* s;
+    std::vector<int64_t> generations;
+    ~Forget() {
+      std::lock_guard<std::mutex> lock(s->custom_mu_);
+      for (int64_t g : generations) s->custom_.erase(g);
+    }
+  } forget{this, {}};
+  for (Group& g : groups) {
+    const bool multilingual = !pairs_[g.pair].languages.empty();
+    if (!r.generation && !multilingual && r.alternatives == 0) continue;
+    TranslationBackend& backend = *pairs_[g.pair].backend;
+    TranslateOptions o = g.langs;
+    o.beam_size = r.beam_size;
+    if (r.alternatives > 0) {  // LibreTranslate's alternatives: the beam's next best hypotheses
+      o.num_hypotheses = r.alternatives + 1;
+      o.beam_size = std::max(o.beam_size, o.num_hypotheses);
+    }
+    o.sampling_topk = r.sampling_topk;
+    o.sampling_topp = (float)r.sampling_topp;
+    o.sampling_temperature = (float)r.sampling_temperature;
+    o.seed = r.seed;
+    o.repetition_penalty = (float)r.repetition_penalty;
+    o.no_repeat_ngram_size = r.no_repeat_ngram_size;
+    o.min_length = r.min_length;
+    o.max_steps = r.max_new_tokens;
+    o.length_penalty = (float)r.length_penalty;
+    o.early_stopping = r.early_stopping;
+    o.forced_eos = r.forced_eos;
+    o.bad_words_ids = r.bad_words_ids;
+    for (const std::string& w : r.bad_words) {
+      std::vector<int64_t> ids = backend.encode_target(w);
+      if (ids.empty()) throw validation_error("`bad_words`: '" + excerpt(w) + "' has no target token");
+      o.bad_words_ids.push_back(std::move(ids));
+    }
+    if (o.sampling_topk != 1 && o.beam_size > 1)
+      throw validation_error("`sampling_topk` " + std::to_string(o.sampling_topk) +
+                             " samples one token a step; it needs `beam_size` 1");
+    std::lock_guard<std::mutex> lock(custom_mu_);
+    g.generation = ++next_custom_;
+    custom_[g.generation] = {g.pair, o};
+    forget.generations.push_back(g.generation);
+  }
+  for (size_t i = 0; i < texts.size(); ++i)
+    if (const int64_t gen = groups[group_of[i]].generation)
+      tasks[i].key = BatchKey{.op = BatchKey::Op::Generation, .generation = gen};
+  if (!tasks.empty()) run_queued(tasks, req);
+  return tasks;
+}
+
 void Server::translate_routes() {
   if (!translation_) {
     not_for_this_model("/translate", "a translation model (transformer_seq2seq)");
@@ -57,87 +148,12 @@ void Server::translate_routes() {
              }, false));
     return;
   }
-  add("POST", "/translate", "LibreTranslate /translate (JSON or form body)",
+  add("POST", "/translate", "LibreTranslate /translate (JSON or form body; format text or html; source auto)",
       guard([this](const httplib::Request& req, httplib::Response& res) {
-              TranslateRequest r = parse_translate_request(json_body(req, true), limits_, o_.max_beam_size);
-              const size_t pair = route(r.source, r.target);
-              TranslationBackend& backend = *pairs_[pair].backend;
-              // A multilingual folder translates into `target` (its forced first token) from `source`.
-              TranslateOptions langs;
-              const bool multilingual = !pairs_[pair].languages.empty();
-              if (multilingual && pairs_[pair].speaks(r.target)) {
-                langs.target_lang = r.target;
-                if (pairs_[pair].speaks(r.source)) langs.source_lang = r.source;
-              }
-              const auto t0 = std::chrono::steady_clock::now();
-              std::vector<Task> tasks(r.q.size());
-              for (size_t i = 0; i < r.q.size(); ++i) {
-                try {
-                  tasks[i].ids = backend.encode_source(r.q[i], r.truncate.value_or(o_.auto_truncate), langs);
-                } catch (const ApiError& e) {
-                  throw validation_error(std::string("`q") + (r.single ? "" : "[" + std::to_string(i) + "]") +
-                                         "`: " + e.what());
-                }
-                tasks[i].key = BatchKey{.op = BatchKey::Op::Translate, .pair = (int64_t)pair, .beam_size = r.beam_size};
-                tasks[i].tokens = (int64_t)tasks[i].ids.size();
-                if (!r.target_prefix.empty()) tasks[i].target_prefix = r.target_prefix[i];
-              }
-              observe_tokenization(seconds_since(t0));
-              // Generation fields: this request's tasks batch on their own, with its options.
-              int64_t generation = 0;  // 0: none
-              if (r.generation || multilingual || r.alternatives > 0) {
-                TranslateOptions o = langs;
-                o.beam_size = r.beam_size;
-                if (r.alternatives > 0) {  // LibreTranslate's alternatives: the beam's next best hypotheses
-                  o.num_hypotheses = r.alternatives + 1;
-                  o.beam_size = std::max(o.beam_size, o.num_hypotheses);
-                }
-                o.sampling_topk = r.sampling_topk;
-                o.sampling_topp = (float)r.sampling_topp;
-                o.sampling_temperature = (float)r.sampling_temperature;
-                o.seed = r.seed;
-                o.repetition_penalty = (float)r.repetition_penalty;
-                o.no_repeat_ngram_size = r.no_repeat_ngram_size;
-                o.min_length = r.min_length;
-                o.max_steps = r.max_new_tokens;
-                o.length_penalty = (float)r.length_penalty;
-                o.early_stopping = r.early_stopping;
-                o.forced_eos = r.forced_eos;
-                o.bad_words_ids = r.bad_words_ids;
-                for (const std::string& w : r.bad_words) {
-                  std::vector<int64_t> ids = backend.encode_target(w);
-                  if (ids.empty()) throw validation_error("`bad_words`: '" + excerpt(w) + "' has no target token");
-                  o.bad_words_ids.push_back(std::move(ids));
-                }
-                if (o.sampling_topk != 1 && o.beam_size > 1)
-                  throw validation_error("`sampling_topk` " + std::to_string(o.sampling_topk) +
-                                         " samples one token a step; it needs `beam_size` 1");
-                std::lock_guard<std::mutex> lock(custom_mu_);
-                generation = ++next_custom_;
-                custom_[generation] = {pair, o};
-                for (Task& t : tasks) t.key = BatchKey{.op = BatchKey::Op::Generation, .generation = generation};
-              }
-              struct Forget {  // the options go when the request ends, however it ends
-                Server* s;
-                int64_t generation;
-                ~Forget() {
-                  if (!generation) return;
-                  std::lock_guard<std::mutex> lock(s->custom_mu_);
-                  s->custom_.erase(generation);
-                }
-              } forget{this, generation};
-              run_queued(tasks, req);
-              json alt = json::array();
-              if (r.single) {
-                json out = {{"translatedText", tasks[0].text}};
-                if (has_field(req, "alternatives")) out["alternatives"] = tasks[0].alternatives;
-                return send_json(res, 200, out);
-              }
-              json out = json::array();
-              for (Task& t : tasks) out.push_back(t.text), alt.push_back(t.alternatives);
-              json body = {{"translatedText", out}};
-              if (has_field(req, "alternatives")) body["alternatives"] = alt;
-              send_json(res, 200, body);
+              const TranslateRequest r = parse_translate_request(json_body(req, true), limits_, o_.max_beam_size);
+              const LibreTranslateInput in = libretranslate_input(r);  // detection, html text nodes
+              std::vector<Task> tasks = translate_texts(r, in.texts, in.sources, in.origin, req);
+              send_json(res, 200, libretranslate_output(r, in, tasks, has_field(req, "alternatives")));
             }, true));
   add("POST", "/attention", "the web page's attention maps",
       guard([this](const httplib::Request& req, httplib::Response& res) {

@@ -77,6 +77,12 @@ Server::Server(const ServeOptions& o) : o_(o) {
         throw std::runtime_error("--model " + p.model + " and --model " + dir + " both translate " + s + " -> " + t);
     pairs_.push_back({dir, s, t, nullptr, {}});
   }
+  if (!o.langid.empty()) {
+    if (!translation_)
+      throw std::runtime_error("--langid detects the source language of translation requests; " + o.model +
+                               " is a " + model_type_ + " folder");
+    langid_ = std::make_unique<LanguageIdentifier>(LanguageIdentifier::load(o.langid));
+  }
   limits_.max_client_batch_size = o.max_client_batch_size;
   limits_.max_input_chars = o.payload_limit;
   model_id_ = o.model;
@@ -174,6 +180,7 @@ void Server::load() {
       p.languages = p.backend->languages();  // M2M100 / NLLB: every pair of these
     }
     translator_ = pairs_.front().backend.get();
+    check_langid();
   } else if (std::filesystem::exists(o_.model + "/modules.json")) {
     embedder_ = load_sentence_transformer_embedding(o_.model, o_.pooling, o_.prompt_name, o_.no_prompt, o_.threads,
                                                     o_.dtype);
@@ -342,6 +349,7 @@ httplib::Server::Handler Server::guard(Handler h, bool model_route) {
       httplib::Response& res;
       ~OpenAiErrors() {
         if (req.path == "/v1/embeddings" && res.status >= 400) to_openai_error(res);
+        if (res.status == 422 && libretranslate_route(req.path)) res.status = 400;  // LibreTranslate's status
       }
     } openai_errors{req, res};
     if (!authorized(req))
@@ -379,7 +387,7 @@ bool Server::authorized(const httplib::Request& req) const {
   if (o_.api_key.empty()) return true;
   std::string got = req.get_header_value("Authorization");
   const std::string want = "Bearer " + o_.api_key;
-  if (got.empty() && req.path == "/translate") {  // LibreTranslate clients send the key as the api_key field
+  if (got.empty() && libretranslate_route(req.path)) {  // LibreTranslate clients send the key as the api_key field
     json j = parse_shallow(json_body(req, true));
     if (j.is_object() && j.contains("api_key") && j["api_key"].is_string()) got = "Bearer " + j["api_key"].get<std::string>();
   }

@@ -34,6 +34,7 @@ struct ServeOptions {
   bool no_prompt = false;                 // sentence-transformers folders: ignore default_prompt_name
   int64_t max_beam_size = 8;              // translation: largest accepted beam_size
   std::string source_lang, target_lang;   // translation: language codes (default: config.json or "en" / "fr")
+  std::string langid;                     // translation: a `tfm langid train` file for /detect and source "auto"
   std::string cors_allow_origin;          // non-empty: Access-Control-Allow-Origin on every answer ("*" or an
                                           // origin such as https://example.com), and CORS preflights answered
   bool access_log = true;                 // one line per request on stderr

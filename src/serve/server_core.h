@@ -21,13 +21,19 @@
 
 #include "serve/backends.h"
 #include "serve/batch_queue.h"
+#include "serve/html_text.h"
 #include "serve/http_util.h"
 #include "serve/metrics.h"
 #include "serve/requests.h"
 #include "serve/server.h"
 #include "tfm/classifier.h"
+#include "tfm/language_id.h"
 
 namespace tfm::serve {
+
+// English names of ISO 639-1 codes, as LibreTranslate's /languages gives them (routes_translate.cpp); other codes
+// as they are.
+std::string language_name(const std::string& code);
 
 class Server {
  public:
@@ -90,8 +96,11 @@ class Server {
                             // /tokenize, /decode
   void classify_routes();   // routes_classify.cpp: /predict, /rerank
   void translate_routes();  // routes_translate.cpp: /translate, /attention, /languages
+  void libretranslate_routes();  // routes_libretranslate.cpp: /detect, /frontend/settings, /translate_file,
+                                 // /download_file/NAME, /suggest
   static constexpr void (Server::*kRouteGroups[])() = {&Server::meta_routes, &Server::embed_routes,
-                                                       &Server::classify_routes, &Server::translate_routes};
+                                                       &Server::classify_routes, &Server::translate_routes,
+                                                       &Server::libretranslate_routes};
 
   // routes_meta.cpp
   void hooks();  // pre-routing, CORS, OPTIONS, error handler, access log
@@ -124,6 +133,32 @@ class Server {
   // routes_translate.cpp
   // The pair serving source -> target ("auto": the first pair into target), or 422 naming the pairs served.
   size_t route(const std::string& source, const std::string& target) const;
+  // Translates texts[i] from sources[i] into r.target through the queue, with r's beam size, alternatives and
+  // generation fields; origin[i]: the index in r.q it comes from (for messages and target_prefix). The tasks hold
+  // the translations (text, alternatives).
+  std::vector<Task> translate_texts(const TranslateRequest& r, const std::vector<std::string>& texts,
+                                    const std::vector<std::string>& sources, const std::vector<size_t>& origin,
+                                    const httplib::Request& req);
+
+  // routes_libretranslate.cpp
+  // What a LibreTranslate /translate request translates: each q's source language (source "auto": detected) and
+  // its text, or with format "html" the text nodes of its markup.
+  struct LibreTranslateInput {
+    std::vector<std::string> texts, sources;
+    std::vector<size_t> origin;                // q index of each text
+    std::vector<std::vector<HtmlPiece>> html;  // format "html": each q's pieces
+    json detected;                             // source "auto": detectedLanguage of each q
+  };
+  LibreTranslateInput libretranslate_input(const TranslateRequest& r) const;
+  // The /translate answer: translatedText (and alternatives, detectedLanguage) from the translated tasks.
+  json libretranslate_output(const TranslateRequest& r, const LibreTranslateInput& in, std::vector<Task>& tasks,
+                             bool alternatives) const;
+  // The languages source "auto" may mean: those served into `target` ("": every source language served).
+  std::vector<std::string> source_languages(const std::string& target) const;
+  // LibreTranslate's detections of `text` among `candidates`, best first: [{"confidence": percent, "language"}].
+  json detect_languages(const std::string& text, const std::vector<std::string>& candidates) const;
+  // Once the models are loaded: --langid must know a served source language (warns about those it does not).
+  void check_langid() const;
 
   ServeOptions o_;
   std::string model_type_, model_id_, source_lang_, target_lang_;
@@ -160,6 +195,15 @@ class Server {
   int64_t head_max_length_ = 0;
   std::string embed_error_;          // why a head folder cannot embed
   std::unique_ptr<BatchQueue> queue_;
+  std::unique_ptr<LanguageIdentifier> langid_;  // --langid
+  // /translate_file's results until /download_file fetches them (kept 30 minutes, 256 MiB at most in all).
+  struct TranslatedFile {
+    std::string name, content, content_type;
+    std::chrono::steady_clock::time_point created;
+  };
+  std::mutex files_mu_;
+  std::map<std::string, TranslatedFile> files_;
+  size_t files_bytes_ = 0;
 };
 
 }  // namespace tfm::serve

@@ -11,12 +11,9 @@
 #include "ops/cross_entropy.h"
 #include "ops/dropout.h"
 #include "io/json_util.h"
-#include "models/bert.h"
-#include "models/distilbert.h"
-#include "models/modernbert.h"
-#include "models/mpnet.h"
-#include "models/roberta.h"
+#include "models/registry.h"
 #include "ops/activation.h"
+#include "ops/softmax.h"
 #include "ops/gemm_bf16.h"
 #include "train/finetune_embed.h"
 
@@ -129,26 +126,6 @@ double FinetuneModel::train_step(const FinetuneBatch& batch) {
 }
 
 // ---------------------------------------------------------------- the task head
-
-// One stage of a head in training: y [M, out] = norm(act(linear(dropout(x [M, in])))); its tensors are store
-// entries under Hugging Face names.
-struct HeadStageSpec {
-  std::string linear;             // the Linear's prefix ("classifier.out_proj"); weight [out, in], bias [out]
-  int64_t out = 0;
-  bool linear_bias = true;        // false: the Linear has no bias (ModernBERT head.dense without classifier_bias)
-  bool dropout = false;           // dropout (the head's p) on the stage's input
-  bool tanh = false;              // tanh after the linear (RobertaClassificationHead.dense)
-  std::optional<ops::Activation> act;
-  std::string norm;               // the LayerNorm's prefix after the activation; empty: none
-  bool norm_bias = true;          // false: the LayerNorm has no bias (ModernBERT norm_bias false)
-  float norm_eps = -1;            // the LayerNorm's eps; < 0: config layer_norm_eps
-  // A weight not in the checkpoint: N(0, init_std) (< 0: the model's initializer_range), truncated to
-  // +-init_cutoff * init_std when init_cutoff > 0 (init.trunc_normal_, ModernBERT's _init_weights).
-  double init_std = -1, init_cutoff = 0;
-  bool tied = false;              // the weight is the body's word embeddings (tie_word_embeddings); bias `bias`
-  std::string bias;               // (tied) the bias's name; empty: no bias (ModernBERT without decoder_bias)
-  std::vector<std::string> bias_aliases;
-};
 
 struct TrainingHead {
   HeadInput input = HeadInput::FirstToken;  // sequence classification: the pooler output or h[:, 0]
@@ -300,264 +277,49 @@ struct TrainingHead {
   }
 };
 
-// ---------------------------------------------------------------- the families
+// ---------------------------------------------------------------- the families (models/registry.h)
 
 namespace {
-
-HeadStageSpec head_stage(std::string linear, int64_t out, bool dropout) {
-  HeadStageSpec s;
-  s.linear = std::move(linear);
-  s.out = out;
-  s.dropout = dropout;
-  return s;
+// The trainable family of `model_type`: family_of's refusal when no family answers it, std::invalid_argument when
+// its family has no trainer.
+const ModelFamily& trainable_family(const std::string& model_type, const std::string& where) {
+  const ModelFamily& f = family_of(model_type, where);
+  if (!f.trainable())
+    throw std::invalid_argument(where + ": model_type '" + model_type + "' cannot be fine-tuned yet (supported: " +
+                                trainable_model_types() + ")");
+  return f;
 }
 
-// *ForTokenClassification of the BERT-style families: classifier(dropout(h)) per token.
-TrainingHead token_classifier_head(int64_t C) {
-  TrainingHead h;
-  h.spec = {head_stage("classifier", C, true)};
-  return h;
+const std::string& source_of(const EncoderConfig& config) {
+  static const std::string fallback = "config.json";
+  return config.source.empty() ? fallback : config.source;
 }
-
-// An LM head: transform = norm(act(linear(h))), then the decoder tied to the word embeddings plus `bias`.
-TrainingHead lm_head(const std::string& transform, ops::Activation act, const std::string& norm,
-                     const std::string& decoder, const std::string& bias, std::vector<std::string> bias_aliases,
-                     const EncoderConfig& c) {
-  HeadStageSpec t = head_stage(transform, c.hidden_size, false), d = head_stage(decoder, c.vocab_size, false);
-  t.act = act;
-  t.norm = norm;
-  d.tied = true;
-  d.bias = bias;
-  d.bias_aliases = std::move(bias_aliases);
-  TrainingHead h;
-  h.spec = {t, d};
-  return h;
-}
-
-// modeling_bert.py: BertForSequenceClassification classifier(dropout(pooler_output)); BertOnlyMLMHead.
-TrainingHead bert_head(const EncoderConfig& c, HeadKind kind, int64_t C) {
-  if (kind == HeadKind::TokenClassification) return token_classifier_head(C);
-  if (kind == HeadKind::SequenceClassification) {
-    TrainingHead h;
-    h.input = HeadInput::PoolerOutput;
-    h.spec = {head_stage("classifier", C, true)};
-    return h;
-  }
-  return lm_head("cls.predictions.transform.dense", ops::parse_activation(c.hidden_act),
-                 "cls.predictions.transform.LayerNorm", "cls.predictions.decoder", "cls.predictions.bias",
-                 {"cls.predictions.decoder.bias"}, c);
-}
-
-// modeling_roberta.py (XLM-R and CamemBERT alike): RobertaClassificationHead on <s>, RobertaLMHead.
-TrainingHead roberta_head(const EncoderConfig& c, HeadKind kind, int64_t C) {
-  if (kind == HeadKind::TokenClassification) return token_classifier_head(C);
-  if (kind == HeadKind::SequenceClassification) {
-    TrainingHead h;
-    h.spec = {head_stage("classifier.dense", c.hidden_size, true), head_stage("classifier.out_proj", C, true)};
-    h.spec[0].tanh = true;
-    return h;
-  }
-  // RobertaLMHead calls gelu whatever hidden_act says.
-  return lm_head("lm_head.dense", ops::Activation::Gelu, "lm_head.layer_norm", "lm_head.decoder", "lm_head.bias",
-                 {"lm_head.decoder.bias"}, c);
-}
-
-// modeling_distilbert.py: pre_classifier, ReLU, dropout, classifier; vocab_transform, activation, vocab_layer_norm,
-// vocab_projector.
-TrainingHead distilbert_head(const EncoderConfig& c, HeadKind kind, int64_t C) {
-  if (kind == HeadKind::TokenClassification) return token_classifier_head(C);
-  if (kind == HeadKind::SequenceClassification) {
-    TrainingHead h;
-    h.spec = {head_stage("pre_classifier", c.hidden_size, false), head_stage("classifier", C, true)};
-    h.spec[0].act = ops::Activation::Relu;
-    return h;
-  }
-  return lm_head("vocab_transform", ops::parse_activation(c.hidden_act), "vocab_layer_norm", "vocab_projector",
-                 "vocab_projector.bias", {}, c);  // get_activation(config.activation)
-}
-
-// modeling_modernbert.py: ModernBertPredictionHead head(x) = norm(act(dense(x))) (dense bias classifier_bias, norm
-// bias norm_bias, eps norm_eps, act classifier_activation), then ForSequenceClassification: pool (classifier_pooling
-// "cls" h[:, 0], "mean" the mean over attention_mask), head, drop (classifier_dropout), classifier;
-// ForTokenClassification: head, drop, classifier per token; ForMaskedLM: decoder(head(h)), the decoder tied to
-// tok_embeddings, bias decoder.bias when decoder_bias. A head tensor not in the checkpoint as _init_weights draws
-// it: trunc_normal_ (cutoff initializer_cutoff_factor, default 3) with std initializer_range /
-// sqrt(2 num_hidden_layers) for head.dense ("out"), hidden_size^-0.5 for the classifier ("final_out").
-TrainingHead modernbert_head(const EncoderConfig& c, HeadKind kind, int64_t C) {
-  const ModernBertConfig m = ModernBertConfig::from(c);
-  const nlohmann::json& j = c.json;
-  const double range = json_number_or(j, "initializer_range", 0.02, c.source);
-  const double cutoff = j.contains("initializer_cutoff_factor") && !j["initializer_cutoff_factor"].is_null()
-                            ? json_number_or(j, "initializer_cutoff_factor", 3.0, c.source)
-                            : 3.0;
-  HeadStageSpec head = head_stage("head.dense", c.hidden_size, false);
-  head.linear_bias = m.classifier_bias;
-  head.act = m.classifier_activation;
-  head.norm = "head.norm";
-  head.norm_bias = m.norm_bias;
-  head.norm_eps = (float)m.norm_eps;
-  head.init_std = range / std::sqrt(2.0 * (double)c.num_hidden_layers);
-  head.init_cutoff = cutoff;
-  TrainingHead h;
-  if (kind == HeadKind::MaskedLM) {
-    HeadStageSpec decoder = head_stage("decoder", c.vocab_size, false);
-    decoder.tied = true;
-    if (m.decoder_bias) decoder.bias = "decoder.bias";
-    h.spec = {head, decoder};
-    return h;
-  }
-  HeadStageSpec classifier = head_stage("classifier", C, true);
-  classifier.init_std = 1.0 / std::sqrt((double)c.hidden_size);
-  classifier.init_cutoff = cutoff;
-  if (kind == HeadKind::SequenceClassification)
-    h.input = m.classifier_pooling == "mean" ? HeadInput::MeanTokens : HeadInput::FirstToken;
-  h.spec = {head, classifier};
-  return h;
-}
-
-// A body of detail::BertVariant: its parameters under variant.prefix, or under none when bare.
-std::unique_ptr<TrainableEncoder> bert_variant_body(nn::ParamStore& store, const EncoderConfig& c,
-                                                    const TrainableEncoderOptions& o, detail::BertVariant v) {
-  if (o.bare) v.prefix = "";
-  return std::make_unique<BertTrainable>(store, c, v, o.pooler, o.first_token_only);
-}
-
-// The dropout p of a config key, checked to be in [0, 1).
-float dropout_of(const nlohmann::json& config, const char* key, double fallback, const std::string& file) {
-  const double v = json_number_or(config, key, fallback, file);
-  if (!(v >= 0 && v < 1)) throw std::runtime_error(file + ": key '" + std::string(key) + "' must be in [0, 1)");
-  return (float)v;
-}
-
-// BERT and RoBERTa: hidden_dropout_prob, attention_probs_dropout_prob; the classifiers' classifier_dropout when set.
-TrainingDropouts bert_dropouts(const nlohmann::json& config, HeadKind kind, const std::string& file) {
-  TrainingDropouts d;
-  d.body = d.head = dropout_of(config, "hidden_dropout_prob", 0.1, file);
-  d.attention = dropout_of(config, "attention_probs_dropout_prob", 0.1, file);
-  if (kind != HeadKind::MaskedLM && config.contains("classifier_dropout") && !config["classifier_dropout"].is_null())
-    d.head = dropout_of(config, "classifier_dropout", d.body, file);
-  return d;
-}
-
-// MPNet: hidden_dropout_prob for the body and the heads (MPNetConfig has no classifier_dropout),
-// attention_probs_dropout_prob.
-TrainingDropouts mpnet_dropouts(const nlohmann::json& config, HeadKind, const std::string& file) {
-  TrainingDropouts d;
-  d.body = d.head = dropout_of(config, "hidden_dropout_prob", 0.1, file);
-  d.attention = dropout_of(config, "attention_probs_dropout_prob", 0.1, file);
-  return d;
-}
-
-// DistilBERT: dropout, attention_dropout; sequence classification seq_classif_dropout.
-TrainingDropouts distilbert_dropouts(const nlohmann::json& config, HeadKind kind, const std::string& file) {
-  TrainingDropouts d;
-  d.body = dropout_of(config, "dropout", 0.1, file);
-  d.attention = dropout_of(config, "attention_dropout", 0.1, file);
-  d.head = kind == HeadKind::SequenceClassification ? dropout_of(config, "seq_classif_dropout", 0.2, file) : d.body;
-  return d;
-}
-
-// ModernBERT: the body reads embedding_dropout, attention_dropout and mlp_dropout itself (ModernBertTrainable;
-// checked here), so its p is 0; the classifiers' classifier_dropout (default 0).
-TrainingDropouts modernbert_dropouts(const nlohmann::json& config, HeadKind kind, const std::string& file) {
-  for (const char* key : {"embedding_dropout", "attention_dropout", "mlp_dropout"}) dropout_of(config, key, 0.0, file);
-  const bool set = config.contains("classifier_dropout") && !config["classifier_dropout"].is_null();
-  TrainingDropouts d;
-  d.head = kind != HeadKind::MaskedLM && set ? dropout_of(config, "classifier_dropout", 0.0, file) : 0.0f;
-  return d;
-}
-
-// One family: config.json model_type, the Hugging Face class-name stem, its body, its heads, its dropouts.
-struct Family {
-  const char* model_type;
-  const char* class_stem;  // "Roberta" -> "RobertaForMaskedLM"
-  std::unique_ptr<TrainableEncoder> (*body)(nn::ParamStore& store, const EncoderConfig& config,
-                                            const TrainableEncoderOptions& options);
-  // The head of `kind` (out: num_labels; masked LM: vocab_size).
-  TrainingHead (*head)(const EncoderConfig& config, HeadKind kind, int64_t out);
-  // training_dropouts.
-  TrainingDropouts (*dropouts)(const nlohmann::json& config, HeadKind kind, const std::string& file);
-};
-
-using BodyOptions = TrainableEncoderOptions;
-
-// RoBERTa's body (XLM-R and CamemBERT alike).
-std::unique_ptr<TrainableEncoder> roberta_body(nn::ParamStore& s, const EncoderConfig& c, const BodyOptions& o) {
-  return bert_variant_body(s, c, o, detail::roberta_variant());
-}
-
-const std::vector<Family>& families() {
-  static const std::vector<Family> table = {
-      {"bert", "Bert",
-       [](nn::ParamStore& s, const EncoderConfig& c, const BodyOptions& o) {
-         return bert_variant_body(s, c, o, detail::BertVariant{});
-       },
-       bert_head, bert_dropouts},
-      {"roberta", "Roberta",
-       roberta_body,
-       roberta_head, bert_dropouts},
-      {"xlm-roberta", "XLMRoberta",
-       roberta_body,
-       roberta_head, bert_dropouts},
-      {"camembert", "Camembert",
-       roberta_body,
-       roberta_head, bert_dropouts},
-      {"distilbert", "DistilBert",
-       [](nn::ParamStore& s, const EncoderConfig& c, const BodyOptions& o) {
-         return bert_variant_body(s, c, o, detail::distilbert_variant(c));
-       },
-       distilbert_head, distilbert_dropouts},
-      // MPNetForSequenceClassification's MPNetClassificationHead and MPNetLMHead are RoBERTa's, names included.
-      {"mpnet", "MPNet",
-       [](nn::ParamStore& s, const EncoderConfig& c, const BodyOptions& o) {
-         return bert_variant_body(s, c, o, detail::mpnet_variant());
-       },
-       roberta_head, mpnet_dropouts},
-      {"modernbert", "ModernBert",
-       [](nn::ParamStore& s, const EncoderConfig& c, const BodyOptions& o) -> std::unique_ptr<TrainableEncoder> {
-         return std::make_unique<ModernBertTrainable>(s, c, o.bare ? "" : "model.");
-       },
-       modernbert_head, modernbert_dropouts},
-  };
-  return table;
-}
-
-const Family& family_of(const std::string& model_type, const std::string& where) {
-  for (const Family& f : families())
-    if (model_type == f.model_type) return f;
-  throw std::invalid_argument(where + ": model_type '" + model_type + "' cannot be fine-tuned yet (supported: " +
-                              trainable_model_types() + ")");
-}
-
 }  // namespace
 
 const char* trainable_model_types() {
-  static const std::string list = [] {
-    std::string s;
-    for (const Family& f : families()) s += (s.empty() ? "" : ", ") + std::string(f.model_type);
-    return s;
-  }();
+  static const std::string list = trainable_model_types_list();
   return list.c_str();
 }
 
-void check_finetune_family(const std::string& model_type, const std::string& where) { family_of(model_type, where); }
+void check_finetune_family(const std::string& model_type, const std::string& where) {
+  trainable_family(model_type, where);
+}
 
 std::unique_ptr<TrainableEncoder> make_trainable_encoder(nn::ParamStore& store, const EncoderConfig& config,
                                                          const TrainableEncoderOptions& options) {
-  return family_of(config.model_type, config.source.empty() ? "config.json" : config.source)
-      .body(store, config, options);
+  return trainable_family(config.model_type, source_of(config)).trainable_body(store, config, options);
 }
 
 std::string trained_architecture(const std::string& model_type, HeadKind kind) {
   const char* task = kind == HeadKind::SequenceClassification ? "ForSequenceClassification"
                      : kind == HeadKind::TokenClassification  ? "ForTokenClassification"
                                                               : "ForMaskedLM";
-  return std::string(family_of(model_type, "config.json").class_stem) + task;
+  return std::string(trainable_family(model_type, "config.json").class_stem(model_type)) + task;
 }
 
 TrainingDropouts training_dropouts(const nlohmann::json& config, HeadKind kind, const std::string& file) {
-  const std::string model_type = json_string_or(config, "model_type", "bert", file);
-  return family_of(model_type, file).dropouts(config, kind, file);
+  const std::string model_type = read_model_type(config, file, "bert");
+  return trainable_family(model_type, file).training_dropouts(config, kind, file);
 }
 
 namespace {
@@ -586,11 +348,16 @@ const PoolingConfig& mean_pooling() {
 FinetuneModel::FinetuneModel(const EncoderConfig& config, WeightSource& weights, HeadKind kind, int64_t num_labels,
                              const FinetuneHyperparameters& hp, double initializer_range)
     : config_(config), hp_(hp), rng_(hp.seed) {
-  const Family& family = family_of(config.model_type, config.source.empty() ? "config.json" : config.source);
+  const ModelFamily& family = trainable_family(config.model_type, source_of(config));
   if (kind != HeadKind::MaskedLM && num_labels < 1) throw std::invalid_argument("num_labels must be at least 1");
   out_features_ = kind == HeadKind::MaskedLM ? config.vocab_size : num_labels;
   architecture_ = trained_architecture(config.model_type, kind);
-  auto head = std::make_unique<TrainingHead>(family.head(config, kind, out_features_));
+  auto head = std::make_unique<TrainingHead>();
+  {
+    TrainingHeadSpec spec = family.training_head(config, kind, out_features_);
+    head->input = spec.input;
+    head->spec = std::move(spec.stages);
+  }
   const bool pooler = head->input == HeadInput::PoolerOutput;
   if (pooler && !weights.has("pooler.dense.weight") && !weights.has("bert.pooler.dense.weight"))
     throw std::runtime_error("the checkpoint has no pooler (pooler.dense.weight): sequence classification needs it");
@@ -599,7 +366,7 @@ FinetuneModel::FinetuneModel(const EncoderConfig& config, WeightSource& weights,
   // Sequence classification reads the first token only (pooler_output or h[:, 0]), so the last layer need not
   // compute the others (the family's body decides whether it can).
   body_options.first_token_only = kind == HeadKind::SequenceClassification && head->input != HeadInput::MeanTokens;
-  body_ = family.body(store_, config, body_options);
+  body_ = family.trainable_body(store_, config, body_options);
   head->register_in(store_, config, body_->word_embeddings_name());
   store_.finalize();
   body_->load(store_, weights);
@@ -819,10 +586,7 @@ double MaskedLMTrainer::loss_sum(const FinetuneBatch& batch, int64_t* count) {
   double total = 0;
   for (int64_t m = 0; m < M; ++m) {
     const float* z = logits_.data() + m * V;
-    const double mx = *std::max_element(z, z + V);
-    double sum = 0;
-    for (int64_t v = 0; v < V; ++v) sum += std::exp((double)z[v] - mx);
-    total += std::log(sum) + mx - z[targets_[m]];
+    total += ops::logsumexp(z, V) - z[targets_[m]];
   }
   return total;
 }

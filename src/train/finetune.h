@@ -3,8 +3,8 @@
 // step, gradient accumulation (each micro-batch's loss divided by the number of micro-batches of the step).
 // The families: BERT, RoBERTa, XLM-RoBERTa, CamemBERT, DistilBERT and MPNet (the body: models/bert.h BertTrainable
 // with the family's detail::BertVariant, MPNet's relative position bias trained with it) and ModernBERT
-// (models/modernbert.h ModernBertTrainable), each body a models/trainable_encoder.h TrainableEncoder; one row per
-// family in train/finetune.cpp's table (model_type, class name, body, head, dropouts). The heads, as each
+// (models/modernbert.h ModernBertTrainable), each body a models/trainable_encoder.h TrainableEncoder; a family's
+// ModelFamily entry (models/registry.h, in its own file) holds its body, head and dropouts. The heads, as each
 // modeling_*.py writes them (dropout p: the head's):
 //  - sequence classification, loss = mean cross-entropy over the batch:
 //      BertForSequenceClassification: classifier(dropout(pooler_output));
@@ -40,6 +40,7 @@
 #include "core/rng.h"
 #include "models/trainable_encoder.h"
 #include "models/head_layout.h"
+#include "models/registry.h"
 #include "nn/params.h"
 #include "train/optim.h"
 
@@ -73,17 +74,13 @@ struct FinetuneHyperparameters {
 
 // ---------------------------------------------------------------- the families
 
-// The config.json model_types fine-tuning takes (the family table's, in order), for messages: "bert, roberta,
+// The config.json model_types fine-tuning takes (the trainable families', in order), for messages: "bert, roberta,
 // xlm-roberta, camembert, distilbert, mpnet, modernbert".
 const char* trainable_model_types();
-// Throws std::invalid_argument "<where>: model_type 'mpnet' cannot be fine-tuned yet (supported: bert, ...)"
-// for a model_type outside trainable_model_types().
+// Throws std::invalid_argument "<where>: model_type 'x' cannot be fine-tuned yet (supported: bert, ...)" for a
+// family without a trainer (the tutorial encoder), and models/registry.h family_of's std::runtime_error for a
+// model_type no family answers.
 void check_finetune_family(const std::string& model_type, const std::string& where);
-// The dropouts of a family's *For<kind> model in training (p's in [0, 1)).
-struct TrainingDropouts {
-  float body = 0.0f, attention = 0.0f, head = 0.0f;
-  bool operator==(const TrainingDropouts&) const = default;
-};
 // The dropouts of a family's *For<kind> model in training, from config.json: body = hidden_dropout_prob (default
 // 0.1; DistilBERT: dropout, default 0.1; ModernBERT: 0, its body reading embedding_dropout, attention_dropout and
 // mlp_dropout itself, checked here); attention (on the attention probabilities) = attention_probs_dropout_prob
@@ -91,8 +88,8 @@ struct TrainingDropouts {
 // MPNet, whose config has none), else
 // the body's (DistilBERT sequence classification: seq_classif_dropout, default 0.2; token classification:
 // dropout; ModernBERT classifier_dropout, default 0); masked LM heads have none (head = body, unused; ModernBERT
-// 0). Throws std::runtime_error naming `file` for a value that is not a number in [0, 1), std::invalid_argument
-// for a model_type outside trainable_model_types().
+// 0): each family's ModelFamily::training_dropouts. Throws std::runtime_error naming `file` for a value that is
+// not a number in [0, 1), and as check_finetune_family for a model_type outside trainable_model_types().
 TrainingDropouts training_dropouts(const nlohmann::json& config, HeadKind kind, const std::string& file);
 // The trainable body of config.model_type's family (check_finetune_family; std::invalid_argument for another),
 // its parameters registered in `store` (finalize the store, then body->load()).

@@ -44,9 +44,23 @@ double inverse_sqrt_lr(double peak, int64_t warmup, int64_t step) {
 
 // ---------------------------------------------------------------- config
 
+// The language code a corpus file's name ends in: "multi30k/train.en.gz" -> "en" (2 or 3 lowercase letters before
+// an optional .gz), else "".
+static std::string language_suffix(std::string name) {
+  if (name.size() > 3 && name.compare(name.size() - 3, 3, ".gz") == 0) name.resize(name.size() - 3);
+  const size_t dot = name.rfind('.'), slash = name.rfind('/');
+  if (dot == std::string::npos || (slash != std::string::npos && dot < slash)) return "";
+  const std::string code = name.substr(dot + 1);
+  if (code.size() < 2 || code.size() > 3) return "";
+  for (char c : code)
+    if (c < 'a' || c > 'z') return "";
+  return code;
+}
+
 const std::vector<std::string>& RecipeConfig::known_keys() {
   static const std::vector<std::string> known = {
-      "data_dir", "train_src", "train_tgt", "valid_src", "valid_tgt", "train_limit", "valid_limit", "vocab_size",
+      "data_dir", "train_src", "train_tgt", "valid_src", "valid_tgt", "source_lang", "target_lang", "train_limit",
+      "valid_limit", "vocab_size",
       "subword_type", "num_hiddens", "num_layers", "num_heads", "ffn_num_hiddens", "dropout", "norm_first",
       "shared_embeddings", "attention_bias", "activation", "max_len", "num_steps", "max_tokens", "epochs", "lr",
       "warmup_steps", "beta1", "beta2", "adam_eps", "weight_decay", "adamw", "label_smoothing", "clip_norm", "seed",
@@ -66,6 +80,8 @@ RecipeConfig RecipeConfig::from_json(const nlohmann::json& j, const std::string&
   c.train_tgt = json_string_or(j, "train_tgt", c.train_tgt, file);
   c.valid_src = json_string_or(j, "valid_src", c.valid_src, file);
   c.valid_tgt = json_string_or(j, "valid_tgt", c.valid_tgt, file);
+  c.source_lang = json_string_or(j, "source_lang", language_suffix(c.train_src), file);
+  c.target_lang = json_string_or(j, "target_lang", language_suffix(c.train_tgt), file);
   c.train_limit = json_int_or(j, "train_limit", c.train_limit, file);
   c.valid_limit = json_int_or(j, "valid_limit", c.valid_limit, file);
   c.vocab_size = json_int_or(j, "vocab_size", c.vocab_size, file);
@@ -147,7 +163,8 @@ static double shortest_decimal(float f) {
 nlohmann::json RecipeConfig::to_json() const {
   return {{"data_dir", data_dir},       {"train_src", train_src},
           {"train_tgt", train_tgt},     {"valid_src", valid_src},
-          {"valid_tgt", valid_tgt},     {"train_limit", train_limit},
+          {"valid_tgt", valid_tgt},     {"source_lang", source_lang},
+          {"target_lang", target_lang}, {"train_limit", train_limit},
           {"valid_limit", valid_limit}, {"vocab_size", vocab_size},
           {"subword_type", subword_type}, {"num_hiddens", num_hiddens},
           {"num_layers", num_layers},   {"num_heads", num_heads},
@@ -942,6 +959,8 @@ RecipeResult run_recipe(const RecipeConfig& cfg_in, const std::string& out, bool
         write_file_atomic(out + "/config.json", [&] {
           nlohmann::json j = mcfg.to_json();
           j["tokenizer"] = "sentencepiece";
+          if (!cfg.source_lang.empty()) j["source_lang"] = cfg.source_lang;
+          if (!cfg.target_lang.empty()) j["target_lang"] = cfg.target_lang;
           return j.dump(2) + "\n";
         }());
       }

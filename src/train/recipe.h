@@ -21,6 +21,9 @@ struct RecipeConfig {
   std::string data_dir;  // default: $TFM_DATA_DIR or ../shared/data
   std::string train_src = "multi30k/train.en.gz", train_tgt = "multi30k/train.fr.gz";
   std::string valid_src = "multi30k/val.en.gz", valid_tgt = "multi30k/val.fr.gz";
+  // The direction, written to the model's config.json (what tfm serve offers). "": the language suffix of
+  // train_src / train_tgt (train.en.gz: "en"), else none.
+  std::string source_lang, target_lang;
   int64_t train_limit = 0;   // use only the first N training pairs (0 = all)
   int64_t valid_limit = 0;   // use only the first N validation pairs (0 = all)
   // subwords

@@ -1,4 +1,4 @@
-// In-process data parallelism for training transformer_seq2seq (issue 24): one step's batch split into shards
+// In-process data parallelism for training transformer_seq2seq: one step's batch split into shards
 // that run at once, each on its own thread and its own copy of the model, every op of a shard on that one thread.
 //
 // A small model's ops are too small to share between threads (the d2l default: a few hundred kernels of 5-100 us

@@ -23,14 +23,18 @@ namespace tfm {
 
 namespace {
 
-void save_model_folder(const std::string& dir, Seq2SeqModel& model, const Vocab& src, const Vocab& tgt) {
+void save_model_folder(const std::string& dir, Seq2SeqModel& model, const Vocab& src, const Vocab& tgt,
+                       const TrainOptions& o) {
   make_dirs(dir);
   // Largest file first and config.json last: a full disk then fails before the folder's config changes, so a
   // previous model stays loadable (its config still matches its weights).
   model.save(dir + "/model.safetensors");
   src.save(dir + "/src_vocab.txt");
   tgt.save(dir + "/tgt_vocab.txt");
-  write_file_atomic(dir + "/config.json", model.config().to_json().dump(2) + "\n");
+  nlohmann::json config = model.config().to_json();
+  if (!o.source_lang.empty()) config["source_lang"] = o.source_lang;
+  if (!o.target_lang.empty()) config["target_lang"] = o.target_lang;
+  write_file_atomic(dir + "/config.json", config.dump(2) + "\n");
 }
 
 
@@ -167,7 +171,7 @@ TrainResult train_seq2seq(const TrainOptions& o) {
       LossResult lr = train_step(model, adam, arrays, idx, bos, o, cfg.dropout > 0 ? &dropout_rng : nullptr, buffers);
       if (!std::isfinite(lr.loss_sum)) {
         P.all_data() = last_good;
-        save_model_folder(o.out, model, src_vocab, tgt_vocab);
+        save_model_folder(o.out, model, src_vocab, tgt_vocab, o);
         throw std::runtime_error("training diverged: the loss became " + std::to_string(lr.loss_sum) + " in epoch " +
                                  std::to_string(epoch) + " (try a lower --lr); the weights from the end of epoch " +
                                  std::to_string(epoch - 1) + " are saved in " + o.out);
@@ -200,7 +204,7 @@ TrainResult train_seq2seq(const TrainOptions& o) {
   }
   res.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   res.tokens_per_sec = total_tokens / std::max(res.seconds, 1e-9);
-  save_model_folder(o.out, model, src_vocab, tgt_vocab);
+  save_model_folder(o.out, model, src_vocab, tgt_vocab, o);
   write_file_atomic(o.out + "/train_log.csv", log.str());
   write_line_plot(o.out + "/loss.png", LinePlot{"Training loss", "epoch", "loss", {{"train", curve}}});
   return res;

@@ -28,6 +28,8 @@ struct TrainOptions {
   float label_smoothing = 0.0f;
   bool progress = true;       // progress bar on stderr
   bool overwrite = false;     // allow an `out` folder that already holds files (its model files are replaced)
+  // The direction trained, written to config.json as source_lang / target_lang (what tfm serve offers); "": none.
+  std::string source_lang, target_lang;
 };
 
 // Throws std::invalid_argument for bad options, including an `out` folder that is not empty unless

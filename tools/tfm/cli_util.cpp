@@ -3,7 +3,10 @@
 #include "cli_util.h"
 #include "io/text_file.h"
 
+#include <pthread.h>
+#include <signal.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <cmath>
@@ -17,12 +20,58 @@
 #include <optional>
 #include <sstream>
 #include <stdexcept>
+#include <thread>
 
 #include "core/threading.h"
 #include "io/safetensors.h"
 #include "tfm/encoder.h"
 
 namespace tfm::cli {
+
+namespace {
+std::string g_command_line;
+
+// 'it'"'"'s' style quoting for a POSIX shell; plain words stay as they are.
+std::string shell_quote(const std::string& a) {
+  if (!a.empty() && a.find_first_not_of("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-+=./,:@%") ==
+                        std::string::npos)
+    return a;
+  std::string q = "'";
+  for (char c : a) q += c == '\'' ? std::string("'\"'\"'") : std::string(1, c);
+  return q + "'";
+}
+}  // namespace
+
+void set_command_line(int argc, char** argv) {
+  g_command_line = "tfm";
+  for (int i = 1; i < argc; ++i) g_command_line += " " + shell_quote(argv[i]);
+}
+
+const std::string& command_line() { return g_command_line; }
+
+void watch_stop_signals(void (*request_stop)(int), const std::string& out_dir) {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  std::thread([set, request_stop, out_dir] {
+    int sig = 0;
+    if (sigwait(&set, &sig) != 0) return;
+    request_stop(sig);
+    if (sigwait(&set, &sig) != 0) return;
+    std::fprintf(stderr, "\n%s again: stopping at once\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
+    // A write in progress leaves its temp file (the target keeps its previous contents): remove it.
+    const std::string suffix = ".tmp." + std::to_string(::getpid());
+    std::error_code ec;
+    for (std::filesystem::directory_iterator it(out_dir, ec), end; !ec && it != end; it.increment(ec)) {
+      const std::string name = it->path().filename().string();
+      if (name.size() > suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0)
+        std::filesystem::remove(it->path(), ec);
+    }
+    std::_Exit(128 + sig);
+  }).detach();
+}
 
 void add_threads_option(CLI::App* cmd, int& threads, const char* help) {
   cmd->add_option("--threads", threads, help ? help : "Worker threads for kernels and GEMM (default: all cores)")

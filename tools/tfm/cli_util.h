@@ -44,6 +44,18 @@ std::string format_ids(const std::vector<int64_t>& ids);
 // calls it after every command; long-running commands also call it after each chunk of output to stop early.
 void flush_stdout();
 
+// The command line tfm was started with, each argument shell-quoted where needed ("tfm finetune --model m ..."),
+// for messages that tell the user what to run next. set_command_line is called once, by main().
+void set_command_line(int argc, char** argv);
+const std::string& command_line();
+
+// Ctrl-C / SIGTERM during a long run (training): blocks SIGINT and SIGTERM in the calling thread, so that every
+// thread started after it inherits the mask (a handler run on a kernel's stack corrupted its heap), and takes them
+// in a watcher thread with sigwait. The first calls request_stop(signo), which asks the run to stop at its next
+// step boundary; a second removes the temp files of this process's atomic writes in `out_dir`
+// ("<name>.tmp.<pid>") and ends tfm at once with exit status 128 + signo. Call before any worker thread starts.
+void watch_stop_signals(void (*request_stop)(int), const std::string& out_dir);
+
 // Thrown by a command to end tfm with this exit status after it has said why (e.g. 130 after a Ctrl-C).
 struct ExitStatus {
   int code;

@@ -17,7 +17,7 @@ void add_classify_command(CLI::App& app) {
   struct Opts {
     std::string model, input, function = "default", dtype;  // "": as the folder stores it
     std::vector<std::string> texts;
-    bool all_scores = false, all_tokens = false;
+    bool all_scores = false, all_tokens = false, skip_empty = false;
     int64_t batch_size = 32, max_length = 0;
     int threads = 0;
   };
@@ -40,10 +40,15 @@ void add_classify_command(CLI::App& app) {
   cmd->add_option("--batch-size", o->batch_size, "Texts per forward pass (default 32)")->check(whole_range(1, 1 << 16));
   cmd->add_option("--max-length", o->max_length, "Truncate texts to this many tokens (default: refuse longer ones)")
       ->check(whole_range(2, 1 << 20));
+  add_skip_empty_flag(cmd, o->skip_empty,
+                     "each JSON line then has \"line\": N (1-based input line): {\"line\", \"label\", \"score\"}, "
+                     "or {\"line\", \"scores\": [...]} with --all-scores, {\"line\", \"entities\": [...]} for token "
+                     "classification");
   add_dtype_option(cmd, o->dtype);
   add_threads_option(cmd, o->threads);
   cmd->callback([o] {
-    std::vector<std::string> texts = gather_texts(o->texts, o->input);
+    std::vector<int64_t> line_of;
+    std::vector<std::string> texts = gather_texts(o->texts, o->input, "TEXT", o->skip_empty, &line_of);
     if (texts.empty() && o->input.empty()) throw CLI::ValidationError("give texts to classify, or --input FILE");
     const TaskHead kind = detect_task_head(o->model);
     if (kind == TaskHead::MaskedLM)
@@ -66,12 +71,15 @@ void add_classify_command(CLI::App& app) {
           std::vector<int64_t> order(C);
           std::iota(order.begin(), order.end(), 0);
           std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t c) { return sc[a] > sc[c]; });
+          const int64_t line = line_of[s + b];
           if (o->all_scores) {
             nlohmann::ordered_json arr = nlohmann::ordered_json::array();
             for (int64_t k : order) arr.push_back({{"label", labels[k]}, {"score", sc[k]}});
-            emit_line(arr.dump());
+            emit_line(o->skip_empty ? nlohmann::ordered_json({{"line", line}, {"scores", arr}}).dump() : arr.dump());
           } else {
-            emit_line(nlohmann::ordered_json({{"label", labels[order[0]]}, {"score", sc[order[0]]}}).dump());
+            nlohmann::ordered_json best = {{"label", labels[order[0]]}, {"score", sc[order[0]]}};
+            if (o->skip_empty) best = {{"line", line}, {"label", labels[order[0]]}, {"score", sc[order[0]]}};
+            emit_line(best.dump());
           }
         }
       }
@@ -83,12 +91,13 @@ void add_classify_command(CLI::App& app) {
       for (size_t s = 0; s < texts.size(); s += (size_t)o->batch_size) {
         std::vector<std::string> chunk(texts.begin() + s, texts.begin() + std::min(texts.size(), s + o->batch_size));
         const auto tags = m.tag(encode_all(m.tokenizer(), m.max_position_embeddings(), chunk, nullptr, o->max_length), to);
-        for (const std::vector<TokenTag>& row : tags) {
+        for (size_t b = 0; b < tags.size(); ++b) {
           nlohmann::ordered_json arr = nlohmann::ordered_json::array();
-          for (const TokenTag& t : row)
+          for (const TokenTag& t : tags[b])
             arr.push_back({{"entity", t.entity}, {"score", t.score}, {"index", t.index}, {"word", t.word},
                            {"start", t.start}, {"end", t.end}});
-          emit_line(arr.dump());
+          emit_line(o->skip_empty ? nlohmann::ordered_json({{"line", line_of[s + b]}, {"entities", arr}}).dump()
+                                  : arr.dump());
         }
       }
     }

@@ -20,6 +20,7 @@
 #include "io/text_file.h"
 #include "line_shards.h"
 #include "tfm/encoder.h"
+#include "tfm/model_info.h"
 #include "tfm/process_group.h"
 
 namespace tfm::cli {
@@ -200,10 +201,10 @@ void add_embed_command(CLI::App& app) {
        // folder, or a file given as one, is Encoder's message ("X: no such model folder"), as in Python.
       std::error_code ec;
       const std::string cp = o->model + "/config.json";
-      if (std::filesystem::exists(cp, ec) &&
-          json_string_or(load_json_file(cp), "model_type", "", cp) == "transformer_seq2seq")
-        throw std::invalid_argument(cp + ": this is a transformer_seq2seq folder (a translation model), not an "
-                                    "encoder; use 'tfm translate --model " + o->model + "'");
+      if (std::filesystem::exists(cp, ec))  // an unsupported folder is refused by inspect_model
+        if (const ModelInfo info = inspect_model(o->model); info.translation)
+          throw std::invalid_argument(cp + ": this is a " + info.model_type + " folder (a translation model), not an "
+                                      "encoder; use 'tfm translate --model " + o->model + "'");
     }
     const Encoder model(o->model, eo);
     const int64_t D = model.embedding_dim(), max_seq_length = model.max_input_length();

@@ -14,6 +14,7 @@
 #include "io/torch_pickle.h"
 #include "tfm/encoder.h"
 #include "tfm/pipeline.h"
+#include "tfm/tfm.h"
 
 namespace tfm::cli {
 
@@ -52,7 +53,7 @@ void add_encode_command(CLI::App& app) {
   cmd->add_option("--pooled", o->pooled, "Write BERT's pooler output [B, H] here (.npy)")
       ->check(file_suffix({".npy"}));
   cmd->add_option("--config", o->config, "config.json to use instead of the model folder's");
-  cmd->add_option("--init", o->init, "Weights: 'file' (model.safetensors) or 'random' (seeded, PyTorch default init)")
+  cmd->add_option("--init", o->init, "Weights: 'file' (model.safetensors) or 'random' (seeded; Hugging Face families as BertModel(config) initialises them: N(0, initializer_range), LayerNorm 1 / 0, biases 0)")
       ->check(CLI::IsMember({"file", "random"}));
   cmd->add_option("--seed", o->seed, "Seed of --init random")->check(seed_value());
   cmd->add_option("--save", o->save,
@@ -83,12 +84,8 @@ void add_encode_command(CLI::App& app) {
       throw CLI::ValidationError("--pair: give one per --text (" + std::to_string(o->texts.size()) + " --text, " +
                                  std::to_string(o->pairs.size()) + " --pair)");
     std::string config_path = o->config.empty() ? o->model + "/config.json" : o->config;
-    const nlohmann::json config_json = load_json_file(config_path);
-    const std::string type = json_string_or(config_json, "model_type", "", config_path);
-    if (type == "transformer_seq2seq")
-      throw std::invalid_argument(config_path + ": this is a transformer_seq2seq folder (a translation model), not an "
-                                  "encoder; use 'tfm translate --model " + o->model + "'");
-    const EncoderConfigInfo config = Encoder::read_config(config_path);  // validated before any weights are read
+    // Validated before any weights are read; a translation folder or an unsupported one is refused here.
+    const EncoderConfigInfo config = Encoder::read_config(config_path);
     const std::string& model_type = config.model_type;
     const int64_t vocab_size = config.vocab_size, max_positions = config.max_position_embeddings;
     if (!o->pairs.empty() && model_type == "transformer_encoder")
@@ -150,15 +147,7 @@ void add_encode_command(CLI::App& app) {
       eo.seed = o->seed;
     }
     std::optional<Encoder> model;
-    try {
-      model.emplace(o->model, eo);
-    } catch (const std::runtime_error& e) {
-      // A tutorial encoder folder without model_type is read as BERT, and its tensor names do not match.
-      if (type.empty() && std::string(e.what()).find("missing tensor") != std::string::npos)
-        throw std::runtime_error(std::string(e.what()) + " (" + config_path + " has no model_type, so it is read "
-                                 "as BERT; a pre-LN tutorial encoder needs \"model_type\": \"transformer_encoder\")");
-      throw;
-    }
+    model.emplace(o->model, eo);
     const int64_t limit = model->max_position_embeddings();
     std::vector<TextEncoding> enc;
     size_t longest = 0;
@@ -204,7 +193,12 @@ void add_encode_command(CLI::App& app) {
     }
     const FloatArray& result = o->all_layers ? out.hidden_states : out.last_hidden_state;
     std::cout << (o->all_layers ? "hidden_states" : "last_hidden_state") << " shape: " << shape_str(result.shape())
-              << " (computed in " << model->dtype() << ")\n";
+              << " (computed in " << model->dtype()
+              << (native_dtype(model->dtype()) ? std::string()
+                                               : "; this CPU has no native " + model->dtype() +
+                                                     " products, so its " + model->dtype() +
+                                                     " weights are multiplied in fp32")
+              << ")\n";
     // Every check before the first write, so an error leaves no half of the requested outputs behind.
     if (!o->pooled.empty() && !out.pooler_output.data())
       throw std::invalid_argument("--pooled: this " + model_type +

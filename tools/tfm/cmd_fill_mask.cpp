@@ -17,6 +17,7 @@ void add_fill_mask_command(CLI::App& app) {
     std::string model, input, dtype;  // "": as the folder stores it
     std::vector<std::string> texts;
     int64_t top_k = 5, max_length = 0;
+    bool skip_empty = false;
     int threads = 0;
   };
   auto o = std::make_shared<Opts>();
@@ -30,10 +31,13 @@ void add_fill_mask_command(CLI::App& app) {
   cmd->add_option("--top-k", o->top_k, "Candidates per mask (default 5)")->check(whole_range(1, 1 << 20));
   cmd->add_option("--max-length", o->max_length, "Truncate texts to this many tokens (default: refuse longer ones)")
       ->check(whole_range(2, 1 << 20));
+  add_skip_empty_flag(cmd, o->skip_empty,
+                     "each JSON line is then {\"line\": N (1-based input line), \"predictions\": the line's list}");
   add_dtype_option(cmd, o->dtype);
   add_threads_option(cmd, o->threads);
   cmd->callback([o] {
-    std::vector<std::string> texts = gather_texts(o->texts, o->input);
+    std::vector<int64_t> line_of;
+    std::vector<std::string> texts = gather_texts(o->texts, o->input, "TEXT", o->skip_empty, &line_of);
     if (texts.empty() && o->input.empty())
       throw CLI::ValidationError("give texts with a mask token ([MASK] or <mask>), or --input FILE");
     const MaskFiller m(o->model, ClassifierOptions{o->threads, o->dtype});
@@ -45,15 +49,18 @@ void add_fill_mask_command(CLI::App& app) {
     const size_t batch = 32;
     for (size_t s = 0; s < enc.size(); s += batch) {
       std::vector<TextEncoding> chunk(enc.begin() + s, enc.begin() + std::min(enc.size(), s + batch));
-      for (const auto& per_input : m.fill(chunk, o->top_k)) {
+      const auto filled = m.fill(chunk, o->top_k);
+      for (size_t b = 0; b < filled.size(); ++b) {
         nlohmann::ordered_json per_mask = nlohmann::ordered_json::array();
-        for (const std::vector<MaskCandidate>& cands : per_input) {
+        for (const std::vector<MaskCandidate>& cands : filled[b]) {
           nlohmann::ordered_json arr = nlohmann::ordered_json::array();
           for (const MaskCandidate& c : cands)
             arr.push_back({{"score", c.score}, {"token", c.token}, {"token_str", c.token_str}, {"sequence", c.sequence}});
           per_mask.push_back(arr);
         }
-        emit_line(per_mask.size() == 1 ? per_mask[0].dump() : per_mask.dump());
+        const nlohmann::ordered_json shown = per_mask.size() == 1 ? per_mask[0] : per_mask;
+        emit_line(o->skip_empty ? nlohmann::ordered_json({{"line", line_of[s + b]}, {"predictions", shown}}).dump()
+                                : shown.dump());
       }
     }
     finish_stdout();

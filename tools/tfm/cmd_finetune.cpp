@@ -1,4 +1,5 @@
 // tfm finetune: fine-tune an encoder checkpoint on labelled data (tfm/finetune.h).
+#include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -132,7 +133,20 @@ void add_finetune_command(CLI::App& app) {
                        p.train_loss, p.lr, p.examples_per_sec);
         }
       };
+    // Ctrl-C / SIGTERM: training finishes the step in progress, saves its state and says how to resume; a second
+    // one ends tfm at once.
+    watch_stop_signals(request_finetune_stop, o->out_dir);
     const FinetuneSummary s = finetune(*model, *o);  // under mpirun an error ends every rank
+    if (s.stopped_by_signal) {
+      if (process_group().rank == 0) {
+        std::string resume = command_line();
+        if (!o->resume) resume += " --resume";
+        std::fprintf(stderr, "%sstopped at step %lld (%s): the training state is saved in %s; continue with: %s\n",
+                     tty ? "\r\033[K" : "\n", (long long)s.steps, s.stopped_by_signal == SIGINT ? "SIGINT" : "SIGTERM",
+                     o->out_dir.c_str(), resume.c_str());
+      }
+      throw ExitStatus{128 + s.stopped_by_signal};  // 130 (SIGINT), 143 (SIGTERM)
+    }
     if (process_group().rank != 0) return;            // rank 0 reports
     std::string labels_str;
     for (const auto& l : s.labels) labels_str += (labels_str.empty() ? "" : ", ") + l;

@@ -16,7 +16,7 @@ void add_rerank_command(CLI::App& app) {
   struct Opts {
     std::string model, query, input, dtype;  // "": as the folder stores it
     std::vector<std::string> texts;
-    bool raw = false, return_documents = false;
+    bool raw = false, return_documents = false, skip_empty = false;
     int64_t top_k = 0, batch_size = 32, max_length = 0;
     int threads = 0;
   };
@@ -37,10 +37,14 @@ void add_rerank_command(CLI::App& app) {
   cmd->add_option("--batch-size", o->batch_size, "Pairs per forward pass (default 32)")->check(whole_range(1, 1 << 16));
   cmd->add_option("--max-length", o->max_length, "Truncate pairs to this many tokens (longest first)")
       ->check(whole_range(3, 1 << 20));
+  add_skip_empty_flag(cmd, o->skip_empty,
+                     "each entry then has \"line\": N (1-based input line of the passage; \"index\" counts the "
+                     "passages kept)");
   add_dtype_option(cmd, o->dtype);
   add_threads_option(cmd, o->threads);
   cmd->callback([o] {
-    std::vector<std::string> passages = gather_texts(o->texts, o->input, "passage");
+    std::vector<int64_t> line_of;
+    std::vector<std::string> passages = gather_texts(o->texts, o->input, "passage", o->skip_empty, &line_of);
     if (passages.empty() && o->input.empty()) throw CLI::ValidationError("give passages to rank, or --input FILE");
     if (o->query.find_first_not_of(" \t\v\f\r") == std::string::npos) throw CLI::ValidationError("--query is empty");
     require_utf8("--query", o->query);
@@ -68,6 +72,7 @@ void add_rerank_command(CLI::App& app) {
     nlohmann::ordered_json arr = nlohmann::ordered_json::array();
     for (int64_t i : order) {
       nlohmann::ordered_json e = {{"index", i}, {"score", scores[i]}};
+      if (o->skip_empty) e["line"] = line_of[i];
       if (o->return_documents) e["text"] = passages[i];
       arr.push_back(e);
     }

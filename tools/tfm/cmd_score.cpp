@@ -106,9 +106,15 @@ void add_score_command(CLI::App& app) {
         a.resize(tab);
       } else {
         const bool has_a = read_line(src_file, a, no, o->source), has_b = read_line(tgt_file, b, no, o->target);
-        if (has_a != has_b)
-          throw std::invalid_argument("--source " + o->source + " and --target " + o->target +
-                                      " have different line counts (one ends at line " + std::to_string(no) + ")");
+        if (has_a != has_b) {
+          // The longer file's count: its remaining lines read to the end (as bleu --corpus names both counts).
+          size_t longer = no;
+          for (std::string rest; read_line(has_a ? src_file : tgt_file, rest, longer + 1, has_a ? o->source : o->target);)
+            ++longer;
+          const size_t n_src = has_a ? longer : no - 1, n_tgt = has_b ? longer : no - 1;
+          throw std::invalid_argument("score: --source " + o->source + " has " + std::to_string(n_src) +
+                                      " lines but --target " + o->target + " has " + std::to_string(n_tgt));
+        }
         if (!has_a) break;
       }
       for (const auto& [text, what] : {std::pair{&a, "source"}, std::pair{&b, "target"}})

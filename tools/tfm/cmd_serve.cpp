@@ -56,6 +56,10 @@ void add_serve_command(CLI::App& app) {
                   "Translation: source language code (default: config.json source_lang, else en)");
   cmd->add_option("--target-lang", o->s.target_lang,
                   "Translation: target language code (default: config.json target_lang, else fr)");
+  cmd->add_option("--langid", o->s.langid,
+                  "Translation: a language identifier written by 'tfm langid train', for LibreTranslate's /detect "
+                  "and source \"auto\" (detection among the served source languages; without it, only where one "
+                  "source language can be meant)");
   cmd->add_option("--cors-allow-origin", o->s.cors_allow_origin,
                   "Let browser pages from this origin call the API ('*' = any; default: none): "
                   "Access-Control-Allow-Origin on every answer, CORS preflight (OPTIONS) answered");

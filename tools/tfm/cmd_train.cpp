@@ -34,7 +34,8 @@ void add_train_command(CLI::App& app) {
   auto threads = std::make_shared<int>(0);
   CLI::App* cmd = app.add_subcommand(
       "train", "Train a transformer_seq2seq (document 002, d2l.ai) English -> French on a fra.txt-style corpus; "
-               "writes the model folder, train_log.csv and loss.png into --out");
+               "writes the model folder, train_log.csv and loss.png into --out (config.json names the direction: "
+               "--source-lang / --target-lang)");
   auto recipe = std::make_shared<std::string>();
   auto resume = std::make_shared<std::string>();
   auto sets = std::make_shared<std::vector<std::string>>();
@@ -76,6 +77,12 @@ void add_train_command(CLI::App& app) {
       ->check(seed_value());
   cmd->add_option("--label-smoothing", o->label_smoothing, "Label smoothing of the cross-entropy (0 = d2l)")
       ->capture_default_str()->check(in_range(0.0, 0.99));
+  cmd->add_option("--source-lang", o->source_lang,
+                  "The language of the corpus's source side, written to config.json as source_lang (what tfm serve "
+                  "offers). Default: from the file name, Tatoeba's fra.txt / deu.txt hold en -> fr / de; the recipe: "
+                  "train_src's suffix (train.en.gz: en)");
+  cmd->add_option("--target-lang", o->target_lang,
+                  "The language of the target side (config.json target_lang); default as --source-lang");
   auto no_progress = std::make_shared<bool>(false);
   cmd->add_flag("--no-progress", *no_progress, "Do not print the progress bar");
   cmd->add_flag("--overwrite", o->overwrite, "Train into an --out folder that already holds files, replacing them");
@@ -94,7 +101,8 @@ void add_train_command(CLI::App& app) {
           throw CLI::ValidationError("--resume DIR continues the run in DIR; do not give --out as well");
         for (const char* opt : {"--epochs", "--lr", "--seed", "--dropout", "--num-hiddens", "--num-layers",
                                 "--num-heads", "--ffn-num-hiddens", "--label-smoothing", "--max-tokens",
-                                "--num-examples", "--num-steps", "--batch-size", "--overwrite"})
+                                "--num-examples", "--num-steps", "--batch-size", "--overwrite", "--source-lang",
+                                "--target-lang"})
           if (cmd->count(opt))
             throw CLI::ValidationError(std::string("--resume continues with the run's saved train_config.json, so ") +
                                         opt + " cannot change it; only --set epochs=N (to extend the run), --set "
@@ -142,6 +150,8 @@ void add_train_command(CLI::App& app) {
       set("--ffn-num-hiddens", "ffn_num_hiddens", o->ffn_num_hiddens);
       set("--label-smoothing", "label_smoothing", o->label_smoothing);
       set("--max-tokens", "max_tokens", *max_tokens);
+      set("--source-lang", "source_lang", o->source_lang);
+      set("--target-lang", "target_lang", o->target_lang);
       // A bad value may come from the file or from --set: the message names both sources.
       ro.config_name = recipe->empty() ? "command line" : *recipe;
       if (!sets->empty() && !recipe->empty()) ro.config_name += " with --set";
@@ -155,7 +165,7 @@ void add_train_command(CLI::App& app) {
       sigaddset(&stop_set, SIGINT);
       sigaddset(&stop_set, SIGTERM);
       pthread_sigmask(SIG_BLOCK, &stop_set, nullptr);
-      std::thread(watch_stop_signals, stop_set).detach();
+      std::thread([stop_set] { watch_stop_signals(stop_set); }).detach();  // this file's overload
       const TrainSummary r = train(*recipe, out, ro);  // under mpirun an error ends every rank
       if (r.stopped_by_signal) throw ExitStatus{128 + r.stopped_by_signal};  // 130 (SIGINT), 143 (SIGTERM)
       if (process_group().rank != 0) return;

@@ -21,6 +21,7 @@
 #include "io/json_util.h"
 #include "io/plot.h"
 #include "line_shards.h"
+#include "tfm/model_info.h"
 #include "tfm/pipeline.h"
 #include "tfm/process_group.h"
 #include "tfm/translator.h"
@@ -220,11 +221,9 @@ void add_translate_command(CLI::App& app) {
         std::filesystem::is_regular_file(o->model + "/checkpoint.safetensors", ec))
       throw std::invalid_argument(o->model + " holds a training checkpoint but no model yet (a run stopped before the "
                                   "end of its first epoch); continue it with 'tfm train --resume " + o->model + "'");
-    const nlohmann::json config_json = load_json_file(config_path);
-    if (const std::string t = json_string_or(config_json, "model_type", "", config_path);
-        t == "bert" || t == "transformer_encoder")
-      throw std::invalid_argument(config_path + ": this is a " + t + " folder (an encoder), not a translation model; "
-                                  "use 'tfm encode --model " + o->model + "'");
+    if (const ModelInfo info = inspect_model(o->model); !info.translation)  // an unsupported folder is refused there
+      throw std::invalid_argument(config_path + ": this is a " + info.model_type + " folder (an encoder), not a "
+                                  "translation model; use 'tfm encode --model " + o->model + "'");
     TranslatorOptions to;
     to.threads = o->threads;
     to.dtype = o->dtype;

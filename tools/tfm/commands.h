@@ -20,5 +20,6 @@ void add_convert_command(CLI::App& app);
 void add_serve_command(CLI::App& app);
 void add_download_command(CLI::App& app);
 void add_finetune_command(CLI::App& app);
+void add_langid_command(CLI::App& app);
 
 }  // namespace tfm::cli

@@ -3,6 +3,7 @@
 #pragma once
 #include <cerrno>
 #include <cstdio>
+#include <cstdint>
 #include <cstring>
 #include <iostream>
 #include <stdexcept>
@@ -15,10 +16,13 @@
 
 namespace tfm::cli {
 
-// The texts of `args`, or the lines of `input` ("-" = stdin). An empty or all-space text is an error naming it;
-// an empty input file gives no texts (the command then prints nothing and exits 0, as `tfm embed` writes [0, dim]).
+// The texts of `args`, or the lines of `input` ("-" = stdin). An empty or all-space text is an error naming it,
+// unless `skip_empty` leaves it out; `numbers`, when given, gets the 1-based input line (or argument number) of
+// each text kept. An empty input file gives no texts (the command then prints nothing and exits 0, as `tfm embed`
+// writes [0, dim]).
 inline std::vector<std::string> gather_texts(const std::vector<std::string>& args, const std::string& input,
-                                             const char* what = "TEXT") {
+                                             const char* what = "TEXT", bool skip_empty = false,
+                                             std::vector<int64_t>* numbers = nullptr) {
   if (!args.empty() && !input.empty()) throw std::invalid_argument(std::string("give ") + what + " arguments or --input, not both");
   std::vector<std::string> texts = args;
   std::string src = "argument ";
@@ -26,10 +30,25 @@ inline std::vector<std::string> gather_texts(const std::vector<std::string>& arg
     texts = read_lines(input == "-" ? "/dev/stdin" : input, /*allow_empty=*/true);
     src = (input == "-" ? std::string("<stdin>") : input) + ": line ";
   }
-  for (size_t i = 0; i < texts.size(); ++i)
-    if (texts[i].find_first_not_of(" \t\v\f\r") == std::string::npos)
-      throw std::invalid_argument(src + std::to_string(i + 1) + " is empty");
-  return texts;
+  std::vector<std::string> kept;
+  if (numbers) numbers->clear();
+  for (size_t i = 0; i < texts.size(); ++i) {
+    if (texts[i].find_first_not_of(" \t\v\f\r") == std::string::npos) {
+      if (skip_empty) continue;
+      throw std::invalid_argument(src + std::to_string(i + 1) + " is empty; pass --skip-empty to leave empty " +
+                                  (input.empty() ? "texts" : "lines") + " out");
+    }
+    kept.push_back(std::move(texts[i]));
+    if (numbers) numbers->push_back((int64_t)i + 1);
+  }
+  return kept;
+}
+
+// --skip-empty of classify, fill-mask and rerank, worded as embed's.
+inline void add_skip_empty_flag(CLI::App* cmd, bool& skip_empty, const char* numbered) {
+  cmd->add_flag("--skip-empty", skip_empty,
+                std::string("Leave empty (or all-space) lines (or text arguments) out instead of failing; so that "
+                            "results can be matched to inputs, ") + numbered);
 }
 
 // Encodes every text (pairs[i] as its second segment when given) with the head's tokenizer, refusing texts longer

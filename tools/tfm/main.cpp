@@ -94,8 +94,9 @@ static std::string without_verbatim_marks(std::string s) {
 static void add_revision_option(CLI::App* cmd) {
   CLI::Option* model = cmd->get_option_no_throw("--model");
   if (!model) return;
-  model->description(model->get_description() + ", or a Hugging Face model id (org/name), found in the "
-                     "huggingface_hub cache or downloaded into it");
+  model->description(model->get_description() + ", or a Hugging Face model id (org/name, or a name the hub kept "
+                     "without an organisation, as bert-base-uncased), found in the huggingface_hub cache or "
+                     "downloaded into it");
   static std::deque<std::string> values;  // one per command; read back through the option's results
   values.emplace_back();
   cmd->add_option("--revision", values.back(), "With a model id: the branch, tag or commit hash (default: main)");
@@ -129,6 +130,7 @@ static int exit_with_help(const CLI::App& app, const CLI::Error& e) {
 int main(int argc, char** argv) {
   keep_standard_fds_reserved();
   default_omp_spin_count(argc, argv);
+  tfm::cli::set_command_line(argc, argv);
   CLI::App app{"tfm: Transformer encoders and encoder-decoders in C++ (transformer.cpp).\n"
                "Run 'tfm <command> --help' for the options of a command."};
   app.require_subcommand(1);
@@ -149,6 +151,7 @@ int main(int argc, char** argv) {
   tfm::cli::add_serve_command(app);
   tfm::cli::add_download_command(app);
   tfm::cli::add_finetune_command(app);
+  tfm::cli::add_langid_command(app);
   // An unknown command is an error, also with --help (CLI11 would print the top-level help and exit 0).
   if (argc > 1 && argv[1][0] != '-') {
     bool known = false;

@@ -222,6 +222,10 @@ bool onig_is_word(char32_t c) {
   if (c < 0x80) return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_';
   // The Oniguruma bundled with the onig crate counts Join_Control (ZWNJ, ZWJ) as word characters.
   if (c == 0x200C || c == 0x200D) return true;
+  // Below U+0100 Oniguruma's UTF-8 encoding reads its ISO-8859-1 table, which marks the superscripts and vulgar
+  // fractions (category No: ¹ ² ³ ¼ ½ ¾) as word characters; its Unicode tables, and Hugging Face's Whitespace
+  // pre-tokenizer, do not (x² splits into x, ²).
+  if (c == 0xB2 || c == 0xB3 || c == 0xB9 || (c >= 0xBC && c <= 0xBE)) return false;
   return ONIGENC_IS_CODE_CTYPE(ONIG_ENCODING_UTF8, (OnigCodePoint)c, ONIGENC_CTYPE_WORD);
 }
 

@@ -102,6 +102,22 @@ class LowercaseNormalizer : public Normalizer {
   void normalize(NormStr& n) const override { n.lowercase(); }
 };
 
+// Hugging Face's Nmt normalizer (sentencepiece's nmt_nfkc rules without the NFKC step, which conversions add as a
+// separate Precompiled / NFKC normalizer): ASCII / C1 control characters removed, other whitespace-like code points
+// (tab, line breaks, zero-width spaces, U+2581, BOM, U+FFFD) turned into ' ' one for one.
+class NmtNormalizer : public Normalizer {
+ public:
+  void normalize(NormStr& n) const override {
+    n.filter([](char32_t c) {
+      return !((c >= 0x1 && c <= 0x8) || c == 0xB || (c >= 0xE && c <= 0x1F) || c == 0x7F || c == 0x8F || c == 0x9F);
+    });
+    for (char32_t& c : n.s)
+      if (c == 0x9 || c == 0xA || c == 0xC || c == 0xD || c == 0x1680 || (c >= 0x200B && c <= 0x200F) ||
+          c == 0x2028 || c == 0x2029 || c == 0x2581 || c == 0xFEFF || c == 0xFFFD)
+        c = U' ';
+  }
+};
+
 class StripAccentsNormalizer : public Normalizer {
  public:
   void normalize(NormStr& n) const override {
@@ -526,6 +542,7 @@ std::unique_ptr<Normalizer> make_normalizer(const json& j, const std::string& so
     if (t == "NFKC") return std::make_unique<UnicodeNormalizer>(NormForm::NFKC);
     if (t == "NFKD") return std::make_unique<UnicodeNormalizer>(NormForm::NFKD);
     if (t == "Lowercase") return std::make_unique<LowercaseNormalizer>();
+    if (t == "Nmt") return std::make_unique<NmtNormalizer>();
     if (t == "StripAccents") return std::make_unique<StripAccentsNormalizer>();
     if (t == "Strip")
       return std::make_unique<StripNormalizer>(get_bool(j, "strip_left", true), get_bool(j, "strip_right", true));

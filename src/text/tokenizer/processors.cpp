@@ -376,7 +376,7 @@ class WordPieceDecoder : public Decoder {
       std::string& t = tokens[i];
       if (i != 0) {
         if (!prefix_.empty() && t.rfind(prefix_, 0) == 0) t.erase(0, prefix_.size());
-        else t.insert(0, " ");
+        else t.insert(t.begin(), ' ');
       }
       if (cleanup_) {
         replace_all(t, " .", ".");

@@ -342,11 +342,11 @@ std::optional<PaddingParams> parse_padding(const json& j, const std::string& sou
 }
 
 // json::parse for tokenizer.json, except that model.vocab (an object token -> id) goes straight into a Vocab and
-// the tree holds an empty object there. Building nlohmann's tree of a 30,522-token vocabulary (std::map nodes),
-// reading it back and freeing it was most of loading bert-base-uncased's tokenizer.json (`tfm tokenize` of one
-// sentence 31.7 -> 18.5 ms, `tfm encode` 97.8 -> 84.8 ms; BENCHMARKS.md, session 14). Everything else is nlohmann's DOM parser, unchanged:
-// the same tree, the same parse errors; a duplicate key keeps its last value, as the tree does. A vocabulary value
-// that is not an integer is remembered and reported after a successful parse, with read_vocab_object's message.
+// the tree holds an empty object there: building nlohmann's tree of a 30,522-token vocabulary (std::map nodes),
+// reading it back and freeing it would be most of loading bert-base-uncased's tokenizer.json (BENCHMARKS.md has
+// the measurement). Everything else is nlohmann's DOM parser: the same tree, the same parse errors; a duplicate
+// key keeps its last value, as the tree does. A vocabulary value that is not an integer is remembered and reported
+// after a successful parse, with read_vocab_object's message.
 class VocabSax {
  public:
   using number_integer_t = json::number_integer_t;
@@ -641,6 +641,8 @@ void HfTokenizer::pad(std::vector<Encoding>& batch) const {
   for (Encoding& e : batch) pad_encoding(e, target, p);
 }
 
+// Ids without a token are skipped, as tokenizers' decode skips them: the one rule of the CLI, Python and tfm
+// serve's /decode. No ids give "".
 std::string HfTokenizer::decode(const std::vector<int64_t>& ids, bool skip_special) const {
   const Impl& m = *impl_;
   std::vector<std::string> tokens;
