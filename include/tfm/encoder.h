@@ -63,7 +63,12 @@ struct EncoderOptions {
 };
 
 struct ForwardOptions {
-  bool output_hidden_states = false;  ///< also every layer's output (HF output_hidden_states=True)
+  bool output_hidden_states = false;  ///< also every layer's output (HF output_hidden_states=True); implies all_positions
+  /// Compute padded positions too, as Hugging Face does (every position of every row attends the row's real
+  /// tokens). false (default): with padding in the batch the layers run on the real tokens only (faster), and
+  /// last_hidden_state is 0 where attention_mask is 0; real positions and pooler_output are the same up to float
+  /// rounding.
+  bool all_positions = false;
 };
 
 /// What forward_all() returns (Hugging Face BaseModelOutputWithPooling).
@@ -149,12 +154,16 @@ class Encoder {
   /// unsupported or too large config (the message names the file and key).
   static EncoderConfigInfo read_config(const std::string& config_path);
 
-  /// last_hidden_state [batch, length, hidden_size] float32. Throws std::invalid_argument when batch or length
-  /// is < 1, length > max_position_embeddings, or an id or mask value is out of range (the message gives it).
+  /// last_hidden_state [batch, length, hidden_size] float32. With padding in the batch (attention_mask 0) the
+  /// layers run on the real tokens only: real positions equal Hugging Face's up to float rounding, and padded
+  /// positions hold 0 (forward_all with ForwardOptions::all_positions gives Hugging Face's values there too).
+  /// Throws std::invalid_argument when batch or length is < 1, length > max_position_embeddings, or an id or mask
+  /// value is out of range (the message gives it).
   FloatArray forward(const EncoderInputs& inputs) const;
   /// forward() on a tokenizer's batch.
   FloatArray forward(const TokenBatch& batch) const;
-  /// forward() with the pooler output and, with output_hidden_states, every layer's output (same errors).
+  /// forward() with the pooler output and, with output_hidden_states, every layer's output (same errors). Padded
+  /// positions hold 0 as in forward() unless options.all_positions or output_hidden_states.
   EncoderOutputs forward_all(const EncoderInputs& inputs, const ForwardOptions& options = {}) const;
   /// One vector per text, [texts.size(), embedding_dim()] float32: tokenize (special tokens added), forward, pool.
   /// A folder with modules.json runs its sentence-transformers pipeline as SentenceTransformer.encode() does

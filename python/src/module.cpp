@@ -260,7 +260,8 @@ PYBIND11_MODULE(_tfm, m) {
       .def(
           "forward",
           [](const tfm::Encoder& e, const py::object& input_ids, const py::object& attention_mask,
-             const py::object& token_type_ids, bool output_hidden_states, bool return_dict) -> py::object {
+             const py::object& token_type_ids, bool output_hidden_states, bool return_dict,
+             bool all_positions) -> py::object {
             auto ids = id_array(input_ids, "input_ids");
             std::optional<py::array_t<int64_t, py::array::c_style>> mask, types;
             for (auto [obj, arr, name] : {std::tuple{&attention_mask, &mask, "attention_mask"},
@@ -278,7 +279,7 @@ PYBIND11_MODULE(_tfm, m) {
             in.token_type_ids = types ? types->data() : nullptr;
             in.batch = ids.shape(0);
             in.length = ids.shape(1);
-            if (!output_hidden_states && !return_dict) {
+            if (!output_hidden_states && !return_dict && !all_positions) {
               tfm::FloatArray out;
               {
                 py::gil_scoped_release nogil;
@@ -289,8 +290,12 @@ PYBIND11_MODULE(_tfm, m) {
             tfm::EncoderOutputs out;
             {
               py::gil_scoped_release nogil;
-              out = e.forward_all(in, tfm::ForwardOptions{output_hidden_states});
+              tfm::ForwardOptions fo;
+              fo.output_hidden_states = output_hidden_states;
+              fo.all_positions = all_positions;
+              out = e.forward_all(in, fo);
             }
+            if (!output_hidden_states && !return_dict) return to_numpy(out.last_hidden_state);
             py::dict d;
             d["last_hidden_state"] = to_numpy(out.last_hidden_state);
             d["pooler_output"] = out.pooler_output.data() ? to_numpy(out.pooler_output) : py::object(py::none());
@@ -307,9 +312,12 @@ PYBIND11_MODULE(_tfm, m) {
             return d;
           },
           py::arg("input_ids"), py::arg("attention_mask") = py::none(), py::arg("token_type_ids") = py::none(),
-          py::arg("output_hidden_states") = false, py::arg("return_dict") = false,
+          py::arg("output_hidden_states") = false, py::arg("return_dict") = false, py::arg("all_positions") = false,
           "last_hidden_state [batch, length, hidden_size] float32 of int arrays [batch, length]: input_ids, "
-          "attention_mask (1 = attend, 0 = padding; None = all ones), token_type_ids (None = zeros). With "
+          "attention_mask (1 = attend, 0 = padding; None = all ones), token_type_ids (None = zeros). With padding "
+          "in the batch the layers run on the real tokens only and padded positions hold 0 (real positions equal "
+          "Hugging Face's up to float rounding); all_positions=True (or output_hidden_states=True) computes every "
+          "position as Hugging Face does. With "
           "output_hidden_states=True or return_dict=True, a dict as Hugging Face's BaseModelOutputWithPooling: "
           "last_hidden_state, pooler_output ([batch, hidden_size], tanh(dense(h[:, 0])) for BERT with pooler "
           "weights, else None) and hidden_states (output_hidden_states: a tuple of num_hidden_layers + 1 arrays "

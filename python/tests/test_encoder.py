@@ -16,13 +16,19 @@ def golden(name):
     return load_safetensors(os.path.join(FIXTURES, name, "io.safetensors"))
 
 
+def real_only(hidden, mask):
+    """PyTorch's last_hidden_state with padded positions 0, as forward returns it (the layers run on the real
+    tokens only)."""
+    return hidden * (np.asarray(mask) != 0)[..., None]
+
+
 def test_bert_forward_matches_pytorch():
     io = golden("bert")
     enc = tfm.Encoder(os.path.join(FIXTURES, "bert"))
     assert (enc.model_type, enc.hidden_size, enc.dtype) == ("bert", 32, "fp32")
     out = enc.forward(io["input_ids"], attention_mask=io["attention_mask"], token_type_ids=io["token_type_ids"])
     assert out.dtype == np.float32 and out.shape == (3, 6, 32)
-    np.testing.assert_allclose(out, io["last_hidden_state"], atol=ATOL, rtol=RTOL)
+    np.testing.assert_allclose(out, real_only(io["last_hidden_state"], io["attention_mask"]), atol=ATOL, rtol=RTOL)
     # Keyword order and defaults: no mask/types = all ones / zeros (row 0 has no padding and types 0,0,0,1,1,1,
     # so only the full call equals the golden there; a row with types all 0 must differ).
     nomask = enc.forward(io["input_ids"][:1], token_type_ids=io["token_type_ids"][:1])
@@ -34,15 +40,36 @@ def test_transformer_encoder_forward_matches_pytorch():
     io = golden("transformer_encoder")
     enc = tfm.Encoder(os.path.join(FIXTURES, "transformer_encoder"), threads=1)
     assert enc.model_type == "transformer_encoder" and not enc.has_tokenizer
-    np.testing.assert_allclose(enc.forward(io["input_ids"], io["attention_mask"]), io["last_hidden_state"],
-                               atol=ATOL, rtol=RTOL)
+    np.testing.assert_allclose(enc.forward(io["input_ids"], io["attention_mask"]),
+                               real_only(io["last_hidden_state"], io["attention_mask"]), atol=ATOL, rtol=RTOL)
     np.testing.assert_allclose(enc.forward(io["input_ids"]), io["last_hidden_state_nomask"], atol=ATOL, rtol=RTOL)
+
+
+def test_mixed_batch_zero_padding_and_all_positions():
+    io = golden("bert")
+    enc = tfm.Encoder(os.path.join(FIXTURES, "bert"), threads=1)
+    mask = io["attention_mask"]
+    assert (mask == 0).any()  # rows of unequal length
+    args = (io["input_ids"], mask, io["token_type_ids"])
+    fast = enc.forward(*args)
+    full = enc.forward(*args, all_positions=True)
+    # all_positions: Hugging Face's every-position result, padded positions included (not 0 there).
+    np.testing.assert_allclose(full, io["last_hidden_state"], atol=ATOL, rtol=RTOL)
+    assert np.all(np.abs(full[mask == 0]).max(axis=-1) > 0)
+    # Default: the same real positions, exactly 0 at padded ones.
+    np.testing.assert_allclose(fast[mask == 1], full[mask == 1], atol=ATOL, rtol=RTOL)
+    assert np.all(fast[mask == 0] == 0)
+    d = enc.forward(*args, return_dict=True)
+    np.testing.assert_array_equal(d["last_hidden_state"], fast)
+    h = enc.forward(*args, output_hidden_states=True)
+    np.testing.assert_allclose(h["last_hidden_state"], io["last_hidden_state"], atol=ATOL, rtol=RTOL)
+    np.testing.assert_array_equal(h["hidden_states"][-1], h["last_hidden_state"])
 
 
 def test_inputs_of_other_integer_types_and_layouts():
     io = golden("bert")
     enc = tfm.Encoder(os.path.join(FIXTURES, "bert"))
-    ref = io["last_hidden_state"]
+    ref = real_only(io["last_hidden_state"], io["attention_mask"])
     # int32, Fortran order, a non-contiguous slice, bool mask, nested lists: converted, same result.
     ids32 = np.asfortranarray(io["input_ids"].astype(np.int32))
     out = enc.forward(ids32, io["attention_mask"].astype(bool), io["token_type_ids"].tolist())
@@ -61,7 +88,7 @@ def test_output_owns_its_buffer_without_copies():
     assert a.flags.c_contiguous and a.flags.writeable and not a.flags.owndata  # a view of the library's buffer
     assert a.ctypes.data != b.ctypes.data
     a[:] = 0  # writing one result does not touch the other or the model
-    np.testing.assert_allclose(b, io["last_hidden_state"], atol=ATOL, rtol=RTOL)
+    np.testing.assert_allclose(b, real_only(io["last_hidden_state"], io["attention_mask"]), atol=ATOL, rtol=RTOL)
     del enc  # the array outlives the encoder
     assert np.isfinite(b).all()
 
@@ -129,7 +156,8 @@ def test_concurrent_threads_give_the_single_thread_results():
         assert len(results) == 240
         for r in results:
             np.testing.assert_array_equal(r, expected)  # same machine, same threads: bit-identical
-        np.testing.assert_allclose(expected, io["last_hidden_state"], atol=ATOL, rtol=RTOL)
+        np.testing.assert_allclose(expected, real_only(io["last_hidden_state"], io["attention_mask"]), atol=ATOL,
+                                   rtol=RTOL)
 
 
 def test_gil_is_released_during_forward():
@@ -229,7 +257,7 @@ def test_mpnet_folder_loads_and_matches_pytorch():
     enc = tfm.Encoder(folder, threads=1)
     assert (enc.model_type, enc.hidden_size) == ("mpnet", 32)
     out = enc.forward(io["input_ids"], attention_mask=io["attention_mask"])
-    np.testing.assert_allclose(out, io["last_hidden_state"], atol=ATOL, rtol=RTOL)
+    np.testing.assert_allclose(out, real_only(io["last_hidden_state"], io["attention_mask"]), atol=ATOL, rtol=RTOL)
     sentences = open(os.path.join(folder, "sentences.txt"), encoding="utf-8").read().split("\n")[:-1]
     assert enc.is_sentence_transformer
     np.testing.assert_allclose(enc.embed(sentences), io["embeddings"], atol=1e-5)

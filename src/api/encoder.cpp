@@ -272,10 +272,11 @@ void check_inputs(const EncoderInputs& in) {
 FloatArray Encoder::forward(const EncoderInputs& in) const {
   check_inputs(in);
   const Shape shape{in.batch, in.length};
-  // Views of the caller's memory: nothing is copied, and nothing is written.
+  // Views of the caller's memory: nothing is copied, and nothing is written. The layers run on the real tokens
+  // only (padded positions come back 0); without padding this is the padded path.
   api::apply_threads(impl_->threads);
-  EncoderOutput out = impl_->plain().forward(id_view(in.input_ids, shape), id_view(in.token_type_ids, shape),
-                                             id_view(in.attention_mask, shape));
+  EncoderOutput out = impl_->plain().forward_unpadded(id_view(in.input_ids, shape), id_view(in.token_type_ids, shape),
+                                                      id_view(in.attention_mask, shape));
   return api::to_array(std::move(out.last_hidden_state));
 }
 
@@ -283,8 +284,13 @@ EncoderOutputs Encoder::forward_all(const EncoderInputs& in, const ForwardOption
   const Shape shape{in.batch, in.length};
   check_inputs(in);
   api::apply_threads(impl_->threads);
-  EncoderOutput out = impl_->plain().forward(id_view(in.input_ids, shape), id_view(in.token_type_ids, shape),
-                                             id_view(in.attention_mask, shape), o.output_hidden_states);
+  // Every layer's output, or every position on request, comes from the padded path (Hugging Face's values at
+  // padded positions); else the real tokens only, as forward().
+  const bool all = o.output_hidden_states || o.all_positions;
+  const Tensor ids = id_view(in.input_ids, shape), types = id_view(in.token_type_ids, shape),
+               mask = id_view(in.attention_mask, shape);
+  EncoderOutput out = all ? impl_->plain().forward(ids, types, mask, o.output_hidden_states)
+                          : impl_->plain().forward_unpadded(ids, types, mask);
   EncoderOutputs r;
   r.last_hidden_state = api::to_array(std::move(out.last_hidden_state));
   if (out.hidden_states.defined()) r.hidden_states = api::to_array(std::move(out.hidden_states));

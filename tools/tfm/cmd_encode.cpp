@@ -22,7 +22,7 @@ void add_encode_command(CLI::App& app) {
   struct Opts {
     std::string model, config, init = "file", output, pooled, save;
     std::vector<std::string> texts, pairs;
-    bool no_special = false, all_layers = false;
+    bool no_special = false, all_layers = false, all_positions = false;
     uint64_t seed = 0;
     int64_t max_length = 0;
     int threads = 0;
@@ -31,7 +31,8 @@ void add_encode_command(CLI::App& app) {
   auto o = std::make_shared<Opts>();
   CLI::App* cmd = app.add_subcommand(
       "encode", "Run an encoder on texts: tokenizes them (several --text are padded into one batch with an "
-                "attention mask) and writes the last hidden state [B, L, hidden_size] as a float32 .npy");
+                "attention mask) and writes the last hidden state [B, L, hidden_size] as a float32 .npy (0 at "
+                "padded positions unless --all-positions)");
   cmd->add_option("--model", o->model,
                   "Model folder: config.json, model.safetensors and the tokenizer files (tokenizer.json or vocab.txt)")
       ->required();
@@ -44,7 +45,11 @@ void add_encode_command(CLI::App& app) {
   cmd->add_option("--output,-o", o->output, "Write the hidden states here (.npy, float32)")
       ->check(file_suffix({".npy"}));
   cmd->add_flag("--all-layers", o->all_layers,
-                "Write every layer's output [num_hidden_layers + 1, B, L, H], the embedding output first");
+                "Write every layer's output [num_hidden_layers + 1, B, L, H], the embedding output first (every "
+                "position computed, as --all-positions)");
+  cmd->add_flag("--all-positions", o->all_positions,
+                "Compute padded positions too, as Hugging Face does (default: the layers run on the real tokens "
+                "only and padded positions hold 0)");
   cmd->add_option("--pooled", o->pooled, "Write BERT's pooler output [B, H] here (.npy)")
       ->check(file_suffix({".npy"}));
   cmd->add_option("--config", o->config, "config.json to use instead of the model folder's");
@@ -172,6 +177,7 @@ void add_encode_command(CLI::App& app) {
     }
     ForwardOptions fo;
     fo.output_hidden_states = o->all_layers;
+    fo.all_positions = o->all_positions;
     const EncoderOutputs out = model->forward_all(EncoderInputs{ids.data(), mask.data(), types.data(), B, L}, fo);
     const std::string pad_token = tok.id_to_token(tok.pad_id());
     for (int64_t b = 0; b < B; ++b) {
