@@ -59,16 +59,16 @@ TEST(LengthBatches, EveryIndexOnceAndEachBatchFullUnderItsLimits) {
       for (size_t i : batch) longest = std::max(longest, len[i]), real += len[i];
       const int64_t rows = (int64_t)batch.size();
       if (rows > 1) {
-        if (l.max_tokens) EXPECT_LE(rows * longest, l.max_tokens);
-        if (l.max_rows) EXPECT_LE(rows, l.max_rows);
-        if (l.max_real_tokens) EXPECT_LE(real, l.max_real_tokens);
+        if (l.max_tokens) { EXPECT_LE(rows * longest, l.max_tokens); }
+        if (l.max_rows) { EXPECT_LE(rows, l.max_rows); }
+        if (l.max_real_tokens) { EXPECT_LE(real, l.max_real_tokens); }
       }
       flat.insert(flat.end(), batch.begin(), batch.end());
     }
     ASSERT_EQ(flat.size(), n);
     for (size_t k = 1; k < flat.size(); ++k) {
       EXPECT_LE(len[flat[k - 1]], len[flat[k]]);
-      if (len[flat[k - 1]] == len[flat[k]]) EXPECT_LT(flat[k - 1], flat[k]) << "ties keep the input order";
+      if (len[flat[k - 1]] == len[flat[k]]) { EXPECT_LT(flat[k - 1], flat[k]) << "ties keep the input order"; }
     }
     EXPECT_EQ(std::set<size_t>(flat.begin(), flat.end()).size(), n);
     for (size_t k = 0; k + 1 < b.size(); ++k) {  // the next batch's first sequence did not fit this one

@@ -43,8 +43,9 @@ std::vector<std::string> texts() {
   return j.at("texts").get<std::vector<std::string>>();
 }
 
+// --all-positions: the padded rows as Hugging Face computes them, compared at every position below.
 std::vector<std::string> encode_args(const std::string& dir) {
-  std::vector<std::string> a = {"encode", "--model", dir + "/model", "--threads", "1"};
+  std::vector<std::string> a = {"encode", "--model", dir + "/model", "--threads", "1", "--all-positions"};
   for (const auto& t : texts()) {
     a.push_back("--text");
     a.push_back(t);

@@ -100,10 +100,10 @@ TEST(CliTokenize, TranslationFoldersGiveHuggingFacesSourceIds) {
       EXPECT_EQ(j["tokens"].back(), "</s>") << name;
       for (size_t i = 0; i < j["input_ids"].size(); ++i) {
         auto it = inv.find(j["input_ids"][i].get<int64_t>());
-        if (it != inv.end()) EXPECT_EQ(j["tokens"][i], it->second) << name << " token " << i;
+        if (it != inv.end()) { EXPECT_EQ(j["tokens"][i], it->second) << name << " token " << i; }
       }
-      if (std::string(name) == "m2m100") EXPECT_EQ(j["tokens"][0], "__en__");   // M2M100Tokenizer's src_lang token
-      if (std::string(name) == "nllb") EXPECT_EQ(j["tokens"][0], "eng_Latn");
+      if (std::string(name) == "m2m100") { EXPECT_EQ(j["tokens"][0], "__en__"); }  // M2M100Tokenizer's src_lang token
+      if (std::string(name) == "nllb") { EXPECT_EQ(j["tokens"][0], "eng_Latn"); }
       ++checked;
     }
     EXPECT_GT(checked, 0) << name;

@@ -17,6 +17,13 @@
 namespace tfm::test {
 namespace {
 
+EncoderOptions single_thread() {
+  EncoderOptions o;
+  o.threads = 1;
+  return o;
+}
+
+
 namespace fs = std::filesystem;
 
 constexpr float kTol = 1e-4f;  // tests/fixtures/README.md: forward activations
@@ -37,7 +44,7 @@ TEST(EncoderForward, MixedLengthBatchRealPositionsMatchAndPaddingIsZero) {
   int64_t padded = 0;
   for (int64_t m : g.mask) padded += m == 0;
   ASSERT_GT(padded, 0) << "the fixture batch must have padding";
-  Encoder enc(fixture("bert"), EncoderOptions{"", 1});
+  Encoder enc(fixture("bert"), single_thread());
   const FloatArray out = enc.forward(g.inputs());
   ForwardOptions every;
   every.all_positions = true;
@@ -66,7 +73,7 @@ TEST(EncoderForward, MixedLengthBatchRealPositionsMatchAndPaddingIsZero) {
 
 TEST(EncoderForward, HiddenStatesComputeEveryPosition) {
   Golden g;
-  Encoder enc(fixture("bert"), EncoderOptions{"", 1});
+  Encoder enc(fixture("bert"), single_thread());
   ForwardOptions o;
   o.output_hidden_states = true;
   const EncoderOutputs all = enc.forward_all(g.inputs(), o);
@@ -79,7 +86,7 @@ TEST(EncoderForward, HiddenStatesComputeEveryPosition) {
 
 TEST(EncoderForward, UnpaddedBatchIsUnchanged) {
   Golden g;
-  Encoder enc(fixture("bert"), EncoderOptions{"", 1});
+  Encoder enc(fixture("bert"), single_thread());
   // Row 0 alone has no padding: forward and the every-position path give the same bits.
   const EncoderInputs row0{g.ids.data(), g.mask.data(), g.types.data(), 1, 6};
   ForwardOptions every;

@@ -62,12 +62,12 @@ TEST(Registry, EveryFamilyAnswersItsModelTypesAndArchitectures) {
     ASSERT_NE(f, nullptr);
     EXPECT_STREQ(f->name, k.family);
     EXPECT_EQ(f->translation, k.translation);
-    if (*k.architecture) EXPECT_TRUE(f->answers_architecture(k.architecture)) << k.architecture;
+    if (*k.architecture) { EXPECT_TRUE(f->answers_architecture(k.architecture)) << k.architecture; }
     // No other family answers the model type or the class.
     for (const ModelFamily* other : model_families()) {
       if (other == f) continue;
       EXPECT_FALSE(other->answers_model_type(k.model_type)) << other->name;
-      if (*k.architecture) EXPECT_FALSE(other->answers_architecture(k.architecture)) << other->name;
+      if (*k.architecture) { EXPECT_FALSE(other->answers_architecture(k.architecture)) << other->name; }
     }
   }
   // Names that only share a prefix are not answered.
@@ -102,7 +102,7 @@ TEST(Registry, EveryFamilyIsComplete) {
     const int training = (f->trainable_body != nullptr) + (f->training_head != nullptr) +
                          (f->training_dropouts != nullptr);
     EXPECT_TRUE(training == 0 || training == 3) << training;
-    if (training) EXPECT_NE(f->heads, nullptr) << "a trainable family's saved heads must load";
+    if (training) { EXPECT_NE(f->heads, nullptr) << "a trainable family's saved heads must load"; }
   }
   EXPECT_EQ(std::string(trainable_model_types()), "bert, roberta, xlm-roberta, camembert, distilbert, mpnet, modernbert");
   EXPECT_EQ(model_types_with_heads(), "bert, roberta, xlm-roberta, camembert, distilbert, mpnet, modernbert");

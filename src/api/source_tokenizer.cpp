@@ -9,6 +9,7 @@
 #include "api/common.h"
 #include "io/json_util.h"
 #include "models/hf_seq2seq.h"
+#include "models/registry.h"
 #include "models/seq2seq.h"
 #include "text/nmt_data.h"
 #include "text/subword.h"
@@ -30,7 +31,9 @@ bool SourceTokenizer::is_translation_folder(const std::string& model_dir) {
   const std::string cp = model_dir + "/config.json";
   if (!std::filesystem::is_regular_file(cp, ec)) return false;
   try {
-    return Translator::handles_model_type(json_string_or(load_json_file(cp), "model_type", "", cp));
+    const nlohmann::json j = load_json_file(cp);
+    const ModelFamily* f = find_family(read_model_type(j, cp, default_model_type(j)));
+    return f && f->translation;
   } catch (const std::exception&) {
     return false;
   }
@@ -43,8 +46,8 @@ SourceTokenizer::SourceTokenizer(const std::string& model) : impl_(std::make_uni
   const std::string cp = dir + "/config.json";
   api::require_file(cp);
   const nlohmann::json j = load_json_file(cp);
-  const std::string type = json_string_or(j, "model_type", "transformer_seq2seq", cp);
-  if (!Translator::handles_model_type(type))
+  const std::string type = read_model_type(j, cp, default_model_type(j));
+  if (!family_of(type, cp).translation)
     throw std::invalid_argument(cp + ": model_type '" + type + "' is not a translation model");
   impl_->model_type = type;
   if (is_hf_seq2seq_type(type)) {

@@ -69,12 +69,6 @@ std::string random_hex(size_t bytes) {
   return o;
 }
 
-// The field of a JSON or form body ("" when absent or not a string).
-std::string field_string(const json& j, const char* name) {
-  auto it = j.find(name);
-  return it != j.end() && it->is_string() ? it->get<std::string>() : std::string();
-}
-
 }  // namespace
 
 std::vector<std::string> Server::source_languages(const std::string& target) const {

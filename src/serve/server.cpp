@@ -18,6 +18,7 @@
 #include "tfm/error.h"
 #include "tfm/pipeline.h"
 #include "serve/worker_pool.h"
+#include "tfm/model_info.h"
 
 namespace tfm::serve {
 
@@ -27,33 +28,15 @@ namespace {
 
 volatile std::sig_atomic_t g_signal = 0;
 
-// A translation folder's languages: config.json source_lang / target_lang, else a folder name ending in
-// "-SRC-TGT" with 2- or 3-letter codes (opus-mt-en-fr, en-fr), else none ("").
-std::pair<std::string, std::string> folder_languages(const std::string& dir, const json& cj, const std::string& path) {
-  std::string s = json_string_or(cj, "source_lang", "", path), t = json_string_or(cj, "target_lang", "", path);
-  if (!s.empty() && !t.empty()) return {s, t};
-  std::string name = dir;
-  while (name.size() > 1 && name.back() == '/') name.pop_back();
-  if (auto p = name.rfind('/'); p != std::string::npos) name = name.substr(p + 1);
-  auto code = [](const std::string& c) {
-    return (c.size() == 2 || c.size() == 3) &&
-           std::all_of(c.begin(), c.end(), [](char ch) { return ch >= 'a' && ch <= 'z'; });
-  };
-  const size_t b = name.rfind('-');
-  if (b == std::string::npos || b == 0) return {s, t};
-  const size_t a = name.rfind('-', b - 1), start = a == std::string::npos ? 0 : a + 1;
-  const std::string src = name.substr(start, b - start), tgt = name.substr(b + 1);
-  if (code(src) && code(tgt)) return {s.empty() ? src : s, t.empty() ? tgt : t};
-  return {s, t};
-}
-
 }  // namespace
 
 Server::Server(const ServeOptions& o) : o_(o) {
   const std::string config_path = o.model + "/config.json";
   const json cj = load_json_file(config_path);
-  model_type_ = json_string_or(cj, "model_type", "bert", config_path);
-  translation_ = Translator::handles_model_type(model_type_);
+  // The family registry says what the folder is (and refuses an unsupported one, as every command does).
+  const ModelInfo info = inspect_model(o.model);
+  model_type_ = info.model_type;
+  translation_ = info.translation;
   // Any family the library loads is served; its check names the supported model types.
   if (!translation_) Encoder::check_config(config_path);
   if (!o.extra_models.empty() && !translation_)
@@ -77,18 +60,17 @@ Server::Server(const ServeOptions& o) : o_(o) {
     }
   }
   if (translation_) {
-    auto [s, t] = folder_languages(o.model, cj, config_path);
-    source_lang_ = !o.source_lang.empty() ? o.source_lang : !s.empty() ? s : "en";
-    target_lang_ = !o.target_lang.empty() ? o.target_lang : !t.empty() ? t : "fr";
+    source_lang_ = !o.source_lang.empty() ? o.source_lang : !info.source_lang.empty() ? info.source_lang : "en";
+    target_lang_ = !o.target_lang.empty() ? o.target_lang : !info.target_lang.empty() ? info.target_lang : "fr";
     pairs_.push_back({o.model, source_lang_, target_lang_, nullptr, {}});
   }
   for (const std::string& dir : o.extra_models) {
     const std::string path = dir + "/config.json";
-    const json c = load_json_file(path);
-    if (const std::string mt = json_string_or(c, "model_type", "bert", path); mt != model_type_)
-      throw std::runtime_error(path + ": model_type '" + mt + "'; every --model of a translation server must be a " +
-                               model_type_ + " folder");
-    auto [s, t] = folder_languages(dir, c, path);
+    const ModelInfo extra = inspect_model(dir);
+    if (extra.model_type != model_type_)
+      throw std::runtime_error(path + ": model_type '" + extra.model_type +
+                               "'; every --model of a translation server must be a " + model_type_ + " folder");
+    const std::string &s = extra.source_lang, &t = extra.target_lang;
     if (s.empty() || t.empty())
       throw std::runtime_error(dir + ": no language pair: give source_lang and target_lang in its config.json or "
                                "name the folder SRC-TGT (en-fr)");
