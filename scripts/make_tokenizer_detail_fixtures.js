@@ -33,8 +33,9 @@ const tokenizers = [
     // min_score - 10 = -20 and <unk> + "ab" totals -21; with <unk> at min_score (-10) it would be <unk> + "ab" (-11).
     name: 'unigram_unknown_penalty',
     json: unigram([['a', -2.0], ['b', -2.0], ['ab', -1.0], ['xab', -15.0], ['qa', -12.0], ['z', -10.0],
-                   ['abq', -14.0], ['c', -3.0], ['bc', -2.5]]),
-    texts: ['xab', 'xabc', 'qab', 'abqa', 'xxab', 'zxab', 'x', 'q', 'ab xab qab abq', 'cxabq'],
+                   ['abq', -14.0], ['c', -3.0], ['bc', -2.5], ['ya', -15.0]]),
+    // "yab": ya + b scores -17; <unk> + ab scores min_score - 10 - 1 = -26 (an <unk> scored min_score, -16, would win).
+    texts: ['xab', 'xabc', 'qab', 'abqa', 'xxab', 'zxab', 'x', 'q', 'ab xab qab abq', 'cxabq', 'yab', 'zyab'],
   },
   {
     // Unknown characters next to each other are one <unk>: tokenizers' Unigram always fuses them (fuse_unk is not

@@ -7,13 +7,14 @@
 namespace tfm::test {
 namespace {
 
-// "xab" is the piece "xab" (-15), not <unk> + "ab": <unk> scores min_score - 10 = -20 there, -21 with "ab"; an
-// <unk> scored min_score (-10) would win with -11.
+// min_score is -15 ("xab", "ya"). "yab" is "ya" + "b" (-17), not <unk> + "ab": <unk> scores min_score - 10 = -25,
+// -26 with "ab"; an <unk> scored min_score (-15) would win with -16.
 TEST(Unigram, UnknownPieceScoresTenBelowTheLowestPiece) {
-  EXPECT_EQ(check_detail_cases("unigram_unknown_penalty"), 10);
+  EXPECT_EQ(check_detail_cases("unigram_unknown_penalty"), 12);
   const HfTokenizer tok = detail_hf_tokenizer("unigram_unknown_penalty");
   EXPECT_EQ(tok.encode("xab").tokens, std::vector<std::string>{"xab"});
   EXPECT_EQ(tok.encode("zxab").tokens, (std::vector<std::string>{"z", "xab"}));
+  EXPECT_EQ(tok.encode("yab").tokens, (std::vector<std::string>{"ya", "b"}));
 }
 
 TEST(Unigram, ByteFallbackSpellsUnknownCharactersInUtf8Bytes) {
