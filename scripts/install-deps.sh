@@ -3,7 +3,7 @@
 set -euo pipefail
 # One package a line, grouped by what needs it (keeps concurrent edits mergeable).
 PKGS=(
-  cmake g++ make pkg-config
+  cmake g++ make pkg-config ccache
   libdnnl-dev                     # GEMM (oneDNN)
   nlohmann-json3-dev libcli11-dev libutf8proc-dev zlib1g-dev libsentencepiece-dev
   libcurl4-openssl-dev libssl-dev

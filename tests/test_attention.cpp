@@ -361,9 +361,12 @@ TEST(AttentionBias, BlockedAndGemmPathsMatchReferenceOnEveryIsa) {
 // 48 (a 16-element tail in the K transpose), key counts on and around its block sizes (32-key blocks up to 32
 // keys, 64 above), strided q/k/v and out: it matches the double-precision reference on bf16-rounded q, k, v
 // within the rounding of the softmax weights, and rows with no visible key are exactly zero. Skipped where the
-// CPU has no AVX512_BF16 (there the fp32 copies run, checked by Bf16Attention in test_unpadded.cpp).
+// CPU has no AVX512_BF16: this copy is vdpbf16ps code that never runs there (bf16_kernel() is false, and a bf16
+// model's attention runs the fp32 copies, checked on every CPU by Bf16Attention in test_unpadded.cpp).
 TEST(Bf16Attention, EveryMaskFormMatchesRoundedReference) {
-  if (!cpu_has_avx512_bf16()) GTEST_SKIP() << "no AVX512_BF16";
+  if (!cpu_has_avx512_bf16())
+    GTEST_SKIP() << "no AVX512_BF16: the vdpbf16ps attention copy does not run on this CPU (a bf16 model's "
+                    "attention runs the fp32 copies here, tested by Bf16Attention.DotProductKernel...)";
   const bool saved_dot = kernel_bf16_dot();
   IsaScope scope(KernelIsa::Avx512);
   set_kernel_bf16_dot(true);

@@ -149,6 +149,23 @@ TEST(CliOptions, DownloadTakesThreadsLikeEveryCommand) {
   EXPECT_NE(r.out.find("--threads"), std::string::npos) << r.out;
 }
 
+// The README's sentence on the encoder commands' default --dtype says what --help says: int8 for a folder
+// `tfm convert --dtype int8` wrote, else fp32 (a bf16 folder computes in fp32 unless --dtype bf16 is given).
+TEST(CliOptions, ReadmeDefaultDtypeMatchesHelp) {
+  tfm::test::TempFolder t;
+  TfmRun r = run_tfm_in(t.path, {"embed", "--help"});
+  ASSERT_EQ(r.exit_code, 0) << r.describe();
+  std::string help = r.out;
+  help.erase(std::remove(help.begin(), help.end(), '\n'), help.end());  // CLI11 wraps the description
+  help.erase(std::unique(help.begin(), help.end(), [](char a, char b) { return a == ' ' && b == ' '; }), help.end());
+  EXPECT_NE(help.find("int8 for a 'tfm convert --dtype int8' folder"), std::string::npos) << r.out;
+  EXPECT_NE(help.find("else fp32"), std::string::npos) << r.out;
+  std::string readme = slurp(source_dir() + "/README.md");
+  std::replace(readme.begin(), readme.end(), '\n', ' ');
+  EXPECT_NE(readme.find("default: int8 for a folder `tfm convert --dtype int8` wrote, else fp32"), std::string::npos);
+  EXPECT_EQ(readme.find("default: as the folder stores it"), std::string::npos);
+}
+
 // CLI11 reads "[a, b]" as a list of values (its vector syntax), also after "--": "[MASK]" reached fill-mask as
 // "MASK", "[1, 2, 3]" became three texts and "[CLS]" became "CLS". A text typed on the command line must give what
 // the same text read from a file or stdin gives.

@@ -5,6 +5,7 @@
 //                                              tests/fixtures/d2l_trained (the PyTorch reference modules)
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <limits>
@@ -281,6 +282,53 @@ TEST(Generation, ScoreEqualsTheReferenceTeacherForcedLogProbs) {
   EXPECT_NEAR(sc[0].cumulated_score, tr[0].logp, 1e-4);
   EXPECT_THROW(d2l().score_batch({"a"}, {}), std::invalid_argument);
   EXPECT_THROW(d2l().score_batch({"go ."}, {" "}), std::invalid_argument);
+}
+
+// Sampling with num_hypotheses N (CTranslate2's): N samples of each sentence, highest logp first, each its own
+// stream; a sentence repeated within one call draws independently (its first occurrence as it alone), unless
+// seed_per_sentence, which gives every repetition the sentence's own sample. Refused above 64; without sampling
+// num_hypotheses stays bounded by the beam.
+TEST(Generation, SamplingNumHypothesesAndRepeatedSentencesDrawIndependently) {
+  const std::string s = "i am a teacher .";
+  tfm::TranslateOptions o;
+  o.sampling_topk = 0;
+  o.sampling_temperature = 3.0f;
+  o.seed = 11;
+  const auto alone = d2l().translate_batch({s}, o);
+  const auto rep = d2l().translate_batch({s, s, s, s}, o);
+  EXPECT_EQ(rep[0].ids, alone[0].ids);
+  std::set<std::vector<int64_t>> distinct;
+  for (const auto& t : rep) distinct.insert(t.ids);
+  EXPECT_GT(distinct.size(), 1u) << "repeated sentences of one call drew the same sample";
+  EXPECT_EQ(d2l().translate_batch({s, s, s, s}, o)[3].ids, rep[3].ids) << "not reproducible";
+  o.seed_per_sentence = true;
+  for (const auto& t : d2l().translate_batch({s, s, s}, o)) EXPECT_EQ(t.ids, alone[0].ids);
+  o.seed_per_sentence = false;
+
+  o.num_hypotheses = 5;
+  const auto n = d2l().translate_batch({s, "go ."}, o);
+  ASSERT_EQ(n.size(), 2u);
+  for (const auto& t : n) {
+    ASSERT_EQ(t.hypotheses.size(), 5u);
+    EXPECT_EQ(t.ids, t.hypotheses[0].ids);
+    EXPECT_EQ(t.logp, t.hypotheses[0].logp);
+    for (size_t h = 1; h < t.hypotheses.size(); ++h) EXPECT_GE(t.hypotheses[h - 1].logp, t.hypotheses[h].logp);
+  }
+  distinct.clear();
+  bool has_first = false;  // sample 0 of the sentence is the one drawn alone with num_hypotheses 1
+  for (const auto& h : n[0].hypotheses) distinct.insert(h.ids), has_first |= h.ids == alone[0].ids;
+  EXPECT_GT(distinct.size(), 1u) << "the samples of one sentence are not independent";
+  EXPECT_TRUE(has_first);
+  // Each sample's logp is the model's log-probability of its tokens and <eos> (no processors): score_batch's.
+  for (const auto& h : n[0].hypotheses) {
+    if (!h.finished || h.text.find("<unk>") != std::string::npos) continue;  // the text must read back as h.ids
+    EXPECT_NEAR(d2l().score_batch({s}, {h.text})[0].cumulated_score, h.logp, 1e-3) << h.text;
+  }
+  o.num_hypotheses = 65;
+  EXPECT_THROW(d2l().translate_batch({s}, o), std::invalid_argument);
+  tfm::TranslateOptions greedy;
+  greedy.num_hypotheses = 2;
+  EXPECT_THROW(d2l().translate_batch({s}, greedy), std::invalid_argument);
 }
 
 // Sampling: reproducible with a seed; a sentence's sample does not depend on its batch; seeds differ; top-k 1

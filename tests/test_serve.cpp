@@ -1462,6 +1462,22 @@ TEST(ServeHf, TranslateMarianAndM2M100) {
     Reply c1 = http("POST", s.url("/translate"), sample.dump()), c2 = http("POST", s.url("/translate"), sample.dump());
     ASSERT_EQ(c1.status, 200) << c1.body;
     EXPECT_EQ(c1.j()["translatedText"], c2.j()["translatedText"]);
+    // alternatives with sampling: more samples (not a beam, which sampling refuses); a repeated q draws
+    // independently unless seed_per_sentence.
+    json alt = sample;
+    alt["q"] = src[0];
+    alt["alternatives"] = 3;
+    Reply e = http("POST", s.url("/translate"), alt.dump());
+    ASSERT_EQ(e.status, 200) << e.body;
+    EXPECT_EQ(e.j()["alternatives"].size(), 3u) << e.body;
+    json rep = sample;
+    rep["q"] = json::array({src[0], src[0], src[0], src[0]});
+    rep["sampling_temperature"] = 3.0;
+    const auto independent = http("POST", s.url("/translate"), rep.dump()).j()["translatedText"];
+    EXPECT_GT(std::set<std::string>(independent.begin(), independent.end()).size(), 1u) << independent.dump();
+    rep["seed_per_sentence"] = true;
+    const auto same = http("POST", s.url("/translate"), rep.dump()).j()["translatedText"];
+    EXPECT_EQ(std::set<std::string>(same.begin(), same.end()).size(), 1u) << same.dump();
     Reply d = http("POST", s.url("/translate"),
                    json{{"q", src}, {"target", "fr"}, {"beam_size", 3}, {"length_penalty", 0.6},
                         {"early_stopping", false}, {"forced_eos", false}, {"no_repeat_ngram_size", 3},

@@ -46,7 +46,9 @@ struct TranslateOptions {
   /// log-softmax at every step, greedy or beam, so the best translation without <unk> is searched for.
   bool disable_unk = false;
   /// n-best: Translation::hypotheses receives the best num_hypotheses of the beam (1 <= num_hypotheses <=
-  /// beam_size; CTranslate2's num_hypotheses, transformers' num_return_sequences).
+  /// beam_size; CTranslate2's num_hypotheses, transformers' num_return_sequences). With random sampling
+  /// (sampling_topk != 1, or a Hugging Face folder whose generation_config.json samples): num_hypotheses
+  /// independent samples of the sentence (1 to 64), best (highest logp) first, as CTranslate2 returns them.
   int64_t num_hypotheses = 1;
   // ---- Hugging Face folders only (std::invalid_argument for our models when set)
   /// Target language: M2M100 "fr" or "__fr__", NLLB "fra_Latn" or "fr" (its token is forced first:
@@ -73,8 +75,10 @@ struct TranslateOptions {
   /// Random sampling (CTranslate2's names; beam_size 1 only): a token is drawn from the sampling_topk best
   /// (0 = the whole vocabulary; 1 = greedy decoding, the default) after the temperature and, when sampling_topp < 1,
   /// the nucleus (top-p) filter (HF's TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper, in that order,
-  /// after the processors). Each sentence has its own std::mt19937_64 stream seeded by (seed, its source ids):
-  /// reproducible for a seed, whatever the batch; not torch's generator. Hugging Face folders: transformers'
+  /// after the processors). Each sample has its own std::mt19937_64 stream seeded by (seed, its source ids, the
+  /// sample's number): reproducible for a seed, whatever the batch; not torch's generator. Samples are numbered
+  /// per source within a call (sample h of the k-th occurrence of a sentence in the call), so identical sentences
+  /// of one call get independent samples unless seed_per_sentence is set. Hugging Face folders: transformers'
   /// do_sample with top_k = sampling_topk, on greedy search (the folder's num_beams is not used unless beam_size
   /// is given, which then must be 1); sampling_topk 1 leaves generation_config.json's do_sample / top_k / top_p /
   /// temperature as they are (sampling_topp and sampling_temperature other than 1 override its top_p and
@@ -83,6 +87,9 @@ struct TranslateOptions {
   float sampling_topp = 1.0f;        ///< (0, 1]
   float sampling_temperature = 1.0f; ///< > 0
   uint64_t seed = 0;
+  /// Sampling: each sentence's streams seeded by (seed, the sentence) alone, so identical sentences of a call get
+  /// identical samples (the same as each alone); off: they are independent draws.
+  bool seed_per_sentence = false;
   /// Target prefix (CTranslate2's target_prefix, for autocompletion): empty, or one text per sentence that the
   /// translation is forced to start with ("" = none). It is tokenized with the target vocabulary (no <eos>), its
   /// tokens are decoded as if generated, and the returned translation includes it. Throws std::invalid_argument
@@ -168,6 +175,9 @@ class Translator {
   /// <unk> for words outside the target vocabulary): for bad_words_ids. Throws std::invalid_argument for invalid
   /// UTF-8 (the message gives the byte offset).
   std::vector<int64_t> encode_target(const std::string& text) const;
+  /// Word vocabularies (d2l folders): the words of `text`, preprocessed as encode_target does, that are outside
+  /// the target vocabulary (read as <unk>), in order; empty for subword models. Throws as encode_target.
+  std::vector<std::string> unknown_target_words(const std::string& text) const;
   /// Tokens a source may have, <eos> included: min(max_len, 1024) for SentencePiece models, num_steps for d2l ones.
   int64_t max_source_tokens() const;
   /// Translations of already encoded sources (encode_source().ids), one per source, in order. Throws

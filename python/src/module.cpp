@@ -518,8 +518,9 @@ PYBIND11_MODULE(_tfm, m) {
              int64_t min_length, const std::vector<std::vector<int64_t>>& bad_words_ids,
              const py::object& target_prefix, int64_t num_hypotheses, const std::string& target_lang,
              const std::string& source_lang, const std::string& early_stopping,
-             const py::object& forced_eos) -> py::list {
+             const py::object& forced_eos, bool seed_per_sentence) -> py::list {
             tfm::TranslateOptions o;
+            o.seed_per_sentence = seed_per_sentence;
             o.sampling_topk = sampling_topk;
             o.sampling_topp = sampling_topp;
             o.sampling_temperature = sampling_temperature;
@@ -577,6 +578,7 @@ PYBIND11_MODULE(_tfm, m) {
           py::arg("min_length") = 0, py::arg("bad_words_ids") = std::vector<std::vector<int64_t>>{},
           py::arg("target_prefix") = py::none(), py::arg("num_hypotheses") = 1, py::arg("target_lang") = "",
           py::arg("source_lang") = "", py::arg("early_stopping") = "", py::arg("forced_eos") = py::none(),
+          py::arg("seed_per_sentence") = false,
           "Translate a list of sentences: a list of str, or with return_scores a list of (text, score); with "
           "num_hypotheses > 1 each item is the list of the n best (str or (text, score)), best first. beam_size 0 "
           "and length_penalty NaN: the model's defaults (generation_config.json for Hugging Face folders; greedy and "
@@ -587,7 +589,9 @@ PYBIND11_MODULE(_tfm, m) {
           "generation_config.json's); forced_eos True / False (None = the folder's forced_eos_token_id); target_lang 'fr' / 'fra_Latn' (forced first token) or Marian's '>>fra<<' code; "
           "sampling is do_sample with top_k = sampling_topk on greedy search. "
           "disable_unk=True never generates <unk> (CTranslate2's disable_unk). CTranslate2's sampling: sampling_topk (1 = greedy, 0 = all "
-          "tokens; beam_size 1), sampling_topp, sampling_temperature, seed (per-sentence streams: reproducible). "
+          "tokens; beam_size 1), sampling_topp, sampling_temperature, seed (a stream per sample: reproducible; "
+          "repeated sentences draw independently unless seed_per_sentence=True); with sampling, num_hypotheses N "
+          "gives N samples of each sentence, highest log-probability first. "
           "Hugging Face processors: repetition_penalty, no_repeat_ngram_size, min_length (start token counted), "
           "bad_words_ids (lists of target ids). target_prefix: the text the translation starts with "
           "(autocompletion): None (none), a str (the same prefix for every sentence) or a list of one str per "

@@ -74,5 +74,13 @@ def test_sampling_is_seeded(tr):
     assert a != tr.translate_batch(src, sampling_topk=0, sampling_temperature=1.5, seed=12)
     with pytest.raises(ValueError, match="needs beam_size 1"):
         tr.translate_batch(src, sampling_topk=5, beam_size=2)
+    # num_hypotheses with sampling: that many samples, best first; repeats draw independently unless
+    # seed_per_sentence.
+    kw = dict(sampling_topk=0, sampling_temperature=3.0, seed=4)
+    n = tr.translate_batch(["i am a teacher ."], num_hypotheses=4, return_scores=True, **kw)
+    assert len(n[0]) == 4
+    assert [s for _, s in n[0]] == sorted((s for _, s in n[0]), reverse=True)
+    assert len(set(tr.translate_batch(["i am a teacher ."] * 4, **kw))) > 1
+    assert len(set(tr.translate_batch(["i am a teacher ."] * 4, seed_per_sentence=True, **kw))) == 1
     with pytest.raises(ValueError, match="repetition_penalty must be a finite number > 0"):
         tr.translate_batch(src, repetition_penalty=0.0)

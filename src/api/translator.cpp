@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <map>
 #include <mutex>
 #include <stdexcept>
 
@@ -136,6 +137,15 @@ struct Translator::Impl {
     return ids;
   }
 
+  // n-best lists come from the beam (at most beam_size); samples are drawn, up to 64 of a sentence.
+  static void check_num_hypotheses(int64_t n, int64_t beam_size, bool sampling) {
+    if (sampling && (n < 1 || n > 64))
+      throw std::invalid_argument("num_hypotheses must be from 1 to 64 samples, got " + std::to_string(n));
+    if (!sampling && (n < 1 || n > beam_size))
+      throw std::invalid_argument("num_hypotheses must be from 1 to beam_size (" + std::to_string(beam_size) +
+                                  "), got " + std::to_string(n) + " (or sample: sampling_topk != 1)");
+  }
+
   // The HF processors and sampling of `o` (Hugging Face folders: with generation_config.json's); nullptr when
   // none is on.
   std::unique_ptr<LogitsProcessor> logits_processor(const TranslateOptions& o) const {
@@ -229,9 +239,7 @@ struct Translator::Impl {
     if (g.do_sample && g.num_beams > 1)
       throw std::invalid_argument("random sampling (sampling_topk " + std::to_string(o.sampling_topk) +
                                   ") needs beam_size 1, got " + std::to_string(g.num_beams));
-    if (o.num_hypotheses < 1 || o.num_hypotheses > g.num_beams)
-      throw std::invalid_argument("num_hypotheses must be from 1 to beam_size (" + std::to_string(g.num_beams) +
-                                  "), got " + std::to_string(o.num_hypotheses));
+    check_num_hypotheses(o.num_hypotheses, g.num_beams, g.do_sample);
     return g;
   }
 
@@ -265,9 +273,7 @@ struct Translator::Impl {
     if (std::isnan(o.length_penalty)) o.length_penalty = 0.0f;
     if (o.beam_size < 1 || o.beam_size > 64)
       throw std::invalid_argument("beam_size must be from 1 to 64, got " + std::to_string(o.beam_size));
-    if (o.num_hypotheses < 1 || o.num_hypotheses > o.beam_size)
-      throw std::invalid_argument("num_hypotheses must be from 1 to beam_size (" + std::to_string(o.beam_size) +
-                                  "), got " + std::to_string(o.num_hypotheses));
+    check_num_hypotheses(o.num_hypotheses, o.beam_size, o.sampling_topk != 1);
     const Seq2SeqConfig& c = model->config();
     check_length_penalty_rule(false, o.length_penalty, o.beam_size, o.return_scores, false);
     if (o.max_steps < 0 || o.max_steps > c.max_len)
@@ -317,32 +323,58 @@ struct Translator::Impl {
               const TranslateOptions& o, const DecodeOptions& opt,
               const std::vector<std::vector<int64_t>>& prefixes = {}) {
     std::unique_ptr<LogitsProcessor> proc = logits_processor(o);
+    // Sampling: num_hypotheses rows per sentence, each its own random stream. Stream numbers count the samples
+    // of one source within this call, so identical sentences draw independently (unless seed_per_sentence).
+    const bool sampling = proc && proc->options().do_sample;
+    const size_t copies = sampling ? (size_t)o.num_hypotheses : 1;
+    std::vector<uint64_t> first_stream(srcs.size(), 0);
+    if (sampling && !o.seed_per_sentence) {
+      std::map<std::vector<int64_t>, uint64_t> seen;
+      for (size_t i = 0; i < srcs.size(); ++i) first_stream[i] = copies * seen[*srcs[i]]++;
+    }
     std::vector<int64_t> lengths;
     for (const std::vector<int64_t>* src : srcs) lengths.push_back((int64_t)src->size());
     BatchLimits limits;
-    limits.max_rows = o.beam_size > 1 ? 32 : 64;  // sentences (beam search keeps beam_size rows of each)
+    // sentences (beam search keeps beam_size rows of each, sampling num_hypotheses)
+    limits.max_rows = o.beam_size > 1 ? 32 : std::max<int64_t>(1, 64 / (int64_t)copies);
     for (const std::vector<size_t>& order : length_batches(lengths, limits)) {
-      const size_t n = order.size();
+      const size_t n = order.size(), rows = n * copies;
       int64_t Ls = 0;
       for (size_t k = 0; k < n; ++k) Ls = std::max<int64_t>(Ls, padded_len((int64_t)srcs[order[k]]->size()));
-      std::vector<int64_t> ids(n * Ls, pad()), vl(n);
-      for (size_t k = 0; k < n; ++k) {
-        const auto& v = *srcs[order[k]];
-        std::copy(v.begin(), v.end(), ids.begin() + k * Ls);
-        vl[k] = (int64_t)v.size();
+      std::vector<int64_t> ids(rows * Ls, pad()), vl(rows);
+      std::vector<uint64_t> streams(rows);
+      for (size_t r = 0; r < rows; ++r) {
+        const auto& v = *srcs[order[r / copies]];
+        std::copy(v.begin(), v.end(), ids.begin() + r * Ls);
+        vl[r] = (int64_t)v.size();
+        streams[r] = first_stream[order[r / copies]] + r % copies;
       }
       std::vector<std::vector<int64_t>> prefix;  // this batch's target prefixes, or none
       if (!prefixes.empty())
-        for (size_t k = 0; k < n; ++k) prefix.push_back(prefixes[order[k]]);
+        for (size_t r = 0; r < rows; ++r) prefix.push_back(prefixes[order[r / copies]]);
       // HF's greedy / sampling with processors on the logits (Hugging Face folders always: greedy search, with
       // the folder's forced tokens)
       if (opt.beam_size == 1 && (proc || !prefix.empty() || opt.hf)) {
-        auto res = generate_greedy(*model, ids.data(), vl.data(), (int64_t)n, Ls, opt, proc.get(), prefix);
+        DecodeOptions gopt = opt;
+        gopt.sample_streams = streams.data();
+        auto res = generate_greedy(*model, ids.data(), vl.data(), (int64_t)rows, Ls, gopt, proc.get(), prefix);
         for (size_t k = 0; k < n; ++k) {
           Translation& t = *outs[order[k]];
-          t.ids = std::move(res[k].tokens);
-          t.finished = res[k].finished;
-          if (o.return_scores) t.logp = t.score = res[k].logp;
+          // The samples of sentence k, best (highest logp) first; the first is the translation.
+          auto first = res.begin() + k * copies, last = first + copies;
+          std::stable_sort(first, last, [](const Hypothesis& a, const Hypothesis& b) { return a.logp > b.logp; });
+          if (copies > 1)
+            for (auto h = first; h != last; ++h) {
+              Translation alt;
+              alt.ids = h->tokens;
+              alt.finished = h->finished;
+              alt.logp = alt.score = h->logp;
+              alt.text = detokenize(alt.ids);
+              t.hypotheses.push_back(std::move(alt));
+            }
+          t.ids = std::move(first->tokens);
+          t.finished = first->finished;
+          if (o.return_scores || copies > 1) t.logp = t.score = first->logp;
         }
         continue;
       }
@@ -490,6 +522,21 @@ std::vector<int64_t> Translator::encode_target(const std::string& text) const {
   if (auto bad = find_invalid_utf8(text))
     throw std::invalid_argument("target text: invalid UTF-8 at byte offset " + std::to_string(*bad));
   return impl_->encode_target(trimmed(text));
+}
+
+std::vector<std::string> Translator::unknown_target_words(const std::string& text) const {
+  if (auto bad = find_invalid_utf8(text))
+    throw std::invalid_argument("target text: invalid UTF-8 at byte offset " + std::to_string(*bad));
+  const Impl& I = *impl_;
+  std::vector<std::string> out;
+  if (I.hf() || I.subword()) return out;  // subwords cover every text
+  const std::string pre = preprocess_nmt(trimmed(text));
+  for (size_t p = 0, q; p <= pre.size(); p = q + 1) {
+    q = pre.find(' ', p);
+    if (q == std::string::npos) q = pre.size();
+    if (q > p && !I.tgt_vocab->contains(pre.substr(p, q - p))) out.push_back(pre.substr(p, q - p));
+  }
+  return out;
 }
 
 int64_t Translator::max_source_tokens() const { return impl_->max_source_tokens(); }

@@ -119,11 +119,14 @@ void LogitsProcessor::warp(float* scores) const {
   }
 }
 
-void LogitsProcessor::start(int64_t rows, const int64_t* src, const int64_t* src_valid_len, int64_t Ls) {
+void LogitsProcessor::start(int64_t rows, const int64_t* src, const int64_t* src_valid_len, int64_t Ls,
+                            const uint64_t* streams) {
   rng_.clear();
   for (int64_t r = 0; r < rows; ++r) {
     std::vector<uint64_t> seq = {o_.seed, 0x9e3779b97f4a7c15ull};
     for (int64_t i = 0; i < src_valid_len[r]; ++i) seq.push_back((uint64_t)src[r * Ls + i]);
+    // Stream 0 is seeded as before streams existed; stream s > 0 adds a word no token id can be, then s.
+    if (streams && streams[r] > 0) seq.push_back(~0ull), seq.push_back(streams[r]);
     std::vector<uint32_t> words;
     for (uint64_t x : seq) words.push_back((uint32_t)x), words.push_back((uint32_t)(x >> 32));
     std::seed_seq ss(words.begin(), words.end());
@@ -169,7 +172,7 @@ std::vector<Hypothesis> generate_greedy(Seq2SeqModel& model, const int64_t* src,
   }
   std::vector<Hypothesis> out(B);
   if (B == 0 || opt.max_steps <= 0) return out;
-  if (processor) processor->start(B, src, src_valid_len, Ls);
+  if (processor) processor->start(B, src, src_valid_len, Ls, opt.sample_streams);
   Tensor enc = model.encode(src, src_valid_len, B, Ls);
   DecoderCache cache;
   start_decoding(model, cache, enc, src_valid_len, opt.max_steps);

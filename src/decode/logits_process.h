@@ -62,10 +62,13 @@ class LogitsProcessor {
   void warp(float* scores) const;
 
   // Prepares one random stream per row for `rows` sources src [rows, Ls] (valid lengths src_valid_len [rows]).
-  // A row's stream is seeded by (seed, its source ids), so a sentence's sample depends on the seed and the
-  // sentence only, not on the batch it is decoded in or on its position; the generator is std::mt19937_64
-  // (reproducible everywhere, not equal to torch's generator).
-  void start(int64_t rows, const int64_t* src, const int64_t* src_valid_len, int64_t Ls);
+  // A row's stream is seeded by (seed, its source ids, streams[row]), so a sample depends on the seed, the
+  // sentence and its stream number only, not on the batch it is decoded in or on its position; the generator is
+  // std::mt19937_64 (reproducible everywhere, not equal to torch's generator). streams: [rows] or null (all 0);
+  // callers number the samples of one source 0, 1, ... (several samples of a sentence, identical sentences of
+  // one call) so that they are independent draws.
+  void start(int64_t rows, const int64_t* src, const int64_t* src_valid_len, int64_t Ls,
+             const uint64_t* streams = nullptr);
   // The next token of row `row` from its processed scores [V] (process already applied): argmax, or with
   // do_sample warp + a draw from the row's stream. `scores` is warped in place.
   int64_t next_token(int64_t row, float* scores);

@@ -49,6 +49,8 @@ struct DecodeOptions {
   // Per sentence [N] target tokens forced first (CTranslate2's target_prefix; empty list = none), each shorter
   // than max_steps, without <eos>. The forced steps add the model's log-probability (processors not applied).
   const std::vector<std::vector<int64_t>>* target_prefix = nullptr;
+  // Sampling (generate_greedy): [N] each row's random stream number (LogitsProcessor::start), null = all 0.
+  const uint64_t* sample_streams = nullptr;
 };
 
 // Hugging Face's length penalty: length ** alpha (BeamHypotheses.add divides the sum of log-probabilities by it).

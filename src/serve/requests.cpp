@@ -332,7 +332,7 @@ DecodeRequest parse_decode_request(std::string_view body, const RequestLimits& l
 TranslateRequest parse_translate_request(std::string_view body, const RequestLimits& limits, int64_t max_beam_size) {
   json j = parse_object(body);
   only_fields(j, {"q", "source", "target", "format", "beam_size", "alternatives", "api_key", "apiKey", "truncate",
-                  "sampling_topk", "sampling_topp", "sampling_temperature", "seed", "repetition_penalty",
+                  "sampling_topk", "sampling_topp", "sampling_temperature", "seed", "seed_per_sentence", "repetition_penalty",
                   "no_repeat_ngram_size", "min_length", "target_prefix", "length_penalty", "early_stopping",
                   "max_new_tokens", "bad_words", "bad_words_ids", "forced_eos"});
   TranslateRequest r;
@@ -383,6 +383,11 @@ TranslateRequest parse_translate_request(std::string_view body, const RequestLim
   int64_t seed = 0;
   whole("seed", 0, INT64_MAX, seed);
   r.seed = (uint64_t)seed;
+  if (auto it = j.find("seed_per_sentence"); it != j.end() && !it->is_null()) {
+    if (!it->is_boolean()) throw validation_error("`seed_per_sentence` must be true or false");
+    r.seed_per_sentence = it->get<bool>();
+    r.generation = true;
+  }
   number("sampling_topp", 0, 1, r.sampling_topp);
   number("sampling_temperature", 0, 1000, r.sampling_temperature);
   number("repetition_penalty", 0, 100, r.repetition_penalty);

@@ -123,7 +123,8 @@ struct TranslateRequest {
   std::string api_key;
   std::optional<bool> truncate;  // unset: the server's --auto-truncate
   // Generation fields (CTranslate2 / Hugging Face names, as tfm::TranslateOptions): "sampling_topk",
-  // "sampling_topp", "sampling_temperature", "seed", "repetition_penalty", "no_repeat_ngram_size", "min_length",
+  // "sampling_topp", "sampling_temperature", "seed", "seed_per_sentence", "repetition_penalty",
+  // "no_repeat_ngram_size", "min_length",
   // "target_prefix" (a string for every q, or a list aligned with q), "length_penalty", "early_stopping" (true,
   // false or "never"), "forced_eos" (true / false), "max_new_tokens" (tfm::TranslateOptions::max_steps), "bad_words" (target texts) and
   // "bad_words_ids" (lists of target ids). `generation` is true when any is given.
@@ -136,6 +137,7 @@ struct TranslateRequest {
   std::vector<std::string> bad_words;
   std::vector<std::vector<int64_t>> bad_words_ids;
   uint64_t seed = 0;
+  bool seed_per_sentence = false;  // TranslateOptions::seed_per_sentence
   std::vector<std::string> target_prefix;  // empty or [q.size()]
 };
 // A form's fields as a JSON object: numbers ("beam_size", "alternatives") as numbers, "truncate" as a boolean,

@@ -102,14 +102,15 @@ std::vector<Task> Server::translate_texts(const TranslateRequest& r, const std::
     TranslationBackend& backend = *pairs_[g.pair].backend;
     TranslateOptions o = g.langs;
     o.beam_size = r.beam_size;
-    if (r.alternatives > 0) {  // LibreTranslate's alternatives: the beam's next best hypotheses
+    if (r.alternatives > 0) {  // LibreTranslate's alternatives: the beam's next best hypotheses (or more samples)
       o.num_hypotheses = r.alternatives + 1;
-      o.beam_size = std::max(o.beam_size, o.num_hypotheses);
+      if (r.sampling_topk == 1) o.beam_size = std::max(o.beam_size, o.num_hypotheses);
     }
     o.sampling_topk = r.sampling_topk;
     o.sampling_topp = (float)r.sampling_topp;
     o.sampling_temperature = (float)r.sampling_temperature;
     o.seed = r.seed;
+    o.seed_per_sentence = r.seed_per_sentence;
     o.repetition_penalty = (float)r.repetition_penalty;
     o.no_repeat_ngram_size = r.no_repeat_ngram_size;
     o.min_length = r.min_length;

@@ -111,6 +111,7 @@ void add_translate_command(CLI::App& app) {
     float repetition_penalty = 1.0f, sampling_topp = 1.0f, sampling_temperature = 1.0f;
     int64_t no_repeat_ngram_size = 0, min_length = 0, sampling_topk = 1;
     uint64_t seed = 0;
+    bool seed_per_sentence = false;
     std::vector<std::string> bad_words;
   };
   auto o = std::make_shared<Opts>();
@@ -133,7 +134,8 @@ void add_translate_command(CLI::App& app) {
                   "from generation_config.json, else 1.0)")
       ->check(in_range(-5.0, 5.0));
   cmd->add_option("--num-hypotheses", o->num_hypotheses,
-                  "Print the N best hypotheses of the beam, one a line, best first (N lines per sentence)")
+                  "Print the N best hypotheses of the beam, one a line, best first (N lines per sentence); with "
+                  "--sampling-topk: N independent samples of each sentence, highest log-probability first")
       ->capture_default_str()->check(whole_range(1, 64));
   cmd->add_option("--target-lang", o->target_lang,
                   "Hugging Face folders: the target language (M2M100 'fr', NLLB 'fra_Latn': forced as the first "
@@ -202,8 +204,12 @@ void add_translate_command(CLI::App& app) {
       ->capture_default_str()->check(positive_up_to(1));
   cmd->add_option("--sampling-temperature", o->sampling_temperature, "With sampling: logits divided by it")
       ->capture_default_str()->check(positive_up_to(1000));
-  cmd->add_option("--seed", o->seed, "Sampling seed (each sentence draws from its own stream: reproducible)")
+  cmd->add_option("--seed", o->seed, "Sampling seed (each sample draws from its own stream, seeded by the seed and "
+                  "the sentence: reproducible whatever the batch; repeated sentences draw independently)")
       ->capture_default_str()->check(seed_value());
+  cmd->add_flag("--seed-per-sentence", o->seed_per_sentence,
+                "Sampling: a sentence's stream depends on the seed and the sentence alone, so repeated sentences "
+                "get the same sample");
   cmd->add_option("--dtype", o->dtype,
                   "Compute type of the Linear layers: fp32, bf16 or int8 (dynamic quantisation); embeddings, "
                   "LayerNorm, softmax and the output projection stay fp32")
@@ -265,6 +271,7 @@ void add_translate_command(CLI::App& app) {
     opt.sampling_topp = o->sampling_topp;
     opt.sampling_temperature = o->sampling_temperature;
     opt.seed = o->seed;
+    opt.seed_per_sentence = o->seed_per_sentence;
     for (const char* f : {"--sampling-topp", "--sampling-temperature"})
       if (cmd->count(f) && o->sampling_topk == 1)
         throw CLI::ValidationError(std::string(f) + " shapes random sampling, and --sampling-topk 1 (the default) "
@@ -285,6 +292,12 @@ void add_translate_command(CLI::App& app) {
       if (o->quiet) return;
       if (++warnings <= kMaxWarnings) std::fprintf(stderr, "warning: %s\n", msg.c_str());
     };
+    {  // the prefix's unknown words, as the sources' are warned
+      std::string unknown;
+      for (const std::string& w : translator.unknown_target_words(o->target_prefix))
+        unknown += (unknown.empty() ? "" : ", ") + w;
+      if (!unknown.empty()) warn("--target-prefix: not in the target vocabulary (read as <unk>): " + unknown);
+    }
     auto trimmed_empty = [](const std::string& t) { return t.find_first_not_of("\r \t") == std::string::npos; };
 
     // Translates `sentences` (numbered from first_no in messages) and prints one line each, in order. An empty
