@@ -46,6 +46,7 @@ const Known kKnown[] = {
     {"mpnet", "MPNetForMaskedLM", "mpnet", false},
     {"modernbert", "ModernBertForSequenceClassification", "modernbert", false},
     {"electra", "ElectraForPreTraining", "electra", false},
+    {"nomic_bert", "NomicBertModel", "nomic_bert", false},
     {"transformer_encoder", "", "transformer_encoder", false},
     {"transformer_seq2seq", "", "d2l_seq2seq", true},
     {"marian", "MarianMTModel", "marian", true},
@@ -53,7 +54,7 @@ const Known kKnown[] = {
 };
 
 const std::string kSupported =
-    "bert, roberta, xlm-roberta, camembert, distilbert, mpnet, modernbert, electra, transformer_encoder, "
+    "bert, roberta, xlm-roberta, camembert, distilbert, mpnet, modernbert, electra, nomic_bert, transformer_encoder, "
     "transformer_seq2seq, "
     "marian, m2m_100";
 
