@@ -23,6 +23,11 @@ without dropout):
     one-output last Linear, loss = MSELoss()(logits.squeeze(), labels.squeeze()) on float labels:
     "roberta_regression" and "distilbert_regression" (their heads' first rows of roberta_seqcls / distilbert_seqcls,
     written as init.<name>, since from_pretrained(num_labels=1) would draw them at random).
+  - ElectraForSequenceClassification: ElectraClassificationHead(features): x = features[:, 0, :]; dropout; dense;
+    get_activation("gelu"); dropout; out_proj; CrossEntropyLoss. ElectraForTokenClassification: classifier(dropout(
+    discriminator_sequence_output)). The body is electra_body of make_electra_fixtures.py (modeling_electra.py,
+    embedding_size 24 projected to hidden_size 32 by embeddings_project; cross-checked there against BertModelRef),
+    on the family_heads folders electra_seqcls / electra_tokcls; token_type_ids as the batch gives them.
   - DistilBERT with sinusoidal_pos_embds: create_sinusoidal_embeddings sets the position table's requires_grad
     False, so the Trainer's optimizer never sees it: "distilbert_frozen" is distilbert_tokcls trained so.
 The optimizer and schedule are make_finetune_task_fixtures.py's (the Trainer's AdamW with two parameter groups,
@@ -34,7 +39,8 @@ Writes tests/fixtures/finetune_family/<name>_steps.safetensors with the keys of 
 final.<name>; regression: labels float, init.<name>) and <name>_hyper.json (the hyperparameters, "parameters": the
 number of trained tensors, "model": the family_heads folder, "frozen": the tensors not trained, "init": the tensors
 replaced by init.<name>). <name>: roberta_seqcls, roberta_tokcls, roberta_mlm, roberta_regression,
-distilbert_seqcls, distilbert_tokcls, distilbert_mlm, distilbert_regression, distilbert_frozen.
+distilbert_seqcls, distilbert_tokcls, distilbert_mlm, distilbert_regression, distilbert_frozen, electra_seqcls,
+electra_tokcls.
 Run: /usr/bin/python3 scripts/make_finetune_family_fixtures.py
 """
 import json
@@ -50,6 +56,7 @@ import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
 import make_family_head_fixtures as fh  # noqa: E402  (distil_body; puts shared/reference on the path)
+import make_electra_fixtures as el  # noqa: E402  (electra_body)
 import make_finetune_task_fixtures as ft  # noqa: E402  (HYPER, linear_schedule)
 import make_roberta_fixtures as rob  # noqa: E402  (RobertaRef)
 import st  # noqa: E402
@@ -87,6 +94,10 @@ def roberta_body(cfg, params, ids, mask):
 
 def distil_body(cfg, params, ids, mask):
     return fh.distil_body(cfg, base(params, "distilbert."), ids, mask)
+
+
+def electra_body(cfg, params, ids, mask, token_type_ids=None):
+    return el.electra_body(cfg, base(params, "electra."), ids, token_type_ids, mask)
 
 
 # ------------------------------------------------------------------------------------------------ heads
@@ -132,6 +143,12 @@ def distil_seqcls_logits(cfg, P, ids, mask):
     pooled = distil_body(cfg, P, ids, mask)[:, 0]
     pooled = F.relu(lin(P, pooled, "pre_classifier"))  # then dropout(seq_classif_dropout), p = 0 here
     return lin(P, pooled, "classifier")
+
+
+def electra_seqcls(cfg, P, ids, mask, labels):
+    x = electra_body(cfg, P, ids, mask)[:, 0, :]  # ElectraClassificationHead, dropouts p = 0
+    x = F.gelu(lin(P, x, "classifier.dense"))
+    return F.cross_entropy(lin(P, x, "classifier.out_proj"), labels)
 
 
 def distil_seqcls(cfg, P, ids, mask, labels):
@@ -243,6 +260,9 @@ def main():
         one_output=("classifier",))
     run("distilbert_frozen", "distilbert_tokcls", tokcls(distil_body), token_steps(2, 3, 0),
         frozen=("distilbert.embeddings.position_embeddings.weight",))
+    # ELECTRA (wordpiece tokenizer, as DistilBERT): [PAD] 0, [CLS] 2, [SEP] 3.
+    run("electra_seqcls", "electra_seqcls", electra_seqcls, seq_steps(2, 3, 0, 2))
+    run("electra_tokcls", "electra_tokcls", tokcls(electra_body), token_steps(2, 3, 0))
 
 
 if __name__ == "__main__":

@@ -83,9 +83,10 @@ struct Folder {
   const char* tokenizer;  // encodings.json set
 };
 const Folder kSeqCls[] = {{"roberta_seqcls", "bpe_bytelevel"}, {"distilbert_seqcls", "wordpiece"},
-                          {"camembert_seqcls", "bpe_bytelevel"}};
+                          {"camembert_seqcls", "bpe_bytelevel"}, {"electra_seqcls", "wordpiece"}};
 const Folder kTokCls[] = {{"roberta_tokcls", "bpe_bytelevel"}, {"distilbert_tokcls", "wordpiece"},
-                          {"mpnet_tokcls", "mpnet"}, {"modernbert_tokcls", "bpe_bytelevel"}};
+                          {"mpnet_tokcls", "mpnet"}, {"modernbert_tokcls", "bpe_bytelevel"},
+                          {"electra_tokcls", "wordpiece"}};
 const Folder kMlm[] = {{"roberta_mlm", "bpe_bytelevel"}, {"distilbert_mlm", "wordpiece"}};
 
 }  // namespace

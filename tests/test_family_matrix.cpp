@@ -1,8 +1,9 @@
 // Every encoder family through every command in every dtype (issue 21): one table of families (BERT, RoBERTa /
-// XLM-RoBERTa, DistilBERT, MPNet, ModernBERT) x the commands encode, embed (a sentence-transformers folder built
+// XLM-RoBERTa, DistilBERT, MPNet, ModernBERT, ELECTRA) x the commands encode, embed (a sentence-transformers folder built
 // around the family's checkpoint), classify, fill-mask, rerank and serve (/embed, /embed_all, /predict, /rerank) x
-// fp32 / bf16 / int8, against the PyTorch references of scripts/make_family_head_fixtures.py
-// (tests/fixtures/family_heads; the texts are encodings.json's, the ids Hugging Face tokenizers gave).
+// fp32 / bf16 / int8, against the PyTorch references of scripts/make_family_head_fixtures.py and
+// make_electra_fixtures.py (tests/fixtures/family_heads; fill-mask where the family has a masked-LM head; the
+// texts are encodings.json's, the ids Hugging Face tokenizers gave).
 // fp32 equals the reference (atol 1e-4); in bf16 / int8 every token vector and embedding keeps a cosine >= 0.9999 /
 // >= 0.999 to it, logits stay within 2% / 8% of the reference logits' norm (rerank's raw scores twice that) and
 // masked-LM probabilities within 0.03 / 0.06 where the reference has a clear winner. tfm.Encoder and
@@ -42,7 +43,7 @@ struct Family {
   const char* tokenizer;  // encodings.json set of the folders' tokenizer
   const char* seqcls;     // sequence classifier; expected.safetensors also holds its body's classify_hidden_<i>
   const char* cross;      // one or two labels: rerank
-  const char* mlm;        // masked LM: fill_logits_<i> at the masks of fill text i
+  const char* mlm;        // masked LM: fill_logits_<i> at the masks of fill text i; null: no masked-LM head
 };
 const Family kFamilies[] = {
     {"bert", "wordpiece", "bert_seqcls", "bert_seqcls", "bert_mlm"},
@@ -50,6 +51,7 @@ const Family kFamilies[] = {
     {"distilbert", "wordpiece", "distilbert_seqcls", "distilbert_seqcls", "distilbert_mlm"},
     {"mpnet", "mpnet", "mpnet_seqcls", "mpnet_seqcls", "mpnet_mlm"},
     {"modernbert", "bpe_bytelevel", "modernbert_seqcls", "modernbert_seqcls", "modernbert_mlm"},
+    {"electra", "wordpiece", "electra_seqcls", "electra_seqcls", nullptr},
 };
 
 struct Dtype {
@@ -185,10 +187,12 @@ struct Reference {
     }
     auto c = SafeTensors::open(fh(std::string(f.cross) + "/expected.safetensors"));
     for (size_t i = 0; i < passages.size(); ++i) pair_logits.push_back(c.get("pairs_logits_" + std::to_string(i)));
-    auto m = SafeTensors::open(fh(std::string(f.mlm) + "/expected.safetensors"));
-    for (size_t i = 0; i < fill_texts.size(); ++i) {
-      fill_ids.push_back(m.get("fill_input_ids_" + std::to_string(i)));
-      fill_logits.push_back(m.get("fill_logits_" + std::to_string(i)));
+    if (f.mlm) {
+      auto m = SafeTensors::open(fh(std::string(f.mlm) + "/expected.safetensors"));
+      for (size_t i = 0; i < fill_texts.size(); ++i) {
+        fill_ids.push_back(m.get("fill_input_ids_" + std::to_string(i)));
+        fill_logits.push_back(m.get("fill_logits_" + std::to_string(i)));
+      }
     }
     labels = labels_of(fh(f.seqcls));
     H = hidden[0].size(2);
@@ -278,7 +282,7 @@ void check_cli(const Family& f, const Reference& ref, const Dtype& dt, const std
       expect_logits(got, row(ref.logits[i], 0), dt, tag + " text " + std::to_string(i));
     }
   }
-  {  // fill-mask: the top 5 at every mask
+  if (f.mlm) {  // fill-mask: the top 5 at every mask
     SCOPED_TRACE("fill-mask");
     TfmRun r = run_tfm_in(tmp, cat({"fill-mask", "--model", fh(f.mlm), "--dtype", dt.name}, ref.fill_texts));
     ASSERT_EQ(r.exit_code, 0) << r.describe();
@@ -385,6 +389,7 @@ TEST(FamilyMatrix, TokenizersGiveTheReferenceIds) {
     const BertTokenizer tok = BertTokenizer::from_dir(fh(f.seqcls));
     for (size_t i = 0; i < ref.texts.size(); ++i)
       EXPECT_EQ((int64_t)tok.encode(ref.texts[i]).input_ids.size(), ref.hidden[i].size(1)) << ref.texts[i];
+    if (!f.mlm) continue;
     const BertTokenizer mlm = BertTokenizer::from_dir(fh(f.mlm));
     for (size_t i = 0; i < ref.fill_texts.size(); ++i) {
       const Tensor& ids = ref.fill_ids[i];

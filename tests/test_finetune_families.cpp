@@ -90,7 +90,14 @@ INSTANTIATE_TEST_SUITE_P(
                  {"vocab_transform.weight", "vocab_layer_norm.weight", "vocab_projector.bias"}},
         // sinusoidal_pos_embds: the position table is not trained (requires_grad False in Hugging Face).
         StepCase{"distilbert_frozen", "distilbert_tokcls", R"({"sinusoidal_pos_embds": true})",
-                 HeadKind::TokenClassification, 5, "DistilBertForTokenClassification", {}}),
+                 HeadKind::TokenClassification, 5, "DistilBertForTokenClassification", {}},
+        // ELECTRA: embeddings 24 wide, embeddings_project to the layers' 32; ElectraClassificationHead's gelu.
+        StepCase{"electra_seqcls", "electra_seqcls", "{}", HeadKind::SequenceClassification, 2,
+                 "ElectraForSequenceClassification",
+                 {"electra.embeddings_project.weight", "electra.embeddings.LayerNorm.bias", "classifier.dense.weight",
+                  "classifier.out_proj.bias"}},
+        StepCase{"electra_tokcls", "electra_tokcls", "{}", HeadKind::TokenClassification, 5,
+                 "ElectraForTokenClassification", {"electra.embeddings_project.bias", "classifier.weight"}}),
     [](const ::testing::TestParamInfo<StepCase>& i) {
       std::string n = std::string(i.param.model) + (std::string(i.param.patch) == "{}" ? "" : "_patched");
       return n;
@@ -124,6 +131,14 @@ TEST(FinetuneFamilies, NewHeadStagesBackwardMatchesFiniteDifferences) {
     test::check_finetune_finite_differences(t, test::finetune_batch_at(st, "step0.micro0."),
                                             {"lm_head.dense.weight", "lm_head.layer_norm.weight", "lm_head.bias",
                                              "roberta.embeddings.word_embeddings.weight"});
+  }
+  {  // ElectraClassificationHead's gelu, and the embeddings' projection (nn::Embeddings::project)
+    const SafeTensors st = SafeTensors::open(fixture("finetune_family/electra_seqcls_steps.safetensors"));
+    CheckpointWeights w(fixture("family_heads/electra_seqcls"));
+    SequenceClassificationTrainer t(config_of("electra_seqcls"), w, 2, hp);
+    test::check_finetune_finite_differences(t, test::finetune_batch_at(st, "step0.micro0."),
+                                            {"classifier.dense.weight", "classifier.out_proj.weight",
+                                             "electra.embeddings_project.weight", "electra.embeddings.LayerNorm.weight"});
   }
 }
 
@@ -198,7 +213,7 @@ TEST(FinetuneFamilies, StoresHoldTheFamilysTensorsOnly) {
 // A family without a trainer is refused by name, with the supported ones listed.
 TEST(FinetuneFamilies, OtherFamiliesAreRefusedNamingTheSupportedOnes) {
   EXPECT_EQ(std::string(trainable_model_types()),
-            "bert, roberta, xlm-roberta, camembert, distilbert, mpnet, modernbert");
+            "bert, roberta, xlm-roberta, camembert, distilbert, mpnet, modernbert, electra");
   for (const char* folder : {"transformer_encoder"}) {
     const EncoderConfig c = EncoderConfig::load(fixture(std::string(folder) + "/config.json"));
     CheckpointWeights w(fixture(folder));
@@ -379,7 +394,13 @@ INSTANTIATE_TEST_SUITE_P(
                    "ModernBertForTokenClassification", {"head.norm.weight", "classifier.weight"}, {}},
         FolderCase{"modernbert_mlm", "mlm", HeadKind::MaskedLM, "ModernBertForMaskedLM",
                    {"head.dense.weight", "decoder.bias", "model.embeddings.tok_embeddings.weight"},
-                   {"decoder.weight"}}),
+                   {"decoder.weight"}},
+        // ELECTRA: no pooler; the projection saved with the body.
+        FolderCase{"electra_seqcls", "classify", HeadKind::SequenceClassification, "ElectraForSequenceClassification",
+                   {"electra.embeddings_project.weight", "classifier.dense.weight", "classifier.out_proj.weight"},
+                   {"electra.pooler.dense.weight", "classifier.weight"}},
+        FolderCase{"electra_tokcls", "token-classify", HeadKind::TokenClassification, "ElectraForTokenClassification",
+                   {"electra.embeddings_project.bias", "classifier.weight"}, {"classifier.dense.weight"}}),
     [](const ::testing::TestParamInfo<FolderCase>& i) {
       return std::string(i.param.model) + (i.param.patch ? "_patched" : "");
     });
@@ -423,6 +444,8 @@ TEST(FinetuneFamiliesCli, EveryFamilyAndTaskTrainsAndLoads) {
       {"mpnet_seqcls", "classify", {"classify", "the man is in paris"}},
       {"mpnet_tokcls", "token-classify", {"classify", "the man is in paris"}},
       {"mpnet_mlm", "mlm", {"fill-mask", "the cat sat on the <mask>"}},
+      {"electra_seqcls", "classify", {"classify", "the man is in paris"}},
+      {"electra_tokcls", "token-classify", {"classify", "the man is in paris"}},
   };
   for (const Run& r : runs) {
     const std::string out = t.path + "/" + r.model;

@@ -45,6 +45,8 @@ const Known kKnown[] = {
     {"distilbert", "DistilBertForMaskedLM", "distilbert", false},
     {"mpnet", "MPNetForMaskedLM", "mpnet", false},
     {"modernbert", "ModernBertForSequenceClassification", "modernbert", false},
+    {"electra", "ElectraForPreTraining", "electra", false},
+    {"nomic_bert", "NomicBertModel", "nomic_bert", false},
     {"transformer_encoder", "", "transformer_encoder", false},
     {"transformer_seq2seq", "", "d2l_seq2seq", true},
     {"marian", "MarianMTModel", "marian", true},
@@ -52,7 +54,8 @@ const Known kKnown[] = {
 };
 
 const std::string kSupported =
-    "bert, roberta, xlm-roberta, camembert, distilbert, mpnet, modernbert, transformer_encoder, transformer_seq2seq, "
+    "bert, roberta, xlm-roberta, camembert, distilbert, mpnet, modernbert, electra, nomic_bert, transformer_encoder, "
+    "transformer_seq2seq, "
     "marian, m2m_100";
 
 TEST(Registry, EveryFamilyAnswersItsModelTypesAndArchitectures) {
@@ -104,8 +107,9 @@ TEST(Registry, EveryFamilyIsComplete) {
     EXPECT_TRUE(training == 0 || training == 3) << training;
     if (training) { EXPECT_NE(f->heads, nullptr) << "a trainable family's saved heads must load"; }
   }
-  EXPECT_EQ(std::string(trainable_model_types()), "bert, roberta, xlm-roberta, camembert, distilbert, mpnet, modernbert");
-  EXPECT_EQ(model_types_with_heads(), "bert, roberta, xlm-roberta, camembert, distilbert, mpnet, modernbert");
+  EXPECT_EQ(std::string(trainable_model_types()),
+            "bert, roberta, xlm-roberta, camembert, distilbert, mpnet, modernbert, electra");
+  EXPECT_EQ(model_types_with_heads(), "bert, roberta, xlm-roberta, camembert, distilbert, mpnet, modernbert, electra");
 }
 
 TEST(Registry, TrainedArchitecturesAreTransformersClassNames) {
@@ -116,6 +120,7 @@ TEST(Registry, TrainedArchitecturesAreTransformersClassNames) {
   EXPECT_EQ(trained_architecture("mpnet", HeadKind::MaskedLM), "MPNetForMaskedLM");
   EXPECT_EQ(trained_architecture("modernbert", HeadKind::SequenceClassification),
             "ModernBertForSequenceClassification");
+  EXPECT_EQ(trained_architecture("electra", HeadKind::TokenClassification), "ElectraForTokenClassification");
 }
 
 // The longest input: RoBERTa's positions start after pad_token_id, MPNet's after its padding index 1

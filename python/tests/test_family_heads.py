@@ -62,7 +62,8 @@ def test_xlm_roberta_cross_encoder_loads():
     assert abs(c.classify([want["query"]])[0]["score"] - 1 / (1 + np.exp(-logit))) < 1e-6
 
 
-@pytest.mark.parametrize("name", ["roberta_tokcls", "distilbert_tokcls", "mpnet_tokcls", "modernbert_tokcls"])
+@pytest.mark.parametrize("name", ["roberta_tokcls", "distilbert_tokcls", "mpnet_tokcls", "modernbert_tokcls",
+                                  "electra_tokcls"])
 def test_token_classifier_loads_every_family(name):
     want = pipeline(name)
     t = tfm.TokenClassifier(folder(name), threads=1)

@@ -1,6 +1,6 @@
 """Every encoder family through tfm.Encoder and tfm.Classifier in every dtype, the Python side of
 tests/test_family_matrix.cpp: the sequence-classifier folders of scripts/make_family_head_fixtures.py (BERT,
-RoBERTa, DistilBERT, MPNet, ModernBERT) against their PyTorch references. fp32 equals the reference (atol 1e-4);
+RoBERTa, DistilBERT, MPNet, ModernBERT) and make_electra_fixtures.py (ELECTRA) against their PyTorch references. fp32 equals the reference (atol 1e-4);
 bf16 / int8 keep a token cosine >= 0.9999 / >= 0.999 and logits within 2% / 8% of the reference logits' norm."""
 import json
 import os
@@ -15,7 +15,7 @@ FH = os.path.join(FIXTURES, "family_heads")
 # (model_type, encodings.json set, folder)
 FAMILIES = [("bert", "wordpiece", "bert_seqcls"), ("roberta", "bpe_bytelevel", "roberta_seqcls"),
             ("distilbert", "wordpiece", "distilbert_seqcls"), ("mpnet", "mpnet", "mpnet_seqcls"),
-            ("modernbert", "bpe_bytelevel", "modernbert_seqcls")]
+            ("modernbert", "bpe_bytelevel", "modernbert_seqcls"), ("electra", "wordpiece", "electra_seqcls")]
 DTYPES = [("fp32", 1.0, 0.0), ("bf16", 0.9999, 0.02), ("int8", 0.999, 0.08)]
 
 

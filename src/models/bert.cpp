@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "core/profile.h"
+#include "io/json_util.h"
 #include "models/checkpoint_weights.h"
 #include "models/mpnet.h"
 #include "nn/params.h"
@@ -68,16 +69,17 @@ class Bert : public EncoderModel {
       : positions_from_padding_(variant.positions_from_padding) {
     config_ = c;
     check_padding_positions(c, variant);
-    const int64_t H = c.hidden_size;
+    const int64_t H = c.hidden_size, E = detail::embedding_size(c, variant);
     const nn::Vars vb(w, variant.aliases ? variant.aliases : bert_aliases);
     const nn::Vars emb = vb.prefix("embeddings");
     // Read in place and unchecked: forward reads only the rows of the ids it sees, and checks those
     // (detail::check_gathered_rows).
-    word_ = emb.prefix("word_embeddings").get_unchecked("weight", {c.vocab_size, H});
-    pos_ = emb.prefix("position_embeddings").get_unchecked("weight", {c.max_position_embeddings, H});
+    word_ = emb.prefix("word_embeddings").get_unchecked("weight", {c.vocab_size, E});
+    pos_ = emb.prefix("position_embeddings").get_unchecked("weight", {c.max_position_embeddings, E});
     if (variant.token_type_embeddings)
-      type_ = emb.prefix("token_type_embeddings").get_unchecked("weight", {c.type_vocab_size, H});
-    emb_ln_ = nn::LayerNorm::load(emb.prefix("LayerNorm"), H, (float)c.layer_norm_eps);
+      type_ = emb.prefix("token_type_embeddings").get_unchecked("weight", {c.type_vocab_size, E});
+    emb_ln_ = nn::LayerNorm::load(emb.prefix("LayerNorm"), E, (float)c.layer_norm_eps);
+    if (E != H) project_ = nn::Linear::load_packed({vb.prefix("embeddings_project")}, E, H, ct);
     auto layer = variant.layer ? variant.layer : bert_layer;
     for (int64_t l = 0; l < c.num_hidden_layers; ++l)
       layers_.push_back(layer(vb.prefix(variant.layers).prefix(l), c, ct, /*trainable=*/false));
@@ -116,18 +118,21 @@ class Bert : public EncoderModel {
     Tensor x = Tensor::empty({B, L, H});
     OpTimer t_emb("embeddings");  // sections for bench_encoder --breakdown (core/profile.h; off: no cost)
     float* X = x.f32();
-    // Embeddings: word + position + token_type, then LayerNorm.
+    // Embeddings: word + position + token_type, then LayerNorm, E wide; then ELECTRA's projection to H.
+    const int64_t E = project_.in_features > 0 ? project_.in_features : H;
+    std::vector<float> projected_from(E != H ? N * E : 0);
+    float* XE = E != H ? projected_from.data() : X;
     const int64_t* tt = tt_ids.defined() ? tt_ids.i64() : nullptr;
     const float *we = word_.data(), *pe = pos_.data(), *te = type_.defined() ? type_.data() : nullptr;
 #pragma omp parallel for if (N * H > 65536)
     for (int64_t n = 0; n < N; ++n) {
-      const float* w = we + ids[n] * H;
-      const float* p = pe + (position_ids.empty() ? n % L : position_ids[n]) * H;
+      const float* w = we + ids[n] * E;
+      const float* p = pe + (position_ids.empty() ? n % L : position_ids[n]) * E;
       if (te) {
-        const float* t = te + (tt ? tt[n] : 0) * H;
-        for (int64_t h = 0; h < H; ++h) X[n * H + h] = w[h] + p[h] + t[h];
+        const float* t = te + (tt ? tt[n] : 0) * E;
+        for (int64_t h = 0; h < E; ++h) XE[n * E + h] = w[h] + p[h] + t[h];
       } else {
-        for (int64_t h = 0; h < H; ++h) X[n * H + h] = w[h] + p[h];
+        for (int64_t h = 0; h < E; ++h) XE[n * E + h] = w[h] + p[h];
       }
     }
     std::vector<detail::GatheredTable> tables = {
@@ -135,8 +140,9 @@ class Bert : public EncoderModel {
         {"embeddings.position_embeddings.weight", pe,
          [&](int64_t n) { return position_ids.empty() ? n % L : position_ids[n]; }}};
     if (te) tables.push_back({"embeddings.token_type_embeddings.weight", te, [&](int64_t n) { return tt ? tt[n] : 0; }});
-    detail::check_gathered_rows(X, N, H, tables);
-    emb_ln_.forward_inference(X, X, N);
+    detail::check_gathered_rows(XE, N, E, tables);
+    emb_ln_.forward_inference(XE, XE, N);
+    if (E != H) project_.forward_inference(X, XE, N);
     if (all_layers) std::memcpy(hs.f32(), X, sizeof(float) * N * H);
     t_emb.stop();
 
@@ -156,6 +162,7 @@ class Bert : public EncoderModel {
   bool positions_from_padding_ = false;
   nn::Param word_, pos_, type_;
   nn::LayerNorm emb_ln_;
+  nn::Linear project_;  // ELECTRA's embeddings_project [H, E]; undefined when E == H
   std::vector<nn::EncoderBlock> layers_;
   nn::Linear pooler_;
 };
@@ -186,6 +193,14 @@ nn::EncoderBlock detail::post_ln_layer(const nn::Vars& vb, const EncoderConfig& 
   b.norm2 = nn::LayerNorm::load(vb.prefix(n.norm2), H, eps);
   b.norm_first = false;
   return b;
+}
+
+int64_t detail::embedding_size(const EncoderConfig& c, const BertVariant& variant) {
+  if (!variant.embeddings_project) return c.hidden_size;
+  const int64_t E = json_int_or(c.json, "embedding_size", 128, c.source);  // ElectraConfig's default
+  if (E <= 0) throw std::runtime_error(c.source + ": key 'embedding_size' must be positive, found " + std::to_string(E));
+  check_at_most(c.source, "embedding_size", E, 1 << 14);
+  return E;
 }
 
 // modeling_roberta.py create_position_ids_from_input_ids: cumsum(ids != pad) * (ids != pad) + pad, [B * L].
@@ -264,19 +279,21 @@ BertTrainable::BertTrainable(nn::ParamStore& store, const EncoderConfig& c, cons
     : config_(c), variant_(variant), prefix_(variant.prefix), first_token_only_(first_token_only) {
   variant_.prefix = nullptr;  // prefix_ holds it (the caller's string may not outlive this constructor)
   check_padding_positions(c, variant);
-  const int64_t H = c.hidden_size;
+  const int64_t H = c.hidden_size, E = detail::embedding_size(c, variant);
   nn::Vars vb(store);
   if (!prefix_.empty()) vb = vb.prefix(prefix_.substr(0, prefix_.size() - (prefix_.back() == '.' ? 1 : 0)));
   const nn::Vars emb = vb.prefix("embeddings");
-  emb_.word = emb.prefix("word_embeddings").get("weight", {c.vocab_size, H});
-  emb_.position = emb.prefix("position_embeddings").get("weight", {c.max_position_embeddings, H});
+  emb_.word = emb.prefix("word_embeddings").get("weight", {c.vocab_size, E});
+  emb_.position = emb.prefix("position_embeddings").get("weight", {c.max_position_embeddings, E});
   if (variant.token_type_embeddings)
-    emb_.type = emb.prefix("token_type_embeddings").get("weight", {c.type_vocab_size, H});
-  emb_.norm = nn::LayerNorm::load(emb.prefix("LayerNorm"), H, (float)c.layer_norm_eps);
+    emb_.type = emb.prefix("token_type_embeddings").get("weight", {c.type_vocab_size, E});
+  emb_.norm = nn::LayerNorm::load(emb.prefix("LayerNorm"), E, (float)c.layer_norm_eps);
+  // ElectraModel registers embeddings_project after the embeddings and before the encoder.
+  if (E != H) emb_.project = nn::Linear::load(vb.prefix("embeddings_project"), E, H);
   emb_.vocab_size = c.vocab_size;
   emb_.max_positions = c.max_position_embeddings;
   emb_.type_vocab_size = c.type_vocab_size;
-  emb_.dim = H;
+  emb_.dim = E;
   emb_.train_position = variant.trainable_position_embeddings;
   auto layer = variant.layer ? variant.layer : bert_layer;
   for (int64_t l = 0; l < c.num_hidden_layers; ++l)
@@ -382,6 +399,7 @@ void BertTrainable::set_precision(ops::ComputeType precision) {
                             &l.ffn.linear1, &l.ffn.linear2})
       lin->precision = precision;
   pooler_.precision = precision;
+  emb_.project.precision = precision;
 }
 
 const float* BertTrainable::last_hidden_state() const {

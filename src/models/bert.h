@@ -63,7 +63,16 @@ struct BertVariant {
   // create_sinusoidal_embeddings sets requires_grad False): BertTrainable gives it no gradient and lists it in
   // frozen_names(), which the fine-tuning optimizer leaves as loaded.
   bool trainable_position_embeddings = true;
+  // true: ELECTRA's embeddings (modeling_electra.py ElectraModel): the tables and their LayerNorm are
+  // embedding_size wide (config "embedding_size", default 128 as ElectraConfig's), and when embedding_size differs from
+  // hidden_size "embeddings_project" [hidden_size, embedding_size] (with bias) maps the normed embeddings to the
+  // layers' width (after the embeddings' dropout in training); hidden_states[0] is the projected output.
+  bool embeddings_project = false;
 };
+// The width of the variant's embedding tables: config "embedding_size" for embeddings_project variants (absent:
+// 128, ElectraConfig's default), else hidden_size. Throws std::runtime_error naming config.source when it is not positive
+// or above 2^14.
+int64_t embedding_size(const EncoderConfig& config, const BertVariant& variant);
 // create_position_ids_from_input_ids(ids [B, L], padding_idx) -> [B * L] (RoBERTa: padding_idx = pad_token_id;
 // MPNet: 1). Throws std::invalid_argument when padding_idx + L reaches max_position_embeddings (the message names
 // the padding index as `pad_name` and says how far to truncate).
