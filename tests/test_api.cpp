@@ -192,7 +192,9 @@ TEST(Api, ClassifierMatchesPyTorch) {
   const tfm::Classifier c(fixture("heads_seqcls"), classifier_options(1));
   EXPECT_EQ(c.labels(), (std::vector<std::string>{"negative", "neutral", "positive"}));
   const tfm::Tensor want = e.get("logits"), scores = e.get("scores");
-  const tfm::FloatArray lg = c.logits(s, {"", 0, 3});
+  tfm::ClassifyOptions three;
+  three.batch_size = 3;
+  const tfm::FloatArray lg = c.logits(s, three);
   ASSERT_EQ(lg.shape(), (std::vector<int64_t>{8, 3}));
   EXPECT_TRUE(tfm::test::all_close(lg.data(), want.f32(), 24, 1e-4f, 1e-4f));
   const std::vector<tfm::Classification> r = c.classify(s);
@@ -205,6 +207,8 @@ TEST(Api, ClassifierMatchesPyTorch) {
     ASSERT_EQ(r[b].scores.size(), 3u);
     EXPECT_GE(r[b].scores[0], r[b].scores[1]);
   }
-  EXPECT_THROW(c.classify({"hello"}, {"tanh"}), std::invalid_argument);
+  tfm::ClassifyOptions tanh;
+  tanh.function = "tanh";
+  EXPECT_THROW(c.classify({"hello"}, tanh), std::invalid_argument);
   EXPECT_THROW(tfm::Classifier(fixture("heads_mlm")), std::runtime_error);
 }

@@ -13,6 +13,7 @@
 
 #include "tfm/array.h"
 #include "tfm/encoder.h"
+#include "tfm/pipeline.h"
 #include "tfm/tokenizer.h"
 
 namespace tfm {
@@ -48,6 +49,20 @@ struct ClassifyOptions {
   std::string function;
   int64_t max_length = 0;   ///< truncate texts to this many tokens (0 = error when over max_position_embeddings)
   int64_t batch_size = 32;  ///< texts per forward pass
+  /// Second texts of (text, text_pair) inputs, as the pipeline's {"text", "text_pair"} (BERT: [CLS] text [SEP]
+  /// text_pair [SEP]): empty, or one per text ("" for a text without one). Truncation with max_length is
+  /// longest_first.
+  std::vector<std::string> text_pairs;
+};
+
+/// Zero-shot classification with an NLI head (ZeroShotClassificationPipeline).
+struct ZeroShotOptions {
+  std::string hypothesis_template = "This example is {}.";  ///< "{}" is replaced by each candidate label
+  /// false: the labels' entailment logits softmaxed together (scores sum to 1); true: each label's entailment
+  /// against contradiction on its own.
+  bool multi_label = false;
+  int64_t max_length = 0;   ///< truncate each (sequence, hypothesis) pair (longest_first; 0 = error when over)
+  int64_t batch_size = 32;  ///< pairs per forward pass
 };
 
 /// One text's result: every label with its score, best first (ties keep the config.json order).
@@ -86,6 +101,17 @@ class Classifier {
   /// One Classification per text. Throws std::invalid_argument for an empty list, an empty text, invalid UTF-8,
   /// a text over max_position_embeddings (without max_length), an unknown function or batch_size < 1.
   std::vector<Classification> classify(const std::vector<std::string>& texts, const ClassifyOptions& options = {}) const;
+  /// Zero-shot classification of each sequence over `candidate_labels` (ZeroShotClassificationPipeline): each
+  /// (sequence, hypothesis_template with the label) pair through the NLI head, scored by tfm::zero_shot_result
+  /// with the entailment id of entailment_id(). Throws std::invalid_argument for no sequences or labels, an empty
+  /// sequence or label, a template without "{}", pairs over max_position_embeddings without max_length;
+  /// std::runtime_error when the head has fewer than 2 labels.
+  std::vector<ZeroShotResult> zero_shot(const std::vector<std::string>& sequences,
+                                        const std::vector<std::string>& candidate_labels,
+                                        const ZeroShotOptions& options = {}) const;
+  /// The entailment label's id (tfm::entailment_id of labels()): -1 when no label starts with "entail", and
+  /// zero_shot() then takes the last label, as the pipeline does (after its warning).
+  int64_t entailment_id() const;
   /// The head's logits [texts.size(), num_labels] float32 (same errors).
   FloatArray logits(const std::vector<std::string>& texts, const ClassifyOptions& options = {}) const;
   /// Logits of already tokenized inputs (tokenizer().encode() / encode_pair(); a pair is one input),
@@ -123,19 +149,13 @@ class Classifier {
   std::unique_ptr<Impl> impl_;
 };
 
-/// One tagged token of TokenClassifier::tag, as the token-classification pipeline (aggregation_strategy "none")
-/// returns it.
-struct TokenTag {
-  std::string entity;      ///< its best label (id2label)
-  float score = 0;         ///< that label's score
-  int64_t index = 0;       ///< position of the token in the encoding ([CLS] = 0)
-  std::string word;        ///< the token ("##" continues a word)
-  int64_t start = 0, end = 0;  ///< character (code point) offsets [start, end) in the text
-};
-
 struct TagOptions {
   std::string function = "softmax";  ///< "softmax", "sigmoid" or "none"
-  bool all_tokens = false;           ///< keep tokens whose best label is "O"
+  bool all_tokens = false;           ///< keep every token (or group): ignore_labels empty
+  /// The pipeline's aggregation_strategy: "none" (tokens), "simple", "first", "average" or "max" (entity groups).
+  std::string aggregation_strategy = "none";
+  /// Labels (none) or entity groups (other strategies) left out, the pipeline's default ["O"].
+  std::vector<std::string> ignore_labels = {"O"};
 };
 
 /// Thread-safety: immutable after construction; tag() may be called from several threads.
@@ -147,10 +167,18 @@ class TokenClassifier {
   TokenClassifier(TokenClassifier&&) noexcept;
   TokenClassifier& operator=(TokenClassifier&&) noexcept;
 
-  /// Per input (tokenizer().encode() of one text, offsets included) its tokens but [CLS], [SEP] and padding, with
-  /// their best label; one forward pass. Throws std::invalid_argument for an empty batch or input, an input longer
-  /// than max_position_embeddings() or an unknown function.
+  /// Per input (tokenizer().encode() of one text, offsets included) its tokens but the special ones, with their
+  /// best label (aggregation "none"); one forward pass. An unknown-token piece keeps its vocabulary string (the
+  /// overload with texts gives the text it stands for). Throws std::invalid_argument for an empty batch or input,
+  /// an input longer than max_position_embeddings(), an unknown function, or another aggregation strategy.
   std::vector<std::vector<TokenTag>> tag(const std::vector<TextEncoding>& batch, const TagOptions& options = {}) const;
+  /// The token-classification pipeline over `texts` and their encodings (batch[i] = tokenizer().encode(texts[i])):
+  /// TokenClassificationPipeline.gather_pre_entities (an unknown-token piece takes the text it stands for; a
+  /// piece is a subword when the tokenizer has a continuing_subword_prefix and the piece is longer or shorter than
+  /// its text, else when no space precedes it), then tfm::aggregate_entities with options.aggregation_strategy
+  /// and ignore_labels (none when all_tokens). Throws as tag(), and when the sizes differ.
+  std::vector<std::vector<TokenTag>> tag(const std::vector<TextEncoding>& batch, const std::vector<std::string>& texts,
+                                         const TagOptions& options = {}) const;
 
   const std::vector<std::string>& labels() const;  ///< id2label, [num_labels]
   const Tokenizer& tokenizer() const;

@@ -6,6 +6,7 @@
 /// tfm::Classifier::rerank_score (tfm/classifier.h).
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -64,6 +65,91 @@ std::vector<float> truncate_dimensions(std::vector<float> embedding, int64_t dim
 /// Reads the safetensors header of DIR (or DIR/0_Transformer for a sentence-transformers folder), no weights.
 /// Throws tfm::FileNotFoundError when neither holds weights.
 std::string stored_dtype(const std::string& dir);
+
+// ------------------------------------------------------------------------------------------ text classification
+
+/// One label with its score.
+struct LabelScore {
+  std::string label;
+  float score = 0;
+};
+
+/// The text-classification pipeline's ranking (TextClassificationPipeline.postprocess with top_k given): every
+/// label with its score (`labels[i]`, `scores[i]`), best first (ties keep the label order), the first `top_k`
+/// (0 = all; more than the labels = all). Throws std::invalid_argument when the sizes differ or top_k < 0.
+std::vector<LabelScore> rank_labels(const std::vector<std::string>& labels, const std::vector<float>& scores,
+                                    int64_t top_k = 0);
+
+// ------------------------------------------------------------------------------------------ zero-shot
+
+/// Candidate labels given as one string, as the zero-shot pipeline's argument handler splits them: on ",", each
+/// stripped of whitespace, empty ones dropped. Throws std::invalid_argument when none is left.
+std::vector<std::string> split_candidate_labels(const std::string& labels);
+/// `hypothesis_template` with its first "{}" replaced by `label` (Python's str.format of the pipeline). Throws
+/// std::invalid_argument when the template has no "{}" (the pipeline's "The provided hypothesis_template ... was
+/// not able to be formatted with the target labels").
+std::string format_hypothesis(const std::string& hypothesis_template, const std::string& label);
+/// The entailment label's id as ZeroShotClassificationPipeline.entailment_id finds it: the first label (by id)
+/// whose lower-cased name starts with "entail"; -1 when none does (the pipeline then uses the last label).
+int64_t entailment_id(const std::vector<std::string>& id2label);
+
+/// One sequence's zero-shot answer, as the pipeline returns it: the candidate labels best first with their scores.
+struct ZeroShotResult {
+  std::string sequence;
+  std::vector<std::string> labels;  ///< [candidate labels], best first
+  std::vector<float> scores;        ///< [candidate labels], of `labels`
+};
+/// ZeroShotClassificationPipeline.postprocess over the NLI logits of (sequence, hypothesis of each label):
+/// `logits` [candidate_labels.size(), num_labels] row-major. multi_label (or a single label): per label the softmax
+/// of [contradiction, entailment] logits (contradiction = the last label when entailment is 0, else label 0),
+/// its entailment probability; otherwise the softmax of the entailment logits over the labels. `entailment` as
+/// entailment_id (-1 = the last label). Labels sorted by score, best first (ties keep the given order). Throws
+/// std::invalid_argument for no labels or num_labels < 2.
+ZeroShotResult zero_shot_result(const std::string& sequence, const std::vector<std::string>& candidate_labels,
+                                const float* logits, int64_t num_labels, int64_t entailment, bool multi_label);
+
+// ------------------------------------------------------------------------------------------ token classification
+
+/// The token-classification pipeline's aggregation_strategy.
+enum class AggregationStrategy {
+  None,     ///< every token with its best label
+  Simple,   ///< tokens grouped into entities by their B-/I- tags
+  First,    ///< words (a token and its subword pieces) take the label of their first piece, then grouped
+  Average,  ///< words take the best label of their pieces' mean scores, then grouped
+  Max,      ///< words take the label of their most confident piece, then grouped
+};
+/// "none", "simple", "first", "average" or "max". Throws std::invalid_argument naming them for anything else.
+AggregationStrategy parse_aggregation_strategy(const std::string& name);
+
+/// One tagged token (aggregation none) or entity group (other strategies), as the token-classification pipeline
+/// returns it.
+struct TokenTag {
+  std::string entity;  ///< the best label (id2label); for a group its entity_group: the label without "B-" / "I-"
+  float score = 0;     ///< that label's score; for a group the mean of its words' scores
+  int64_t index = 0;   ///< position of the token in the encoding ([CLS] = 0); -1 for a group (the pipeline has none)
+  /// The vocabulary piece ("##" continues a word; an unknown-token piece: the text it stands for); for a group
+  /// its pieces joined by the tokenizer's decoder (convert_tokens_to_string).
+  std::string word;
+  int64_t start = 0, end = 0;  ///< character (code point) offsets [start, end) in the text
+  bool group() const { return index < 0; }
+};
+
+/// One non-special token with its label scores: the pipeline's gather_pre_entities entry.
+struct TokenScores {
+  std::string word;           ///< the vocabulary piece, or the text an unknown token stands for
+  std::vector<float> scores;  ///< [num_labels] softmax probabilities
+  int64_t index = 0;          ///< position in the encoding
+  int64_t start = 0, end = 0;  ///< code point offsets in the text
+  bool is_subword = false;    ///< continues the word of the token before it
+};
+
+/// TokenClassificationPipeline.aggregate + group_entities + the ignore_labels filter over one text's tokens:
+/// `id2label` [num_labels]; `ignore_labels` compared with entity (none) or entity_group (others);
+/// `tokens_to_string` joins pieces into a word (the tokenizer's convert_tokens_to_string).
+std::vector<TokenTag> aggregate_entities(const std::vector<TokenScores>& tokens,
+                                         const std::vector<std::string>& id2label, AggregationStrategy strategy,
+                                         const std::vector<std::string>& ignore_labels,
+                                         const std::function<std::string(const std::vector<std::string>&)>& tokens_to_string);
 
 /// A folder's tokenizer must not produce ids outside the model's embedding table. Throws std::runtime_error
 /// "<where>: tokenizer vocabulary (N tokens) is larger than config.json vocab_size (M)" when it would.

@@ -408,12 +408,52 @@ PYBIND11_MODULE(_tfm, m) {
       .def(
           "classify",
           [](const tfm::Classifier& c, const py::object& texts, bool all_scores, const std::string& function,
-             int64_t max_length, int64_t batch_size) -> py::list {
+             int64_t max_length, int64_t batch_size, const py::object& top_k) -> py::list {
             tfm::ClassifyOptions o;
             o.function = function;
             o.max_length = max_length;
             o.batch_size = batch_size;
-            std::vector<std::string> t = string_list(texts, "texts");
+            // top_k: None = the best label as a dict; N = a list of the best N; "all" = every label.
+            int64_t k = all_scores ? -1 : 0;
+            if (!top_k.is_none()) {
+              if (py::isinstance<py::str>(top_k)) {
+                if (top_k.cast<std::string>() != "all")
+                  throw py::value_error("top_k must be a whole number >= 1, 'all' or None, got '" +
+                                        top_k.cast<std::string>() + "'");
+                k = -1;
+              } else {
+                k = top_k.cast<int64_t>();
+                if (k < 1) throw py::value_error("top_k must be >= 1 ('all' or None), got " + std::to_string(k));
+              }
+            }
+            // Items: a text, a (text, text_pair) tuple or list, or {"text", "text_pair"} (the pipeline's forms).
+            if (py::isinstance<py::str>(texts))
+              throw py::value_error("texts must be a list of strings, got a single str (wrap it in a list)");
+            std::vector<std::string> t;
+            bool any_pair = false;
+            std::vector<std::string> pairs;
+            const py::sequence seq = py::reinterpret_borrow<py::sequence>(texts);
+            for (size_t i = 0; i < seq.size(); ++i) {
+              const py::object item = seq[i];
+              if (py::isinstance<py::dict>(item)) {
+                const py::dict d = item.cast<py::dict>();
+                if (!d.contains("text")) throw py::value_error("texts[" + std::to_string(i) + "] has no 'text'");
+                t.push_back(d["text"].cast<std::string>());
+                pairs.push_back(d.contains("text_pair") ? d["text_pair"].cast<std::string>() : "");
+              } else if (py::isinstance<py::tuple>(item) || py::isinstance<py::list>(item)) {
+                const std::vector<std::string> p = string_list(item, "a (text, text_pair) item");
+                if (p.size() != 2)
+                  throw py::value_error("texts[" + std::to_string(i) + "] must be a text or a (text, text_pair) pair");
+                t.push_back(p[0]);
+                pairs.push_back(p[1]);
+              } else {
+                t.push_back(string_list(py::make_tuple(item), "texts")[0]);
+                pairs.push_back("");
+                continue;
+              }
+              any_pair |= !pairs.back().empty();
+            }
+            if (any_pair) o.text_pairs = pairs;
             std::vector<tfm::Classification> r;
             {
               py::gil_scoped_release nogil;
@@ -421,26 +461,67 @@ PYBIND11_MODULE(_tfm, m) {
             }
             py::list out;
             for (const auto& x : r) {
-              auto entry = [&](size_t k) {
+              auto entry = [&](size_t j) {
                 py::dict d;
-                d["label"] = x.labels[k];
-                d["score"] = (double)x.scores[k];
+                d["label"] = x.labels[j];
+                d["score"] = (double)x.scores[j];
                 return d;
               };
-              if (!all_scores) {
+              if (k == 0) {
                 out.append(entry(0));
                 continue;
               }
               py::list all;
-              for (size_t k = 0; k < x.labels.size(); ++k) all.append(entry(k));
+              for (size_t j = 0; j < x.labels.size() && (k < 0 || (int64_t)j < k); ++j) all.append(entry(j));
               out.append(all);
             }
             return out;
           },
           py::arg("texts"), py::arg("all_scores") = false, py::arg("function") = "", py::arg("max_length") = 0,
-          py::arg("batch_size") = 32,
-          "Per text {'label': str, 'score': float} of the best label, as `tfm classify` prints; all_scores=True: "
-          "a list of every label's, best first. function: '' (the pipeline default), 'softmax', 'sigmoid', 'none'")
+          py::arg("batch_size") = 32, py::arg("top_k") = py::none(),
+          "Per text {'label': str, 'score': float} of the best label, as `tfm classify` prints; top_k=N: a list "
+          "of the best N, best first; top_k='all' (or all_scores=True): every label's. An item may be a text, a "
+          "(text, text_pair) pair or {'text', 'text_pair'}, as the text-classification pipeline takes them. "
+          "function: '' (the pipeline default), 'softmax', 'sigmoid', 'none'")
+      .def(
+          "zero_shot",
+          [](const tfm::Classifier& c, const py::object& sequences, const py::object& candidate_labels,
+             const std::string& hypothesis_template, bool multi_label, int64_t max_length,
+             int64_t batch_size) -> py::object {
+            const bool one = py::isinstance<py::str>(sequences);
+            std::vector<std::string> seqs =
+                one ? std::vector<std::string>{sequences.cast<std::string>()} : string_list(sequences, "sequences");
+            std::vector<std::string> labels = py::isinstance<py::str>(candidate_labels)
+                                                  ? tfm::split_candidate_labels(candidate_labels.cast<std::string>())
+                                                  : string_list(candidate_labels, "candidate_labels");
+            tfm::ZeroShotOptions o;
+            o.hypothesis_template = hypothesis_template;
+            o.multi_label = multi_label;
+            o.max_length = max_length;
+            o.batch_size = batch_size;
+            std::vector<tfm::ZeroShotResult> r;
+            {
+              py::gil_scoped_release nogil;
+              r = c.zero_shot(seqs, labels, o);
+            }
+            py::list out;
+            for (const auto& x : r) {
+              py::dict d;
+              d["sequence"] = x.sequence;
+              d["labels"] = x.labels;
+              py::list sc;
+              for (float v : x.scores) sc.append((double)v);
+              d["scores"] = sc;
+              out.append(d);
+            }
+            return one ? py::object(out[0]) : py::object(out);
+          },
+          py::arg("sequences"), py::arg("candidate_labels"), py::arg("hypothesis_template") = "This example is {}.",
+          py::arg("multi_label") = false, py::arg("max_length") = 0, py::arg("batch_size") = 32,
+          "Zero-shot classification with an NLI head, as the zero-shot-classification pipeline: {'sequence', "
+          "'labels', 'scores'} (labels best first) for a str, a list of them for a list. candidate_labels: a list "
+          "or one comma-separated str; the entailment label found by name in id2label. ValueError for no labels, "
+          "a template without {}, an empty sequence")
       .def(
           "logits",
           [](const tfm::Classifier& c, const py::object& texts, int64_t max_length, int64_t batch_size) {
@@ -928,22 +1009,28 @@ PYBIND11_MODULE(_tfm, m) {
       .def(
           "tag",
           [](const tfm::TokenClassifier& c, const py::object& texts, const std::string& function, bool all_tokens,
-             int64_t max_length) {
+             int64_t max_length, const std::string& aggregation_strategy, const py::object& ignore_labels) {
             std::vector<std::string> t = string_list(texts, "texts");
             tfm::TagOptions o;
             o.function = function;
             o.all_tokens = all_tokens;
+            o.aggregation_strategy = aggregation_strategy;
+            if (!ignore_labels.is_none()) o.ignore_labels = string_list(ignore_labels, "ignore_labels");
             std::vector<std::vector<tfm::TokenTag>> r;
             {
               py::gil_scoped_release nogil;
-              r = c.tag(encode_texts(c.tokenizer(), t, max_length), o);
+              r = c.tag(encode_texts(c.tokenizer(), t, max_length), t, o);
             }
             py::list out;
             for (const auto& row : r) {
               py::list l;
               for (const auto& x : row) {
                 py::dict d;
-                d["entity"] = x.entity, d["score"] = x.score, d["index"] = x.index, d["word"] = x.word;
+                if (x.group()) {
+                  d["entity_group"] = x.entity, d["score"] = x.score, d["word"] = x.word;
+                } else {
+                  d["entity"] = x.entity, d["score"] = x.score, d["index"] = x.index, d["word"] = x.word;
+                }
                 d["start"] = x.start, d["end"] = x.end;
                 l.append(d);
               }
@@ -952,7 +1039,10 @@ PYBIND11_MODULE(_tfm, m) {
             return out;
           },
           py::arg("texts"), py::arg("function") = "softmax", py::arg("all_tokens") = false, py::arg("max_length") = 0,
-          "Per text a list of {entity, score, index, word, start, end} (label O left out unless all_tokens)")
+          py::arg("aggregation_strategy") = "none", py::arg("ignore_labels") = py::none(),
+          "Per text a list of {entity, score, index, word, start, end} (aggregation_strategy 'none'), or of entity "
+          "groups {entity_group, score, word, start, end} ('simple', 'first', 'average', 'max'), as the "
+          "token-classification pipeline; ignore_labels (default ['O']) left out unless all_tokens")
       .def_property_readonly("labels", &tfm::TokenClassifier::labels);
   py::class_<tfm::MaskFiller>(m, "MaskFiller",
                               "*ForMaskedLM folder of any encoder family: the fill-mask pipeline. Calls from several "

@@ -13,6 +13,7 @@
 #include "ops/gemm.h"
 #include "models/heads.h"
 #include "io/text_file.h"
+#include "text/tokenizer/unicode.h"
 
 namespace tfm {
 
@@ -164,6 +165,9 @@ FloatArray Classifier::logits(const std::vector<std::string>& texts, const Class
   if (texts.empty()) throw std::invalid_argument("texts is empty");
   if (o.batch_size < 1) throw std::invalid_argument("batch_size must be >= 1, got " + std::to_string(o.batch_size));
   if (o.max_length < 0) throw std::invalid_argument("max_length must be >= 0, got " + std::to_string(o.max_length));
+  if (!o.text_pairs.empty() && o.text_pairs.size() != texts.size())
+    throw std::invalid_argument("text_pairs: give one per text (" + std::to_string(texts.size()) + " texts, " +
+                                std::to_string(o.text_pairs.size()) + " pairs)");
   const int64_t limit = m.max_input_tokens();
   std::vector<Encoding> enc;
   for (size_t i = 0; i < texts.size(); ++i) {
@@ -172,7 +176,12 @@ FloatArray Classifier::logits(const std::vector<std::string>& texts, const Class
     if (auto bad = find_invalid_utf8(texts[i]))
       throw std::invalid_argument("text " + std::to_string(i) + ": invalid UTF-8 at byte offset " +
                                   std::to_string(*bad));
-    enc.push_back(m.tokenizer().encode(texts[i], nullptr, true, o.max_length));
+    const std::string* pair = o.text_pairs.empty() || o.text_pairs[i].empty() ? nullptr : &o.text_pairs[i];
+    if (pair)
+      if (auto bad = find_invalid_utf8(*pair))
+        throw std::invalid_argument("text_pair " + std::to_string(i) + ": invalid UTF-8 at byte offset " +
+                                    std::to_string(*bad));
+    enc.push_back(m.tokenizer().encode(texts[i], pair, true, o.max_length));
     if ((int64_t)enc.back().input_ids.size() > limit)
       throw std::invalid_argument("text " + std::to_string(i) + " has " + std::to_string(enc.back().input_ids.size()) +
                                   " tokens, more than the model takes (" + std::to_string(limit) +
@@ -213,13 +222,41 @@ std::vector<Classification> Classifier::classify(const std::vector<std::string>&
   const int64_t C = m.num_labels();
   const auto& names = labels();
   std::vector<Classification> out(texts.size());
-  for (size_t b = 0; b < texts.size(); ++b) {
-    std::vector<float> sc = apply_score_function(lg.data() + b * C, C, fn);
-    std::vector<int64_t> order(C);
-    std::iota(order.begin(), order.end(), 0);
-    std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t c) { return sc[a] > sc[c]; });
-    for (int64_t k : order) out[b].labels.push_back(names[k]), out[b].scores.push_back(sc[k]);
+  for (size_t b = 0; b < texts.size(); ++b)
+    for (const LabelScore& x : rank_labels(names, apply_score_function(lg.data() + b * C, C, fn)))
+      out[b].labels.push_back(x.label), out[b].scores.push_back(x.score);
+  return out;
+}
+
+int64_t Classifier::entailment_id() const { return tfm::entailment_id(labels()); }
+
+std::vector<ZeroShotResult> Classifier::zero_shot(const std::vector<std::string>& sequences,
+                                                  const std::vector<std::string>& candidate_labels,
+                                                  const ZeroShotOptions& o) const {
+  const int64_t C = num_labels();
+  if (C < 2)
+    throw std::runtime_error("zero-shot classification needs an NLI head with entailment and contradiction "
+                             "labels; this model has " + std::to_string(C));
+  if (sequences.empty()) throw std::invalid_argument("sequences is empty");
+  if (candidate_labels.empty()) throw std::invalid_argument("candidate_labels is empty");
+  std::vector<std::string> hypotheses;
+  for (size_t i = 0; i < candidate_labels.size(); ++i) {
+    if (candidate_labels[i].find_first_not_of(" \t\v\f\r\n") == std::string::npos)
+      throw std::invalid_argument("candidate label " + std::to_string(i) + " is empty");
+    hypotheses.push_back(format_hypothesis(o.hypothesis_template, candidate_labels[i]));
   }
+  ClassifyOptions co;
+  co.max_length = o.max_length;
+  co.batch_size = o.batch_size;
+  std::vector<std::string> premises;
+  for (const std::string& s : sequences)
+    for (size_t k = 0; k < hypotheses.size(); ++k) premises.push_back(s), co.text_pairs.push_back(hypotheses[k]);
+  const FloatArray lg = logits(premises, co);
+  const size_t n = candidate_labels.size();
+  std::vector<ZeroShotResult> out;
+  for (size_t s = 0; s < sequences.size(); ++s)
+    out.push_back(zero_shot_result(sequences[s], candidate_labels, lg.data() + s * n * C, C, entailment_id(),
+                                   o.multi_label));
   return out;
 }
 
@@ -241,8 +278,21 @@ int64_t TokenClassifier::max_position_embeddings() const { return impl_->model->
 const std::string& TokenClassifier::dtype() const { return impl_->dtype; }
 
 std::vector<std::vector<TokenTag>> TokenClassifier::tag(const std::vector<TextEncoding>& in, const TagOptions& o) const {
+  return tag(in, {}, o);
+}
+
+std::vector<std::vector<TokenTag>> TokenClassifier::tag(const std::vector<TextEncoding>& in,
+                                                        const std::vector<std::string>& texts,
+                                                        const TagOptions& o) const {
   const TaskModel& m = *impl_->model;
   const ScoreFunction fn = parse_function(o.function.empty() ? "softmax" : o.function, ScoreFunction::Softmax);
+  const AggregationStrategy strategy = parse_aggregation_strategy(o.aggregation_strategy);
+  if (texts.empty() && strategy != AggregationStrategy::None)
+    throw std::invalid_argument("aggregation strategy '" + o.aggregation_strategy +
+                                "' needs the texts (tag(batch, texts, options))");
+  if (!texts.empty() && texts.size() != in.size())
+    throw std::invalid_argument("tag: " + std::to_string(in.size()) + " encodings but " +
+                                std::to_string(texts.size()) + " texts");
   for (size_t i = 0; i < in.size(); ++i)
     if (in[i].offsets.size() != in[i].input_ids.size())
       throw std::invalid_argument("input " + std::to_string(i) + " has no offsets (tokenize it with encode())");
@@ -252,18 +302,45 @@ std::vector<std::vector<TokenTag>> TokenClassifier::tag(const std::vector<TextEn
   const int64_t L = bt.input_ids.size(1), C = m.num_labels();
   const auto& labels = m.head_config().id2label;
   const BertTokenizer& tok = m.tokenizer();
+  const std::string prefix = tok.engine().continuing_subword_prefix();
+  const std::vector<std::string> ignore = o.all_tokens ? std::vector<std::string>{} : o.ignore_labels;
+  auto join = [&](const std::vector<std::string>& pieces) { return tok.engine().decode_tokens(pieces); };
   std::vector<std::vector<TokenTag>> out(in.size());
   for (size_t b = 0; b < in.size(); ++b) {
+    const std::u32string text = texts.empty() ? std::u32string() : tok::decode_utf8(texts[b]);
+    auto slice = [&](int64_t s, int64_t e) {
+      s = std::clamp<int64_t>(s, 0, (int64_t)text.size());
+      e = std::clamp<int64_t>(e, s, (int64_t)text.size());
+      return text.substr((size_t)s, (size_t)(e - s));
+    };
+    // gather_pre_entities: every token the tokenizer did not add, with its scores.
+    std::vector<TokenScores> pre;
     for (size_t i = 0; i < in[b].input_ids.size(); ++i) {
       const int64_t id = in[b].input_ids[i];
-      if (id == tok.cls_id() || id == tok.sep_id() || id == tok.pad_id()) continue;
-      std::vector<float> sc = apply_score_function(logits.f32() + ((int64_t)b * L + (int64_t)i) * C, C, fn);
-      const int64_t k = std::max_element(sc.begin(), sc.end()) - sc.begin();
-      if (labels[k] == "O" && !o.all_tokens) continue;
+      const bool special = in[b].special.size() == in[b].input_ids.size()
+                               ? (bool)in[b].special[i]
+                               : id == tok.cls_id() || id == tok.sep_id() || id == tok.pad_id();
+      if (special) continue;
       // Offsets of tokens without a place in the text are (0, 0), as Hugging Face's offset_mapping gives them.
       const auto [start, end] = in[b].offsets[i].first < 0 ? std::pair<int64_t, int64_t>{0, 0} : in[b].offsets[i];
-      out[b].push_back({labels[k], sc[k], (int64_t)i, in[b].tokens[i], start, end});
+      TokenScores t{in[b].tokens[i], apply_score_function(logits.f32() + ((int64_t)b * L + (int64_t)i) * C, C, fn),
+                    (int64_t)i, start, end, false};
+      if (!texts.empty()) {
+        const std::u32string ref = slice(start, end);
+        if (!prefix.empty()) {
+          t.is_subword = tok::decode_utf8(t.word).size() != ref.size();
+        } else {  // the pipeline's fallback for tokenizers without word pieces: no space before the token
+          const std::u32string around = slice(start - 1, start + 1);
+          t.is_subword = start > 0 && around.find(U' ') == std::u32string::npos;
+        }
+        if (id == tok.unk_id()) {
+          t.word = tok::encode_utf8(ref);
+          t.is_subword = false;
+        }
+      }
+      pre.push_back(std::move(t));
     }
+    out[b] = aggregate_entities(pre, labels, strategy, ignore, join);
   }
   return out;
 }

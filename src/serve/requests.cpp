@@ -1,9 +1,12 @@
 #include "serve/requests.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstdint>
 #include <nlohmann/json.hpp>
+
+#include "tfm/pipeline.h"
 
 namespace tfm::serve {
 
@@ -523,6 +526,80 @@ PredictRequest parse_predict_request(std::string_view body, const RequestLimits&
                            "' is not supported; use \"sigmoid\", \"softmax\" or \"none\"");
   if (r.raw_scores && r.function != "none")
     throw validation_error("`raw_scores` true asks for no function; `function_to_apply` '" + r.function + "' for one");
+  return r;
+}
+
+bool asks_zero_shot(std::string_view body) {
+  const json j = json::parse(body, nullptr, false);
+  if (!j.is_object()) return false;
+  if (j.contains("candidate_labels")) return true;
+  auto p = j.find("parameters");
+  return p != j.end() && p->is_object() && p->contains("candidate_labels");
+}
+
+ZeroShotRequest parse_zero_shot_request(std::string_view body, const RequestLimits& limits) {
+  json j = parse_object(body);
+  lift_parameters(j, {"candidate_labels", "multi_label", "hypothesis_template", "truncate"});
+  only_fields(j, {"inputs", "candidate_labels", "multi_label", "hypothesis_template", "truncate"});
+  ZeroShotRequest r;
+  r.texts = string_or_list(j, "inputs", limits, r.single);
+  auto c = j.find("candidate_labels");
+  if (c == j.end() || c->is_null()) throw validation_error("`candidate_labels` is missing: give a list of labels");
+  if (c->is_string()) {
+    try {
+      r.candidate_labels = split_candidate_labels(c->get<std::string>());
+    } catch (const std::invalid_argument& e) {
+      throw validation_error(std::string("`candidate_labels`: ") + e.what());
+    }
+  } else {
+    bool single = false;
+    r.candidate_labels = string_or_list(j, "candidate_labels", limits, single);
+  }
+  r.hypothesis_template = string_or(j, "hypothesis_template", r.hypothesis_template);
+  if (r.hypothesis_template.find("{}") == std::string::npos)
+    throw validation_error("`hypothesis_template` \"" + excerpt(r.hypothesis_template) +
+                           "\" has no {} where the label goes (as in \"This example is {}.\")");
+  r.multi_label = bool_or(j, "multi_label", false);
+  r.truncate = optional_bool(j, "truncate");
+  return r;
+}
+
+TaskInputsRequest parse_token_classification_request(std::string_view body, const RequestLimits& limits) {
+  json j = parse_object(body);
+  lift_parameters(j, {"aggregation_strategy", "ignore_labels", "truncate"});
+  only_fields(j, {"inputs", "aggregation_strategy", "ignore_labels", "truncate"});
+  TaskInputsRequest r;
+  r.texts = string_or_list(j, "inputs", limits, r.single);
+  r.aggregation_strategy = string_or(j, "aggregation_strategy", "none");
+  for (char& ch : r.aggregation_strategy) ch = (char)std::tolower((unsigned char)ch);
+  try {
+    parse_aggregation_strategy(r.aggregation_strategy);
+  } catch (const std::invalid_argument& e) {
+    throw validation_error(std::string("`aggregation_strategy`: ") + e.what());
+  }
+  if (auto it = j.find("ignore_labels"); it != j.end() && !it->is_null()) {
+    if (!it->is_array()) throw validation_error("`ignore_labels` must be a list of labels");
+    r.ignore_labels.emplace();
+    for (const json& l : *it) {
+      if (!l.is_string()) throw validation_error("`ignore_labels` must be a list of labels");
+      r.ignore_labels->push_back(l.get<std::string>());
+    }
+  }
+  r.truncate = optional_bool(j, "truncate");
+  return r;
+}
+
+TaskInputsRequest parse_fill_mask_request(std::string_view body, const RequestLimits& limits) {
+  json j = parse_object(body);
+  lift_parameters(j, {"top_k", "truncate"});
+  only_fields(j, {"inputs", "top_k", "truncate"});
+  TaskInputsRequest r;
+  r.texts = string_or_list(j, "inputs", limits, r.single);
+  if (auto k = j.find("top_k"); k != j.end() && !k->is_null()) {
+    if (!k->is_number_integer() || k->get<int64_t>() < 1) throw validation_error("`top_k` must be a whole number >= 1");
+    r.top_k = k->get<int64_t>();
+  }
+  r.truncate = optional_bool(j, "truncate");
   return r;
 }
 

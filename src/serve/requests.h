@@ -170,6 +170,34 @@ struct RerankRequest {
   bool raw_scores = false, return_text = false;
   std::optional<bool> truncate;
 };
+// Zero-shot classification, the Hugging Face Inference API's shape: {"inputs": text or [texts], "parameters":
+// {"candidate_labels": [labels] or "a, b", "multi_label", "hypothesis_template"}} (the parameters also accepted at
+// the top level), "truncate".
+struct ZeroShotRequest {
+  std::vector<std::string> texts;
+  bool single = false;  // `inputs` was one string: answer one object
+  std::vector<std::string> candidate_labels;
+  std::string hypothesis_template = "This example is {}.";
+  bool multi_label = false;
+  std::optional<bool> truncate;
+};
+ZeroShotRequest parse_zero_shot_request(std::string_view body, const RequestLimits& limits);
+// Whether a /predict body asks for zero-shot classification (a candidate_labels field or parameter).
+bool asks_zero_shot(std::string_view body);
+
+// Token classification and fill-mask at /predict, the Hugging Face Inference API's shapes: {"inputs": text or
+// [texts], "parameters": {"aggregation_strategy", "ignore_labels"}} / {"inputs", "parameters": {"top_k"}}.
+struct TaskInputsRequest {
+  std::vector<std::string> texts;
+  bool single = false;
+  std::string aggregation_strategy = "none";
+  std::optional<std::vector<std::string>> ignore_labels;
+  int64_t top_k = 5;
+  std::optional<bool> truncate;
+};
+TaskInputsRequest parse_token_classification_request(std::string_view body, const RequestLimits& limits);
+TaskInputsRequest parse_fill_mask_request(std::string_view body, const RequestLimits& limits);
+
 RerankRequest parse_rerank_request(std::string_view body, const RequestLimits& limits);
 
 // /attention (web page): {"q": string, "beam_size"?: 1..max_beam_size} ("source" and "target" taken, unused).

@@ -99,7 +99,7 @@ class Server {
   void meta_routes();       // routes_meta.cpp: /, /health, /metrics, /info, /openapi.json, /v1/models; hooks
   void embed_routes();      // routes_embed.cpp: /embed, /embed_all, /v1/embeddings, /similarity, /embed_sparse,
                             // /tokenize, /decode
-  void classify_routes();   // routes_classify.cpp: /predict, /rerank
+  void classify_routes();   // routes_classify.cpp: /predict, /rerank, /zero-shot-classification
   void translate_routes();  // routes_translate.cpp: /translate, /attention, /languages
   void libretranslate_routes();  // routes_libretranslate.cpp: /detect, /frontend/settings, /translate_file,
                                  // /download_file/NAME, /suggest
@@ -136,6 +136,15 @@ class Server {
   // Tokenizes (text, pair) inputs for the head (422 over max_position_embeddings unless truncating).
   std::vector<Task> logit_tasks(const std::vector<std::string>& texts, const std::vector<std::string>* pairs,
                                 bool truncate, bool single, const char* field);
+  // /predict on a token-classification folder (the pipeline's entities, aggregation_strategy, ignore_labels) and
+  // on a masked-LM folder (fill-mask: top_k candidates per [MASK]), in the Hugging Face Inference API's shapes;
+  // zero-shot classification with an NLI head (/zero-shot-classification, or /predict with candidate_labels).
+  void predict_tokens(const httplib::Request& req, httplib::Response& res);
+  void predict_fill_mask(const httplib::Request& req, httplib::Response& res);
+  void zero_shot(const httplib::Request& req, httplib::Response& res);
+  // Encodes texts for a head with offsets (422 over `limit` tokens unless truncating).
+  std::vector<TextEncoding> head_encodings(const Tokenizer& tok, const std::vector<std::string>& texts, bool truncate,
+                                           int64_t limit, bool single);
 
   // routes_translate.cpp
   // The pair serving source -> target ("auto": the first pair into target), or 422 naming the pairs served.
@@ -197,6 +206,7 @@ class Server {
   std::map<int64_t, std::pair<size_t, TranslateOptions>> custom_;
   int64_t next_custom_ = 0;
   TranslationBackend* translator_ = nullptr;  // translation: one per --model, the first is translator_ (/attention)
+  std::unique_ptr<TokenClassifier> tagger_;  // token classification, when the folder has that head
   std::unique_ptr<Classifier> head_;  // sequence classification / cross-encoder, when the folder has one
   std::unique_ptr<MaskFiller> sparse_;  // masked-LM head: /embed_sparse
   std::mutex prompt_mu_;

@@ -47,6 +47,8 @@ class Model {
   virtual ~Model() = default;
   virtual void tokenize(std::string_view piece, std::vector<Token>& out) const = 0;
   virtual std::string type() const = 0;
+  // The model's continuing_subword_prefix (WordPiece "##", a BPE's when it sets one), "" when it has none.
+  virtual std::string continuing_subword_prefix() const { return ""; }
   const Vocab& vocab() const { return vocab_; }
   int64_t token_to_id(std::string_view t) const {
     auto it = vocab_.find(t);

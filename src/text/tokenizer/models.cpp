@@ -81,6 +81,7 @@ class WordPieceModel : public Model {
     unk_id_ = token_to_id(unk_);
   }
   std::string type() const override { return "WordPiece"; }
+  std::string continuing_subword_prefix() const override { return prefix_; }
 
   void tokenize(std::string_view s, std::vector<Token>& out) const override {
     size_t nchars = 0;
@@ -201,6 +202,7 @@ class BpeModel : public Model {
     if (unk_) unk_id_ = token_to_id(*unk_);
   }
   std::string type() const override { return "BPE"; }
+  std::string continuing_subword_prefix() const override { return prefix_; }
 
   void tokenize(std::string_view s, std::vector<Token>& out) const override {
     if (s.empty()) return;

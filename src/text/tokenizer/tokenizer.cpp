@@ -669,6 +669,19 @@ std::string HfTokenizer::decode(const std::vector<int64_t>& ids, bool skip_speci
   return out;
 }
 
+std::string HfTokenizer::decode_tokens(std::vector<std::string> tokens) const {
+  std::string out;
+  if (!impl_->decoder) {
+    for (size_t i = 0; i < tokens.size(); ++i) out += (i ? " " : "") + tokens[i];
+    return out;
+  }
+  impl_->decoder->decode_chain(tokens);
+  for (const auto& t : tokens) out += t;
+  return out;
+}
+
+std::string HfTokenizer::continuing_subword_prefix() const { return impl_->model->continuing_subword_prefix(); }
+
 std::string HfTokenizer::normalize(std::string_view text) const {
   NormStr n = NormStr::from_original(decode_utf8(text), 0);
   if (impl_->normalizer) impl_->normalizer->normalize(n);

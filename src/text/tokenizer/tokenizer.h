@@ -85,6 +85,11 @@ class HfTokenizer {
   // Ids to text, as tokenizers decodes (clean_up_tokenization_spaces false); skip_special drops special added
   // tokens. Unknown ids are skipped.
   std::string decode(const std::vector<int64_t>& ids, bool skip_special = true) const;
+  // Token strings to text through the file's decoder (tokens joined by spaces without one), as transformers'
+  // PreTrainedTokenizerFast.convert_tokens_to_string; nothing is skipped.
+  std::string decode_tokens(std::vector<std::string> tokens) const;
+  // The model's continuing_subword_prefix ("##" for WordPiece), "" when it has none (Unigram, most BPE files).
+  std::string continuing_subword_prefix() const;
   // Normalizer output on the whole text (no added-token split). Throws like encode().
   std::string normalize(std::string_view text) const;
 
