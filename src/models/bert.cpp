@@ -73,13 +73,14 @@ class Bert : public EncoderModel {
     const nn::Vars vb(w, variant.aliases ? variant.aliases : bert_aliases);
     const nn::Vars emb = vb.prefix("embeddings");
     // Read in place and unchecked: forward reads only the rows of the ids it sees, and checks those
-    // (detail::check_gathered_rows).
-    word_ = emb.prefix("word_embeddings").get_unchecked("weight", {c.vocab_size, E});
-    pos_ = emb.prefix("position_embeddings").get_unchecked("weight", {c.max_position_embeddings, E});
+    // (nn::Embeddings::forward_inference).
+    emb_.word = emb.prefix("word_embeddings").get_unchecked("weight", {c.vocab_size, E});
+    emb_.position = emb.prefix("position_embeddings").get_unchecked("weight", {c.max_position_embeddings, E});
     if (variant.token_type_embeddings)
-      type_ = emb.prefix("token_type_embeddings").get_unchecked("weight", {c.type_vocab_size, E});
-    emb_ln_ = nn::LayerNorm::load(emb.prefix("LayerNorm"), E, (float)c.layer_norm_eps);
-    if (E != H) project_ = nn::Linear::load_packed({vb.prefix("embeddings_project")}, E, H, ct);
+      emb_.type = emb.prefix("token_type_embeddings").get_unchecked("weight", {c.type_vocab_size, E});
+    emb_.norm = nn::LayerNorm::load(emb.prefix("LayerNorm"), E, (float)c.layer_norm_eps);
+    if (E != H) emb_.project = nn::Linear::load_packed({vb.prefix("embeddings_project")}, E, H, ct);
+    emb_.dim = E;
     auto layer = variant.layer ? variant.layer : bert_layer;
     for (int64_t l = 0; l < c.num_hidden_layers; ++l)
       layers_.push_back(layer(vb.prefix(variant.layers).prefix(l), c, ct, /*trainable=*/false));
@@ -105,7 +106,7 @@ class Bert : public EncoderModel {
                     bool all_layers, bool unpadded, bool first_token = false) const {
     const EncoderConfig& c = config_;
     // A family without token type embeddings takes no token_type_ids (DistilBertModel.forward has none).
-    const Tensor tt_ids = type_.defined() ? token_type_ids : Tensor();
+    const Tensor tt_ids = emb_.type.defined() ? token_type_ids : Tensor();
     std::vector<float> key_mask = detail::check_encoder_inputs(c, input_ids, tt_ids, attention_mask);
     const int64_t B = input_ids.size(0), L = input_ids.size(1), H = c.hidden_size;
     const int64_t N = B * L, NL = c.num_hidden_layers;
@@ -119,30 +120,8 @@ class Bert : public EncoderModel {
     OpTimer t_emb("embeddings");  // sections for bench_encoder --breakdown (core/profile.h; off: no cost)
     float* X = x.f32();
     // Embeddings: word + position + token_type, then LayerNorm, E wide; then ELECTRA's projection to H.
-    const int64_t E = project_.in_features > 0 ? project_.in_features : H;
-    std::vector<float> projected_from(E != H ? N * E : 0);
-    float* XE = E != H ? projected_from.data() : X;
-    const int64_t* tt = tt_ids.defined() ? tt_ids.i64() : nullptr;
-    const float *we = word_.data(), *pe = pos_.data(), *te = type_.defined() ? type_.data() : nullptr;
-#pragma omp parallel for if (N * H > 65536)
-    for (int64_t n = 0; n < N; ++n) {
-      const float* w = we + ids[n] * E;
-      const float* p = pe + (position_ids.empty() ? n % L : position_ids[n]) * E;
-      if (te) {
-        const float* t = te + (tt ? tt[n] : 0) * E;
-        for (int64_t h = 0; h < E; ++h) XE[n * E + h] = w[h] + p[h] + t[h];
-      } else {
-        for (int64_t h = 0; h < E; ++h) XE[n * E + h] = w[h] + p[h];
-      }
-    }
-    std::vector<detail::GatheredTable> tables = {
-        {"embeddings.word_embeddings.weight", we, [&](int64_t n) { return ids[n]; }},
-        {"embeddings.position_embeddings.weight", pe,
-         [&](int64_t n) { return position_ids.empty() ? n % L : position_ids[n]; }}};
-    if (te) tables.push_back({"embeddings.token_type_embeddings.weight", te, [&](int64_t n) { return tt ? tt[n] : 0; }});
-    detail::check_gathered_rows(XE, N, E, tables);
-    emb_ln_.forward_inference(XE, XE, N);
-    if (E != H) project_.forward_inference(X, XE, N);
+    emb_.forward_inference(X, ids, position_ids.empty() ? nullptr : position_ids.data(),
+                           tt_ids.defined() ? tt_ids.i64() : nullptr, N, L);
     if (all_layers) std::memcpy(hs.f32(), X, sizeof(float) * N * H);
     t_emb.stop();
 
@@ -160,9 +139,7 @@ class Bert : public EncoderModel {
   }
 
   bool positions_from_padding_ = false;
-  nn::Param word_, pos_, type_;
-  nn::LayerNorm emb_ln_;
-  nn::Linear project_;  // ELECTRA's embeddings_project [H, E]; undefined when E == H
+  nn::Embeddings emb_;  // word, position, token type (optional), LayerNorm, ELECTRA's embeddings_project (E != H)
   std::vector<nn::EncoderBlock> layers_;
   nn::Linear pooler_;
 };
@@ -365,21 +342,7 @@ void BertTrainable::forward(const nn::Context& ctx, const int64_t* input_ids, co
     detail::mpnet_position_bias(score_bias_.data(), rel_bias_.data(), c.num_attention_heads, L);
     mask_.bias = score_bias_.data();
   }
-  const float* x = emb_.out.data();
-  for (size_t l = 0; l < layers_.size(); ++l) {
-    const bool first_only = first_token_only() && l + 1 == layers_.size();
-    ops::AttentionMask mask = mask_;
-    if (first_only && rel_bias_.defined()) {  // [heads, 1, L]: row 0 of each head's table
-      const int64_t heads = c.num_attention_heads;
-      score_bias_first_.resize(heads * L);
-      for (int64_t h = 0; h < heads; ++h)
-        std::memcpy(score_bias_first_.data() + h * L, score_bias_.data() + h * L * L, sizeof(float) * L);
-      mask.bias = score_bias_first_.data();
-    }
-    layers_[l].forward(ctx, x, B, L, mask, first_only);
-    if (l > 0) layers_[l - 1].release_output();  // read; backward recomputes it (EncoderBlock::restore_output)
-    x = layers_[l].out.data();
-  }
+  const float* x = nn::encoder_stack_forward(layers_, ctx, emb_.out.data(), B, L, mask_, first_token_only());
   // The last layer's rows: [B, L, H], or [B, 1, H] (first_token_only).
   const int64_t last_L = first_token_only() ? 1 : L;
   if (pooler_.weight.defined()) {  // tanh(dense(h[:, 0]))
@@ -421,22 +384,10 @@ void BertTrainable::backward(const float* dlast, const float* dpooled) {
       for (int64_t h = 0; h < H; ++h) dx_[b * last_L * H + h] += dcls[b * H + h];
   }
   if (rel_bias_.defined()) dscore_bias_.assign(c.num_attention_heads * L * L, 0.0f);
-  for (int64_t l = (int64_t)layers_.size() - 1; l >= 0; --l) {
-    tmp_.assign(N * H, 0.0f);
-    if (l > 0) layers_[l].set_input(layers_[l - 1].restore_output());
-    layers_[l].backward(dx_.data(), tmp_.data());
-    if (l > 0) layers_[l - 1].release_output();
-    std::swap(dx_, tmp_);
-    if (rel_bias_.defined()) {  // the table is shared by the layers: their score-bias gradients add up
-      const std::vector<float>& d = layers_[l].attention.dbias;
-      if (layers_[l].first_token_L) {  // [heads, 1, L]: row 0 of each head's table
-        for (int64_t h = 0; h < c.num_attention_heads; ++h)
-          for (int64_t j = 0; j < L; ++j) dscore_bias_[h * L * L + j] += d[h * L + j];
-      } else {
-        for (size_t i = 0; i < d.size(); ++i) dscore_bias_[i] += d[i];
-      }
-    }
-  }
+  tmp_.resize(N * H);
+  nn::encoder_stack_backward(layers_, dx_.data(), tmp_.data(), N * H,
+                             rel_bias_.defined() ? dscore_bias_.data() : nullptr);
+  std::swap(dx_, tmp_);
   if (rel_bias_.defined())
     detail::mpnet_position_bias_backward(rel_bias_.grad(), dscore_bias_.data(), c.num_attention_heads, L);
   emb_.backward(dx_.data());

@@ -158,7 +158,6 @@ class BertTrainable final : public TrainableEncoder {
   std::vector<int64_t> ids_, types_, positions_;
   std::vector<float> key_mask_, cls_, pooled_, dx_, tmp_;
   std::vector<float> score_bias_, dscore_bias_;  // [heads, L, L]: MPNet's position bias and its gradient
-  std::vector<float> score_bias_first_;          // [heads, 1, L]: its row 0 (a first_token_only last layer)
   ops::AttentionMask mask_;
   bool first_token_only_ = false;
 };

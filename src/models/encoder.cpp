@@ -131,30 +131,6 @@ Tensor pooler_output(const nn::Linear& dense, const float* first, const float* x
   return pooled;
 }
 
-void check_gathered_rows(const float* x, int64_t N, int64_t H, const std::vector<GatheredTable>& tables) {
-  const int64_t n_all = N * H;
-  int bad = 0;
-#pragma omp parallel for reduction(| : bad) schedule(static) if (n_all > (1 << 18))
-  for (int64_t n = 0; n < N; ++n) {
-    int b = 0;
-    const float* r = x + n * H;
-#pragma omp simd reduction(| : b)
-    for (int64_t h = 0; h < H; ++h) b |= !(std::fabs(r[h]) <= FLT_MAX);
-    bad |= b;
-  }
-  if (!bad) return;
-  for (int64_t n = 0; n < N; ++n)
-    for (const GatheredTable& t : tables) {
-      const int64_t row = t.row(n);
-      const float* r = t.data + row * H;
-      for (int64_t h = 0; h < H; ++h)
-        if (!std::isfinite(r[h]))
-          throw std::runtime_error("embedding table '" + std::string(t.name) + "': row " + std::to_string(row) +
-                                   " contains NaN or Inf at column " + std::to_string(h) + " (token " +
-                                   std::to_string(n) + " of the batch)");
-    }
-}
-
 std::vector<float> check_encoder_inputs(const EncoderConfig& c, const Tensor& input_ids, const Tensor& token_type_ids,
                                         const Tensor& attention_mask) {
   if (input_ids.ndim() != 2 || input_ids.dtype() != DType::I64)

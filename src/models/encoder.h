@@ -109,21 +109,6 @@ namespace tfm::detail {
 std::vector<float> check_encoder_inputs(const EncoderConfig& c, const Tensor& input_ids, const Tensor& token_type_ids,
                                         const Tensor& attention_mask);
 
-// One embedding table a forward gathered rows from: its checkpoint name, its values [rows, H], and the row that
-// token n of the batch read.
-struct GatheredTable {
-  const char* name;
-  const float* data;
-  std::function<int64_t(int64_t n)> row;
-};
-// Inference encoders load their embedding tables without the file's NaN / Inf check (nn::Vars::get_unchecked):
-// reading a 30,000-row word table only to check it took a tenth of a one-sentence `tfm encode`, and a forward
-// reads only the rows of its ids. PyTorch propagates a bad row into the outputs of exactly the tokens that use it,
-// so forward checks what it gathered instead: x [N, H], the sum of the tables' rows for each token, before the
-// LayerNorm. Throws std::runtime_error "embedding table 'NAME': row R contains NaN or Inf (token n of the batch)"
-// for the first token whose rows hold one; nothing when x is finite, or when only the sum overflowed.
-void check_gathered_rows(const float* x, int64_t N, int64_t H, const std::vector<GatheredTable>& tables);
-
 // BertPooler / MPNetPooler: tanh(dense(h[:, 0])), [B, H]. first: [B, H] (a first-token forward's rows) or null, then
 // h[:, 0] is read from x [B, L, H].
 Tensor pooler_output(const nn::Linear& dense, const float* first, const float* x, int64_t B, int64_t L, int64_t H);

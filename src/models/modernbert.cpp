@@ -58,7 +58,7 @@ void read_modernbert(const nn::Vars& vb, const EncoderConfig& c, const ModernBer
                      ops::ComputeType ct, nn::Param& tok, nn::LayerNorm& emb_norm,
                      std::vector<nn::EncoderBlock>& layers, nn::LayerNorm& final_norm) {
   const int64_t H = c.hidden_size;
-  // Unchecked from a file: inference reads only the rows of its ids and checks those (detail::check_gathered_rows);
+  // Unchecked from a file: inference reads only the rows of its ids and checks those (nn::Embeddings::forward_inference);
   // a ParamStore registers it as get() would.
   tok = vb.prefix("embeddings.tok_embeddings").get_unchecked("weight", {c.vocab_size, H});
   emb_norm = nn::LayerNorm::load(vb.prefix("embeddings.norm"), H, (float)m.norm_eps, m.norm_bias);
@@ -74,7 +74,9 @@ class ModernBert : public EncoderModel {
  public:
   ModernBert(const EncoderConfig& c, WeightSource& w, ops::ComputeType ct) : m_(ModernBertConfig::from(c)) {
     config_ = c;
-    read_modernbert(nn::Vars(w, modernbert_aliases), c, m_, false, ct, tok_, emb_norm_, layers_, final_norm_);
+    read_modernbert(nn::Vars(w, modernbert_aliases), c, m_, false, ct, emb_.word, emb_.norm, layers_, final_norm_);
+    emb_.dim = c.hidden_size;
+    emb_.word_name = "embeddings.tok_embeddings.weight";
   }
   EncoderOutput forward(const Tensor& input_ids, const Tensor& token_type_ids, const Tensor& attention_mask,
                         bool all_layers) const override {
@@ -102,10 +104,7 @@ class ModernBert : public EncoderModel {
     float* X = x.f32();
     {
       OpTimer t("embeddings");
-      ops::embedding_forward(X, ids, tok_.data(), N, c.vocab_size, H);
-      detail::check_gathered_rows(X, N, H, {{"embeddings.tok_embeddings.weight", tok_.data(),
-                                              [&](int64_t n) { return ids[n]; }}});
-      emb_norm_.forward_inference(X, X, N);
+      emb_.forward_inference(X, ids, nullptr, nullptr, N, L);
     }
     if (all_layers) std::memcpy(hs.f32(), X, sizeof(float) * N * H);
     const bool gather = unpadded && nn::real_tokens_contiguous(key_mask.data(), B, L);
@@ -119,8 +118,8 @@ class ModernBert : public EncoderModel {
   }
 
   ModernBertConfig m_;
-  nn::Param tok_;
-  nn::LayerNorm emb_norm_, final_norm_;
+  nn::Embeddings emb_;  // tok_embeddings, norm
+  nn::LayerNorm final_norm_;
   std::vector<nn::EncoderBlock> layers_;
 };
 

@@ -73,9 +73,10 @@ class MPNet : public EncoderModel {
     const nn::Vars vb(w, mpnet_aliases);
     const nn::Vars emb = vb.prefix("embeddings");
     // Read in place and unchecked: forward reads only the rows it needs and checks those.
-    word_ = emb.prefix("word_embeddings").get_unchecked("weight", {c.vocab_size, H});
-    pos_ = emb.prefix("position_embeddings").get_unchecked("weight", {c.max_position_embeddings, H});
-    emb_ln_ = nn::LayerNorm::load(emb.prefix("LayerNorm"), H, (float)c.layer_norm_eps);
+    emb_.word = emb.prefix("word_embeddings").get_unchecked("weight", {c.vocab_size, H});
+    emb_.position = emb.prefix("position_embeddings").get_unchecked("weight", {c.max_position_embeddings, H});
+    emb_.norm = nn::LayerNorm::load(emb.prefix("LayerNorm"), H, (float)c.layer_norm_eps);
+    emb_.dim = H;
     rel_bias_ = vb.prefix("encoder.relative_attention_bias")
                     .get("weight", {c.relative_attention_num_buckets, c.num_attention_heads});
     for (int64_t l = 0; l < c.num_hidden_layers; ++l)
@@ -115,17 +116,7 @@ class MPNet : public EncoderModel {
     OpTimer t_emb("embeddings");
     float* X = x.f32();
     // MPNetEmbeddings: word + position, then LayerNorm.
-    const float *we = word_.data(), *pe = pos_.data();
-#pragma omp parallel for if (N * H > 65536)
-    for (int64_t n = 0; n < N; ++n) {
-      const float* wr = we + ids[n] * H;
-      const float* pr = pe + position_ids[n] * H;
-      for (int64_t h = 0; h < H; ++h) X[n * H + h] = wr[h] + pr[h];
-    }
-    detail::check_gathered_rows(X, N, H,
-                                {{"embeddings.word_embeddings.weight", we, [&](int64_t n) { return ids[n]; }},
-                                 {"embeddings.position_embeddings.weight", pe, [&](int64_t n) { return position_ids[n]; }}});
-    emb_ln_.forward_inference(X, X, N);
+    emb_.forward_inference(X, ids, position_ids.data(), nullptr, N, L);
     if (all_layers) std::memcpy(hs.f32(), X, sizeof(float) * N * H);
     t_emb.stop();
 
@@ -148,8 +139,8 @@ class MPNet : public EncoderModel {
   }
 
   // create_position_ids_from_input_ids(input_ids, padding_idx 1), [B * L]; refuses rows past the position table.
-  nn::Param word_, pos_, rel_bias_;
-  nn::LayerNorm emb_ln_;
+  nn::Embeddings emb_;  // word + position (from padding_idx), LayerNorm
+  nn::Param rel_bias_;
   std::vector<nn::EncoderBlock> layers_;
   nn::Linear pooler_;
 };

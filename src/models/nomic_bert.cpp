@@ -122,12 +122,15 @@ class NomicBert : public EncoderModel {
     const int64_t H = c.hidden_size;
     const nn::Vars vb(w, nomic_aliases);
     const nn::Vars emb = vb.prefix("embeddings");
-    // Unchecked: forward checks the rows it gathers (detail::check_gathered_rows).
-    word_ = emb.prefix("word_embeddings").get_unchecked("weight", {c.vocab_size, H});
-    if (m_.token_types) type_ = emb.prefix("token_type_embeddings").get_unchecked("weight", {c.type_vocab_size, H});
+    // Unchecked: forward checks the rows it gathers (nn::Embeddings::forward_inference).
+    emb_.word = emb.prefix("word_embeddings").get_unchecked("weight", {c.vocab_size, H});
+    if (m_.token_types)
+      emb_.type = emb.prefix("token_type_embeddings").get_unchecked("weight", {c.type_vocab_size, H});
     if (m_.rotary_dim == 0)
-      pos_ = emb.prefix("position_embeddings").get_unchecked("weight", {c.max_position_embeddings, H});
-    emb_ln_ = nn::LayerNorm::load(vb.prefix("emb_ln"), H, (float)c.layer_norm_eps);
+      emb_.position = emb.prefix("position_embeddings").get_unchecked("weight", {c.max_position_embeddings, H});
+    emb_.norm = nn::LayerNorm::load(vb.prefix("emb_ln"), H, (float)c.layer_norm_eps);
+    emb_.dim = H;
+    emb_.type_first = true;  // NomicBertEmbeddings: word, then + token type, then + position
     const nn::Rotary rope = m_.rotary_dim > 0 ? nn::Rotary::make(m_.rotary_base, m_.rotary_dim) : nn::Rotary{};
     for (int64_t i = 0; i < c.num_hidden_layers; ++i)
       layers_.push_back(nomic_layer(vb.prefix("encoder.layers").prefix(i), c, m_, rope, ct));
@@ -147,7 +150,7 @@ class NomicBert : public EncoderModel {
   EncoderOutput run(const Tensor& input_ids, const Tensor& token_type_ids, const Tensor& attention_mask,
                     bool all_layers, bool unpadded) const {
     const EncoderConfig& c = config_;
-    const Tensor tt_ids = type_.defined() ? token_type_ids : Tensor();
+    const Tensor tt_ids = emb_.type.defined() ? token_type_ids : Tensor();
     std::vector<float> key_mask = detail::check_encoder_inputs(c, input_ids, tt_ids, attention_mask);
     const int64_t B = input_ids.size(0), L = input_ids.size(1), H = c.hidden_size, N = B * L;
     const int64_t* ids = input_ids.i64();
@@ -158,26 +161,7 @@ class NomicBert : public EncoderModel {
     float* X = x.f32();
     {
       OpTimer t("embeddings");
-      // NomicBertEmbeddings: word, then + token type, then + position (absolute positions only).
-      ops::embedding_forward(X, ids, word_.data(), N, c.vocab_size, H);
-      std::vector<detail::GatheredTable> tables = {
-          {"embeddings.word_embeddings.weight", word_.data(), [&](int64_t n) { return ids[n]; }}};
-      if (type_.defined()) {
-        const float* te = type_.data();
-        for (int64_t n = 0; n < N; ++n) {
-          const float* t = te + (tt ? tt[n] : 0) * H;
-          for (int64_t h = 0; h < H; ++h) X[n * H + h] += t[h];
-        }
-        tables.push_back({"embeddings.token_type_embeddings.weight", te, [&](int64_t n) { return tt ? tt[n] : 0; }});
-      }
-      if (pos_.defined()) {
-        const float* pe = pos_.data();
-        for (int64_t n = 0; n < N; ++n)
-          for (int64_t h = 0; h < H; ++h) X[n * H + h] += pe[(n % L) * H + h];
-        tables.push_back({"embeddings.position_embeddings.weight", pe, [&](int64_t n) { return n % L; }});
-      }
-      detail::check_gathered_rows(X, N, H, tables);
-      emb_ln_.forward_inference(X, X, N);
+      emb_.forward_inference(X, ids, nullptr, tt, N, L);
     }
     if (all_layers) std::memcpy(hs.f32(), X, sizeof(float) * N * H);
     const bool gather = unpadded && nn::real_tokens_contiguous(key_mask.data(), B, L);
@@ -190,8 +174,7 @@ class NomicBert : public EncoderModel {
   }
 
   NomicBertConfig m_;
-  nn::Param word_, type_, pos_;
-  nn::LayerNorm emb_ln_;
+  nn::Embeddings emb_;  // word, token type, absolute positions (without rotary), emb_ln
   std::vector<nn::EncoderBlock> layers_;
 };
 

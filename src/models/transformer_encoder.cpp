@@ -48,9 +48,11 @@ class TutorialEncoder : public EncoderModel {
     const int64_t H = c.hidden_size;
     const nn::Vars vb(w);
     // Read in place and unchecked: forward reads only the rows it needs and checks those.
-    tok_ = vb.prefix("embeddings.token_embeddings").get_unchecked("weight", {c.vocab_size, H});
-    pos_ = vb.prefix("embeddings.position_embeddings").get_unchecked("weight", {c.max_position_embeddings, H});
-    emb_ln_ = nn::LayerNorm::load(vb.prefix("embeddings.layer_norm"), H, 1e-12f);  // fixed in the reference module
+    emb_.word = vb.prefix("embeddings.token_embeddings").get_unchecked("weight", {c.vocab_size, H});
+    emb_.position = vb.prefix("embeddings.position_embeddings").get_unchecked("weight", {c.max_position_embeddings, H});
+    emb_.norm = nn::LayerNorm::load(vb.prefix("embeddings.layer_norm"), H, 1e-12f);  // fixed in the reference module
+    emb_.dim = H;
+    emb_.word_name = "embeddings.token_embeddings.weight";
     for (int64_t l = 0; l < c.num_hidden_layers; ++l) layers_.push_back(tutorial_layer(vb.prefix("layers").prefix(l), c, ct));
   }
 
@@ -74,15 +76,7 @@ class TutorialEncoder : public EncoderModel {
     Tensor x = Tensor::empty({B, L, H});
     float* X = x.f32();
     const int64_t* ids = input_ids.i64();
-    for (int64_t n = 0; n < N; ++n) {
-      const float* t = tok_.data() + ids[n] * H;
-      const float* p = pos_.data() + (n % L) * H;
-      for (int64_t h = 0; h < H; ++h) X[n * H + h] = t[h] + p[h];
-    }
-    detail::check_gathered_rows(X, N, H,
-                                {{"embeddings.token_embeddings.weight", tok_.data(), [&](int64_t n) { return ids[n]; }},
-                                 {"embeddings.position_embeddings.weight", pos_.data(), [&](int64_t n) { return n % L; }}});
-    emb_ln_.forward_inference(X, X, N);
+    emb_.forward_inference(X, ids, nullptr, nullptr, N, L);
     if (all_layers) std::memcpy(hs.f32(), X, sizeof(float) * N * H);
 
     nn::encoder_stack_inference(layers_, X, B, L, attention_mask.defined() ? key_mask.data() : nullptr, unpadded,
@@ -93,8 +87,7 @@ class TutorialEncoder : public EncoderModel {
     return out;
   }
 
-  nn::Param tok_, pos_;
-  nn::LayerNorm emb_ln_;
+  nn::Embeddings emb_;  // token + position, LayerNorm
   std::vector<nn::EncoderBlock> layers_;
 };
 

@@ -1,10 +1,13 @@
 #include "nn/layers.h"
 
+#include <cfloat>
 #include <cmath>
 #include <cstring>
 #include <functional>
 #include <memory>
 #include <stdexcept>
+#include <string>
+#include <tuple>
 
 #include "core/profile.h"
 #include "core/threading.h"
@@ -656,6 +659,59 @@ void Embeddings::backward(float* dout) {
   if (position.defined() && train_position)
     ops::embedding_backward(position.grad(), dsum.data(), positions.data(), N, H);
   if (type.defined()) ops::embedding_backward(type.grad(), dsum.data(), types.data(), N, H);
+}
+
+void Embeddings::forward_inference(float* out, const int64_t* ids, const int64_t* positions_, const int64_t* types_,
+                                   int64_t N, int64_t L) const {
+  const int64_t E = dim;
+  const bool projected = project.in_features > 0;  // packed for inference: no fp32 weight
+  std::vector<float> wide(projected ? N * E : 0);
+  float* X = projected ? wide.data() : out;
+  const float *we = word.data(), *pe = position.defined() ? position.data() : nullptr;
+  const float* te = type.defined() ? type.data() : nullptr;
+  auto pos = [&](int64_t n) { return positions_ ? positions_[n] : n % L; };
+  auto typ = [&](int64_t n) { return types_ ? types_[n] : 0; };
+#pragma omp parallel for if (N * E > 65536)
+  for (int64_t n = 0; n < N; ++n) {
+    const float* w = we + ids[n] * E;
+    float* x = X + n * E;
+    if (pe && te) {
+      const float *p = pe + pos(n) * E, *t = te + typ(n) * E;
+      if (type_first) {
+        for (int64_t h = 0; h < E; ++h) x[h] = w[h] + t[h] + p[h];
+      } else {
+        for (int64_t h = 0; h < E; ++h) x[h] = w[h] + p[h] + t[h];
+      }
+    } else if (pe || te) {
+      const float* o = pe ? pe + pos(n) * E : te + typ(n) * E;
+      for (int64_t h = 0; h < E; ++h) x[h] = w[h] + o[h];
+    } else {
+      std::memcpy(x, w, sizeof(float) * E);
+    }
+  }
+  // The rows' check: a non-finite sum, then the first token whose rows hold a NaN / Inf.
+  int bad = 0;
+#pragma omp parallel for reduction(| : bad) schedule(static) if (N * E > (1 << 18))
+  for (int64_t n = 0; n < N; ++n) {
+    int b = 0;
+    const float* r = X + n * E;
+#pragma omp simd reduction(| : b)
+    for (int64_t h = 0; h < E; ++h) b |= !(std::fabs(r[h]) <= FLT_MAX);
+    bad |= b;
+  }
+  if (bad)
+    for (int64_t n = 0; n < N; ++n)
+      for (auto [name, table, row] : {std::tuple{word_name, we, ids[n]}, std::tuple{position_name, pe, pe ? pos(n) : 0},
+                                      std::tuple{type_name, te, te ? typ(n) : 0}}) {
+        if (!table) continue;
+        for (int64_t h = 0; h < E; ++h)
+          if (!std::isfinite(table[row * E + h]))
+            throw std::runtime_error("embedding table '" + std::string(name) + "': row " + std::to_string(row) +
+                                     " contains NaN or Inf at column " + std::to_string(h) + " (token " +
+                                     std::to_string(n) + " of the batch)");
+      }
+  norm.forward_inference(X, X, N);
+  if (projected) project.forward_inference(out, X, N);
 }
 
 // ---------------------------------------------------------------- Embedding

@@ -217,6 +217,22 @@ struct Embeddings {
                int64_t L);
   // dout [N, out width], overwritten; the tables' gradients added to.
   void backward(float* dout);
+
+  // Inference on N tokens (rows of L): out [N, out width] = project(norm(word[ids] + position[positions] +
+  // type[types])), no dropout; the sum in forward's order, or word + type + position with type_first
+  // (NomicBertEmbeddings' order). positions: [N] or null (n % L); types: [N] or null (0); both read only when the
+  // table exists, all in range (the caller checked them). The tables may be loaded unchecked
+  // (Vars::get_unchecked: reading a 30,000-row table only to check it took a tenth of a one-sentence encode), so
+  // the rows gathered are checked instead: PyTorch propagates a bad row into the outputs of exactly the tokens that
+  // use it, and this throws std::runtime_error "embedding table 'NAME': row R contains NaN or Inf at column C
+  // (token n of the batch)" for the first such token (NAME: word_name, position_name, type_name); nothing when
+  // only the sum overflowed. Thread-safe.
+  void forward_inference(float* out, const int64_t* ids, const int64_t* positions, const int64_t* types, int64_t N,
+                         int64_t L) const;
+  bool type_first = false;
+  const char* word_name = "embeddings.word_embeddings.weight";
+  const char* position_name = "embeddings.position_embeddings.weight";
+  const char* type_name = "embeddings.token_type_embeddings.weight";
 };
 
 // torch.nn.Embedding, scaled and with a position table added (d2l's TransformerEncoder: embedding(x) *

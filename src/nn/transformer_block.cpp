@@ -479,21 +479,32 @@ void encoder_stack_inference(const std::vector<EncoderBlock>& layers, float* X, 
 }
 
 const float* encoder_stack_forward(std::vector<EncoderBlock>& layers, const Context& ctx, const float* x, int64_t B,
-                                   int64_t L, const ops::AttentionMask& mask) {
+                                   int64_t L, const ops::AttentionMask& mask, bool first_token_only) {
   for (size_t l = 0; l < layers.size(); ++l) {
-    layers[l].forward(ctx, x, B, L, mask);
+    const bool first_only = first_token_only && l + 1 == layers.size();
+    ops::AttentionMask m = mask;
+    if (first_only && mask.bias) {  // [heads, 1, L]: row 0 of each head's table
+      const int64_t heads = layers[l].attention.num_heads;
+      Buf& row = layers[l].bias_first;
+      row.resize(heads * L);
+      for (int64_t h = 0; h < heads; ++h) std::memcpy(row.data() + h * L, mask.bias + h * L * L, sizeof(float) * L);
+      m.bias = row.data();
+    }
+    layers[l].forward(ctx, x, B, L, m, first_only);
     if (l > 0) layers[l - 1].release_output();  // read; backward recomputes it (EncoderBlock::restore_output)
     x = layers[l].out.data();
   }
   return x;
 }
 
-void encoder_stack_backward(std::vector<EncoderBlock>& layers, const float* dout, float* dx, int64_t n) {
+void encoder_stack_backward(std::vector<EncoderBlock>& layers, const float* dout, float* dx, int64_t n,
+                            float* dscore_bias) {
   if (layers.empty()) {
     std::memcpy(dx, dout, sizeof(float) * n);
     return;
   }
-  Buf cur(dout, dout + n), next;
+  const EncoderBlock& last = layers.back();
+  Buf cur(dout, dout + last.N * last.H), next;
   for (int64_t l = (int64_t)layers.size() - 1; l >= 0; --l) {
     float* d = l == 0 ? dx : (next.assign(n, 0.0f), next.data());
     if (l == 0) std::memset(dx, 0, sizeof(float) * n);
@@ -502,6 +513,15 @@ void encoder_stack_backward(std::vector<EncoderBlock>& layers, const float* dout
     if (l > 0) {
       layers[l - 1].release_output();
       std::swap(cur, next);
+    }
+    if (dscore_bias) {  // the bias is shared by the layers: their gradients add up
+      const std::vector<float>& db = layers[l].attention.dbias;
+      if (const int64_t L = layers[l].first_token_L) {  // [heads, 1, L]: row 0 of each head's table
+        for (int64_t h = 0; h < layers[l].attention.num_heads; ++h)
+          for (int64_t j = 0; j < L; ++j) dscore_bias[h * L * L + j] += db[h * L + j];
+      } else {
+        for (size_t i = 0; i < db.size(); ++i) dscore_bias[i] += db[i];
+      }
     }
   }
 }

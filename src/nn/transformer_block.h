@@ -108,6 +108,7 @@ struct EncoderBlock {
   // first_token_only: x[:, 0] gathered [B, H] (the queries' input and the residual), its gradient (scratch), and
   // L of the forward (0: a full forward).
   Buf x_first, dx_first;
+  Buf bias_first;  // encoder_stack_forward's [heads, 1, L] row 0 of a shared score bias, for a first-token layer
   int64_t first_token_L = 0;
   int64_t N = 0, H = 0;  // N: the rows the sublayers ran on (B * L, or B)
 };
@@ -134,12 +135,16 @@ void encoder_stack_inference(const std::vector<EncoderBlock>& layers, float* X, 
 
 // The training forward of an encoder's layers on x [B, L, H] (alive until backward), each layer's saving forward
 // after the other (post-LN layers give back their outputs once read: EncoderBlock::release_output). Returns the
-// last layer's output [B, L, H] (x when there are no layers).
+// last layer's output [B, L, H] (x when there are no layers), or [B, 1, H] with first_token_only (the last layer
+// runs position 0's queries only: EncoderBlock::forward; a score bias in `mask`, [heads, L, L] shared by the
+// batch and the layers, is read at row 0 there).
 const float* encoder_stack_forward(std::vector<EncoderBlock>& layers, const Context& ctx, const float* x, int64_t B,
-                                   int64_t L, const ops::AttentionMask& mask);
-// Its backward: dout [n = B * L * H], the gradient of the last output; dx [n] written with the gradient of x.
-// Parameter gradients are added to.
-void encoder_stack_backward(std::vector<EncoderBlock>& layers, const float* dout, float* dx, int64_t n);
+                                   int64_t L, const ops::AttentionMask& mask, bool first_token_only = false);
+// Its backward: dout, the gradient of the last output (its shape); dx [n = B * L * H] written with the gradient of
+// x. Parameter gradients are added to. dscore_bias: null, or [heads, L, L] to which the gradient of the forward's
+// shared score bias is added (the sum over the layers, which all read it: MPNet's relative position bias).
+void encoder_stack_backward(std::vector<EncoderBlock>& layers, const float* dout, float* dx, int64_t n,
+                            float* dscore_bias = nullptr);
 
 // Whether every row of key_mask [B, L] (1 = real token) holds its real tokens as one contiguous run (right or
 // left padding, no holes): then positions relative inside a row are the same padded and unpadded.
