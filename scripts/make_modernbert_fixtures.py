@@ -48,7 +48,7 @@ and tests/fixtures/modernbert_seqcls/: config.json (ModernBertForSequenceClassif
   tokenizer.json, model.safetensors (model.* + head.* + classifier.*)
 and tests/fixtures/config_keys/modernbert_{seqcls,layer_types}/ (config keys at values other than their defaults;
   `--config-keys` writes only these): config.json, model.safetensors, expected.safetensors (input_ids,
-  attention_mask, and logits [2, 3] or last_hidden_state [2, 17, 64]); see config_key_fixtures().
+  attention_mask, and logits [2, 3] or last_hidden_state [2, 17, 32]); hidden 32, vocabulary 128; see config_key_fixtures().
 """
 import json
 import math
@@ -338,13 +338,18 @@ def main():
 CONFIG_KEYS = os.path.join(FIX, "config_keys")
 
 
+# Small sizes (the fixtures stay small): hidden 32 (head_dim 8) and a vocabulary of 128, vocab.txt's [PAD] [UNK]
+# [CLS] [SEP] [MASK] and t5 .. t127.
+SMALL_VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + [f"t{i}" for i in range(5, 128)]
+SMALL = {"vocab_size": len(SMALL_VOCAB), "hidden_size": 32, "intermediate_size": 48, "pad_token_id": 0,
+         "cls_token_id": 2, "bos_token_id": 2, "sep_token_id": 3, "eos_token_id": 3}
+
+
 def batch_inputs(c):
-    """The padded batch of main(): two tokenized sentences (17 and 14 tokens, the shorter padded)."""
-    cases = json.load(open(os.path.join(FIX, "tokenizer", "engine_cases.json"), encoding="utf-8"))["tokenizers"]
-    bpe = next(t for t in cases if t["name"] == "bpe_bytelevel")
-    texts = {x["text"]: x["input_ids"] for x in bpe["cases"] if x["add_special_tokens"] and "pair" not in x}
-    single = texts["A man in a blue shirt is standing on a ladder."]
-    other = texts["Two young, White males are outside near many bushes."]
+    """A padded batch like main()'s: [CLS] + random tokens + [SEP], 14 and 17 tokens, the shorter padded with 3
+    pads (fewer than local_attention // 2, so that every pad query sees a real key)."""
+    g = torch.Generator().manual_seed(4800)
+    single, other = ([2] + torch.randint(5, c.vocab_size, (n - 2,), generator=g).tolist() + [3] for n in (14, 17))
     L = len(other)
     input_ids = torch.tensor([single + [c.pad_token_id] * (L - len(single)), other])
     attention_mask = torch.tensor([[1] * len(single) + [0] * (L - len(single)), [1] * L])
@@ -364,9 +369,9 @@ def with_biases(c, sd):
 
 def write_config_key_folder(name, over, seqcls, seed):
     """tests/fixtures/config_keys/<name>: CONFIG with `over` (None removes a key), random weights, the padded batch
-    and the reference's output: seqcls: a ModernBertForSequenceClassification folder (tokenizer.json, 3 labels) and
+    and the reference's output: seqcls: a ModernBertForSequenceClassification folder (vocab.txt, 3 labels) and
     expected logits [2, 3]; else a ModernBertModel folder and expected last_hidden_state [2, 17, H]."""
-    config = {k: v for k, v in dict(CONFIG, **over).items() if v is not None}
+    config = {k: v for k, v in dict(CONFIG, **SMALL, **over).items() if v is not None}
     c = Cfg(config)
     torch.manual_seed(seed)
     sd = with_biases(c, random_weights(c))
@@ -377,7 +382,7 @@ def write_config_key_folder(name, over, seqcls, seed):
     os.makedirs(out, exist_ok=True)
     with torch.no_grad():
         h = ref.forward(input_ids, attention_mask)
-        default = ModernBertRef(Cfg(CONFIG), sd).forward(input_ids, attention_mask)
+        default = ModernBertRef(Cfg(dict(CONFIG, **SMALL)), sd).forward(input_ids, attention_mask)
     # The keys matter on these inputs (else a reader that ignored them would pass).
     assert (h - default)[attention_mask.bool()].abs().max().item() > 1e-2
     expected = {"input_ids": npy(input_ids), "attention_mask": npy(attention_mask)}
@@ -403,8 +408,8 @@ def write_config_key_folder(name, over, seqcls, seed):
         tensors = {"model." + k: npy(v) for k, v in sd.items()}
         tensors.update({k: npy(v) for k, v in hsd.items()})
         tensors["classifier.weight"], tensors["classifier.bias"] = npy(cls_w), npy(cls_b)
-        shutil.copyfile(os.path.join(FIX, "tokenizer", "bpe_bytelevel", "tokenizer.json"),
-                        os.path.join(out, "tokenizer.json"))
+        with open(os.path.join(out, "vocab.txt"), "w", encoding="utf-8") as f:
+            f.write("\n".join(SMALL_VOCAB) + "\n")
     else:
         config["architectures"] = ["ModernBertModel"]
         expected["last_hidden_state"] = npy(h)
