@@ -214,6 +214,40 @@ def make_bert_model(hidden_act, seed):
     return cfg, net
 
 
+def make_bert_config_keys():
+    """tests/fixtures/config_keys/bert (issue 48): hidden_act gelu_new and layer_norm_eps 0.05 (large, so that it
+    shows beyond the tests' tolerance; bert_gelu_new and reference/eps/bert have eps 1e-12 and 1e-6, which move the
+    outputs less than that). Writes config.json, model.safetensors, expected.safetensors (bert_inputs():
+    input_ids, token_type_ids, attention_mask; last_hidden_state, pooler_output)."""
+    out = os.path.join(FIX, "config_keys", "bert")
+    cfg, net = make_bert_model("gelu_new", 4881)
+    cfg["layer_norm_eps"] = 0.05
+    input_ids, token_type_ids, attention_mask = bert_inputs()
+    # gelu_new differs from gelu by at most ~5e-4 (near |x| = 2): larger feed-forward weights carry that beyond
+    # the tests' tolerance.
+    with torch.no_grad():
+        for layer in net.encoder.layer:
+            layer.intermediate.dense.weight.mul_(4.0)
+            layer.output.dense.weight.mul_(8.0)
+
+    def run(c):
+        ref = rm.BertModelRef(types.SimpleNamespace(**c))
+        ref.load_state_dict(net.state_dict())
+        ref.eval()
+        with torch.no_grad():
+            return ref(input_ids, token_type_ids, attention_mask)
+
+    last, pooled = run(cfg)
+    # Each key matters on these inputs: back at BertConfig's default (gelu, 1e-12), the output moves.
+    for key, default, least in (("hidden_act", "gelu", 5e-4), ("layer_norm_eps", 1e-12, 1e-2)):
+        moved = (run(dict(cfg, **{key: default}))[0] - last)[attention_mask.bool()].abs().max().item()
+        assert moved > least, f"{key} moves the output by {moved} only"
+    save_json(cfg, os.path.join(out, "config.json"))
+    save(state_dict_np(net), os.path.join(out, "model.safetensors"))
+    save(dict(input_ids=input_ids, token_type_ids=token_type_ids, attention_mask=attention_mask,
+              last_hidden_state=last, pooler_output=pooled), os.path.join(out, "expected.safetensors"))
+
+
 def make_bert():
     out = os.path.join(FIX, "bert")
     cfg, net = make_bert_model("gelu", 2000)
@@ -574,6 +608,7 @@ def main():
     args = ap.parse_args()
     t0 = time.time()
     make_transformer_encoder_config_keys()
+    make_bert_config_keys()
     make_seq2seq_config_keys()
     if args.config_keys:
         return

@@ -367,6 +367,11 @@ def with_biases(c, sd):
     return out
 
 
+# ModernBertConfig's defaults of the keys the fixtures change.
+MODERNBERT_DEFAULTS = {"norm_eps": 1e-5, "hidden_activation": "gelu", "local_attention": 128,
+                       "global_attn_every_n_layers": 3, "global_rope_theta": 160000.0, "local_rope_theta": 10000.0}
+
+
 def write_config_key_folder(name, over, seqcls, seed):
     """tests/fixtures/config_keys/<name>: CONFIG with `over` (None removes a key), random weights, the padded batch
     and the reference's output: seqcls: a ModernBertForSequenceClassification folder (vocab.txt, 3 labels) and
@@ -382,9 +387,16 @@ def write_config_key_folder(name, over, seqcls, seed):
     os.makedirs(out, exist_ok=True)
     with torch.no_grad():
         h = ref.forward(input_ids, attention_mask)
-        default = ModernBertRef(Cfg(dict(CONFIG, **SMALL)), sd).forward(input_ids, attention_mask)
-    # The keys matter on these inputs (else a reader that ignored them would pass).
-    assert (h - default)[attention_mask.bool()].abs().max().item() > 1e-2
+        # Each key of the body matters on these inputs: back at ModernBertConfig's default, the output moves (the
+        # biases are tensors: leaving them out fails the load instead).
+        for key in over:
+            if over[key] is None or key in ("norm_bias", "attention_bias", "mlp_bias") or key.startswith("classifier_"):
+                continue
+            back = {k: v for k, v in config.items() if k != key}
+            back.update({k: v for k, v in MODERNBERT_DEFAULTS.items() if k not in back})
+            other = ModernBertRef(Cfg(back), sd).forward(input_ids, attention_mask)
+            moved = (h - other)[attention_mask.bool()].abs().max().item()
+            assert moved > 1e-2, f"{key} moves the output by {moved} only"
     expected = {"input_ids": npy(input_ids), "attention_mask": npy(attention_mask)}
     if seqcls:
         config.update(architectures=["ModernBertForSequenceClassification"],
@@ -425,7 +437,7 @@ def write_config_key_folder(name, over, seqcls, seed):
 def config_key_fixtures():
     # The older keys: norms, biases, activations, window, period and thetas; the head's pooling, activation, bias.
     write_config_key_folder("modernbert_seqcls", {
-        "norm_eps": 1e-6, "norm_bias": True, "attention_bias": True, "mlp_bias": True, "hidden_activation": "silu",
+        "norm_eps": 0.05, "norm_bias": True, "attention_bias": True, "mlp_bias": True, "hidden_activation": "silu",
         "local_attention": 10, "global_attn_every_n_layers": 2, "global_rope_theta": 40000.0,
         "local_rope_theta": 2500.0, "classifier_pooling": "mean", "classifier_activation": "gelu_new",
         "classifier_bias": True}, seqcls=True, seed=4801)

@@ -229,10 +229,11 @@ def main():
 # ------------------------------------------------------------------ config keys at values other than their defaults
 # (issue 48; tests/test_config_key_fixtures.cpp compares them with the reference)
 def config_key_fixture():
-    """tests/fixtures/config_keys/roberta: pad_token_id 5 (positions count from 6), hidden_act gelu_new,
-    layer_norm_eps 1e-7; RobertaModel layout (unprefixed, pooler); expected.safetensors: input_ids [2, 17] (row 0
+    """tests/fixtures/config_keys/roberta: pad_token_id 5 (positions count from 6), hidden_act relu,
+    layer_norm_eps 0.05 (large, so that it shows beyond the tests' tolerance); RobertaModel layout (unprefixed, pooler); expected.safetensors: input_ids [2, 17] (row 0
     padded with 5), attention_mask, last_hidden_state [2, 17, 32], pooler_output [2, 32]."""
-    config = dict(CONFIG, architectures=["RobertaModel"], pad_token_id=5, hidden_act="gelu_new", layer_norm_eps=1e-7)
+    keys = {"pad_token_id": 5, "hidden_act": "relu", "layer_norm_eps": 0.05}
+    config = dict(CONFIG, architectures=["RobertaModel"], **keys)
     c = Cfg(config)
     torch.manual_seed(4811)
     cases = json.load(open(os.path.join(FIX, "tokenizer", "engine_cases.json"), encoding="utf-8"))["tokenizers"]
@@ -247,9 +248,12 @@ def config_key_fixture():
     sd = random_weights(c)
     with torch.no_grad():
         h, pooled = RobertaRef(c, sd).forward(input_ids, attention_mask)
-        default, _ = RobertaRef(Cfg(dict(CONFIG)), sd).forward(input_ids, attention_mask)
+        # Each key matters on these inputs: back at RobertaConfig's default (pad 1, gelu, 1e-12), the output moves.
+        for key, default in {"pad_token_id": 1, "hidden_act": "gelu", "layer_norm_eps": 1e-12}.items():
+            other, _ = RobertaRef(Cfg(dict(config, **{key: default})), sd).forward(input_ids, attention_mask)
+            moved = (h - other)[attention_mask.bool()].abs().max().item()
+            assert moved > 1e-2, f"{key} moves the output by {moved} only"
     bert_cross_check(c, sd, input_ids, attention_mask, h)
-    assert (h - default)[attention_mask.bool()].abs().max().item() > 1e-2  # the keys matter on these inputs
     out = os.path.join(FIX, "config_keys", "roberta")
     os.makedirs(out, exist_ok=True)
     with open(os.path.join(out, "config.json"), "w", encoding="utf-8") as f:

@@ -1,9 +1,10 @@
 // The fixtures of tests/fixtures/config_keys/ (issue 48): one folder per family whose config.json sets the keys that
 // change the numbers to values other than their defaults (tests/test_config_keys.cpp checks that every such key has
 // one), against the family's PyTorch reference. Written by the --config-keys part of the family's script:
-//   roberta                scripts/make_roberta_fixtures.py    pad_token_id 5, hidden_act gelu_new, layer_norm_eps 1e-7
+//   bert                   scripts/make_fixtures.py            hidden_act gelu_new, layer_norm_eps 0.05
+//   roberta                scripts/make_roberta_fixtures.py    pad_token_id 5, hidden_act relu, layer_norm_eps 0.05
 //   distilbert             scripts/make_family_head_fixtures.py activation relu
-//   mpnet                  scripts/make_mpnet_fixtures.py      hidden_act relu, layer_norm_eps 1e-6
+//   mpnet                  scripts/make_mpnet_fixtures.py      hidden_act relu, layer_norm_eps 0.05
 //   transformer_encoder    scripts/make_fixtures.py            hidden_act relu
 //   modernbert_seqcls      scripts/make_modernbert_fixtures.py norm_eps, biases, hidden_activation, window, period,
 //                                                              thetas, classifier_pooling / activation / bias
@@ -54,7 +55,8 @@ TEST_P(ConfigKeyEncoder, MatchesPyTorch) {
   auto model = load_encoder(dir);
   SafeTensors ex = SafeTensors::open(dir + "/expected.safetensors");
   const Tensor ids = ex.get("input_ids"), mask = ex.get("attention_mask");
-  const EncoderOutput out = model->forward(ids, Tensor(), mask);
+  const Tensor types = ex.has("token_type_ids") ? ex.get("token_type_ids") : Tensor();
+  const EncoderOutput out = model->forward(ids, types, mask);
   EXPECT_LE(max_err_valid(out.last_hidden_state, ex.get("last_hidden_state"), mask), 1e-4) << GetParam();
   if (ex.has("pooler_output")) {
     ASSERT_TRUE(out.pooler_output.defined()) << GetParam();
@@ -63,7 +65,7 @@ TEST_P(ConfigKeyEncoder, MatchesPyTorch) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Folders, ConfigKeyEncoder,
-                         ::testing::Values("roberta", "distilbert", "mpnet", "transformer_encoder",
+                         ::testing::Values("bert", "roberta", "distilbert", "mpnet", "transformer_encoder",
                                            "modernbert_layer_types"));
 
 // ModernBertForSequenceClassification with mean pooling, a gelu_new head with biases, and the body's keys changed.
