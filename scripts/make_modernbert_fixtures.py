@@ -48,7 +48,8 @@ and tests/fixtures/modernbert_seqcls/: config.json (ModernBertForSequenceClassif
   tokenizer.json, model.safetensors (model.* + head.* + classifier.*)
 and tests/fixtures/config_keys/modernbert_{seqcls,layer_types}/ (config keys at values other than their defaults;
   `--config-keys` writes only these): config.json, model.safetensors, expected.safetensors (input_ids,
-  attention_mask, and logits [2, 3] or last_hidden_state [2, 17, 32]); hidden 32, vocabulary 128; see config_key_fixtures().
+  attention_mask, and logits [2, 3] or last_hidden_state [2, 17, 32]); hidden 32, vocabulary 128; see
+  config_key_fixtures().
 """
 import json
 import math

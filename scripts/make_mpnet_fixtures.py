@@ -405,7 +405,8 @@ def config_key_fixture():
     config = dict(CONFIG, architectures=["MPNetModel"], hidden_act="relu", layer_norm_eps=0.05)
     c = Cfg(config)
     torch.manual_seed(4821)
-    seqs = [x["input_ids"] for x in json.load(open(os.path.join(OUT, "tokenizer_cases.json"), encoding="utf-8"))["cases"]]
+    cases = json.load(open(os.path.join(OUT, "tokenizer_cases.json"), encoding="utf-8"))["cases"]
+    seqs = [x["input_ids"] for x in cases]
     L = max(len(s) for s in seqs)
     input_ids = torch.tensor([s + [PADDING_IDX] * (L - len(s)) for s in seqs])
     attention_mask = torch.tensor([[1] * len(s) + [0] * (L - len(s)) for s in seqs])

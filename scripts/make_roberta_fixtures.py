@@ -230,8 +230,9 @@ def main():
 # (issue 48; tests/test_config_key_fixtures.cpp compares them with the reference)
 def config_key_fixture():
     """tests/fixtures/config_keys/roberta: pad_token_id 5 (positions count from 6), hidden_act relu,
-    layer_norm_eps 0.05 (large, so that it shows beyond the tests' tolerance); RobertaModel layout (unprefixed, pooler); expected.safetensors: input_ids [2, 17] (row 0
-    padded with 5), attention_mask, last_hidden_state [2, 17, 32], pooler_output [2, 32]."""
+    layer_norm_eps 0.05 (large, so that it shows beyond the tests' tolerance); RobertaModel layout (unprefixed,
+    pooler); expected.safetensors: input_ids [2, 17] (row 0 padded with 5), attention_mask, last_hidden_state
+    [2, 17, 32], pooler_output [2, 32]."""
     keys = {"pad_token_id": 5, "hidden_act": "relu", "layer_norm_eps": 0.05}
     config = dict(CONFIG, architectures=["RobertaModel"], **keys)
     c = Cfg(config)
