@@ -113,6 +113,37 @@ TEST_P(ConfigKeyTranslation, TeacherForcedLogitsMatchPyTorch) {
 
 INSTANTIATE_TEST_SUITE_P(Folders, ConfigKeyTranslation, ::testing::Values("marian_keys", "m2m100_keys"));
 
+// Absent keys take MarianConfig's and M2M100Config's defaults (configuration_marian.py: activation_function "gelu",
+// scale_embedding False; configuration_m2m_100.py: "relu", True); M2M100 always shares its embeddings.
+TEST(ConfigKeyDefaults, TranslationFamiliesUseTheConfigClassesDefaults) {
+  for (const char* name : {"marian_keys", "m2m100_keys"}) {
+    nlohmann::json j = load_json_file(dir_of(name) + "/config.json");
+    for (const char* key : {"activation_function", "scale_embedding", "decoder_layers", "decoder_vocab_size"})
+      j.erase(key);
+    j["share_encoder_decoder_embeddings"] = false;
+    j["decoder_vocab_size"] = j["vocab_size"];
+    const Seq2SeqConfig c = hf_seq2seq_config(j, "config.json");
+    const bool marian = std::string(name) == "marian_keys";
+    EXPECT_EQ(c.activation, marian ? "gelu" : "relu") << name;
+    EXPECT_EQ(c.scale_embedding, !marian) << name;
+    EXPECT_EQ(c.shared_embeddings, !marian) << name;
+    EXPECT_EQ(c.decoder_layers, c.num_layers) << name;
+  }
+}
+
+// A Marian decoder_vocab_size that shared embeddings cannot have is refused, naming both sizes.
+TEST(ConfigKeyDefaults, SharedMarianEmbeddingsNeedOneVocabularySize) {
+  nlohmann::json j = load_json_file(dir_of("marian_keys") + "/config.json");
+  j["decoder_vocab_size"] = 61;
+  try {
+    hf_seq2seq_config(j, "config.json");
+    FAIL() << "no error";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("decoder_vocab_size 61 differs from vocab_size 60"), std::string::npos)
+        << e.what();
+  }
+}
+
 // The d2l seq2seq with decode_positions "absolute" and activation "gelu": greedy decoding (with the position mode
 // the config names, as the Translator picks it) and the teacher-forced logits of its own output.
 TEST(ConfigKeySeq2Seq, GreedyDecodingMatchesPyTorch) {

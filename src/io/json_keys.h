@@ -14,8 +14,9 @@ bool json_is_set(const nlohmann::json& j, const std::string& key);
 
 // While a JsonKeyRecorder lives, every key that json_int ... json_bool_or (io/json_util.h) and json_is_set look up
 // on this thread is added to keys(), present in the object or not (a key read for its default counts).
-// tests/test_config_keys.cpp loads each fixture under one and compares the keys with
-// the family's table (models/registry.h ModelFamily::config_keys). Recorders do not nest (std::logic_error).
+// tests/test_config_keys.cpp loads each fixture under one and compares the keys with the family's table
+// (models/registry.h ModelFamily::config_keys). Recorders do not nest: a second one on the thread throws
+// std::logic_error.
 class JsonKeyRecorder {
  public:
   JsonKeyRecorder();
@@ -25,8 +26,6 @@ class JsonKeyRecorder {
   const std::set<std::string>& keys() const { return keys_; }
   // Whether one is recording on this thread (readers skip work done only for the record).
   static bool active();
-  // The recorder of this thread, or null.
-  static JsonKeyRecorder* current();
 
   // While a Prefix lives, keys are recorded as "<prefix>.<key>": a nested object's keys
   // ("rope_parameters.full_attention.rope_theta").
@@ -53,6 +52,7 @@ class JsonKeyRecorder {
     std::set<std::string> saved_;
   };
 
+  // Adds `key` under the current Prefix, unless a Derived names it (the getters call it).
   void record(const std::string& key);
 
  private:

@@ -148,7 +148,6 @@ JsonKeyRecorder::JsonKeyRecorder() {
 }
 JsonKeyRecorder::~JsonKeyRecorder() { t_recorder = nullptr; }
 bool JsonKeyRecorder::active() { return t_recorder != nullptr; }
-JsonKeyRecorder* JsonKeyRecorder::current() { return t_recorder; }
 
 void JsonKeyRecorder::record(const std::string& key) {
   if (prefix_.empty() && derived_.count(key)) return;
