@@ -5,6 +5,8 @@
 //   roberta                scripts/make_roberta_fixtures.py    pad_token_id 5, hidden_act relu, layer_norm_eps 0.05
 //   distilbert             scripts/make_family_head_fixtures.py activation relu
 //   mpnet                  scripts/make_mpnet_fixtures.py      hidden_act relu, layer_norm_eps 0.05
+//   electra                scripts/make_electra_fixtures.py    hidden_act relu, layer_norm_eps 0.05, 8 heads
+//   nomic_bert             scripts/make_nomic_bert_fixtures.py activation_function geglu, biases, eps 0.05
 //   transformer_encoder    scripts/make_fixtures.py            hidden_act relu
 //   modernbert_seqcls      scripts/make_modernbert_fixtures.py norm_eps, biases, hidden_activation, window, period,
 //                                                              thetas, classifier_pooling / activation / bias
@@ -66,7 +68,7 @@ TEST_P(ConfigKeyEncoder, MatchesPyTorch) {
 
 INSTANTIATE_TEST_SUITE_P(Folders, ConfigKeyEncoder,
                          ::testing::Values("bert", "roberta", "distilbert", "mpnet", "transformer_encoder",
-                                           "modernbert_layer_types"));
+                                           "modernbert_layer_types", "electra", "nomic_bert"));
 
 // ModernBertForSequenceClassification with mean pooling, a gelu_new head with biases, and the body's keys changed.
 TEST(ConfigKeyHeads, ModernBertSequenceLogitsMatchPyTorch) {

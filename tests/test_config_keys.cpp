@@ -54,8 +54,12 @@ std::set<std::string> keys_read(const std::string& dir, const nlohmann::json& co
     if (std::optional<HeadKind> kind = heads.detect(w)) heads.load(*kind, c, w);
   }
   for (HeadKind kind : kKinds) {
-    if (family.training_dropouts) family.training_dropouts(config, kind, path);
-    if (family.training_head) family.training_head(c, kind, 3);
+    try {
+      if (family.training_dropouts) family.training_dropouts(config, kind, path);
+      if (family.training_head) family.training_head(c, kind, 3);
+    } catch (const std::runtime_error&) {
+      // a kind the family does not fine-tune (ELECTRA's masked LM)
+    }
   }
   return recorder.keys();
 }
