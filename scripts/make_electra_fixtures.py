@@ -159,7 +159,8 @@ def electra_body(c, sd, input_ids, token_type_ids=None, attention_mask=None, all
         probs = (q @ k.transpose(-1, -2) / math.sqrt(hd) + ext).softmax(-1)
         ctx = (probs @ v).permute(0, 2, 1, 3).reshape(B, L, H)
         a = ln(lin(ctx, p + "attention.output.dense") + x, p + "attention.output.LayerNorm", H)
-        x = ln(lin(F.gelu(lin(a, p + "intermediate.dense")), p + "output.dense") + a, p + "output.LayerNorm", H)
+        act = {"gelu": F.gelu, "relu": F.relu}[c["hidden_act"]]
+        x = ln(lin(act(lin(a, p + "intermediate.dense")), p + "output.dense") + a, p + "output.LayerNorm", H)
         hs.append(x)
     return torch.stack(hs) if all_layers else x
 
@@ -311,5 +312,41 @@ def main():
           f"max |diff| {err:.2e}; without the projection outputs move {moved:.2f}, with tanh in the head {head_moved:.2f}")
 
 
+# ------------------------------------------------------------------ config keys at values other than their defaults
+# (issue 48; tests/test_config_key_fixtures.cpp compares it with the reference)
+def config_key_fixture():
+    """tests/fixtures/config_keys/electra: hidden_act relu, layer_norm_eps 0.05 (large, so that it shows beyond the
+    tests' tolerance), num_attention_heads 8 (ElectraConfig's 4); ElectraModel layout (unprefixed);
+    expected.safetensors: make_base()'s padded pair batch (input_ids, token_type_ids, attention_mask) and
+    last_hidden_state."""
+    enc = fh.ENC["wordpiece"]
+    keys = {"hidden_act": "relu", "layer_norm_eps": 0.05, "num_attention_heads": 8}
+    c = dict(CONFIG, architectures=["ElectraModel"], **keys)
+    single, pair = enc["classify"][0], enc["pairs"][0]
+    L = max(len(single["input_ids"]), len(pair["input_ids"]))
+    pad = lambda v: v + [0] * (L - len(v))  # noqa: E731
+    input_ids = torch.tensor([pad(pair["input_ids"]), pad(single["input_ids"])])
+    token_type_ids = torch.tensor([pad(pair["token_type_ids"]), pad(single["token_type_ids"])])
+    attention_mask = torch.tensor([pad([1] * len(pair["input_ids"])), pad([1] * len(single["input_ids"]))])
+    sd = electra_weights(c, 4891)
+    with torch.no_grad():
+        h = electra_body(c, sd, input_ids, token_type_ids, attention_mask)
+        # Each key matters on these inputs: back at ElectraConfig's default, the output moves.
+        for key, default in {"hidden_act": "gelu", "layer_norm_eps": 1e-12, "num_attention_heads": 4}.items():
+            other = electra_body(dict(c, **{key: default}), sd, input_ids, token_type_ids, attention_mask)
+            moved = (h - other)[attention_mask.bool()].abs().max().item()
+            assert moved > 1e-2, f"{key} moves the output by {moved} only"
+    bert_cross_check(c, sd, input_ids, token_type_ids, attention_mask, h)
+    out = os.path.join(FIX, "config_keys", "electra")
+    os.makedirs(out, exist_ok=True)
+    fh.save_json(c, os.path.join(out, "config.json"))
+    st.save({k: npy(v) for k, v in sd.items()}, os.path.join(out, "model.safetensors"))
+    st.save({"input_ids": npy(input_ids), "token_type_ids": npy(token_type_ids), "attention_mask": npy(attention_mask),
+             "last_hidden_state": npy(h)}, os.path.join(out, "expected.safetensors"))
+    print(f"wrote {os.path.relpath(out, ROOT)}")
+
+
 if __name__ == "__main__":
-    main()
+    if "--config-keys" not in sys.argv[1:]:  # --config-keys: only tests/fixtures/config_keys/electra
+        main()
+    config_key_fixture()

@@ -880,5 +880,28 @@ def main():
     print(f"wrote {os.path.relpath(OUT, ROOT)}; DistilBertRef vs BertModelRef max |diff| {err:.2e}")
 
 
+# ------------------------------------------------------------------ config keys at values other than their defaults
+# (issue 48; tests/test_config_key_fixtures.cpp compares it with the reference)
+def distilbert_config_key_fixture():
+    """tests/fixtures/config_keys/distilbert: activation relu (the default is gelu); DistilBertModel layout
+    (unprefixed); expected.safetensors: the `classify` texts padded with pad_token_id (input_ids, attention_mask)
+    and last_hidden_state, cross-checked against BertModelRef with hidden_act relu."""
+    c = dict(DISTIL_CONFIG, activation="relu")
+    sd = distil_weights(c, 4831)
+    ids, mask = padded(ENC["wordpiece"]["classify"], c["pad_token_id"])
+    h = distil_forward(c, sd, ids, mask)
+    distil_bert_cross_check(c, sd, ids, mask, h)
+    assert (h - distil_forward(DISTIL_CONFIG, sd, ids, mask))[mask.bool()].abs().max().item() > 1e-2
+    d = os.path.join(FIX, "config_keys", "distilbert")
+    os.makedirs(d, exist_ok=True)
+    save_json(c, os.path.join(d, "config.json"))
+    st.save({k: npy(v) for k, v in sd.items()}, os.path.join(d, "model.safetensors"))
+    st.save({"input_ids": npy(ids), "attention_mask": npy(mask), "last_hidden_state": npy(h)},
+            os.path.join(d, "expected.safetensors"))
+    print(f"wrote {os.path.relpath(d, ROOT)}")
+
+
 if __name__ == "__main__":
-    main()
+    if "--config-keys" not in sys.argv[1:]:  # --config-keys: only tests/fixtures/config_keys/distilbert
+        main()
+    distilbert_config_key_fixture()

@@ -135,6 +135,39 @@ def make_transformer_encoder():
               last_hidden_state_nomask=nomask), os.path.join(out, "io.safetensors"))
 
 
+def make_transformer_encoder_config_keys():
+    """tests/fixtures/config_keys/transformer_encoder (issue 48): hidden_act relu. The tutorial module hard-codes
+    nn.GELU in the feed-forward; the engine reads the activation from hidden_act, so the reference here is the
+    module with its feed-forward activation set from the config. (Its LayerNorm eps are fixed, 1e-12 and 1e-5, and
+    so are the engine's: layer_norm_eps is not read.) Writes config.json, model.safetensors, expected.safetensors
+    (input_ids [3, 7], attention_mask, last_hidden_state [3, 7, 32])."""
+    out = os.path.join(FIX, "config_keys", "transformer_encoder")
+    cfg = dict(model_type="transformer_encoder", vocab_size=50, hidden_size=32, num_attention_heads=4,
+               intermediate_size=64, num_hidden_layers=2, max_position_embeddings=16, hidden_dropout_prob=0.1,
+               hidden_act="relu", layer_norm_eps=1e-12)
+    torch.manual_seed(4841)
+    net = rm.TutorialTransformerEncoder(types.SimpleNamespace(**cfg))
+    randomize_layernorms(net, torch.Generator().manual_seed(4842))
+    net.eval()
+    g = torch.Generator().manual_seed(4843)
+    input_ids = torch.randint(1, cfg["vocab_size"], (3, 7), generator=g)
+    attention_mask = torch.zeros(3, 7, dtype=torch.long)
+    for b, n in enumerate([7, 5, 3]):
+        attention_mask[b, :n] = 1
+        input_ids[b, n:] = 0
+    with torch.no_grad():
+        default = net(input_ids, mask=attention_mask[:, None, :])
+        for layer in net.layers:
+            layer.feed_forward.gelu = nn.ReLU()
+        h = net(input_ids, mask=attention_mask[:, None, :])
+    check_finite("te_keys", h)
+    assert (h - default)[attention_mask.bool()].abs().max().item() > 1e-2  # the keys matter on these inputs
+    save_json(cfg, os.path.join(out, "config.json"))
+    save(state_dict_np(net), os.path.join(out, "model.safetensors"))
+    save(dict(input_ids=input_ids, attention_mask=attention_mask, last_hidden_state=h),
+         os.path.join(out, "expected.safetensors"))
+
+
 # ------------------------------------------------------------------------------------------------ B. bert
 
 def bert_config(hidden_act):
@@ -179,6 +212,40 @@ def make_bert_model(hidden_act, seed):
     randomize_layernorms(net, torch.Generator().manual_seed(seed + 1))
     net.eval()
     return cfg, net
+
+
+def make_bert_config_keys():
+    """tests/fixtures/config_keys/bert (issue 48): hidden_act gelu_new and layer_norm_eps 0.05 (large, so that it
+    shows beyond the tests' tolerance; bert_gelu_new and reference/eps/bert have eps 1e-12 and 1e-6, which move the
+    outputs less than that). Writes config.json, model.safetensors, expected.safetensors (bert_inputs():
+    input_ids, token_type_ids, attention_mask; last_hidden_state, pooler_output)."""
+    out = os.path.join(FIX, "config_keys", "bert")
+    cfg, net = make_bert_model("gelu_new", 4881)
+    cfg["layer_norm_eps"] = 0.05
+    input_ids, token_type_ids, attention_mask = bert_inputs()
+    # gelu_new differs from gelu by at most ~5e-4 (near |x| = 2): larger feed-forward weights carry that beyond
+    # the tests' tolerance.
+    with torch.no_grad():
+        for layer in net.encoder.layer:
+            layer.intermediate.dense.weight.mul_(4.0)
+            layer.output.dense.weight.mul_(8.0)
+
+    def run(c):
+        ref = rm.BertModelRef(types.SimpleNamespace(**c))
+        ref.load_state_dict(net.state_dict())
+        ref.eval()
+        with torch.no_grad():
+            return ref(input_ids, token_type_ids, attention_mask)
+
+    last, pooled = run(cfg)
+    # Each key matters on these inputs: back at BertConfig's default (gelu, 1e-12), the output moves.
+    for key, default, least in (("hidden_act", "gelu", 5e-4), ("layer_norm_eps", 1e-12, 1e-2)):
+        moved = (run(dict(cfg, **{key: default}))[0] - last)[attention_mask.bool()].abs().max().item()
+        assert moved > least, f"{key} moves the output by {moved} only"
+    save_json(cfg, os.path.join(out, "config.json"))
+    save(state_dict_np(net), os.path.join(out, "model.safetensors"))
+    save(dict(input_ids=input_ids, token_type_ids=token_type_ids, attention_mask=attention_mask,
+              last_hidden_state=last, pooler_output=pooled), os.path.join(out, "expected.safetensors"))
 
 
 def make_bert():
@@ -256,6 +323,61 @@ def greedy_ids(net, enc_X_row, enc_valid_len, num_steps, stop_at_eos=True):
                 break
             out.append(pred)
     return out, torch.stack(logits, 0)
+
+
+def make_seq2seq_config_keys():
+    """tests/fixtures/config_keys/seq2seq_keys (issue 48): decode_positions "absolute" (step t adds P[t]; the
+    default "d2l_step" adds P[0] at every step) and activation "gelu" (the reference's PositionWiseFFN uses nn.ReLU;
+    here nn.GELU, the exact erf form, as the engine's "gelu"). Greedy decoding with absolute positions is the
+    reference decoder run on the whole prefix at every step (training mode, dropout 0: causal self-attention),
+    the argmax of its last position. Writes config.json, model.safetensors and expected.safetensors: enc_X [4, 8],
+    enc_valid_lens [4], greedy_ids [4, 8] (without <bos>, up to and without <eos>, -1 after), steps [4] (the
+    decoder steps run, <eos> included), greedy_logits [4, 8, V] (the logits of each step, 0 after the last): the
+    teacher-forced logits of [<bos>] + greedy_ids."""
+    out = os.path.join(FIX, "config_keys", "seq2seq_keys")
+    cfg = dict(model_type="transformer_seq2seq", num_hiddens=32, num_layers=2, num_heads=4, ffn_num_hiddens=64,
+               dropout=0.0, num_steps=8, src_vocab_size=23, tgt_vocab_size=29, decode_positions="absolute",
+               activation="gelu")
+    torch.manual_seed(4871)
+    net = build_seq2seq(cfg["src_vocab_size"], cfg["tgt_vocab_size"], cfg["num_hiddens"], cfg["num_layers"],
+                        cfg["num_heads"], cfg["ffn_num_hiddens"], cfg["dropout"])
+    d2lnmt.xavier_init(net)
+    randomize_layernorms(net, torch.Generator().manual_seed(4872))
+    for blk in list(net.encoder.blks) + list(net.decoder.blks):
+        blk.ffn.relu = nn.GELU()
+    g = torch.Generator().manual_seed(4873)
+    B, T, V = 4, cfg["num_steps"], cfg["tgt_vocab_size"]
+    enc_valid_lens = torch.tensor([8, 5, 3, 1], dtype=torch.long)
+    enc_X = torch.randint(4, cfg["src_vocab_size"], (B, T), generator=g)
+    for b in range(B):
+        n = int(enc_valid_lens[b]); enc_X[b, n - 1] = EOS; enc_X[b, n:] = PAD
+    ids = torch.full((B, T), -1, dtype=torch.long)
+    logits = torch.zeros(B, T, V)
+    steps = torch.zeros(B, dtype=torch.long)
+    with torch.no_grad():
+        for b in range(B):
+            net.eval()
+            vl = enc_valid_lens[b:b + 1]
+            enc_outputs = net.encoder(enc_X[b:b + 1], vl)
+            net.train()  # causal self-attention over the whole prefix (dropout is 0)
+            prefix = [BOS]
+            for t in range(T):
+                Y, _ = net.decoder(torch.tensor([prefix]), net.decoder.init_state(enc_outputs, vl))
+                logits[b, t] = Y[0, -1]
+                steps[b] = t + 1
+                pred = int(Y[0, -1].argmax())
+                if pred == EOS:
+                    break
+                ids[b, t] = pred
+                prefix.append(pred)
+    net.eval()
+    # The absolute positions matter: the d2l_step loop decodes differently.
+    assert any(greedy_ids(net, enc_X[b], enc_valid_lens[b], T)[0] != [i for i in ids[b].tolist() if i >= 0]
+               for b in range(B))
+    save_json(cfg, os.path.join(out, "config.json"))
+    save(state_dict_np(net), os.path.join(out, "model.safetensors"))
+    save(dict(enc_X=enc_X, enc_valid_lens=enc_valid_lens, greedy_ids=ids, greedy_logits=logits, steps=steps),
+         os.path.join(out, "expected.safetensors"))
 
 
 def make_seq2seq():
@@ -482,8 +604,14 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--skip-train", action="store_true", help="do not (re)generate tests/fixtures/d2l_trained")
     ap.add_argument("--epochs", type=int, default=200, help="d2l_trained epochs (default 200)")
+    ap.add_argument("--config-keys", action="store_true", help="only tests/fixtures/config_keys/ (issue 48)")
     args = ap.parse_args()
     t0 = time.time()
+    make_transformer_encoder_config_keys()
+    make_bert_config_keys()
+    make_seq2seq_config_keys()
+    if args.config_keys:
+        return
     make_transformer_encoder()
     make_bert()
     make_seq2seq()

@@ -28,6 +28,9 @@ No transformers package exists here, so the references below implement, from the
     tokenization_nllb.py: spm id + 1 (fairseq offset; spm <unk> -> 3), languages at spm size + 1 + index.
 SentencePiece models are trained here with Debian's spm_train on ../shared/data/fra-eng (English / French).
 
+Also tests/fixtures/config_keys/{marian,m2m100}_keys (`--config-keys` writes only these): config keys at values
+other than their defaults, teacher-forced logits only (config_key_fixtures()).
+
 Writes per folder: config.json, generation_config.json, model.safetensors, the tokenizer files, and
 expected.safetensors (teacher-forced logits) + expected.json (tokenized sources, greedy and beam outputs).
 No trained model: the weights are random (scaled so that <eos> comes within the length limit).
@@ -135,7 +138,7 @@ class Layer(torch.nn.Module):
         self.fc1 = torch.nn.Linear(d, c["encoder_ffn_dim"])
         self.fc2 = torch.nn.Linear(c["encoder_ffn_dim"], d)
         self.final_layer_norm = torch.nn.LayerNorm(d)
-        self.act = {"swish": F.silu, "silu": F.silu, "relu": F.relu}[c["activation_function"]]
+        self.act = {"swish": F.silu, "silu": F.silu, "relu": F.relu, "gelu": F.gelu}[c["activation_function"]]
         self.pre_ln = c["model_type"] == "m2m_100"
 
     def sub(self, x, norm, f):
@@ -568,7 +571,66 @@ def save_expected(out, name, meta):
     print(name, "greedy", [c["runs"][0]["text"] for c in meta["cases"]][:2])
 
 
+# ------------------------------------------------------------------ config keys at values other than their defaults
+# (issue 48; tests/test_config_key_fixtures.cpp compares them with the reference)
+def write_config_key_folder(name, config, seed):
+    """tests/fixtures/config_keys/<name>: config.json, model.safetensors (random weights, no tokenizer files) and
+    expected.safetensors: the teacher-forced logits of a padded batch of random ids (src [3, Ls] padded with
+    pad_token_id, src_len, dec_input [3, Lt] starting with decoder_start_token_id, tgt_len, logits [3, Lt, V])."""
+    out = os.path.join(FIX, "config_keys", name)
+    os.makedirs(out, exist_ok=True)
+    torch.manual_seed(seed)
+    model = Seq2Seq(config)
+    randomize(model, seed + 1)
+    model.eval()
+    g = torch.Generator().manual_seed(seed + 2)
+    pad, V = config["pad_token_id"], config["vocab_size"]
+    src_len, tgt_len = [9, 6, 4], [7, 5, 3]
+    src = torch.full((3, max(src_len)), pad, dtype=torch.long)
+    dec = torch.full((3, max(tgt_len)), pad, dtype=torch.long)
+    src_mask = torch.zeros_like(src)
+    for i, (ls, lt) in enumerate(zip(src_len, tgt_len)):
+        ids = torch.randint(4, V, (ls + lt,), generator=g)
+        ids[ids == pad] = 4
+        src[i, :ls] = ids[:ls]
+        src_mask[i, :ls] = 1
+        dec[i, 0] = config["decoder_start_token_id"]
+        dec[i, 1:lt] = ids[ls:ls + lt - 1]
+    with torch.no_grad():
+        logits = model.decode(dec, model.encode(src, src_mask), src_mask)
+    sd = model.state_dict_hf()
+    if config["model_type"] == "marian":
+        sd["model.encoder.embed_positions.weight"] = model.pos.numpy()
+    st.save(sd, os.path.join(out, "model.safetensors"), metadata={"format": "pt"})
+    json.dump(config, open(os.path.join(out, "config.json"), "w"), indent=1)
+    st.save({"src": src.numpy(), "src_len": np.array(src_len, dtype=np.int64), "dec_input": dec.numpy(),
+             "tgt_len": np.array(tgt_len, dtype=np.int64), "logits": logits.numpy()},
+            os.path.join(out, "expected.safetensors"))
+    print("wrote", os.path.relpath(out, ROOT))
+
+
+def config_key_fixtures():
+    # Marian without the embedding scale (MarianConfig's default; OPUS-MT folders say true), ReLU.
+    write_config_key_folder("marian_keys", {
+        "architectures": ["MarianMTModel"], "model_type": "marian", "activation_function": "relu", "d_model": 32,
+        "encoder_layers": 2, "decoder_layers": 2, "encoder_attention_heads": 4, "decoder_attention_heads": 4,
+        "encoder_ffn_dim": 64, "decoder_ffn_dim": 64, "vocab_size": 60, "decoder_vocab_size": 60,
+        "max_position_embeddings": 32, "scale_embedding": False, "pad_token_id": 59, "eos_token_id": 0,
+        "decoder_start_token_id": 59, "share_encoder_decoder_embeddings": True, "normalize_before": False,
+        "normalize_embedding": False}, 4851)
+    # M2M100 without the embedding scale (M2M100Config's default is true), GELU, pad_token_id 3 (positions count
+    # from 4), one decoder layer, 40 positions (M2M100Config's default 1024).
+    write_config_key_folder("m2m100_keys", {
+        "architectures": ["M2M100ForConditionalGeneration"], "model_type": "m2m_100", "activation_function": "gelu",
+        "d_model": 32, "encoder_layers": 2, "decoder_layers": 1, "encoder_attention_heads": 4,
+        "decoder_attention_heads": 4, "encoder_ffn_dim": 64, "decoder_ffn_dim": 64, "vocab_size": 60,
+        "max_position_embeddings": 40, "scale_embedding": False, "pad_token_id": 3, "bos_token_id": 0,
+        "eos_token_id": 2, "decoder_start_token_id": 2}, 4861)
+
+
 if __name__ == "__main__":
-    write_folder("marian", 23)
-    write_folder("m2m100", 24)
-    write_folder("nllb", 25)
+    if "--config-keys" not in sys.argv[1:]:  # --config-keys: only tests/fixtures/config_keys/{marian,m2m100}_keys
+        write_folder("marian", 23)
+        write_folder("m2m100", 24)
+        write_folder("nllb", 25)
+    config_key_fixtures()

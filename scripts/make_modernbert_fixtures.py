@@ -46,6 +46,10 @@ Writes tests/fixtures/modernbert/:
                          seqcls_logits_cls [2, 3], seqcls_logits_mean [2, 3] (the padded batch)
 and tests/fixtures/modernbert_seqcls/: config.json (ModernBertForSequenceClassification, 3 labels, pooling cls),
   tokenizer.json, model.safetensors (model.* + head.* + classifier.*)
+and tests/fixtures/config_keys/modernbert_{seqcls,layer_types}/ (config keys at values other than their defaults;
+  `--config-keys` writes only these): config.json, model.safetensors, expected.safetensors (input_ids,
+  attention_mask, and logits [2, 3] or last_hidden_state [2, 17, 32]); hidden 32, vocabulary 128; see
+  config_key_fixtures().
 """
 import json
 import math
@@ -134,6 +138,19 @@ def random_weights(c):
     return sd
 
 
+def act(x, name):
+    """ACT2FN[name]: "gelu" the exact erf GELU, "gelu_new" / "gelu_pytorch_tanh" the tanh form, "silu", "relu"."""
+    if name == "gelu":
+        return F.gelu(x)
+    if name in ("gelu_new", "gelu_pytorch_tanh"):  # NewGELUActivation
+        return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * torch.pow(x, 3.0))))
+    if name in ("silu", "swish"):
+        return F.silu(x)
+    if name == "relu":
+        return F.relu(x)
+    raise ValueError(name)
+
+
 def rope_cos_sin(L, head_dim, theta):
     inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.int64).float() / head_dim))
     position_ids = torch.arange(L).unsqueeze(0)
@@ -154,14 +171,29 @@ class ModernBertRef:
         self.c, self.sd = c, sd
 
     def act(self, x, name):
-        assert name == "gelu"
-        return F.gelu(x)
+        return act(x, name)
 
-    def ln(self, x, n):
-        return F.layer_norm(x, (self.c.hidden_size,), self.sd[n + ".weight"], None, self.c.norm_eps)
+    def ln(self, x, n):  # nn.LayerNorm(H, eps=norm_eps, bias=norm_bias)
+        return F.layer_norm(x, (self.c.hidden_size,), self.sd[n + ".weight"], self.sd.get(n + ".bias"),
+                            self.c.norm_eps)
+
+    def lin(self, x, n):  # nn.Linear(..., bias=attention_bias / mlp_bias)
+        return F.linear(x, self.sd[n + ".weight"], self.sd.get(n + ".bias"))
 
     def is_global(self, i):
+        types = getattr(self.c, "layer_types", None)  # the newer config's list wins over the period
+        if types is not None:
+            return types[i] == "full_attention"
         return i % self.c.global_attn_every_n_layers == 0
+
+    def theta(self, full):
+        """rope_parameters[full_attention / sliding_attention].rope_theta when given, else global_rope_theta /
+        local_rope_theta (ModernBertConfig's defaults 160000 / 10000)."""
+        kind = "full_attention" if full else "sliding_attention"
+        rp = getattr(self.c, "rope_parameters", None) or {}
+        if kind in rp:
+            return rp[kind]["rope_theta"]
+        return getattr(self.c, "global_rope_theta", 160000.0) if full else getattr(self.c, "local_rope_theta", 10000.0)
 
     def masks(self, attention_mask, L):
         fmin = torch.finfo(torch.float32).min
@@ -181,11 +213,11 @@ class ModernBertRef:
             attention_mask = torch.ones_like(input_ids)
         x = self.ln(F.embedding(input_ids, sd["embeddings.tok_embeddings.weight"]), "embeddings.norm")
         glob, sliding = self.masks(attention_mask, L)
-        rope = {True: rope_cos_sin(L, hd, c.global_rope_theta), False: rope_cos_sin(L, hd, c.local_rope_theta)}
+        rope = {True: rope_cos_sin(L, hd, self.theta(True)), False: rope_cos_sin(L, hd, self.theta(False))}
         for i in range(c.num_hidden_layers):
             p = f"layers.{i}."
             h = x if i == 0 else self.ln(x, p + "attn_norm")
-            qkv = F.linear(h, sd[p + "attn.Wqkv.weight"]).view(B, L, 3, nh, hd)
+            qkv = self.lin(h, p + "attn.Wqkv").view(B, L, 3, nh, hd)
             q, k, v = qkv.unbind(dim=2)
             q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)  # [B, nh, L, hd]
             cos, sin = rope[self.is_global(i)]
@@ -200,9 +232,9 @@ class ModernBertRef:
                 w = F.softmax(w, dim=-1, dtype=torch.float32)
                 ctx = torch.matmul(w, v)
             ctx = ctx.transpose(1, 2).reshape(B, L, H)
-            x = x + F.linear(ctx, sd[p + "attn.Wo.weight"])
-            inp, gate = F.linear(self.ln(x, p + "mlp_norm"), sd[p + "mlp.Wi.weight"]).chunk(2, dim=-1)
-            x = x + F.linear(self.act(inp, c.hidden_activation) * gate, sd[p + "mlp.Wo.weight"])
+            x = x + self.lin(ctx, p + "attn.Wo")
+            inp, gate = self.lin(self.ln(x, p + "mlp_norm"), p + "mlp.Wi").chunk(2, dim=-1)
+            x = x + self.lin(self.act(inp, c.hidden_activation) * gate, p + "mlp.Wo")
         return self.ln(x, "final_norm")
 
     def window_loop(self, q, k, v, attention_mask):
@@ -301,5 +333,125 @@ def main():
     print(f"wrote {os.path.relpath(OUT, ROOT)}; window loop vs mask {e1:.2e}, wide window vs global {e2:.2e}")
 
 
+# ------------------------------------------------------------------ config keys at values other than their defaults
+# (issue 48: tests/test_config_keys.cpp checks that every key that changes the numbers has such a fixture;
+# tests/test_config_key_fixtures.cpp compares these with the reference.)
+CONFIG_KEYS = os.path.join(FIX, "config_keys")
+
+
+# Small sizes (the fixtures stay small): hidden 32 (head_dim 8) and a vocabulary of 128, vocab.txt's [PAD] [UNK]
+# [CLS] [SEP] [MASK] and t5 .. t127.
+SMALL_VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + [f"t{i}" for i in range(5, 128)]
+SMALL = {"vocab_size": len(SMALL_VOCAB), "hidden_size": 32, "intermediate_size": 48, "pad_token_id": 0,
+         "cls_token_id": 2, "bos_token_id": 2, "sep_token_id": 3, "eos_token_id": 3}
+
+
+def batch_inputs(c):
+    """A padded batch like main()'s: [CLS] + random tokens + [SEP], 14 and 17 tokens, the shorter padded with 3
+    pads (fewer than local_attention // 2, so that every pad query sees a real key)."""
+    g = torch.Generator().manual_seed(4800)
+    single, other = ([2] + torch.randint(5, c.vocab_size, (n - 2,), generator=g).tolist() + [3] for n in (14, 17))
+    L = len(other)
+    input_ids = torch.tensor([single + [c.pad_token_id] * (L - len(single)), other])
+    attention_mask = torch.tensor([[1] * len(single) + [0] * (L - len(single)), [1] * L])
+    return input_ids, attention_mask
+
+
+def with_biases(c, sd):
+    """The bias tensors norm_bias / attention_bias / mlp_bias add (nn.LayerNorm / nn.Linear bias=True)."""
+    out = dict(sd)
+    for name, w in sd.items():
+        kind = name.split(".")[-2]
+        if (c.norm_bias and "norm" in kind) or (c.attention_bias and kind in ("Wqkv", "Wo") and ".attn." in name) or \
+                (c.mlp_bias and ".mlp." in name and kind in ("Wi", "Wo")):
+            out[name[:-len("weight")] + "bias"] = 0.1 * torch.randn(w.shape[0])
+    return out
+
+
+# ModernBertConfig's defaults of the keys the fixtures change.
+MODERNBERT_DEFAULTS = {"norm_eps": 1e-5, "hidden_activation": "gelu", "local_attention": 128,
+                       "global_attn_every_n_layers": 3, "global_rope_theta": 160000.0, "local_rope_theta": 10000.0}
+
+
+def write_config_key_folder(name, over, seqcls, seed):
+    """tests/fixtures/config_keys/<name>: CONFIG with `over` (None removes a key), random weights, the padded batch
+    and the reference's output: seqcls: a ModernBertForSequenceClassification folder (vocab.txt, 3 labels) and
+    expected logits [2, 3]; else a ModernBertModel folder and expected last_hidden_state [2, 17, H]."""
+    config = {k: v for k, v in dict(CONFIG, **SMALL, **over).items() if v is not None}
+    c = Cfg(config)
+    torch.manual_seed(seed)
+    sd = with_biases(c, random_weights(c))
+    ref = ModernBertRef(c, sd)
+    input_ids, attention_mask = batch_inputs(c)
+    H = c.hidden_size
+    out = os.path.join(CONFIG_KEYS, name)
+    os.makedirs(out, exist_ok=True)
+    with torch.no_grad():
+        h = ref.forward(input_ids, attention_mask)
+        # Each key of the body matters on these inputs: back at ModernBertConfig's default, the output moves (the
+        # biases are tensors: leaving them out fails the load instead).
+        for key in over:
+            if over[key] is None or key in ("norm_bias", "attention_bias", "mlp_bias") or key.startswith("classifier_"):
+                continue
+            back = {k: v for k, v in config.items() if k != key}
+            back.update({k: v for k, v in MODERNBERT_DEFAULTS.items() if k not in back})
+            other = ModernBertRef(Cfg(back), sd).forward(input_ids, attention_mask)
+            moved = (h - other)[attention_mask.bool()].abs().max().item()
+            assert moved > 1e-2, f"{key} moves the output by {moved} only"
+    expected = {"input_ids": npy(input_ids), "attention_mask": npy(attention_mask)}
+    if seqcls:
+        config.update(architectures=["ModernBertForSequenceClassification"],
+                      id2label={"0": "negative", "1": "neutral", "2": "positive"},
+                      label2id={"negative": 0, "neutral": 1, "positive": 2})
+        hsd = {"head.dense.weight": torch.randn(H, H) / math.sqrt(H), "head.norm.weight": 1 + 0.1 * torch.randn(H)}
+        if c.classifier_bias:
+            hsd["head.dense.bias"] = 0.1 * torch.randn(H)
+        if c.norm_bias:
+            hsd["head.norm.bias"] = 0.1 * torch.randn(H)
+        cls_w, cls_b = torch.randn(NUM_LABELS, H) / math.sqrt(H), torch.randn(NUM_LABELS) * 0.3
+        with torch.no_grad():
+            if c.classifier_pooling == "mean":
+                m = attention_mask.unsqueeze(-1).float()
+                pooled = (h * m).sum(dim=1) / attention_mask.sum(dim=1, keepdim=True)
+            else:
+                pooled = h[:, 0]
+            y = act(F.linear(pooled, hsd["head.dense.weight"], hsd.get("head.dense.bias")), c.classifier_activation)
+            y = F.layer_norm(y, (H,), hsd["head.norm.weight"], hsd.get("head.norm.bias"), c.norm_eps)
+            expected["logits"] = npy(F.linear(y, cls_w, cls_b))
+        tensors = {"model." + k: npy(v) for k, v in sd.items()}
+        tensors.update({k: npy(v) for k, v in hsd.items()})
+        tensors["classifier.weight"], tensors["classifier.bias"] = npy(cls_w), npy(cls_b)
+        with open(os.path.join(out, "vocab.txt"), "w", encoding="utf-8") as f:
+            f.write("\n".join(SMALL_VOCAB) + "\n")
+    else:
+        config["architectures"] = ["ModernBertModel"]
+        expected["last_hidden_state"] = npy(h)
+        tensors = {k: npy(v) for k, v in sd.items()}
+    with open(os.path.join(out, "config.json"), "w", encoding="utf-8") as f:
+        json.dump(config, f, indent=2)
+        f.write("\n")
+    st.save(tensors, os.path.join(out, "model.safetensors"))
+    st.save(expected, os.path.join(out, "expected.safetensors"))
+    print(f"wrote {os.path.relpath(out, ROOT)}")
+
+
+def config_key_fixtures():
+    # The older keys: norms, biases, activations, window, period and thetas; the head's pooling, activation, bias.
+    write_config_key_folder("modernbert_seqcls", {
+        "norm_eps": 0.05, "norm_bias": True, "attention_bias": True, "mlp_bias": True, "hidden_activation": "silu",
+        "local_attention": 10, "global_attn_every_n_layers": 2, "global_rope_theta": 40000.0,
+        "local_rope_theta": 2500.0, "classifier_pooling": "mean", "classifier_activation": "gelu_new",
+        "classifier_bias": True}, seqcls=True, seed=4801)
+    # The newer keys: layer_types (not periodic) and rope_parameters instead of the period and the two thetas.
+    write_config_key_folder("modernbert_layer_types", {
+        "global_attn_every_n_layers": None, "global_rope_theta": None, "local_rope_theta": None,
+        "layer_types": ["full_attention", "sliding_attention", "full_attention", "full_attention"],
+        "rope_parameters": {"full_attention": {"rope_type": "default", "rope_theta": 80000.0},
+                            "sliding_attention": {"rope_type": "default", "rope_theta": 5000.0}}},
+        seqcls=False, seed=4802)
+
+
 if __name__ == "__main__":
-    main()
+    if "--config-keys" not in sys.argv[1:]:  # --config-keys: only tests/fixtures/config_keys/
+        main()
+    config_key_fixtures()

@@ -60,6 +60,7 @@ import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
 import make_roberta_fixtures as rob  # noqa: E402
+import reference_modules as rm  # noqa: E402
 import st  # noqa: E402
 
 FIX = os.path.join(ROOT, "tests", "fixtures")
@@ -155,6 +156,9 @@ class MPNetRef:
     def __init__(self, c, sd):
         self.c, self.sd = c, sd
 
+    def act(self, x):  # ACT2FN[hidden_act], as BertModelRef's
+        return rm.BertModelRef.act(self, x)
+
     def position_bias(self, L):
         context_position = torch.arange(L, dtype=torch.long)[:, None]
         memory_position = torch.arange(L, dtype=torch.long)[None, :]
@@ -169,7 +173,6 @@ class MPNetRef:
         hd = H // nh
         if attention_mask is None:
             attention_mask = torch.ones_like(input_ids)
-        assert c.hidden_act == "gelu"
         lin = lambda x, n: F.linear(x, sd[n + ".weight"], sd[n + ".bias"])  # noqa: E731
         ln = lambda x, n: F.layer_norm(x, (H,), sd[n + ".weight"], sd[n + ".bias"], c.layer_norm_eps)  # noqa: E731
         position_ids = rob.create_position_ids_from_input_ids(input_ids, PADDING_IDX)
@@ -189,7 +192,7 @@ class MPNetRef:
             probs = (scores + ext).softmax(-1)
             ctx = (probs @ v).permute(0, 2, 1, 3).reshape(B, L, H)
             a = ln(lin(ctx, p + "attention.attn.o") + x, p + "attention.LayerNorm")
-            x = ln(lin(F.gelu(lin(a, p + "intermediate.dense")), p + "output.dense") + a, p + "output.LayerNorm")
+            x = ln(lin(self.act(lin(a, p + "intermediate.dense")), p + "output.dense") + a, p + "output.LayerNorm")
         pooled = torch.tanh(lin(x[:, 0], "pooler.dense"))
         return x, pooled
 
@@ -392,5 +395,39 @@ def main():
           f"the bias moves the output by {moved:.2f}")
 
 
+# ------------------------------------------------------------------ config keys at values other than their defaults
+# (issue 48; tests/test_config_key_fixtures.cpp compares it with the reference)
+def config_key_fixture():
+    """tests/fixtures/config_keys/mpnet: hidden_act relu, layer_norm_eps 0.05 (large, so that it shows beyond the
+    tests' tolerance); MPNetModel layout (unprefixed,
+    pooler); expected.safetensors: the tokenizer cases padded with 1 (input_ids, attention_mask),
+    last_hidden_state, pooler_output."""
+    config = dict(CONFIG, architectures=["MPNetModel"], hidden_act="relu", layer_norm_eps=0.05)
+    c = Cfg(config)
+    torch.manual_seed(4821)
+    cases = json.load(open(os.path.join(OUT, "tokenizer_cases.json"), encoding="utf-8"))["cases"]
+    seqs = [x["input_ids"] for x in cases]
+    L = max(len(s) for s in seqs)
+    input_ids = torch.tensor([s + [PADDING_IDX] * (L - len(s)) for s in seqs])
+    attention_mask = torch.tensor([[1] * len(s) + [0] * (L - len(s)) for s in seqs])
+    sd = random_weights(c)
+    with torch.no_grad():
+        h, pooled = MPNetRef(c, sd).forward(input_ids, attention_mask)
+        # Each key matters on these inputs: back at the default (gelu, 1e-12), the output moves.
+        for key, default in {"hidden_act": "gelu", "layer_norm_eps": 1e-12}.items():
+            other, _ = MPNetRef(Cfg(dict(config, **{key: default})), sd).forward(input_ids, attention_mask)
+            moved = (h - other)[attention_mask.bool()].abs().max().item()
+            assert moved > 1e-2, f"{key} moves the output by {moved} only"
+    out = os.path.join(FIX, "config_keys", "mpnet")
+    os.makedirs(out, exist_ok=True)
+    write_json(os.path.join(out, "config.json"), config)
+    st.save({k: npy(v) for k, v in sd.items()}, os.path.join(out, "model.safetensors"))
+    st.save({"input_ids": npy(input_ids), "attention_mask": npy(attention_mask), "last_hidden_state": npy(h),
+             "pooler_output": npy(pooled)}, os.path.join(out, "expected.safetensors"))
+    print(f"wrote {os.path.relpath(out, ROOT)}")
+
+
 if __name__ == "__main__":
-    main()
+    if "--config-keys" not in sys.argv[1:]:  # --config-keys: only tests/fixtures/config_keys/mpnet
+        main()
+    config_key_fixture()

@@ -175,7 +175,7 @@ def nomic_body(c, sd, ids, token_type_ids=None, attention_mask=None, rotary=appl
     ext = (1.0 - attention_mask[:, None, None, :].to(dtype)) * torch.finfo(dtype).min
     for l in range(c["n_layer"]):
         p = f"encoder.layers.{l}."
-        qkv = F.linear(x, sd[p + "attn.Wqkv.weight"]).view(B, L, 3, nh, hd)
+        qkv = F.linear(x, sd[p + "attn.Wqkv.weight"], sd.get(p + "attn.Wqkv.bias")).view(B, L, 3, nh, hd)
         q, k, v = qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2]
         if rotary is apply_rotary:
             q, k = (apply_rotary(t, ro, c["rotary_emb_base"], interleaved) for t in (q, k))
@@ -183,13 +183,16 @@ def nomic_body(c, sd, ids, token_type_ids=None, attention_mask=None, rotary=appl
             q, k = (rotary(t, ro, c["rotary_emb_base"]).to(dtype) for t in (q, k))
         q, k, v = (t.permute(0, 2, 1, 3) for t in (q, k, v))
         probs = (q @ k.transpose(-1, -2) / math.sqrt(hd) + ext).softmax(-1)
-        a = F.linear((probs @ v).permute(0, 2, 1, 3).reshape(B, L, H), sd[p + "attn.out_proj.weight"])
+        a = F.linear((probs @ v).permute(0, 2, 1, 3).reshape(B, L, H), sd[p + "attn.out_proj.weight"],
+                     sd.get(p + "attn.out_proj.bias"))
         x = ln(a + x, p + "norm1")
-        fc11, fc12 = sd[p + "mlp.fc11.weight"], sd[p + "mlp.fc12.weight"]
+        fc11, fc12 = p + "mlp.fc11", p + "mlp.fc12"
         if swap_mlp:
             fc11, fc12 = fc12, fc11
-        y = F.linear(x, fc11) * F.silu(F.linear(x, fc12))
-        x = ln(F.linear(y, sd[p + "mlp.fc2.weight"]) + x, p + "norm2")
+        lin = lambda t, n: F.linear(t, sd[n + ".weight"], sd.get(n + ".bias"))  # noqa: E731
+        act = {"swiglu": F.silu, "geglu": F.gelu}[c["activation_function"]]  # NomciBertGatedMLP: y * act(gate)
+        y = lin(x, fc11) * act(lin(x, fc12))
+        x = ln(lin(y, p + "mlp.fc2") + x, p + "norm2")
     return x
 
 
@@ -267,5 +270,42 @@ def main():
           f"{worst:.2e}; moved: " + ", ".join(f"{k} {(v - h0).abs().max().item():.2f}" for k, v in moved.items()))
 
 
+# ------------------------------------------------------------------ config keys at values other than their defaults
+# (issue 48; tests/test_config_key_fixtures.cpp compares it with the reference)
+def config_key_fixture():
+    """tests/fixtures/config_keys/nomic_bert: activation_function geglu (the default is swiglu), the biases
+    qkv_proj_bias / mlp_fc1_bias / mlp_fc2_bias true, layer_norm_epsilon 0.05; NomicBertModel layout;
+    expected.safetensors: the "none" encodings padded with 0 (input_ids, attention_mask), last_hidden_state."""
+    enc = json.load(open(os.path.join(OUT, "encodings.json"), encoding="utf-8"))["encodings"]["none"]
+    keys = {"activation_function": "geglu", "qkv_proj_bias": True, "mlp_fc1_bias": True, "mlp_fc2_bias": True,
+            "layer_norm_epsilon": 0.05}
+    c = dict(CONFIG, **keys)
+    sd = random_weights(c, 4895)
+    H, I = c["n_embd"], inner(c)
+    for l in range(c["n_layer"]):
+        p = f"encoder.layers.{l}."
+        for n, o in {"attn.Wqkv": 3 * H, "attn.out_proj": H, "mlp.fc11": I, "mlp.fc12": I, "mlp.fc2": H}.items():
+            sd[p + n + ".bias"] = 0.3 * torch.randn(o)
+    Lmax = max(len(e["input_ids"]) for e in enc)
+    ids = torch.tensor([e["input_ids"] + [0] * (Lmax - len(e["input_ids"])) for e in enc])
+    mask = torch.tensor([[1] * len(e["input_ids"]) + [0] * (Lmax - len(e["input_ids"])) for e in enc])
+    with torch.no_grad():
+        h = nomic_body(c, sd, ids, attention_mask=mask)
+        # Each key matters on these inputs: back at the default (swiglu, 1e-5), the output moves.
+        for key, default in {"activation_function": "swiglu", "layer_norm_epsilon": 1e-5}.items():
+            other = nomic_body(dict(c, **{key: default}), sd, ids, attention_mask=mask)
+            moved = (h - other)[mask.bool()].abs().max().item()
+            assert moved > 1e-2, f"{key} moves the output by {moved} only"
+    out = os.path.join(FIX, "config_keys", "nomic_bert")
+    os.makedirs(out, exist_ok=True)
+    save_json(c, os.path.join(out, "config.json"))
+    st.save({k: npy(v) for k, v in sd.items()}, os.path.join(out, "model.safetensors"))
+    st.save({"input_ids": npy(ids), "attention_mask": npy(mask), "last_hidden_state": npy(h)},
+            os.path.join(out, "expected.safetensors"))
+    print(f"wrote {os.path.relpath(out, ROOT)}")
+
+
 if __name__ == "__main__":
-    main()
+    if "--config-keys" not in sys.argv[1:]:  # --config-keys: only tests/fixtures/config_keys/nomic_bert
+        main()
+    config_key_fixture()

@@ -31,6 +31,7 @@ Writes tests/fixtures/roberta/:
   expected.safetensors   input_ids_single [1, 14], last_hidden_state_single [1, 14, 32];
                          input_ids [2, 17] (row 0 padded with 1), attention_mask [2, 17],
                          last_hidden_state [2, 17, 32], pooler_output [2, 32] (model_base's pooler)
+Also tests/fixtures/config_keys/roberta (`--config-keys` writes only it): see config_key_fixture().
 """
 import json
 import math
@@ -120,9 +121,8 @@ class RobertaRef:
     def __init__(self, c, sd):
         self.c, self.sd = c, sd
 
-    def act(self, x):
-        assert self.c.hidden_act == "gelu"
-        return F.gelu(x)
+    def act(self, x):  # ACT2FN[hidden_act], as BertModelRef's
+        return rm.BertModelRef.act(self, x)
 
     def forward(self, input_ids, attention_mask=None):
         c, sd = self.c, self.sd
@@ -156,7 +156,7 @@ class RobertaRef:
 
 def bert_cross_check(c, sd, input_ids, attention_mask, got):
     """BertModelRef on the same weights, its position table = RoBERTa's rows pad_token_id + 1 onwards."""
-    bc = dict(CONFIG)
+    bc = dict(c.__dict__)
     bc["max_position_embeddings"] = c.max_position_embeddings - c.pad_token_id - 1
     bert = rm.BertModelRef(Cfg(bc))
     bsd = dict(sd)
@@ -226,5 +226,47 @@ def main():
     print(f"wrote {os.path.relpath(OUT, ROOT)}; RobertaRef vs BertModelRef max |diff| {max(e1, e2):.2e}")
 
 
+# ------------------------------------------------------------------ config keys at values other than their defaults
+# (issue 48; tests/test_config_key_fixtures.cpp compares them with the reference)
+def config_key_fixture():
+    """tests/fixtures/config_keys/roberta: pad_token_id 5 (positions count from 6), hidden_act relu,
+    layer_norm_eps 0.05 (large, so that it shows beyond the tests' tolerance); RobertaModel layout (unprefixed,
+    pooler); expected.safetensors: input_ids [2, 17] (row 0 padded with 5), attention_mask, last_hidden_state
+    [2, 17, 32], pooler_output [2, 32]."""
+    keys = {"pad_token_id": 5, "hidden_act": "relu", "layer_norm_eps": 0.05}
+    config = dict(CONFIG, architectures=["RobertaModel"], **keys)
+    c = Cfg(config)
+    torch.manual_seed(4811)
+    cases = json.load(open(os.path.join(FIX, "tokenizer", "engine_cases.json"), encoding="utf-8"))["tokenizers"]
+    bpe = next(t for t in cases if t["name"] == "bpe_bytelevel")
+    texts = {x["text"]: x["input_ids"] for x in bpe["cases"] if x["add_special_tokens"] and "pair" not in x}
+    single = texts["A man in a blue shirt is standing on a ladder."]
+    other = texts["Two young, White males are outside near many bushes."]
+    assert c.pad_token_id not in single + other
+    L = len(other)
+    input_ids = torch.tensor([single + [c.pad_token_id] * (L - len(single)), other])
+    attention_mask = torch.tensor([[1] * len(single) + [0] * (L - len(single)), [1] * L])
+    sd = random_weights(c)
+    with torch.no_grad():
+        h, pooled = RobertaRef(c, sd).forward(input_ids, attention_mask)
+        # Each key matters on these inputs: back at RobertaConfig's default (pad 1, gelu, 1e-12), the output moves.
+        for key, default in {"pad_token_id": 1, "hidden_act": "gelu", "layer_norm_eps": 1e-12}.items():
+            other, _ = RobertaRef(Cfg(dict(config, **{key: default})), sd).forward(input_ids, attention_mask)
+            moved = (h - other)[attention_mask.bool()].abs().max().item()
+            assert moved > 1e-2, f"{key} moves the output by {moved} only"
+    bert_cross_check(c, sd, input_ids, attention_mask, h)
+    out = os.path.join(FIX, "config_keys", "roberta")
+    os.makedirs(out, exist_ok=True)
+    with open(os.path.join(out, "config.json"), "w", encoding="utf-8") as f:
+        json.dump(config, f, indent=2)
+        f.write("\n")
+    st.save({k: npy(v) for k, v in sd.items()}, os.path.join(out, "model.safetensors"))
+    st.save({"input_ids": npy(input_ids), "attention_mask": npy(attention_mask), "last_hidden_state": npy(h),
+             "pooler_output": npy(pooled)}, os.path.join(out, "expected.safetensors"))
+    print(f"wrote {os.path.relpath(out, ROOT)}")
+
+
 if __name__ == "__main__":
-    main()
+    if "--config-keys" not in sys.argv[1:]:  # --config-keys: only tests/fixtures/config_keys/roberta
+        main()
+    config_key_fixture()

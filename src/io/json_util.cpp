@@ -1,3 +1,4 @@
+#include "io/json_keys.h"
 #include "io/json_util.h"
 
 #include "io/atomic_file.h"
@@ -42,8 +43,11 @@ json load_json_file(const std::string& path) {
 
 namespace {
 
+thread_local JsonKeyRecorder* t_recorder = nullptr;
+
 // The value of `key`, or nullptr when it is absent or null (the *_or getters then use their fallback).
 const json* lookup(const json& j, const std::string& key, const std::string& file) {
+  if (t_recorder) t_recorder->record(key);
   if (!j.is_object())
     throw std::runtime_error(file + ": expected a JSON object to read key '" + key + "' from, found " +
                              j.type_name());
@@ -129,6 +133,43 @@ bool json_bool(const json& j, const std::string& key, const std::string& file) {
 bool json_bool_or(const json& j, const std::string& key, bool fallback, const std::string& file) {
   const json* v = lookup(j, key, file);
   return v ? as_bool(*v, key, file) : fallback;
+}
+
+bool json_is_set(const json& j, const std::string& key) {
+  if (t_recorder) t_recorder->record(key);
+  if (!j.is_object()) return false;
+  auto it = j.find(key);
+  return it != j.end() && !it->is_null();
+}
+
+JsonKeyRecorder::JsonKeyRecorder() {
+  if (t_recorder) throw std::logic_error("JsonKeyRecorder: one is already recording on this thread");
+  t_recorder = this;
+}
+JsonKeyRecorder::~JsonKeyRecorder() { t_recorder = nullptr; }
+bool JsonKeyRecorder::active() { return t_recorder != nullptr; }
+
+void JsonKeyRecorder::record(const std::string& key) {
+  if (prefix_.empty() && derived_.count(key)) return;
+  keys_.insert(prefix_.empty() ? key : prefix_ + "." + key);
+}
+
+JsonKeyRecorder::Prefix::Prefix(const std::string& prefix) {
+  if (!t_recorder) return;
+  saved_ = t_recorder->prefix_;
+  t_recorder->prefix_ = saved_.empty() ? prefix : saved_ + "." + prefix;
+}
+JsonKeyRecorder::Prefix::~Prefix() {
+  if (t_recorder) t_recorder->prefix_ = saved_;
+}
+
+JsonKeyRecorder::Derived::Derived(std::vector<std::string> keys) {
+  if (!t_recorder) return;
+  saved_ = t_recorder->derived_;
+  t_recorder->derived_.insert(keys.begin(), keys.end());
+}
+JsonKeyRecorder::Derived::~Derived() {
+  if (t_recorder) t_recorder->derived_ = saved_;
 }
 
 void check_at_most(const std::string& file, const char* key, int64_t value, int64_t max) {

@@ -438,6 +438,11 @@ const ModelFamily& bert_family() {
           },
       .training_head = bert_training_head,
       .training_dropouts = detail::bert_dropouts,
+      .config_keys = detail::encoder_config_keys({
+          {"hidden_dropout_prob", "0.1", ConfigKeyRole::Training},
+          {"attention_probs_dropout_prob", "0.1", ConfigKeyRole::Training},
+          {"classifier_dropout", "(hidden_dropout_prob)", ConfigKeyRole::Training},
+      }),
   };
   return f;
 }

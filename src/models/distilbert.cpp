@@ -143,6 +143,28 @@ const ModelFamily& distilbert_family() {
           },
       .training_head = distilbert_training_head,
       .training_dropouts = distilbert_dropouts,
+      // BERT's names that distilbert_config_as_bert writes are DistilBERT's keys below; a DistilBERT config.json's
+      // own hidden_size, ... (if any) are not read.
+      .config_keys = detail::encoder_config_keys({
+          {"hidden_size", "", ConfigKeyRole::Ignored},
+          {"num_hidden_layers", "", ConfigKeyRole::Ignored},
+          {"num_attention_heads", "", ConfigKeyRole::Ignored},
+          {"intermediate_size", "", ConfigKeyRole::Ignored},
+          {"type_vocab_size", "2", ConfigKeyRole::Ignored},
+          {"layer_norm_eps", "1e-12", ConfigKeyRole::Ignored},  // every LayerNorm's eps is 1e-12
+          {"hidden_act", "\"gelu\"", ConfigKeyRole::Ignored},
+          {"max_position_embeddings", "512", ConfigKeyRole::Size},
+          {"dim", "", ConfigKeyRole::Size},
+          {"n_layers", "", ConfigKeyRole::Size},
+          {"n_heads", "", ConfigKeyRole::Value},
+          {"hidden_dim", "", ConfigKeyRole::Size},
+          {"activation", "\"gelu\"", ConfigKeyRole::Value},
+          // true: the stored table is sinusoidal and frozen (not trained); inference reads it either way
+          {"sinusoidal_pos_embds", "false", ConfigKeyRole::Training},
+          {"dropout", "0.1", ConfigKeyRole::Training},
+          {"attention_dropout", "0.1", ConfigKeyRole::Training},
+          {"seq_classif_dropout", "0.2", ConfigKeyRole::Training},
+      }),
   };
   return f;
 }

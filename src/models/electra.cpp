@@ -99,6 +99,19 @@ const ModelFamily& electra_family() {
       .training_head = electra_training_head,
       // hidden_dropout_prob, attention_probs_dropout_prob; the heads' classifier_dropout when set.
       .training_dropouts = detail::bert_dropouts,
+      // The defaults are ElectraConfig's (electra_config_as_bert writes the required ones a file lacks).
+      .config_keys = detail::encoder_config_keys({
+          {"vocab_size", "30522", ConfigKeyRole::Size},
+          {"hidden_size", "256", ConfigKeyRole::Size},
+          {"num_hidden_layers", "12", ConfigKeyRole::Size},
+          {"num_attention_heads", "4", ConfigKeyRole::Value},
+          {"intermediate_size", "1024", ConfigKeyRole::Size},
+          {"max_position_embeddings", "512", ConfigKeyRole::Size},
+          {"embedding_size", "128", ConfigKeyRole::Size},  // the embeddings' width; embeddings_project when != H
+          {"hidden_dropout_prob", "0.1", ConfigKeyRole::Training},
+          {"attention_probs_dropout_prob", "0.1", ConfigKeyRole::Training},
+          {"classifier_dropout", "(hidden_dropout_prob)", ConfigKeyRole::Training},
+      }),
   };
   return f;
 }

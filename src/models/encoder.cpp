@@ -4,8 +4,12 @@
 
 #include <cfloat>
 #include <cmath>
+#include <optional>
 #include <stdexcept>
+#include <string>
+#include <vector>
 
+#include "io/json_keys.h"
 #include "io/json_util.h"
 #include "models/checkpoint_weights.h"
 #include "models/registry.h"
@@ -24,6 +28,12 @@ EncoderConfig EncoderConfig::from_json(const nlohmann::json& config, const std::
   require_encoder_family(family, c.model_type, file, "'tfm translate' and 'tfm serve' run it");
   // Families with their own key names are read through BERT's.
   const nlohmann::json j = family.config_as_bert ? family.config_as_bert(config, file) : config;
+  // The keys the mapping wrote are not the file's: a JsonKeyRecorder records the family's own names instead.
+  std::vector<std::string> mapped;
+  if (family.config_as_bert && JsonKeyRecorder::active() && j.is_object())
+    for (const auto& [key, value] : j.items())
+      if (!config.contains(key) || config[key] != value) mapped.push_back(key);
+  std::optional<JsonKeyRecorder::Derived> not_the_files(std::in_place, std::move(mapped));
   c.json = config;
   c.source = file;
   c.vocab_size = json_int(j, "vocab_size", file);
@@ -73,6 +83,7 @@ EncoderConfig EncoderConfig::from_json(const nlohmann::json& config, const std::
   const std::string pos = json_string_or(j, "position_embedding_type", "absolute", file);
   if (pos != "absolute")
     throw std::runtime_error(file + ": position_embedding_type '" + pos + "' is not supported (only 'absolute')");
+  not_the_files.reset();  // the family's own check reads the file's keys (c.json)
   if (family.check_config) family.check_config(c);
   return c;
 }

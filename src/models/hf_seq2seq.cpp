@@ -32,16 +32,24 @@ Seq2SeqConfig hf_seq2seq_config(const nlohmann::json& j, const std::string& file
   same("decoder_attention_heads", c.num_heads);
   same("decoder_ffn_dim", c.ffn_num_hiddens);
   c.src_vocab_size = json_int(j, "vocab_size", file);
-  c.shared_embeddings = json_bool_or(j, "share_encoder_decoder_embeddings", true, file);
-  c.tgt_vocab_size = marian && !c.shared_embeddings ? json_int_or(j, "decoder_vocab_size", c.src_vocab_size, file)
-                                                    : c.src_vocab_size;
+  // MarianConfig's; M2M100 always shares model.shared.
+  c.shared_embeddings = !marian || json_bool_or(j, "share_encoder_decoder_embeddings", true, file);
+  // MarianConfig's decoder_vocab_size (default vocab_size): the rows of lm_head and final_logits_bias, which a
+  // shared embedding has only when it equals vocab_size. M2M100Config has none.
+  c.tgt_vocab_size = marian ? json_int_or(j, "decoder_vocab_size", c.src_vocab_size, file) : c.src_vocab_size;
+  if (c.shared_embeddings && c.tgt_vocab_size != c.src_vocab_size)
+    throw std::runtime_error(file + ": decoder_vocab_size " + std::to_string(c.tgt_vocab_size) + " differs from "
+                             "vocab_size " + std::to_string(c.src_vocab_size) +
+                             " with share_encoder_decoder_embeddings true (not supported)");
   c.max_len = json_int(j, "max_position_embeddings", file);
   c.num_steps = c.max_len;
   c.dropout = 0.0;
   c.decode_positions = "absolute";
   c.attention_bias = true;
-  c.activation = json_string_or(j, "activation_function", marian ? "swish" : "relu", file);
-  c.scale_embedding = json_bool_or(j, "scale_embedding", marian, file);
+  // The defaults are MarianConfig's ("gelu", false) and M2M100Config's ("relu", true); OPUS-MT folders say
+  // "swish" and true.
+  c.activation = json_string_or(j, "activation_function", marian ? "gelu" : "relu", file);
+  c.scale_embedding = json_bool_or(j, "scale_embedding", !marian, file);
   c.pad_token_id = json_int(j, "pad_token_id", file);
   c.norm_first = !marian;
   if (marian && json_bool_or(j, "normalize_before", false, file))
@@ -232,6 +240,25 @@ const ModelFamily& marian_family() {
       .translation = true,
       .seq2seq_config = hf_seq2seq_config,
       .hugging_face = true,
+      // The defaults are MarianConfig's.
+      .config_keys = {
+          {"d_model", "", ConfigKeyRole::Size},
+          {"encoder_layers", "", ConfigKeyRole::Size},
+          {"decoder_layers", "(encoder_layers)", ConfigKeyRole::Size},
+          {"encoder_attention_heads", "", ConfigKeyRole::Value},
+          {"decoder_attention_heads", "(encoder_attention_heads)", ConfigKeyRole::Checked},  // must equal it
+          {"encoder_ffn_dim", "", ConfigKeyRole::Size},
+          {"decoder_ffn_dim", "(encoder_ffn_dim)", ConfigKeyRole::Checked},  // must equal it
+          {"vocab_size", "", ConfigKeyRole::Size},
+          {"max_position_embeddings", "", ConfigKeyRole::Size},  // rows of the sinusoidal table: the longest input
+          {"decoder_vocab_size", "(vocab_size)", ConfigKeyRole::Size},
+          {"share_encoder_decoder_embeddings", "true", ConfigKeyRole::Size},
+          {"activation_function", "\"gelu\"", ConfigKeyRole::Value},
+          {"scale_embedding", "false", ConfigKeyRole::Value},
+          {"pad_token_id", "", ConfigKeyRole::Ignored},  // the padding of batches, masked: no effect on the numbers
+          {"normalize_before", "false", ConfigKeyRole::Checked},
+          {"normalize_embedding", "false", ConfigKeyRole::Checked},
+      },
   };
   return f;
 }
@@ -244,6 +271,22 @@ const ModelFamily& m2m_100_family() {
       .translation = true,
       .seq2seq_config = hf_seq2seq_config,
       .hugging_face = true,
+      // The defaults are M2M100Config's (pad_token_id's 1 is required here).
+      .config_keys = {
+          {"d_model", "", ConfigKeyRole::Size},
+          {"encoder_layers", "", ConfigKeyRole::Size},
+          {"decoder_layers", "(encoder_layers)", ConfigKeyRole::Size},
+          {"encoder_attention_heads", "", ConfigKeyRole::Value},
+          {"decoder_attention_heads", "(encoder_attention_heads)", ConfigKeyRole::Checked},  // must equal it
+          {"encoder_ffn_dim", "", ConfigKeyRole::Size},
+          {"decoder_ffn_dim", "(encoder_ffn_dim)", ConfigKeyRole::Checked},  // must equal it
+          {"vocab_size", "", ConfigKeyRole::Size},
+          {"max_position_embeddings", "", ConfigKeyRole::Size},  // rows of the sinusoidal table: the longest input
+          {"activation_function", "\"relu\"", ConfigKeyRole::Value},
+          {"scale_embedding", "true", ConfigKeyRole::Value},
+          {"pad_token_id", "", ConfigKeyRole::Value},  // positions count from pad_token_id + 1
+          {"layernorm_embedding", "false", ConfigKeyRole::Checked},
+      },
   };
   return f;
 }

@@ -24,9 +24,11 @@ namespace tfm {
 bool is_hf_seq2seq_type(const std::string& model_type);
 // The Seq2SeqConfig of a Hugging Face config.json (d_model, encoder_layers, decoder_layers, encoder_attention_heads,
 // encoder_ffn_dim, activation_function, scale_embedding, max_position_embeddings, vocab_size, decoder_vocab_size,
-// share_encoder_decoder_embeddings, pad_token_id, normalize_before). Throws std::runtime_error naming `file` and the
-// key for a missing or invalid one, and for options these families do not have here (encoder and decoder sizes
-// that differ, normalize_before on Marian).
+// share_encoder_decoder_embeddings, pad_token_id, normalize_before), absent keys at MarianConfig's /
+// M2M100Config's defaults (activation_function gelu / relu, scale_embedding false / true; the families' tables in
+// ModelFamily::config_keys list them). Throws std::runtime_error naming `file` and the key for a missing or invalid
+// one, and for options these families do not have here (encoder and decoder sizes that differ, normalize_before on
+// Marian, a decoder_vocab_size other than vocab_size with shared embeddings).
 Seq2SeqConfig hf_seq2seq_config(const nlohmann::json& config, const std::string& file);
 
 // Registers the modules of model.config() in its parameter store under transformers' names (Seq2SeqModel's

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "core/profile.h"
+#include "io/json_keys.h"
 #include "io/json_util.h"
 #include "models/checkpoint_weights.h"
 #include "nn/layers.h"
@@ -260,9 +261,7 @@ TrainingHeadSpec modernbert_training_head(const EncoderConfig& c, HeadKind kind,
   const ModernBertConfig m = ModernBertConfig::from(c);
   const nlohmann::json& j = c.json;
   const double range = json_number_or(j, "initializer_range", 0.02, c.source);
-  const double cutoff = j.contains("initializer_cutoff_factor") && !j["initializer_cutoff_factor"].is_null()
-                            ? json_number_or(j, "initializer_cutoff_factor", 3.0, c.source)
-                            : 3.0;
+  const double cutoff = json_number_or(j, "initializer_cutoff_factor", 3.0, c.source);
   HeadStageSpec head = detail::head_stage("head.dense", c.hidden_size, false);
   head.linear_bias = m.classifier_bias;
   head.act = m.classifier_activation;
@@ -293,7 +292,7 @@ TrainingHeadSpec modernbert_training_head(const EncoderConfig& c, HeadKind kind,
 TrainingDropouts modernbert_dropouts(const nlohmann::json& config, HeadKind kind, const std::string& file) {
   for (const char* key : {"embedding_dropout", "attention_dropout", "mlp_dropout"})
     detail::dropout_of(config, key, 0.0, file);
-  const bool set = config.contains("classifier_dropout") && !config["classifier_dropout"].is_null();
+  const bool set = json_is_set(config, "classifier_dropout");
   TrainingDropouts d;
   d.head = kind != HeadKind::MaskedLM && set ? detail::dropout_of(config, "classifier_dropout", 0.0, file) : 0.0f;
   return d;
@@ -313,6 +312,41 @@ const ModelFamily& modernbert_family() {
       },
       .training_head = modernbert_training_head,
       .training_dropouts = modernbert_dropouts,
+      // The defaults are ModernBertConfig's.
+      .config_keys = detail::encoder_config_keys({
+          {"max_position_embeddings", "", ConfigKeyRole::Size},  // rotary: only the longest input
+          {"type_vocab_size", "2", ConfigKeyRole::Ignored},
+          {"layer_norm_eps", "1e-12", ConfigKeyRole::Ignored},  // norm_eps
+          {"hidden_act", "\"gelu\"", ConfigKeyRole::Ignored},  // hidden_activation
+          {"norm_eps", "1e-05", ConfigKeyRole::Value},
+          {"norm_bias", "false", ConfigKeyRole::Size},
+          {"attention_bias", "false", ConfigKeyRole::Size},
+          {"mlp_bias", "false", ConfigKeyRole::Size},
+          {"hidden_activation", "\"gelu\"", ConfigKeyRole::Value},
+          {"local_attention", "128", ConfigKeyRole::Value},
+          {"global_attn_every_n_layers", "3", ConfigKeyRole::Value},
+          {"layer_types", "(global_attn_every_n_layers)", ConfigKeyRole::Value},
+          {"rope_scaling", "null", ConfigKeyRole::Checked},
+          {"global_rope_theta", "160000.0", ConfigKeyRole::Value},
+          {"local_rope_theta", "10000.0", ConfigKeyRole::Value},
+          {"rope_parameters", "null", ConfigKeyRole::Value},
+          {"rope_parameters.full_attention", "null", ConfigKeyRole::Value},
+          {"rope_parameters.full_attention.rope_type", "\"default\"", ConfigKeyRole::Checked},
+          {"rope_parameters.full_attention.rope_theta", "(global_rope_theta)", ConfigKeyRole::Value},
+          {"rope_parameters.sliding_attention", "null", ConfigKeyRole::Value},
+          {"rope_parameters.sliding_attention.rope_type", "\"default\"", ConfigKeyRole::Checked},
+          {"rope_parameters.sliding_attention.rope_theta", "(local_rope_theta)", ConfigKeyRole::Value},
+          {"classifier_pooling", "\"cls\"", ConfigKeyRole::Value},
+          {"classifier_activation", "\"gelu\"", ConfigKeyRole::Value},
+          {"classifier_bias", "false", ConfigKeyRole::Size},
+          {"decoder_bias", "true", ConfigKeyRole::Size},
+          {"embedding_dropout", "0.0", ConfigKeyRole::Training},
+          {"attention_dropout", "0.0", ConfigKeyRole::Training},
+          {"mlp_dropout", "0.0", ConfigKeyRole::Training},
+          {"classifier_dropout", "0.0", ConfigKeyRole::Training},
+          {"initializer_range", "0.02", ConfigKeyRole::Training},
+          {"initializer_cutoff_factor", "3.0", ConfigKeyRole::Training},
+      }),
   };
   return f;
 }

@@ -2,6 +2,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "io/json_keys.h"
 #include "io/json_util.h"
 #include "models/modernbert.h"
 
@@ -43,7 +44,7 @@ ModernBertConfig ModernBertConfig::from(const EncoderConfig& c) {
 
   const int64_t NL = c.num_hidden_layers;
   m.global_layer.assign(NL, false);
-  if (j.contains("layer_types") && !j["layer_types"].is_null()) {
+  if (json_is_set(j, "layer_types")) {
     const nlohmann::json& t = j["layer_types"];
     if (!t.is_array() || (int64_t)t.size() != NL)
       fail("layer_types", "must be a list of num_hidden_layers (" + std::to_string(NL) + ") strings");
@@ -59,19 +60,21 @@ ModernBertConfig ModernBertConfig::from(const EncoderConfig& c) {
     for (int64_t i = 0; i < NL; ++i) m.global_layer[i] = i % n == 0;
   }
 
-  if (j.contains("rope_scaling") && !j["rope_scaling"].is_null()) fail("rope_scaling", "is not supported");
+  if (json_is_set(j, "rope_scaling")) fail("rope_scaling", "is not supported");
   m.global_rope_theta = json_number_or(j, "global_rope_theta", 160000.0, file);
   // Older configs may say local_rope_theta null: the local layers then use the global theta (modeling_modernbert.py
   // before rope_parameters).
-  const bool local_null = j.contains("local_rope_theta") && j["local_rope_theta"].is_null();
+  const bool local_null = !json_is_set(j, "local_rope_theta") && j.contains("local_rope_theta");
   m.local_rope_theta = local_null ? m.global_rope_theta : json_number_or(j, "local_rope_theta", 10000.0, file);
-  if (j.contains("rope_parameters") && !j["rope_parameters"].is_null()) {
+  if (json_is_set(j, "rope_parameters")) {
     const nlohmann::json& rp = j["rope_parameters"];
     if (!rp.is_object()) fail("rope_parameters", "must be an object");
     for (const char* kind : {"full_attention", "sliding_attention"}) {
-      if (!rp.contains(kind) || rp[kind].is_null()) continue;
+      const JsonKeyRecorder::Prefix nested(std::string("rope_parameters"));
+      if (!json_is_set(rp, kind)) continue;
       const nlohmann::json& p = rp[kind];
       const std::string key = std::string("rope_parameters.") + kind;
+      const JsonKeyRecorder::Prefix nested_kind(kind);
       if (!p.is_object()) fail(key, "must be an object");
       const std::string type = json_string_or(p, "rope_type", "default", file);
       if (type != "default") fail(key + ".rope_type", "'" + type + "' is not supported (only 'default')");

@@ -222,6 +222,13 @@ const ModelFamily& mpnet_family() {
       // MPNetForSequenceClassification's MPNetClassificationHead and MPNetLMHead are RoBERTa's, names included.
       .training_head = detail::roberta_training_head,
       .training_dropouts = mpnet_dropouts,
+      .config_keys = detail::encoder_config_keys({
+          {"type_vocab_size", "2", ConfigKeyRole::Ignored},  // MPNet has no token types
+          {"pad_token_id", "1", ConfigKeyRole::Ignored},     // positions from padding_idx 1 whatever it says
+          {"relative_attention_num_buckets", "32", ConfigKeyRole::Size},  // rows of relative_attention_bias
+          {"hidden_dropout_prob", "0.1", ConfigKeyRole::Training},
+          {"attention_probs_dropout_prob", "0.1", ConfigKeyRole::Training},
+      }),
   };
   return f;
 }

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "core/profile.h"
+#include "io/json_keys.h"
 #include "io/json_util.h"
 #include "models/registry.h"
 #include "nn/layers.h"
@@ -36,7 +37,7 @@ nlohmann::json nomic_bert_config_as_bert(const nlohmann::json& j, const std::str
   b["hidden_size"] = H;
   b["num_attention_heads"] = json_int(j, "n_head", file);
   b["num_hidden_layers"] = json_int(j, "n_layer", file);
-  const bool inner_given = j.contains("n_inner") && !j["n_inner"].is_null();
+  const bool inner_given = json_is_set(j, "n_inner");
   int64_t inner = inner_given ? json_int(j, "n_inner", file) : (gated ? 8 * H / 3 : 4 * H);
   if (gated) inner = round_up_256(inner);
   b["intermediate_size"] = inner;
@@ -53,7 +54,7 @@ NomicBertConfig NomicBertConfig::from(const EncoderConfig& c) {
   auto fail = [&](const std::string& key, const std::string& what) {
     throw std::runtime_error(file + ": key '" + key + "' " + what);
   };
-  auto set = [&](const char* key) { return j.contains(key) && !j[key].is_null(); };
+  auto set = [&](const char* key) { return json_is_set(j, key); };
   NomicBertConfig m;
   const std::string activation = json_string_or(j, "activation_function", "swiglu", file);
   m.gated = is_gated(activation);
@@ -195,6 +196,36 @@ const ModelFamily& nomic_bert_family() {
       .config_as_bert = nomic_bert_config_as_bert,
       .check_config = [](const EncoderConfig& c) { NomicBertConfig::from(c); },
       .make_encoder = make_nomic_bert,
+      // nomic_bert_config_as_bert writes BERT's names from the keys below; a config.json's own hidden_size, ... (if
+      // any) are not read.
+      .config_keys = detail::encoder_config_keys({
+          {"hidden_size", "", ConfigKeyRole::Ignored},
+          {"num_hidden_layers", "", ConfigKeyRole::Ignored},
+          {"num_attention_heads", "", ConfigKeyRole::Ignored},
+          {"intermediate_size", "", ConfigKeyRole::Ignored},
+          {"max_position_embeddings", "", ConfigKeyRole::Ignored},
+          {"layer_norm_eps", "1e-12", ConfigKeyRole::Ignored},
+          {"hidden_act", "\"gelu\"", ConfigKeyRole::Ignored},
+          {"type_vocab_size", "2", ConfigKeyRole::Size},
+          {"n_embd", "", ConfigKeyRole::Size},
+          {"n_head", "", ConfigKeyRole::Value},
+          {"n_layer", "", ConfigKeyRole::Size},
+          {"n_inner", "(8 n_embd / 3 gated, 4 n_embd)", ConfigKeyRole::Size},  // rounded up to 256 when gated
+          {"n_positions", "1024", ConfigKeyRole::Size},
+          {"layer_norm_epsilon", "1e-05", ConfigKeyRole::Value},
+          {"activation_function", "\"swiglu\"", ConfigKeyRole::Value},
+          {"qkv_proj_bias", "true", ConfigKeyRole::Size},
+          {"mlp_fc1_bias", "true", ConfigKeyRole::Size},
+          {"mlp_fc2_bias", "true", ConfigKeyRole::Size},
+          {"rotary_emb_fraction", "0.0", ConfigKeyRole::Value},
+          {"rotary_emb_base", "10000.0", ConfigKeyRole::Value},  // read when rotary_emb_fraction > 0
+          {"prenorm", "false", ConfigKeyRole::Checked},
+          {"causal", "false", ConfigKeyRole::Checked},
+          {"moe_every_n_layers", "0", ConfigKeyRole::Checked},
+          {"rotary_scaling_factor", "null", ConfigKeyRole::Checked},
+          {"rotary_emb_scale_base", "null", ConfigKeyRole::Checked},
+          {"rotary_emb_interleaved", "false", ConfigKeyRole::Checked},
+      }),
   };
   return f;
 }

@@ -1,7 +1,9 @@
 #include "models/registry.h"
 
+#include <algorithm>
 #include <stdexcept>
 
+#include "io/json_keys.h"
 #include "io/json_util.h"
 
 namespace tfm {
@@ -146,11 +148,37 @@ float dropout_of(const nlohmann::json& config, const char* key, double fallback,
   return (float)v;
 }
 
+std::vector<ConfigKey> encoder_config_keys(const std::vector<ConfigKey>& own) {
+  using enum ConfigKeyRole;
+  std::vector<ConfigKey> keys = {
+      {"vocab_size", "", Size},
+      {"hidden_size", "", Size},
+      {"num_hidden_layers", "", Size},
+      {"num_attention_heads", "", Value},  // the head split of the same [H, H] projections
+      {"intermediate_size", "", Size},
+      {"max_position_embeddings", "", Size},
+      {"type_vocab_size", "2", Size},
+      {"layer_norm_eps", "1e-12", Value},
+      {"hidden_act", "\"gelu\"", Value},
+      {"pad_token_id", "0", Ignored},  // BERT's positions are 0 .. L-1; fine-tuning pads with it (masked)
+      {"relative_attention_num_buckets", "32", Ignored},  // MPNet's
+      {"position_embedding_type", "\"absolute\"", Checked},
+  };
+  for (const ConfigKey& k : own) {
+    auto same = std::find_if(keys.begin(), keys.end(), [&](const ConfigKey& e) { return std::string(e.key) == k.key; });
+    if (same != keys.end())
+      *same = k;
+    else
+      keys.push_back(k);
+  }
+  return keys;
+}
+
 TrainingDropouts bert_dropouts(const nlohmann::json& config, HeadKind kind, const std::string& file) {
   TrainingDropouts d;
   d.body = d.head = dropout_of(config, "hidden_dropout_prob", 0.1, file);
   d.attention = dropout_of(config, "attention_probs_dropout_prob", 0.1, file);
-  if (kind != HeadKind::MaskedLM && config.contains("classifier_dropout") && !config["classifier_dropout"].is_null())
+  if (kind != HeadKind::MaskedLM && json_is_set(config, "classifier_dropout"))
     d.head = dropout_of(config, "classifier_dropout", d.body, file);
   return d;
 }

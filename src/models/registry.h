@@ -63,6 +63,25 @@ struct FamilyModelType {
   const char* class_stem;
 };
 
+// What a config.json key does in a family (ModelFamily::config_keys).
+enum class ConfigKeyRole {
+  Size,      // sizes tensors, says which tensors exist, or bounds the input: a wrong value fails loading a fixture
+  Value,     // changes the numbers: a fixture sets it to a value other than the default and a test compares that
+             // fixture with its PyTorch reference (a required key: any fixture)
+  Checked,   // only the default's behaviour is implemented; another value is refused with a message
+  Training,  // read by fine-tuning only (dropouts, the initialisation of new head weights)
+  Ignored,   // no effect on this family's numbers, on purpose (the shared BERT reader reads it, or nothing does)
+};
+
+// One config.json key a family reads: its name (a key of a nested object as "parent.child"), the value used when
+// it is absent or null, as JSON text ("1e-12", "\"gelu\"", "true", "null"; "" when it is required; "(...)" for a
+// default computed from other keys), and its role.
+struct ConfigKey {
+  const char* key;
+  const char* default_json;
+  ConfigKeyRole role;
+};
+
 // One family. A null function is a job the family does not do (no task heads, no fine-tuning, ...).
 struct ModelFamily {
   const char* name = "";  // the registry name: "bert", "roberta", "marian", "d2l_seq2seq", ...
@@ -102,6 +121,16 @@ struct ModelFamily {
   // A Hugging Face checkpoint folder, read with its tokenizer files and generation_config.json
   // (TranslationTokenizer, GenerationConfig); false: a tfm train folder (its vocabularies or spm.model).
   bool hugging_face = false;
+
+  // ---- every family
+  // The config.json keys the family reads, with defaults and roles: EncoderConfig::from_json (config_as_bert,
+  // check_config), make_encoder, the heads' load and the training head and dropouts for encoders; seq2seq_config
+  // for translation families. "model_type" (read_model_type) and the task keys every encoder shares
+  // (architectures, id2label, problem_type, sentence_transformers: models/heads.h TaskModel::load) are not listed.
+  // tests/test_config_keys.cpp loads every fixture under a JsonKeyRecorder (io/json_util.h) and fails on a key read
+  // but not listed, a listed key (other than Ignored) no fixture read, and a Value key no fixture sets to a value
+  // other than its default.
+  std::vector<ConfigKey> config_keys{};
 
   bool answers_model_type(const std::string& model_type) const;
   // Whether `architecture` is one of this family's classes (<stem>Model, <stem>For..., or `architectures`).
@@ -152,6 +181,9 @@ TrainingHeadSpec lm_head(const std::string& transform, ops::Activation act, cons
 float dropout_of(const nlohmann::json& config, const char* key, double fallback, const std::string& file);
 // BERT and RoBERTa: hidden_dropout_prob, attention_probs_dropout_prob; the classifiers' classifier_dropout when set.
 TrainingDropouts bert_dropouts(const nlohmann::json& config, HeadKind kind, const std::string& file);
+// The keys EncoderConfig::from_json reads, with BERT's defaults and roles (vocab_size, hidden_size, ...,
+// position_embedding_type), each replaced by the entry of `own` with the same key; `own`'s other keys follow.
+std::vector<ConfigKey> encoder_config_keys(const std::vector<ConfigKey>& own);
 }  // namespace detail
 
 }  // namespace tfm

@@ -103,6 +103,12 @@ const ModelFamily& roberta_family() {
           },
       .training_head = detail::roberta_training_head,
       .training_dropouts = detail::bert_dropouts,
+      .config_keys = detail::encoder_config_keys({
+          {"pad_token_id", "1", ConfigKeyRole::Value},  // positions count from pad_token_id + 1
+          {"hidden_dropout_prob", "0.1", ConfigKeyRole::Training},
+          {"attention_probs_dropout_prob", "0.1", ConfigKeyRole::Training},
+          {"classifier_dropout", "(hidden_dropout_prob)", ConfigKeyRole::Training},
+      }),
   };
   return f;
 }

@@ -89,6 +89,22 @@ const ModelFamily& d2l_seq2seq_family() {
       .model_types = {{"transformer_seq2seq", ""}},
       .translation = true,
       .seq2seq_config = Seq2SeqConfig::from_json,
+      .config_keys = {
+          {"num_hiddens", "", ConfigKeyRole::Size},
+          {"num_layers", "", ConfigKeyRole::Size},
+          {"num_heads", "", ConfigKeyRole::Value},
+          {"ffn_num_hiddens", "", ConfigKeyRole::Size},
+          {"num_steps", "", ConfigKeyRole::Size},  // the padded source length and the decoding limit
+          {"src_vocab_size", "", ConfigKeyRole::Size},
+          {"tgt_vocab_size", "", ConfigKeyRole::Size},
+          {"max_len", "1000", ConfigKeyRole::Size},  // rows of the sinusoidal table
+          {"decode_positions", "\"d2l_step\"", ConfigKeyRole::Value},
+          {"norm_first", "false", ConfigKeyRole::Size},          // true: pre-LN, with encoder.ln / decoder.ln
+          {"shared_embeddings", "false", ConfigKeyRole::Size},   // one joint embedding matrix
+          {"attention_bias", "false", ConfigKeyRole::Size},      // W_q, W_k, W_v, W_o biases
+          {"activation", "\"relu\"", ConfigKeyRole::Value},
+          {"dropout", "0.0", ConfigKeyRole::Training},
+      },
   };
   return f;
 }

@@ -106,6 +106,11 @@ const ModelFamily& transformer_encoder_family() {
       .model_types = {{"transformer_encoder", ""}},
       .make_encoder = make_transformer_encoder,
       .int8_weights = false,
+      .config_keys = detail::encoder_config_keys({
+          {"type_vocab_size", "2", ConfigKeyRole::Ignored},  // no segment embeddings
+          // The reference module fixes its LayerNorms' eps: 1e-12 on the embeddings, 1e-5 in the layers.
+          {"layer_norm_eps", "1e-12", ConfigKeyRole::Ignored},
+      }),
   };
   return f;
 }
