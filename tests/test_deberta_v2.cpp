@@ -16,6 +16,7 @@
 #include "io/safetensors.h"
 #include "models/checkpoint_weights.h"
 #include "models/encoder.h"
+#include "models/heads.h"
 #include "run_tfm.h"
 #include "test_util.h"
 #include "text/bert_tokenizer.h"
@@ -103,8 +104,9 @@ TEST(DebertaV2Golden, LastHiddenStateAndEveryLayerMatchPyTorch) {
   EXPECT_LE(test::max_abs_diff(single.last_hidden_state, expected().get("single_last_hidden_state")), kTol);
   EncoderOutput unpadded = model->forward_unpadded(ids, Tensor(), mask);
   EXPECT_TRUE(real_rows_close(unpadded.last_hidden_state, expected().get("last_hidden_state"), mask, kTol));
-  for (int64_t n = 0; n < mask.numel(); ++n)  // padded rows 0 on the unpadded path
-    if (!mask.i64()[n]) EXPECT_EQ(unpadded.last_hidden_state.f32()[n * 32], 0.0f) << n;
+  for (int64_t n = 0; n < mask.numel(); ++n) {  // padded rows 0 on the unpadded path
+    if (!mask.i64()[n]) { EXPECT_EQ(unpadded.last_hidden_state.f32()[n * 32], 0.0f) << n; }
+  }
 }
 
 // pos_att_type is read: c2p alone and p2c alone (scale_factor 2) equal the reference of the same weights, and each
@@ -181,34 +183,32 @@ TEST(DebertaV2Cli, TokenizerGivesTheHuggingFaceIds) {
     }
 }
 
-// `tfm classify --pair` on the NLI-style two-label classifier: the label and score of each pair as the reference's
-// softmax gives them (expected.json's ranking holds label 1's probability per pair).
-TEST(DebertaV2Cli, ClassifyPairsMatchesPyTorch) {
-  TempFolder tmp;
-  const nlohmann::json want = load_json_file(fixture("family_heads/deberta_seqcls/expected.json"));
-  std::vector<std::string> args = {"classify", "--model", fixture("family_heads/deberta_seqcls"), "--all-scores"};
-  for (const auto& p : want["passages"]) {
-    args.push_back(want["query"].get<std::string>());
-    args.push_back("--pair");
-    args.push_back(p.get<std::string>());
+// The NLI-style two-label classifier on (premise, hypothesis) pairs ([CLS] A [SEP] B [SEP]): the logits of the
+// reference (ContextPooler + classifier), and `tfm rerank` orders the passages by label 1's probability as the
+// reference does.
+TEST(DebertaV2Heads, PairsAndRerankMatchPyTorch) {
+  const std::string dir = fixture("family_heads/deberta_seqcls");
+  TaskModel m = TaskModel::load(dir, HeadKind::SequenceClassification);
+  auto e = SafeTensors::open(dir + "/expected.safetensors");
+  int n = 0;
+  for (; e.has("pairs_input_ids_" + std::to_string(n)); ++n) {
+    Tensor lg = m.sequence_logits(e.get("pairs_input_ids_" + std::to_string(n)), Tensor(), Tensor());
+    Tensor want = e.get("pairs_logits_" + std::to_string(n));
+    EXPECT_TRUE(test::all_close(lg.f32(), want.f32(), lg.numel(), kTol)) << n;
   }
+  EXPECT_EQ(n, 4);
+  const nlohmann::json want = load_json_file(dir + "/expected.json");
+  TempFolder tmp;
+  std::vector<std::string> args = {"rerank", "--model", dir, "--query", want["query"].get<std::string>()};
+  for (const auto& p : want["passages"]) args.push_back(p.get<std::string>());
   TfmRun r = run_tfm_in(tmp.path, args);
   ASSERT_EQ(r.exit_code, 0) << r.describe();
-  std::vector<double> p1(want["passages"].size());
-  for (const auto& e : want["ranking"]) p1[e["index"].get<size_t>()] = e["score"].get<double>();
-  std::stringstream ss(r.out);
-  size_t i = 0;
-  for (std::string line; std::getline(ss, line);) {
-    if (line.empty()) continue;
-    ASSERT_LT(i, p1.size()) << r.out;
-    const nlohmann::json scores = nlohmann::json::parse(line);
-    for (const auto& s : scores) {
-      const double w = s["label"] == "not_entailment" ? p1[i] : 1.0 - p1[i];
-      EXPECT_NEAR(s["score"].get<double>(), w, 1e-4) << line;
-    }
-    ++i;
+  const nlohmann::json got = nlohmann::json::parse(r.out);
+  ASSERT_EQ(got.size(), want["ranking"].size()) << r.out;
+  for (size_t i = 0; i < got.size(); ++i) {
+    EXPECT_EQ(got[i]["index"], want["ranking"][i]["index"]) << r.out;
+    EXPECT_NEAR(got[i]["score"].get<double>(), want["ranking"][i]["score"].get<double>(), 1e-4) << r.out;
   }
-  EXPECT_EQ(i, p1.size()) << r.out;
 }
 
 // DeBERTa-v2 has no fine-tuning here: one line naming the families that have it.

@@ -131,7 +131,7 @@ nn::EncoderBlock deberta_layer(const nn::Vars& lv, const EncoderConfig& c, const
   b.attention.num_heads = c.num_attention_heads;
   b.attention.hidden_size = H;
   b.attention.qkv = nn::Linear::load_packed({self.prefix("query_proj"), self.prefix("key_proj"),
-                                             self.prefix("value_proj")}, H, 3 * H, ct);
+                                             self.prefix("value_proj")}, H, H, ct);
   b.attention.output = nn::Linear::load_packed({lv.prefix("attention.output.dense")}, H, H, ct);
   b.norm1 = nn::LayerNorm::load(lv.prefix("attention.output.LayerNorm"), H, eps);
   b.ffn.act = ops::parse_activation(c.hidden_act);
