@@ -6,7 +6,7 @@
 //
 // Tokenizers: the byte-level BPE (RoBERTa-style: <s> A </s></s> B </s>, <mask>) and the WordPiece
 // (BERT / DistilBERT-style: [CLS] A [SEP] B [SEP], [MASK]) fixtures of make_tokenizer_engine_fixtures.js, and
-// MPNet's (tests/fixtures/mpnet/tokenizer.json).
+// MPNet's (tests/fixtures/mpnet/tokenizer.json), and DeBERTa-v3's (tests/fixtures/deberta_v2/tokenizer.json).
 const fs = require('fs');
 const path = require('path');
 const tk = require('tokenizers');
@@ -31,6 +31,8 @@ const SETS = {
   wordpiece: { file: path.join(FIX, 'tokenizer', 'wordpiece', 'tokenizer.json'), ...TEXTS, fill: fill('[MASK]') },
   // MPNet's WordPiece (lower-cased, <s> A </s></s> B </s>, <mask>) of make_mpnet_tokenizer.js.
   mpnet: { file: path.join(FIX, 'mpnet', 'tokenizer.json'), ...TEXTS, fill: fill('<mask>') },
+  // DeBERTa-v3's Unigram / Metaspace ([CLS] A [SEP] B [SEP], pair type ids 1, [MASK]) of make_deberta_tokenizer.js.
+  deberta_v3: { file: path.join(FIX, 'deberta_v2', 'tokenizer.json'), ...TEXTS, fill: fill('[MASK]') },
 };
 
 async function encode(t, text, pair) {

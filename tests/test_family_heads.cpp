@@ -83,10 +83,11 @@ struct Folder {
   const char* tokenizer;  // encodings.json set
 };
 const Folder kSeqCls[] = {{"roberta_seqcls", "bpe_bytelevel"}, {"distilbert_seqcls", "wordpiece"},
-                          {"camembert_seqcls", "bpe_bytelevel"}, {"electra_seqcls", "wordpiece"}};
+                          {"camembert_seqcls", "bpe_bytelevel"}, {"electra_seqcls", "wordpiece"},
+                          {"deberta_seqcls", "deberta_v3"}};
 const Folder kTokCls[] = {{"roberta_tokcls", "bpe_bytelevel"}, {"distilbert_tokcls", "wordpiece"},
                           {"mpnet_tokcls", "mpnet"}, {"modernbert_tokcls", "bpe_bytelevel"},
-                          {"electra_tokcls", "wordpiece"}};
+                          {"electra_tokcls", "wordpiece"}, {"deberta_tokcls", "deberta_v3"}};
 const Folder kMlm[] = {{"roberta_mlm", "bpe_bytelevel"}, {"distilbert_mlm", "wordpiece"}};
 
 }  // namespace

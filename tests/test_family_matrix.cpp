@@ -1,9 +1,10 @@
 // Every encoder family through every command in every dtype (issue 21): one table of families (BERT, RoBERTa /
-// XLM-RoBERTa, DistilBERT, MPNet, ModernBERT, ELECTRA) x the commands encode, embed (a sentence-transformers folder built
-// around the family's checkpoint), classify, fill-mask, rerank and serve (/embed, /embed_all, /predict, /rerank) x
-// fp32 / bf16 / int8, against the PyTorch references of scripts/make_family_head_fixtures.py and
-// make_electra_fixtures.py (tests/fixtures/family_heads; fill-mask where the family has a masked-LM head; the
-// texts are encodings.json's, the ids Hugging Face tokenizers gave).
+// XLM-RoBERTa, DistilBERT, MPNet, ModernBERT, ELECTRA, DeBERTa-v3) x the commands encode, embed (a
+// sentence-transformers folder built around the family's checkpoint), classify, fill-mask, rerank and serve (/embed,
+// /embed_all, /predict, /rerank) x fp32 / bf16 / int8, against the PyTorch references of
+// scripts/make_family_head_fixtures.py, make_electra_fixtures.py and make_deberta_fixtures.py
+// (tests/fixtures/family_heads; fill-mask where the family has a masked-LM head; the texts are encodings.json's, the
+// ids Hugging Face tokenizers gave).
 // fp32 equals the reference (atol 1e-4); in bf16 / int8 every token vector and embedding keeps a cosine >= 0.9999 /
 // >= 0.999 to it, logits stay within 2% / 8% of the reference logits' norm (rerank's raw scores twice that) and
 // masked-LM probabilities within 0.03 / 0.06 where the reference has a clear winner. tfm.Encoder and
@@ -52,6 +53,7 @@ const Family kFamilies[] = {
     {"mpnet", "mpnet", "mpnet_seqcls", "mpnet_seqcls", "mpnet_mlm"},
     {"modernbert", "bpe_bytelevel", "modernbert_seqcls", "modernbert_seqcls", "modernbert_mlm"},
     {"electra", "wordpiece", "electra_seqcls", "electra_seqcls", nullptr},
+    {"deberta-v2", "deberta_v3", "deberta_seqcls", "deberta_seqcls", nullptr},
 };
 
 struct Dtype {

@@ -47,6 +47,7 @@ const Known kKnown[] = {
     {"modernbert", "ModernBertForSequenceClassification", "modernbert", false},
     {"electra", "ElectraForPreTraining", "electra", false},
     {"nomic_bert", "NomicBertModel", "nomic_bert", false},
+    {"deberta-v2", "DebertaV2ForSequenceClassification", "deberta-v2", false},
     {"transformer_encoder", "", "transformer_encoder", false},
     {"transformer_seq2seq", "", "d2l_seq2seq", true},
     {"marian", "MarianMTModel", "marian", true},
@@ -54,8 +55,8 @@ const Known kKnown[] = {
 };
 
 const std::string kSupported =
-    "bert, roberta, xlm-roberta, camembert, distilbert, mpnet, modernbert, electra, nomic_bert, transformer_encoder, "
-    "transformer_seq2seq, "
+    "bert, roberta, xlm-roberta, camembert, distilbert, mpnet, modernbert, electra, nomic_bert, deberta-v2, "
+    "transformer_encoder, transformer_seq2seq, "
     "marian, m2m_100";
 
 TEST(Registry, EveryFamilyAnswersItsModelTypesAndArchitectures) {
@@ -109,7 +110,8 @@ TEST(Registry, EveryFamilyIsComplete) {
   }
   EXPECT_EQ(std::string(trainable_model_types()),
             "bert, roberta, xlm-roberta, camembert, distilbert, mpnet, modernbert, electra");
-  EXPECT_EQ(model_types_with_heads(), "bert, roberta, xlm-roberta, camembert, distilbert, mpnet, modernbert, electra");
+  EXPECT_EQ(model_types_with_heads(),
+            "bert, roberta, xlm-roberta, camembert, distilbert, mpnet, modernbert, electra, deberta-v2");
 }
 
 TEST(Registry, TrainedArchitecturesAreTransformersClassNames) {

@@ -63,7 +63,7 @@ def test_xlm_roberta_cross_encoder_loads():
 
 
 @pytest.mark.parametrize("name", ["roberta_tokcls", "distilbert_tokcls", "mpnet_tokcls", "modernbert_tokcls",
-                                  "electra_tokcls"])
+                                  "electra_tokcls", "deberta_tokcls"])
 def test_token_classifier_loads_every_family(name):
     want = pipeline(name)
     t = tfm.TokenClassifier(folder(name), threads=1)

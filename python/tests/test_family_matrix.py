@@ -1,6 +1,7 @@
 """Every encoder family through tfm.Encoder and tfm.Classifier in every dtype, the Python side of
 tests/test_family_matrix.cpp: the sequence-classifier folders of scripts/make_family_head_fixtures.py (BERT,
-RoBERTa, DistilBERT, MPNet, ModernBERT) and make_electra_fixtures.py (ELECTRA) against their PyTorch references. fp32 equals the reference (atol 1e-4);
+RoBERTa, DistilBERT, MPNet, ModernBERT), make_electra_fixtures.py (ELECTRA) and make_deberta_fixtures.py (DeBERTa-v3)
+against their PyTorch references. fp32 equals the reference (atol 1e-4);
 bf16 / int8 keep a token cosine >= 0.9999 / >= 0.999 and logits within 2% / 8% of the reference logits' norm."""
 import json
 import os
@@ -15,7 +16,8 @@ FH = os.path.join(FIXTURES, "family_heads")
 # (model_type, encodings.json set, folder)
 FAMILIES = [("bert", "wordpiece", "bert_seqcls"), ("roberta", "bpe_bytelevel", "roberta_seqcls"),
             ("distilbert", "wordpiece", "distilbert_seqcls"), ("mpnet", "mpnet", "mpnet_seqcls"),
-            ("modernbert", "bpe_bytelevel", "modernbert_seqcls"), ("electra", "wordpiece", "electra_seqcls")]
+            ("modernbert", "bpe_bytelevel", "modernbert_seqcls"), ("electra", "wordpiece", "electra_seqcls"),
+            ("deberta-v2", "deberta_v3", "deberta_seqcls")]
 DTYPES = [("fp32", 1.0, 0.0), ("bf16", 0.9999, 0.02), ("int8", 0.999, 0.08)]
 
 

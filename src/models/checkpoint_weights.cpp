@@ -126,7 +126,8 @@ const std::vector<std::string>& CheckpointWeights::skippable() {
       "*position_ids", "*embeddings.token_type_ids", "cls.*", "classifier.*", "pre_classifier.*", "lm_head.*",
       "qa_outputs.*", "pooler.*", "*.pooler.*", "score.*", "generator_*", "discriminator_predictions.*",
       "vocab_transform.*", "vocab_layer_norm.*", "vocab_projector.*",  // DistilBERT's masked-LM head
-      "head.*", "decoder.*"};                                           // ModernBERT's heads
+      "head.*", "decoder.*",                                            // ModernBERT's heads
+      "lm_predictions.*", "mask_predictions.*"};                        // DeBERTa-v3's pre-training heads
   return patterns;
 }
 

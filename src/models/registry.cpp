@@ -20,6 +20,7 @@ const ModelFamily& mpnet_family();                // models/mpnet.cpp
 const ModelFamily& modernbert_family();           // models/modernbert.cpp
 const ModelFamily& electra_family();              // models/electra.cpp
 const ModelFamily& nomic_bert_family();           // models/nomic_bert.cpp
+const ModelFamily& deberta_v2_family();           // models/deberta_v2.cpp
 const ModelFamily& transformer_encoder_family();  // models/transformer_encoder.cpp
 const ModelFamily& d2l_seq2seq_family();          // models/seq2seq_config.cpp
 const ModelFamily& marian_family();               // models/hf_seq2seq.cpp
@@ -28,8 +29,9 @@ const ModelFamily& m2m_100_family();              // models/hf_seq2seq.cpp
 const std::vector<const ModelFamily*>& model_families() {
   static const std::vector<const ModelFamily*> all = {
       &bert_family(),         &roberta_family(),     &distilbert_family(),          &mpnet_family(),
-      &modernbert_family(),   &electra_family(),     &nomic_bert_family(),          &transformer_encoder_family(),
-      &d2l_seq2seq_family(),  &marian_family(),      &m2m_100_family(),
+      &modernbert_family(),   &electra_family(),     &nomic_bert_family(),          &deberta_v2_family(),
+      &transformer_encoder_family(),                 &d2l_seq2seq_family(),         &marian_family(),
+      &m2m_100_family(),
   };
   return all;
 }

@@ -6,6 +6,7 @@
 
 #include "core/profile.h"
 #include "core/threading.h"
+#include "nn/disentangled_attention.h"
 #include "ops/gemm.h"
 #include "ops/gemm_bf16.h"
 #include "ops/matmul.h"
@@ -87,6 +88,12 @@ void rotate_qk(const MultiHeadAttention& a, float* q, float* k, int64_t ld, int6
   }
 }
 
+// The disentangled bias replaces any other score bias; its padded path reads a key_mask only.
+void check_disentangled_mask(const ops::AttentionMask& m) {
+  if (m.query_mask || m.mask || m.valid_lens || m.causal || m.bias)
+    throw std::invalid_argument("MultiHeadAttention: disentangled attention takes a key_mask only");
+}
+
 void check_window_mask(const ops::AttentionMask& m) {
   if (m.query_mask || m.mask || m.valid_lens || m.causal || m.bias)
     throw std::invalid_argument("MultiHeadAttention: sliding-window attention takes a key_mask only");
@@ -164,6 +171,9 @@ void stack_qkv(const MultiHeadAttention& a, float* w, float* b) {
 
 void MultiHeadAttention::forward(const Context& c, float* out, const float* xq_, const float* xkv_, int64_t B_,
                                  int64_t Lq_, int64_t Lk_, const ops::AttentionMask& mask) {
+  if (disentangled)
+    throw std::logic_error("MultiHeadAttention::forward: disentangled attention has no saving forward (inference "
+                           "only)");
   if (mask.bias && (mask.bias_batch_stride != 0 || mask.bias_len != 0))
     throw std::invalid_argument("MultiHeadAttention::forward: a score bias in training must be one [heads, Lq, Lk] "
                                 "table shared by the batch (bias_batch_stride 0, bias_len 0)");
@@ -383,6 +393,10 @@ void MultiHeadAttention::forward_inference(float* out, const float* x, int64_t B
     if (window >= 0) {
       check_window_mask(mask);
       ops::sliding_window_attention(ctx_buf, qkv_buf, qkv_buf + H, qkv_buf + 2 * H, dims, mask.key_mask, window);
+    } else if (disentangled) {
+      check_disentangled_mask(mask);
+      disentangled->attention_inference(ctx_buf, qkv_buf, qkv_buf + H, qkv_buf + 2 * H, 3 * H, H, B_, L, mask.key_mask,
+                                        bf16_attention(*this));
     } else {
       dims.bf16 = bf16_attention(*this);
       ops::attention_forward(ctx_buf, nullptr, qkv_buf, qkv_buf + H, qkv_buf + 2 * H, dims, mask);
@@ -395,8 +409,9 @@ void MultiHeadAttention::forward_inference(float* out, const float* x, int64_t B
 void MultiHeadAttention::forward_inference_first_token(float* out, const float* x, int64_t B_, int64_t L,
                                                        const ops::AttentionMask& mask, float* qkv_buf,
                                                        float* ctx_buf, const ops::PreparedInput* xq) const {
-  if (rotary.enabled() || window >= 0)
-    throw std::logic_error("MultiHeadAttention::forward_inference_first_token: no rotary positions or window");
+  if (rotary.enabled() || window >= 0 || disentangled)
+    throw std::logic_error("MultiHeadAttention::forward_inference_first_token: no rotary positions, window or "
+                           "disentangled bias");
   const int64_t H = hidden_size;
   {
     OpTimer t("qkv_gemm");
@@ -418,8 +433,9 @@ void MultiHeadAttention::forward_inference_first_token(float* out, const float* 
 void MultiHeadAttention::forward_inference_first_token(float* out, const float* x, const Varlen& seqs,
                                                        const ops::AttentionMask& mask, float* qkv_buf,
                                                        float* ctx_buf, const ops::PreparedInput* xq) const {
-  if (rotary.enabled() || window >= 0)
-    throw std::logic_error("MultiHeadAttention::forward_inference_first_token: no rotary positions or window");
+  if (rotary.enabled() || window >= 0 || disentangled)
+    throw std::logic_error("MultiHeadAttention::forward_inference_first_token: no rotary positions, window or "
+                           "disentangled bias");
   const int64_t H = hidden_size, B_ = seqs.batch;
   {
     OpTimer t("qkv_gemm");
@@ -463,6 +479,10 @@ void MultiHeadAttention::forward_inference(float* out, const float* x, const Var
     if (window >= 0) {
       check_window_mask(mask);
       ops::sliding_window_attention(ctx_buf, qkv_buf, qkv_buf + H, qkv_buf + 2 * H, dims, nullptr, window);
+    } else if (disentangled) {
+      check_disentangled_mask(mask);
+      disentangled->attention_inference(ctx_buf, qkv_buf, qkv_buf + H, qkv_buf + 2 * H, 3 * H, H, seqs.batch,
+                                        seqs.offsets, bf16_attention(*this));
     } else {
       dims.bf16 = bf16_attention(*this);
       ops::attention_forward(ctx_buf, nullptr, qkv_buf, qkv_buf + H, qkv_buf + 2 * H, dims, mask);

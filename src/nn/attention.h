@@ -46,6 +46,8 @@ struct Rotary {
   std::shared_ptr<const RotaryTables> tables(int64_t len) const;
 };
 
+struct DisentangledAttention;  // nn/disentangled_attention.h
+
 struct MultiHeadAttention {
   Linear query, key, value, output;  // [H, H] each (training and unfused inference)
   Linear qkv;                        // optional fused self-attention projection [3H, H]: q | k | v columns
@@ -59,8 +61,12 @@ struct MultiHeadAttention {
   //    banded kernel's log-sum-exp, no [L, L] weights), except with dropout on the attention weights, which runs
   //    the dense kernel under a band mask. The mask may then hold only a key_mask.
   //  - a trainable fused projection: qkv with parameters ([3H, H], "Wqkv") instead of query / key / value.
+  //  - disentangled: DeBERTa's c2p / p2c score bias from q, k and the relative-position embeddings
+  //    (nn/disentangled_attention.h), scores scaled by its scale(); inference only (forward_inference, padded with a
+  //    key_mask or unpadded): the saving forward and the first-token paths throw std::logic_error.
   Rotary rotary;
   int64_t window = -1;
+  std::shared_ptr<const DisentangledAttention> disentangled;
 
   // Saving forward. xq: [B, Lq, H], xkv: [B, Lk, H] (both alive until backward); out: [B, Lq, H] written.
   // Attention weights [B, heads, Lq, Lk] stay in `probs`; dropout (ctx) drops them, as d2l's DotProductAttention.
