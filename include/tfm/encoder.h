@@ -227,6 +227,9 @@ class Encoder {
   /// embed()'s pipeline: a plain folder's pooling ("mean", "max", "cls+mean", ...), or a sentence-transformers description
   /// ("Transformer(bert, max_seq_length 128) -> Pooling(mean) -> Normalize").
   std::string pooling() const;
+  /// embed() with default options returns L2-normalised vectors: the sentence-transformers pipeline ends in
+  /// Normalize (the folder's, or EncoderOptions::normalize); false for a plain folder's pooling.
+  bool normalizes() const;
   /// Tokens per input, special tokens included: max_seq_length of a sentence-transformers folder, else
   /// min(max_position_embeddings, the tokenizer's model_max_length).
   int64_t max_input_length() const;

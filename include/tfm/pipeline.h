@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "tfm/array.h"
@@ -150,6 +151,115 @@ std::vector<TokenTag> aggregate_entities(const std::vector<TokenScores>& tokens,
                                          const std::vector<std::string>& id2label, AggregationStrategy strategy,
                                          const std::vector<std::string>& ignore_labels,
                                          const std::function<std::string(const std::vector<std::string>&)>& tokens_to_string);
+
+// ------------------------------------------------------------------------------------------ embedding quantisation
+
+/// sentence-transformers' `precision` of encode() / quantize_embeddings (sentence_transformers/quantization.py).
+enum class EmbeddingPrecision {
+  Float32,  ///< the embeddings as they are
+  Int8,     ///< per dimension: trunc((x - min) / ((max - min) / 255) - 128) as int8
+  Uint8,    ///< per dimension: trunc((x - min) / ((max - min) / 255)) as uint8
+  Binary,   ///< packed sign bits (np.packbits(x > 0)) - 128 as int8: D / 8 values a row
+  Ubinary,  ///< packed sign bits as uint8 (np.packbits(x > 0)): D / 8 values a row
+};
+/// "float32", "int8", "uint8", "binary" or "ubinary". Throws std::invalid_argument naming them for anything else.
+EmbeddingPrecision parse_precision(const std::string& name);
+const char* precision_name(EmbeddingPrecision precision);
+/// True for int8 and uint8 (they need ranges).
+bool precision_needs_ranges(EmbeddingPrecision precision);
+/// Values per row of a quantised embedding of `dim` values: dim, or ceil(dim / 8) packed bytes for (u)binary.
+int64_t quantized_dim(EmbeddingPrecision precision, int64_t dim);
+
+/// The ranges quantize_embeddings computes from calibration embeddings (or, without them, from the embeddings
+/// themselves): [2, D] row-major, the minimum of each dimension over the rows, then the maximum (np.vstack((
+/// np.min(e, axis=0), np.max(e, axis=0)))). `embeddings` [rows, D] float32. Throws std::invalid_argument for no rows
+/// or D < 1.
+std::vector<float> embedding_ranges(const float* embeddings, int64_t rows, int64_t dim);
+
+/// One embedding quantised as quantize_embeddings does it in float32 on x86-64, written to `out`
+/// (quantized_dim(precision, dim) bytes; int8 values as two's complement). `ranges` [2, D] (embedding_ranges) for
+/// int8 / uint8, unused otherwise. int8 / uint8: step = (max - min) / 255, q = (x - min) / step (int8: q - 128),
+/// then numpy's cast: truncation towards zero to a 32-bit integer, its low byte; so a value outside the ranges
+/// wraps around (300 -> 44) and NaN, infinities and a zero step (a dimension constant over the calibration rows)
+/// give 0, as numpy does (quantize_embeddings does not clip). (u)binary: bit 7 - (k % 8) of byte k / 8 is x[k] > 0
+/// (np.packbits, big bit order); a row of D not a multiple of 8 is padded with 0 bits (np.packbits(axis=-1); for
+/// such D quantize_embeddings itself packs the flattened array across rows). float32 copies the 4-byte values.
+/// Returns how many values fell outside [0, 255] before the cast (int8 / uint8: wrapped or NaN; else 0).
+int64_t quantize_embedding(const float* embedding, int64_t dim, EmbeddingPrecision precision, const float* ranges,
+                           uint8_t* out);
+
+/// Embeddings at a precision: `values` row-major [rows, quantized_dim] of `precision`'s element type (float32: 4
+/// bytes each, little-endian; else one byte each, int8 as two's complement).
+struct QuantizedEmbeddings {
+  EmbeddingPrecision precision = EmbeddingPrecision::Float32;
+  int64_t rows = 0, dim = 0;    ///< dim: quantized_dim(precision, D)
+  std::vector<uint8_t> values;  ///< [rows, dim] elements
+  int64_t out_of_range = 0;     ///< int8 / uint8: values that wrapped (see quantize_embedding)
+  /// The .npy descr of the element type: "<f4", "|i1" (int8, binary) or "|u1" (uint8, ubinary).
+  const char* npy_descr() const;
+  /// Element (r, k) as a number (float32 value, or the int8 / uint8 integer).
+  double at(int64_t r, int64_t k) const;
+};
+/// sentence_transformers.quantization.quantize_embeddings(embeddings, precision, ranges): `embeddings` [rows, D]
+/// float32; `ranges` [2, D] (embedding_ranges of calibration embeddings) or empty: for int8 / uint8 the ranges of
+/// `embeddings` themselves (as quantize_embeddings without ranges or calibration_embeddings). Throws
+/// std::invalid_argument for ranges of another size, no rows for int8 / uint8 without ranges, or D < 1.
+QuantizedEmbeddings quantize_embeddings(const float* embeddings, int64_t rows, int64_t dim,
+                                        EmbeddingPrecision precision, const std::vector<float>& ranges = {});
+
+// ------------------------------------------------------------------------------------------ semantic search
+
+/// One hit of a search: the corpus row and its score (cosine, rescored dot product; or with a Hamming search
+/// without rescoring, the Hamming distance, lower = closer).
+struct SearchHit {
+  int64_t corpus_id = 0;
+  double score = 0;
+};
+
+/// How semantic_search scores a corpus at each precision (sentence-transformers' semantic_search for float32,
+/// semantic_search_faiss / semantic_search_usearch with exact indexes for quantised corpora).
+struct SearchOptions {
+  int64_t top_k = 10;  ///< hits per query (fewer when the corpus is smaller); >= 1
+  /// Binary / ubinary corpus: the Hamming search keeps top_k * rescore_multiplier candidates, then rescores them
+  /// (semantic_search_faiss / usearch's `rescore_multiplier`); >= 1.
+  int64_t rescore_multiplier = 2;
+  /// Binary / ubinary corpus: false = no rescoring (hits by Hamming distance, the score the distance).
+  bool rescore = true;
+  /// Binary / ubinary corpus: the int8 / uint8 embeddings of the same corpus (quantize_embeddings of the same
+  /// float rows): the candidates are rescored by query . int8 row (the int8 rescoring of sentence-transformers'
+  /// embedding-quantization retrieval demo) instead of query . unpackbits(row) (semantic_search_faiss). Null: the
+  /// bits.
+  const QuantizedEmbeddings* rescore_embeddings = nullptr;
+};
+
+/// Exact top-k search of float32 `queries` [Q, D] over `corpus` [N, D or D / 8] at its precision, best first,
+/// ties by the lower corpus id:
+/// - float32: cosine similarity (sentence_transformers.util.semantic_search);
+/// - int8 / uint8: the dot product of the float query with the integer row (quantised rows scored as
+///   semantic_search_faiss / usearch rescore them);
+/// - binary / ubinary: the query's sign bits (packbits(q > 0)) against the rows by Hamming distance, the
+///   top_k * rescore_multiplier closest (ties by corpus id), then rescored by the float query's dot product with
+///   the unpacked bits (0 / 1) or with options.rescore_embeddings' rows, and cut to top_k; without rescoring the
+///   top_k closest by distance.
+/// Throws std::invalid_argument for a dimension mismatch (naming both), top_k or rescore_multiplier < 1, or
+/// rescore_embeddings that are not int8 / uint8 rows of the corpus's length.
+std::vector<std::vector<SearchHit>> semantic_search(const float* queries, int64_t num_queries, int64_t dim,
+                                                    const QuantizedEmbeddings& corpus, const SearchOptions& options);
+
+// ------------------------------------------------------------------------------------------ long inputs
+
+/// `tfm embed --chunk`: the windows a long text's content tokens (special tokens and a prompt excluded) are cut
+/// into, as Hugging Face tokenizers' truncation with return_overflowing_tokens and `stride` cuts them: [start, end)
+/// offsets, the first starting at 0, each `content` tokens long (the last one what is left), each next one starting
+/// `stride` tokens before the previous one ends (content - stride after its start), the last one the first that
+/// reaches the end; one window [0, tokens) when the text fits. Throws std::invalid_argument unless
+/// 0 <= stride < content, or for tokens < 0.
+std::vector<std::pair<int64_t, int64_t>> chunk_windows(int64_t tokens, int64_t content, int64_t stride);
+
+/// A document's embedding from its windows' embeddings `windows` [n, D] (each as embed() gives it): their
+/// element-wise mean (`max` false) or maximum, then L2-normalised when `normalize` (a pipeline that ends in
+/// Normalize keeps unit vectors). Written to `out` [D]. Throws std::invalid_argument for n < 1.
+void pool_windows(const float* windows, int64_t n, int64_t dim, bool max, bool normalize, float* out);
 
 /// A folder's tokenizer must not produce ids outside the model's embedding table. Throws std::runtime_error
 /// "<where>: tokenizer vocabulary (N tokens) is larger than config.json vocab_size (M)" when it would.

@@ -33,6 +33,54 @@ py::array_t<T> to_numpy(const tfm::Array<T>& a) {
   return py::array_t<T>(shape, strides, const_cast<T*>(a.data()), owner);
 }
 
+// A float32 [rows, dim] C-contiguous array of an array-like (copied when needed). ValueError naming `name` otherwise.
+py::array_t<float, py::array::c_style | py::array::forcecast> float_rows(const py::object& obj, const char* name) {
+  py::array a = py::array::ensure(obj);
+  if (!a || (a.dtype().kind() != 'f' && a.dtype().kind() != 'i' && a.dtype().kind() != 'u'))
+    throw py::value_error(std::string(name) + " must be a float array [rows, dim] (embeddings to quantize must be "
+                          "float rather than int8 or uint8)");
+  if (a.dtype().kind() != 'f')
+    throw py::value_error(std::string(name) + ": embeddings to quantize must be float rather than int8 or uint8");
+  auto f = py::array_t<float, py::array::c_style | py::array::forcecast>::ensure(a);
+  if (f.ndim() != 2) throw py::value_error(std::string(name) + " must be 2-d [rows, dim]");
+  return f;
+}
+
+// sentence_transformers.quantization.quantize_embeddings over float32 [rows, dim]: ranges [2, dim], else those of
+// calibration_embeddings, else (int8 / uint8) those of the embeddings. An int8 / uint8 numpy array.
+py::object quantize_rows(const float* e, int64_t rows, int64_t dim, const std::string& precision,
+                         const py::object& ranges, const py::object& calibration) {
+  const tfm::EmbeddingPrecision p = tfm::parse_precision(precision);
+  std::vector<float> r;
+  if (!ranges.is_none()) {
+    auto a = float_rows(ranges, "ranges");
+    if (a.shape(0) != 2 || a.shape(1) != dim)
+      throw py::value_error("ranges must be [2, " + std::to_string(dim) + "] (min row, max row)");
+    r.assign(a.data(), a.data() + 2 * dim);
+  } else if (!calibration.is_none()) {
+    auto c = float_rows(calibration, "calibration_embeddings");
+    if (c.shape(1) != dim)
+      throw py::value_error("calibration_embeddings have " + std::to_string(c.shape(1)) + " values a row, the "
+                            "embeddings " + std::to_string(dim));
+    if (tfm::precision_needs_ranges(p)) r = tfm::embedding_ranges(c.data(), c.shape(0), dim);
+  }
+  if (!tfm::precision_needs_ranges(p)) r.clear();
+  tfm::QuantizedEmbeddings q;
+  {
+    py::gil_scoped_release nogil;
+    q = tfm::quantize_embeddings(e, rows, dim, p, r);
+  }
+  if (p == tfm::EmbeddingPrecision::Float32) {
+    py::array_t<float> out({(py::ssize_t)rows, (py::ssize_t)dim});
+    if (rows) std::memcpy(out.mutable_data(), q.values.data(), q.values.size());
+    return out;
+  }
+  const bool is_signed = p == tfm::EmbeddingPrecision::Int8 || p == tfm::EmbeddingPrecision::Binary;
+  py::array out(is_signed ? py::dtype("int8") : py::dtype("uint8"), {(py::ssize_t)rows, (py::ssize_t)q.dim});
+  if (rows) std::memcpy(out.mutable_data(), q.values.data(), q.values.size());
+  return out;
+}
+
 // An int64 [batch, length] array from any integer (or bool) array-like; no copy when it already is int64 and
 // C-contiguous. Throws ValueError naming `name` otherwise.
 py::array_t<int64_t, py::array::c_style> id_array(const py::object& obj, const char* name) {
@@ -154,6 +202,21 @@ std::string finetune_argument_names(std::string msg) {
 PYBIND11_MODULE(_tfm, m) {
   m.doc() = "transformer.cpp: Transformer encoders, translation, training and BLEU (C++ with numpy arrays)";
   m.attr("__version__") = tfm::version();
+  m.def(
+      "quantize_embeddings",
+      [](const py::object& embeddings, const std::string& precision, const py::object& ranges,
+         const py::object& calibration_embeddings) {
+        auto e = float_rows(embeddings, "embeddings");
+        return quantize_rows(e.data(), e.shape(0), e.shape(1), precision, ranges, calibration_embeddings);
+      },
+      py::arg("embeddings"), py::arg("precision"), py::arg("ranges") = py::none(),
+      py::arg("calibration_embeddings") = py::none(),
+      "sentence_transformers.quantization.quantize_embeddings over float embeddings [rows, dim]: precision "
+      "'float32', 'int8' / 'uint8' (per dimension step = (max - min) / 255, trunc((x - min) / step) (int8: - 128), "
+      "the ranges [2, dim] given, else the min / max of calibration_embeddings, else of the embeddings; values "
+      "outside wrap around as numpy's cast does), 'binary' / 'ubinary' (np.packbits(x > 0) per row, binary - 128 "
+      "as int8: [rows, ceil(dim / 8)]). ValueError for another precision, int embeddings or ranges of another "
+      "shape");
   m.def("native_dtype", &tfm::native_dtype, py::arg("dtype"),
         "Whether this CPU multiplies dtype ('fp32', 'bf16', 'int8') natively (bf16: AVX512_BF16 or AMX; int8: VNNI or "
         "AMX); elsewhere bf16 / int8 weights are multiplied in fp32");
@@ -327,7 +390,9 @@ PYBIND11_MODULE(_tfm, m) {
           [](const tfm::Encoder& e, const py::object& texts, std::optional<bool> normalize,
              const std::string& pooling, int64_t max_length, int64_t batch_size,
              const std::optional<std::string>& prompt_name, const std::optional<int64_t>& dimensions,
-             int64_t batch_tokens) {
+             int64_t batch_tokens, const std::string& precision, const py::object& ranges,
+             const py::object& calibration_embeddings) -> py::object {
+            tfm::parse_precision(precision);  // a bad precision fails before the model runs
             tfm::EmbedOptions o;
             o.normalize = normalize;
             if (prompt_name) {
@@ -348,11 +413,14 @@ PYBIND11_MODULE(_tfm, m) {
               py::gil_scoped_release nogil;
               out = e.embed(t, o);
             }
-            return to_numpy(out);
+            if (precision == "float32" && ranges.is_none() && calibration_embeddings.is_none()) return to_numpy(out);
+            return quantize_rows(out.data(), out.size(0), out.size(1), precision, ranges, calibration_embeddings);
           },
           py::arg("texts"), py::arg("normalize") = py::none(), py::arg("pooling") = "", py::arg("max_length") = 0,
           py::arg("batch_size") = tfm::EmbedOptions{}.batch_size, py::arg("prompt_name") = py::none(),
           py::arg("dimensions") = py::none(), py::arg("batch_tokens") = tfm::EmbedOptions{}.batch_tokens,
+          py::arg("precision") = "float32", py::arg("ranges") = py::none(),
+          py::arg("calibration_embeddings") = py::none(),
           "One vector per text, [len(texts), embedding_dim] float32. A sentence-transformers folder (modules.json) "
           "runs its pipeline as SentenceTransformer.encode(): pooling '' = its own Pooling module (or 'mean', "
           "'cls', 'max', ... joined by '+'), normalize None = as its modules.json says. A plain folder: pooling "
@@ -366,7 +434,11 @@ PYBIND11_MODULE(_tfm, m) {
           "a prompt the prompt's tokens), as SentenceTransformer.encode does; `tfm embed` refuses empty lines "
           "unless --skip-empty. Batching as `tfm embed`'s (same defaults): texts sorted by token count, batches of "
           "at most batch_size texts and batch_tokens padded tokens; the same texts and limits give the CLI's "
-          "numbers")
+          "numbers. precision: 'float32' (default), 'int8', 'uint8', 'binary' or 'ubinary', as "
+          "SentenceTransformer.encode(precision=) / quantize_embeddings: int8 / uint8 [len(texts), dim] with "
+          "per-dimension ranges from `ranges` [2, dim], else from `calibration_embeddings` [N, dim], else from "
+          "these embeddings; binary (int8) / ubinary (uint8) packed sign bits [len(texts), ceil(dim / 8)]; values "
+          "outside the ranges wrap around as numpy's cast does (tfm.quantize_embeddings)")
       .def_property_readonly("tokenizer", &tfm::Encoder::tokenizer, py::return_value_policy::reference_internal)
       .def_property_readonly("has_tokenizer", &tfm::Encoder::has_tokenizer)
       .def_property_readonly("model_type", &tfm::Encoder::model_type)
@@ -377,6 +449,9 @@ PYBIND11_MODULE(_tfm, m) {
       .def_property_readonly("max_position_embeddings", &tfm::Encoder::max_position_embeddings)
       .def_property_readonly("dtype", &tfm::Encoder::dtype)
       .def_property_readonly("threads", &tfm::Encoder::threads);
+
+  // SentenceTransformer.encode's name for embed (encode(texts, precision="int8") as sentence-transformers).
+  m.attr("Encoder").attr("encode") = m.attr("Encoder").attr("embed");
 
   // ------------------------------------------------------------------ Classifier
   // ClassifierOptions of the head classes' constructors: dtype None = as the folder stores it.

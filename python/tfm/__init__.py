@@ -38,6 +38,7 @@ from ._tfm import (  # noqa: F401
     finetune,
     inspect_model,
     native_dtype,
+    quantize_embeddings,
     train,
     train_d2l,
 )
@@ -47,4 +48,4 @@ _sys.modules[__name__ + ".bleu"] = bleu
 
 __all__ = ["Classifier", "ConvertSummary", "D2lTrainSummary", "Encoder", "MaskFiller", "ModelInfo", "TokenClassifier", "Tokenizer",
            "Translator", "TrainProgress", "TrainSummary", "FinetuneProgress", "FinetuneSummary", "bleu", "convert",
-           "download", "finetune", "inspect_model", "native_dtype", "train", "train_d2l", "__version__"]
+           "download", "finetune", "inspect_model", "native_dtype", "quantize_embeddings", "train", "train_d2l", "__version__"]

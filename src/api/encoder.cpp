@@ -550,6 +550,7 @@ std::string Encoder::pooling() const {
   if (impl_->st) return impl_->st->describe();
   return impl_->pooling.empty() ? "mean" : impl_->pooling;
 }
+bool Encoder::normalizes() const { return impl_->st ? impl_->st->normalizes() : false; }
 int64_t Encoder::max_input_length() const {
   if (impl_->st) return impl_->st->max_seq_length();
   const int64_t m = impl_->config().max_position_embeddings;

@@ -92,16 +92,32 @@ struct HeaderParser {
 
 void save_npy(const std::string& path, const Tensor& t) {
   if (!t.defined()) throw std::invalid_argument("save_npy: " + path + ": tensor is undefined");
+  const void* data = t.dtype() == DType::F32 ? static_cast<const void*>(t.f32()) : static_cast<const void*>(t.i64());
+  write_npy(path, t.dtype() == DType::F32 ? "<f4" : "<i8", t.shape(), data, t.nbytes());
+}
+
+size_t npy_item_size(const std::string& descr) {
+  if (descr == "<f4") return 4;
+  if (descr == "<i8") return 8;
+  if (descr == "|i1" || descr == "|u1") return 1;
+  return 0;
+}
+
+void write_npy(const std::string& path, const std::string& descr, const Shape& shp, const void* data, size_t nbytes) {
+  uint64_t numel = 1;
+  for (int64_t d : shp) numel *= (uint64_t)d;
+  if (npy_item_size(descr) == 0 || numel * npy_item_size(descr) != nbytes)
+    throw std::invalid_argument("write_npy: " + path + ": " + std::to_string(nbytes) + " bytes do not hold " +
+                                descr + " " + shape_str(shp));
   std::string shape = "(";
-  for (int64_t d = 0; d < t.ndim(); ++d) shape += (d ? ", " : "") + std::to_string(t.shape()[d]);
-  shape += t.ndim() == 1 ? ",)" : ")";  // Python's 1-tuple needs the trailing comma
-  std::string dict = std::string("{'descr': '") + (t.dtype() == DType::F32 ? "<f4" : "<i8") +
-                     "', 'fortran_order': False, 'shape': " + shape + ", }";
+  for (size_t d = 0; d < shp.size(); ++d) shape += (d ? ", " : "") + std::to_string(shp[d]);
+  shape += shp.size() == 1 ? ",)" : ")";  // Python's 1-tuple needs the trailing comma
+  std::string dict = "{'descr': '" + descr + "', 'fortran_order': False, 'shape': " + shape + ", }";
   // magic(6) + version(2) + u16 length(2) + dict + padding + '\n' is a multiple of 64, so the data is aligned.
   size_t total = kMagicLen + 2 + 2 + dict.size() + 1;
   dict.append((64 - total % 64) % 64, ' ');
   dict += '\n';
-  if (dict.size() > 65535) throw std::invalid_argument("save_npy: " + path + ": header too long for npy v1.0");
+  if (dict.size() > 65535) throw std::invalid_argument("write_npy: " + path + ": header too long for npy v1.0");
 
   std::string head(kMagic, kMagicLen);
   head += '\x01';
@@ -111,12 +127,11 @@ void save_npy(const std::string& path, const Tensor& t) {
   head += dict;
   write_file_atomic(path, [&](std::FILE* f) {
     std::fwrite(head.data(), 1, head.size(), f);
-    const void* data = t.dtype() == DType::F32 ? static_cast<const void*>(t.f32()) : static_cast<const void*>(t.i64());
-    if (t.nbytes()) std::fwrite(data, 1, t.nbytes(), f);
+    if (nbytes) std::fwrite(data, 1, nbytes, f);
   });
 }
 
-Tensor load_npy(const std::string& path) {
+NpyData read_npy(const std::string& path) {
   auto fail = [&](const std::string& msg) { return std::runtime_error(path + ": " + msg); };
   std::ifstream in(path, std::ios::binary);
   if (!in) throw fail(std::string("cannot open: ") + std::strerror(errno));
@@ -170,28 +185,35 @@ Tensor load_npy(const std::string& path) {
   if (!have_descr || !have_order || !have_shape)
     throw fail("npy header lacks " + std::string(!have_descr ? "'descr'" : !have_order ? "'fortran_order'" : "'shape'") +
                ": " + header);
-  DType dt;
-  if (descr == "<f4") {
-    dt = DType::F32;
-  } else if (descr == "<i8") {
-    dt = DType::I64;
-  } else {
-    throw fail("unsupported dtype '" + descr + "' (supported: '<f4' float32, '<i8' int64)");
-  }
+  if (npy_item_size(descr) == 0)
+    throw fail("unsupported dtype '" + descr + "' (supported: '<f4' float32, '<i8' int64, '|i1' int8, '|u1' uint8)");
   if (fortran) throw fail("fortran_order True is not supported (save a C-contiguous array)");
 
   uint64_t numel = 1;
   bool overflow = false;
   for (int64_t d : shape) overflow |= __builtin_mul_overflow(numel, (uint64_t)d, &numel);
   uint64_t need = 0;
-  overflow |= __builtin_mul_overflow(numel, (uint64_t)dtype_size(dt), &need);
+  overflow |= __builtin_mul_overflow(numel, (uint64_t)npy_item_size(descr), &need);
   const size_t have = bytes.size() - prefix - header_len;
   if (overflow || need != have)
     throw fail("data is " + std::to_string(have) + " bytes, but shape " + shape_str(shape) + " of " + descr +
                " needs " + (overflow ? std::string("more than 2^64") : std::to_string(need)));
-  Tensor t = Tensor::empty(shape, dt);
-  if (need) std::memcpy(dt == DType::F32 ? static_cast<void*>(t.f32()) : static_cast<void*>(t.i64()),
-                        bytes.data() + prefix + header_len, need);
+  NpyData out;
+  out.descr = descr;
+  out.shape = shape;
+  out.bytes = bytes.substr(prefix + header_len);
+  return out;
+}
+
+Tensor load_npy(const std::string& path) {
+  NpyData a = read_npy(path);
+  if (a.descr != "<f4" && a.descr != "<i8")
+    throw std::runtime_error(path + ": unsupported dtype '" + a.descr + "' (supported: '<f4' float32, '<i8' int64)");
+  const DType dt = a.descr == "<f4" ? DType::F32 : DType::I64;
+  Tensor t = Tensor::empty(a.shape, dt);
+  if (!a.bytes.empty())
+    std::memcpy(dt == DType::F32 ? static_cast<void*>(t.f32()) : static_cast<void*>(t.i64()), a.bytes.data(),
+                a.bytes.size());
   return t;
 }
 

@@ -60,13 +60,17 @@ bool libretranslate_route(const std::string& path) {
 
 // RFC 4648 base64 of little-endian float32 values (OpenAI's encoding_format "base64").
 std::string base64_f32(const std::vector<float>& v) {
-  static const char* t = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
   std::string bytes(v.size() * 4, '\0');
   for (size_t i = 0; i < v.size(); ++i) {
     uint32_t u;
     std::memcpy(&u, &v[i], 4);
     for (int k = 0; k < 4; ++k) bytes[i * 4 + k] = (char)((u >> (8 * k)) & 0xFF);
   }
+  return base64_bytes(bytes);
+}
+
+std::string base64_bytes(const std::string& bytes) {
+  static const char* t = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
   std::string out;
   for (size_t i = 0; i < bytes.size(); i += 3) {
     const uint32_t n = ((uint32_t)(unsigned char)bytes[i] << 16) |

@@ -26,6 +26,8 @@ bool libretranslate_route(const std::string& path);
 
 // RFC 4648 base64 of little-endian float32 values (OpenAI's encoding_format "base64").
 std::string base64_f32(const std::vector<float>& v);
+// RFC 4648 base64 of raw bytes (quantised embeddings: int8 / uint8 elements).
+std::string base64_bytes(const std::string& bytes);
 
 // application/x-www-form-urlencoded fields, percent-decoded ('+' is a space).
 std::vector<std::pair<std::string, std::string>> parse_urlencoded(const std::string& body);

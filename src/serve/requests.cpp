@@ -188,8 +188,10 @@ EmbedRequest parse_embed_request(std::string_view body, const RequestLimits& lim
   if (!j.contains(field)) throw validation_error(std::string("missing field `") + field + "`");
   switch (route) {
     case EmbedRoute::Embed:
-      lift_parameters(j, {"normalize", "truncate", "truncation_direction", "prompt_name", "dimensions"});
-      only_fields(j, {"inputs", "normalize", "truncate", "truncation_direction", "prompt_name", "dimensions"});
+      lift_parameters(j, {"normalize", "truncate", "truncation_direction", "prompt_name", "dimensions", "precision",
+                          "ranges"});
+      only_fields(j, {"inputs", "normalize", "truncate", "truncation_direction", "prompt_name", "dimensions",
+                      "precision", "ranges"});
       break;
     case EmbedRoute::EmbedAll:
     case EmbedRoute::EmbedSparse:
@@ -198,7 +200,7 @@ EmbedRequest parse_embed_request(std::string_view body, const RequestLimits& lim
       break;
     case EmbedRoute::OpenAI:
       only_fields(j, {"input", "model", "user", "encoding_format", "dimensions", "truncate", "truncation_direction",
-                      "prompt_name"});
+                      "prompt_name", "precision", "ranges"});
       break;
   }
   EmbedRequest r;
@@ -253,6 +255,29 @@ EmbedRequest parse_embed_request(std::string_view body, const RequestLimits& lim
     if (!d->is_number_integer() || d->get<int64_t>() < 1)
       throw validation_error("`dimensions` must be a whole number >= 1");
     r.dimensions = d->get<int64_t>();
+  }
+  if (route == EmbedRoute::Embed || route == EmbedRoute::OpenAI) {
+    const std::string precision = string_or(j, "precision", "float32");
+    try {
+      r.precision = parse_precision(precision);
+    } catch (const std::invalid_argument&) {
+      throw validation_error("`precision` '" + excerpt(precision) +
+                             "' is not one of float32, int8, uint8, binary, ubinary");
+    }
+    if (auto g = j.find("ranges"); g != j.end() && !g->is_null()) {
+      if (!precision_needs_ranges(r.precision))
+        throw validation_error("`ranges` are the quantisation ranges of `precision` int8 or uint8");
+      const char* shape = "`ranges` must be two lists of numbers of the same length, [[min of each dimension], "
+                          "[max of each dimension]]";
+      if (!g->is_array() || g->size() != 2 || !(*g)[0].is_array() || !(*g)[1].is_array() || (*g)[0].empty() ||
+          (*g)[0].size() != (*g)[1].size())
+        throw validation_error(shape);
+      for (int row = 0; row < 2; ++row)
+        for (const json& x : (*g)[row]) {
+          if (!x.is_number() || !std::isfinite(x.get<double>())) throw validation_error(shape);
+          r.ranges.push_back(x.get<float>());
+        }
+    }
   }
   r.model = string_or(j, "model", "");
   (void)string_or(j, "user", "");  // OpenAI's end-user id: type-checked, not used

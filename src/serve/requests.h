@@ -10,6 +10,8 @@
 #include <string_view>
 #include <vector>
 
+#include "tfm/pipeline.h"
+
 namespace tfm::serve {
 
 // An HTTP error answered as {"error": message, "error_type": type}.
@@ -48,11 +50,12 @@ struct RequestLimits {
 // /embed_all and /embed_sparse also take them in the Hugging Face Inference API's shape, {"inputs", "parameters":
 // {...}} (a field given both ways with different values is 422).
 enum class EmbedRoute {
-  Embed,       // TEI /embed: inputs, normalize, truncate, truncation_direction, prompt_name, dimensions
+  Embed,       // TEI /embed: inputs, normalize, truncate, truncation_direction, prompt_name, dimensions (+ our
+               // precision, ranges)
   EmbedAll,    // TEI /embed_all: inputs, truncate, truncation_direction, prompt_name
   EmbedSparse, // TEI /embed_sparse: inputs, truncate, truncation_direction, prompt_name
   OpenAI,      // OpenAI /v1/embeddings: input, model, user, encoding_format, dimensions (+ TEI's truncate,
-               // truncation_direction, prompt_name)
+               // truncation_direction, prompt_name; our precision, ranges)
 };
 
 // /embed, /embed_all, /embed_sparse ("inputs"), /v1/embeddings ("input"). An input is a string or, as TEI and
@@ -66,7 +69,13 @@ struct EmbedRequest {
   bool truncate_left = false;      // "truncation_direction": "Left" (TEI; default "Right")
   std::optional<std::string> prompt_name;  // sentence-transformers prompt; unset: the server's
   int64_t dimensions = 0;          // Matryoshka: keep this many values, then normalise (0: all)
-  bool base64 = false;             // OpenAI "encoding_format": "base64" (little-endian float32)
+  bool base64 = false;             // OpenAI "encoding_format": "base64" (little-endian float32, or the bytes of
+                                   // a quantised precision)
+  // /embed, /v1/embeddings: sentence-transformers' precision (quantize_embeddings), a field of our own: "float32"
+  // (default), "int8", "uint8" (per-dimension ranges from `ranges` [2, D] or else the request's embeddings),
+  // "binary", "ubinary" (packed sign bits, D / 8 integers).
+  EmbeddingPrecision precision = EmbeddingPrecision::Float32;
+  std::vector<float> ranges;       // "ranges": [[min of each dimension], [max of each]] (int8 / uint8), or empty
   std::string model;               // /v1/embeddings "model" (echoed back)
   bool has_token_ids() const {
     for (const auto& t : token_ids)

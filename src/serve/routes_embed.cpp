@@ -7,6 +7,31 @@ namespace tfm::serve {
 
 using nlohmann::json;
 
+namespace {
+
+// The request's finished vectors (each of `dim` values) at its `precision`, as quantize_embeddings gives them:
+// int8 / uint8 ranges from `ranges` or else from these vectors. 422 for ranges of another width.
+QuantizedEmbeddings quantize(const EmbedRequest& r, const std::vector<std::vector<float>>& vectors) {
+  const int64_t dim = vectors.empty() ? 0 : (int64_t)vectors[0].size();
+  if (!r.ranges.empty() && (int64_t)r.ranges.size() != 2 * dim)
+    throw validation_error("`ranges` has " + std::to_string(r.ranges.size() / 2) + " values per row, the embeddings " +
+                           std::to_string(dim) + (r.dimensions ? " (after `dimensions`)" : ""));
+  std::vector<float> flat;
+  flat.reserve(vectors.size() * (size_t)dim);
+  for (const auto& v : vectors) flat.insert(flat.end(), v.begin(), v.end());
+  return quantize_embeddings(flat.data(), (int64_t)vectors.size(), dim, r.precision, r.ranges);
+}
+
+// Row `i` of a quantised batch: a JSON list of its integers, or (base64) its bytes.
+json quantized_row(const QuantizedEmbeddings& q, int64_t i, bool base64) {
+  if (base64) return base64_bytes(std::string(q.values.begin() + i * q.dim, q.values.begin() + (i + 1) * q.dim));
+  json row = json::array();
+  for (int64_t k = 0; k < q.dim; ++k) row.push_back((int64_t)q.at(i, k));
+  return row;
+}
+
+}  // namespace
+
 // Cuts `t` to `limit` tokens from the left, as tokenizers' TruncationDirection::Left: the leading and trailing
 // special tokens stay, the text's first tokens go.
 void Server::truncate_left(TokenizedInput& t, int64_t limit) {
@@ -114,7 +139,14 @@ void Server::embed_routes() {
               std::vector<Task> tasks = embed_tasks(r, BatchKey::Op::Embed, "inputs");
               run_queued(tasks, req);
               json out = json::array();
-              for (Task& t : tasks) out.push_back(finish(std::move(t.vector), r.dimensions, r.normalize));
+              if (r.precision == EmbeddingPrecision::Float32) {
+                for (Task& t : tasks) out.push_back(finish(std::move(t.vector), r.dimensions, r.normalize));
+              } else {
+                std::vector<std::vector<float>> vectors;
+                for (Task& t : tasks) vectors.push_back(finish(std::move(t.vector), r.dimensions, r.normalize));
+                const QuantizedEmbeddings q = quantize(r, vectors);
+                for (int64_t i = 0; i < q.rows; ++i) out.push_back(quantized_row(q, i, false));
+              }
               send_json(res, 200, out);
             }, true));
   add("POST", "/embed_all", "text-embeddings-inference /embed_all: every token's embedding",
@@ -142,11 +174,19 @@ void Server::embed_routes() {
               run_queued(tasks, req);
               json data = json::array();
               int64_t tokens = 0;
+              std::vector<std::vector<float>> vectors;
               for (size_t i = 0; i < tasks.size(); ++i) {
-                std::vector<float> v = finish(std::move(tasks[i].vector), r.dimensions, true);
-                data.push_back({{"object", "embedding"}, {"embedding", r.base64 ? json(base64_f32(v)) : json(v)},
-                                {"index", i}});
+                vectors.push_back(finish(std::move(tasks[i].vector), r.dimensions, true));
                 tokens += tasks[i].tokens;
+              }
+              QuantizedEmbeddings q;
+              if (r.precision != EmbeddingPrecision::Float32) q = quantize(r, vectors);
+              for (size_t i = 0; i < vectors.size(); ++i) {
+                const std::vector<float>& v = vectors[i];
+                const json e = r.precision != EmbeddingPrecision::Float32 ? quantized_row(q, (int64_t)i, r.base64)
+                               : r.base64                                  ? json(base64_f32(v))
+                                                                           : json(v);
+                data.push_back({{"object", "embedding"}, {"embedding", e}, {"index", i}});
               }
               send_json(res, 200, {{"object", "list"}, {"data", data},
                                    {"model", r.model.empty() ? model_id_ : r.model},

@@ -46,7 +46,7 @@ void add_classify_command(CLI::App& app) {
     std::string model, input, function = "default", dtype, top_k;  // dtype "": as the folder stores it
     std::vector<std::string> texts, pairs;
     std::string candidate_labels, hypothesis_template = "This example is {}.", aggregation = "none", ignore_labels;
-    bool all_scores = false, all_tokens = false, skip_empty = false, multi_label = false;
+    bool all_scores = false, all_tokens = false, skip_empty = false, multi_label = false, no_truncate = false;
     int64_t batch_size = 32, max_length = 0;
     int threads = 0;
   };
@@ -92,8 +92,10 @@ void add_classify_command(CLI::App& app) {
   cmd->add_option("--ignore-labels", o->ignore_labels,
                   "Token classification: comma-separated labels (or entity groups) to leave out (default O)");
   cmd->add_option("--batch-size", o->batch_size, "Texts per forward pass (default 32)")->check(whole_range(1, 1 << 16));
-  cmd->add_option("--max-length", o->max_length, "Truncate texts to this many tokens (default: refuse longer ones)")
+  cmd->add_option("--max-length", o->max_length,
+                  "Truncate texts to this many tokens (default: the model's max_position_embeddings)")
       ->check(whole_range(2, 1 << 20));
+  add_no_truncate_flag(cmd, o->no_truncate);
   add_skip_empty_flag(cmd, o->skip_empty,
                      "each JSON line then has \"line\": N (1-based input line): {\"line\", \"label\", \"score\"}, "
                      "or {\"line\", \"scores\": [...]} with --all-scores / --top-k, {\"line\", \"entities\": [...]} "
@@ -140,7 +142,8 @@ void add_classify_command(CLI::App& app) {
       ZeroShotOptions zo;
       zo.hypothesis_template = o->hypothesis_template;
       zo.multi_label = o->multi_label;
-      zo.max_length = o->max_length;
+      // (sequence, hypothesis) pairs over the model's limit are truncated longest first unless --no-truncate
+      zo.max_length = o->max_length || o->no_truncate ? o->max_length : m.max_position_embeddings();
       zo.batch_size = o->batch_size;
       const size_t chunk_texts = std::max<size_t>(1, (size_t)o->batch_size / labels.size());
       for (size_t s = 0; s < texts.size(); s += chunk_texts) {
@@ -159,13 +162,15 @@ void add_classify_command(CLI::App& app) {
       const Classifier m(o->model, ClassifierOptions{o->threads, o->dtype});
       const auto& labels = m.labels();
       const int64_t C = m.num_labels();
+      int64_t truncated = 0;
       for (size_t s = 0; s < texts.size(); s += (size_t)o->batch_size) {
         const size_t e = std::min(texts.size(), s + o->batch_size);
         std::vector<std::string> chunk(texts.begin() + s, texts.begin() + e);
         std::vector<std::string> chunk_pairs;
         if (!pairs.empty()) chunk_pairs.assign(pairs.begin() + s, pairs.begin() + e);
         const FloatArray logits = m.logits(encode_all(m.tokenizer(), m.max_position_embeddings(), chunk,
-                                                      pairs.empty() ? nullptr : &chunk_pairs, o->max_length));
+                                                      pairs.empty() ? nullptr : &chunk_pairs, o->max_length,
+                                                      o->no_truncate, &truncated));
         for (size_t b = 0; b < chunk.size(); ++b) {
           const std::vector<LabelScore> ranked = rank_labels(labels, m.scores(logits.data() + b * C, fn),
                                                              top_k > 0 ? top_k : 0);
@@ -180,6 +185,7 @@ void add_classify_command(CLI::App& app) {
           }
         }
       }
+      note_truncated(truncated, m.max_position_embeddings());
     } else {
       const TokenClassifier m(o->model, ClassifierOptions{o->threads, o->dtype});
       TagOptions to;
@@ -188,10 +194,13 @@ void add_classify_command(CLI::App& app) {
       to.aggregation_strategy = o->aggregation;
       if (!o->ignore_labels.empty()) to.ignore_labels = split_candidate_labels(o->ignore_labels);
       const bool grouped = o->aggregation != "none";
+      int64_t truncated = 0;
       for (size_t s = 0; s < texts.size(); s += (size_t)o->batch_size) {
         std::vector<std::string> chunk(texts.begin() + s, texts.begin() + std::min(texts.size(), s + o->batch_size));
         const auto tags =
-            m.tag(encode_all(m.tokenizer(), m.max_position_embeddings(), chunk, nullptr, o->max_length), chunk, to);
+            m.tag(encode_all(m.tokenizer(), m.max_position_embeddings(), chunk, nullptr, o->max_length, o->no_truncate,
+                             &truncated),
+                  chunk, to);
         for (size_t b = 0; b < tags.size(); ++b) {
           nlohmann::ordered_json arr = nlohmann::ordered_json::array();
           for (const TokenTag& t : tags[b]) {
@@ -206,6 +215,7 @@ void add_classify_command(CLI::App& app) {
                                   : arr.dump());
         }
       }
+      note_truncated(truncated, m.max_position_embeddings());
     }
     finish_stdout();
   });

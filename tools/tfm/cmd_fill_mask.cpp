@@ -17,7 +17,7 @@ void add_fill_mask_command(CLI::App& app) {
     std::string model, input, dtype;  // "": as the folder stores it
     std::vector<std::string> texts;
     int64_t top_k = 5, max_length = 0;
-    bool skip_empty = false;
+    bool skip_empty = false, no_truncate = false;
     int threads = 0;
   };
   auto o = std::make_shared<Opts>();
@@ -29,8 +29,10 @@ void add_fill_mask_command(CLI::App& app) {
   cmd->add_option("text", o->texts, "Texts with at least one [MASK]");
   cmd->add_option("--input,-i", o->input, "File with one text a line (- for stdin)");
   cmd->add_option("--top-k", o->top_k, "Candidates per mask (default 5)")->check(whole_range(1, 1 << 20));
-  cmd->add_option("--max-length", o->max_length, "Truncate texts to this many tokens (default: refuse longer ones)")
+  cmd->add_option("--max-length", o->max_length,
+                  "Truncate texts to this many tokens (default: the model's max_position_embeddings)")
       ->check(whole_range(2, 1 << 20));
+  add_no_truncate_flag(cmd, o->no_truncate);
   add_skip_empty_flag(cmd, o->skip_empty,
                      "each JSON line is then {\"line\": N (1-based input line), \"predictions\": the line's list}");
   add_dtype_option(cmd, o->dtype);
@@ -42,10 +44,17 @@ void add_fill_mask_command(CLI::App& app) {
       throw CLI::ValidationError("give texts with a mask token ([MASK] or <mask>), or --input FILE");
     const MaskFiller m(o->model, ClassifierOptions{o->threads, o->dtype});
     const int64_t mask_id = m.mask_token_id();
-    std::vector<TextEncoding> enc = encode_all(m.tokenizer(), m.max_position_embeddings(), texts, nullptr, o->max_length);
+    int64_t truncated = 0;
+    std::vector<TextEncoding> enc = encode_all(m.tokenizer(), m.max_position_embeddings(), texts, nullptr, o->max_length,
+                                               o->no_truncate, &truncated);
+    note_truncated(truncated, m.max_position_embeddings(), "text");
     for (size_t b = 0; b < enc.size(); ++b)
       if (std::find(enc[b].input_ids.begin(), enc[b].input_ids.end(), mask_id) == enc[b].input_ids.end())
-        throw std::invalid_argument("input " + std::to_string(b + 1) + " has no " + m.mask_token() + " token: '" + texts[b] + "'");
+        throw std::invalid_argument("input " + std::to_string(b + 1) + " has no " + m.mask_token() + " token" +
+                                    (truncated && (int64_t)enc[b].input_ids.size() == m.max_position_embeddings()
+                                         ? " left after truncation to the model's limit"
+                                         : "") +
+                                    ": '" + texts[b] + "'");
     const size_t batch = 32;
     for (size_t s = 0; s < enc.size(); s += batch) {
       std::vector<TextEncoding> chunk(enc.begin() + s, enc.begin() + std::min(enc.size(), s + batch));

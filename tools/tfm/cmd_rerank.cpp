@@ -16,7 +16,7 @@ void add_rerank_command(CLI::App& app) {
   struct Opts {
     std::string model, query, input, dtype;  // "": as the folder stores it
     std::vector<std::string> texts;
-    bool raw = false, return_documents = false, skip_empty = false;
+    bool raw = false, return_documents = false, skip_empty = false, no_truncate = false;
     int64_t top_k = 0, batch_size = 32, max_length = 0;
     int threads = 0;
   };
@@ -35,8 +35,10 @@ void add_rerank_command(CLI::App& app) {
   cmd->add_flag("--raw-scores", o->raw, "Print logits, no activation");
   cmd->add_flag("--return-documents", o->return_documents, "Add each passage as \"text\"");
   cmd->add_option("--batch-size", o->batch_size, "Pairs per forward pass (default 32)")->check(whole_range(1, 1 << 16));
-  cmd->add_option("--max-length", o->max_length, "Truncate pairs to this many tokens (longest first)")
+  cmd->add_option("--max-length", o->max_length,
+                  "Truncate pairs to this many tokens (longest first; default: the model's max_position_embeddings)")
       ->check(whole_range(3, 1 << 20));
+  add_no_truncate_flag(cmd, o->no_truncate);
   add_skip_empty_flag(cmd, o->skip_empty,
                      "each entry then has \"line\": N (1-based input line of the passage; \"index\" counts the "
                      "passages kept)");
@@ -55,16 +57,19 @@ void add_rerank_command(CLI::App& app) {
                                " labels; rerank needs a cross-encoder with one (or two) labels");
     const std::string fn = o->raw ? "none" : C == 2 ? "softmax" : "";  // "": the head's default
     std::vector<float> scores;
+    int64_t truncated = 0;
     for (size_t s = 0; s < passages.size(); s += (size_t)o->batch_size) {
       std::vector<std::string> chunk(passages.begin() + s, passages.begin() + std::min(passages.size(), s + o->batch_size));
       std::vector<std::string> queries(chunk.size(), o->query);
       const FloatArray logits =
-          m.logits(encode_all(m.tokenizer(), m.max_position_embeddings(), queries, &chunk, o->max_length));
+          m.logits(encode_all(m.tokenizer(), m.max_position_embeddings(), queries, &chunk, o->max_length,
+                             o->no_truncate, &truncated));
       for (size_t b = 0; b < chunk.size(); ++b) {
         std::vector<float> sc = m.scores(logits.data() + b * C, fn);
         scores.push_back(C == 2 ? (o->raw ? sc[1] - sc[0] : sc[1]) : sc[0]);
       }
     }
+    note_truncated(truncated, m.max_position_embeddings(), "pair");
     std::vector<int64_t> order(scores.size());
     std::iota(order.begin(), order.end(), 0);
     std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return scores[a] > scores[b]; });

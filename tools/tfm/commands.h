@@ -21,5 +21,6 @@ void add_serve_command(CLI::App& app);
 void add_download_command(CLI::App& app);
 void add_finetune_command(CLI::App& app);
 void add_langid_command(CLI::App& app);
+void add_search_command(CLI::App& app);
 
 }  // namespace tfm::cli

@@ -51,27 +51,55 @@ inline void add_skip_empty_flag(CLI::App* cmd, bool& skip_empty, const char* num
                             "results can be matched to inputs, ") + numbered);
 }
 
-// Encodes every text (pairs[i] as its second segment when given) with the head's tokenizer, refusing texts longer
-// than the model allows (limit: max_position_embeddings) unless max_length truncates them.
+// Encodes every text (pairs[i] as its second segment when given) with the head's tokenizer. A text longer than the
+// model allows (limit: max_position_embeddings) is cut to `limit` (pairs longest first), as text-embeddings-inference
+// truncates, and counted in *truncated; with `no_truncate` it is refused. max_length > 0 truncates every text to
+// that many tokens instead (a text still over `limit` is refused).
 inline std::vector<TextEncoding> encode_all(const Tokenizer& tok, int64_t limit, const std::vector<std::string>& texts,
-                                            const std::vector<std::string>* pairs, int64_t max_length) {
+                                            const std::vector<std::string>* pairs, int64_t max_length,
+                                            bool no_truncate = true, int64_t* truncated = nullptr) {
   TokenizeOptions to;
   to.max_length = max_length;
+  TokenizeOptions cut = to;
+  cut.max_length = limit;
   std::vector<TextEncoding> enc;
   for (size_t i = 0; i < texts.size(); ++i) {
     TextEncoding e;
-    try {
-      e = pairs ? tok.encode_pair(texts[i], (*pairs)[i], to) : tok.encode(texts[i], to);
-    } catch (const std::invalid_argument& ex) {
-      throw std::invalid_argument("input " + std::to_string(i + 1) + ": " + ex.what());
+    auto encode = [&](const TokenizeOptions& o) {
+      try {
+        return pairs ? tok.encode_pair(texts[i], (*pairs)[i], o) : tok.encode(texts[i], o);
+      } catch (const std::invalid_argument& ex) {
+        throw std::invalid_argument("input " + std::to_string(i + 1) + ": " + ex.what());
+      }
+    };
+    e = encode(to);
+    if ((int64_t)e.input_ids.size() > limit && max_length == 0 && !no_truncate) {
+      e = encode(cut);
+      if (truncated) ++*truncated;
     }
     if ((int64_t)e.input_ids.size() > limit)
       throw std::invalid_argument("input " + std::to_string(i + 1) + " has " + std::to_string(e.input_ids.size()) +
                                   " tokens, more than the model's max_position_embeddings (" + std::to_string(limit) +
-                                  "); pass --max-length " + std::to_string(limit) + " to truncate");
+                                  (max_length ? ")" : "); without --no-truncate it is truncated to " +
+                                                          std::to_string(limit) + " tokens"));
     enc.push_back(std::move(e));
   }
   return enc;
+}
+
+// --no-truncate of the encoder commands (classify, fill-mask, rerank).
+inline void add_no_truncate_flag(CLI::App* cmd, bool& no_truncate) {
+  cmd->add_flag("--no-truncate", no_truncate,
+                "Refuse an input longer than the model's max_position_embeddings instead of truncating it (the "
+                "default, as text-embeddings-inference; a note on stderr counts the truncated inputs)");
+}
+
+// The one-line note of the inputs encode_all truncated (none: nothing printed).
+inline void note_truncated(int64_t truncated, int64_t limit, const char* what = "input") {
+  if (truncated > 0)
+    std::fprintf(stderr, "note: %lld %s%s longer than the model's %lld tokens (max_position_embeddings) %s "
+                 "truncated; --no-truncate refuses them\n", (long long)truncated, what, truncated == 1 ? " was" : "s were",
+                 (long long)limit, truncated == 1 ? "and was" : "and were");
 }
 
 // Writes one line to stdout and fails loudly when stdout cannot take it (/dev/full, closed).

@@ -144,6 +144,7 @@ int main(int argc, char** argv) {
   tfm::cli::add_bleu_command(app);
   tfm::cli::add_data_command(app);
   tfm::cli::add_embed_command(app);
+  tfm::cli::add_search_command(app);
   tfm::cli::add_classify_command(app);
   tfm::cli::add_fill_mask_command(app);
   tfm::cli::add_rerank_command(app);
