@@ -200,14 +200,18 @@ class DebertaV2 : public EncoderModel {
     const int64_t H = c.hidden_size, E = m_.embedding_size;
     const nn::Vars vb(w, deberta_aliases);
     const nn::Vars emb = vb.prefix("embeddings");
-    // Unchecked: forward checks the rows it gathers (detail::check_gathered_rows).
-    word_ = emb.prefix("word_embeddings").get_unchecked("weight", {c.vocab_size, E});
+    // Unchecked: forward checks the rows it gathers (nn::Embeddings::forward_inference).
+    emb_.word = emb.prefix("word_embeddings").get_unchecked("weight", {c.vocab_size, E});
     if (m_.position_biased_input)
-      pos_ = emb.prefix("position_embeddings").get_unchecked("weight", {c.max_position_embeddings, E});
+      emb_.position = emb.prefix("position_embeddings").get_unchecked("weight", {c.max_position_embeddings, E});
     else if (emb.has("position_embeddings.weight"))  // stored by some checkpoints, unused (HF ignores it too)
       emb.prefix("position_embeddings").get_unchecked("weight", {c.max_position_embeddings, E});
-    if (m_.token_types) type_ = emb.prefix("token_type_embeddings").get_unchecked("weight", {c.type_vocab_size, E});
-    if (E != H) embed_proj_ = nn::Linear::load_packed({emb.prefix("embed_proj")}, E, H, ct, /*has_bias=*/false);
+    if (m_.token_types)
+      emb_.type = emb.prefix("token_type_embeddings").get_unchecked("weight", {c.type_vocab_size, E});
+    // DebertaV2Embeddings projects the sum before its LayerNorm: the module's norm is the identity, emb_ln_ follows.
+    if (E != H) emb_.project = nn::Linear::load_packed({emb.prefix("embed_proj")}, E, H, ct, /*has_bias=*/false);
+    emb_.norm = nn::LayerNorm::identity(E);
+    emb_.dim = E;
     emb_ln_ = nn::LayerNorm::load(emb.prefix("LayerNorm"), H, (float)c.layer_norm_eps);
     std::vector<float> rel;
     if (m_.relative_attention) {
@@ -237,9 +241,9 @@ class DebertaV2 : public EncoderModel {
   EncoderOutput run(const Tensor& input_ids, const Tensor& token_type_ids, const Tensor& attention_mask,
                     bool all_layers, bool unpadded) const {
     const EncoderConfig& c = config_;
-    const Tensor tt_ids = type_.defined() ? token_type_ids : Tensor();
+    const Tensor tt_ids = emb_.type.defined() ? token_type_ids : Tensor();
     std::vector<float> key_mask = detail::check_encoder_inputs(c, input_ids, tt_ids, attention_mask);
-    const int64_t B = input_ids.size(0), L = input_ids.size(1), H = c.hidden_size, E = m_.embedding_size;
+    const int64_t B = input_ids.size(0), L = input_ids.size(1), H = c.hidden_size;
     const int64_t N = B * L;
     const int64_t* ids = input_ids.i64();
     const int64_t* tt = tt_ids.defined() ? tt_ids.i64() : nullptr;
@@ -250,25 +254,7 @@ class DebertaV2 : public EncoderModel {
     {
       OpTimer t("embeddings");
       // DebertaV2Embeddings: word (+ position) (+ token type), E wide; embed_proj; LayerNorm; times the mask.
-      std::vector<float> e_buf(E != H ? N * E : 0);
-      float* S = E != H ? e_buf.data() : X;
-      ops::embedding_forward(S, ids, word_.data(), N, c.vocab_size, E);
-      std::vector<detail::GatheredTable> tables = {
-          {"embeddings.word_embeddings.weight", word_.data(), [&](int64_t n) { return ids[n]; }}};
-      if (pos_.defined()) {
-        const float* pe = pos_.data();
-        for (int64_t n = 0; n < N; ++n)
-          for (int64_t h = 0; h < E; ++h) S[n * E + h] += pe[(n % L) * E + h];
-        tables.push_back({"embeddings.position_embeddings.weight", pe, [&](int64_t n) { return n % L; }});
-      }
-      if (type_.defined()) {
-        const float* te = type_.data();
-        for (int64_t n = 0; n < N; ++n)
-          for (int64_t h = 0; h < E; ++h) S[n * E + h] += te[(tt ? tt[n] : 0) * E + h];
-        tables.push_back({"embeddings.token_type_embeddings.weight", te, [&](int64_t n) { return tt ? tt[n] : 0; }});
-      }
-      detail::check_gathered_rows(S, N, E, tables);
-      if (E != H) embed_proj_.forward_inference(X, S, N);
+      emb_.forward_inference(X, ids, nullptr, tt, N, L);
       emb_ln_.forward_inference(X, X, N);
       for (int64_t n = 0; n < N; ++n)
         if (key_mask[n] == 0.0f) std::memset(X + n * H, 0, sizeof(float) * H);
@@ -284,9 +270,8 @@ class DebertaV2 : public EncoderModel {
   }
 
   DebertaV2Config m_;
-  nn::Param word_, pos_, type_;
-  nn::Linear embed_proj_;
-  nn::LayerNorm emb_ln_;
+  nn::Embeddings emb_;   // word (+ position) (+ token type), E wide, then embed_proj
+  nn::LayerNorm emb_ln_;  // after the projection
   std::vector<nn::EncoderBlock> layers_;
 };
 
