@@ -732,6 +732,9 @@ namespace dp = decode_profile;
 void MultiHeadAttention::step_self(const Context& c, float* out, const float* x, int64_t R, float* new_k,
                                    float* new_v, const ops::StepKeys& kv, float* step_probs, float* q_buf,
                                    float* qkv_buf, float* ctx_buf) const {
+  // The decoder step runs plain multi-head attention (the seq2seq families); the options are encoder-side.
+  if (q_width() != hidden_size || kv_heads() != num_heads || qk_norm() || alibi.enabled() || rotary.enabled())
+    throw std::logic_error("MultiHeadAttention::step_self: no grouped keys, head_size, q/k norm, ALiBi or rotary");
   const int64_t H = hidden_size;
   dp::Timer tm(dp::kSelfProj);
   if (c.packed && qkv.packed.defined()) {  // one product, then the K and V rows into the cache
