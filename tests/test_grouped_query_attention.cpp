@@ -50,6 +50,13 @@ TEST(GroupedQueryAttention, KernelsReadTheGroupsKeysAsRepeatedHeads) {
         std::vector<float> out(want.size());
         ops::attention_forward(out.data(), nullptr, q.data(), k.data(), v.data(), grouped, m);
         EXPECT_TRUE(test::all_close(out, want, 2e-5f)) << "blocked " << blocked;
+        // bf16 products (where the CPU has them; fp32 otherwise): the grouped read equals the repeated heads'.
+        ops::AttentionDims gb = grouped, pb = plain;
+        gb.bf16 = pb.bf16 = true;
+        std::vector<float> ob(want.size()), wb(want.size());
+        ops::attention_forward(ob.data(), nullptr, q.data(), k.data(), v.data(), gb, m);
+        ops::attention_forward(wb.data(), nullptr, q.data(), kr.data(), vr.data(), pb, m);
+        EXPECT_TRUE(test::all_close(ob, wb, 0.0f)) << "bf16, blocked " << blocked;
         std::vector<float> probs(B * nh * L * L);  // the saving path (GEMMs into probs)
         ops::attention_forward(out.data(), probs.data(), q.data(), k.data(), v.data(), grouped, m);
         EXPECT_TRUE(test::all_close(out, want, 2e-5f));
