@@ -253,8 +253,8 @@ void block_inference(const EncoderBlock& blk, float* X, int64_t n, BlockScratch&
                      Attend&& attend) {
   const int64_t Hd = blk.attention.hidden_size;
   const ops::ComputeType ffn_in = blk.ffn.linear1.input_type();
-  grow(s.qkv, n * 3 * Hd);
-  grow(s.ctx, n * Hd);
+  grow(s.qkv, n * blk.attention.qkv_width());
+  grow(s.ctx, n * blk.attention.q_width());
   grow(s.inter, n * blk.ffn.inference_hidden());
   if (!blk.norm_first) {
     // a = LN1(W_o attention(x) + x); x = LN2(FFN(a) + a)
@@ -314,8 +314,8 @@ void EncoderBlock::forward_inference_first_token(float* first, const float* X, i
                                                  const ops::AttentionMask& mask, BlockScratch& s) const {
   if (norm_first) throw std::logic_error("EncoderBlock::forward_inference_first_token: post-LN blocks only");
   const int64_t Hd = attention.hidden_size;
-  grow(s.qkv, B * L * 3 * Hd);
-  grow(s.ctx, B * Hd);
+  grow(s.qkv, B * L * attention.qkv_width());
+  grow(s.ctx, B * attention.q_width());
   grow(s.a, B * Hd);
   attention.forward_inference_first_token(s.a.data(), X, B, L, mask, s.qkv.data(), s.ctx.data(), &s.xq);
   s.xq.clear();
@@ -327,8 +327,8 @@ void EncoderBlock::forward_inference_first_token(float* first, const float* X, c
                                                  const ops::AttentionMask& mask, BlockScratch& s) const {
   if (norm_first) throw std::logic_error("EncoderBlock::forward_inference_first_token: post-LN blocks only");
   const int64_t Hd = attention.hidden_size, B = seqs.batch, T = seqs.tokens();
-  grow(s.qkv, T * 3 * Hd);
-  grow(s.ctx, B * Hd);
+  grow(s.qkv, T * attention.qkv_width());
+  grow(s.ctx, B * attention.q_width());
   grow(s.a, B * Hd);
   attention.forward_inference_first_token(s.a.data(), X, seqs, mask, s.qkv.data(), s.ctx.data(), &s.xq);
   s.xq.clear();

@@ -4,6 +4,7 @@
 #include <atomic>
 #include <cmath>
 #include <stdexcept>
+#include <string>
 #include <vector>
 
 #include <immintrin.h>
@@ -40,10 +41,13 @@ bool AttentionMask::visible(int64_t b, int64_t i, int64_t j, int64_t Lq, int64_t
 namespace {
 
 void resolve(AttentionDims& d) {
-  int64_t hidden = d.num_heads * d.head_dim;
+  if (d.num_kv_heads < 0 || (d.num_kv_heads && d.num_heads % d.num_kv_heads != 0))
+    throw std::invalid_argument("attention: num_heads " + std::to_string(d.num_heads) +
+                                " is not a multiple of num_kv_heads " + std::to_string(d.num_kv_heads));
+  int64_t hidden = d.num_heads * d.head_dim, kv_hidden = d.kv_heads() * d.head_dim;
   if (!d.q_ld) d.q_ld = hidden;
-  if (!d.k_ld) d.k_ld = hidden;
-  if (!d.v_ld) d.v_ld = hidden;
+  if (!d.k_ld) d.k_ld = kv_hidden;
+  if (!d.v_ld) d.v_ld = kv_hidden;
   if (!d.out_ld) d.out_ld = hidden;
   if (d.scale == 0.0f) d.scale = 1.0f / std::sqrt((float)d.head_dim);
   if (!d.k_bs) d.k_bs = d.kv_len * d.k_ld;
@@ -157,8 +161,8 @@ TFM_ALWAYS_INLINE void flash_task(const FlashArgs& a, int64_t bh, int64_t i_begi
   const int64_t H = d.num_heads, Lq = d.q_len, Lk = d.kv_len, Dh = d.head_dim;
   const int64_t b = bh / H, h = bh % H;
   const float* qb = a.q + b * Lq * d.q_ld + h * Dh;
-  const float* kb = a.k + b * d.k_bs + h * Dh;
-  const float* vb = a.v + b * d.v_bs + h * Dh;
+  const float* kb = a.k + b * d.k_bs + d.kv_col(h);
+  const float* vb = a.v + b * d.v_bs + d.kv_col(h);
   float* ob = a.out + b * Lq * d.out_ld + h * Dh;
   const int64_t nblk = (Lk + BK - 1) / BK;
 
@@ -401,8 +405,8 @@ TFM_BF16_INLINE void flash_bf16_body(const FlashArgs& a, int64_t bh, int64_t i_b
   const int64_t H = d.num_heads, Lq = d.q_len, Lk = d.kv_len, Dh = d.head_dim, Dp = Dh / 2, nvec = Dh / W;
   const int64_t b = bh / H, h = bh % H;
   const float* qb = a.q + b * Lq * d.q_ld + h * Dh;
-  const float* kb = a.k + b * d.k_bs + h * Dh;
-  const float* vb = a.v + b * d.v_bs + h * Dh;
+  const float* kb = a.k + b * d.k_bs + d.kv_col(h);
+  const float* vb = a.v + b * d.v_bs + d.kv_col(h);
   float* ob = a.out + b * Lq * d.out_ld + h * Dh;
   int64_t kmax = 0;
   for (int64_t i = i_begin; i < i_end; ++i) {
@@ -714,8 +718,8 @@ void attention_varlen(float* out, const float* q, const float* k, const float* v
       } else {
         scratch.resize(len * len);
         const int64_t Dh = d.head_dim;
-        head_via_gemm(os + tk.h * Dh, scratch.data(), nullptr, qs + tk.h * Dh, ks + tk.h * Dh, vs + tk.h * Dh, s,
-                      mask, 0, nullptr, tk.h);
+        head_via_gemm(os + tk.h * Dh, scratch.data(), nullptr, qs + tk.h * Dh, ks + d.kv_col(tk.h),
+                      vs + d.kv_col(tk.h), s, mask, 0, nullptr, tk.h);
       }
     }
   }
@@ -752,7 +756,7 @@ void attention_forward(float* out, float* probs, const float* q, const float* k,
     for (int64_t bh = 0; bh < B * H; ++bh) {
       int64_t b = bh / H, h = bh % H;
       head_via_gemm(out + b * Lq * d.out_ld + h * Dh, probs ? probs + bh * Lq * Lk : scratch.data(), dropped.data(),
-                    q + b * Lq * d.q_ld + h * Dh, k + b * d.k_bs + h * Dh, v + b * d.v_bs + h * Dh, d, mask, b,
+                    q + b * Lq * d.q_ld + h * Dh, k + b * d.k_bs + d.kv_col(h), v + b * d.v_bs + d.kv_col(h), d, mask, b,
                     dropout_mask ? dropout_mask + bh * Lq * Lk : nullptr, h);
     }
   }
@@ -822,6 +826,8 @@ void attention_backward(float* dq, float* dk, float* dv, const float* dout, cons
                         const float* k, const float* v, const AttentionDims& dims, const float* dropout_mask,
                         float* dbias) {
   const int64_t B = dims.batch, H = dims.num_heads, Lq = dims.q_len, Lk = dims.kv_len;
+  if (dims.kv_heads() != H)
+    throw std::invalid_argument("attention_backward: grouped-query attention is trained on repeated keys and values");
   if (dbias) std::fill(dbias, dbias + H * Lq * Lk, 0.0f);
   if (B * H * Lq == 0 || Lk == 0) return;
   // With a shared score bias: every row's dS, then their sum over the batch (in batch order: deterministic).
@@ -855,7 +861,7 @@ void attention_forward_ref(float* out, float* probs, const float* q, const float
         for (int64_t j = 0; j < Lk; ++j) {
           double acc = 0;
           for (int64_t c = 0; c < Dh; ++c)
-            acc += (double)q[(b * Lq + i) * d.q_ld + h * Dh + c] * k[b * d.k_bs + j * d.k_ld + h * Dh + c];
+            acc += (double)q[(b * Lq + i) * d.q_ld + h * Dh + c] * k[b * d.k_bs + j * d.k_ld + d.kv_col(h) + c];
           const double bias = mask.bias ? mask.bias_row(b, h, i, Lq, Lk)[j] : 0.0;
           s[j] = mask.visible(b, i, j, Lq, Lk) ? acc * d.scale + bias : -INFINITY;
           mx = std::fmax(mx, s[j]);
@@ -870,7 +876,7 @@ void attention_forward_ref(float* out, float* probs, const float* q, const float
           for (int64_t j = 0; j < Lk; ++j) probs[((b * H + h) * Lq + i) * Lk + j] = (float)s[j];
         for (int64_t c = 0; c < Dh; ++c) {
           double acc = 0;
-          for (int64_t j = 0; j < Lk; ++j) acc += s[j] * v[b * d.v_bs + j * d.v_ld + h * Dh + c];
+          for (int64_t j = 0; j < Lk; ++j) acc += s[j] * v[b * d.v_bs + j * d.v_ld + d.kv_col(h) + c];
           out[(b * Lq + i) * d.out_ld + h * Dh + c] = (float)acc;
         }
       }

@@ -63,6 +63,14 @@ struct AttentionDims {
   // products, when kernel_bf16_dot() (ops/isa.h) and head_dim is a multiple of 16, at every key count (blocks of
   // 32 keys up to 32 keys, of 64 above); otherwise the fp32 kernels run. The online softmax stays fp32.
   bool bf16 = false;
+  // Grouped-query attention (Ainslie et al. 2023; Llama / Qwen3 num_key_value_heads): k and v hold num_kv_heads
+  // heads, query head h reading key / value head h / (num_heads / num_kv_heads), as Hugging Face's repeat_kv.
+  // 0: num_heads. num_heads must be a multiple of it (std::invalid_argument otherwise). The forward kernels and
+  // the reference take it; attention_backward does not (std::invalid_argument): training repeats k and v.
+  int64_t num_kv_heads = 0;
+  int64_t kv_heads() const { return num_kv_heads ? num_kv_heads : num_heads; }
+  // Column offset of the key / value head query head h reads.
+  int64_t kv_col(int64_t h) const { return (h / (num_heads / kv_heads())) * head_dim; }
 };
 
 // q: [B, Lq, heads*head_dim] (stride q_ld), k, v: [B, Lk, heads*head_dim] (strides k_ld, v_ld)

@@ -154,7 +154,8 @@ constexpr int64_t kFusedMaxKeys = 32;
 
 bool attention_forward_train(float* out, float* probs, const float* q, const float* k, const float* v,
                              const AttentionDims& dims, const AttentionMask& mask, const float* dropout_mask) {
-  if (!probs || mask.key_mask || mask.mask || mask.bias) return false;  // the generic kernel adds a bias
+  // The generic kernel adds a bias and reads grouped keys.
+  if (!probs || mask.key_mask || mask.mask || mask.bias || dims.kv_heads() != dims.num_heads) return false;
   const Resolved d = resolve(dims);
   if (d.B * d.H * d.Lq == 0 || d.Lk > kFusedMaxKeys) return false;
   switch (d.Dh) {

@@ -1,6 +1,7 @@
 #include "ops/rotary.h"
 
 #include <cmath>
+#include <stdexcept>
 #include <vector>
 
 #include "ops/isa.h"
@@ -66,15 +67,39 @@ void rotary_backward(float* dx, int64_t batch, int64_t seq_len, int64_t num_head
   rotate_rows(dx, batch, seq_len, num_heads, head_dim, ld, cos, sin, -1.0f, rotary_dim);
 }
 
-void rotary_tables(float* cos, float* sin, int64_t seq_len, int64_t head_dim, double theta) {
-  const int64_t half = head_dim / 2;
-  // modeling_rope_utils default: inv_freq = 1 / (base ** (arange(0, dim, 2).float() / dim)) in float32;
-  // freqs = position_ids.float() @ inv_freq (one float32 product per entry); cos = freqs.cos().
-  std::vector<float> inv_freq(half);
+namespace {
+void check_scaling(const RotaryScaling& s) {
+  if (s.kind == RotaryScaling::Kind::None) return;
+  if (!(s.factor > 0.0)) throw std::invalid_argument("rotary: rope_scaling factor must be positive");
+  if (s.kind == RotaryScaling::Kind::Dynamic && s.max_positions <= 0)
+    throw std::invalid_argument("rotary: dynamic rope_scaling needs max_position_embeddings > 0");
+}
+// The scaled base of Dynamic at seq_len (theta unless seq_len > max_positions).
+double dynamic_base(double theta, int64_t dim, const RotaryScaling& s, int64_t seq_len) {
+  if (s.kind != RotaryScaling::Kind::Dynamic || !s.scales(seq_len)) return theta;
+  return theta * std::pow(s.factor * (double)seq_len / (double)s.max_positions - (s.factor - 1.0),
+                          (double)dim / (double)(dim - 2));
+}
+}  // namespace
+
+void rotary_inv_freq(float* inv_freq, int64_t dim, double theta, const RotaryScaling& s, int64_t seq_len) {
+  check_scaling(s);
+  const int64_t half = dim / 2;
+  const bool ntk = s.kind == RotaryScaling::Kind::Ntk, mixed = ntk && s.mixed_b != 0.0;
+  // modeling_rope_utils default: inv_freq = 1 / (base ** (arange(0, dim, 2).float() / dim)) in float32.
+  const double base = ntk ? (mixed ? theta : theta * s.factor) : dynamic_base(theta, dim, s, seq_len);
+  const double a = mixed ? std::log(s.factor) / std::pow((double)half, s.mixed_b) : 0.0;
   for (int64_t i = 0; i < half; ++i) {
-    const float e = (float)(2 * i) / (float)head_dim;
-    inv_freq[i] = (float)(1.0 / std::pow(theta, (double)e));
+    const float e = (float)(2 * i) / (float)dim;
+    float f = (float)(1.0 / std::pow(base, (double)e));
+    if (ntk && !mixed) f = f / (float)std::pow(s.factor, 2.0 / (double)dim);  // inv_freq / factor ** (2 / dim)
+    if (mixed) f = f / (float)std::exp(a * std::pow((double)(i + 1), s.mixed_b));  // inv_freq / lambda_1_m
+    inv_freq[i] = f;
   }
+}
+
+void rotary_tables_from(float* cos, float* sin, int64_t seq_len, int64_t half, const float* inv_freq) {
+  // freqs = position_ids.float() @ inv_freq (one float32 product per entry); cos = freqs.cos().
   for (int64_t p = 0; p < seq_len; ++p)
     for (int64_t i = 0; i < half; ++i) {
       const float angle = (float)p * inv_freq[i];
@@ -83,15 +108,35 @@ void rotary_tables(float* cos, float* sin, int64_t seq_len, int64_t head_dim, do
     }
 }
 
+void rotary_tables(float* cos, float* sin, int64_t seq_len, int64_t head_dim, double theta) {
+  std::vector<float> inv_freq(head_dim / 2);
+  rotary_inv_freq(inv_freq.data(), head_dim, theta);
+  rotary_tables_from(cos, sin, seq_len, head_dim / 2, inv_freq.data());
+}
+
 void rotary_apply_ref(float* x, int64_t batch, int64_t seq_len, int64_t num_heads, int64_t head_dim, int64_t ld,
-                      double theta, int64_t rotary_dim) {
+                      double theta, int64_t rotary_dim, const RotaryScaling& scaling) {
+  check_scaling(scaling);
   const int64_t rot = rotary_dim ? rotary_dim : head_dim, half = rot / 2;
+  const bool ntk = scaling.kind == RotaryScaling::Kind::Ntk, mixed = ntk && scaling.mixed_b != 0.0;
+  std::vector<double> freq(half);
+  for (int64_t i = 0; i < half; ++i) {
+    const double e = (double)(2 * i) / (double)rot;
+    if (ntk && !mixed) {
+      freq[i] = 1.0 / (std::pow(theta * scaling.factor, e) * std::pow(scaling.factor, 2.0 / (double)rot));
+    } else if (mixed) {
+      const double a = std::log(scaling.factor) / std::pow((double)half, scaling.mixed_b);
+      freq[i] = 1.0 / (std::pow(theta, e) * std::exp(a * std::pow((double)(i + 1), scaling.mixed_b)));
+    } else {
+      freq[i] = 1.0 / std::pow(dynamic_base(theta, rot, scaling, seq_len), e);
+    }
+  }
   for (int64_t b = 0; b < batch; ++b)
     for (int64_t l = 0; l < seq_len; ++l)
       for (int64_t h = 0; h < num_heads; ++h) {
         float* v = x + (b * seq_len + l) * ld + h * head_dim;
         for (int64_t i = 0; i < half; ++i) {
-          const double angle = (double)l / std::pow(theta, (double)(2 * i) / (double)rot);
+          const double angle = (double)l * freq[i];
           const double a = v[i], c = v[i + half];
           v[i] = (float)(a * std::cos(angle) - c * std::sin(angle));
           v[i + half] = (float)(c * std::cos(angle) + a * std::sin(angle));
