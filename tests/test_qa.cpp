@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "cli_util.h"
+#include "serve_client.h"
 #include "tfm/classifier.h"
 #include "tfm/pipeline.h"
 
@@ -191,4 +192,38 @@ TEST(PipelineCore, QuestionAnsweringMergesLowerCasedAnswersAndRanksTheNullAnswer
   EXPECT_NEAR(a[2].score, (e1 / z) * (e1 / z), 1e-6);
   EXPECT_EQ(a[2].start, 0);
   EXPECT_THROW(question_answering_result("x", {}, o), std::invalid_argument);
+}
+
+TEST(QuestionAnsweringServe, HuggingFaceInferenceApiShape) {
+  const json& cases = encodings()["cases"];
+  const json& rows = expected()["results"]["roberta"];
+  test::ServeProcess s({"--model", fixture("qa/roberta"), "--quiet"});
+  ASSERT_TRUE(s.wait_ready()) << s.log();
+  json batch = json::array(), want = json::array();
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const json& c = cases[i];
+    json params = {{"top_k", c["options"].value("top_k", 1)},
+                   {"max_answer_len", c["options"].value("max_answer_length", 15)},
+                   {"handle_impossible_answer", c["options"].value("handle_impossible_answer", false)}};
+    if (c["options"].contains("max_seq_length")) params["max_seq_len"] = c["options"]["max_seq_length"];
+    if (c["options"].contains("doc_stride")) params["doc_stride"] = c["options"]["doc_stride"];
+    const json input = {{"question", c["question"]}, {"context", c["context"]}};
+    test::Reply r = test::http("POST", s.url("/question-answering"), json{{"inputs", input}, {"parameters", params}}.dump());
+    ASSERT_EQ(r.status, 200) << r.body;
+    expect_answers(r.j(), rows[i]["result"], "/question-answering " + c["name"].get<std::string>());
+    if (c["options"].empty()) batch.push_back(input), want.push_back(rows[i]["result"]);
+  }
+  test::Reply r = test::http("POST", s.url("/question-answering"), json{{"inputs", batch}}.dump());
+  ASSERT_EQ(r.status, 200) << r.body;
+  expect_answers(r.j(), want, "/question-answering list");
+  r = test::http("POST", s.url("/question-answering"), json{{"inputs", {{"question", ""}, {"context", "c"}}}}.dump());
+  EXPECT_EQ(r.status, 422) << r.body;
+  EXPECT_NE(r.body.find("question"), std::string::npos) << r.body;
+  r = test::http("POST", s.url("/question-answering"), json{{"inputs", "just text"}}.dump());
+  EXPECT_EQ(r.status, 422) << r.body;
+  EXPECT_NE(test::http("GET", s.url("/openapi.json")).body.find("/question-answering"), std::string::npos);
+  // A folder without the head answers 501.
+  test::ServeProcess e({"--model", fixture("heads_tokcls"), "--quiet"});
+  ASSERT_TRUE(e.wait_ready()) << e.log();
+  EXPECT_EQ(test::http("POST", e.url("/question-answering"), json{{"inputs", {{"question", "q"}, {"context", "c"}}}}.dump()).status, 501);
 }
