@@ -115,7 +115,8 @@ TEST(QuestionAnsweringPipeline, InputLinesGiveOneLineEach) {
   for (size_t i = 0; i < cases.size(); ++i) {
     if (!cases[i]["options"].empty()) continue;
     ASSERT_LT(k, out.size());
-    expect_answers(out[k++], expected()["results"]["bert"][i]["result"], "line " + std::to_string(k));
+    expect_answers(out[k], expected()["results"]["bert"][i]["result"], "line " + std::to_string(k + 1));
+    ++k;
   }
   EXPECT_EQ(k, out.size());
 }
