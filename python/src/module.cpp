@@ -1076,7 +1076,7 @@ PYBIND11_MODULE(_tfm, m) {
               out.append(d);
             }
             if (out.size() == 1) return out[0];
-            return std::move(out);
+            return out;
           },
           py::arg("question"), py::arg("context"), py::arg("top_k") = 1, py::arg("doc_stride") = 0,
           py::arg("max_answer_len") = 15, py::arg("max_seq_len") = 0, py::arg("handle_impossible_answer") = false,
