@@ -1302,7 +1302,8 @@ TEST(ServeFields, HttpHygieneAndOpenApi) {
       {"/info", {"get"}},        {"/openapi.json", {"get"}}, {"/embed", {"post"}},       {"/embed_all", {"post"}},
       {"/v1/embeddings", {"post"}}, {"/v1/models", {"get"}}, {"/v1/models/{model}", {"get"}},
       {"/similarity", {"post"}}, {"/embed_sparse", {"post"}}, {"/tokenize", {"post"}},   {"/decode", {"post"}},
-      {"/predict", {"post"}},    {"/rerank", {"post"}},     {"/zero-shot-classification", {"post"}}};
+      {"/predict", {"post"}},    {"/rerank", {"post"}},     {"/zero-shot-classification", {"post"}},
+      {"/question-answering", {"post"}}};
   r = http("GET", s.url("/openapi.json"));
   ASSERT_EQ(r.status, 200) << r.body;
   const json doc = r.j();

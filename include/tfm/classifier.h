@@ -24,6 +24,7 @@ enum class TaskHead {
   SequenceClassification,  ///< BertForSequenceClassification: classifier(pooler_output), also cross-encoders
   TokenClassification,     ///< BertForTokenClassification: classifier(last_hidden_state) per token
   MaskedLM,                ///< BertForMaskedLM / BertForPreTraining: the prediction head over the vocabulary
+  QuestionAnswering,       ///< BertForQuestionAnswering: qa_outputs(last_hidden_state) -> start, end logits
 };
 /// "sequence classification", "token classification", "masked language modelling (fill-mask)".
 const char* task_head_name(TaskHead head);
@@ -181,6 +182,35 @@ class TokenClassifier {
                                          const TagOptions& options = {}) const;
 
   const std::vector<std::string>& labels() const;  ///< id2label, [num_labels]
+  const Tokenizer& tokenizer() const;
+  int64_t max_position_embeddings() const;  ///< as Classifier::max_position_embeddings
+  const std::string& dtype() const;          ///< the body's compute type
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+/// Extractive question answering with a *ForQuestionAnswering head (BERT, RoBERTa / XLM-R, DistilBERT, MPNet):
+/// transformers' QuestionAnsweringPipeline (4.54-4.57, a fast tokenizer, question first).
+class QuestionAnswerer {
+ public:
+  /// Throws as Classifier's constructor, std::runtime_error when the folder has no question-answering head.
+  explicit QuestionAnswerer(const std::string& model_dir, const ClassifierOptions& options = {});
+  ~QuestionAnswerer();
+  QuestionAnswerer(QuestionAnswerer&&) noexcept;
+  QuestionAnswerer& operator=(QuestionAnswerer&&) noexcept;
+
+  /// The answers to `question` in `context`, best first (at most options.top_k): the pipeline's preprocess (the
+  /// question first, the context truncated only_second into windows of max_seq_length tokens overlapping by
+  /// doc_stride, tokenizers' return_overflowing_tokens), one forward pass over the windows, then
+  /// tfm::question_answering_result. Start / end are code points of `context`. Throws std::invalid_argument for an
+  /// empty question or context ("question cannot be empty", as the pipeline's ValueError), bad options,
+  /// doc_stride larger than max_seq_length, a max_seq_length over max_position_embeddings(), or a question that
+  /// leaves no room for the context.
+  std::vector<QaAnswer> answer(const std::string& question, const std::string& context,
+                               const QuestionAnsweringOptions& options = {}) const;
+
   const Tokenizer& tokenizer() const;
   int64_t max_position_embeddings() const;  ///< as Classifier::max_position_embeddings
   const std::string& dtype() const;          ///< the body's compute type

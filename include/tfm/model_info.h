@@ -15,7 +15,7 @@ struct ModelInfo {
   std::vector<std::string> architectures;  ///< config.json "architectures" (empty when absent)
   bool translation = false;                ///< a seq2seq folder (tfm::Translator, tfm translate, serve translation)
   /// "translation" for a translation folder; else the head its architectures name: "sequence-classification",
-  /// "token-classification", "fill-mask" (*ForMaskedLM / *ForPreTraining); without architectures the head the
+  /// "token-classification", "fill-mask" (*ForMaskedLM / *ForPreTraining), "question-answering"; without architectures the head the
   /// tensors hold; "embedding" for a base model (no head).
   std::string task;
   /// Translation folders: the direction, config.json "source_lang" / "target_lang", else a folder name ending in

@@ -261,6 +261,56 @@ std::vector<std::pair<int64_t, int64_t>> chunk_windows(int64_t tokens, int64_t c
 /// Normalize keeps unit vectors). Written to `out` [D]. Throws std::invalid_argument for n < 1.
 void pool_windows(const float* windows, int64_t n, int64_t dim, bool max, bool normalize, float* out);
 
+// ------------------------------------------------------------------------------------------ question answering
+
+/// The question-answering pipeline's parameters (QuestionAnsweringPipeline._sanitize_parameters, transformers
+/// 4.54-4.57).
+struct QuestionAnsweringOptions {
+  int64_t top_k = 1;              ///< answers returned (fewer when fewer exist); >= 1
+  int64_t doc_stride = 0;         ///< tokens shared by consecutive windows; 0: min(max_seq_length / 2, 128)
+  int64_t max_seq_length = 0;     ///< tokens of each window, question and special tokens included; 0: min(the
+                                  ///< tokenizer's model_max_length, 384)
+  int64_t max_answer_length = 15; ///< tokens of an answer at most; >= 1
+  bool handle_impossible_answer = false;  ///< also rank the null answer {score, 0, 0, ""} (the [CLS] span)
+  bool align_to_words = true;     ///< widen an answer to whole words (the pre-tokenizer's words) of its window
+};
+/// Throws std::invalid_argument naming the option when top_k or max_answer_length is < 1, or doc_stride or
+/// max_seq_length is < 0.
+void check_question_answering_options(const QuestionAnsweringOptions& options);
+
+/// One answer, as the pipeline returns it.
+struct QaAnswer {
+  /// start * end probability of its span; spans of one lower-cased text (over every window) add up, so a score
+  /// may exceed 1. The null answer: the smallest [CLS] start * end probability over the windows.
+  double score = 0;
+  int64_t start = 0, end = 0;  ///< code point offsets [start, end) in the context
+  std::string answer;          ///< context[start:end]
+};
+
+/// One window of (question, context part) as the model saw it.
+struct QaWindow {
+  std::vector<float> start_logits, end_logits;  ///< [L] the head's logits
+  /// [L] 1 where a token may bound an answer, the pipeline's p_mask == 0 (and attention 1): the context's tokens
+  /// and the [CLS] token(s); 0 for the question, separators and padding.
+  std::vector<uint8_t> candidate;
+  std::vector<int> sequence_ids;                        ///< [L] 1 = a context token
+  std::vector<int64_t> words;                           ///< [L] word of each token in its text, -1 = special
+  std::vector<std::pair<int64_t, int64_t>> offsets;     ///< [L] code points of the token in its text
+};
+
+/// QuestionAnsweringPipeline.postprocess over the windows of one (question, context): per window
+/// select_starts_ends (logits outside `candidate` set to -10000, softmax, the null score start[0] * end[0]
+/// recorded, position 0 zeroed) and decode_spans (the start * end probabilities of spans s <= e < s +
+/// max_answer_length, the best top_k * 2 + 10 (top_k without align_to_words), both ends candidates); each span's
+/// characters (align_to_words: from the start of the word of its first token to the end of the word of its last,
+/// within the window; else the tokens' offsets); an answer whose text equals an earlier one's lower-cased takes
+/// its score added to it; the null answer when handle_impossible_answer; all sorted by score (stable), the first
+/// top_k. Spans of probability 0 are never answers (the pipeline may return such score-0 spans, in an
+/// unspecified order, when a window has fewer positive spans than it looks at). Throws std::invalid_argument
+/// for no windows, a window whose vectors differ in length, or bad options.
+std::vector<QaAnswer> question_answering_result(const std::string& context, const std::vector<QaWindow>& windows,
+                                                const QuestionAnsweringOptions& options);
+
 /// A folder's tokenizer must not produce ids outside the model's embedding table. Throws std::runtime_error
 /// "<where>: tokenizer vocabulary (N tokens) is larger than config.json vocab_size (M)" when it would.
 void check_tokenizer_vocab(const std::string& where, int64_t tokenizer_vocab_size, int64_t config_vocab_size);

@@ -1119,6 +1119,46 @@ PYBIND11_MODULE(_tfm, m) {
           "groups {entity_group, score, word, start, end} ('simple', 'first', 'average', 'max'), as the "
           "token-classification pipeline; ignore_labels (default ['O']) left out unless all_tokens")
       .def_property_readonly("labels", &tfm::TokenClassifier::labels);
+  py::class_<tfm::QuestionAnswerer>(m, "QuestionAnswerer",
+                                    "*ForQuestionAnswering folder (BERT, RoBERTa / XLM-R, DistilBERT, MPNet): the "
+                                    "question-answering pipeline. Calls from several threads are safe.")
+      .def(py::init([head_options](const py::object& path, const py::object& dtype, int threads) {
+             const std::string dir = path_arg(path);
+             tfm::ClassifierOptions o = head_options(dtype, threads);
+             py::gil_scoped_release nogil;
+             return tfm::QuestionAnswerer(dir, o);
+           }),
+           py::arg("model_dir"), py::arg("dtype") = py::none(), py::arg("threads") = 0, kHeadInitDoc)
+      .def_property_readonly("dtype", &tfm::QuestionAnswerer::dtype)
+      .def(
+          "__call__",
+          [](const tfm::QuestionAnswerer& qa, const std::string& question, const std::string& context, int64_t top_k,
+             int64_t doc_stride, int64_t max_answer_len, int64_t max_seq_len, bool handle_impossible_answer,
+             bool align_to_words) -> py::object {
+            tfm::QuestionAnsweringOptions o;
+            o.top_k = top_k, o.doc_stride = doc_stride, o.max_answer_length = max_answer_len;
+            o.max_seq_length = max_seq_len, o.handle_impossible_answer = handle_impossible_answer;
+            o.align_to_words = align_to_words;
+            std::vector<tfm::QaAnswer> r;
+            {
+              py::gil_scoped_release nogil;
+              r = qa.answer(question, context, o);
+            }
+            py::list out;
+            for (const tfm::QaAnswer& a : r) {
+              py::dict d;
+              d["score"] = a.score, d["start"] = a.start, d["end"] = a.end, d["answer"] = a.answer;
+              out.append(d);
+            }
+            if (out.size() == 1) return out[0];
+            return out;
+          },
+          py::arg("question"), py::arg("context"), py::arg("top_k") = 1, py::arg("doc_stride") = 0,
+          py::arg("max_answer_len") = 15, py::arg("max_seq_len") = 0, py::arg("handle_impossible_answer") = false,
+          py::arg("align_to_words") = true,
+          "The answer {score, start, end, answer} (a list, best first, when there are several), as transformers' "
+          "question-answering pipeline: start / end index the context's characters; doc_stride / max_seq_len 0: "
+          "the pipeline's defaults. ValueError for an empty question or context and bad options.");
   py::class_<tfm::MaskFiller>(m, "MaskFiller",
                               "*ForMaskedLM folder of any encoder family: the fill-mask pipeline. Calls from several "
                               "threads are safe.")

@@ -26,6 +26,7 @@ from ._tfm import (  # noqa: F401
     FinetuneSummary,
     MaskFiller,
     ModelInfo,
+    QuestionAnswerer,
     TokenClassifier,
     Tokenizer,
     TrainProgress,
@@ -46,6 +47,6 @@ from ._tfm import (  # noqa: F401
 # `import tfm.bleu` / `from tfm.bleu import corpus` find the extension's submodule.
 _sys.modules[__name__ + ".bleu"] = bleu
 
-__all__ = ["Classifier", "ConvertSummary", "D2lTrainSummary", "Encoder", "MaskFiller", "ModelInfo", "TokenClassifier", "Tokenizer",
+__all__ = ["Classifier", "ConvertSummary", "D2lTrainSummary", "Encoder", "MaskFiller", "ModelInfo", "QuestionAnswerer", "TokenClassifier", "Tokenizer",
            "Translator", "TrainProgress", "TrainSummary", "FinetuneProgress", "FinetuneSummary", "bleu", "convert",
            "download", "finetune", "inspect_model", "native_dtype", "quantize_embeddings", "train", "train_d2l", "__version__"]

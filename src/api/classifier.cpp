@@ -24,6 +24,7 @@ HeadKind internal(TaskHead h) {
     case TaskHead::SequenceClassification: return HeadKind::SequenceClassification;
     case TaskHead::TokenClassification: return HeadKind::TokenClassification;
     case TaskHead::MaskedLM: return HeadKind::MaskedLM;
+    case TaskHead::QuestionAnswering: return HeadKind::QuestionAnswering;
   }
   return HeadKind::SequenceClassification;
 }
@@ -91,6 +92,7 @@ TaskHead detect_task_head(const std::string& model) {
     case HeadKind::SequenceClassification: return TaskHead::SequenceClassification;
     case HeadKind::TokenClassification: return TaskHead::TokenClassification;
     case HeadKind::MaskedLM: return TaskHead::MaskedLM;
+    case HeadKind::QuestionAnswering: return TaskHead::QuestionAnswering;
   }
   return TaskHead::SequenceClassification;
 }
@@ -430,6 +432,66 @@ std::vector<std::vector<std::vector<MaskCandidate>>> MaskFiller::fill(const std:
     out[b].push_back(std::move(cands));
   }
   return out;
+}
+
+}  // namespace tfm
+
+// ------------------------------------------------------------------------------------------ question answering
+
+namespace tfm {
+
+struct QuestionAnswerer::Impl : HeadModel {
+  using HeadModel::HeadModel;
+};
+
+QuestionAnswerer::QuestionAnswerer(const std::string& dir, const ClassifierOptions& options)
+    : impl_(std::make_unique<Impl>(dir, options, HeadKind::QuestionAnswering)) {}
+QuestionAnswerer::~QuestionAnswerer() = default;
+QuestionAnswerer::QuestionAnswerer(QuestionAnswerer&&) noexcept = default;
+QuestionAnswerer& QuestionAnswerer::operator=(QuestionAnswerer&&) noexcept = default;
+
+const Tokenizer& QuestionAnswerer::tokenizer() const { return *impl_->tokenizer; }
+int64_t QuestionAnswerer::max_position_embeddings() const { return impl_->model->max_input_tokens(); }
+const std::string& QuestionAnswerer::dtype() const { return impl_->dtype; }
+
+std::vector<QaAnswer> QuestionAnswerer::answer(const std::string& question, const std::string& context,
+                                               const QuestionAnsweringOptions& o) const {
+  check_question_answering_options(o);
+  if (question.empty()) throw std::invalid_argument("question cannot be empty");
+  if (context.empty()) throw std::invalid_argument("context cannot be empty");
+  const TaskModel& m = *impl_->model;
+  const BertTokenizer& tok = m.tokenizer();
+  // QuestionAnsweringPipeline.preprocess's defaults.
+  const int64_t max_seq = o.max_seq_length > 0 ? o.max_seq_length : std::min<int64_t>(tok.model_max_length(), 384);
+  const int64_t stride = o.doc_stride > 0 ? o.doc_stride : std::min<int64_t>(max_seq / 2, 128);
+  if (stride > max_seq)
+    throw std::invalid_argument("doc_stride (" + std::to_string(stride) + ") is larger than max_seq_length (" +
+                                std::to_string(max_seq) + ")");
+  if (max_seq > m.max_input_tokens())
+    throw std::invalid_argument("max_seq_length " + std::to_string(max_seq) + " is more than the model takes (" +
+                                std::to_string(m.max_input_tokens()) + " tokens)");
+  std::vector<Encoding> enc = tok.encode_windows(question, context, max_seq, stride);
+  api::apply_threads(impl_->threads);
+  const BatchTensors t = make_batch(enc, tok.pad_id());
+  const Tensor logits = m.token_logits(t.input_ids, t.token_type_ids, t.attention_mask);  // [W, L, 2]
+  const int64_t L = logits.size(1);
+  std::vector<QaWindow> windows(enc.size());
+  for (size_t w = 0; w < enc.size(); ++w) {
+    const Encoding& e = enc[w];
+    QaWindow& q = windows[w];
+    const size_t n = e.input_ids.size();
+    for (size_t i = 0; i < n; ++i) {
+      const float* l = logits.f32() + ((int64_t)w * L + (int64_t)i) * 2;
+      q.start_logits.push_back(l[0]);
+      q.end_logits.push_back(l[1]);
+      // p_mask 0: the context's tokens, and the [CLS] token kept for the null answer.
+      q.candidate.push_back(e.sequence_ids[i] == 1 || (tok.cls_id() >= 0 && e.input_ids[i] == tok.cls_id()));
+    }
+    q.sequence_ids = e.sequence_ids;
+    q.words = e.words;
+    q.offsets = e.offsets;
+  }
+  return question_answering_result(context, windows, o);
 }
 
 }  // namespace tfm

@@ -24,6 +24,7 @@ const char* task_of(HeadKind k) {
     case HeadKind::SequenceClassification: return "sequence-classification";
     case HeadKind::TokenClassification: return "token-classification";
     case HeadKind::MaskedLM: return "fill-mask";
+    case HeadKind::QuestionAnswering: return "question-answering";
   }
   return "embedding";
 }
@@ -33,6 +34,7 @@ std::string task_of_architecture(const std::string& a) {
   if (ends_with(a, "ForSequenceClassification")) return "sequence-classification";
   if (ends_with(a, "ForTokenClassification")) return "token-classification";
   if (ends_with(a, "ForMaskedLM") || ends_with(a, "ForPreTraining")) return "fill-mask";
+  if (ends_with(a, "ForQuestionAnswering")) return "question-answering";
   return "";
 }
 

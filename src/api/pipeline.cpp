@@ -13,6 +13,9 @@
 #include "models/checkpoint_weights.h"
 #include "models/pooling.h"
 #include "ops/gemm.h"
+#include "text/tokenizer/unicode.h"
+
+#include <utf8proc.h>
 
 namespace tfm {
 
@@ -273,6 +276,109 @@ std::vector<TokenTag> aggregate_entities(const std::vector<TokenScores>& tokens,
     a = i;
   }
   return out;
+}
+
+// ------------------------------------------------------------------------------------------ question answering
+
+void check_question_answering_options(const QuestionAnsweringOptions& o) {
+  if (o.top_k < 1) throw std::invalid_argument("top_k must be >= 1, got " + std::to_string(o.top_k));
+  if (o.max_answer_length < 1)
+    throw std::invalid_argument("max_answer_length must be >= 1, got " + std::to_string(o.max_answer_length));
+  if (o.doc_stride < 0) throw std::invalid_argument("doc_stride must be >= 0 (0 = the default), got " +
+                                                    std::to_string(o.doc_stride));
+  if (o.max_seq_length < 0) throw std::invalid_argument("max_seq_length must be >= 0 (0 = the default), got " +
+                                                        std::to_string(o.max_seq_length));
+}
+
+namespace {
+
+// Python's str.lower() per code point (utf8proc's simple lower-case mapping).
+std::u32string lower(std::u32string s) {
+  for (char32_t& c : s) c = (char32_t)utf8proc_tolower((utf8proc_int32_t)c);
+  return s;
+}
+
+// The pipeline's softmax of masked logits, in float32 as numpy computes it on float32 arrays.
+std::vector<float> masked_softmax(const std::vector<float>& logits, const std::vector<uint8_t>& candidate) {
+  const size_t L = logits.size();
+  std::vector<float> p(L);
+  float m = -INFINITY;
+  for (size_t i = 0; i < L; ++i) p[i] = candidate[i] ? logits[i] : -10000.0f, m = std::max(m, p[i]);
+  double sum = 0;
+  for (size_t i = 0; i < L; ++i) p[i] = std::exp(p[i] - m), sum += p[i];
+  for (size_t i = 0; i < L; ++i) p[i] = (float)(p[i] / sum);
+  return p;
+}
+
+// QuestionAnsweringPipeline.get_indices: Encoding.word_to_chars(token_to_word(t), sequence_index=1), else offsets.
+std::pair<int64_t, int64_t> answer_chars(const QaWindow& w, size_t s, size_t e, bool align_to_words) {
+  if (align_to_words && w.words[s] >= 0 && w.words[e] >= 0) {
+    int64_t first = -1, last = -1;  // tokens of the start word / end word in the context
+    for (size_t i = 0; i < w.words.size(); ++i) {
+      if (w.sequence_ids[i] != 1) continue;
+      if (w.words[i] == w.words[s] && first < 0) first = (int64_t)i;
+      if (w.words[i] == w.words[e]) last = (int64_t)i;
+    }
+    if (first >= 0 && last >= 0) return {w.offsets[(size_t)first].first, w.offsets[(size_t)last].second};
+  }
+  return {w.offsets[s].first, w.offsets[e].second};
+}
+
+}  // namespace
+
+std::vector<QaAnswer> question_answering_result(const std::string& context, const std::vector<QaWindow>& windows,
+                                                const QuestionAnsweringOptions& o) {
+  check_question_answering_options(o);
+  if (windows.empty()) throw std::invalid_argument("question answering: no windows");
+  const std::u32string text = tok::decode_utf8(context);
+  const int64_t pre_top_k = o.align_to_words ? o.top_k * 2 + 10 : o.top_k;  // some spans may merge
+  double min_null_score = 1000000;
+  std::vector<QaAnswer> answers;
+  std::vector<std::u32string> lowered;  // answers[i]'s text, lower-cased
+  for (size_t wi = 0; wi < windows.size(); ++wi) {
+    const QaWindow& w = windows[wi];
+    const size_t L = w.start_logits.size();
+    if (L == 0 || w.end_logits.size() != L || w.candidate.size() != L || w.sequence_ids.size() != L ||
+        w.words.size() != L || w.offsets.size() != L)
+      throw std::invalid_argument("question answering: window " + std::to_string(wi) +
+                                  " has vectors of different lengths (or none)");
+    std::vector<float> start = masked_softmax(w.start_logits, w.candidate);
+    std::vector<float> end = masked_softmax(w.end_logits, w.candidate);
+    if (o.handle_impossible_answer) min_null_score = std::min(min_null_score, (double)(start[0] * end[0]));
+    start[0] = end[0] = 0.0f;
+    struct Span {
+      float score;
+      size_t s, e;
+    };
+    std::vector<Span> spans;
+    for (size_t s = 0; s < L; ++s) {
+      if (!w.candidate[s] || start[s] == 0.0f) continue;
+      for (size_t e = s; e < L && e < s + (size_t)o.max_answer_length; ++e) {
+        const float score = start[s] * end[e];
+        if (w.candidate[e] && score > 0.0f) spans.push_back({score, s, e});
+      }
+    }
+    std::stable_sort(spans.begin(), spans.end(), [](const Span& a, const Span& b) { return a.score > b.score; });
+    if ((int64_t)spans.size() > pre_top_k) spans.resize((size_t)pre_top_k);
+    for (const Span& sp : spans) {
+      const auto [a, b] = answer_chars(w, sp.s, sp.e, o.align_to_words);
+      const int64_t n = (int64_t)text.size();
+      const int64_t a0 = std::clamp<int64_t>(a, 0, n), b0 = std::clamp<int64_t>(b, a0, n);
+      const std::u32string piece = text.substr((size_t)a0, (size_t)(b0 - a0));
+      const std::u32string key = lower(piece);
+      auto same = std::find(lowered.begin(), lowered.end(), key);
+      if (same != lowered.end()) {
+        answers[(size_t)(same - lowered.begin())].score += (double)sp.score;
+      } else {
+        answers.push_back({(double)sp.score, a, b, tok::encode_utf8(piece)});
+        lowered.push_back(key);
+      }
+    }
+  }
+  if (o.handle_impossible_answer) answers.push_back({min_null_score, 0, 0, ""});
+  std::stable_sort(answers.begin(), answers.end(), [](const QaAnswer& x, const QaAnswer& y) { return x.score > y.score; });
+  if ((int64_t)answers.size() > o.top_k) answers.resize((size_t)o.top_k);
+  return answers;
 }
 
 std::string stored_dtype(const std::string& dir) {

@@ -203,6 +203,7 @@ std::vector<int64_t> detail::position_ids_from_padding(const EncoderConfig& c, c
 
 namespace {
 std::optional<HeadKind> detect_bert_head(const CheckpointWeights& w) {
+  if (detail::has_qa_outputs(w)) return HeadKind::QuestionAnswering;
   const bool has_cls = w.has("classifier.weight");
   const bool has_mlm = w.has("cls.predictions.bias") || w.has("cls.predictions.transform.dense.weight");
   if (has_mlm && !has_cls) return HeadKind::MaskedLM;
@@ -214,6 +215,7 @@ std::optional<HeadKind> detect_bert_head(const CheckpointWeights& w) {
 
 HeadLayout load_bert_head(HeadKind kind, const EncoderConfig& c, CheckpointWeights& w) {
   const int64_t H = c.hidden_size;
+  if (kind == HeadKind::QuestionAnswering) return detail::load_qa_outputs_head(w, H);  // BertForQuestionAnswering
   HeadLayout head;
   if (kind == HeadKind::MaskedLM) {
     HeadStage transform;

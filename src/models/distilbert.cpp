@@ -29,6 +29,7 @@ nn::EncoderBlock distilbert_layer(const nn::Vars& vb, const EncoderConfig& c, op
 }
 
 std::optional<HeadKind> detect_distilbert_head(const CheckpointWeights& w) {
+  if (detail::has_qa_outputs(w)) return HeadKind::QuestionAnswering;
   if (w.has("pre_classifier.weight")) return HeadKind::SequenceClassification;
   if (w.has("classifier.weight")) return HeadKind::TokenClassification;
   if (w.has("vocab_transform.weight") || w.has("vocab_projector.bias")) return HeadKind::MaskedLM;
@@ -37,6 +38,7 @@ std::optional<HeadKind> detect_distilbert_head(const CheckpointWeights& w) {
 
 HeadLayout load_distilbert_head(HeadKind kind, const EncoderConfig& c, CheckpointWeights& w) {
   const int64_t H = c.hidden_size;
+  if (kind == HeadKind::QuestionAnswering) return detail::load_qa_outputs_head(w, H);  // DistilBertForQuestionAnswering
   HeadLayout head;
   head.input = HeadInput::FirstToken;  // hidden_state[:, 0], the [CLS] token
   if (kind == HeadKind::SequenceClassification) {

@@ -33,6 +33,9 @@ HeadLayout load_electra_head(HeadKind kind, const EncoderConfig& c, CheckpointWe
     HeadStage classifier;
     classifier.linear = detail::load_head_linear(w, {"classifier"}, H);
     head.stages = {std::move(classifier)};
+  } else if (kind == HeadKind::QuestionAnswering) {
+    throw std::runtime_error(w.path() + ": ELECTRA has sequence and token classification heads here; "
+                             "ElectraForQuestionAnswering is not supported");
   } else {
     throw std::runtime_error(w.path() + ": ELECTRA has sequence and token classification heads here; the "
                              "generator's masked-LM head (ElectraForMaskedLM) is not supported");

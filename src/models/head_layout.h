@@ -18,6 +18,7 @@ enum class HeadKind {
   SequenceClassification,  // logits [B, num_labels] from one vector per sequence
   TokenClassification,     // logits [B, L, num_labels] per token
   MaskedLM,                // logits [P, vocab_size] at masked positions
+  QuestionAnswering,       // span logits [B, L, 2] per token: start, end (*ForQuestionAnswering's qa_outputs)
 };
 const char* head_kind_name(HeadKind k);  // "sequence classification", ...
 
@@ -66,6 +67,13 @@ nn::Linear load_vocab_decoder(CheckpointWeights& w, const std::vector<std::strin
                               int64_t vocab_size, int64_t hidden_size, bool* tied);
 // "<prefix>.weight" / ".bias" [C], also as gamma / beta.
 nn::LayerNorm load_head_layer_norm(CheckpointWeights& w, const std::string& prefix, int64_t C, float eps);
+// The extractive question-answering head every family that has one stores the same way (BertForQuestionAnswering,
+// RobertaForQuestionAnswering, DistilBertForQuestionAnswering, MPNetForQuestionAnswering): "qa_outputs.weight"
+// [2, H] and "qa_outputs.bias" [2] over last_hidden_state; logits[..., 0] start, logits[..., 1] end. Throws
+// std::runtime_error naming the tensor when it is missing or not [2, H].
+HeadLayout load_qa_outputs_head(CheckpointWeights& w, int64_t hidden_size);
+// Whether the checkpoint holds qa_outputs.weight.
+bool has_qa_outputs(const CheckpointWeights& w);
 // Whether any of the names is stored.
 bool has_any(const CheckpointWeights& w, const std::vector<std::string>& names);
 }  // namespace detail

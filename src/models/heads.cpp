@@ -28,6 +28,7 @@ const char* head_kind_name(HeadKind k) {
     case HeadKind::SequenceClassification: return "sequence classification";
     case HeadKind::TokenClassification: return "token classification";
     case HeadKind::MaskedLM: return "masked language modelling (fill-mask)";
+    case HeadKind::QuestionAnswering: return "question answering";
   }
   return "?";
 }
@@ -59,6 +60,7 @@ HeadKind detect(const std::string& dir, const std::vector<std::string>& arch, co
   if (contains(arch, "ForSequenceClassification")) return HeadKind::SequenceClassification;
   if (contains(arch, "ForTokenClassification")) return HeadKind::TokenClassification;
   if (contains(arch, "ForMaskedLM") || contains(arch, "ForPreTraining")) return HeadKind::MaskedLM;
+  if (contains(arch, "ForQuestionAnswering")) return HeadKind::QuestionAnswering;
   if (arch.empty())
     if (std::optional<HeadKind> k = family.detect(w)) return *k;
   std::string a = arch.empty() ? "no architectures" : "architectures " + arch[0];
@@ -153,6 +155,19 @@ nn::Linear load_vocab_decoder(CheckpointWeights& w, const std::vector<std::strin
   return d;
 }
 
+bool has_qa_outputs(const CheckpointWeights& w) { return w.has("qa_outputs.weight"); }
+
+HeadLayout load_qa_outputs_head(CheckpointWeights& w, int64_t H) {
+  HeadStage qa;
+  qa.linear = load_head_linear(w, {"qa_outputs"}, H);
+  if (qa.linear.out_features != 2)
+    throw std::runtime_error(w.path() + ": tensor 'qa_outputs.weight' has " + std::to_string(qa.linear.out_features) +
+                             " rows; a question-answering head has 2 (start, end)");
+  HeadLayout head;
+  head.stages = {std::move(qa)};
+  return head;
+}
+
 nn::LayerNorm load_head_layer_norm(CheckpointWeights& w, const std::string& p, int64_t C, float eps) {
   nn::LayerNorm ln;
   ln.weight = nn::Param(w.get(p + ".weight", {C}, {p + ".gamma"}));
@@ -224,6 +239,10 @@ TaskModel TaskModel::load(const std::string& dir, HeadKind want, std::optional<o
   m.mask_id_ = m.mask_token_.empty() ? -1 : m.tokenizer_->token_to_id(m.mask_token_);
 
   const int64_t out = m.layout_->stages.back().linear.out_features;
+  if (kind == HeadKind::QuestionAnswering) {  // no labels: start and end logits
+    w.check_all_used(cfg_path);
+    return m;
+  }
   if (kind == HeadKind::MaskedLM) {
     if (out != cfg.vocab_size)
       throw std::runtime_error(w.path() + ": the masked-LM decoder has " + std::to_string(out) +
@@ -292,7 +311,7 @@ Tensor TaskModel::token_logits(const Tensor& ids, const Tensor& tt, const Tensor
   const int64_t B = ids.size(0), L = ids.size(1), H = encoder_->config().hidden_size;
   const float* h = out.last_hidden_state.f32();
   std::vector<float> y = run_stages(std::vector<float>(h, h + B * L * H), B * L);
-  Tensor logits = Tensor::empty({B, L, num_labels()});
+  Tensor logits = Tensor::empty({B, L, layout_->stages.back().linear.out_features});
   std::copy(y.begin(), y.end(), logits.f32());
   return logits;
 }

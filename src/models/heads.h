@@ -66,7 +66,7 @@ class TaskModel {
 
   // Sequence classification: [B, num_labels]. token_type_ids may be undefined.
   Tensor sequence_logits(const Tensor& input_ids, const Tensor& token_type_ids, const Tensor& attention_mask) const;
-  // Token classification: [B, L, num_labels].
+  // Token classification: [B, L, num_labels]; question answering: [B, L, 2] (start, end logits).
   Tensor token_logits(const Tensor& input_ids, const Tensor& token_type_ids, const Tensor& attention_mask) const;
   // Masked LM at the given positions: positions [P] of (b, l) pairs -> [P, vocab_size].
   Tensor mlm_logits(const Tensor& input_ids, const Tensor& token_type_ids, const Tensor& attention_mask,

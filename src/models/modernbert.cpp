@@ -138,6 +138,9 @@ HeadLayout load_modernbert_head(HeadKind kind, const EncoderConfig& c, Checkpoin
   const ModernBertConfig m = ModernBertConfig::from(c);
   const int64_t H = c.hidden_size, V = c.vocab_size;
   const nn::Vars vb(w);
+  if (kind == HeadKind::QuestionAnswering)
+    throw std::runtime_error(w.path() + ": ModernBERT has sequence classification and masked-LM heads here; "
+                             "ModernBertForQuestionAnswering is not supported");
   HeadLayout head;
   head.input = m.classifier_pooling == "mean" ? HeadInput::MeanTokens : HeadInput::FirstToken;
   HeadStage prediction, out;

@@ -22,6 +22,7 @@ HeadLayout load_roberta_head(HeadKind kind, const EncoderConfig& c, CheckpointWe
 }  // namespace
 
 std::optional<HeadKind> detail::detect_lm_style_head(const CheckpointWeights& w) {
+  if (has_qa_outputs(w)) return HeadKind::QuestionAnswering;
   if (w.has("classifier.out_proj.weight")) return HeadKind::SequenceClassification;
   if (w.has("classifier.weight")) return HeadKind::TokenClassification;
   if (w.has("lm_head.bias") || w.has("lm_head.dense.weight")) return HeadKind::MaskedLM;
@@ -31,6 +32,7 @@ std::optional<HeadKind> detail::detect_lm_style_head(const CheckpointWeights& w)
 HeadLayout detail::load_lm_style_head(HeadKind kind, const EncoderConfig& c, CheckpointWeights& w,
                                       const std::string& base_prefix) {
   const int64_t H = c.hidden_size;
+  if (kind == HeadKind::QuestionAnswering) return load_qa_outputs_head(w, H);  // RobertaForQuestionAnswering
   HeadLayout head;
   head.input = HeadInput::FirstToken;  // features[:, 0, :], the <s> token
   if (kind == HeadKind::SequenceClassification) {

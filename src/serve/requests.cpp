@@ -589,6 +589,57 @@ ZeroShotRequest parse_zero_shot_request(std::string_view body, const RequestLimi
   return r;
 }
 
+QuestionAnsweringRequest parse_question_answering_request(std::string_view body, const RequestLimits& limits) {
+  json j = parse_object(body);
+  lift_parameters(j, {"top_k", "doc_stride", "max_answer_len", "max_seq_len", "handle_impossible_answer",
+                      "align_to_words", "max_question_len", "padding"});
+  only_fields(j, {"inputs", "top_k", "doc_stride", "max_answer_len", "max_seq_len", "handle_impossible_answer",
+                  "align_to_words"});
+  QuestionAnsweringRequest r;
+  auto in = j.find("inputs");
+  if (in == j.end() || in->is_null())
+    throw validation_error("`inputs` is missing: give {\"question\": ..., \"context\": ...} or a list of them");
+  r.single = in->is_object();
+  const json list = r.single ? json::array({*in}) : *in;
+  if (!list.is_array() || list.empty())
+    throw validation_error("`inputs` must be {\"question\", \"context\"} or a non-empty list of them");
+  if ((int64_t)list.size() > limits.max_client_batch_size)
+    throw ApiError(413, "payload_too_large", "`inputs` has " + std::to_string(list.size()) +
+                                                 " items, more than the limit of " +
+                                                 std::to_string(limits.max_client_batch_size));
+  for (size_t i = 0; i < list.size(); ++i) {
+    const std::string where = r.single ? std::string("`inputs`") : "`inputs[" + std::to_string(i) + "]`";
+    if (!list[i].is_object()) throw validation_error(where + " must be an object {\"question\", \"context\"}");
+    std::pair<std::string, std::string> qc;
+    for (auto [key, dst] : {std::pair<const char*, std::string*>{"question", &qc.first}, {"context", &qc.second}}) {
+      auto f = list[i].find(key);
+      if (f == list[i].end() || !f->is_string())
+        throw validation_error(where + ": `" + key + "` must be a string");
+      *dst = f->get<std::string>();
+      if (dst->empty()) throw validation_error(where + ": `" + key + "` cannot be empty");
+      if ((int64_t)dst->size() > limits.max_input_chars)
+        throw ApiError(413, "payload_too_large", where + ": `" + key + "` has " + std::to_string(dst->size()) +
+                                                     " bytes, more than the limit of " +
+                                                     std::to_string(limits.max_input_chars));
+    }
+    r.inputs.push_back(std::move(qc));
+  }
+  auto whole = [&](const char* field, int64_t lo, int64_t dflt) {
+    auto it = j.find(field);
+    if (it == j.end() || it->is_null()) return dflt;
+    if (!it->is_number_integer() || it->get<int64_t>() < lo)
+      throw validation_error(std::string("`") + field + "` must be a whole number >= " + std::to_string(lo));
+    return it->get<int64_t>();
+  };
+  r.options.top_k = whole("top_k", 1, 1);
+  r.options.doc_stride = whole("doc_stride", 1, 0);
+  r.options.max_answer_length = whole("max_answer_len", 1, 15);
+  r.options.max_seq_length = whole("max_seq_len", 1, 0);
+  r.options.handle_impossible_answer = bool_or(j, "handle_impossible_answer", false);
+  r.options.align_to_words = bool_or(j, "align_to_words", true);
+  return r;
+}
+
 TaskInputsRequest parse_token_classification_request(std::string_view body, const RequestLimits& limits) {
   json j = parse_object(body);
   lift_parameters(j, {"aggregation_strategy", "ignore_labels", "truncate"});

@@ -8,6 +8,7 @@
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "tfm/pipeline.h"
@@ -194,6 +195,17 @@ ZeroShotRequest parse_zero_shot_request(std::string_view body, const RequestLimi
 // Whether a /predict body asks for zero-shot classification (a candidate_labels field or parameter).
 bool asks_zero_shot(std::string_view body);
 
+// Extractive question answering, the Hugging Face Inference API's shape: {"inputs": {"question", "context"} or a list
+// of them, "parameters": {"top_k", "doc_stride", "max_answer_len", "max_seq_len", "handle_impossible_answer",
+// "align_to_words"}} (the parameters also accepted at the top level; max_question_len and padding, which only the
+// pipeline's slow-tokenizer path reads, are ignored).
+struct QuestionAnsweringRequest {
+  std::vector<std::pair<std::string, std::string>> inputs;  // (question, context)
+  bool single = false;  // `inputs` was one object: answer its answer(s) alone
+  QuestionAnsweringOptions options;
+};
+QuestionAnsweringRequest parse_question_answering_request(std::string_view body, const RequestLimits& limits);
+
 // Token classification and fill-mask at /predict, the Hugging Face Inference API's shapes: {"inputs": text or
 // [texts], "parameters": {"aggregation_strategy", "ignore_labels"}} / {"inputs", "parameters": {"top_k"}}.
 struct TaskInputsRequest {
@@ -217,3 +229,4 @@ struct AttentionRequest {
 AttentionRequest parse_attention_request(std::string_view body, const RequestLimits& limits, int64_t max_beam_size);
 
 }  // namespace tfm::serve
+

@@ -136,9 +136,32 @@ void Server::zero_shot(const httplib::Request& req, httplib::Response& res) {
   send_json(res, 200, r.single ? out[0] : out);
 }
 
+void Server::question_answering(const httplib::Request& req, httplib::Response& res) {
+  if (!qa_)
+    throw ApiError(501, "not_implemented",
+                   "/question-answering needs a model with a question-answering head (config.json architectures "
+                   "BertForQuestionAnswering); " + o_.model + " has none");
+  const QuestionAnsweringRequest r = parse_question_answering_request(json_body(req), limits_);
+  json out = json::array();
+  for (const auto& [question, context] : r.inputs) {
+    std::vector<QaAnswer> answers;
+    try {
+      const std::lock_guard<std::mutex> lock(qa_mu_);
+      answers = qa_->answer(question, context, r.options);
+    } catch (const std::invalid_argument& e) {
+      throw validation_error(e.what());
+    }
+    json list = json::array();
+    for (const QaAnswer& a : answers)
+      list.push_back({{"score", a.score}, {"start", a.start}, {"end", a.end}, {"answer", a.answer}});
+    out.push_back(list.size() == 1 ? list[0] : list);  // the pipeline: one answer is the object itself
+  }
+  send_json(res, 200, r.single ? out[0] : out);
+}
+
 void Server::classify_routes() {
   if (translation_) {
-    for (const char* path : {"/predict", "/rerank", "/zero-shot-classification"})
+    for (const char* path : {"/predict", "/rerank", "/zero-shot-classification", "/question-answering"})
       not_for_this_model(path, "an encoder model");
     return;
   }
@@ -181,6 +204,12 @@ void Server::classify_routes() {
               need_head("/zero-shot-classification");
               zero_shot(req, res);
             }, true));
+  // The Hugging Face Inference API's question-answering task.
+  add("POST", "/question-answering",
+      "extractive question answering with a *ForQuestionAnswering head: {inputs: {question, context}, parameters: "
+      "{top_k, doc_stride, max_answer_len, max_seq_len, handle_impossible_answer, align_to_words}} -> {score, "
+      "start, end, answer} (a list when several; start / end in code points of the context)",
+      guard([this](const httplib::Request& req, httplib::Response& res) { question_answering(req, res); }, true));
   // text-embeddings-inference /rerank with a cross-encoder: [{index, score[, text]}] best first, scored as
   // sentence-transformers' CrossEncoder.rank does (one label: its activation; two: softmax of label 1).
   add("POST", "/rerank", "text-embeddings-inference /rerank: cross-encoder scores, best first",

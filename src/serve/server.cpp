@@ -203,16 +203,19 @@ void Server::load() {
       sparse_ = std::make_unique<MaskFiller>(o_.model, ClassifierOptions{o_.threads, o_.dtype});
     if (head == TaskHead::TokenClassification)
       tagger_ = std::make_unique<TokenClassifier>(o_.model, ClassifierOptions{o_.threads, o_.dtype});
+    if (head == TaskHead::QuestionAnswering)
+      qa_ = std::make_unique<QuestionAnswerer>(o_.model, ClassifierOptions{o_.threads, o_.dtype});
     try {
       embedder_ = load_encoder_embedding(o_.model, o_.pooling.empty() ? "mean" : o_.pooling, o_.threads, o_.dtype);
     } catch (const std::exception& e) {
-      if (!head_ && !sparse_ && !tagger_) throw;
+      if (!head_ && !sparse_ && !tagger_ && !qa_) throw;
       embed_error_ = e.what();  // the head still serves /predict and /rerank
     }
   }
   if (head_) head_max_length_ = head_->max_position_embeddings();
   if (sparse_) head_max_length_ = std::max(head_max_length_, sparse_->max_position_embeddings());
   if (tagger_) head_max_length_ = std::max(head_max_length_, tagger_->max_position_embeddings());
+  if (qa_) head_max_length_ = std::max(head_max_length_, qa_->max_position_embeddings());
   // The compute type of the Linear layers: --dtype, else an encoder folder from `tfm convert --dtype int8` runs in
   // int8 (as its file is stored: metadata tfm_dtype), everything else in fp32.
   if (!o_.dtype.empty()) {

@@ -99,7 +99,8 @@ class Server {
   void meta_routes();       // routes_meta.cpp: /, /health, /metrics, /info, /openapi.json, /v1/models; hooks
   void embed_routes();      // routes_embed.cpp: /embed, /embed_all, /v1/embeddings, /similarity, /embed_sparse,
                             // /tokenize, /decode
-  void classify_routes();   // routes_classify.cpp: /predict, /rerank, /zero-shot-classification
+  void classify_routes();   // routes_classify.cpp: /predict, /rerank, /zero-shot-classification,
+                            // /question-answering
   void translate_routes();  // routes_translate.cpp: /translate, /attention, /languages
   void libretranslate_routes();  // routes_libretranslate.cpp: /detect, /frontend/settings, /translate_file,
                                  // /download_file/NAME, /suggest
@@ -142,6 +143,8 @@ class Server {
   void predict_tokens(const httplib::Request& req, httplib::Response& res);
   void predict_fill_mask(const httplib::Request& req, httplib::Response& res);
   void zero_shot(const httplib::Request& req, httplib::Response& res);
+  // /question-answering with a *ForQuestionAnswering folder (tfm::QuestionAnswerer, one call at a time).
+  void question_answering(const httplib::Request& req, httplib::Response& res);
   // Encodes texts for a head with offsets (422 over `limit` tokens unless truncating).
   std::vector<TextEncoding> head_encodings(const Tokenizer& tok, const std::vector<std::string>& texts, bool truncate,
                                            int64_t limit, bool single);
@@ -209,6 +212,8 @@ class Server {
   std::unique_ptr<TokenClassifier> tagger_;  // token classification, when the folder has that head
   std::unique_ptr<Classifier> head_;  // sequence classification / cross-encoder, when the folder has one
   std::unique_ptr<MaskFiller> sparse_;  // masked-LM head: /embed_sparse
+  std::unique_ptr<QuestionAnswerer> qa_;  // question-answering head: /question-answering
+  std::mutex qa_mu_;
   std::mutex prompt_mu_;
   std::vector<std::string> prompt_slots_{""};
   int64_t head_max_length_ = 0;

@@ -47,6 +47,11 @@ class BertTokenizer {
   Encoding encode(std::string_view text, const std::string* pair = nullptr, bool add_special_tokens = true,
                   int64_t max_length = 0) const;
   Encoding encode(std::string_view text, const std::string* pair, const EncodeCall& call) const;
+  // The (text, pair) windows of HfTokenizer::encode_windows (truncation only_second with overflow and stride).
+  std::vector<Encoding> encode_windows(std::string_view text, std::string_view pair, int64_t max_length,
+                                       int64_t stride) const {
+    return engine_->encode_windows(text, pair, max_length, stride);
+  }
   // encode() of each text, padded to the longest (the file's padding side / token, else right with pad_id()).
   std::vector<Encoding> encode_batch(const std::vector<std::string>& texts, bool add_special_tokens = true,
                                      int64_t max_length = 0) const;

@@ -117,6 +117,8 @@ void add_classify_command(CLI::App& app) {
     const TaskHead kind = detect_task_head(o->model);
     if (kind == TaskHead::MaskedLM)
       throw std::runtime_error(o->model + " is a masked-LM checkpoint: it has no classification head (use tfm fill-mask)");
+    if (kind == TaskHead::QuestionAnswering)
+      throw std::runtime_error(o->model + " is a question-answering checkpoint: it has no classification head (use tfm qa)");
     if (kind == TaskHead::TokenClassification) {
       for (const auto& [given, name] : std::initializer_list<std::pair<bool, const char*>>{
                {o->all_scores, "--all-scores"}, {!o->top_k.empty(), "--top-k"}, {!o->pairs.empty(), "--pair"},

@@ -15,6 +15,7 @@ void add_data_command(CLI::App& app);
 void add_embed_command(CLI::App& app);
 void add_classify_command(CLI::App& app);
 void add_fill_mask_command(CLI::App& app);
+void add_qa_command(CLI::App& app);
 void add_rerank_command(CLI::App& app);
 void add_convert_command(CLI::App& app);
 void add_serve_command(CLI::App& app);

@@ -147,6 +147,7 @@ int main(int argc, char** argv) {
   tfm::cli::add_search_command(app);
   tfm::cli::add_classify_command(app);
   tfm::cli::add_fill_mask_command(app);
+  tfm::cli::add_qa_command(app);
   tfm::cli::add_rerank_command(app);
   tfm::cli::add_convert_command(app);
   tfm::cli::add_serve_command(app);

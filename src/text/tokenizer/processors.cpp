@@ -97,6 +97,7 @@ void append_seq(Encoding& dst, const Encoding& src) {
   cat(dst.offsets, src.offsets);
   cat(dst.special_tokens_mask, src.special_tokens_mask);
   cat(dst.sequence_ids, src.sequence_ids);
+  cat(dst.words, src.words);
 }
 
 void push_special(Encoding& e, int64_t id, const std::string& tok, int64_t type_id) {
@@ -107,6 +108,7 @@ void push_special(Encoding& e, int64_t id, const std::string& tok, int64_t type_
   e.offsets.emplace_back(0, 0);
   e.special_tokens_mask.push_back(1);
   e.sequence_ids.push_back(-1);
+  e.words.push_back(-1);
 }
 
 class BertProcessing : public PostProcessor {

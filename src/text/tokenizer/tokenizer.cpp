@@ -50,12 +50,13 @@ struct HfTokenizer::Impl {
   };
   void split_added(NormStr n, bool normalized_set, std::vector<Seg>& out) const;
   Encoding encode_sequence(std::string_view text, int type_id, size_t stop_at, bool from_end) const;
-  void word_tokens(const NormStr& w, Encoding& e, std::vector<Token>& scratch) const;
+  void word_tokens(const NormStr& w, Encoding& e, std::vector<Token>& scratch, int64_t word) const;
 };
 
 namespace {
 
-void push_token(Encoding& e, int64_t id, std::string tok, std::pair<int64_t, int64_t> off, int seq) {
+void push_token(Encoding& e, int64_t id, std::string tok, std::pair<int64_t, int64_t> off, int seq, int64_t word) {
+  e.words.push_back(word);
   e.input_ids.push_back(id);
   e.tokens.push_back(std::move(tok));
   e.offsets.push_back(off);
@@ -72,7 +73,7 @@ void truncate_encoding(Encoding& e, size_t n, Side dir) {
     else v.erase(v.begin(), v.end() - (long)n);
   };
   cut(e.input_ids), cut(e.token_type_ids), cut(e.attention_mask), cut(e.tokens), cut(e.offsets),
-      cut(e.special_tokens_mask), cut(e.sequence_ids);
+      cut(e.special_tokens_mask), cut(e.sequence_ids), cut(e.words);
 }
 
 void merge_into(Encoding& dst, Encoding&& src) {
@@ -84,6 +85,7 @@ void merge_into(Encoding& dst, Encoding&& src) {
   cat(dst.offsets, src.offsets);
   cat(dst.special_tokens_mask, src.special_tokens_mask);
   cat(dst.sequence_ids, src.sequence_ids);
+  cat(dst.words, src.words);
 }
 
 void pad_encoding(Encoding& e, size_t target, const PaddingParams& p) {
@@ -101,6 +103,7 @@ void pad_encoding(Encoding& e, size_t target, const PaddingParams& p) {
   ext(e.offsets, std::pair<int64_t, int64_t>{0, 0});
   ext(e.special_tokens_mask, (int64_t)1);
   ext(e.sequence_ids, -1);
+  ext(e.words, (int64_t)-1);
 }
 
 size_t padded_target(size_t longest, const PaddingParams& p) {
@@ -168,7 +171,7 @@ void HfTokenizer::Impl::split_added(NormStr n, bool normalized_set, std::vector<
   if (start_offset < s.size()) out.push_back({n.slice(start_offset, s.size()), -1});
 }
 
-void HfTokenizer::Impl::word_tokens(const NormStr& w, Encoding& e, std::vector<Token>& toks) const {
+void HfTokenizer::Impl::word_tokens(const NormStr& w, Encoding& e, std::vector<Token>& toks, int64_t word) const {
   std::string u;
   u.reserve(w.s.size());
   std::vector<uint32_t> char_of_byte;
@@ -190,7 +193,7 @@ void HfTokenizer::Impl::word_tokens(const NormStr& w, Encoding& e, std::vector<T
     } else {
       off = {w.orig_begin, w.orig_begin};
     }
-    push_token(e, t.id, std::move(t.value), off, 0);
+    push_token(e, t.id, std::move(t.value), off, 0, word);
   }
 }
 
@@ -225,24 +228,25 @@ Encoding HfTokenizer::Impl::encode_sequence(std::string_view text, int type_id, 
   // With truncation, tokenizers stops after the word that reaches max_length tokens (added tokens count but do
   // not stop it), counting from the end when truncating on the left.
   std::vector<Token> scratch;
-  auto add_unit = [&](Seg& s, Encoding& into) {
+  // The word of a token is its unit's index (tokenizers' PreTokenizedString::into_encoding: the split's index).
+  auto add_unit = [&](Seg& s, Encoding& into, size_t k) {
     if (s.added >= 0) {
       const Added& a = added[(size_t)s.added];
-      push_token(into, a.id, encode_utf8(s.n.s), {s.n.al.front().first, s.n.al.back().second}, 0);
+      push_token(into, a.id, encode_utf8(s.n.s), {s.n.al.front().first, s.n.al.back().second}, 0, (int64_t)k);
       return false;
     }
-    word_tokens(s.n, into, scratch);
+    word_tokens(s.n, into, scratch, (int64_t)k);
     return true;
   };
   if (!from_end || stop_at == 0) {
-    for (Seg& s : units)
-      if (add_unit(s, e) && stop_at > 0 && e.input_ids.size() >= stop_at) break;
+    for (size_t k = 0; k < units.size(); ++k)
+      if (add_unit(units[k], e, k) && stop_at > 0 && e.input_ids.size() >= stop_at) break;
   } else {
     std::vector<Encoding> parts;
     size_t count = 0;
     for (size_t k = units.size(); k-- > 0;) {
       parts.emplace_back();
-      bool word = add_unit(units[k], parts.back());
+      bool word = add_unit(units[k], parts.back(), k);
       count += parts.back().input_ids.size();
       if (word && count >= stop_at) break;
     }
@@ -625,6 +629,50 @@ Encoding HfTokenizer::encode(std::string_view text, const std::string_view* pair
   for (size_t i = 1; i < encs.size(); ++i) merge_into(out, std::move(encs[i]));
   if (m.padding) pad_encoding(out, padded_target(out.input_ids.size(), *m.padding), *m.padding);
   return out;
+}
+
+std::vector<Encoding> HfTokenizer::encode_windows(std::string_view text, std::string_view pair, int64_t max_length,
+                                                  int64_t stride) const {
+  const Impl& m = *impl_;
+  if (max_length < 1) throw std::invalid_argument("max_length must be >= 1, got " + std::to_string(max_length));
+  if (stride < 0) throw std::invalid_argument("stride must be >= 0, got " + std::to_string(stride));
+  const Encoding first = m.encode_sequence(text, 0, 0, false);
+  const Encoding second = m.encode_sequence(pair, 1, 0, false);
+  const size_t n_added = m.post_processor ? m.post_processor->added_tokens(true) : 0;
+  const size_t n1 = first.input_ids.size(), n2 = second.input_ids.size();
+  auto join = [&](Encoding part) {
+    std::vector<Encoding> encs = {first, std::move(part)};
+    if (m.post_processor) m.post_processor->process(encs, true);
+    Encoding out = std::move(encs[0]);
+    for (size_t i = 1; i < encs.size(); ++i) merge_into(out, std::move(encs[i]));
+    return out;
+  };
+  if (n1 + n2 + n_added <= (size_t)max_length) return {join(second)};
+  // tokenizers' truncate_encodings (only_second), then Encoding::truncate(max_len, stride, Right).
+  const size_t to_remove = n1 + n2 + n_added - (size_t)max_length;
+  if (n2 <= to_remove)
+    throw std::invalid_argument("the question (" + std::to_string(n1) + " tokens with " + std::to_string(n_added) +
+                                " special tokens) is too long: it leaves no room for the context within max_length " +
+                                std::to_string(max_length) + " (tokenizers: sequence to truncate too short to respect "
+                                "the provided max_length)");
+  const size_t room = n2 - to_remove;
+  if ((size_t)stride >= room)
+    throw std::invalid_argument("stride " + std::to_string(stride) + " must be less than the " + std::to_string(room) +
+                                " context tokens each window holds (max_length " + std::to_string(max_length) +
+                                " less the question and special tokens)");
+  std::vector<Encoding> windows;
+  for (size_t start = 0; start < n2; start += room - (size_t)stride) {
+    const size_t stop = std::min(start + room, n2);
+    Encoding part;
+    auto slice = [&](auto& dst, const auto& src) { dst.assign(src.begin() + (long)start, src.begin() + (long)stop); };
+    slice(part.input_ids, second.input_ids), slice(part.token_type_ids, second.token_type_ids);
+    slice(part.attention_mask, second.attention_mask), slice(part.tokens, second.tokens);
+    slice(part.offsets, second.offsets), slice(part.special_tokens_mask, second.special_tokens_mask);
+    slice(part.sequence_ids, second.sequence_ids), slice(part.words, second.words);
+    windows.push_back(join(std::move(part)));
+    if (stop == n2) break;
+  }
+  return windows;
 }
 
 void HfTokenizer::pad(std::vector<Encoding>& batch) const {

@@ -34,6 +34,9 @@ struct Encoding {
   std::vector<std::pair<int64_t, int64_t>> offsets;  // [L], [start, end) in code points of its own text
   std::vector<int64_t> special_tokens_mask;          // [L], 1 = added by the post-processor or padding
   std::vector<int> sequence_ids;                     // [L], 0 / 1 = which text, -1 = special or padding
+  // [L], the word of each token within its text: the index of its pre-tokenizer split (added tokens count as one),
+  // as tokenizers' Encoding.word_ids; -1 for special tokens and padding.
+  std::vector<int64_t> words;
 };
 
 enum class TruncationStrategy { LongestFirst, OnlyFirst, OnlySecond };
@@ -80,6 +83,16 @@ class HfTokenizer {
   // Encodes one text or pair. Throws std::invalid_argument for invalid UTF-8 (byte offset in the message) or a
   // max_length that cannot hold the special tokens.
   Encoding encode(std::string_view text, const std::string_view* pair = nullptr, const EncodeCall& call = {}) const;
+  // The windows of a (text, pair) encoding whose pair is too long for max_length, as tokenizers returns them with
+  // truncation only_second, `stride` and return_overflowing_tokens (tokenizers <= 0.22: Encoding::truncate's
+  // parts of the pair, each joined to the whole first text by the post-processor): the pair's tokens cut into
+  // parts of max_length - len(text) - special tokens, consecutive parts overlapping by `stride` tokens, first
+  // part first. One window when everything fits. The file's padding and truncation settings are not applied.
+  // Throws std::invalid_argument when the text leaves no room for the pair ("... too short to respect max_length")
+  // or when stride is not below the room left for the pair (tokenizers' "`stride` must be strictly less than
+  // `max_len`" assertion).
+  std::vector<Encoding> encode_windows(std::string_view text, std::string_view pair, int64_t max_length,
+                                       int64_t stride) const;
   // Pads a batch as the file's padding says (or to the longest, right, with pad_id()).
   void pad(std::vector<Encoding>& batch) const;
   // Ids to text, as tokenizers decodes (clean_up_tokenization_spaces false); skip_special drops special added
