@@ -1558,6 +1558,13 @@ TEST(ServeInfo, ReportsWhatTheFolderIs) {
     EXPECT_EQ(http("GET", s.url("/info")).j()["model_kind"], "reranker");
     EXPECT_EQ(s.terminate(), 0) << s.log();
   }
+  // The other heads by their pipeline task (POST / goes to the route that answers them).
+  for (auto [folder, kind] : {std::pair{"heads_tokcls", "token-classification"}, {"heads_mlm", "fill-mask"}}) {
+    ServeProcess s({"--model", test::fixture(folder), "--quiet"});
+    ASSERT_TRUE(s.wait_ready()) << s.log();
+    EXPECT_EQ(http("GET", s.url("/info")).j()["model_kind"], kind) << folder;
+    EXPECT_EQ(s.terminate(), 0) << s.log();
+  }
   TempDir tmp;
   const std::string cmd = std::string(TFM_BINARY) + " serve --port 0 --model " + test::fixture("d2l_trained") +
                           " --pooling cls 2>" + tmp.path + "/err";

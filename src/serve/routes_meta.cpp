@@ -165,8 +165,10 @@ json Server::openapi() const {
 
 std::string Server::task_route() const {
   if (translation_) return "/translate";
-  if (model_kind_ == "classifier") return "/predict";
+  if (model_kind_ == "classifier" || model_kind_ == "token-classification" || model_kind_ == "fill-mask")
+    return "/predict";
   if (model_kind_ == "reranker") return "/rerank";
+  if (model_kind_ == "question-answering") return "/question-answering";
   return "/embed";
 }
 

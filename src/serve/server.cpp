@@ -46,15 +46,23 @@ Server::Server(const ServeOptions& o) : o_(o) {
     throw std::runtime_error("--pooling is for encoders (embeddings); " + o.model + " is a translation model (" +
                              model_type_ + ")");
   // What the folder is served as (/info model_kind, the start-up lines): a sequence-classification head is a
-  // classifier, or a reranker (cross-encoder) with one label, as text-embeddings-inference names them.
+  // classifier, or a reranker (cross-encoder) with one label, as text-embeddings-inference names them; the other
+  // heads by their pipeline task.
   model_kind_ = translation_ ? "translation" : "embedding";
   if (!translation_) {
     try {
-      if (detect_task_head(o.model) == TaskHead::SequenceClassification) {
+      const TaskHead head = detect_task_head(o.model);
+      if (head == TaskHead::SequenceClassification) {
         const auto labels = cj.find("id2label");
         const int64_t n = labels != cj.end() && labels->is_object() ? (int64_t)labels->size()
                                                                      : cj.value("num_labels", (int64_t)2);
         model_kind_ = n == 1 ? "reranker" : "classifier";
+      } else if (head == TaskHead::TokenClassification) {
+        model_kind_ = "token-classification";
+      } else if (head == TaskHead::MaskedLM) {
+        model_kind_ = "fill-mask";
+      } else if (head == TaskHead::QuestionAnswering) {
+        model_kind_ = "question-answering";
       }
     } catch (const std::exception&) {  // no head (or unreadable): load() reports a broken folder
     }
