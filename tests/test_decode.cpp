@@ -4,6 +4,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "decode/decoder_cache.h"
 #include "decode/search.h"
 #include "io/safetensors.h"
 #include "models/seq2seq.h"
@@ -117,5 +118,47 @@ TEST(Decode, BatchedBeamSearchEqualsOneSentenceAtATimeAndBeamOneEqualsGreedy) {
       EXPECT_EQ(batched[b], single) << "beam " << k << " row " << b;
     }
     if (k == 1) { EXPECT_EQ(batched, greedy_decode(model, src.i64(), valid.i64(), N, Ls, opt)); }
+  }
+}
+
+// The decoder cache drops the keys / values no row reads any more (beams that lost): after two reorders that leave
+// every row reading buffer rows 0 and 4 (step 0 of old row 0, step 1 of old row 1), compacting keeps exactly those
+// two, and the next steps' logits are bit for bit those of the cache that kept everything.
+TEST(Decode, CacheCompactionDropsUnreadRowsAndKeepsTheLogits) {
+  Seq2SeqModel model(Seq2SeqConfig::load(fixture("seq2seq/config.json")));
+  model.load(fixture("seq2seq/model.safetensors"));
+  Rng rng(7);
+  model.init(rng);
+  model.prepare_inference(ops::ComputeType::F32);
+  auto io = SafeTensors::open(fixture("seq2seq/io.safetensors"));
+  Tensor src = io.get("enc_X"), valid = io.get("enc_valid_lens");
+  const int64_t N = 3, Ls = src.size(1), V = model.config().tgt_vocab_size;
+  Tensor enc = model.encode(src.i64(), valid.i64(), N, Ls);
+  DecoderCache cache;
+  start_decoding(model, cache, enc, valid.i64(), 6);
+  std::vector<float> logits(N * V);
+  std::vector<int64_t> tokens = {1, 2, 3};
+  decode_step(model, cache, tokens.data(), logits.data(), PositionMode::kAbsolute);  // buffer rows 0, 1, 2
+  reorder_cache(cache, {0, 0, 2});                                                   // row 1 unread
+  decode_step(model, cache, tokens.data(), logits.data(), PositionMode::kAbsolute);  // rows 3, 4, 5
+  reorder_cache(cache, {1, 1, 1});  // every row: old row 1's history, buffer rows 0 and 4
+  DecoderCache kept = cache;
+  EXPECT_EQ(cache.kv_rows_used, 6);
+  EXPECT_EQ(compact_decoder_cache(cache), 4);
+  EXPECT_EQ(cache.kv_rows_used, 2);
+  for (const nn::LayerKV& kv : cache.layers) EXPECT_EQ((int64_t)kv.self_k.size(), 2 * model.config().num_hiddens);
+  for (int64_t r = 0; r < N; ++r) {
+    EXPECT_EQ(cache.kv_index[r * cache.capacity + 0], 0);
+    EXPECT_EQ(cache.kv_index[r * cache.capacity + 1], 1);
+  }
+  EXPECT_EQ(compact_decoder_cache(cache), 0);  // nothing more to drop
+  std::vector<float> a(N * V), b(N * V);
+  for (int step = 0; step < 3; ++step) {
+    tokens = {4, 5, (int64_t)(6 + step)};
+    decode_step(model, cache, tokens.data(), a.data(), PositionMode::kAbsolute);
+    decode_step(model, kept, tokens.data(), b.data(), PositionMode::kAbsolute);
+    EXPECT_EQ(a, b) << "step " << step;
+    reorder_cache(cache, {2, 0, 1});
+    reorder_cache(kept, {2, 0, 1});
   }
 }

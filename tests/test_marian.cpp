@@ -33,6 +33,14 @@ std::unique_ptr<Seq2SeqModel> load_folder(const std::string& dir, ops::ComputeTy
   return m;
 }
 
+// What Translator runs: the weights used from the mapped file, packed once, the file pages released.
+std::unique_ptr<Seq2SeqModel> open_folder(const std::string& dir, ops::ComputeType ct = ops::ComputeType::F32) {
+  const nlohmann::json j = load_json_file(dir + "/config.json");
+  auto m = Seq2SeqModel::open(hf_seq2seq_config(j, dir + "/config.json"), dir + "/model.safetensors");
+  m->prepare_inference(ct);
+  return m;
+}
+
 std::vector<int64_t> ints(const Tensor& t) { return std::vector<int64_t>(t.i64(), t.i64() + t.numel()); }
 
 class HfSeq2Seq : public ::testing::TestWithParam<std::string> {};
@@ -62,9 +70,12 @@ TEST_P(HfSeq2Seq, TeacherForcedLogitsMatchPyTorch) {
 // Greedy and beam search (generation_config.json plus each run's overrides) equal transformers' generate:
 // greedy tokens exactly; beam search's n-best list with its scores (HF's sum logprobs / length ** lp), and never a
 // best hypothesis scoring below the reference's.
+// Both ways of loading: the trainable model (parameter store) and the inference-only one over the mapped file.
 TEST_P(HfSeq2Seq, GenerateMatchesReference) {
   const std::string dir = fixture(GetParam());
-  auto model = load_folder(dir);
+  for (bool opened : {false, true}) {
+  SCOPED_TRACE(opened ? "Seq2SeqModel::open" : "Seq2SeqModel::load");
+  auto model = opened ? open_folder(dir) : load_folder(dir);
   const nlohmann::json ex = load_json_file(dir + "/expected.json");
   const nlohmann::json config = load_json_file(dir + "/config.json");
   int runs = 0;
@@ -101,6 +112,7 @@ TEST_P(HfSeq2Seq, GenerateMatchesReference) {
     }
   }
   EXPECT_GT(runs, 20);
+  }
 }
 
 // marian_trained: scripts/make_marian_trained_fixture.py (trained on fra-eng: real sentences, real </s>).
@@ -437,4 +449,45 @@ TEST(TrainedMarian, ScoreTargetPrefixAndBadWords) {
   const auto bad = tr.translate_batch({src}, o);
   ASSERT_FALSE(bad[0].ids.empty());
   EXPECT_NE(bad[0].ids[0], g[0].ids[0]) << bad[0].text;
+}
+
+// The inference-only model: no training entry points, and the load checks of Seq2SeqModel::load.
+TEST(HfSeq2SeqOpen, RefusesTrainingAndChecksTheFile) {
+  const std::string dir = fixture("marian");
+  auto model = open_folder(dir);
+  EXPECT_TRUE(model->inference_only());
+  EXPECT_EQ(model->params().total(), 0);
+  Seq2SeqBatch batch{};
+  EXPECT_THROW(model->forward_backward(batch, nullptr), std::logic_error);
+  EXPECT_THROW(model->forward_logits(batch), std::logic_error);
+  EXPECT_THROW(model->prepare_inference(ops::ComputeType::F32), std::logic_error);  // once: packed copies only
+  EXPECT_FALSE(load_folder(dir)->inference_only());
+  // An extra tensor and a missing one are refused with the file's name, as load() refuses them.
+  TempFolder t;
+  SafeTensors st = SafeTensors::open(dir + "/model.safetensors");
+  std::vector<std::pair<std::string, Tensor>> tensors;
+  for (const std::string& n : st.names()) tensors.emplace_back(n, st.get(n));
+  const nlohmann::json j = load_json_file(dir + "/config.json");
+  const Seq2SeqConfig c = hf_seq2seq_config(j, dir + "/config.json");
+  auto with = tensors;
+  with.emplace_back("model.extra.weight", Tensor::zeros({2}));
+  save_safetensors(t.path + "/extra.safetensors", with);
+  try {
+    Seq2SeqModel::open(c, t.path + "/extra.safetensors");
+    ADD_FAILURE() << "no error for an unexpected tensor";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("extra.safetensors: unexpected tensor 'model.extra.weight'"),
+              std::string::npos) << e.what();
+  }
+  auto without = tensors;
+  without.erase(std::find_if(without.begin(), without.end(),
+                             [](const auto& p) { return p.first == "model.decoder.layers.0.fc1.weight"; }));
+  save_safetensors(t.path + "/missing.safetensors", without);
+  try {
+    Seq2SeqModel::open(c, t.path + "/missing.safetensors");
+    ADD_FAILURE() << "no error for a missing tensor";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("missing.safetensors: missing tensor 'model.decoder.layers.0.fc1.weight'"),
+              std::string::npos) << e.what();
+  }
 }

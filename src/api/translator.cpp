@@ -338,6 +338,9 @@ struct Translator::Impl {
     // sentences (beam search keeps beam_size rows of each, sampling num_hypotheses)
     limits.max_rows = o.beam_size > 1 ? 32 : std::max<int64_t>(1, 64 / (int64_t)copies);
     for (const std::vector<size_t>& order : length_batches(lengths, limits)) {
+      // The embedding rows the last batch looked up go back to the file: a long input would otherwise end up
+      // holding the whole embedding matrix (the decoder's tokens range over all of it) beside the packed weights.
+      model->release_unpacked_pages();
       const size_t n = order.size(), rows = n * copies;
       int64_t Ls = 0;
       for (size_t k = 0; k < n; ++k) Ls = std::max<int64_t>(Ls, padded_len((int64_t)srcs[order[k]]->size()));
@@ -440,19 +443,19 @@ Translator::Translator(const std::string& model, const TranslatorOptions& option
   require_translation_family(family, model_type, config_path, "tfm::Encoder and 'tfm encode' run it");
   if (family.hugging_face) {  // Marian / M2M100 / NLLB: transformers' names, tokenizer and generate
     impl_->model_type = model_type;
-    impl_->model = std::make_unique<Seq2SeqModel>(family.seq2seq_config(j, config_path));
+    const Seq2SeqConfig config = family.seq2seq_config(j, config_path);
     impl_->hf_tok = TranslationTokenizer::load(dir, model_type);
     const std::string gen_path = dir + "/generation_config.json";
     std::error_code ec;
     const nlohmann::json gen = fs::exists(gen_path, ec) ? load_json_file(gen_path) : nlohmann::json();
     impl_->gen = std::make_unique<GenerationConfig>(GenerationConfig::from_json(j, gen, gen_path));
-    impl_->model->load(dir + "/model.safetensors");
+    // Weights used from the mapped file and packed once, the file pages then released (Seq2SeqModel::open).
+    impl_->model = Seq2SeqModel::open(config, dir + "/model.safetensors");
     impl_->model->prepare_inference(ct, options.quantize_output_projection);
     impl_->dtype = ops::compute_type_name(ct);
     return;
   }
-  impl_->model = std::make_unique<Seq2SeqModel>(family.seq2seq_config(j, config_path));
-  const Seq2SeqConfig& c = impl_->model->config();
+  const Seq2SeqConfig c = family.seq2seq_config(j, config_path);
   std::error_code ec;
   const bool subword =
       fs::exists(dir + "/spm.model", ec) || json_string_or(j, "tokenizer", "", config_path) == "sentencepiece";
@@ -474,7 +477,7 @@ Translator::Translator(const std::string& model, const TranslatorOptions& option
                                " tokens but config.json says src_vocab_size " + std::to_string(c.src_vocab_size) +
                                ", tgt_vocab_size " + std::to_string(c.tgt_vocab_size));
   }
-  impl_->model->load(dir + "/model.safetensors");
+  impl_->model = Seq2SeqModel::open(c, dir + "/model.safetensors");
   impl_->model->prepare_inference(ct, options.quantize_output_projection);  // as `tfm translate --dtype` does
   impl_->dtype = ops::compute_type_name(ct);
 }

@@ -1,5 +1,7 @@
 #include "decode/decoder_cache.h"
 
+#include <algorithm>
+#include <cstring>
 #include <stdexcept>
 
 #include "core/profile.h"
@@ -8,6 +10,51 @@ namespace tfm {
 namespace {
 // Scratch buffers beyond the blocks' own (nn::kNumStepScratch).
 enum { kX = nn::kNumStepScratch, kProbsSelf, kProbsCross, kNumScratch };
+}  // namespace
+
+int64_t compact_decoder_cache(DecoderCache& cache) {
+  const int64_t R = cache.batch, cap = cache.capacity, T = cache.steps, used = cache.kv_rows_used;
+  if (used == 0 || cache.layers.empty()) return 0;
+  const int64_t H = (int64_t)cache.layers[0].self_k.size() / used;
+  std::vector<int64_t> to(used, -1);  // old buffer row -> new, -1: dropped
+  for (int64_t r = 0; r < R; ++r)
+    for (int64_t s = 0; s < T; ++s) to[cache.kv_index[r * cap + s]] = 0;
+  int64_t live = 0;
+  for (int64_t i = 0; i < used; ++i)
+    if (to[i] == 0) to[i] = live++;
+  if (live == used) return 0;
+  std::vector<nn::Buf*> bufs;
+  for (auto& kv : cache.layers) bufs.insert(bufs.end(), {&kv.self_k, &kv.self_v});
+#pragma omp parallel for schedule(static)
+  for (int64_t j = 0; j < (int64_t)bufs.size(); ++j) {
+    float* p = bufs[j]->data();
+    for (int64_t i = 0; i < used; ++i)  // to[i] <= i: moving down in order overwrites only rows already moved
+      if (to[i] >= 0 && to[i] != i) std::memcpy(p + to[i] * H, p + i * H, sizeof(float) * H);
+    bufs[j]->resize(live * H);
+  }
+  for (int64_t r = 0; r < R; ++r)
+    for (int64_t s = 0; s < T; ++s) cache.kv_index[r * cap + s] = to[cache.kv_index[r * cap + s]];
+  cache.kv_rows_used = live;
+  return used - live;
+}
+
+namespace {
+// Room for a step's cache.batch rows in every layer's self-attention buffers: first the rows no one reads are
+// dropped; the buffers grow (to leave a quarter free, not by doubling) only when fewer than a quarter of
+// them would then be free, so that compacting stays rare (each one moves at most 3/4 of the rows, and frees at
+// least a quarter: a few of a step's products' worth of copying, amortised over many steps).
+void make_room(DecoderCache& cache, int64_t H) {
+  const int64_t B = cache.batch;
+  if (cache.kv_rows_used + B <= cache.kv_rows_capacity) return;
+  compact_decoder_cache(cache);
+  const int64_t need = cache.kv_rows_used + B;
+  if (4 * need <= 3 * cache.kv_rows_capacity) return;
+  cache.kv_rows_capacity = std::max(cache.kv_rows_capacity + 1, need + need / 3 + 1);  // a quarter free
+  for (auto& kv : cache.layers) {
+    kv.self_k.reserve(cache.kv_rows_capacity * H);
+    kv.self_v.reserve(cache.kv_rows_capacity * H);
+  }
+}
 }  // namespace
 
 void start_decoding(const Seq2SeqModel& model, DecoderCache& cache, const Tensor& enc_out,
@@ -24,11 +71,14 @@ void start_decoding(const Seq2SeqModel& model, DecoderCache& cache, const Tensor
   cache.kv_index.assign(B * max_steps, 0);
   cache.kv_rows_used = 0;
   cache.layers.resize(blocks.size());
-  for (auto& kv : cache.layers) {  // greedy needs exactly B * max_steps rows; beam search grows it
-    kv.self_k.clear();
-    kv.self_v.clear();
-    kv.self_k.reserve(B * max_steps * H);
-    kv.self_v.reserve(B * max_steps * H);
+  // Greedy needs exactly B * max_steps rows; beam search reuses the rows its losing beams leave (decode_step).
+  // Reserved, not touched: a row's pages are in memory once a step writes it.
+  cache.kv_rows_capacity = B * max_steps;
+  for (auto& kv : cache.layers) {
+    nn::Buf().swap(kv.self_k);
+    nn::Buf().swap(kv.self_v);
+    kv.self_k.reserve(cache.kv_rows_capacity * H);
+    kv.self_v.reserve(cache.kv_rows_capacity * H);
   }
   decode_profile::Timer tm(decode_profile::kCrossKV);
   nn::Context ctx;
@@ -56,6 +106,7 @@ void decode_step(const Seq2SeqModel& model, DecoderCache& cache, const int64_t* 
     dp::Timer tm(dp::kOther);  // the blocks time their own parts
     model.embed_target_step(x, tokens, B, mode == PositionMode::kAbsolute ? t : 0);
   }
+  make_room(cache, H);
   // This step's keys/values go to buffer rows base .. base + B - 1 of every layer.
   const int64_t base = cache.kv_rows_used;
   for (int64_t b = 0; b < B; ++b) cache.kv_index[b * cap + t] = base + b;

@@ -78,10 +78,15 @@ double row_candidates(const float* x, int64_t V, int64_t M, double logp, std::ve
   const double slack = std::isfinite(lpM) ? 1e-6 * (std::fabs(lpM) + std::fabs((double)xM) + std::fabs(lse) + 1.0)
                                           : 0.0;
   const float lo = std::isfinite(xM) ? (float)((double)xM - slack) : -INFINITY;
+  // With fewer than M finite scores (a processor left one token: ForcedEOS at the last step) every -inf token
+  // ties at the threshold; only the first M of them (ascending ids, the order ties are ranked in) can rank among
+  // the sentence's top M, so the others are not listed (all V of them were: [rows, V] pairs at the last step).
+  int64_t neg_inf_left = M;
   for (int64_t b = 0; b < nblocks; ++b) {
     if (!(block_max[b] >= lo)) continue;
     for (int64_t v = b * kBlock, v1 = std::min(V, v + kBlock); v < v1; ++v)
       if (x[v] >= lo) {
+        if (x[v] == -INFINITY && neg_inf_left-- <= 0) continue;
         const double lp = cand_logp(x[v]);
         if (lp >= lpM) out.emplace_back(lp, v);
       }

@@ -86,21 +86,40 @@ Seq2SeqConfig hf_seq2seq_config(const nlohmann::json& j, const std::string& file
 
 namespace {
 
+// A Linear with bias. Over a file, a weight stored prequantised by `tfm convert --dtype int8` is dequantised
+// (w = q * scale of its row, what Seq2SeqModel::load writes into its store; packing in int8 quantises it back).
+nn::Linear hf_linear(const nn::Vars& vb, int64_t in, int64_t out) {
+  const float* scale = nullptr;
+  const int8_t* q = vb.get_int8("weight", {out, in}, &scale);
+  if (!q) return nn::Linear::load(vb, in, out, true);
+  Tensor w = Tensor::empty({out, in});
+  float* dst = w.f32();
+  for (int64_t r = 0; r < out; ++r)
+    for (int64_t k = 0; k < in; ++k) dst[r * in + k] = (float)q[r * in + k] * scale[r];
+  vb.release_bytes(q, (size_t)(out * in));
+  nn::Linear l;
+  l.weight = nn::Param(std::move(w));
+  l.bias = vb.get("bias", {out});
+  l.in_features = in;
+  l.out_features = out;
+  return l;
+}
+
 // BartAttention / MarianAttention / M2M100Attention: q_proj, k_proj, v_proj, out_proj with biases; HF scales q by
 // head_dim^-0.5 after the projection, the same product as softmax(q k^T / sqrt(head_dim)).
 nn::MultiHeadAttention hf_attention(const nn::Vars& vb, const Seq2SeqConfig& c) {
   nn::MultiHeadAttention a;
   for (auto [l, name] : {std::pair{&a.query, "q_proj"}, {&a.key, "k_proj"}, {&a.value, "v_proj"},
                          {&a.output, "out_proj"}})
-    *l = nn::Linear::load(vb.prefix(name), c.num_hiddens, c.num_hiddens, true);
+    *l = hf_linear(vb.prefix(name), c.num_hiddens, c.num_hiddens);
   a.num_heads = c.num_heads;
   a.hidden_size = c.num_hiddens;
   return a;
 }
 nn::FeedForward hf_ffn(const nn::Vars& vb, const Seq2SeqConfig& c) {
   nn::FeedForward f;
-  f.linear1 = nn::Linear::load(vb.prefix("fc1"), c.num_hiddens, c.ffn_num_hiddens);
-  f.linear2 = nn::Linear::load(vb.prefix("fc2"), c.ffn_num_hiddens, c.num_hiddens);
+  f.linear1 = hf_linear(vb.prefix("fc1"), c.num_hiddens, c.ffn_num_hiddens);
+  f.linear2 = hf_linear(vb.prefix("fc2"), c.ffn_num_hiddens, c.num_hiddens);
   f.act = ops::parse_activation(c.activation);
   return f;
 }
@@ -138,13 +157,12 @@ std::vector<float> m2m100_positions(int64_t n, int64_t d, int64_t padding_idx) {
 
 }  // namespace
 
-void build_hf_seq2seq(Seq2SeqModel& model) {
+void build_hf_seq2seq(Seq2SeqModel& model, const nn::Vars& vb) {
   const Seq2SeqConfig& c = model.config_;
   Seq2SeqModules& m = model.m_;
-  nn::ParamStore& params = model.params_;
   const int64_t H = c.num_hiddens;
   const bool marian = c.family == "marian";
-  const nn::Vars vb(params), mv = vb.prefix("model"), enc = mv.prefix("encoder"), dec = mv.prefix("decoder");
+  const nn::Vars mv = vb.prefix("model"), enc = mv.prefix("encoder"), dec = mv.prefix("decoder");
   const float scale = c.scale_embedding ? std::sqrt((float)H) : 1.0f;
   if (c.shared_embeddings) {
     m.src_embedding = nn::Embedding::load(mv.prefix("shared"), c.src_vocab_size, H, scale);
@@ -183,7 +201,6 @@ void build_hf_seq2seq(Seq2SeqModel& model) {
   if (marian) m.dense.bias = vb.get("final_logits_bias", {1, c.tgt_vocab_size});
   m.dense.in_features = H;
   m.dense.out_features = c.tgt_vocab_size;
-  params.finalize();
   m.P = marian ? marian_positions(c.max_len, H) : m2m100_positions(c.max_len, H, c.pad_token_id);
 }
 
@@ -215,6 +232,7 @@ void hf_seq2seq_load_extras(Seq2SeqModel& model, const SafeTensors& st, const st
       if (a[i] != b[i])
         throw std::runtime_error(path + ": tensor '" + n + "' differs from " + emb +
                                  " (untied output projections are not supported)");
+    st.release_pages(a, sizeof(float) * c.tgt_vocab_size * H);  // a copy read only for this check
     seen.insert(n);
   }
   // Marian saves its sinusoidal tables (the same for encoder and decoder); use the stored one.

@@ -31,9 +31,11 @@ bool is_hf_seq2seq_type(const std::string& model_type);
 // Marian, a decoder_vocab_size other than vocab_size with shared embeddings).
 Seq2SeqConfig hf_seq2seq_config(const nlohmann::json& config, const std::string& file);
 
-// Registers the modules of model.config() in its parameter store under transformers' names (Seq2SeqModel's
-// constructor calls it for family != "d2l").
-void build_hf_seq2seq(Seq2SeqModel& model);
+// The modules of model.config() under transformers' names, registered in a parameter store or read from a file
+// by `vb` (Seq2SeqModel's constructors call it for family != "d2l"; the caller finalizes a store). Over a file,
+// Linear weights stored prequantised by `tfm convert --dtype int8` (I8 + "<name>_scale") are dequantised
+// (w = q * scale of the row), as Seq2SeqModel::load does.
+void build_hf_seq2seq(Seq2SeqModel& model, const nn::Vars& vb);
 // Other names a tied matrix is saved under (model.shared.weight: model.encoder.embed_tokens.weight, ...).
 std::vector<std::string> hf_seq2seq_aliases(const std::string& name);
 // After the parameters: the optional tensors of the file (the tied copies, a stored sinusoidal table, which must

@@ -10,6 +10,7 @@
 
 #include "core/profile.h"
 #include "io/safetensors.h"
+#include "nn/weights.h"
 #include "models/hf_seq2seq.h"
 #include "ops/cross_entropy.h"
 #include "ops/gemm_bf16.h"
@@ -73,13 +74,54 @@ struct Seq2SeqModel::Train {
 };
 
 Seq2SeqModel::Seq2SeqModel(const Seq2SeqConfig& c) : config_(c), t_(std::make_unique<Train>()) {
+  build(nn::Vars(params_));
+  params_.finalize();
+  if (c.family == "d2l")
+    for (const auto& e : params_.entries())  // LayerNorm defaults so an un-initialised model is still sane
+      if (e.name.find("ln.weight") != std::string::npos)
+        std::fill(params_.all_data().begin() + e.offset, params_.all_data().begin() + e.offset + e.numel, 1.0f);
+}
+
+Seq2SeqModel::Seq2SeqModel(const Seq2SeqConfig& c, std::unique_ptr<SafeTensorsWeights> file)
+    : config_(c), t_(std::make_unique<Train>()), file_(std::move(file)) {
+  const bool hf = c.family != "d2l";
+  build(hf ? nn::Vars(*file_, hf_seq2seq_aliases) : nn::Vars(*file_));
+  const SafeTensors& st = file_->file();
+  std::set<std::string> seen = file_->used();
+  if (hf) hf_seq2seq_load_extras(*this, st, st.path(), seen);
+  for (const auto& n : st.names())
+    if (!seen.count(n))
+      throw std::runtime_error(st.path() + ": unexpected tensor '" + n + "' (not part of a " +
+                               (hf ? c.family : std::string("transformer_seq2seq")) + " with this config)");
+}
+
+std::unique_ptr<Seq2SeqModel> Seq2SeqModel::open(const Seq2SeqConfig& config, const std::string& path) {
+  auto file = std::make_unique<SafeTensorsWeights>(path);
+  file->set_release_checked(true);  // the whole file is read by the checks, and need not stay in memory
+  return std::unique_ptr<Seq2SeqModel>(new Seq2SeqModel(config, std::move(file)));
+}
+
+void Seq2SeqModel::require_trainable(const char* what) const {
+  if (file_)
+    throw std::logic_error(std::string("Seq2SeqModel::") + what +
+                           ": this model was opened for inference only (Seq2SeqModel::open); construct it from its "
+                           "config for training");
+}
+
+void Seq2SeqModel::release_unpacked_pages() const {
+  if (!file_) return;
+  for (const nn::Embedding* e : {&m_.src_embedding, &m_.tgt_embedding}) file_->release(e->weight.tensor());
+}
+
+void Seq2SeqModel::build(const nn::Vars& vb) {
+  const Seq2SeqConfig& c = config_;
   if (c.family != "d2l") {  // a Hugging Face folder: its own names and options (models/hf_seq2seq.cpp)
-    build_hf_seq2seq(*this);
+    build_hf_seq2seq(*this, vb);
     return;
   }
   const int64_t H = c.num_hiddens;
   // Registration order = PyTorch's named_parameters() order (module construction order).
-  const nn::Vars vb(params_), enc = vb.prefix("encoder"), dec = vb.prefix("decoder");
+  const nn::Vars enc = vb.prefix("encoder"), dec = vb.prefix("decoder");
   const float scale = std::sqrt((float)H);
   m_.src_embedding = nn::Embedding::load(enc.prefix("embedding"), c.src_vocab_size, H, scale);
   for (int64_t i = 0; i < c.num_layers; ++i) {
@@ -118,11 +160,6 @@ Seq2SeqModel::Seq2SeqModel(const Seq2SeqConfig& c) : config_(c), t_(std::make_un
   } else {
     m_.dense = nn::Linear::load(dec.prefix("dense"), H, c.tgt_vocab_size);
   }
-  params_.finalize();
-  for (const auto& e : params_.entries())  // LayerNorm defaults so an un-initialised model is still sane
-    if (e.name.find("ln.weight") != std::string::npos)
-      std::fill(params_.all_data().begin() + e.offset, params_.all_data().begin() + e.offset + e.numel, 1.0f);
-
   // P[pos, 2i] = sin(pos / 10000^(2i/H)), P[pos, 2i+1] = cos(...), in float32 as the reference computes it.
   m_.P.assign(c.max_len * H, 0.0f);
   for (int64_t pos = 0; pos < c.max_len; ++pos)
@@ -136,6 +173,7 @@ Seq2SeqModel::Seq2SeqModel(const Seq2SeqConfig& c) : config_(c), t_(std::make_un
 Seq2SeqModel::~Seq2SeqModel() = default;
 
 void Seq2SeqModel::set_precision(ops::ComputeType precision) {
+  require_trainable("set_precision");
   if (precision == ops::ComputeType::I8)
     throw std::invalid_argument("training precision must be fp32 or bf16, not int8");
   if (precision == ops::ComputeType::BF16) ops::require_bf16_gemm();
@@ -144,10 +182,27 @@ void Seq2SeqModel::set_precision(ops::ComputeType precision) {
 }
 
 void Seq2SeqModel::prepare_inference(ops::ComputeType dtype, bool quantize_output_projection) {
-  for_each_linear(m_, [&](nn::Linear& l) { l.pack(dtype); });
+  // An inference-only model packs each weight once and lets go of what it was packed from (below); it does not
+  // pack the decoder's separate self-attention projections, which only training-style forwards use (a step runs
+  // the fused one).
+  if (file_ && !m_.dense.weight.defined())
+    throw std::logic_error("Seq2SeqModel::prepare_inference: an inference-only model is prepared once (its weights "
+                           "are then only in the packed form)");
   // The output projection picks the words: it stays fp32 unless asked (quantise it only where measured to be
-  // safe; on the Multi30k recipe's model int8 there cost 0.05 BLEU beyond int8 elsewhere).
+  // safe; on the Multi30k recipe's model int8 there cost 0.05 BLEU beyond int8 elsewhere). Packed first: while
+  // it is, the file pages it is read from (the largest matrix, a tied embedding) are in memory beside its packed
+  // copy, and no other packed weight is yet.
   m_.dense.pack(quantize_output_projection ? dtype : ops::ComputeType::F32);
+  if (file_) file_->release(m_.dense.weight.tensor());
+  std::set<const nn::Linear*> skip = {&m_.dense};
+  if (file_)
+    for (const auto& blk : m_.decoder)
+      for (const nn::Linear* l : {&blk.attention1.query, &blk.attention1.key, &blk.attention1.value}) skip.insert(l);
+  for_each_linear(m_, [&](nn::Linear& l) {
+    if (skip.count(&l)) return;
+    l.pack(dtype);
+    if (file_) file_->release(l.weight.tensor());  // one weight's file pages in memory at a time
+  });
   // A decoder step multiplies a few rows: one product for the three self-attention projections, not three.
   const int64_t H = config_.num_hiddens;
   for (auto& blk : m_.decoder) {
@@ -159,13 +214,25 @@ void Seq2SeqModel::prepare_inference(ops::ComputeType dtype, bool quantize_outpu
     for (const nn::Linear* l : {&a.query, &a.key, &a.value}) {
       std::memcpy(w.data() + i * H * H, l->weight.data(), sizeof(float) * H * H);
       if (bias) std::memcpy(b.data() + i * H, l->bias.data(), sizeof(float) * H);
+      if (file_) file_->release(l->weight.tensor());
       ++i;
     }
     a.qkv = nn::Linear::from_weights(w.data(), bias ? b.data() : nullptr, H, 3 * H, dtype);
   }
+  if (!file_) return;
+  // The packed copies are all the model multiplies by now: the weights' file pages are dropped (views into the
+  // mapping; read again from the file if ever needed) and weights of its own (dequantised int8) freed. The
+  // embeddings stay (lookups), their pages dropped too: packing the tied output projection read all of them.
+  for_each_linear(m_, [&](nn::Linear& l) {
+    if (!l.weight.defined()) return;
+    file_->release(l.weight.tensor());
+    l.weight = nn::Param();
+  });
+  release_unpacked_pages();
 }
 
 void Seq2SeqModel::init(Rng& rng) {
+  require_trainable("init");
   for (const auto& e : params_.entries()) {
     float* p = params_.data(params_.index_of(e.name));
     const std::string& n = e.name;
@@ -190,6 +257,7 @@ void Seq2SeqModel::init(Rng& rng) {
 }
 
 void Seq2SeqModel::load(const std::string& path) {
+  require_trainable("load");
   SafeTensors st = SafeTensors::open(path);
   std::set<std::string> expected;
   const bool hf = config_.family != "d2l";
@@ -236,7 +304,10 @@ void Seq2SeqModel::load(const std::string& path) {
                                (hf ? config_.family : std::string("transformer_seq2seq")) + " with this config)");
 }
 
-void Seq2SeqModel::save(const std::string& path) { save_safetensors(path, params_.named_tensors()); }
+void Seq2SeqModel::save(const std::string& path) {
+  require_trainable("save");
+  save_safetensors(path, params_.named_tensors());
+}
 
 // ---------------------------------------------------------------- forward / backward
 
@@ -308,6 +379,7 @@ void Seq2SeqModel::forward_train(const Seq2SeqBatch& b, const nn::Context& ctx) 
 LossResult Seq2SeqModel::forward_backward(const Seq2SeqBatch& b, Rng* rng, float label_smoothing, bool token_mean,
                                           int64_t token_denominator,
                                           const std::function<void(int64_t offset)>& grads_ready) {
+  require_trainable("forward_backward");
   Train& t = *t_;
   const Seq2SeqConfig& c = config_;
   // The d2l layout registers parameters in forward order (embedding, encoder blocks, [encoder norm], [target
@@ -395,6 +467,7 @@ LossResult Seq2SeqModel::forward_backward(const Seq2SeqBatch& b, Rng* rng, float
 }
 
 Tensor Seq2SeqModel::forward_logits(const Seq2SeqBatch& b) {
+  require_trainable("forward_logits");
   forward_train(b, nn::Context{});
   Tensor out = Tensor::empty({b.batch, b.tgt_len, config_.tgt_vocab_size});
   std::memcpy(out.f32(), t_->logits.data(), out.nbytes());

@@ -24,6 +24,7 @@
 namespace tfm {
 
 class SafeTensors;
+class SafeTensorsWeights;
 
 struct Seq2SeqConfig {
   int64_t num_hiddens = 32;
@@ -95,8 +96,27 @@ struct Seq2SeqModules {
 
 class Seq2SeqModel {
  public:
+  // A trainable model: every parameter in params() (values from init() or load()), gradients beside them.
   explicit Seq2SeqModel(const Seq2SeqConfig& config);
+  // An inference-only model over a safetensors file (what Translator runs): no parameter store and no gradients;
+  // every tensor is read in place from the mapped file (views), checked as load() checks it (missing tensor, shape,
+  // NaN / Inf, an unexpected tensor, the tied copies of a Hugging Face folder, prequantised int8 weights
+  // dequantised as load() does), and the mapping is kept for the model's life. prepare_inference() then packs the
+  // Linear weights and releases their file pages (madvise), so the process holds one copy of each weight: the
+  // packed one. Embeddings, LayerNorms and biases stay views (an embedding's pages are read in as its rows are
+  // looked up; release_unpacked_pages() drops them again). forward_backward, forward_logits, init, load, save and
+  // set_precision throw std::logic_error on such a model; encode and the decoding path (decode/decoder_cache.h)
+  // need prepare_inference() first. Throws what load() throws, with the same messages (a tied matrix missing
+  // under every name lists the other names tried).
+  static std::unique_ptr<Seq2SeqModel> open(const Seq2SeqConfig& config, const std::string& safetensors_path);
   ~Seq2SeqModel();
+  // Whether this model came from open() (no parameter store).
+  bool inference_only() const { return file_ != nullptr; }
+  // An inference-only model: drops the pages of the mapped file that lookups have read in since (the embedding
+  // rows of the tokens seen; they are read again from the file when next needed), so a long run does not end up
+  // holding the whole embedding matrix beside its packed copy. Nothing for a trainable model. Not thread-safe
+  // against a running decode of the same model.
+  void release_unpacked_pages() const;
   Seq2SeqModel(const Seq2SeqModel&) = delete;
   Seq2SeqModel& operator=(const Seq2SeqModel&) = delete;
   const Seq2SeqConfig& config() const { return config_; }
@@ -157,7 +177,10 @@ class Seq2SeqModel {
   void forward_train(const Seq2SeqBatch& batch, const nn::Context& ctx);
   const float* encoder_forward(const int64_t* src, const int64_t* src_valid_len, int64_t B, int64_t Ls,
                                const nn::Context& ctx);
-  friend void build_hf_seq2seq(Seq2SeqModel& model);
+  Seq2SeqModel(const Seq2SeqConfig& config, std::unique_ptr<SafeTensorsWeights> file);
+  void build(const nn::Vars& vb);  // registers (store) or reads (file) the modules' parameters under their names
+  void require_trainable(const char* what) const;
+  friend void build_hf_seq2seq(Seq2SeqModel& model, const nn::Vars& vb);
   friend void hf_seq2seq_load_extras(Seq2SeqModel& model, const SafeTensors& st, const std::string& path,
                                      std::set<std::string>& seen);
   Seq2SeqConfig config_;
@@ -165,6 +188,7 @@ class Seq2SeqModel {
   Seq2SeqModules m_;
   ops::ComputeType precision_ = ops::ComputeType::F32;
   std::unique_ptr<Train> t_;
+  std::unique_ptr<SafeTensorsWeights> file_;  // open(): the mapped file the parameters are views into
 };
 
 }  // namespace tfm

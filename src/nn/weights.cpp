@@ -31,6 +31,7 @@ std::string SafeTensorsWeights::find(const std::string& name, const Shape& shape
   if (st_.shape_of(found) != shape)
     throw std::runtime_error(st_.path() + ": tensor '" + found + "' has shape " + shape_str(st_.shape_of(found)) +
                              ", config expects " + shape_str(shape));
+  used_.insert(found);
   return found;
 }
 
@@ -79,6 +80,7 @@ Tensor SafeTensorsWeights::get(const std::string& name, const Shape& shape, cons
       if (!std::isfinite(p[i]))
         throw std::runtime_error(st_.path() + ": tensor '" + found + "' contains NaN or Inf at element " +
                                  std::to_string(i));
+  if (release_checked_) release(t);
   return t;
 }
 
@@ -100,6 +102,8 @@ const int8_t* SafeTensorsWeights::get_int8(const std::string& name, const Shape&
       if (!std::isfinite(s.f32()[i]) || s.f32()[i] < 0)
         throw std::runtime_error(st_.path() + ": '" + sn + "' holds a negative or non-finite scale");
     scales_.push_back(s);
+    used_.insert(n);
+    used_.insert(sn);
     *scale = s.f32();
     return reinterpret_cast<const int8_t*>(st_.raw_data(n));
   }

@@ -3,6 +3,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -79,6 +80,14 @@ class SafeTensorsWeights : public WeightSource {
     return st_.page_releaser(data, bytes);
   }
   const SafeTensors& file() const { return st_; }
+  // When on, get() drops the pages of a tensor it has checked for NaN / Inf (the check reads all of them), so that
+  // loading a whole model does not hold the whole file in memory: the tensor stays valid, its pages are read
+  // again from the file when used. For a model that packs its weights (Seq2SeqModel::open): what it reads
+  // afterwards is one weight at a time, and the lookups. Off by default.
+  void set_release_checked(bool on) { release_checked_ = on; }
+  // Every stored name handed out so far (by get, get_unchecked, get_bf16 or get_int8, the latter with its
+  // "<name>_scale"), so a loader can refuse the tensors that no module asked for.
+  const std::set<std::string>& used() const { return used_; }
   // The compute type the file's Linear weights are stored for: I8 for a folder written by
   // `tfm convert --dtype int8` (metadata tfm_dtype "int8"), else F32. What a load that names no dtype uses.
   ops::ComputeType stored_compute_type() const;
@@ -88,6 +97,8 @@ class SafeTensorsWeights : public WeightSource {
   std::string find(const std::string& name, const Shape& shape, const std::vector<std::string>& aliases) const;
   SafeTensors st_;
   std::vector<Tensor> scales_;  // scales handed out by get_int8 (copies if the file was misaligned)
+  mutable std::set<std::string> used_;
+  bool release_checked_ = false;
 };
 
 // Fresh parameters as PyTorch's default initialisers give them (what document 000 gets when it builds modules
